@@ -1,0 +1,152 @@
+/*
+ * hoop: collective communication over TCP and shared memory.
+ *
+ * One communicator joins `size` processes ("ranks"). Every call returns a hoop_result_t (HOOP_OK = 0);
+ * hoop_comm_last_error() gives the detail of the last failure on a communicator (peer, call, errno).
+ *
+ * Counts follow NCCL: allgather and gather take the per-rank send count (recvbuf holds size * sendcount);
+ * scatter and reduce_scatter take the per-rank receive count; alltoall takes the count per peer.
+ * sendbuf == recvbuf means in place. HOOP_AVG is the sum divided by the rank count (integers truncate).
+ * Where a collective has a root, only the root's recvbuf (gather, reduce) or sendbuf (scatter) is used.
+ *
+ * Thread safety: calls on different communicators may run concurrently from different threads. Calls on
+ * one communicator must be posted by one thread at a time (as with NCCL and MPI_THREAD_SERIALIZED);
+ * hoop_wait/hoop_test on a request may run on any thread. hoop_comm_abort() may be called from any thread
+ * at any time. hoop_error_string() is always safe.
+ */
+#ifndef HOOP_H
+#define HOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HOOP_VERSION_MAJOR 0
+#define HOOP_VERSION_MINOR 1
+#define HOOP_VERSION_PATCH 0
+
+typedef struct hoop_comm hoop_comm_t;
+typedef struct hoop_request hoop_request_t;
+
+typedef enum {
+    HOOP_OK = 0,
+    HOOP_ERR_INVALID_ARGUMENT,
+    HOOP_ERR_SYSTEM,
+    HOOP_ERR_TIMEOUT,
+    HOOP_ERR_PEER_LOST,
+    HOOP_ERR_MISMATCH,
+    HOOP_ERR_AUTH,
+    HOOP_ERR_UNSUPPORTED,
+    HOOP_ERR_ABORTED,
+    HOOP_ERR_NO_MEMORY,
+    HOOP_ERR_INTERNAL
+} hoop_result_t;
+
+typedef enum {
+    HOOP_INT8,
+    HOOP_UINT8,
+    HOOP_INT32,
+    HOOP_UINT32,
+    HOOP_INT64,
+    HOOP_UINT64,
+    HOOP_FLOAT16,
+    HOOP_BFLOAT16,
+    HOOP_FLOAT32,
+    HOOP_FLOAT64,
+    HOOP_DTYPE_COUNT
+} hoop_dtype_t;
+
+typedef enum { HOOP_SUM, HOOP_PROD, HOOP_MIN, HOOP_MAX, HOOP_AVG, HOOP_OP_COUNT } hoop_op_t;
+
+/* Static strings; never NULL. */
+const char *hoop_error_string(hoop_result_t r);
+const char *hoop_dtype_name(hoop_dtype_t dt);
+const char *hoop_op_name(hoop_op_t op);
+size_t hoop_dtype_size(hoop_dtype_t dt); /* 0 for an invalid dtype */
+const char *hoop_version(void);
+
+/* Detail of the last failure on comm ("" if none). Valid until the next call on comm. */
+const char *hoop_comm_last_error(const hoop_comm_t *comm);
+
+/*
+ * init_method: "env://" (MASTER_ADDR/MASTER_PORT, or Slurm / Open MPI variables), "tcp://HOST:PORT"
+ * (rank 0 hosts the rendezvous store there), "file:///PATH" (a fresh path on a shared file system).
+ * NULL means "env://". rank / world_size of -1 are taken from the environment.
+ * Blocks until every rank has joined or HOOP_TIMEOUT expires.
+ */
+hoop_result_t hoop_init(hoop_comm_t **comm, const char *init_method, int rank, int world_size);
+hoop_result_t hoop_init_from_env(hoop_comm_t **comm); /* = hoop_init(comm, NULL, -1, -1) */
+
+/* Collective over comm: ranks with the same color form a new communicator, ordered by (key, old rank).
+ * A negative color (HOOP_SPLIT_NONE) takes part but gets *newcomm = NULL. */
+#define HOOP_SPLIT_NONE (-1)
+hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key, hoop_comm_t **newcomm);
+/* Frees comm; pending requests fail with HOOP_ERR_ABORTED. Not collective. */
+hoop_result_t hoop_comm_destroy(hoop_comm_t *comm);
+/* Fails every pending and future call on comm with HOOP_ERR_ABORTED and drops its connections,
+ * so that peers fail fast too. The communicator must still be destroyed. */
+hoop_result_t hoop_comm_abort(hoop_comm_t *comm);
+int hoop_comm_rank(const hoop_comm_t *comm);
+int hoop_comm_size(const hoop_comm_t *comm);
+/* Timeout of every blocking wait on comm, in seconds (default HOOP_TIMEOUT, 300). */
+hoop_result_t hoop_comm_set_timeout(hoop_comm_t *comm, double seconds);
+
+hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                             hoop_dtype_t dt, hoop_op_t op);
+hoop_result_t hoop_broadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int root);
+hoop_result_t hoop_reduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                          hoop_dtype_t dt, hoop_op_t op, int root);
+hoop_result_t hoop_allgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                             hoop_dtype_t dt);
+hoop_result_t hoop_gather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                          hoop_dtype_t dt, int root);
+hoop_result_t hoop_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                           hoop_dtype_t dt, int root);
+hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, hoop_dtype_t dt, hoop_op_t op);
+hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                            hoop_dtype_t dt);
+hoop_result_t hoop_barrier(hoop_comm_t *c);
+hoop_result_t hoop_send(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer);
+hoop_result_t hoop_recv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer);
+
+/*
+ * Nonblocking twins. Collectives run in the order they were posted, the same order on every rank;
+ * buffers must stay untouched until the request completes. A point-to-point request is matched
+ * against the peer's in posting order and may overlap with later requests.
+ */
+hoop_result_t hoop_iallreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                              hoop_dtype_t dt, hoop_op_t op, hoop_request_t **req);
+hoop_result_t hoop_ibroadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int root,
+                              hoop_request_t **req);
+hoop_result_t hoop_ireduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype_t dt, hoop_op_t op, int root, hoop_request_t **req);
+hoop_result_t hoop_iallgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                              hoop_dtype_t dt, hoop_request_t **req);
+hoop_result_t hoop_igather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                           hoop_dtype_t dt, int root, hoop_request_t **req);
+hoop_result_t hoop_iscatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                            hoop_dtype_t dt, int root, hoop_request_t **req);
+hoop_result_t hoop_ireduce_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, hoop_dtype_t dt, hoop_op_t op,
+                                   hoop_request_t **req);
+hoop_result_t hoop_ialltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                             hoop_dtype_t dt, hoop_request_t **req);
+hoop_result_t hoop_ibarrier(hoop_comm_t *c, hoop_request_t **req);
+hoop_result_t hoop_isend(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer,
+                         hoop_request_t **req);
+hoop_result_t hoop_irecv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer,
+                         hoop_request_t **req);
+
+/* Completes and frees req; returns the request's result. */
+hoop_result_t hoop_wait(hoop_request_t *req);
+/* *done = 1 once req has completed (then hoop_wait returns at once). Never blocks. */
+hoop_result_t hoop_test(hoop_request_t *req, int *done);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HOOP_H */

@@ -1,0 +1,69 @@
+/*
+ * Recursive-doubling all-reduce, for small messages.
+ *
+ * With p a power of two, at round k rank r exchanges its whole buffer with r ^ 2^k and reduces:
+ *
+ *   round 0:  0<->1  2<->3  4<->5  6<->7
+ *   round 1:  0<->2  1<->3  4<->6  5<->7
+ *   round 2:  0<->4  1<->5  2<->6  3<->7
+ *
+ * Otherwise, with q the largest power of two below p and e = p - q, ranks 0..2e-1 first fold in
+ * pairs (even sends to odd), the q survivors run the rounds above, and odd ranks hand the result
+ * back to their even partner.  Cost: log2(p) * (a + n b + n c) (+ 2(a + n b) when p is not a power
+ * of two): fewest steps, which is what counts when a dominates.
+ *
+ * Both partners of a round combine the same two values in the same order (lower group first), so
+ * every rank ends with the same bits.
+ */
+#include <string.h>
+
+#include "collectives/coll.h"
+
+hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, r = comm->rank;
+    size_t n = c->count, bytes = n * hoop__dsize(c);
+    uint8_t *buf = c->recvbuf;
+    if (c->sendbuf != c->recvbuf) memcpy(buf, c->sendbuf, bytes);
+    if (p == 1) return HOOP_OK;
+    uint8_t *tmp = hoop__scratch(comm, bytes);
+    if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
+
+    int q = 1;
+    while (q * 2 <= p) q *= 2;
+    int e = p - q;
+    hoop_result_t rc;
+    int vr; /* rank among the q survivors, -1 when folded away */
+    if (r < 2 * e) {
+        if (r % 2 == 0) {
+            rc = hoop__sendrecv(c, r + 1, buf, bytes, -1, NULL, 0);
+            if (rc != HOOP_OK) return rc;
+            vr = -1;
+        } else {
+            rc = hoop__sendrecv(c, -1, NULL, 0, r - 1, tmp, bytes);
+            if (rc != HOOP_OK) return rc;
+            hoop__reduce(buf, tmp, buf, n, c->dtype, c->op);
+            vr = r / 2;
+        }
+    } else {
+        vr = r - e;
+    }
+    if (vr >= 0) {
+        for (int mask = 1; mask < q; mask <<= 1) {
+            int vpeer = vr ^ mask;
+            int peer = vpeer < e ? vpeer * 2 + 1 : vpeer + e;
+            rc = hoop__sendrecv(c, peer, buf, bytes, peer, tmp, bytes);
+            if (rc != HOOP_OK) return rc;
+            if (vpeer < vr) hoop__reduce(buf, tmp, buf, n, c->dtype, c->op);
+            else hoop__reduce(buf, buf, tmp, n, c->dtype, c->op);
+        }
+    }
+    if (r < 2 * e) {
+        rc = r % 2 ? hoop__sendrecv(c, r - 1, buf, bytes, -1, NULL, 0)
+                   : hoop__sendrecv(c, -1, NULL, 0, r + 1, buf, bytes);
+        if (rc != HOOP_OK) return rc;
+    }
+    if (c->op == HOOP_AVG) hoop__reduce_avg_finish(buf, n, c->dtype, p);
+    return HOOP_OK;
+}

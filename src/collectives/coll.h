@@ -1,0 +1,65 @@
+/* What algorithms see: the call, point-to-point transfers to peers, scratch space. Never sockets. */
+#ifndef HOOP_COLL_H
+#define HOOP_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "reduce/reduce.h"
+#include "transport/transport.h"
+
+typedef enum {
+    HOOP_ALGO_AUTO = 0,
+    HOOP_ALGO_RING,
+    HOOP_ALGO_RD,   /* recursive doubling */
+    HOOP_ALGO_COUNT
+} hoop__algo_t;
+
+/* Posts a send of bytes [buf, buf+len) to peer as part of call; x must live until waited. */
+void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void *buf, size_t len);
+/* Posts a receive of exactly len bytes from peer into buf. */
+void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf, size_t len);
+/* Waits for n transfers (NULL entries are skipped). Returns the first error: a failed transfer,
+ * a timeout (HOOP_TIMEOUT with no progress), or the communicator's abort. Any error aborts the
+ * communicator, so the caller just returns it. */
+hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int n);
+hoop_result_t hoop__xwait1(const hoop__call_t *call, hoop__xfer_t *x);
+/* Send to one peer and receive from another at once (either peer may be -1 to skip). */
+hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf, size_t slen,
+                             int from, void *rbuf, size_t rlen);
+
+/* Scratch memory owned by the communicator, valid until the call returns; NULL if out of memory. */
+void *hoop__scratch(hoop_comm_t *c, size_t bytes);
+
+/* Balanced split of n items into parts: part i starts at *off and holds *len items; the first
+ * n % parts parts hold one more. */
+static inline void hoop__part(size_t n, int parts, int i, size_t *off, size_t *len)
+{
+    size_t q = n / (size_t)parts, r = n % (size_t)parts, ui = (size_t)i;
+    *off = ui * q + (ui < r ? ui : r);
+    *len = q + (ui < r ? 1 : 0);
+}
+
+static inline size_t hoop__dsize(const hoop__call_t *c) { return hoop_dtype_size(c->dtype); }
+
+/* Picks and runs the algorithm of call (select.c). */
+hoop_result_t hoop__collective_run(hoop__call_t *call);
+/* The algorithm that will run call (resolves HOOP_ALGO_AUTO by size and rank count). */
+int hoop__algo_choose(const hoop__call_t *call);
+const char *hoop__algo_name(int algo);
+int hoop__algo_parse(const char *s); /* -1 if unknown */
+
+/* Algorithms: one file each. */
+hoop_result_t hoop__allreduce_ring(hoop__call_t *c);
+hoop_result_t hoop__allreduce_rd(hoop__call_t *c);
+hoop_result_t hoop__broadcast(hoop__call_t *c);      /* binomial tree small, pipelined chain large */
+hoop_result_t hoop__reduce_coll(hoop__call_t *c);    /* binomial tree small, ring reduce-scatter + gather large */
+hoop_result_t hoop__allgather_ring(hoop__call_t *c);
+hoop_result_t hoop__gather(hoop__call_t *c);
+hoop_result_t hoop__scatter(hoop__call_t *c);
+hoop_result_t hoop__reduce_scatter_ring(hoop__call_t *c);
+hoop_result_t hoop__alltoall_pairwise(hoop__call_t *c);
+hoop_result_t hoop__barrier_dissemination(hoop__call_t *c);
+
+#endif

@@ -1,0 +1,55 @@
+/* Algorithm selection and dispatch. All-reduce: recursive doubling at or below HOOP_SMALL_BYTES
+ * (latency-bound: log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank).
+ * HOOP_ALGO forces one. Other collectives pick their own variant by size inside their file. */
+#include <string.h>
+#include <strings.h>
+
+#include "collectives/coll.h"
+
+static const char *const algo_names[] = {"auto", "ring", "rd"};
+
+const char *hoop__algo_name(int algo)
+{
+    return algo >= 0 && algo < HOOP_ALGO_COUNT ? algo_names[algo] : "unknown";
+}
+
+int hoop__algo_parse(const char *s)
+{
+    for (int i = 0; i < HOOP_ALGO_COUNT; i++)
+        if (strcasecmp(s, algo_names[i]) == 0) return i;
+    return -1;
+}
+
+int hoop__algo_choose(const hoop__call_t *call)
+{
+    if (call->kind != HOOP_K_ALLREDUCE) return HOOP_ALGO_AUTO;
+    int forced = hoop__algo_parse(call->comm->cfg.algo);
+    if (forced > 0) return forced;
+    size_t bytes = call->count * hoop_dtype_size(call->dtype);
+    return bytes <= call->comm->cfg.small_bytes ? HOOP_ALGO_RD : HOOP_ALGO_RING;
+}
+
+hoop_result_t hoop__collective_run(hoop__call_t *call)
+{
+    hoop_comm_t *c = call->comm;
+    HOOP_TRACE(&c->log, "call #%llu: %s count=%zu %s %s root=%d algo=%s",
+               (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
+               hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
+               hoop__algo_name(call->algo));
+    /* Nothing moves for an empty buffer; every rank agrees on that without talking. */
+    if (call->count == 0 && call->kind != HOOP_K_BARRIER) return HOOP_OK;
+    switch (call->kind) {
+    case HOOP_K_ALLREDUCE:
+        return call->algo == HOOP_ALGO_RD ? hoop__allreduce_rd(call) : hoop__allreduce_ring(call);
+    case HOOP_K_BROADCAST: return hoop__broadcast(call);
+    case HOOP_K_REDUCE: return hoop__reduce_coll(call);
+    case HOOP_K_ALLGATHER:
+    case HOOP_K_SPLIT: return hoop__allgather_ring(call);
+    case HOOP_K_GATHER: return hoop__gather(call);
+    case HOOP_K_SCATTER: return hoop__scatter(call);
+    case HOOP_K_REDUCE_SCATTER: return hoop__reduce_scatter_ring(call);
+    case HOOP_K_ALLTOALL: return hoop__alltoall_pairwise(call);
+    case HOOP_K_BARRIER: return hoop__barrier_dissemination(call);
+    default: return HOOP_ERR_INTERNAL;
+    }
+}

@@ -1,0 +1,690 @@
+/* The communicator: init through the rendezvous store, split, destroy, abort, errors, and the
+ * public entry points, which validate their arguments and hand a call to the engine. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "collectives/coll.h"
+#include "core/comm.h"
+#include "core/store.h"
+
+#define ADDR_LEN 128
+
+const char *hoop_error_string(hoop_result_t r)
+{
+    switch (r) {
+    case HOOP_OK: return "success";
+    case HOOP_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case HOOP_ERR_SYSTEM: return "system error";
+    case HOOP_ERR_TIMEOUT: return "timed out";
+    case HOOP_ERR_PEER_LOST: return "peer lost";
+    case HOOP_ERR_MISMATCH: return "mismatched collective calls";
+    case HOOP_ERR_AUTH: return "authentication failed";
+    case HOOP_ERR_UNSUPPORTED: return "unsupported";
+    case HOOP_ERR_ABORTED: return "communicator aborted";
+    case HOOP_ERR_NO_MEMORY: return "out of memory";
+    case HOOP_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown error";
+}
+
+const char *hoop_dtype_name(hoop_dtype_t dt)
+{
+    static const char *const names[] = {"int8",    "uint8",    "int32",   "uint32",  "int64",
+                                        "uint64",  "float16",  "bfloat16", "float32", "float64"};
+    return (unsigned)dt < HOOP_DTYPE_COUNT ? names[dt] : "invalid-dtype";
+}
+
+const char *hoop_op_name(hoop_op_t op)
+{
+    static const char *const names[] = {"sum", "prod", "min", "max", "avg"};
+    return (unsigned)op < HOOP_OP_COUNT ? names[op] : "invalid-op";
+}
+
+size_t hoop_dtype_size(hoop_dtype_t dt)
+{
+    static const unsigned char sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+    return (unsigned)dt < HOOP_DTYPE_COUNT ? sizes[dt] : 0;
+}
+
+const char *hoop_version(void) { return "0.1.0"; }
+
+const char *hoop_comm_last_error(const hoop_comm_t *c)
+{
+    if (c == NULL) return "communicator is NULL";
+    return c->last_error;
+}
+
+int hoop_comm_rank(const hoop_comm_t *c) { return c != NULL ? c->rank : -1; }
+int hoop_comm_size(const hoop_comm_t *c) { return c != NULL ? c->size : -1; }
+
+hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[400];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&c->err_mu);
+    snprintf(c->last_error, sizeof(c->last_error), "%s", msg);
+    pthread_mutex_unlock(&c->err_mu);
+    HOOP_INFO(&c->log, "%s: %s", hoop_error_string(code), msg);
+    return code;
+}
+
+void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[400];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&c->err_mu);
+    int first = atomic_load(&c->aborted) == 0;
+    if (first) {
+        snprintf(c->fatal_msg, sizeof(c->fatal_msg), "%s", msg);
+        atomic_store(&c->aborted, (int)code);
+    }
+    snprintf(c->last_error, sizeof(c->last_error), "%s", c->fatal_msg);
+    pthread_mutex_unlock(&c->err_mu);
+    if (first) HOOP_WARN(&c->log, "%s: %s; the communicator is aborted", hoop_error_string(code), msg);
+}
+
+static void report_from_transport(void *ctx, hoop_result_t code, int peer, const char *msg)
+{
+    hoop_comm_t *c = ctx;
+    (void)peer;
+    /* A lost peer while the communicator is healthy is the root cause worth reporting; later
+     * failures are consequences of the abort. */
+    if (!atomic_load(&c->aborted)) hoop__comm_fail(c, code, "%s", msg);
+}
+
+static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
+{
+    hoop_comm_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) return NULL;
+    c->rank = rank;
+    c->size = size;
+    c->cfg = *cfg;
+    c->timeout_s = cfg->timeout_s;
+    c->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
+    c->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));
+    if (c->p2p_send_seq == NULL || c->p2p_recv_seq == NULL) {
+        free(c->p2p_send_seq);
+        free(c->p2p_recv_seq);
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->err_mu, NULL);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->exec, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    hoop__log_open(&c->log, cfg->log_level, cfg->log_file, rank);
+    snprintf(c->host, sizeof(c->host), "%s", c->log.host);
+    c->tp_ops = &hoop__tcp_transport;
+    return c;
+}
+
+static void comm_free(hoop_comm_t *c)
+{
+    hoop__engine_stop(c);
+    if (c->tp != NULL) c->tp_ops->close(c->tp);
+    hoop__log_close(&c->log);
+    pthread_mutex_destroy(&c->err_mu);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->exec);
+    pthread_cond_destroy(&c->cv);
+    free(c->p2p_send_seq);
+    free(c->p2p_recv_seq);
+    free(c->scratch);
+    free(c);
+}
+
+static hoop_result_t open_transport(hoop_comm_t *c, const char *route_hint, char *addr)
+{
+    hoop__tp_params_t p = {
+        .rank = c->rank,
+        .size = c->size,
+        .comm_id = c->id,
+        .cfg = &c->cfg,
+        .log = &c->log,
+        .route_hint = route_hint,
+        .report = report_from_transport,
+        .report_ctx = c,
+    };
+    return c->tp_ops->listen(&p, &c->tp, addr, ADDR_LEN);
+}
+
+static hoop_result_t init_fail(hoop_comm_t *c, hoop__log_t *log, hoop_result_t rc, const char *msg)
+{
+    /* No communicator reaches the caller, so the reason goes to the log (WARN is on by default). */
+    HOOP_WARN(log, "hoop_init failed: %s: %s", hoop_error_string(rc), msg);
+    if (c != NULL) comm_free(c);
+    return rc;
+}
+
+hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, int world_size)
+{
+    char err[512] = "";
+    if (out == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    hoop__config_t cfg;
+    hoop__log_t boot;
+    hoop_result_t rc = hoop__config_load(&cfg, err, sizeof(err));
+    hoop__log_open(&boot, rc == HOOP_OK ? cfg.log_level : HOOP_LOG_WARN, NULL, rank);
+    if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
+
+    hoop__rdv_t rdv;
+    rc = hoop__rdv_resolve(init_method, rank, world_size, &rdv, err, sizeof(err));
+    if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
+    boot.rank = rdv.rank;
+
+    hoop_comm_t *c = comm_alloc(&cfg, rdv.rank, rdv.size);
+    if (c == NULL) return init_fail(NULL, &boot, HOOP_ERR_NO_MEMORY, "out of memory");
+
+    double deadline = hoop__now() + cfg.timeout_s;
+    hoop__store_t *st = NULL;
+    rc = hoop__store_open(&rdv, cfg.timeout_s, &c->log, &st, err, sizeof(err));
+    if (rc != HOOP_OK) return init_fail(c, &boot, rc, err);
+
+    /* Rank 0 names the communicator: the id goes into every header and hello, so two jobs that
+     * meet by accident (a stale address) do not talk to each other. */
+    if (c->rank == 0) {
+        uint64_t id = 0;
+        if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) id = (uint64_t)getpid() << 32;
+        id ^= (uint64_t)hoop__now();
+        rc = hoop__store_set(st, "hoop/id", &id, sizeof(id));
+        if (rc != HOOP_OK) goto store_error;
+    }
+    size_t len = 0;
+    rc = hoop__store_get(st, "hoop/id", &c->id, sizeof(c->id), &len, deadline - hoop__now());
+    if (rc != HOOP_OK) goto store_error;
+
+    char addr[ADDR_LEN];
+    rc = open_transport(c, rdv.method[0] == 't' ? rdv.host : NULL, addr);
+    if (rc != HOOP_OK) return init_fail(c, &boot, rc, c->last_error);
+    char key[64];
+    snprintf(key, sizeof(key), "hoop/addr/%d", c->rank);
+    rc = hoop__store_set(st, key, addr, strlen(addr) + 1);
+    if (rc != HOOP_OK) goto store_error;
+
+    char(*addrs)[ADDR_LEN] = calloc((size_t)c->size, ADDR_LEN);
+    const char **ptrs = calloc((size_t)c->size, sizeof(char *));
+    if (addrs == NULL || ptrs == NULL) {
+        free(addrs);
+        free(ptrs);
+        hoop__store_close(st);
+        return init_fail(c, &boot, HOOP_ERR_NO_MEMORY, "out of memory");
+    }
+    for (int j = 0; j < c->size && rc == HOOP_OK; j++) {
+        if (j == c->rank) continue;
+        snprintf(key, sizeof(key), "hoop/addr/%d", j);
+        rc = hoop__store_get(st, key, addrs[j], ADDR_LEN - 1, &len, deadline - hoop__now());
+        ptrs[j] = addrs[j];
+    }
+    if (rc == HOOP_OK) {
+        rc = c->tp_ops->connect(c->tp, ptrs, deadline);
+        if (rc != HOOP_OK) snprintf(err, sizeof(err), "%.500s", c->last_error);
+    } else {
+        snprintf(err, sizeof(err), "%s", hoop__store_error(st));
+    }
+    free(addrs);
+    free(ptrs);
+    if (rc != HOOP_OK) {
+        hoop__store_close(st);
+        return init_fail(c, &boot, rc, err);
+    }
+
+    /* Rank 0 serves the store: it may only go away once every rank has read all it needs. */
+    snprintf(key, sizeof(key), "hoop/done/%d", c->rank);
+    rc = hoop__store_set(st, key, "1", 1);
+    if (rc != HOOP_OK) goto store_error;
+    if (c->rank == 0) {
+        char one[2];
+        for (int j = 1; j < c->size && rc == HOOP_OK; j++) {
+            snprintf(key, sizeof(key), "hoop/done/%d", j);
+            rc = hoop__store_get(st, key, one, sizeof(one), &len, deadline - hoop__now());
+        }
+        if (rc != HOOP_OK) goto store_error;
+    }
+    hoop__store_close(st);
+    HOOP_INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
+              (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);
+    *out = c;
+    return HOOP_OK;
+
+store_error:
+    snprintf(err, sizeof(err), "%s", hoop__store_error(st));
+    hoop__store_close(st);
+    return init_fail(c, &boot, rc, err);
+}
+
+hoop_result_t hoop_init_from_env(hoop_comm_t **comm) { return hoop_init(comm, NULL, -1, -1); }
+
+hoop_result_t hoop_comm_set_timeout(hoop_comm_t *c, double seconds)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    if (!(seconds > 0) || seconds > 1e7)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_comm_set_timeout: %g is not a timeout in seconds", seconds);
+    c->timeout_s = seconds;
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_comm_abort(hoop_comm_t *c)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop__comm_fail(c, HOOP_ERR_ABORTED, "hoop_comm_abort was called on rank %d", c->rank);
+    /* Whoever drives the transport notices the flag; if nobody does, shut it down here so that
+     * peers see the connections go. */
+    if (pthread_mutex_trylock(&c->exec) == 0) {
+        if (c->tp != NULL) c->tp_ops->abort(c->tp, HOOP_ERR_ABORTED);
+        pthread_mutex_unlock(&c->exec);
+    }
+    if (c->tp != NULL) c->tp_ops->wake(c->tp);
+    pthread_mutex_lock(&c->mu);
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_comm_destroy(hoop_comm_t *c)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    comm_free(c);
+    return HOOP_OK;
+}
+
+/* ---- argument checks ---- */
+
+static hoop_result_t check_comm(hoop_comm_t *c, const char *fn)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab) {
+        pthread_mutex_lock(&c->err_mu);
+        snprintf(c->last_error, sizeof(c->last_error), "%s: the communicator was aborted: %.500s", fn,
+                 c->fatal_msg);
+        pthread_mutex_unlock(&c->err_mu);
+        return ab == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : ab;
+    }
+    return HOOP_OK;
+}
+
+/* Validates a call: buffers, dtype, op, root, and that count * dtype size * mult fits. */
+static hoop_result_t check_call(hoop_comm_t *c, const char *fn, const void *sbuf, const void *rbuf,
+                                int need_rbuf, size_t count, size_t mult, hoop_dtype_t dt,
+                                int has_op, hoop_op_t op, int root)
+{
+    hoop_result_t rc = check_comm(c, fn);
+    if (rc != HOOP_OK) return rc;
+    if ((unsigned)dt >= HOOP_DTYPE_COUNT)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", fn, (int)dt);
+    if (has_op && (unsigned)op >= HOOP_OP_COUNT)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: invalid op %d", fn, (int)op);
+    if (root != -1 && (root < 0 || root >= c->size))
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "%s: root %d is outside the communicator (size %d)", fn, root,
+                                c->size);
+    size_t es = hoop_dtype_size(dt);
+    if (count > SIZE_MAX / es / mult || count * es * mult > (size_t)1 << 62)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "%s: count %zu of %s is too large", fn, count, hoop_dtype_name(dt));
+    if (count > 0 && sbuf == NULL)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL", fn);
+    if (count > 0 && need_rbuf && rbuf == NULL)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: recvbuf is NULL", fn);
+    return HOOP_OK;
+}
+
+static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf, void *rbuf,
+                            size_t count, hoop_dtype_t dt, hoop_op_t op, int root,
+                            hoop_request_t **req)
+{
+    hoop__call_t call = {
+        .comm = c,
+        .kind = kind,
+        .sendbuf = sbuf,
+        .recvbuf = rbuf,
+        .count = count,
+        .dtype = dt,
+        .op = op,
+        .root = root,
+    };
+    call.algo = hoop__algo_choose(&call);
+    hoop_result_t rc = hoop__engine_submit(c, &call, req);
+    if (rc != HOOP_OK && req == NULL) {
+        /* The error text is the communicator's; make sure last_error holds it. */
+        pthread_mutex_lock(&c->err_mu);
+        if (atomic_load(&c->aborted) && c->fatal_msg[0] != '\0')
+            snprintf(c->last_error, sizeof(c->last_error), "%s", c->fatal_msg);
+        pthread_mutex_unlock(&c->err_mu);
+    }
+    return rc;
+}
+
+#define NEED_REQ(req, fn)                                                                          \
+    do {                                                                                           \
+        if ((req) == NULL && c != NULL)                                                            \
+            return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: req is NULL", fn);          \
+    } while (0)
+
+static int is_root(hoop_comm_t *c, int root) { return c != NULL && c->rank == root; }
+
+static hoop_result_t allreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                               hoop_op_t op, hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, 1, n, 1, dt, 1, op, -1);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLREDUCE, s, r, n, dt, op, -1, req);
+}
+
+static hoop_result_t broadcast(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int root,
+                               hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, b, b, 1, n, 1, dt, 0, HOOP_SUM, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_BROADCAST, b, b, n, dt, HOOP_SUM, root, req);
+}
+
+static hoop_result_t reduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                            hoop_op_t op, int root, hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc =
+        check_call(c, fn, s, r, is_root(c, root), n, 1, dt, 1, op, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_REDUCE, s, r, n, dt, op, root, req);
+}
+
+static hoop_result_t allgather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                               hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, -1);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLGATHER, s, r, n, dt, HOOP_SUM, -1, req);
+}
+
+static hoop_result_t gather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                            int root, hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, is_root(c, root), n, c ? (size_t)c->size : 1, dt,
+                                  0, HOOP_SUM, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_GATHER, s, r, n, dt, HOOP_SUM, root, req);
+}
+
+static hoop_result_t scatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                             int root, hoop_request_t **req, const char *fn)
+{
+    /* Only the root reads sendbuf; every rank writes recvbuf. */
+    hoop_result_t rc = check_call(c, fn, is_root(c, root) ? s : r, r, 1, n,
+                                  c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_SCATTER, s, r, n, dt, HOOP_SUM, root, req);
+}
+
+static hoop_result_t reduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
+                                    hoop_dtype_t dt, hoop_op_t op, hoop_request_t **req,
+                                    const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 1, op, -1);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_REDUCE_SCATTER, s, r, n, dt, op, -1, req);
+}
+
+static hoop_result_t alltoall(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                              hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, -1);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLTOALL, s, r, n, dt, HOOP_SUM, -1, req);
+}
+
+static hoop_result_t barrier(hoop_comm_t *c, hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_comm(c, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, req);
+}
+
+static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, int peer, int is_recv,
+                         hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, buf, buf, 1, n, 1, dt, 0, HOOP_SUM, -1);
+    if (rc != HOOP_OK) return rc;
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "%s: peer %d is not another rank of the communicator (size %d)", fn,
+                                peer, c->size);
+    hoop__call_t call = {
+        .comm = c,
+        .kind = HOOP_K_SEND,
+        .sendbuf = is_recv ? NULL : buf,
+        .recvbuf = is_recv ? buf : NULL,
+        .count = n,
+        .dtype = dt,
+        .op = HOOP_SUM,
+        .root = peer,
+        .is_recv = is_recv,
+    };
+    return hoop__engine_submit(c, &call, req);
+}
+
+hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                             hoop_op_t op)
+{
+    return allreduce(c, s, r, n, dt, op, NULL, "hoop_allreduce");
+}
+hoop_result_t hoop_broadcast(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int root)
+{
+    return broadcast(c, b, n, dt, root, NULL, "hoop_broadcast");
+}
+hoop_result_t hoop_reduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                          hoop_op_t op, int root)
+{
+    return reduce(c, s, r, n, dt, op, root, NULL, "hoop_reduce");
+}
+hoop_result_t hoop_allgather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt)
+{
+    return allgather(c, s, r, n, dt, NULL, "hoop_allgather");
+}
+hoop_result_t hoop_gather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                          int root)
+{
+    return gather(c, s, r, n, dt, root, NULL, "hoop_gather");
+}
+hoop_result_t hoop_scatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                           int root)
+{
+    return scatter(c, s, r, n, dt, root, NULL, "hoop_scatter");
+}
+hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
+                                  hoop_dtype_t dt, hoop_op_t op)
+{
+    return reduce_scatter(c, s, r, n, dt, op, NULL, "hoop_reduce_scatter");
+}
+hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt)
+{
+    return alltoall(c, s, r, n, dt, NULL, "hoop_alltoall");
+}
+hoop_result_t hoop_barrier(hoop_comm_t *c) { return barrier(c, NULL, "hoop_barrier"); }
+hoop_result_t hoop_send(hoop_comm_t *c, const void *b, size_t n, hoop_dtype_t dt, int peer)
+{
+    return p2p(c, (void *)b, n, dt, peer, 0, NULL, "hoop_send");
+}
+hoop_result_t hoop_recv(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int peer)
+{
+    return p2p(c, b, n, dt, peer, 1, NULL, "hoop_recv");
+}
+
+hoop_result_t hoop_iallreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                              hoop_op_t op, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_iallreduce");
+    return allreduce(c, s, r, n, dt, op, req, "hoop_iallreduce");
+}
+hoop_result_t hoop_ibroadcast(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int root,
+                              hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ibroadcast");
+    return broadcast(c, b, n, dt, root, req, "hoop_ibroadcast");
+}
+hoop_result_t hoop_ireduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                           hoop_op_t op, int root, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ireduce");
+    return reduce(c, s, r, n, dt, op, root, req, "hoop_ireduce");
+}
+hoop_result_t hoop_iallgather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                              hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_iallgather");
+    return allgather(c, s, r, n, dt, req, "hoop_iallgather");
+}
+hoop_result_t hoop_igather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                           int root, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_igather");
+    return gather(c, s, r, n, dt, root, req, "hoop_igather");
+}
+hoop_result_t hoop_iscatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                            int root, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_iscatter");
+    return scatter(c, s, r, n, dt, root, req, "hoop_iscatter");
+}
+hoop_result_t hoop_ireduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
+                                   hoop_dtype_t dt, hoop_op_t op, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ireduce_scatter");
+    return reduce_scatter(c, s, r, n, dt, op, req, "hoop_ireduce_scatter");
+}
+hoop_result_t hoop_ialltoall(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                             hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ialltoall");
+    return alltoall(c, s, r, n, dt, req, "hoop_ialltoall");
+}
+hoop_result_t hoop_ibarrier(hoop_comm_t *c, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ibarrier");
+    return barrier(c, req, "hoop_ibarrier");
+}
+hoop_result_t hoop_isend(hoop_comm_t *c, const void *b, size_t n, hoop_dtype_t dt, int peer,
+                         hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_isend");
+    return p2p(c, (void *)b, n, dt, peer, 0, req, "hoop_isend");
+}
+hoop_result_t hoop_irecv(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int peer,
+                         hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_irecv");
+    return p2p(c, b, n, dt, peer, 1, req, "hoop_irecv");
+}
+
+/* ---- split ---- */
+
+typedef struct split_entry {
+    int32_t color, key, rank, pad;
+} split_entry_t;
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const split_entry_t *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/* An all-gather of fixed-size records over c, as part of a split. */
+static hoop_result_t split_exchange(hoop_comm_t *c, const void *mine, void *all, size_t bytes)
+{
+    hoop__call_t call = {.comm = c, .kind = HOOP_K_SPLIT, .sendbuf = mine, .recvbuf = all,
+                         .count = bytes, .dtype = HOOP_UINT8, .op = HOOP_SUM, .root = -1};
+    call.algo = HOOP_ALGO_RING;
+    return hoop__engine_submit(c, &call, NULL);
+}
+
+/*
+ * Two exchanges over the parent: (color, key) to learn the new numbering, then the addresses of the
+ * new communicators' listeners. Every rank of the parent takes part, members or not.
+ */
+hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **newcomm)
+{
+    hoop_result_t rc = check_comm(c, "hoop_comm_split");
+    if (rc != HOOP_OK) return rc;
+    if (newcomm == NULL)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "hoop_comm_split: newcomm is NULL");
+    *newcomm = NULL;
+    if (color < HOOP_SPLIT_NONE)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_comm_split: color %d is negative (use HOOP_SPLIT_NONE)", color);
+
+    size_t p = (size_t)c->size;
+    split_entry_t *all = calloc(p, sizeof(*all));
+    split_entry_t *members = calloc(p, sizeof(*members));
+    char(*addrs)[ADDR_LEN] = calloc(p, ADDR_LEN);
+    const char **ptrs = calloc(p, sizeof(char *));
+    int *parent_of = calloc(p, sizeof(int));
+    hoop_comm_t *nc = NULL;
+    char addr[ADDR_LEN] = "";
+    if (all == NULL || members == NULL || addrs == NULL || ptrs == NULL || parent_of == NULL) {
+        rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "hoop_comm_split: out of memory");
+        goto out;
+    }
+    split_entry_t me = {.color = color, .key = key, .rank = c->rank};
+    uint32_t nth = c->splits++;
+    rc = split_exchange(c, &me, all, sizeof(me));
+    if (rc != HOOP_OK) goto out;
+
+    int n = 0;
+    for (size_t i = 0; i < p; i++)
+        if (color != HOOP_SPLIT_NONE && all[i].color == color) members[n++] = all[i];
+    qsort(members, (size_t)n, sizeof(*members), cmp_entry);
+    int newrank = -1;
+    for (int i = 0; i < n; i++) {
+        parent_of[i] = members[i].rank;
+        if (members[i].rank == c->rank) newrank = i;
+    }
+    if (color != HOOP_SPLIT_NONE) {
+        nc = comm_alloc(&c->cfg, newrank, n);
+        if (nc == NULL) {
+            rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "hoop_comm_split: out of memory");
+            /* Still take part in the second exchange so the others do not hang. */
+        } else {
+            /* Same id on every member, distinct per split and color. */
+            nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) + ((uint64_t)(uint32_t)color << 32);
+            nc->timeout_s = c->timeout_s;
+            if (open_transport(nc, NULL, addr) != HOOP_OK) {
+                rc = hoop__comm_error(c, HOOP_ERR_SYSTEM, "hoop_comm_split: %s", nc->last_error);
+                addr[0] = '\0';
+            }
+        }
+    }
+    hoop_result_t rc2 = split_exchange(c, addr, addrs, ADDR_LEN);
+    if (rc2 != HOOP_OK) rc = rc2;
+    if (rc != HOOP_OK || nc == NULL) goto out;
+    for (int i = 0; i < n; i++) {
+        addrs[parent_of[i]][ADDR_LEN - 1] = '\0';
+        ptrs[i] = i == newrank ? NULL : addrs[parent_of[i]];
+        if (ptrs[i] != NULL && ptrs[i][0] == '\0') {
+            rc = hoop__comm_error(c, HOOP_ERR_SYSTEM,
+                                  "hoop_comm_split: rank %d could not create its communicator",
+                                  parent_of[i]);
+            goto out;
+        }
+    }
+    rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
+    if (rc != HOOP_OK) {
+        rc = hoop__comm_error(c, rc, "hoop_comm_split: %s", nc->last_error);
+        goto out;
+    }
+    HOOP_INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, newrank, n);
+    *newcomm = nc;
+    nc = NULL;
+out:
+    if (nc != NULL) comm_free(nc);
+    free(all);
+    free(members);
+    free(addrs);
+    free(ptrs);
+    free(parent_of);
+    return rc;
+}

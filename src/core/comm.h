@@ -1,0 +1,89 @@
+/* The communicator and its requests: internal layout shared by the core and the collectives. */
+#ifndef HOOP_COMM_H
+#define HOOP_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/wire.h"
+#include "hoop.h"
+#include "transport/transport.h"
+
+/* One call, as an algorithm sees it. */
+typedef struct hoop__call {
+    hoop_comm_t *comm;
+    hoop__kind_t kind;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;        /* the caller's count argument */
+    hoop_dtype_t dtype;
+    hoop_op_t op;
+    int root;            /* root, or the peer of a send/recv; -1 if neither */
+    uint64_t seq;        /* call number on the communicator */
+    int algo;            /* hoop__algo_t, resolved when the call is posted */
+    int is_recv;         /* point-to-point: a receive */
+} hoop__call_t;
+
+struct hoop_request {
+    hoop__call_t call;
+    hoop__xfer_t xfer;              /* point-to-point requests only */
+    hoop_result_t status;
+    atomic_int done;
+    int blocking;                   /* posted by a blocking call: freed by it */
+    struct hoop_request *next;      /* queue link */
+};
+
+struct hoop_comm {
+    int rank, size;
+    uint64_t id;
+    hoop__config_t cfg;
+    hoop__log_t log;
+    double timeout_s;
+    char host[64];
+
+    const hoop__transport_ops_t *tp_ops;
+    hoop__tp_t *tp;
+
+    uint64_t seq;                /* next collective call number */
+    uint64_t *p2p_send_seq;      /* per peer */
+    uint64_t *p2p_recv_seq;
+    uint32_t splits;             /* number of splits made from this communicator */
+
+    /* Errors: the first fatal one aborts the communicator. */
+    pthread_mutex_t err_mu;
+    atomic_int aborted;          /* hoop_result_t of the failure, 0 while healthy */
+    char fatal_msg[512];
+    char last_error[1024];
+
+    /* Engine. `mu` guards the queue; `exec` is held by whoever drives the transport. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    hoop_request_t *head, *tail; /* collectives waiting to run, in posting order */
+    hoop_request_t *inflight;    /* point-to-point requests posted to the transport */
+    int busy;                    /* a call runs on a caller's thread */
+    int has_thread, stop;
+    pthread_t thread;
+    pthread_mutex_t exec;
+
+    /* Scratch space for algorithms (staging buffers); used under exec only. */
+    void *scratch;
+    size_t scratch_len;
+};
+
+/* Records the first fatal error and aborts the communicator (transport closed, calls fail). */
+void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Sets the last-error detail of a call that failed without aborting (bad arguments). */
+hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+double hoop__now(void); /* monotonic seconds */
+
+/* Engine (engine.c). */
+hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **req);
+void hoop__engine_stop(hoop_comm_t *c);
+
+#endif

@@ -1,0 +1,35 @@
+/* Configuration from the environment (HOOP_*), parsed once per communicator. */
+#ifndef HOOP_CONFIG_H
+#define HOOP_CONFIG_H
+
+#include <stddef.h>
+
+#include "hoop.h"
+
+typedef struct hoop__config {
+    int log_level;            /* HOOP_DEBUG: WARN (default), INFO, TRACE, NONE */
+    char log_file[256];       /* HOOP_DEBUG_FILE: "" = stderr */
+    char transport[16];       /* HOOP_TRANSPORT: auto (default), tcp */
+    char algo[16];            /* HOOP_ALGO: auto (default), ring, rd */
+    char ifname[128];         /* HOOP_SOCKET_IFNAME: "" = automatic; prefix list, '^' excludes, '=' exact */
+    int sockets_per_peer;     /* HOOP_SOCKETS_PER_PEER: 1..16 */
+    size_t chunk_bytes;       /* HOOP_CHUNK_BYTES: pipelining unit of large collectives */
+    size_t small_bytes;       /* HOOP_SMALL_BYTES: at or below, latency-bound algorithms are chosen */
+    double timeout_s;         /* HOOP_TIMEOUT: seconds, every blocking wait */
+} hoop__config_t;
+
+/* Looks a variable up; returns NULL when unset. */
+typedef const char *(*hoop__getenv_fn)(const char *name, void *ctx);
+
+void hoop__config_defaults(hoop__config_t *c);
+/* Fills c from get (defaults for what is unset). On a bad value returns HOOP_ERR_INVALID_ARGUMENT
+ * and writes a sentence naming the variable into err. */
+hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *ctx, char *err,
+                                 size_t errlen);
+/* hoop__config_parse over the process environment. */
+hoop_result_t hoop__config_load(hoop__config_t *c, char *err, size_t errlen);
+
+/* "64", "512K", "4M", "1G" (powers of 1024). Returns 0 on success. */
+int hoop__parse_size(const char *s, size_t *out);
+
+#endif

@@ -1,0 +1,402 @@
+/*
+ * The progress engine. Every call is a request. Collectives run one at a time, in posting order: a
+ * blocking call on an idle communicator runs on the caller's thread (no hand-off); otherwise it is
+ * queued for the communicator's progress thread, started by the first nonblocking call.
+ * Point-to-point requests are posted to the transport when their turn comes and then overlap with
+ * what follows; they complete when the transport finishes them.
+ *
+ * Locks: `mu` guards the queue and completion flags; `exec` is held by whoever drives the transport.
+ * Nobody takes exec while holding mu.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "collectives/coll.h"
+#include "core/comm.h"
+
+double hoop__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void complete(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
+{
+    pthread_mutex_lock(&c->mu);
+    r->status = st;
+    atomic_store(&r->done, 1);
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Under exec: completes point-to-point requests whose transfer has finished. */
+static void reap_inflight(hoop_comm_t *c)
+{
+    hoop_request_t **pp = &c->inflight;
+    while (*pp != NULL) {
+        hoop_request_t *r = *pp;
+        if (!r->xfer.done) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        hoop_result_t st = r->xfer.status;
+        if (st != HOOP_OK && !atomic_load(&c->aborted))
+            hoop__comm_fail(c, st, "%s with rank %d failed: %s",
+                            r->xfer.dir == HOOP_XFER_SEND ? "send" : "recv",
+                            r->call.root, hoop_error_string(st));
+        complete(c, r, st == HOOP_OK ? HOOP_OK : (hoop_result_t)atomic_load(&c->aborted));
+    }
+}
+
+static void fill_hdr(const hoop__call_t *call, hoop__wire_hdr_t *h)
+{
+    hoop_comm_t *c = call->comm;
+    memset(h, 0, sizeof(*h));
+    h->kind = (uint8_t)call->kind;
+    h->dtype = (uint8_t)call->dtype;
+    h->op = (uint8_t)call->op;
+    h->root = call->root;
+    h->src = (uint32_t)c->rank;
+    h->comm_id = c->id;
+    h->seq = call->seq;
+    h->count = call->count;
+}
+
+void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void *buf, size_t len)
+{
+    fill_hdr(call, &x->hdr);
+    x->dir = HOOP_XFER_SEND;
+    x->peer = peer;
+    x->buf = (void *)buf;
+    x->len = len;
+    call->comm->tp_ops->post(call->comm->tp, x);
+}
+
+void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf, size_t len)
+{
+    fill_hdr(call, &x->hdr);
+    x->hdr.src = (uint32_t)peer;
+    x->dir = HOOP_XFER_RECV;
+    x->peer = peer;
+    x->buf = buf;
+    x->len = len;
+    call->comm->tp_ops->post(call->comm->tp, x);
+}
+
+static void describe_call(const hoop__call_t *call, char *buf, size_t n)
+{
+    hoop__wire_hdr_t h;
+    fill_hdr(call, &h);
+    hoop__wire_describe(&h, buf, n);
+}
+
+/* Turns a failed transfer into the communicator's error, with the most useful sentence. */
+static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x)
+{
+    hoop_comm_t *c = call->comm;
+    hoop_result_t aborted = (hoop_result_t)atomic_load(&c->aborted);
+    if (aborted) return aborted;
+    char mine[128], theirs[128];
+    describe_call(call, mine, sizeof(mine));
+    if (x->status == HOOP_ERR_MISMATCH) {
+        if (x->got.kind != HOOP_K_NONE) {
+            hoop__wire_describe(&x->got, theirs, sizeof(theirs));
+            hoop__comm_fail(c, HOOP_ERR_MISMATCH,
+                            "rank %d called %s as call #%llu where rank %d called %s as call #%llu",
+                            x->peer, theirs, (unsigned long long)x->got.seq, c->rank, mine,
+                            (unsigned long long)call->seq);
+        } else {
+            hoop__comm_fail(c, HOOP_ERR_MISMATCH,
+                            "rank %d sent a malformed message during %s (call #%llu)", x->peer,
+                            mine, (unsigned long long)call->seq);
+        }
+    } else {
+        hoop__comm_fail(c, x->status, "%s (call #%llu) failed with rank %d: %s", mine,
+                        (unsigned long long)call->seq, x->peer, hoop_error_string(x->status));
+    }
+    return x->status;
+}
+
+/* Spin this long on non-blocking progress before sleeping in poll(): short operations finish
+ * without a wake-up, long ones do not burn a core that another rank needs. */
+#define SPIN_SECONDS 50e-6
+
+hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
+{
+    hoop_comm_t *c = call->comm;
+    double start = hoop__now(), deadline = start + c->timeout_s;
+    int last_done = -1;
+    for (;;) {
+        int ndone = 0;
+        for (int i = 0; i < n; i++) {
+            if (xs[i] == NULL || xs[i]->done) {
+                ndone++;
+                if (xs[i] != NULL && xs[i]->status != HOOP_OK) {
+                    hoop_result_t rc = xfer_failed(call, xs[i]);
+                    c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted));
+                    return rc;
+                }
+            }
+        }
+        if (ndone == n) return HOOP_OK;
+        hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+        if (ab) {
+            c->tp_ops->abort(c->tp, ab);
+            return ab;
+        }
+        double now = hoop__now();
+        if (ndone != last_done) {
+            last_done = ndone;
+            deadline = now + c->timeout_s;
+        } else if (now >= deadline) {
+            char mine[128], peers[128] = "";
+            size_t o = 0;
+            for (int i = 0; i < n && o + 12 < sizeof(peers); i++)
+                if (xs[i] != NULL && !xs[i]->done)
+                    o += (size_t)snprintf(peers + o, sizeof(peers) - o, "%s%d", o ? "," : "",
+                                          xs[i]->peer);
+            describe_call(call, mine, sizeof(mine));
+            hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
+                            "%s (call #%llu) timed out after %.1f s waiting for rank(s) %s", mine,
+                            (unsigned long long)call->seq, c->timeout_s, peers);
+            c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT);
+            return HOOP_ERR_TIMEOUT;
+        }
+        int ms = now - start < SPIN_SECONDS ? 0 : 100;
+        c->tp_ops->progress(c->tp, ms);
+        if (c->inflight != NULL) reap_inflight(c);
+    }
+}
+
+hoop_result_t hoop__xwait1(const hoop__call_t *call, hoop__xfer_t *x)
+{
+    return hoop__xwait(call, &x, 1);
+}
+
+hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf, size_t slen,
+                             int from, void *rbuf, size_t rlen)
+{
+    hoop__xfer_t s, r;
+    hoop__xfer_t *xs[2] = {NULL, NULL};
+    if (from >= 0) {
+        hoop__xrecv(call, &r, from, rbuf, rlen);
+        xs[0] = &r;
+    }
+    if (to >= 0) {
+        hoop__xsend(call, &s, to, sbuf, slen);
+        xs[1] = &s;
+    }
+    return hoop__xwait(call, xs, 2);
+}
+
+void *hoop__scratch(hoop_comm_t *c, size_t bytes)
+{
+    if (bytes <= c->scratch_len) return c->scratch;
+    void *p = realloc(c->scratch, bytes);
+    if (p == NULL) return NULL;
+    c->scratch = p;
+    c->scratch_len = bytes;
+    return p;
+}
+
+static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP_K_SEND; }
+
+/* Under exec: a point-to-point request goes to the transport; its header seq numbers the messages
+ * between this pair of ranks. */
+static void post_p2p(hoop_request_t *r)
+{
+    hoop__call_t *call = &r->call;
+    hoop_comm_t *c = call->comm;
+    size_t bytes = call->count * hoop_dtype_size(call->dtype);
+    int peer = call->root;
+    hoop__call_t wire = *call;
+    wire.root = -1;
+    if (r->xfer.dir == HOOP_XFER_SEND) {
+        wire.seq = c->p2p_send_seq[peer]++;
+        hoop__xsend(&wire, &r->xfer, peer, call->sendbuf, bytes);
+    } else {
+        wire.seq = c->p2p_recv_seq[peer]++;
+        hoop__xrecv(&wire, &r->xfer, peer, call->recvbuf, bytes);
+    }
+}
+
+/* Under exec: runs one request to completion (point-to-point: posts it and, if blocking, waits). */
+static hoop_result_t run(hoop_comm_t *c, hoop_request_t *r)
+{
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab) return ab;
+    if (!is_p2p(&r->call)) return hoop__collective_run(&r->call);
+    post_p2p(r);
+    hoop__call_t wire = r->call;
+    wire.root = -1;
+    hoop__xfer_t *x = &r->xfer;
+    hoop_result_t rc = hoop__xwait(&wire, &x, 1);
+    return rc;
+}
+
+static void *progress_thread(void *arg)
+{
+    hoop_comm_t *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        hoop_request_t *r = c->head;
+        if (r != NULL && !c->busy) {
+            c->head = r->next;
+            if (c->head == NULL) c->tail = NULL;
+            c->busy = 1;
+            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_lock(&c->exec);
+            hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+            int posted = 0;
+            hoop_result_t st = ab;
+            if (ab == HOOP_OK) {
+                if (is_p2p(&r->call)) {
+                    post_p2p(r);
+                    r->next = c->inflight;
+                    c->inflight = r;
+                    posted = 1;
+                    reap_inflight(c); /* it may have failed at once */
+                } else {
+                    st = hoop__collective_run(&r->call);
+                }
+            }
+            pthread_mutex_unlock(&c->exec);
+            if (!posted) complete(c, r, st);
+            pthread_mutex_lock(&c->mu);
+            c->busy = 0;
+            pthread_cond_broadcast(&c->cv);
+            continue;
+        }
+        if (c->inflight != NULL && !c->busy) {
+            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_lock(&c->exec);
+            if (c->inflight != NULL) {
+                hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+                if (ab) c->tp_ops->abort(c->tp, ab);
+                else c->tp_ops->progress(c->tp, 20);
+                reap_inflight(c);
+            }
+            pthread_mutex_unlock(&c->exec);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static hoop_result_t ensure_thread(hoop_comm_t *c)
+{
+    if (c->has_thread) return HOOP_OK;
+    if (pthread_create(&c->thread, NULL, progress_thread, c) != 0)
+        return hoop__comm_error(c, HOOP_ERR_SYSTEM, "cannot start the progress thread: %s",
+                                strerror(errno));
+    c->has_thread = 1;
+    return HOOP_OK;
+}
+
+hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)
+{
+    hoop_request_t *r = calloc(1, sizeof(*r));
+    if (r == NULL) return hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "out of memory for a request");
+    r->call = *call;
+    r->call.comm = c;
+    r->blocking = out == NULL;
+    if (call->kind == HOOP_K_SEND)
+        r->xfer.dir = call->is_recv ? HOOP_XFER_RECV : HOOP_XFER_SEND;
+
+    pthread_mutex_lock(&c->mu);
+    if (!is_p2p(call)) r->call.seq = c->seq++;
+    if (out == NULL && c->head == NULL && !c->busy) {
+        /* Fast path: nothing ahead of us, run on this thread. */
+        c->busy = 1;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&c->exec);
+        hoop_result_t st = run(c, r);
+        pthread_mutex_unlock(&c->exec);
+        pthread_mutex_lock(&c->mu);
+        c->busy = 0;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        free(r);
+        return st;
+    }
+    hoop_result_t trc = ensure_thread(c);
+    if (trc != HOOP_OK) {
+        pthread_mutex_unlock(&c->mu);
+        free(r);
+        return trc;
+    }
+    if (c->tail) c->tail->next = r;
+    else c->head = r;
+    c->tail = r;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    c->tp_ops->wake(c->tp);
+    if (out != NULL) {
+        *out = r;
+        return HOOP_OK;
+    }
+    return hoop_wait(r);
+}
+
+hoop_result_t hoop_wait(hoop_request_t *r)
+{
+    if (r == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop_comm_t *c = r->call.comm;
+    pthread_mutex_lock(&c->mu);
+    while (!atomic_load(&r->done)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        /* Every running operation has its own timeout, so this wait ends. */
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    hoop_result_t st = r->status;
+    free(r);
+    return st;
+}
+
+hoop_result_t hoop_test(hoop_request_t *r, int *done)
+{
+    if (r == NULL || done == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    *done = atomic_load(&r->done);
+    return *done ? r->status : HOOP_OK;
+}
+
+void hoop__engine_stop(hoop_comm_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (c->tp != NULL) c->tp_ops->wake(c->tp);
+    if (c->has_thread) pthread_join(c->thread, NULL);
+    c->has_thread = 0;
+    /* Requests nobody ran: fail them so their owners' waits end. */
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab == HOOP_OK) ab = HOOP_ERR_ABORTED;
+    for (hoop_request_t *r = c->head, *n; r != NULL; r = n) {
+        n = r->next;
+        complete(c, r, ab);
+    }
+    c->head = c->tail = NULL;
+    for (hoop_request_t *r = c->inflight, *n; r != NULL; r = n) {
+        n = r->next;
+        complete(c, r, ab);
+    }
+    c->inflight = NULL;
+}

@@ -1,0 +1,67 @@
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
+
+void hoop__log_open(hoop__log_t *l, int level, const char *file, int rank)
+{
+    memset(l, 0, sizeof(*l));
+    l->level = level;
+    l->rank = rank;
+    l->out = stderr;
+    if (gethostname(l->host, sizeof(l->host) - 1) != 0) strcpy(l->host, "?");
+    if (file != NULL && file[0] != '\0') {
+        /* %h and %p keep ranks on one host from writing into the same file. */
+        char path[512];
+        size_t o = 0;
+        for (const char *p = file; *p != '\0' && o + 32 < sizeof(path); p++) {
+            if (p[0] == '%' && p[1] == 'h') {
+                o += (size_t)snprintf(path + o, sizeof(path) - o, "%s", l->host);
+                p++;
+            } else if (p[0] == '%' && p[1] == 'p') {
+                o += (size_t)snprintf(path + o, sizeof(path) - o, "%ld", (long)getpid());
+                p++;
+            } else {
+                path[o++] = *p;
+            }
+        }
+        path[o] = '\0';
+        FILE *f = fopen(path, "a");
+        if (f != NULL) {
+            l->out = f;
+            l->own_out = 1;
+        }
+    }
+}
+
+void hoop__log_close(hoop__log_t *l)
+{
+    if (l->own_out && l->out != NULL) fclose(l->out);
+    l->out = NULL;
+    l->own_out = 0;
+    l->level = HOOP_LOG_NONE;
+}
+
+void hoop__log_write(const hoop__log_t *l, int level, const char *fmt, ...)
+{
+    if (l->out == NULL) return;
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "%s:%ld:%d hoop %s ", l->host, (long)getpid(), l->rank,
+                     level_names[level < 0 || level > 3 ? 0 : level]);
+    if (n < 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    if ((size_t)n < sizeof(line)) vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    /* One fputs per line so lines from threads do not interleave. */
+    size_t len = strlen(line);
+    if (len + 1 < sizeof(line)) {
+        line[len] = '\n';
+        line[len + 1] = '\0';
+    }
+    fputs(line, l->out);
+    fflush(l->out);
+}

@@ -1,0 +1,32 @@
+/* Logging: HOOP_DEBUG=WARN|INFO|TRACE, lines prefixed with host and rank. State lives in the
+ * communicator (no globals); code without a communicator passes a log it owns. */
+#ifndef HOOP_LOG_H
+#define HOOP_LOG_H
+
+#include <stdio.h>
+
+enum { HOOP_LOG_NONE = 0, HOOP_LOG_WARN = 1, HOOP_LOG_INFO = 2, HOOP_LOG_TRACE = 3 };
+
+typedef struct hoop__log {
+    int level;      /* messages above this level are dropped */
+    FILE *out;      /* stderr unless HOOP_DEBUG_FILE */
+    int own_out;    /* out was opened by us and must be closed */
+    int rank;       /* -1 while unknown */
+    char host[64];
+} hoop__log_t;
+
+/* Sets up from level/file (file may be "" ; "%h" and "%p" expand to host and pid). */
+void hoop__log_open(hoop__log_t *l, int level, const char *file, int rank);
+void hoop__log_close(hoop__log_t *l);
+void hoop__log_write(const hoop__log_t *l, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define HOOP_LOG_AT(l, lvl, ...)                                                                    \
+    do {                                                                                           \
+        if ((l) != NULL && (l)->level >= (lvl)) hoop__log_write((l), (lvl), __VA_ARGS__);          \
+    } while (0)
+#define HOOP_WARN(l, ...) HOOP_LOG_AT(l, HOOP_LOG_WARN, __VA_ARGS__)
+#define HOOP_INFO(l, ...) HOOP_LOG_AT(l, HOOP_LOG_INFO, __VA_ARGS__)
+#define HOOP_TRACE(l, ...) HOOP_LOG_AT(l, HOOP_LOG_TRACE, __VA_ARGS__)
+
+#endif

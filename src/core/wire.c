@@ -1,0 +1,107 @@
+#include "core/wire.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Explicit little-endian packing: the layout never depends on the compiler or the host. */
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* Offsets: magic 0, version 4, kind 6, dtype 7, op 8, flags 9, root 12, src 16, comm_id 20,
+ * seq 28, count 36, payload_len 44, reserved 52..63 (zero). */
+void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP_WIRE_HDR_SIZE])
+{
+    memset(out, 0, HOOP_WIRE_HDR_SIZE);
+    put32(out + 0, HOOP_WIRE_MAGIC);
+    put16(out + 4, HOOP_WIRE_VERSION);
+    out[6] = h->kind;
+    out[7] = h->dtype;
+    out[8] = h->op;
+    out[9] = h->flags;
+    put32(out + 12, (uint32_t)h->root);
+    put32(out + 16, h->src);
+    put64(out + 20, h->comm_id);
+    put64(out + 28, h->seq);
+    put64(out + 36, h->count);
+    put64(out + 44, h->payload_len);
+}
+
+hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t max_payload,
+                                hoop__wire_hdr_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    if (get32(in) != HOOP_WIRE_MAGIC || get16(in + 4) != HOOP_WIRE_VERSION)
+        return HOOP_ERR_MISMATCH;
+    h->kind = in[6];
+    h->dtype = in[7];
+    h->op = in[8];
+    h->flags = in[9];
+    h->root = (int32_t)get32(in + 12);
+    h->src = get32(in + 16);
+    h->comm_id = get64(in + 20);
+    h->seq = get64(in + 28);
+    h->count = get64(in + 36);
+    h->payload_len = get64(in + 44);
+    if (h->kind == HOOP_K_NONE || h->kind >= HOOP_K_COUNT || h->dtype >= HOOP_DTYPE_COUNT ||
+        h->op >= HOOP_OP_COUNT || h->root < -1 || h->payload_len > max_payload)
+        return HOOP_ERR_MISMATCH;
+    return HOOP_OK;
+}
+
+hoop_result_t hoop__wire_match(const hoop__wire_hdr_t *e, const hoop__wire_hdr_t *g)
+{
+    if (e->kind != g->kind || e->comm_id != g->comm_id || e->seq != g->seq ||
+        e->count != g->count || e->dtype != g->dtype || e->payload_len != g->payload_len)
+        return HOOP_ERR_MISMATCH;
+    /* The op and root only mean something where the call has them. */
+    if (e->root != g->root || e->op != g->op) return HOOP_ERR_MISMATCH;
+    return HOOP_OK;
+}
+
+const char *hoop__kind_name(int kind)
+{
+    static const char *const names[] = {"none",    "allreduce",      "broadcast", "reduce",
+                                        "allgather", "gather",       "scatter",   "reduce_scatter",
+                                        "alltoall", "barrier",       "send",      "split"};
+    if (kind < 0 || kind >= HOOP_K_COUNT) return "unknown";
+    return names[kind];
+}
+
+const char *hoop__wire_describe(const hoop__wire_hdr_t *h, char *buf, size_t n)
+{
+    int has_op = h->kind == HOOP_K_ALLREDUCE || h->kind == HOOP_K_REDUCE ||
+                 h->kind == HOOP_K_REDUCE_SCATTER;
+    int has_root = h->kind == HOOP_K_BROADCAST || h->kind == HOOP_K_REDUCE ||
+                   h->kind == HOOP_K_GATHER || h->kind == HOOP_K_SCATTER;
+    if (h->kind == HOOP_K_BARRIER) {
+        snprintf(buf, n, "barrier()");
+    } else {
+        char op[32] = "", root[32] = "";
+        if (has_op) snprintf(op, sizeof(op), ", %s", hoop_op_name((hoop_op_t)h->op));
+        if (has_root) snprintf(root, sizeof(root), ", root=%d", (int)h->root);
+        snprintf(buf, n, "%s(count=%" PRIu64 ", %s%s%s)", hoop__kind_name(h->kind), h->count,
+                 hoop_dtype_name((hoop_dtype_t)h->dtype), op, root);
+    }
+    return buf;
+}

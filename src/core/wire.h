@@ -1,0 +1,55 @@
+/* The wire header that starts every message, whatever the transport. Fixed 64 bytes, little-endian.
+ * The decoder is a pure function over bytes so it can be fuzzed. */
+#ifndef HOOP_WIRE_H
+#define HOOP_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hoop.h"
+
+#define HOOP_WIRE_MAGIC 0x504f4f48u /* "HOOP" */
+#define HOOP_WIRE_VERSION 1
+#define HOOP_WIRE_HDR_SIZE 64
+
+/* What a message belongs to. Values travel on the wire: append only. */
+typedef enum {
+    HOOP_K_NONE = 0,
+    HOOP_K_ALLREDUCE,
+    HOOP_K_BROADCAST,
+    HOOP_K_REDUCE,
+    HOOP_K_ALLGATHER,
+    HOOP_K_GATHER,
+    HOOP_K_SCATTER,
+    HOOP_K_REDUCE_SCATTER,
+    HOOP_K_ALLTOALL,
+    HOOP_K_BARRIER,
+    HOOP_K_SEND, /* point-to-point; hoop_recv expects this kind too */
+    HOOP_K_SPLIT,
+    HOOP_K_COUNT
+} hoop__kind_t;
+
+typedef struct hoop__wire_hdr {
+    uint8_t kind;         /* hoop__kind_t */
+    uint8_t dtype;        /* hoop_dtype_t */
+    uint8_t op;           /* hoop_op_t */
+    uint8_t flags;
+    int32_t root;         /* root of rooted collectives, -1 otherwise */
+    uint32_t src;         /* sender's rank */
+    uint64_t comm_id;
+    uint64_t seq;         /* call number on the communicator (per peer pair for point-to-point) */
+    uint64_t count;       /* the call's count argument: part of the fingerprint */
+    uint64_t payload_len; /* bytes following this header */
+} hoop__wire_hdr_t;
+
+void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP_WIRE_HDR_SIZE]);
+/* Validates magic, version, enum ranges and payload_len <= max_payload; HOOP_ERR_MISMATCH otherwise. */
+hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t max_payload,
+                                hoop__wire_hdr_t *h);
+/* HOOP_OK when got is the message expected (same call and same length), HOOP_ERR_MISMATCH if not. */
+hoop_result_t hoop__wire_match(const hoop__wire_hdr_t *expect, const hoop__wire_hdr_t *got);
+/* "allreduce(count=20, float32, sum)", "broadcast(count=10, float32, root=0)". Returns buf. */
+const char *hoop__wire_describe(const hoop__wire_hdr_t *h, char *buf, size_t n);
+const char *hoop__kind_name(int kind);
+
+#endif

@@ -1,0 +1,25 @@
+/* CPU reduction kernels for every dtype and op. */
+#ifndef HOOP_REDUCE_H
+#define HOOP_REDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hoop.h"
+
+/* out[i] = a[i] op b[i] for i < n. out may alias a or b (exactly, not partially).
+ * HOOP_AVG reduces as HOOP_SUM; the owner of the final value calls hoop__reduce_avg_finish.
+ * Integers wrap around (computed unsigned). float16/bfloat16 compute in float and round to nearest
+ * even. MIN/MAX propagate NaN. The kernel is deterministic in the order of (a, b): callers that need
+ * bit-identical results across ranks always pass operands in the same order. */
+void hoop__reduce(void *out, const void *a, const void *b, size_t n, hoop_dtype_t dt, hoop_op_t op);
+
+/* buf[i] = buf[i] / divisor: the last step of HOOP_AVG. Integers truncate toward zero. */
+void hoop__reduce_avg_finish(void *buf, size_t n, hoop_dtype_t dt, int divisor);
+
+float hoop__half_to_float(uint16_t h);
+uint16_t hoop__float_to_half(float f);
+float hoop__bf16_to_float(uint16_t h);
+uint16_t hoop__float_to_bf16(float f);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * The transport interface. A transport moves messages (a wire header followed by a payload) between
+ * the ranks of one communicator. Collectives never see a transport's own file: they post transfers
+ * through the engine, which hands them to the transport chosen for each peer.
+ *
+ * Ordering: transfers to one peer in one direction complete in the order they were posted on both
+ * sides; a posted receive takes the next message that arrives from its peer.
+ */
+#ifndef HOOP_TRANSPORT_H
+#define HOOP_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/wire.h"
+#include "hoop.h"
+
+enum { HOOP_XFER_SEND = 1, HOOP_XFER_RECV = 2 };
+
+/* One posted send or receive. The caller owns it and its buffer until done is set. */
+typedef struct hoop__xfer {
+    /* Set by the poster. */
+    int dir;                /* HOOP_XFER_SEND or HOOP_XFER_RECV */
+    int peer;
+    hoop__wire_hdr_t hdr;   /* send: the header to send; recv: the header expected */
+    void *buf;              /* payload (read-only for a send). Host memory; device pointers and
+                             * registered memory arrive with the transports that need them. */
+    size_t len;             /* payload bytes */
+    /* Set by the transport. */
+    hoop__wire_hdr_t got;   /* recv: the header that arrived (valid once done, also on mismatch) */
+    hoop_result_t status;   /* valid once done */
+    int done;
+    /* Transport-private. */
+    struct hoop__xfer *next;
+    int parts_left;
+    int hdr_ok;
+} hoop__xfer_t;
+
+typedef struct hoop__tp hoop__tp_t;
+
+/* What a transport instance is created with. */
+typedef struct hoop__tp_params {
+    int rank, size;
+    uint64_t comm_id;
+    const hoop__config_t *cfg;
+    const hoop__log_t *log;
+    const char *route_hint;   /* an address peers are known to reach (the store's host), or NULL */
+    /* Called (on the progressing thread) with the first failure of a peer: code and a sentence. */
+    void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
+    void *report_ctx;
+} hoop__tp_params_t;
+
+typedef struct hoop__transport_ops {
+    const char *name;
+    /* Creates the instance and starts listening; writes the address peers connect to (published
+     * through the store) into addr. Blocks on nothing remote. */
+    hoop_result_t (*listen)(const hoop__tp_params_t *p, hoop__tp_t **tp, char *addr, size_t addrlen);
+    /* Connects to every peer whose addrs[peer] is not NULL. Blocks until all are connected or the
+     * deadline (monotonic seconds) passes: HOOP_ERR_TIMEOUT naming the missing peers. */
+    hoop_result_t (*connect)(hoop__tp_t *tp, const char *const *addrs, double deadline);
+    /* Queues x. Never blocks. A transport already failed completes x at once with its error. */
+    void (*post)(hoop__tp_t *tp, hoop__xfer_t *x);
+    /* Moves bytes of queued transfers; sleeps at most timeout_ms when nothing can move. A peer that
+     * closes or resets fails its transfers with HOOP_ERR_PEER_LOST; a header that does not match the
+     * posted receive fails it with HOOP_ERR_MISMATCH (got holds what arrived). */
+    void (*progress)(hoop__tp_t *tp, int timeout_ms);
+    /* Makes a sleeping progress() return soon. Any thread. */
+    void (*wake)(hoop__tp_t *tp);
+    /* Fails every queued transfer with code and shuts the connections so peers notice. */
+    void (*abort)(hoop__tp_t *tp, hoop_result_t code);
+    /* Frees the instance. Queued transfers are dropped without completion. */
+    void (*close)(hoop__tp_t *tp);
+} hoop__transport_ops_t;
+
+extern const hoop__transport_ops_t hoop__tcp_transport;
+
+#endif
