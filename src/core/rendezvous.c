@@ -1,0 +1,305 @@
+/* Init-method resolution: "env://", "tcp://HOST:PORT" or "file:///PATH", plus the variables that
+ * launchers (torchrun, srun, mpirun) export, become a hoop__rdv_t. Nothing here touches the network. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/store.h"
+
+/* Launcher variables in order of preference: torchrun, then Slurm, then Open MPI. */
+static const char *const rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+static const char *const size_vars[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"};
+static const char *const lrank_vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
+static const char *const lsize_vars[] = {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE"};
+#define NVARS 3
+
+#define MAX_RANKS 0x7fffffff
+
+static hoop_result_t fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static hoop_result_t fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return HOOP_ERR_INVALID_ARGUMENT;
+}
+
+/* Strict decimal within [lo, hi]: no spaces, no trailing junk. 0 on success. */
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s)) return -1;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* An empty variable counts as unset, so that `RANK= cmd` falls through to the next launcher. */
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return (v != NULL && *v != '\0') ? v : NULL;
+}
+
+/* Reads the first set variable of vars. 1: *out holds its value and *from its name; 0: none set;
+ * -1: the value is not a number in [lo, hi] (err written). */
+static int env_int(const char *const *vars, long lo, long hi, const char *what, long *out, const char **from,
+                   char *err, size_t errlen)
+{
+    for (int i = 0; i < NVARS; i++) {
+        const char *v = env(vars[i]);
+        if (v == NULL) continue;
+        if (parse_long(v, lo, hi, out) != 0) {
+            fail(err, errlen, "%s=\"%.64s\" is not a valid %s: set %s to a whole number from %ld to %ld",
+                 vars[i], v, what, vars[i], lo, hi);
+            return -1;
+        }
+        *from = vars[i];
+        return 1;
+    }
+    return 0;
+}
+
+/* A host name or address: printable, no spaces, fits in host[]. IPv6 brackets are stripped. */
+static hoop_result_t copy_host(const char *s, size_t n, const char *source, char *host, size_t cap, char *err,
+                               size_t errlen)
+{
+    if (n >= 2 && s[0] == '[' && s[n - 1] == ']') {
+        s++;
+        n -= 2;
+    }
+    if (n == 0) return fail(err, errlen, "%s has an empty host name", source);
+    if (n >= cap) return fail(err, errlen, "%s has a host name longer than %zu characters", source, cap - 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c >= 0x7f || c == '/' || c == '[' || c == ']')
+            return fail(err, errlen, "%s has an invalid host name \"%.*s\"", source, (int)n, s);
+    }
+    memcpy(host, s, n);
+    host[n] = '\0';
+    return HOOP_OK;
+}
+
+static hoop_result_t parse_port(const char *s, size_t n, const char *source, const char *fix, int *port,
+                                char *err, size_t errlen)
+{
+    char buf[16];
+    long v;
+    if (n == 0 || n >= sizeof buf) goto bad;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (!isdigit((unsigned char)buf[i])) goto bad;
+    if (parse_long(buf, 1, 65535, &v) != 0) goto bad;
+    *port = (int)v;
+    return HOOP_OK;
+bad:
+    return fail(err, errlen, "%s has an invalid port \"%.*s\": %s a number from 1 to 65535", source,
+                (int)(n > 32 ? 32 : n), s, fix);
+}
+
+/* tcp://HOST:PORT or tcp://[V6ADDR]:PORT, an optional trailing '/'. */
+static hoop_result_t parse_tcp(const char *init_method, const char *rest, hoop__rdv_t *out, char *err,
+                               size_t errlen)
+{
+    size_t n = strlen(rest);
+    if (n > 0 && rest[n - 1] == '/') n--;
+    const char *colon;
+    const char *host = rest;
+    size_t hostlen;
+    if (n > 0 && rest[0] == '[') {
+        const char *close = memchr(rest, ']', n);
+        if (close == NULL)
+            return fail(err, errlen, "init method \"%.300s\" has no ']' after the IPv6 address", init_method);
+        colon = close + 1;
+        if (colon >= rest + n || *colon != ':')
+            return fail(err, errlen, "init method \"%.300s\" has no port: use tcp://[ADDRESS]:PORT",
+                        init_method);
+        hostlen = (size_t)(colon - rest);
+    } else {
+        colon = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (rest[i] == ':') colon = rest + i;
+        if (colon == NULL)
+            return fail(err, errlen, "init method \"%.300s\" has no port: use tcp://HOST:PORT", init_method);
+        hostlen = (size_t)(colon - rest);
+        if (memchr(rest, ':', hostlen) != NULL)
+            return fail(err, errlen,
+                        "init method \"%.300s\" looks like an IPv6 address without brackets: "
+                        "use tcp://[ADDRESS]:PORT",
+                        init_method);
+    }
+    hoop_result_t r =
+        copy_host(host, hostlen, "the tcp:// init method", out->host, sizeof out->host, err, errlen);
+    if (r != HOOP_OK) return r;
+    size_t portlen = (size_t)(rest + n - (colon + 1));
+    r = parse_port(colon + 1, portlen, "the tcp:// init method", "use tcp://HOST:PORT with PORT", &out->port,
+                   err, errlen);
+    if (r != HOOP_OK) return r;
+    snprintf(out->method, sizeof out->method, "tcp");
+    return HOOP_OK;
+}
+
+static hoop_result_t parse_env_master(hoop__rdv_t *out, char *err, size_t errlen)
+{
+    const char *addr = env("MASTER_ADDR");
+    if (addr == NULL)
+        return fail(err, errlen,
+                    "the env:// init method needs MASTER_ADDR: set MASTER_ADDR to the host name or address "
+                    "of the machine that runs rank 0");
+    const char *port = env("MASTER_PORT");
+    if (port == NULL)
+        return fail(err, errlen,
+                    "the env:// init method needs MASTER_PORT: set MASTER_PORT to a free TCP port on the "
+                    "machine that runs rank 0 (e.g. 29500)");
+    hoop_result_t r = copy_host(addr, strlen(addr), "MASTER_ADDR", out->host, sizeof out->host, err, errlen);
+    if (r != HOOP_OK) return r;
+    r = parse_port(port, strlen(port), "MASTER_PORT", "set MASTER_PORT to", &out->port, err, errlen);
+    if (r != HOOP_OK) return r;
+    snprintf(out->method, sizeof out->method, "tcp");
+    return HOOP_OK;
+}
+
+static hoop_result_t parse_file(const char *rest, hoop__rdv_t *out, char *err, size_t errlen)
+{
+    size_t n = strlen(rest);
+    if (n == 0 || rest[0] != '/')
+        return fail(err, errlen,
+                    "the file:// init method needs an absolute path: use file:///PATH (three slashes), "
+                    "e.g. file:///shared/job42.store");
+    if (rest[n - 1] == '/')
+        return fail(err, errlen,
+                    "the file:// init method needs the path of a file, not of a directory "
+                    "(\"%.300s\" ends with '/')",
+                    rest);
+    /* The store appends ".d/" and key file names; leave them room. */
+    if (n >= sizeof out->path - 8)
+        return fail(err, errlen, "the file:// path is longer than %zu characters", sizeof out->path - 9);
+    memcpy(out->path, rest, n + 1);
+    snprintf(out->method, sizeof out->method, "file");
+    return HOOP_OK;
+}
+
+hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out, char *err,
+                                size_t errlen)
+{
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    if (out == NULL) return fail(err, errlen, "internal error: no place to store the rendezvous");
+    memset(out, 0, sizeof *out);
+    out->rank = out->size = -1;
+    out->local_rank = out->local_size = -1;
+
+    if (rank < -1)
+        return fail(err, errlen,
+                    "rank %d is invalid: pass a rank >= 0, or -1 to take it from the environment", rank);
+    if (size == 0 || size < -1)
+        return fail(err, errlen,
+                    "world size %d is invalid: pass a size >= 1, or -1 to take it from the environment",
+                    size);
+
+    const char *m = (init_method == NULL || *init_method == '\0') ? "env://" : init_method;
+    hoop_result_t r;
+    if (strncasecmp(m, "env://", 6) == 0) {
+        if (m[6] != '\0' && strcmp(m + 6, "/") != 0)
+            return fail(
+                err, errlen,
+                "init method \"%.300s\" has text after env://: the address comes from MASTER_ADDR and "
+                "MASTER_PORT",
+                m);
+        r = parse_env_master(out, err, errlen);
+    } else if (strncasecmp(m, "tcp://", 6) == 0) {
+        r = parse_tcp(m, m + 6, out, err, errlen);
+    } else if (strncasecmp(m, "file://", 7) == 0) {
+        r = parse_file(m + 7, out, err, errlen);
+    } else {
+        return fail(err, errlen,
+                    "unknown init method \"%.300s\": use env://, tcp://HOST:PORT or file:///PATH", m);
+    }
+    if (r != HOOP_OK) return r;
+
+    long v;
+    const char *rank_from = NULL, *size_from = NULL;
+    if (rank >= 0) {
+        out->rank = rank;
+    } else {
+        int got = env_int(rank_vars, 0, MAX_RANKS - 1, "rank", &v, &rank_from, err, errlen);
+        if (got < 0) return HOOP_ERR_INVALID_ARGUMENT;
+        if (got == 0)
+            return fail(err, errlen,
+                        "no rank was given: pass one to hoop_init or set RANK (as torchrun does); "
+                        "SLURM_PROCID and OMPI_COMM_WORLD_RANK are read too");
+        out->rank = (int)v;
+    }
+    if (size >= 1) {
+        out->size = size;
+    } else {
+        int got = env_int(size_vars, 1, MAX_RANKS, "world size", &v, &size_from, err, errlen);
+        if (got < 0) return HOOP_ERR_INVALID_ARGUMENT;
+        if (got == 0)
+            return fail(err, errlen,
+                        "no world size was given: pass one to hoop_init or set WORLD_SIZE (as torchrun "
+                        "does); SLURM_NTASKS and OMPI_COMM_WORLD_SIZE are read too");
+        out->size = (int)v;
+    }
+    if (out->rank >= out->size) {
+        char rs[64], ss[64];
+        if (rank_from != NULL)
+            snprintf(rs, sizeof rs, "%s=%d", rank_from, out->rank);
+        else
+            snprintf(rs, sizeof rs, "%d", out->rank);
+        if (size_from != NULL)
+            snprintf(ss, sizeof ss, "%s=%d", size_from, out->size);
+        else
+            snprintf(ss, sizeof ss, "%d", out->size);
+        return fail(err, errlen, "rank %s is out of range for world size %s: a rank must be from 0 to size-1",
+                    rs, ss);
+    }
+
+    /* Local placement is a hint for transports. When the caller passed both rank and size, stray
+     * launcher variables (a test run inside an allocation) must not make init fail: inconsistent
+     * ones are dropped. When the rank came from a launcher, an inconsistency is a launcher error. */
+    const int strict = !(rank >= 0 && size >= 1);
+    const char *lr_from = NULL, *ls_from = NULL;
+    long lr = -1, ls = -1;
+    int got = env_int(lrank_vars, 0, MAX_RANKS - 1, "local rank", &lr, &lr_from, err, errlen);
+    if (got < 0) {
+        if (strict) return HOOP_ERR_INVALID_ARGUMENT;
+        lr = -1;
+    } else if (got == 0) {
+        lr = -1;
+    }
+    got = env_int(lsize_vars, 1, MAX_RANKS, "local world size", &ls, &ls_from, err, errlen);
+    if (got < 0) {
+        if (strict) return HOOP_ERR_INVALID_ARGUMENT;
+        ls = -1;
+    } else if (got == 0) {
+        ls = -1;
+    }
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    if (ls > out->size) {
+        if (strict)
+            return fail(err, errlen, "%s=%ld is larger than the world size %d", ls_from, ls, out->size);
+        ls = lr = -1;
+    }
+    if (lr >= 0 && ls >= 1 && lr >= ls) {
+        if (strict)
+            return fail(err, errlen, "%s=%ld is out of range for %s=%ld: a local rank must be from 0 to %ld",
+                        lr_from, lr, ls_from, ls, ls - 1);
+        ls = lr = -1;
+    }
+    out->local_rank = (int)lr;
+    out->local_size = (int)ls;
+    return HOOP_OK;
+}

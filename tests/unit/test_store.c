@@ -1,0 +1,1293 @@
+/* Rendezvous: init-method resolution, the store protocol parser, the tcp store (server in this process,
+ * clients in threads) and the file store. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/log.h"
+#include "core/store.h"
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Helpers                                                                                        */
+
+static const char *const all_vars[] = {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+};
+
+static void clear_env(void)
+{
+    for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++) unsetenv(all_vars[i]);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* A port that was free a moment ago on 127.0.0.1 (or ::1). */
+static int free_port(int family)
+{
+    int fd = socket(family, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t sl;
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sl = sizeof *a;
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        sl = sizeof *a;
+    }
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        port = family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+                                 : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    close(fd);
+    return port;
+}
+
+static hoop__rdv_t tcp_rdv(const char *host, int port, int rank, int size)
+{
+    hoop__rdv_t r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.method, sizeof r.method, "tcp");
+    snprintf(r.host, sizeof r.host, "%s", host);
+    r.port = port;
+    r.rank = rank;
+    r.size = size;
+    r.local_rank = r.local_size = -1;
+    return r;
+}
+
+static hoop__rdv_t file_rdv(const char *path, int rank, int size)
+{
+    hoop__rdv_t r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.method, sizeof r.method, "file");
+    snprintf(r.path, sizeof r.path, "%s", path);
+    r.rank = rank;
+    r.size = size;
+    r.local_rank = r.local_size = -1;
+    return r;
+}
+
+/* The value rank r publishes under key k: deterministic bytes that differ per rank and key. */
+static size_t make_value(int r, int k, uint8_t *buf, size_t cap)
+{
+    size_t len = 1 + (size_t)((r * 131 + k * 17) % 97) * 37;
+    if (len > cap) len = cap;
+    uint32_t x = (uint32_t)(r * 2654435761u) ^ (uint32_t)(k * 40503u) ^ 0x9e3779b9u;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        buf[i] = (uint8_t)x;
+    }
+    return len;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Resolution                                                                                     */
+
+static int env_setup(void **state)
+{
+    (void)state;
+    clear_env();
+    return 0;
+}
+
+static void test_resolve_env_torchrun(void **state)
+{
+    (void)state;
+    setenv("MASTER_ADDR", "10.1.2.3", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("RANK", "3", 1);
+    setenv("WORLD_SIZE", "8", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "4", 1);
+    /* Slurm variables of an enclosing allocation lose against torchrun's. */
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    const char *methods[] = {NULL, "", "env://", "ENV://"};
+    for (size_t i = 0; i < 4; i++) {
+        hoop__rdv_t r;
+        char err[256] = "unset";
+        assert_int_equal(hoop__rdv_resolve(methods[i], -1, -1, &r, err, sizeof err), HOOP_OK);
+        assert_string_equal(err, "");
+        assert_string_equal(r.method, "tcp");
+        assert_string_equal(r.host, "10.1.2.3");
+        assert_int_equal(r.port, 29500);
+        assert_int_equal(r.rank, 3);
+        assert_int_equal(r.size, 8);
+        assert_int_equal(r.local_rank, 1);
+        assert_int_equal(r.local_size, 4);
+    }
+    /* Bracketed IPv6 in MASTER_ADDR. */
+    setenv("MASTER_ADDR", "[fd00::7]", 1);
+    hoop__rdv_t r;
+    char err[256];
+    assert_int_equal(hoop__rdv_resolve("env://", -1, -1, &r, err, sizeof err), HOOP_OK);
+    assert_string_equal(r.host, "fd00::7");
+}
+
+static void test_resolve_env_slurm(void **state)
+{
+    (void)state;
+    setenv("MASTER_ADDR", "node07", 1);
+    setenv("MASTER_PORT", "1234", 1);
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_NTASKS", "6", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_NTASKS_PER_NODE", "2", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1); /* Slurm comes before Open MPI */
+    setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+    hoop__rdv_t r;
+    char err[256];
+    assert_int_equal(hoop__rdv_resolve(NULL, -1, -1, &r, err, sizeof err), HOOP_OK);
+    assert_string_equal(r.host, "node07");
+    assert_int_equal(r.port, 1234);
+    assert_int_equal(r.rank, 5);
+    assert_int_equal(r.size, 6);
+    assert_int_equal(r.local_rank, 1);
+    assert_int_equal(r.local_size, 2);
+}
+
+static void test_resolve_env_ompi(void **state)
+{
+    (void)state;
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "65535", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
+    hoop__rdv_t r;
+    char err[256];
+    assert_int_equal(hoop__rdv_resolve("env://", -1, -1, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.port, 65535);
+    assert_int_equal(r.rank, 2);
+    assert_int_equal(r.size, 3);
+    assert_int_equal(r.local_rank, 0);
+    assert_int_equal(r.local_size, 1);
+
+    /* Nothing about local placement: -1. */
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    assert_int_equal(hoop__rdv_resolve("env://", -1, -1, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.local_rank, -1);
+    assert_int_equal(r.local_size, -1);
+}
+
+static void test_resolve_explicit_wins(void **state)
+{
+    (void)state;
+    setenv("MASTER_ADDR", "h", 1);
+    setenv("MASTER_PORT", "1", 1);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    hoop__rdv_t r;
+    char err[256];
+    assert_int_equal(hoop__rdv_resolve(NULL, 2, 4, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.rank, 2);
+    assert_int_equal(r.size, 4);
+    /* One explicit, the other from the environment. */
+    setenv("WORLD_SIZE", "9", 1);
+    assert_int_equal(hoop__rdv_resolve(NULL, 7, -1, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.rank, 7);
+    assert_int_equal(r.size, 9);
+    assert_int_equal(hoop__rdv_resolve(NULL, -1, 5, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.rank, 0);
+    assert_int_equal(r.size, 5);
+    /* Stray launcher placement that does not fit explicit arguments is dropped, not an error. */
+    setenv("SLURM_LOCALID", "3", 1);
+    setenv("SLURM_NTASKS_PER_NODE", "8", 1);
+    assert_int_equal(hoop__rdv_resolve("tcp://h:5", 0, 1, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.local_rank, -1);
+    assert_int_equal(r.local_size, -1);
+    /* ... and kept when it fits. */
+    assert_int_equal(hoop__rdv_resolve("tcp://h:5", 0, 16, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.local_rank, 3);
+    assert_int_equal(r.local_size, 8);
+}
+
+static void test_resolve_tcp_and_file(void **state)
+{
+    (void)state;
+    hoop__rdv_t r;
+    char err[256];
+    /* tcp:// needs neither MASTER_ADDR nor MASTER_PORT. */
+    assert_int_equal(hoop__rdv_resolve("tcp://node1.cluster:1234", 1, 2, &r, err, sizeof err), HOOP_OK);
+    assert_string_equal(r.method, "tcp");
+    assert_string_equal(r.host, "node1.cluster");
+    assert_int_equal(r.port, 1234);
+    assert_int_equal(r.rank, 1);
+    assert_int_equal(r.size, 2);
+
+    assert_int_equal(hoop__rdv_resolve("tcp://[::1]:29500", 0, 1, &r, err, sizeof err), HOOP_OK);
+    assert_string_equal(r.host, "::1");
+    assert_int_equal(r.port, 29500);
+
+    assert_int_equal(hoop__rdv_resolve("tcp://[fe80::1%eth0]:7/", 0, 1, &r, err, sizeof err), HOOP_OK);
+    assert_string_equal(r.host, "fe80::1%eth0");
+    assert_int_equal(r.port, 7);
+
+    assert_int_equal(hoop__rdv_resolve("TCP://10.0.0.1:1", 0, 1, &r, err, sizeof err), HOOP_OK);
+    assert_string_equal(r.host, "10.0.0.1");
+    assert_int_equal(r.port, 1);
+
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "3", 1);
+    assert_int_equal(hoop__rdv_resolve("file:///shared/jobs/42.store", -1, -1, &r, err, sizeof err), HOOP_OK);
+    assert_string_equal(r.method, "file");
+    assert_string_equal(r.path, "/shared/jobs/42.store");
+    assert_int_equal(r.rank, 1);
+    assert_int_equal(r.size, 3);
+}
+
+typedef struct bad_case {
+    const char *method;
+    int rank, size;
+    const char *env;    /* "NAME=value;NAME=value" set before the call */
+    const char *expect; /* a part of the message */
+} bad_case_t;
+
+static void apply_env(const char *spec)
+{
+    if (spec == NULL) return;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *kv = strtok_r(buf, ";", &save); kv != NULL; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        assert_non_null(eq);
+        *eq = '\0';
+        setenv(kv, eq + 1, 1);
+    }
+}
+
+static void test_resolve_errors(void **state)
+{
+    (void)state;
+    static const bad_case_t cases[] = {
+        {"env://", 0, 1, NULL, "set MASTER_ADDR"},
+        {"env://", 0, 1, "MASTER_PORT=5", "set MASTER_ADDR"},
+        {NULL, 0, 1, "MASTER_ADDR=h", "set MASTER_PORT"},
+        {NULL, 0, 1, "MASTER_ADDR=h;MASTER_PORT=0", "MASTER_PORT"},
+        {NULL, 0, 1, "MASTER_ADDR=h;MASTER_PORT=65536", "MASTER_PORT"},
+        {NULL, 0, 1, "MASTER_ADDR=h;MASTER_PORT=29x", "MASTER_PORT"},
+        {NULL, 0, 1, "MASTER_ADDR=h;MASTER_PORT=-5", "MASTER_PORT"},
+        {NULL, 0, 1, "MASTER_ADDR=a b;MASTER_PORT=5", "MASTER_ADDR"},
+        {"env://x", 0, 1, "MASTER_ADDR=h;MASTER_PORT=5", "MASTER_ADDR and MASTER_PORT"},
+        {"tcp://host", 0, 1, NULL, "tcp://HOST:PORT"},
+        {"tcp://host:", 0, 1, NULL, "invalid port"},
+        {"tcp://host:0", 0, 1, NULL, "invalid port"},
+        {"tcp://host:99999", 0, 1, NULL, "invalid port"},
+        {"tcp://host:12ab", 0, 1, NULL, "invalid port"},
+        {"tcp://host:+80", 0, 1, NULL, "invalid port"},
+        {"tcp://::1:5", 0, 1, NULL, "brackets"},
+        {"tcp://[::1:5", 0, 1, NULL, "']'"},
+        {"tcp://[::1]5", 0, 1, NULL, "no port"},
+        {"tcp://:5", 0, 1, NULL, "empty host"},
+        {"file://relative/path", 0, 1, NULL, "absolute path"},
+        {"file://", 0, 1, NULL, "absolute path"},
+        {"file:///tmp/dir/", 0, 1, NULL, "not of a directory"},
+        {"udp://h:5", 0, 1, NULL, "unknown init method"},
+        {"h:5", 0, 1, NULL, "unknown init method"},
+        {"tcp://h:5", 4, 4, NULL, "out of range"},
+        {"tcp://h:5", -2, 4, NULL, "rank -2"},
+        {"tcp://h:5", 0, 0, NULL, "world size 0"},
+        {"tcp://h:5", 0, -3, NULL, "world size -3"},
+        {"tcp://h:5", -1, 4, NULL, "set RANK"},
+        {"tcp://h:5", 0, -1, NULL, "set WORLD_SIZE"},
+        {"tcp://h:5", -1, -1, "RANK=x;WORLD_SIZE=2", "RANK=\"x\""},
+        {"tcp://h:5", -1, -1, "RANK=;SLURM_PROCID=1x;WORLD_SIZE=2", "SLURM_PROCID"},
+        {"tcp://h:5", -1, -1, "RANK=0;WORLD_SIZE=0", "WORLD_SIZE"},
+        {"tcp://h:5", -1, -1, "RANK=5;WORLD_SIZE=4", "RANK=5"},
+        {"tcp://h:5", -1, -1, "OMPI_COMM_WORLD_RANK=3;OMPI_COMM_WORLD_SIZE=3", "OMPI_COMM_WORLD_RANK=3"},
+        {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_RANK=2;LOCAL_WORLD_SIZE=2", "LOCAL_RANK=2"},
+        {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_WORLD_SIZE=8", "LOCAL_WORLD_SIZE=8"},
+        {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_RANK=one", "LOCAL_RANK"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bad_case_t *c = &cases[i];
+        clear_env();
+        apply_env(c->env);
+        hoop__rdv_t r;
+        char err[512] = "";
+        hoop_result_t res = hoop__rdv_resolve(c->method, c->rank, c->size, &r, err, sizeof err);
+        if (res != HOOP_ERR_INVALID_ARGUMENT || strstr(err, c->expect) == NULL)
+            fail_msg("case %zu (%s, %d, %d, %s): got %d \"%s\", want \"%s\"", i,
+                     c->method ? c->method : "NULL", c->rank, c->size, c->env ? c->env : "", (int)res, err,
+                     c->expect);
+        /* One sentence: no line breaks, no trailing period doubled, not empty. */
+        assert_null(strchr(err, '\n'));
+        assert_true(strlen(err) > 20);
+        /* A NULL or tiny error buffer must not matter. */
+        assert_int_equal(hoop__rdv_resolve(c->method, c->rank, c->size, &r, NULL, 0),
+                         HOOP_ERR_INVALID_ARGUMENT);
+        char tiny[4];
+        assert_int_equal(hoop__rdv_resolve(c->method, c->rank, c->size, &r, tiny, sizeof tiny),
+                         HOOP_ERR_INVALID_ARGUMENT);
+        assert_true(strlen(tiny) < sizeof tiny);
+    }
+    clear_env();
+    char err[64];
+    assert_int_equal(hoop__rdv_resolve("tcp://h:5", 0, 1, NULL, err, sizeof err), HOOP_ERR_INVALID_ARGUMENT);
+    /* A host name that does not fit. */
+    char longm[400];
+    memset(longm, 'a', sizeof longm);
+    memcpy(longm, "tcp://", 6);
+    memcpy(longm + sizeof longm - 4, ":80", 4);
+    hoop__rdv_t r;
+    char err2[512];
+    assert_int_equal(hoop__rdv_resolve(longm, 0, 1, &r, err2, sizeof err2), HOOP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err2, "longer than"));
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Parser                                                                                         */
+
+static size_t build_req(uint8_t *buf, uint8_t op, uint32_t keylen, uint32_t vallen, const char *key,
+                        const uint8_t *val)
+{
+    buf[0] = op;
+    for (int i = 0; i < 4; i++) buf[1 + i] = (uint8_t)(keylen >> (8 * i));
+    for (int i = 0; i < 4; i++) buf[5 + i] = (uint8_t)(vallen >> (8 * i));
+    if (key != NULL) memcpy(buf + 9, key, keylen);
+    if (val != NULL) memcpy(buf + 9 + keylen, val, vallen);
+    return 9 + (size_t)keylen + vallen;
+}
+
+static void test_parse_valid_and_partial(void **state)
+{
+    (void)state;
+    uint8_t buf[128];
+    const uint8_t val[] = {'h', 'e', 'l', 'l', 'o', 0, 0xff};
+    size_t n = build_req(buf, 'S', 3, sizeof val, "abc", val);
+    assert_int_equal(n, 19);
+    hoop__store_req_t req;
+    assert_int_equal(hoop__store_parse(buf, n, &req), 19);
+    assert_int_equal(req.op, 'S');
+    assert_int_equal(req.keylen, 3);
+    assert_memory_equal(req.key, "abc", 3);
+    assert_ptr_equal(req.key, (const char *)buf + 9);
+    assert_int_equal(req.vallen, sizeof val);
+    assert_memory_equal(req.val, val, sizeof val);
+    /* The next request's bytes after it are not part of it. */
+    size_t m = build_req(buf + n, 'G', 2, 0, "zz", NULL);
+    assert_int_equal(hoop__store_parse(buf, n + m, &req), 19);
+    assert_int_equal(hoop__store_parse(buf + n, m, &req), 11);
+    assert_int_equal(req.op, 'G');
+    assert_int_equal(req.vallen, 0);
+    assert_memory_equal(req.key, "zz", 2);
+    /* Every strict prefix needs more bytes. */
+    for (size_t k = 0; k < n; k++) assert_int_equal(hoop__store_parse(buf, k, &req), 0);
+    assert_int_equal(hoop__store_parse(NULL, 0, &req), 0);
+    /* req may be NULL. */
+    assert_int_equal(hoop__store_parse(buf, n, NULL), 19);
+    /* Bounds are inclusive: a key of exactly HOOP_STORE_MAX_KEY bytes is fine. */
+    uint8_t big[9 + HOOP_STORE_MAX_KEY];
+    char key[HOOP_STORE_MAX_KEY];
+    memset(key, 'k', sizeof key);
+    n = build_req(big, 'G', HOOP_STORE_MAX_KEY, 0, key, NULL);
+    assert_int_equal(hoop__store_parse(big, n, &req), (long)n);
+    /* A value of exactly HOOP_STORE_MAX_VALUE: the header alone asks for more. */
+    n = build_req(buf, 'S', 1, HOOP_STORE_MAX_VALUE, "k", NULL);
+    assert_int_equal(hoop__store_parse(buf, 10, &req), 0);
+}
+
+static void test_parse_malformed(void **state)
+{
+    (void)state;
+    uint8_t buf[64];
+    hoop__store_req_t req;
+    /* Unknown op: known from the first byte. */
+    build_req(buf, 'X', 3, 0, "abc", NULL);
+    assert_int_equal(hoop__store_parse(buf, 1, &req), -1);
+    assert_int_equal(hoop__store_parse(buf, 12, &req), -1);
+    buf[0] = 0;
+    assert_int_equal(hoop__store_parse(buf, 12, &req), -1);
+    buf[0] = 's';
+    assert_int_equal(hoop__store_parse(buf, 12, &req), -1);
+    /* Key length 0 or over the bound: known once the length is in. */
+    build_req(buf, 'G', 0, 0, NULL, NULL);
+    assert_int_equal(hoop__store_parse(buf, 5, &req), -1);
+    build_req(buf, 'S', HOOP_STORE_MAX_KEY + 1, 0, NULL, NULL);
+    assert_int_equal(hoop__store_parse(buf, 5, &req), -1);
+    build_req(buf, 'S', 0xffffffffu, 0, NULL, NULL);
+    assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
+    /* Value length over the bound. */
+    build_req(buf, 'S', 1, HOOP_STORE_MAX_VALUE + 1, NULL, NULL);
+    assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
+    build_req(buf, 'S', 1, 0xffffffffu, NULL, NULL);
+    assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
+    /* A GET carries no value. */
+    build_req(buf, 'G', 1, 1, "k", (const uint8_t *)"v");
+    assert_int_equal(hoop__store_parse(buf, 11, &req), -1);
+    /* Keys are C strings. */
+    build_req(buf, 'S', 3, 0, "a\0b", NULL);
+    assert_int_equal(hoop__store_parse(buf, 12, &req), -1);
+    /* Bytes but no buffer. */
+    assert_int_equal(hoop__store_parse(NULL, 5, &req), -1);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* What the parser should answer, written straight from the protocol description. */
+static long parse_reference(const uint8_t *b, size_t len)
+{
+    if (len == 0) return 0;
+    if (b[0] != 'S' && b[0] != 'G') return -1;
+    if (len < 5) return 0;
+    uint64_t kl = (uint64_t)b[1] | (uint64_t)b[2] << 8 | (uint64_t)b[3] << 16 | (uint64_t)b[4] << 24;
+    if (kl < 1 || kl > HOOP_STORE_MAX_KEY) return -1;
+    if (len < 9) return 0;
+    uint64_t vl = (uint64_t)b[5] | (uint64_t)b[6] << 8 | (uint64_t)b[7] << 16 | (uint64_t)b[8] << 24;
+    if (vl > HOOP_STORE_MAX_VALUE) return -1;
+    if (b[0] == 'G' && vl > 0) return -1;
+    if (len < 9 + kl + vl) return 0;
+    for (uint64_t i = 0; i < kl; i++)
+        if (b[9 + i] == 0) return -1;
+    return (long)(9 + kl + vl);
+}
+
+static void test_parse_random(void **state)
+{
+    (void)state;
+    uint64_t s = 0x1234567887654321ull;
+    long complete = 0, malformed = 0;
+    for (int iter = 0; iter < 200000; iter++) {
+        size_t len = (size_t)(rng_next(&s) % 48);
+        /* Exactly sized heap buffer: a read past it is caught by the sanitizers and valgrind. */
+        uint8_t *b = malloc(len ? len : 1);
+        assert_non_null(b);
+        for (size_t i = 0; i < len; i++) b[i] = (uint8_t)rng_next(&s);
+        /* Bias towards plausible headers so that every branch is taken. */
+        if (len > 0 && rng_next(&s) % 4 != 0) b[0] = (rng_next(&s) & 1) ? 'S' : 'G';
+        if (len >= 5 && rng_next(&s) % 4 != 0) {
+            b[1] = (uint8_t)(rng_next(&s) % 20);
+            b[2] = b[3] = b[4] = 0;
+        }
+        if (len >= 9 && rng_next(&s) % 4 != 0) {
+            b[5] = (uint8_t)(rng_next(&s) % 20);
+            b[6] = b[7] = b[8] = 0;
+        }
+        for (size_t i = 9; i < len; i++)
+            if (b[i] == 0 && rng_next(&s) % 8 != 0) b[i] = 'x';
+        hoop__store_req_t req;
+        long got = hoop__store_parse(b, len, &req);
+        long want = parse_reference(b, len);
+        if (got != want)
+            fail_msg("iteration %d, length %zu: parse gave %ld, reference %ld", iter, len, got, want);
+        if (got > 0) {
+            complete++;
+            assert_ptr_equal(req.key, (const char *)b + 9);
+            assert_ptr_equal(req.val, b + 9 + req.keylen);
+            assert_int_equal(9 + (long)req.keylen + (long)req.vallen, got);
+        } else if (got < 0) {
+            malformed++;
+        }
+        free(b);
+    }
+    /* The generator must have reached both outcomes often. */
+    assert_true(complete > 1000);
+    assert_true(malformed > 1000);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* tcp store                                                                                      */
+
+#define NCLIENTS 4
+#define NKEYS 5
+
+typedef struct client_job {
+    hoop__rdv_t rdv;
+    int nranks;
+    double open_timeout;
+    int delay_ms;
+    hoop_result_t result;
+    char what[640];
+} client_job_t;
+
+/* Each rank publishes NKEYS values and reads every other rank's; any mismatch is written to what. */
+static void *exchange_main(void *arg)
+{
+    client_job_t *j = arg;
+    if (j->delay_ms > 0) sleep_ms(j->delay_ms);
+    char err[512] = "";
+    hoop__store_t *st = NULL;
+    j->result = hoop__store_open(&j->rdv, j->open_timeout, NULL, &st, err, sizeof err);
+    if (j->result != HOOP_OK) {
+        snprintf(j->what, sizeof j->what, "open: %s", err);
+        return NULL;
+    }
+    uint8_t val[4096], got[4096];
+    for (int k = 0; k < NKEYS && j->result == HOOP_OK; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "peer/%d/%d", j->rdv.rank, k);
+        size_t n = make_value(j->rdv.rank, k, val, sizeof val);
+        j->result = hoop__store_set(st, key, val, n);
+        if (j->result != HOOP_OK) snprintf(j->what, sizeof j->what, "set %s: %s", key, hoop__store_error(st));
+    }
+    for (int r = 0; r < j->nranks && j->result == HOOP_OK; r++) {
+        for (int k = 0; k < NKEYS && j->result == HOOP_OK; k++) {
+            char key[64];
+            snprintf(key, sizeof key, "peer/%d/%d", r, k);
+            size_t len = 0;
+            j->result = hoop__store_get(st, key, got, sizeof got, &len, 5.0);
+            if (j->result != HOOP_OK) {
+                snprintf(j->what, sizeof j->what, "get %s: %s", key, hoop__store_error(st));
+                break;
+            }
+            size_t n = make_value(r, k, val, sizeof val);
+            if (len != n || memcmp(got, val, n) != 0) {
+                j->result = HOOP_ERR_INTERNAL;
+                snprintf(j->what, sizeof j->what, "rank %d read a wrong value for %s (%zu bytes, want %zu)",
+                         j->rdv.rank, key, len, n);
+            }
+        }
+    }
+    /* Everyone has read everything before the server may go. */
+    if (j->result == HOOP_OK) {
+        char key[64];
+        snprintf(key, sizeof key, "done/%d", j->rdv.rank);
+        j->result = hoop__store_set(st, key, "", 0);
+    }
+    hoop__store_close(st);
+    return NULL;
+}
+
+static void wait_all_done(hoop__store_t *st, int from, int to)
+{
+    for (int r = from; r < to; r++) {
+        char key[64];
+        size_t len = 99;
+        snprintf(key, sizeof key, "done/%d", r);
+        assert_int_equal(hoop__store_get(st, key, NULL, 0, &len, 10.0), HOOP_OK);
+        assert_int_equal(len, 0);
+    }
+}
+
+static void test_tcp_exchange(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET);
+    assert_true(port > 0);
+    client_job_t jobs[NCLIENTS];
+    pthread_t th[NCLIENTS];
+    memset(jobs, 0, sizeof jobs);
+    /* Rank 0 runs the server; ranks 1.. are threads, rank 0's own exchange is one more thread. */
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, NCLIENTS);
+    hoop__store_t *srv = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &srv, err, sizeof err), HOOP_OK);
+    /* Rank 0's exchange runs on srv itself, through its own loopback client. */
+    for (int i = 1; i < NCLIENTS; i++) {
+        jobs[i].rdv = tcp_rdv("127.0.0.1", port, i, NCLIENTS);
+        jobs[i].nranks = NCLIENTS;
+        jobs[i].open_timeout = 5.0;
+        assert_int_equal(pthread_create(&th[i], NULL, exchange_main, &jobs[i]), 0);
+    }
+    uint8_t val[4096], got[4096];
+    for (int k = 0; k < NKEYS; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "peer/0/%d", k);
+        size_t n = make_value(0, k, val, sizeof val);
+        assert_int_equal(hoop__store_set(srv, key, val, n), HOOP_OK);
+    }
+    for (int r = 1; r < NCLIENTS; r++)
+        for (int k = 0; k < NKEYS; k++) {
+            char key[64];
+            snprintf(key, sizeof key, "peer/%d/%d", r, k);
+            size_t len = 0;
+            assert_int_equal(hoop__store_get(srv, key, got, sizeof got, &len, 5.0), HOOP_OK);
+            size_t n = make_value(r, k, val, sizeof val);
+            assert_int_equal(len, n);
+            assert_memory_equal(got, val, n);
+        }
+    for (int i = 1; i < NCLIENTS; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].result != HOOP_OK) fail_msg("rank %d: %s", i, jobs[i].what);
+    }
+    wait_all_done(srv, 1, NCLIENTS);
+    hoop__store_close(srv);
+}
+
+typedef struct setter {
+    hoop__store_t *st;
+    int delay_ms;
+    const char *key;
+    const char *val;
+    hoop_result_t result;
+} setter_t;
+
+static void *setter_main(void *arg)
+{
+    setter_t *s = arg;
+    sleep_ms(s->delay_ms);
+    s->result = hoop__store_set(s->st, s->key, s->val, strlen(s->val));
+    return NULL;
+}
+
+static void test_tcp_get_waits_and_times_out(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET);
+    hoop__rdv_t r0 = tcp_rdv("localhost", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
+    hoop__store_t *s0 = NULL, *s1 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+
+    /* A get that starts before the set. s0 and s1 are separate connections. */
+    setter_t set = {.st = s0, .delay_ms = 300, .key = "late-key", .val = "arrived"};
+    pthread_t th;
+    const double t0 = now_s();
+    assert_int_equal(pthread_create(&th, NULL, setter_main, &set), 0);
+    char buf[32] = "";
+    size_t len = 0;
+    hoop_result_t r = hoop__store_get(s1, "late-key", buf, sizeof buf, &len, 5.0);
+    const double waited = now_s() - t0;
+    pthread_join(th, NULL);
+    assert_int_equal(set.result, HOOP_OK);
+    assert_int_equal(r, HOOP_OK);
+    assert_int_equal(len, 7);
+    assert_memory_equal(buf, "arrived", 7);
+    assert_true(waited >= 0.25);
+    assert_true(waited < 2.0);
+
+    /* A key that never comes: HOOP_ERR_TIMEOUT close to the timeout, naming the key. */
+    const double t1 = now_s();
+    r = hoop__store_get(s1, "never", buf, sizeof buf, &len, 0.3);
+    const double took = now_s() - t1;
+    assert_int_equal(r, HOOP_ERR_TIMEOUT);
+    assert_true(took >= 0.3);
+    assert_true(took < 1.0);
+    assert_non_null(strstr(hoop__store_error(s1), "\"never\""));
+
+    /* Overwrite, truncated read, empty value, bad arguments. */
+    assert_int_equal(hoop__store_set(s1, "late-key", "second value", 12), HOOP_OK);
+    char small[6];
+    assert_int_equal(hoop__store_get(s0, "late-key", small, sizeof small, &len, 1.0), HOOP_OK);
+    assert_int_equal(len, 12);
+    assert_memory_equal(small, "second", 6);
+    assert_int_equal(hoop__store_get(s0, "late-key", buf, sizeof buf, &len, 1.0), HOOP_OK);
+    assert_int_equal(len, 12);
+    assert_memory_equal(buf, "second value", 12);
+    assert_int_equal(hoop__store_set(s0, "empty", NULL, 0), HOOP_OK);
+    len = 99;
+    assert_int_equal(hoop__store_get(s1, "empty", buf, sizeof buf, &len, 1.0), HOOP_OK);
+    assert_int_equal(len, 0);
+
+    assert_int_equal(hoop__store_set(s1, "", "x", 1), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__store_set(s1, NULL, "x", 1), HOOP_ERR_INVALID_ARGUMENT);
+    char longkey[HOOP_STORE_MAX_KEY + 2];
+    memset(longkey, 'q', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    assert_int_equal(hoop__store_set(s1, longkey, "x", 1), HOOP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hoop__store_error(s1), "longer than"));
+    longkey[HOOP_STORE_MAX_KEY] = '\0'; /* exactly the bound: fine */
+    assert_int_equal(hoop__store_set(s1, longkey, "y", 1), HOOP_OK);
+    assert_int_equal(hoop__store_get(s0, longkey, buf, sizeof buf, &len, 1.0), HOOP_OK);
+    assert_int_equal(len, 1);
+    assert_int_equal(buf[0], 'y');
+    assert_int_equal(hoop__store_set(s1, "k", NULL, 3), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__store_set(s1, "k", "x", (size_t)HOOP_STORE_MAX_VALUE + 1),
+                     HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__store_get(s1, "k", buf, sizeof buf, &len, NAN), HOOP_ERR_INVALID_ARGUMENT);
+    /* A deadline that has just passed: one look, no wait. */
+    const double t2 = now_s();
+    assert_int_equal(hoop__store_get(s1, "k", buf, sizeof buf, &len, -0.5), HOOP_ERR_TIMEOUT);
+    assert_int_equal(hoop__store_get(s1, "empty", buf, sizeof buf, &len, -0.5), HOOP_OK);
+    assert_true(now_s() - t2 < 0.5);
+
+    /* The largest value goes through whole, and the connection stays in step after a short read. */
+    uint8_t *big = malloc(HOOP_STORE_MAX_VALUE), *back = malloc(HOOP_STORE_MAX_VALUE);
+    assert_non_null(big);
+    assert_non_null(back);
+    for (size_t i = 0; i < HOOP_STORE_MAX_VALUE; i++) big[i] = (uint8_t)(i * 7 + (i >> 11));
+    assert_int_equal(hoop__store_set(s1, "big", big, HOOP_STORE_MAX_VALUE), HOOP_OK);
+    assert_int_equal(hoop__store_get(s0, "big", buf, 10, &len, 2.0), HOOP_OK);
+    assert_int_equal(len, HOOP_STORE_MAX_VALUE);
+    assert_memory_equal(buf, big, 10);
+    assert_int_equal(hoop__store_get(s0, "big", back, HOOP_STORE_MAX_VALUE, &len, 2.0), HOOP_OK);
+    assert_int_equal(len, HOOP_STORE_MAX_VALUE);
+    assert_memory_equal(back, big, HOOP_STORE_MAX_VALUE);
+    free(big);
+    free(back);
+
+    hoop__store_close(s1);
+    hoop__store_close(s0);
+    /* The port is free again once rank 0 closed. */
+    assert_int_equal(hoop__store_open(&r0, 1.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    hoop__store_close(s0);
+}
+
+/* Clients that start before the server, and a client that starts long after the others. */
+static void test_tcp_late_starters(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET);
+    client_job_t early = {.rdv = tcp_rdv("127.0.0.1", port, 1, 3), .nranks = 1, .open_timeout = 5.0};
+    pthread_t th_early, th_late;
+    assert_int_equal(pthread_create(&th_early, NULL, exchange_main, &early), 0);
+    sleep_ms(500); /* the client is retrying against a closed port */
+
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 3);
+    hoop__store_t *s0 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    uint8_t val[4096];
+    for (int k = 0; k < NKEYS; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "peer/0/%d", k);
+        size_t n = make_value(0, k, val, sizeof val);
+        assert_int_equal(hoop__store_set(s0, key, val, n), HOOP_OK);
+    }
+    pthread_join(th_early, NULL);
+    if (early.result != HOOP_OK) fail_msg("early client: %s", early.what);
+
+    client_job_t late = {
+        .rdv = tcp_rdv("127.0.0.1", port, 2, 3), .nranks = 2, .open_timeout = 2.0, .delay_ms = 1000};
+    assert_int_equal(pthread_create(&th_late, NULL, exchange_main, &late), 0);
+    pthread_join(th_late, NULL);
+    if (late.result != HOOP_OK) fail_msg("late client: %s", late.what);
+    wait_all_done(s0, 1, 3);
+    hoop__store_close(s0);
+}
+
+static void test_tcp_nothing_listens(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET);
+    hoop__rdv_t r1 = tcp_rdv("127.0.0.1", port, 1, 2);
+    hoop__store_t *st = (hoop__store_t *)&r1; /* must be reset to NULL */
+    char err[512] = "";
+    const double t0 = now_s();
+    hoop_result_t r = hoop__store_open(&r1, 0.5, NULL, &st, err, sizeof err);
+    const double took = now_s() - t0;
+    assert_int_equal(r, HOOP_ERR_TIMEOUT);
+    assert_null(st);
+    assert_true(took >= 0.5);
+    assert_true(took < 1.5);
+    char want[128];
+    snprintf(want, sizeof want, "could not reach the rendezvous store at 127.0.0.1:%d after 0.5 s (", port);
+    if (strstr(err, want) == NULL || strstr(err, "refused") == NULL) fail_msg("message: %s", err);
+}
+
+static void test_tcp_port_in_use(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    socklen_t sl = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
+    const int port = ntohs(a.sin_port);
+
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2);
+    hoop__store_t *st = NULL;
+    char err[512] = "";
+    const double t0 = now_s();
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &st, err, sizeof err), HOOP_ERR_SYSTEM);
+    assert_true(now_s() - t0 < 1.0); /* no waiting for a port that is taken */
+    assert_null(st);
+    char want[160];
+    snprintf(want, sizeof want,
+             "port %d on 127.0.0.1 is already in use (is another job running? set MASTER_PORT)", port);
+    assert_string_equal(err, want);
+    close(fd);
+
+    /* An address this machine does not have. */
+    hoop__rdv_t far = tcp_rdv("192.0.2.1", port, 0, 2);
+    assert_int_equal(hoop__store_open(&far, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_SYSTEM);
+    assert_non_null(strstr(err, "MASTER_ADDR"));
+    /* A name that does not resolve fails at once, for the server and for a client. */
+    hoop__rdv_t bad = tcp_rdv("no-such-host.invalid", port, 1, 2);
+    const double t1 = now_s();
+    hoop_result_t r = hoop__store_open(&bad, 1.0, NULL, &st, err, sizeof err);
+    assert_true(r == HOOP_ERR_SYSTEM || r == HOOP_ERR_TIMEOUT); /* TIMEOUT where no resolver answers */
+    if (r == HOOP_ERR_SYSTEM) {
+        assert_true(now_s() - t1 < 0.9);
+        assert_non_null(strstr(err, "no-such-host.invalid"));
+    }
+}
+
+static void test_tcp_server_gone(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET);
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
+    hoop__store_t *s0 = NULL, *s1 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_set(s1, "a", "1", 1), HOOP_OK);
+    hoop__store_close(s0);
+    char buf[8];
+    size_t len;
+    const double t0 = now_s();
+    assert_int_equal(hoop__store_get(s1, "a", buf, sizeof buf, &len, 5.0), HOOP_ERR_PEER_LOST);
+    assert_true(now_s() - t0 < 1.0);
+    assert_non_null(strstr(hoop__store_error(s1), "rendezvous store"));
+    /* Stays lost, quickly. */
+    assert_int_equal(hoop__store_set(s1, "b", "2", 1), HOOP_ERR_PEER_LOST);
+    hoop__store_close(s1);
+}
+
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 when the server closes fd within two seconds. */
+static int closed_by_peer(int fd)
+{
+    const double end = now_s() + 2.0;
+    char b[64];
+    while (now_s() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            ssize_t n = recv(fd, b, sizeof b, 0);
+            if (n == 0 || (n < 0 && errno == ECONNRESET)) return 1;
+        }
+    }
+    return 0;
+}
+
+static void test_tcp_malformed_client(void **state)
+{
+    (void)state;
+    char logpath[] = "/tmp/hoop-store-log-XXXXXX";
+    int lfd = mkstemp(logpath);
+    assert_true(lfd >= 0);
+    close(lfd);
+    hoop__log_t log;
+    hoop__log_open(&log, HOOP_LOG_WARN, logpath, 0);
+
+    int port = free_port(AF_INET);
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
+    hoop__store_t *s0 = NULL, *s1 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, &log, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+
+    /* Unknown op, an oversized key, an oversized value: each drops only its own connection. */
+    uint8_t req[16];
+    const size_t lens[3] = {1, 5, 9};
+    build_req(req, 'Q', 1, 0, NULL, NULL);
+    uint8_t req2[16];
+    build_req(req2, 'S', HOOP_STORE_MAX_KEY + 1, 0, NULL, NULL);
+    uint8_t req3[16];
+    build_req(req3, 'S', 4, HOOP_STORE_MAX_VALUE + 1, NULL, NULL);
+    const uint8_t *reqs[3] = {req, req2, req3};
+    for (int i = 0; i < 3; i++) {
+        int fd = raw_connect(port);
+        assert_true(fd >= 0);
+        assert_int_equal(send(fd, reqs[i], lens[i], MSG_NOSIGNAL), (ssize_t)lens[i]);
+        assert_true(closed_by_peer(fd));
+        close(fd);
+    }
+    /* A client that connects and sends half a request, then stalls, does not block the others. */
+    int stall = raw_connect(port);
+    assert_true(stall >= 0);
+    build_req(req, 'S', 3, 100, NULL, NULL);
+    assert_int_equal(send(stall, req, 9, MSG_NOSIGNAL), 9);
+
+    assert_int_equal(hoop__store_set(s1, "still", "works", 5), HOOP_OK);
+    char buf[8];
+    size_t len = 0;
+    assert_int_equal(hoop__store_get(s0, "still", buf, sizeof buf, &len, 1.0), HOOP_OK);
+    assert_int_equal(len, 5);
+    assert_memory_equal(buf, "works", 5);
+
+    /* A hand-made valid request gets the documented reply bytes. */
+    int fd = raw_connect(port);
+    assert_true(fd >= 0);
+    size_t n = build_req(req, 'G', 5, 0, "still", NULL);
+    assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
+    uint8_t rep[10];
+    size_t got = 0;
+    while (got < sizeof rep) {
+        ssize_t k = recv(fd, rep + got, sizeof rep - got, 0);
+        assert_true(k > 0);
+        got += (size_t)k;
+    }
+    const uint8_t want[10] = {0, 5, 0, 0, 0, 'w', 'o', 'r', 'k', 's'};
+    assert_memory_equal(rep, want, sizeof want);
+    n = build_req(req, 'G', 4, 0, "nope", NULL);
+    assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
+    got = 0;
+    while (got < 5) {
+        ssize_t k = recv(fd, rep + got, 5 - got, 0);
+        assert_true(k > 0);
+        got += (size_t)k;
+    }
+    const uint8_t missing[5] = {1, 0, 0, 0, 0};
+    assert_memory_equal(rep, missing, 5);
+    close(fd);
+    close(stall);
+
+    hoop__store_close(s1);
+    hoop__store_close(s0);
+    hoop__log_close(&log);
+    FILE *f = fopen(logpath, "r");
+    assert_non_null(f);
+    char text[8192];
+    size_t tl = fread(text, 1, sizeof text - 1, f);
+    text[tl] = '\0';
+    fclose(f);
+    unlink(logpath);
+    int warnings = 0;
+    for (const char *p = text; (p = strstr(p, "malformed request")) != NULL; p++) warnings++;
+    if (warnings != 3) fail_msg("expected 3 warnings about malformed requests, log:\n%s", text);
+}
+
+static void test_tcp_ipv6(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET6);
+    if (port < 0) {
+        skip(); /* no IPv6 loopback here */
+        return;
+    }
+    char method[64];
+    snprintf(method, sizeof method, "tcp://[::1]:%d", port);
+    hoop__rdv_t r0, r1;
+    char err[512];
+    assert_int_equal(hoop__rdv_resolve(method, 0, 2, &r0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__rdv_resolve(method, 1, 2, &r1, err, sizeof err), HOOP_OK);
+    hoop__store_t *s0 = NULL, *s1 = NULL;
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_set(s1, "v6", "yes", 3), HOOP_OK);
+    char buf[8];
+    size_t len = 0;
+    assert_int_equal(hoop__store_get(s0, "v6", buf, sizeof buf, &len, 1.0), HOOP_OK);
+    assert_int_equal(len, 3);
+    assert_memory_equal(buf, "yes", 3);
+    hoop__store_close(s1);
+    hoop__store_close(s0);
+    /* The message brackets the address. */
+    hoop__store_t *st = NULL;
+    assert_int_equal(hoop__store_open(&r1, 0.2, NULL, &st, err, sizeof err), HOOP_ERR_TIMEOUT);
+    char want[64];
+    snprintf(want, sizeof want, "[::1]:%d", port);
+    assert_non_null(strstr(err, want));
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* file store                                                                                     */
+
+static void rm_rf(const char *path)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_file_exchange(void **state)
+{
+    (void)state;
+    char base[] = "/tmp/hoop-store-test-XXXXXX";
+    assert_non_null(mkdtemp(base));
+    char path[256];
+    snprintf(path, sizeof path, "%s/a/b/job.store", base); /* parents created on demand */
+    client_job_t jobs[NCLIENTS];
+    pthread_t th[NCLIENTS];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 1; i < NCLIENTS; i++) {
+        jobs[i].rdv = file_rdv(path, i, NCLIENTS);
+        jobs[i].nranks = NCLIENTS;
+        jobs[i].delay_ms = 50 * i;
+        assert_int_equal(pthread_create(&th[i], NULL, exchange_main, &jobs[i]), 0);
+    }
+    hoop__rdv_t r0 = file_rdv(path, 0, NCLIENTS);
+    hoop__store_t *s0 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    uint8_t val[4096], got[4096];
+    for (int k = 0; k < NKEYS; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "peer/0/%d", k);
+        size_t n = make_value(0, k, val, sizeof val);
+        assert_int_equal(hoop__store_set(s0, key, val, n), HOOP_OK);
+    }
+    for (int i = 1; i < NCLIENTS; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].result != HOOP_OK) fail_msg("rank %d: %s", i, jobs[i].what);
+    }
+    wait_all_done(s0, 1, NCLIENTS);
+
+    /* Keys that are not file names: they stay inside PATH.d and come back unchanged. */
+    char k256[HOOP_STORE_MAX_KEY + 1];
+    memset(k256, '/', HOOP_STORE_MAX_KEY);
+    k256[HOOP_STORE_MAX_KEY] = '\0';
+    char kdots[HOOP_STORE_MAX_KEY + 1];
+    memset(kdots, '.', HOOP_STORE_MAX_KEY);
+    kdots[HOOP_STORE_MAX_KEY] = '\0';
+    char kplain[HOOP_STORE_MAX_KEY + 1];
+    memset(kplain, 'p', HOOP_STORE_MAX_KEY);
+    kplain[HOOP_STORE_MAX_KEY] = '\0';
+    char kprefix[201]; /* a prefix of kplain that ends exactly where a long name is split */
+    memset(kprefix, 'p', 200);
+    kprefix[200] = '\0';
+    const char *keys[] = {
+        "../../escape", ".",   "..",   ".tmp.abcdef", "a/b", "a%2Fb", "sp ace", "\x01\x7f\xff",
+        k256,           kdots, kplain, kprefix,       "%",   "+",     "x+"};
+    const size_t nk = sizeof keys / sizeof keys[0];
+    for (size_t i = 0; i < nk; i++) {
+        char v[32];
+        int n = snprintf(v, sizeof v, "value %zu", i);
+        assert_int_equal(hoop__store_set(s0, keys[i], v, (size_t)n), HOOP_OK);
+    }
+    hoop__rdv_t r1 = file_rdv(path, 1, 2);
+    hoop__store_t *s1 = NULL;
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    for (size_t i = 0; i < nk; i++) {
+        char v[32], b[32];
+        int n = snprintf(v, sizeof v, "value %zu", i);
+        size_t len = 0;
+        assert_int_equal(hoop__store_get(s1, keys[i], b, sizeof b, &len, 1.0), HOOP_OK);
+        assert_int_equal(len, (size_t)n);
+        assert_memory_equal(b, v, len);
+    }
+    char esc[300];
+    snprintf(esc, sizeof esc, "%s/escape", base);
+    struct stat sb;
+    assert_int_not_equal(stat(esc, &sb), 0);
+    snprintf(esc, sizeof esc, "%s/a/escape", base);
+    assert_int_not_equal(stat(esc, &sb), 0);
+
+    /* Missing key: timeout. */
+    const double t0 = now_s();
+    size_t len;
+    assert_int_equal(hoop__store_get(s1, "absent", got, sizeof got, &len, 0.2), HOOP_ERR_TIMEOUT);
+    assert_true(now_s() - t0 >= 0.2);
+    assert_non_null(strstr(hoop__store_error(s1), "absent"));
+
+    /* A non-zero rank's close leaves the directory; rank 0's removes it. */
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s.d", path);
+    hoop__store_close(s1);
+    assert_int_equal(stat(dir, &sb), 0);
+    hoop__store_close(s0);
+    assert_int_not_equal(stat(dir, &sb), 0);
+    assert_int_equal(errno, ENOENT);
+    rm_rf(base);
+}
+
+typedef struct flipper {
+    hoop__store_t *st;
+    int rounds;
+    hoop_result_t result;
+} flipper_t;
+
+/* Rewrites one key with two values of different lengths and bytes. */
+static void *flipper_main(void *arg)
+{
+    flipper_t *f = arg;
+    uint8_t *a = malloc(200000), *b = malloc(70000);
+    if (a == NULL || b == NULL) {
+        f->result = HOOP_ERR_NO_MEMORY;
+        free(a);
+        free(b);
+        return NULL;
+    }
+    memset(a, 'a', 200000);
+    memset(b, 'b', 70000);
+    f->result = HOOP_OK;
+    for (int i = 0; i < f->rounds && f->result == HOOP_OK; i++)
+        f->result = hoop__store_set(f->st, "flip", (i & 1) ? b : a, (i & 1) ? 70000 : 200000);
+    free(a);
+    free(b);
+    return NULL;
+}
+
+static void test_file_atomic_values(void **state)
+{
+    (void)state;
+    char base[] = "/tmp/hoop-store-test-XXXXXX";
+    assert_non_null(mkdtemp(base));
+    char path[256];
+    snprintf(path, sizeof path, "%s/job", base);
+    hoop__rdv_t r0 = file_rdv(path, 0, 2), r1 = file_rdv(path, 1, 2);
+    hoop__store_t *s0 = NULL, *s1 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    flipper_t f = {.st = s1, .rounds = 300};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, flipper_main, &f), 0);
+    uint8_t *buf = malloc(200000);
+    assert_non_null(buf);
+    int torn = 0, reads = 0;
+    for (int i = 0; i < 300; i++) {
+        size_t len = 0;
+        if (hoop__store_get(s0, "flip", buf, 200000, &len, 5.0) != HOOP_OK) {
+            torn++;
+            break;
+        }
+        reads++;
+        const uint8_t c = len == 200000 ? 'a' : len == 70000 ? 'b' : 0;
+        if (c == 0) {
+            torn++;
+            continue;
+        }
+        for (size_t j = 0; j < len; j++)
+            if (buf[j] != c) {
+                torn++;
+                break;
+            }
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(f.result, HOOP_OK);
+    assert_int_equal(torn, 0);
+    assert_int_equal(reads, 300);
+    free(buf);
+    hoop__store_close(s1);
+    hoop__store_close(s0);
+    rm_rf(base);
+}
+
+static void test_file_open_errors(void **state)
+{
+    (void)state;
+    char base[] = "/tmp/hoop-store-test-XXXXXX";
+    assert_non_null(mkdtemp(base));
+    char file[256], path[300];
+    snprintf(file, sizeof file, "%s/plain", base);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    /* A parent that is a regular file. */
+    snprintf(path, sizeof path, "%s/sub/job", file);
+    hoop__rdv_t r = file_rdv(path, 0, 1);
+    hoop__store_t *st = NULL;
+    char err[512] = "";
+    assert_int_equal(hoop__store_open(&r, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_SYSTEM);
+    assert_null(st);
+    assert_non_null(strstr(err, "cannot create the file store directory"));
+    /* PATH.d exists as a file. */
+    snprintf(path, sizeof path, "%s/x", base);
+    snprintf(file, sizeof file, "%s/x.d", base);
+    f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    r = file_rdv(path, 0, 1);
+    assert_int_equal(hoop__store_open(&r, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_SYSTEM);
+    /* ... and nothing of it was removed by the failed open. */
+    struct stat sb;
+    assert_int_equal(stat(file, &sb), 0);
+    /* A directory that already exists is fine. */
+    snprintf(path, sizeof path, "%s/y", base);
+    snprintf(file, sizeof file, "%s/y.d", base);
+    assert_int_equal(mkdir(file, 0700), 0);
+    r = file_rdv(path, 1, 2);
+    assert_int_equal(hoop__store_open(&r, 1.0, NULL, &st, err, sizeof err), HOOP_OK);
+    hoop__store_close(st);
+    /* Bad rendezvous descriptions. */
+    hoop__rdv_t bad = file_rdv(path, 0, 1);
+    snprintf(bad.method, sizeof bad.method, "udp");
+    assert_int_equal(hoop__store_open(&bad, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_INVALID_ARGUMENT);
+    bad = tcp_rdv("127.0.0.1", 0, 0, 1);
+    assert_int_equal(hoop__store_open(&bad, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__store_open(NULL, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_INVALID_ARGUMENT);
+    /* NULL handles are harmless. */
+    hoop__store_close(NULL);
+    assert_string_equal(hoop__store_error(NULL), "");
+    assert_int_equal(hoop__store_set(NULL, "k", "v", 1), HOOP_ERR_INVALID_ARGUMENT);
+    rm_rf(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_resolve_env_torchrun, env_setup),
+        cmocka_unit_test_setup(test_resolve_env_slurm, env_setup),
+        cmocka_unit_test_setup(test_resolve_env_ompi, env_setup),
+        cmocka_unit_test_setup(test_resolve_explicit_wins, env_setup),
+        cmocka_unit_test_setup(test_resolve_tcp_and_file, env_setup),
+        cmocka_unit_test_setup(test_resolve_errors, env_setup),
+        cmocka_unit_test(test_parse_valid_and_partial),
+        cmocka_unit_test(test_parse_malformed),
+        cmocka_unit_test(test_parse_random),
+        cmocka_unit_test(test_tcp_exchange),
+        cmocka_unit_test(test_tcp_get_waits_and_times_out),
+        cmocka_unit_test(test_tcp_late_starters),
+        cmocka_unit_test(test_tcp_nothing_listens),
+        cmocka_unit_test(test_tcp_port_in_use),
+        cmocka_unit_test(test_tcp_server_gone),
+        cmocka_unit_test(test_tcp_malformed_client),
+        cmocka_unit_test(test_tcp_ipv6),
+        cmocka_unit_test(test_file_exchange),
+        cmocka_unit_test(test_file_atomic_values),
+        cmocka_unit_test(test_file_open_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

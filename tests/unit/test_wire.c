@@ -1,0 +1,147 @@
+/* Wire header: encode/decode round trip, validation of every field, fingerprint matching. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/wire.h"
+
+static hoop__wire_hdr_t sample(void)
+{
+    hoop__wire_hdr_t h = {.kind = HOOP_K_REDUCE, .dtype = HOOP_BFLOAT16, .op = HOOP_MAX,
+                          .flags = 3, .root = 5, .src = 7, .comm_id = 0x0123456789abcdefull,
+                          .seq = 0xfedcba9876543210ull, .count = 1ull << 40,
+                          .payload_len = 123457};
+    return h;
+}
+
+static void round_trip(void **state)
+{
+    (void)state;
+    hoop__wire_hdr_t h = sample(), g;
+    uint8_t b[HOOP_WIRE_HDR_SIZE];
+    hoop__wire_encode(&h, b);
+    assert_int_equal(hoop__wire_decode(b, UINT64_MAX, &g), HOOP_OK);
+    assert_memory_equal(&h, &g, sizeof(h));
+    /* Little-endian on the wire whatever the host: the magic spells HOOP. */
+    assert_memory_equal(b, "HOOP", 4);
+    assert_int_equal(b[4], HOOP_WIRE_VERSION);
+    /* A root of -1 survives the unsigned packing. */
+    h.root = -1;
+    hoop__wire_encode(&h, b);
+    assert_int_equal(hoop__wire_decode(b, UINT64_MAX, &g), HOOP_OK);
+    assert_int_equal(g.root, -1);
+}
+
+static void rejects_bad_fields(void **state)
+{
+    (void)state;
+    hoop__wire_hdr_t h = sample(), g;
+    uint8_t b[HOOP_WIRE_HDR_SIZE], t[HOOP_WIRE_HDR_SIZE];
+    hoop__wire_encode(&h, b);
+    /* Each byte of magic and version matters. */
+    for (int i = 0; i < 6; i++) {
+        memcpy(t, b, sizeof(t));
+        t[i] ^= 0x40;
+        assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    }
+    memcpy(t, b, sizeof(t));
+    t[6] = HOOP_K_COUNT;
+    assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    t[6] = HOOP_K_NONE;
+    assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    memcpy(t, b, sizeof(t));
+    t[7] = HOOP_DTYPE_COUNT;
+    assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    memcpy(t, b, sizeof(t));
+    t[8] = HOOP_OP_COUNT;
+    assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    /* Root below -1. */
+    h.root = -2;
+    hoop__wire_encode(&h, t);
+    assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    /* Lengths are bounded before anything is allocated. */
+    assert_int_equal(hoop__wire_decode(b, 123456, &g), HOOP_ERR_MISMATCH);
+    assert_int_equal(hoop__wire_decode(b, 123457, &g), HOOP_OK);
+}
+
+static void decode_never_overreads(void **state)
+{
+    (void)state;
+    /* Pseudo-random headers: the decoder must only ever accept what it validated. */
+    uint64_t x = 88172645463325252ull;
+    uint8_t b[HOOP_WIRE_HDR_SIZE];
+    hoop__wire_hdr_t g;
+    int accepted = 0;
+    for (int n = 0; n < 200000; n++) {
+        for (int i = 0; i < HOOP_WIRE_HDR_SIZE; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b[i] = (uint8_t)x;
+        }
+        if (n % 2) {
+            memcpy(b, "HOOP\x01\x00", 6);
+            b[6] = (uint8_t)(b[6] % (HOOP_K_COUNT + 1));
+        }
+        if (hoop__wire_decode(b, 1 << 20, &g) == HOOP_OK) {
+            accepted++;
+            assert_true(g.kind > 0 && g.kind < HOOP_K_COUNT);
+            assert_true(g.dtype < HOOP_DTYPE_COUNT && g.op < HOOP_OP_COUNT);
+            assert_true(g.payload_len <= (1 << 20) && g.root >= -1);
+        }
+    }
+    assert_true(accepted > 0);
+}
+
+static void match_names_every_field(void **state)
+{
+    (void)state;
+    hoop__wire_hdr_t e = sample(), g = sample();
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_OK);
+    g.kind = HOOP_K_ALLREDUCE;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    g = sample(); g.count++;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    g = sample(); g.dtype = HOOP_FLOAT32;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    g = sample(); g.op = HOOP_SUM;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    g = sample(); g.root = 0;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    g = sample(); g.seq++;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    g = sample(); g.comm_id++;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    g = sample(); g.payload_len--;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+}
+
+static void describe(void **state)
+{
+    (void)state;
+    char buf[128];
+    hoop__wire_hdr_t h = {.kind = HOOP_K_BROADCAST, .dtype = HOOP_FLOAT32, .root = 0, .count = 10};
+    assert_string_equal(hoop__wire_describe(&h, buf, sizeof(buf)),
+                        "broadcast(count=10, float32, root=0)");
+    h = (hoop__wire_hdr_t){.kind = HOOP_K_ALLREDUCE, .dtype = HOOP_INT8, .op = HOOP_SUM,
+                           .root = -1, .count = 20};
+    assert_string_equal(hoop__wire_describe(&h, buf, sizeof(buf)), "allreduce(count=20, int8, sum)");
+    h.kind = HOOP_K_BARRIER;
+    assert_string_equal(hoop__wire_describe(&h, buf, sizeof(buf)), "barrier()");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(round_trip),
+        cmocka_unit_test(rejects_bad_fields),
+        cmocka_unit_test(decode_never_overreads),
+        cmocka_unit_test(match_names_every_field),
+        cmocka_unit_test(describe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
