@@ -187,6 +187,9 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
 
     hoop_comm_t *c = comm_alloc(&cfg, rdv.rank, rdv.size);
     if (c == NULL) return init_fail(NULL, &boot, HOOP_ERR_NO_MEMORY, "out of memory");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = rdv.local_size > 0 ? rdv.local_size : 1;
+    c->spin_s = ncpu > 0 && local > ncpu ? 0.0 : 20e-6;
 
     double deadline = hoop__now() + cfg.timeout_s;
     hoop__store_t *st = NULL;
@@ -652,6 +655,7 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
             /* Same id on every member, distinct per split and color. */
             nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) + ((uint64_t)(uint32_t)color << 32);
             nc->timeout_s = c->timeout_s;
+            nc->spin_s = c->spin_s;
             if (open_transport(nc, NULL, addr) != HOOP_OK) {
                 rc = hoop__comm_error(c, HOOP_ERR_SYSTEM, "hoop_comm_split: %s", nc->last_error);
                 addr[0] = '\0';

@@ -42,6 +42,9 @@ struct hoop_comm {
     hoop__config_t cfg;
     hoop__log_t log;
     double timeout_s;
+    /* Waits poll without sleeping this long first: short operations finish without a wake-up.
+     * Zero when ranks outnumber cores, where spinning only steals the CPU the peer needs. */
+    double spin_s;
     char host[64];
 
     const hoop__transport_ops_t *tp_ops;

@@ -121,9 +121,6 @@ static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x
     return x->status;
 }
 
-/* Spin this long on non-blocking progress before sleeping in poll(): short operations finish
- * without a wake-up, long ones do not burn a core that another rank needs. */
-#define SPIN_SECONDS 50e-6
 
 hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
 {
@@ -166,7 +163,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
             c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT);
             return HOOP_ERR_TIMEOUT;
         }
-        int ms = now - start < SPIN_SECONDS ? 0 : 100;
+        int ms = now - start < c->spin_s ? 0 : 100;
         c->tp_ops->progress(c->tp, ms);
         if (c->inflight != NULL) reap_inflight(c);
     }

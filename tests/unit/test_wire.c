@@ -85,7 +85,13 @@ static void decode_never_overreads(void **state)
         }
         if (n % 2) {
             memcpy(b, "HOOP\x01\x00", 6);
+            /* Mostly-plausible headers reach the later checks too. */
             b[6] = (uint8_t)(b[6] % (HOOP_K_COUNT + 1));
+            b[7] = (uint8_t)(b[7] % (HOOP_DTYPE_COUNT + 1));
+            b[8] = (uint8_t)(b[8] % (HOOP_OP_COUNT + 1));
+            memset(b + 13, (b[13] & 1) ? 0xff : 0, 3);
+            memset(b + 47, 0, 5);
+            b[46] &= 0x1f;
         }
         if (hoop__wire_decode(b, 1 << 20, &g) == HOOP_OK) {
             accepted++;

@@ -1,0 +1,208 @@
+/*
+ * A rank for the hooprun tests: each mode shows one behaviour the tests then check from outside.
+ *
+ *   env                     one line with the launcher variables (and how many are duplicated)
+ *   args ARG...             one line per argument
+ *   pgrp                    its pid and process group
+ *   lines K                 K numbered lines on stdout and on stderr, each written in two pieces
+ *   partial                 a last line without newline, on stdout and stderr
+ *   long BYTES              one line of BYTES letters, then "after"
+ *   fail R CODE             rank R exits CODE after 300 ms; the others sleep 60 s
+ *   selfkill R              rank R kills itself with SIGKILL after 300 ms; the others sleep 60 s
+ *   stubborn R CODE         like fail, but the others ignore SIGTERM
+ *   wait-signal             waits up to 30 s for SIGTERM/SIGHUP/SIGINT and reports which came
+ *   sleep S                 says "ready", then sleeps S seconds
+ *
+ * Ranks that start long sleeps first print "rank R pid P" so the tests can check they are gone.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static void out(int fd, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, buf + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            exit(90);
+        off += (size_t)w;
+    }
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static int my_rank(void)
+{
+    const char *r = getenv("RANK");
+    return r ? atoi(r) : -1;
+}
+
+static const char *var(const char *name)
+{
+    const char *v = getenv(name);
+    return v ? v : "(unset)";
+}
+
+static int mode_env(void)
+{
+    static const char *const names[] = { "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                         "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                         "HOOP_LAUNCHER" };
+    int dups = 0;
+    for (size_t v = 0; v < sizeof names / sizeof names[0]; v++) {
+        int seen = 0;
+        size_t len = strlen(names[v]);
+        for (char **e = environ; *e != NULL; e++)
+            if (strncmp(*e, names[v], len) == 0 && (*e)[len] == '=')
+                seen++;
+        if (seen > 1)
+            dups += seen - 1;
+    }
+    out(1,
+        "RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s NODE_RANK=%s "
+        "MASTER_ADDR=%s MASTER_PORT=%s HOOP_LAUNCHER=%s dups=%d\n",
+        var("RANK"), var("WORLD_SIZE"), var("LOCAL_RANK"), var("LOCAL_WORLD_SIZE"),
+        var("GROUP_RANK"), var("NODE_RANK"), var("MASTER_ADDR"), var("MASTER_PORT"),
+        var("HOOP_LAUNCHER"), dups);
+    return 0;
+}
+
+/* Two writes per line, with a yield between, so the launcher sees pieces of lines. */
+static int mode_lines(int k)
+{
+    int r = my_rank();
+    for (int i = 0; i < k; i++) {
+        out(1, "rank %d ", r);
+        sched_yield();
+        out(1, "line %d\n", i);
+        out(2, "rank %d e", r);
+        sched_yield();
+        out(2, "rr %d\n", i);
+    }
+    return 0;
+}
+
+static int mode_long(long bytes)
+{
+    char c = (char)('a' + my_rank() % 26);
+    char chunk[4096];
+    memset(chunk, c, sizeof chunk);
+    for (long done = 0; done < bytes;) {
+        long n = bytes - done < (long)sizeof chunk ? bytes - done : (long)sizeof chunk;
+        ssize_t w = write(1, chunk, (size_t)n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return 90;
+        done += w;
+    }
+    out(1, "\nafter\n");
+    return 0;
+}
+
+static int mode_fail(int bad, int code, int how)
+{
+    int r = my_rank();
+    out(1, "rank %d pid %ld\n", r, (long)getpid());
+    if (r == bad) {
+        sleep_ms(300);
+        if (how == 1)
+            raise(SIGKILL);
+        return code;
+    }
+    if (how == 2)
+        signal(SIGTERM, SIG_IGN);
+    sleep_ms(60000);
+    return 0;
+}
+
+static int mode_wait_signal(void)
+{
+    int r = my_rank();
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    out(1, "rank %d ready pid %ld\n", r, (long)getpid());
+    struct timespec limit = { .tv_sec = 30, .tv_nsec = 0 };
+    int sig;
+    do {
+        sig = sigtimedwait(&set, NULL, &limit);
+    } while (sig < 0 && errno == EINTR);
+    if (sig < 0) {
+        out(1, "rank %d no signal\n", r);
+        return 1;
+    }
+    out(1, "rank %d got signal %d\n", r, sig);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "launcher_child: no mode\n");
+        return 99;
+    }
+    const char *m = argv[1];
+    if (strcmp(m, "env") == 0)
+        return mode_env();
+    if (strcmp(m, "args") == 0) {
+        for (int i = 2; i < argc; i++)
+            out(1, "arg=%s\n", argv[i]);
+        return 0;
+    }
+    if (strcmp(m, "pgrp") == 0) {
+        out(1, "rank %d pid %ld pgid %ld\n", my_rank(), (long)getpid(), (long)getpgid(0));
+        return 0;
+    }
+    if (strcmp(m, "lines") == 0 && argc == 3)
+        return mode_lines(atoi(argv[2]));
+    if (strcmp(m, "partial") == 0) {
+        out(1, "rank %d tail", my_rank());
+        out(2, "rank %d errtail", my_rank());
+        return 0;
+    }
+    if (strcmp(m, "long") == 0 && argc == 3)
+        return mode_long(atol(argv[2]));
+    if (strcmp(m, "fail") == 0 && argc == 4)
+        return mode_fail(atoi(argv[2]), atoi(argv[3]), 0);
+    if (strcmp(m, "selfkill") == 0 && argc == 3)
+        return mode_fail(atoi(argv[2]), 0, 1);
+    if (strcmp(m, "stubborn") == 0 && argc == 4)
+        return mode_fail(atoi(argv[2]), atoi(argv[3]), 2);
+    if (strcmp(m, "wait-signal") == 0)
+        return mode_wait_signal();
+    if (strcmp(m, "sleep") == 0 && argc == 3) {
+        out(1, "rank %d ready pid %ld\n", my_rank(), (long)getpid());
+        sleep_ms(atol(argv[2]) * 1000);
+        return 0;
+    }
+    fprintf(stderr, "launcher_child: bad mode '%s'\n", m);
+    return 99;
+}

@@ -1,0 +1,361 @@
+#!/bin/sh
+# Tests of hooprun, run from outside as a user would.
+#   launcher_test.sh CASE HOOPRUN CHILD
+# CASE: env output fail kill stubborn signal timeout missing args
+# CHILD is launcher_child (see launcher_child.c for its modes).
+set -u
+
+case_name=$1
+HOOPRUN=$2
+CHILD=$3
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/hooprun-test.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+
+fail() {
+    echo "FAIL [$case_name]: $*" >&2
+    for f in "$T"/out "$T"/err; do
+        if [ -f "$f" ]; then
+            echo "--- $f (first 40 lines)" >&2
+            head -n 40 "$f" >&2
+        fi
+    done
+    exit 1
+}
+
+now_ms() {
+    d=$(date +%s%N)
+    case $d in
+    *N*) echo $(($(date +%s) * 1000)) ;;
+    *) echo $((d / 1000000)) ;;
+    esac
+}
+
+# run ARGS...: runs hooprun with stdout/stderr in $T/out and $T/err; sets rc and ms (elapsed).
+run() {
+    t0=$(now_ms)
+    "$HOOPRUN" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    ms=$(($(now_ms) - t0))
+}
+
+expect_rc() {
+    [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1"
+}
+
+# Exactly one line of stderr is the given text (a sed basic regex matched against the whole line).
+expect_err_line() {
+    n=$(grep -c "^$1\$" "$T/err")
+    [ "$n" -eq 1 ] || fail "stderr has $n lines matching '$1', expected 1"
+}
+
+# The pids printed as "[R] rank R pid P" must all be gone (hooprun reaped them all).
+expect_pids_gone() {
+    pids=$(sed -n 's/^\[[0-9]*\] rank [0-9]* pid \([0-9]*\)$/\1/p' "$T/out")
+    npids=$(echo "$pids" | grep -c .)
+    [ "$npids" -eq "$1" ] || fail "found $npids rank pids in the output, expected $1"
+    for p in $pids; do
+        if kill -0 "$p" 2>/dev/null; then
+            kill -KILL "$p" 2>/dev/null
+            fail "rank process $p is still alive after hooprun returned"
+        fi
+    done
+}
+
+pid_of_rank() {
+    sed -n "s/^\[$1\] rank $1 pid \([0-9]*\)\$/\1/p" "$T/out"
+}
+
+# Waits (at most 10 s) until $T/out has $1 lines matching $2.
+wait_lines() {
+    i=0
+    while [ "$(grep -c "$2" "$T/out")" -lt "$1" ]; do
+        i=$((i + 1))
+        [ $i -le 200 ] || fail "timed out waiting for $1 lines matching '$2'"
+        sleep 0.05
+    done
+}
+
+env_line() {
+    # RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK NODE_RANK ADDR PORT
+    echo "[$1] RANK=$1 WORLD_SIZE=$2 LOCAL_RANK=$3 LOCAL_WORLD_SIZE=$4 GROUP_RANK=$5 NODE_RANK=$6 MASTER_ADDR=$7 MASTER_PORT=$8 HOOP_LAUNCHER=hooprun dups=0"
+}
+
+test_env() {
+    # One node, defaults; stale values in the environment must be replaced, not duplicated.
+    export RANK=99 WORLD_SIZE=99 LOCAL_RANK=7 MASTER_PORT=1
+    run -n 3 "$CHILD" env
+    unset RANK WORLD_SIZE LOCAL_RANK MASTER_PORT
+    expect_rc 0
+    [ "$(wc -l <"$T/out")" -eq 3 ] || fail "expected 3 lines"
+    port=$(sed -n 's/^\[0\] .*MASTER_PORT=\([0-9]*\) .*/\1/p' "$T/out")
+    [ -n "$port" ] || fail "no MASTER_PORT for rank 0"
+    if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ] || [ "$port" -eq 1 ]; then fail "bad port $port"; fi
+    {
+        env_line 0 3 0 3 0 0 127.0.0.1 "$port"
+        env_line 1 3 1 3 0 0 127.0.0.1 "$port"
+        env_line 2 3 2 3 0 0 127.0.0.1 "$port"
+    } >"$T/want"
+    sort "$T/out" | cmp -s - "$T/want" || fail "env differs from: $(cat "$T/want")"
+
+    # Second of two nodes, three ranks each.
+    run --nnodes 2 --node-rank 1 -n 3 --master-addr 10.9.8.7 --master-port 29511 "$CHILD" env
+    expect_rc 0
+    {
+        env_line 3 6 0 3 1 1 10.9.8.7 29511
+        env_line 4 6 1 3 1 1 10.9.8.7 29511
+        env_line 5 6 2 3 1 1 10.9.8.7 29511
+    } >"$T/want"
+    sort "$T/out" | cmp -s - "$T/want" || fail "multi-node env differs from: $(cat "$T/want")"
+
+    # torchrun spellings, --opt=value, -nN.
+    run --nnodes=4 --node_rank=3 --nproc_per_node=2 --master_addr=h0 --master_port=1234 "$CHILD" env
+    expect_rc 0
+    {
+        env_line 6 8 0 2 3 3 h0 1234
+        env_line 7 8 1 2 3 3 h0 1234
+    } >"$T/want"
+    sort "$T/out" | cmp -s - "$T/want" || fail "torchrun-style options: env differs"
+    run -n2 --master-port 4321 "$CHILD" env
+    expect_rc 0
+    {
+        env_line 0 2 0 2 0 0 127.0.0.1 4321
+        env_line 1 2 1 2 0 0 127.0.0.1 4321
+    } >"$T/want"
+    sort "$T/out" | cmp -s - "$T/want" || fail "-n2: env differs"
+
+    # The ranks share one process group of their own, led by rank 0.
+    run -n 3 "$CHILD" pgrp
+    expect_rc 0
+    pid0=$(sed -n 's/^\[0\] rank 0 pid \([0-9]*\) pgid .*/\1/p' "$T/out")
+    [ -n "$pid0" ] || fail "no pgrp line for rank 0"
+    n=$(grep -c "^\[[0-2]\] rank [0-2] pid [0-9]* pgid $pid0\$" "$T/out")
+    [ "$n" -eq 3 ] || fail "ranks are not all in process group $pid0"
+    [ "$pid0" -ne "$$" ] || fail "ranks run in the test's process group"
+
+    # Arguments reach the program untouched, including ones that look like options.
+    run -n 1 -- "$CHILD" args -n 5 --timeout "two words" ""
+    expect_rc 0
+    printf '[0] arg=-n\n[0] arg=5\n[0] arg=--timeout\n[0] arg=two words\n[0] arg=\n' >"$T/want"
+    cmp -s "$T/out" "$T/want" || fail "arguments were changed"
+
+    # PATH lookup.
+    oldpath=$PATH
+    PATH="$(dirname "$CHILD"):$PATH"
+    export PATH
+    run -n 2 "$(basename "$CHILD")" args x
+    PATH=$oldpath
+    expect_rc 0
+    [ "$(sort "$T/out")" = "$(printf '[0] arg=x\n[1] arg=x')" ] || fail "PATH lookup"
+}
+
+test_output() {
+    k=400
+    run -n 4 "$CHILD" lines $k
+    expect_rc 0
+    for stream in out err; do
+        [ "$stream" = out ] && word=line || word=err
+        # Every line whole, with the right prefix, and per rank in the order written.
+        awk -v k=$k -v w="$word" '
+            {
+                if ($0 !~ ("^\\[[0-9]+\\] rank [0-9]+ " w " [0-9]+$")) { print "bad line: " $0; bad = 1; next }
+                r = substr($1, 2, length($1) - 2)
+                if ($3 != r) { print "prefix " r " on a line of rank " $3; bad = 1 }
+                if ($5 != next_i[r] + 0) { print "rank " r ": line " $5 " where " next_i[r] + 0 " was due"; bad = 1 }
+                next_i[r] = $5 + 1
+            }
+            END {
+                for (r = 0; r < 4; r++) if (next_i[r] != k) { print "rank " r ": " next_i[r] + 0 " lines"; bad = 1 }
+                if (NR != 4 * k) { print NR " lines in all"; bad = 1 }
+                exit bad
+            }' "$T/$stream" >"$T/awk" || fail "std$stream: $(head -n 5 "$T/awk")"
+    done
+
+    # A last line without newline is still printed, as a line.
+    run -n 3 "$CHILD" partial
+    expect_rc 0
+    [ "$(sort "$T/out")" = "$(printf '[0] rank 0 tail\n[1] rank 1 tail\n[2] rank 2 tail')" ] ||
+        fail "partial stdout lines"
+    [ "$(sort "$T/err")" = "$(printf '[0] rank 0 errtail\n[1] rank 1 errtail\n[2] rank 2 errtail')" ] ||
+        fail "partial stderr lines"
+
+    # A 200000-byte line is split into prefixed pieces of at most 64 KiB, none of it lost.
+    run -n 2 "$CHILD" long 200000
+    expect_rc 0
+    for r in 0 1; do
+        c=$(echo $r | tr 01 ab)
+        grep "^\[$r\] " "$T/out" >"$T/r$r"
+        tail -n 1 "$T/r$r" | grep -qx "\[$r\] after" || fail "rank $r: no 'after' line last"
+        sed '$d' "$T/r$r" >"$T/pieces"
+        pieces=$(wc -l <"$T/pieces")
+        [ "$pieces" -ge 4 ] || fail "rank $r: the long line came as $pieces piece(s)"
+        grep -vqx "\[$r\] $c*" "$T/pieces" && fail "rank $r: a piece has other characters"
+        total=$(sed "s/^\[$r\] //" "$T/pieces" | tr -d '\n' | wc -c)
+        [ "$total" -eq 200000 ] || fail "rank $r: $total of 200000 bytes"
+        longest=$(awk '{ if (length($0) > m) m = length($0) } END { print m }' "$T/pieces")
+        [ "$longest" -le $((65536 + 4)) ] || fail "rank $r: a piece of $longest bytes"
+    done
+
+    # --no-prefix: the lines as written.
+    run --no-prefix -n 2 "$CHILD" lines 2
+    expect_rc 0
+    [ "$(sort "$T/out")" = "$(printf 'rank 0 line 0\nrank 0 line 1\nrank 1 line 0\nrank 1 line 1')" ] ||
+        fail "--no-prefix stdout"
+}
+
+test_fail() {
+    run -n 4 "$CHILD" fail 2 3
+    expect_rc 3
+    [ "$ms" -lt 5000 ] || fail "took $ms ms: the sleeping ranks kept the job alive"
+    p=$(pid_of_rank 2)
+    expect_err_line "hooprun: rank 2 (pid $p) exited with status 3"
+    [ "$(grep -c '^hooprun: ' "$T/err")" -eq 1 ] || fail "more than one launcher message"
+    expect_pids_gone 4
+
+    # All ranks succeed: 0, and nothing from the launcher.
+    run -n 3 "$CHILD" args ok
+    expect_rc 0
+    [ -s "$T/err" ] && fail "stderr not empty on success"
+    return 0
+}
+
+test_kill() {
+    run -n 3 "$CHILD" selfkill 1
+    expect_rc 137
+    [ "$ms" -lt 5000 ] || fail "took $ms ms: the sleeping ranks kept the job alive"
+    p=$(pid_of_rank 1)
+    expect_err_line "hooprun: rank 1 (pid $p) was killed by signal 9 (SIGKILL)"
+    expect_pids_gone 3
+}
+
+test_stubborn() {
+    # The other rank ignores SIGTERM: SIGKILL after the 3 s grace period.
+    run -n 2 "$CHILD" stubborn 1 5
+    expect_rc 5
+    [ "$ms" -ge 2500 ] || fail "SIGKILL came after $ms ms, before the grace period"
+    [ "$ms" -lt 8000 ] || fail "took $ms ms"
+    p=$(pid_of_rank 1)
+    expect_err_line "hooprun: rank 1 (pid $p) exited with status 5"
+    grep -q 'SIGKILL' "$T/err" || fail "no word of SIGKILL"
+    expect_pids_gone 2
+}
+
+# bg_run ARGS...: hooprun in the background; sets bg.
+bg_run() {
+    # Emptied here, not by the redirection below, which happens in the background process and
+    # could come after wait_lines has read the previous run's lines.
+    : >"$T/out"
+    : >"$T/err"
+    "$HOOPRUN" "$@" >>"$T/out" 2>>"$T/err" &
+    bg=$!
+}
+
+test_signal() {
+    for s in TERM:15 HUP:1; do
+        name=${s%%:*}
+        num=${s##*:}
+        bg_run -n 3 "$CHILD" wait-signal
+        wait_lines 3 '^\[[0-9]\] rank [0-9] ready'
+        kill -"$name" "$bg"
+        wait "$bg"
+        rc=$?
+        expect_rc 0
+        for r in 0 1 2; do
+            grep -qx "\[$r\] rank $r got signal $num" "$T/out" || fail "rank $r did not get SIG$name"
+        done
+        [ "$(grep -c 'got signal' "$T/out")" -eq 3 ] || fail "a rank got SIG$name more than once"
+    done
+
+    # Ranks that die of the forwarded signal: reported, 128+15, quickly.
+    t0=$(now_ms)
+    bg_run -n 2 "$CHILD" sleep 60
+    wait_lines 2 'ready'
+    kill -TERM "$bg"
+    wait "$bg"
+    rc=$?
+    ms=$(($(now_ms) - t0))
+    expect_rc 143
+    [ "$ms" -lt 5000 ] || fail "took $ms ms"
+    grep -q '^hooprun: rank [01] (pid [0-9]*) was killed by signal 15 (SIGTERM)$' "$T/err" ||
+        fail "no report of the signal"
+}
+
+test_timeout() {
+    run --timeout 1 -n 2 "$CHILD" sleep 60
+    expect_rc 124
+    [ "$ms" -ge 900 ] || fail "stopped after $ms ms, before the timeout"
+    [ "$ms" -lt 5000 ] || fail "took $ms ms"
+    grep -q '^hooprun: .*timeout' "$T/err" || fail "no timeout message"
+
+    # Ranks that ignore SIGTERM are killed too.
+    run --timeout 0.5 -n 2 "$CHILD" stubborn 9 0
+    expect_rc 124
+    [ "$ms" -lt 8000 ] || fail "took $ms ms"
+    expect_pids_gone 2
+
+    # A job that ends in time is not affected.
+    run --timeout 30 -n 2 "$CHILD" args x
+    expect_rc 0
+    [ "$ms" -lt 5000 ] || fail "took $ms ms"
+}
+
+test_missing() {
+    run -n 2 /nonexistent/dir/prog
+    [ "$rc" -eq 127 ] || fail "missing path: exit status $rc"
+    grep -q '/nonexistent/dir/prog' "$T/err" || fail "message does not name the program"
+
+    run -n 2 hoop-no-such-program-xyz
+    [ "$rc" -eq 127 ] || fail "missing command: exit status $rc"
+    grep -q 'hoop-no-such-program-xyz' "$T/err" || fail "message does not name the program"
+
+    printf '#!/bin/sh\necho hi\n' >"$T/noexec"
+    chmod 644 "$T/noexec"
+    run -n 2 "$T/noexec"
+    [ "$rc" -eq 126 ] || fail "not executable: exit status $rc"
+    grep -q 'noexec' "$T/err" || fail "message does not name the program"
+
+    run -n 2 "$T"
+    [ "$rc" -eq 126 ] || fail "directory: exit status $rc"
+    [ -s "$T/out" ] && fail "output from a job that never ran"
+    [ "$ms" -lt 5000 ] || fail "took $ms ms"
+    return 0
+}
+
+test_args() {
+    marker="$T/ran"
+    for a in "" "-n" "-n 0" "-n -1" "-n abc" "-n 2x" "-n 99999" "--bogus -n 1" "-x -n 1" \
+        "--nnodes 2 -n 1" "--nnodes 0 -n 1" "--nnodes 2 --node-rank 2 --master-port 5000 -n 1" \
+        "--node-rank -1 -n 1" "--master-port 0 -n 1" "--master-port 70000 -n 1" \
+        "--master-port x -n 1" "--timeout 0 -n 1" "--timeout -1 -n 1" "--timeout abc -n 1" \
+        "--master-addr= -n 1" "--no-prefix=1 -n 1" "-n 1 --timeout"; do
+        # shellcheck disable=SC2086
+        run $a sh -c "touch '$marker'"
+        [ "$rc" -eq 2 ] || fail "'$a': exit status $rc, expected 2"
+        grep -q '^hooprun: ' "$T/err" || fail "'$a': no message"
+        grep -q '^usage: hooprun' "$T/err" || fail "'$a': no usage"
+        [ -e "$marker" ] && fail "'$a': the program was started"
+    done
+    # Options only, no program.
+    run -n 2
+    [ "$rc" -eq 2 ] || fail "no program: exit status $rc"
+    grep -q 'usage: hooprun' "$T/err" || fail "no program: no usage"
+
+    run --help
+    expect_rc 0
+    grep -q '^usage: hooprun' "$T/out" || fail "--help prints no usage"
+    run -h
+    expect_rc 0
+    grep -q '^usage: hooprun' "$T/out" || fail "-h prints no usage"
+    run --version
+    expect_rc 0
+    grep -q '^hooprun .*[0-9]\.[0-9]' "$T/out" || fail "--version"
+}
+
+case $case_name in
+env | output | fail | kill | stubborn | signal | timeout | missing | args) "test_$case_name" ;;
+*)
+    echo "unknown case '$case_name'" >&2
+    exit 2
+    ;;
+esac
+echo "ok [$case_name]"
