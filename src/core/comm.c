@@ -146,8 +146,9 @@ static void comm_free(hoop_comm_t *c)
     free(c);
 }
 
-static hoop_result_t open_transport(hoop_comm_t *c, const char *route_hint, char *addr)
+static hoop_result_t open_transport(hoop_comm_t *c, char *addr)
 {
+    const char *route_hint = c->route_hint[0] != '\0' ? c->route_hint : NULL;
     hoop__tp_params_t p = {
         .rank = c->rank,
         .size = c->size,
@@ -210,7 +211,8 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     if (rc != HOOP_OK) goto store_error;
 
     char addr[ADDR_LEN];
-    rc = open_transport(c, rdv.method[0] == 't' ? rdv.host : NULL, addr);
+    if (rdv.method[0] == 't') snprintf(c->route_hint, sizeof(c->route_hint), "%s", rdv.host);
+    rc = open_transport(c, addr);
     if (rc != HOOP_OK) return init_fail(c, &boot, rc, c->last_error);
     char key[64];
     snprintf(key, sizeof(key), "hoop/addr/%d", c->rank);
@@ -259,6 +261,11 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     hoop__store_close(st);
     HOOP_INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
               (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);
+    if (hoop__algo_parse(cfg.algo) > 0)
+        HOOP_INFO(&c->log, "all-reduce algorithm: %s (HOOP_ALGO)", cfg.algo);
+    else
+        HOOP_INFO(&c->log, "all-reduce algorithm: rd up to %zu bytes, ring above; chunks of %zu bytes",
+                  cfg.small_bytes, cfg.chunk_bytes);
     *out = c;
     return HOOP_OK;
 
@@ -656,7 +663,8 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
             nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) + ((uint64_t)(uint32_t)color << 32);
             nc->timeout_s = c->timeout_s;
             nc->spin_s = c->spin_s;
-            if (open_transport(nc, NULL, addr) != HOOP_OK) {
+            memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
+            if (open_transport(nc, addr) != HOOP_OK) {
                 rc = hoop__comm_error(c, HOOP_ERR_SYSTEM, "hoop_comm_split: %s", nc->last_error);
                 addr[0] = '\0';
             }

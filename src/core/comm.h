@@ -46,6 +46,7 @@ struct hoop_comm {
      * Zero when ranks outnumber cores, where spinning only steals the CPU the peer needs. */
     double spin_s;
     char host[64];
+    char route_hint[256];        /* the rendezvous host: the transport listens on the interface facing it */
 
     const hoop__transport_ops_t *tp_ops;
     hoop__tp_t *tp;
@@ -65,7 +66,8 @@ struct hoop_comm {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     hoop_request_t *head, *tail; /* collectives waiting to run, in posting order */
-    hoop_request_t *inflight;    /* point-to-point requests posted to the transport */
+    hoop_request_t *inflight;    /* point-to-point requests posted to the transport (under exec) */
+    atomic_int n_inflight;       /* its length, readable without exec */
     int busy;                    /* a call runs on a caller's thread */
     int has_thread, stop;
     pthread_t thread;

@@ -43,6 +43,7 @@ static void reap_inflight(hoop_comm_t *c)
             continue;
         }
         *pp = r->next;
+        atomic_fetch_sub(&c->n_inflight, 1);
         hoop_result_t st = r->xfer.status;
         if (st != HOOP_OK && !atomic_load(&c->aborted))
             hoop__comm_fail(c, st, "%s with rank %d failed: %s",
@@ -255,6 +256,7 @@ static void *progress_thread(void *arg)
                     post_p2p(r);
                     r->next = c->inflight;
                     c->inflight = r;
+                    atomic_fetch_add(&c->n_inflight, 1);
                     posted = 1;
                     reap_inflight(c); /* it may have failed at once */
                 } else {
@@ -268,7 +270,7 @@ static void *progress_thread(void *arg)
             pthread_cond_broadcast(&c->cv);
             continue;
         }
-        if (c->inflight != NULL && !c->busy) {
+        if (atomic_load(&c->n_inflight) > 0 && !c->busy) {
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&c->exec);
             if (c->inflight != NULL) {
@@ -319,7 +321,10 @@ hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop
     if (out == NULL && c->head == NULL && !c->busy) {
         /* Fast path: nothing ahead of us, run on this thread. */
         c->busy = 1;
+        int thread_polls = c->has_thread;
         pthread_mutex_unlock(&c->mu);
+        /* The progress thread may sleep in poll() holding exec for point-to-point requests. */
+        if (thread_polls) c->tp_ops->wake(c->tp);
         pthread_mutex_lock(&c->exec);
         hoop_result_t st = run(c, r);
         pthread_mutex_unlock(&c->exec);
