@@ -1,0 +1,109 @@
+/*
+ * Broadcast of n bytes from root, in place in c->recvbuf. v = (r - root + p) % p is the rank
+ * relative to the root.
+ *
+ * Small (n <= small_bytes): binomial tree.
+ *   v != 0 receives the whole buffer from v - lowbit(v); then every node (root included) sends it
+ *   to v + 2^j for 2^j < lowbit(v) (root: 2^j < p), largest subtree first.
+ *   Cost: ceil(log2 p) * (alpha + n*beta).
+ *
+ * Large: pipelined chain root = v0 -> v1 -> ... -> v(p-1), in m = ceil(n / chunk) chunks.
+ *   step k: v receives chunk k from v-1 while chunk k-1 is on its way to v+1; at most WINDOW
+ *   receives are posted ahead and WINDOW sends are outstanding.
+ *   Cost: (p - 2 + m) * (alpha + (n/m)*beta), about n*beta for m >> p.
+ */
+#include <string.h>
+
+#include "collectives/coll.h"
+
+enum { WINDOW = 8, MAX_CHILDREN = 32 };
+
+static hoop_result_t tree(const hoop__call_t *c, char *buf, size_t n)
+{
+    int p = c->comm->size, r = c->comm->rank;
+    long v = (r - c->root + p) % p;
+    long top;
+    if (v != 0) {
+        long low = v & -v;
+        int parent = (int)((v - low + c->root) % p);
+        hoop__xfer_t x;
+        hoop__xrecv(c, &x, parent, buf, n);
+        hoop_result_t rc = hoop__xwait1(c, &x);
+        if (rc != HOOP_OK) return rc;
+        top = low;
+    } else {
+        top = 1;
+        while (top < p) top <<= 1;
+    }
+    hoop__xfer_t xs[MAX_CHILDREN];
+    hoop__xfer_t *ptrs[MAX_CHILDREN];
+    int k = 0;
+    for (long m = top >> 1; m > 0; m >>= 1) {
+        if (v + m >= p) continue;
+        hoop__xsend(c, &xs[k], (int)((v + m + c->root) % p), buf, n);
+        ptrs[k] = &xs[k];
+        k++;
+    }
+    return hoop__xwait(c, ptrs, k);
+}
+
+static hoop_result_t chain(const hoop__call_t *c, char *buf, size_t n, size_t chunk)
+{
+    int p = c->comm->size, r = c->comm->rank;
+    int v = (r - c->root + p) % p;
+    int left = v > 0 ? (r - 1 + p) % p : -1;
+    int right = v < p - 1 ? (r + 1) % p : -1;
+    size_t m = n == 0 ? 1 : (n - 1) / chunk + 1;
+    hoop__xfer_t rx[WINDOW], sx[WINDOW];
+    hoop_result_t rc;
+    size_t posted = 0;
+
+    if (left >= 0)
+        for (; posted < m && posted < WINDOW; posted++)
+            hoop__xrecv(c, &rx[posted % WINDOW], left, buf + posted * chunk,
+                        n - posted * chunk < chunk ? n - posted * chunk : chunk);
+    for (size_t k = 0; k < m; k++) {
+        size_t off = k * chunk, len = n - off < chunk ? n - off : chunk;
+        if (left >= 0) {
+            if ((rc = hoop__xwait1(c, &rx[k % WINDOW])) != HOOP_OK) return rc;
+            if (posted < m) {
+                size_t o = posted * chunk;
+                hoop__xrecv(c, &rx[posted % WINDOW], left, buf + o, n - o < chunk ? n - o : chunk);
+                posted++;
+            }
+        }
+        if (right >= 0) {
+            /* The slot's previous send (k - WINDOW) must be done before it is reused. */
+            if (k >= WINDOW && (rc = hoop__xwait1(c, &sx[k % WINDOW])) != HOOP_OK) return rc;
+            hoop__xsend(c, &sx[k % WINDOW], right, buf + off, len);
+        }
+    }
+    if (right >= 0) {
+        hoop__xfer_t *ptrs[WINDOW];
+        int k = 0;
+        for (size_t i = m > WINDOW ? m - WINDOW : 0; i < m; i++) ptrs[k++] = &sx[i % WINDOW];
+        return hoop__xwait(c, ptrs, k);
+    }
+    return HOOP_OK;
+}
+
+hoop_result_t hoop__broadcast(hoop__call_t *c)
+{
+    hoop_comm_t *comm = c->comm;
+    size_t ds = hoop__dsize(c), n;
+    if (ds == 0 || __builtin_mul_overflow(c->count, ds, &n))
+        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT,
+                                "broadcast: bad dtype or count %zu too large", c->count);
+    if (c->root < 0 || c->root >= comm->size)
+        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT,
+                                "broadcast: root %d outside 0..%d", c->root, comm->size - 1);
+    char none, *buf = n > 0 ? c->recvbuf : &none;
+    if (comm->rank == c->root && c->sendbuf != NULL && c->sendbuf != c->recvbuf && n > 0)
+        memmove(buf, c->sendbuf, n);
+    if (comm->size == 1) return HOOP_OK;
+    if (n <= comm->cfg.small_bytes) return tree(c, buf, n);
+    /* Whole elements per chunk keep messages readable in traces. */
+    size_t chunk = comm->cfg.chunk_bytes / ds * ds;
+    if (chunk == 0) chunk = ds;
+    return chain(c, buf, n, chunk);
+}

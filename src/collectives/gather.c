@@ -1,0 +1,55 @@
+/*
+ * Gather of n bytes per rank to root: recvbuf (root only) holds p blocks, block i from rank i.
+ *
+ *   root: copies its own block, then posts the p - 1 receives at once, each straight into its block
+ *   rank i != root: one send of its n bytes to root
+ *
+ * Cost at the root: alpha + (p - 1)*n*beta (its link is the bottleneck; the transport interleaves
+ * the incoming streams). In place when sendbuf already lies anywhere in recvbuf: the own block is
+ * moved first, before any receive can overwrite it.
+ */
+#include <string.h>
+
+#include "collectives/coll.h"
+
+hoop_result_t hoop__gather(hoop__call_t *c)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, r = comm->rank;
+    size_t ds = hoop__dsize(c), n, total;
+    if (ds == 0 || __builtin_mul_overflow(c->count, ds, &n) ||
+        __builtin_mul_overflow(n, (size_t)p, &total))
+        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT,
+                                "gather: bad dtype or count %zu too large", c->count);
+    if (c->root < 0 || c->root >= p)
+        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT, "gather: root %d outside 0..%d",
+                                c->root, p - 1);
+    char none = 0;
+    if (r != c->root) {
+        hoop__xfer_t x;
+        hoop__xsend(c, &x, c->root, n > 0 ? c->sendbuf : &none, n);
+        return hoop__xwait1(c, &x);
+    }
+
+    char *out = c->recvbuf;
+    if (n > 0 && out + (size_t)r * n != (const char *)c->sendbuf)
+        memmove(out + (size_t)r * n, c->sendbuf, n);
+    if (p == 1) return HOOP_OK;
+
+    /* One transfer and one wait slot per rank; the own slot stays NULL. */
+    size_t xbytes = (size_t)p * sizeof(hoop__xfer_t), pbytes = (size_t)p * sizeof(hoop__xfer_t *);
+    char *s = hoop__scratch(comm, xbytes + pbytes);
+    if (s == NULL) {
+        hoop__comm_fail(comm, HOOP_ERR_NO_MEMORY, "gather: no memory for %d transfers", p);
+        return HOOP_ERR_NO_MEMORY;
+    }
+    hoop__xfer_t *xs = (hoop__xfer_t *)(void *)s;
+    hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(s + xbytes);
+    for (int i = 0; i < p; i++) {
+        ptrs[i] = NULL;
+        if (i == r) continue;
+        hoop__xrecv(c, &xs[i], i, n > 0 ? out + (size_t)i * n : &none, n);
+        ptrs[i] = &xs[i];
+    }
+    return hoop__xwait(c, ptrs, p);
+}

@@ -1,0 +1,55 @@
+/*
+ * Scatter of n bytes per rank from root: sendbuf (root only) holds p blocks, block i for rank i.
+ *
+ *   root: posts the p - 1 sends at once, each straight from its block; copies its own block last
+ *   rank i != root: one receive of n bytes into recvbuf
+ *
+ * Cost at the root: alpha + (p - 1)*n*beta. The root's own copy waits for the sends so that an
+ * in-place recvbuf (anywhere inside sendbuf) is not written while a send still reads it.
+ */
+#include <string.h>
+
+#include "collectives/coll.h"
+
+hoop_result_t hoop__scatter(hoop__call_t *c)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, r = comm->rank;
+    size_t ds = hoop__dsize(c), n, total;
+    if (ds == 0 || __builtin_mul_overflow(c->count, ds, &n) ||
+        __builtin_mul_overflow(n, (size_t)p, &total))
+        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT,
+                                "scatter: bad dtype or count %zu too large", c->count);
+    if (c->root < 0 || c->root >= p)
+        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT,
+                                "scatter: root %d outside 0..%d", c->root, p - 1);
+    char none = 0;
+    if (r != c->root) {
+        hoop__xfer_t x;
+        hoop__xrecv(c, &x, c->root, n > 0 ? c->recvbuf : &none, n);
+        return hoop__xwait1(c, &x);
+    }
+
+    const char *in = c->sendbuf;
+    if (p > 1) {
+        size_t xbytes = (size_t)p * sizeof(hoop__xfer_t);
+        size_t pbytes = (size_t)p * sizeof(hoop__xfer_t *);
+        char *s = hoop__scratch(comm, xbytes + pbytes);
+        if (s == NULL) {
+            hoop__comm_fail(comm, HOOP_ERR_NO_MEMORY, "scatter: no memory for %d transfers", p);
+            return HOOP_ERR_NO_MEMORY;
+        }
+        hoop__xfer_t *xs = (hoop__xfer_t *)(void *)s;
+        hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(s + xbytes);
+        for (int i = 0; i < p; i++) {
+            ptrs[i] = NULL;
+            if (i == r) continue;
+            hoop__xsend(c, &xs[i], i, n > 0 ? in + (size_t)i * n : &none, n);
+            ptrs[i] = &xs[i];
+        }
+        hoop_result_t rc = hoop__xwait(c, ptrs, p);
+        if (rc != HOOP_OK) return rc;
+    }
+    if (n > 0 && (char *)c->recvbuf != in + (size_t)r * n) memmove(c->recvbuf, in + (size_t)r * n, n);
+    return HOOP_OK;
+}
