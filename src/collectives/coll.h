@@ -59,6 +59,13 @@ hoop_result_t hoop__allgather_ring(hoop__call_t *c);
 hoop_result_t hoop__gather(hoop__call_t *c);
 hoop_result_t hoop__scatter(hoop__call_t *c);
 hoop_result_t hoop__reduce_scatter_ring(hoop__call_t *c);
+/* The ring reduce-scatter core, shared with reduce (reduce_scatter.c). Scratch bytes (never 0) that
+ * hoop__rs_ring needs for these buffers; out == NULL stands for an output that does not overlap in. */
+size_t hoop__rs_ring_scratch(const hoop__call_t *c, const void *in, size_t total, const void *out);
+/* Ring reduce-scatter of total elements at in: block r's result (AVG finished) goes to out.
+ * scratch: at least hoop__rs_ring_scratch() bytes, aligned as malloc aligns. Needs p >= 2. */
+hoop_result_t hoop__rs_ring(const hoop__call_t *c, const void *in, size_t total, void *out,
+                            void *scratch);
 hoop_result_t hoop__alltoall_pairwise(hoop__call_t *c);
 hoop_result_t hoop__barrier_dissemination(hoop__call_t *c);
 

@@ -22,10 +22,6 @@
 
 enum { MAX_CHILDREN = 32, ALIGN = 64 };
 
-/* Defined in reduce_scatter.c. */
-size_t hoop__rs_ring_scratch(const hoop__call_t *c, const void *in, size_t total, const void *out);
-hoop_result_t hoop__rs_ring(const hoop__call_t *c, const void *in, size_t total, void *out,
-                            void *scratch);
 
 static size_t align_up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 

@@ -23,8 +23,9 @@
  *
  * In place (sendbuf == recvbuf, recvbuf holding the p*recvcount input): the result goes to the start
  * of recvbuf. The final chunk k is written over input block 0's chunk k only after every read of it
- * (those come earlier in t order and are waited first), so no copy is needed; other overlaps get
- * a staging copy of the result.
+ * (those come earlier in t order and are waited first), so no copy is needed. NCCL's placement,
+ * recvbuf = sendbuf + r*recvcount, is an exact alias of the own block and needs none either; any
+ * other overlap gets a staging copy of the result.
  */
 #include <string.h>
 
@@ -32,13 +33,6 @@
 
 enum { WINDOW = 4, GROUP = 4, ALIGN = 64 };
 
-/* Also used by reduce.c. Scratch bytes (never 0) hoop__rs_ring needs for these buffers; out == NULL
- * stands for an output that does not overlap in. */
-size_t hoop__rs_ring_scratch(const hoop__call_t *c, const void *in, size_t total, const void *out);
-/* Ring reduce-scatter of total elements at in: block r's result (AVG finished) goes to out.
- * scratch: at least hoop__rs_ring_scratch() bytes, aligned as malloc aligns. Needs p >= 2. */
-hoop_result_t hoop__rs_ring(const hoop__call_t *c, const void *in, size_t total, void *out,
-                            void *scratch);
 
 typedef struct {
     size_t ds;      /* element size */

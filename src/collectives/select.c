@@ -36,8 +36,7 @@ hoop_result_t hoop__collective_run(hoop__call_t *call)
                (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
                hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
                hoop__algo_name(call->algo));
-    /* Nothing moves for an empty buffer; every rank agrees on that without talking. */
-    if (call->count == 0 && call->kind != HOOP_K_BARRIER) return HOOP_OK;
+    /* count 0 still exchanges (empty) messages, so a rank that passed another count is told. */
     switch (call->kind) {
     case HOOP_K_ALLREDUCE:
         return call->algo == HOOP_ALGO_RD ? hoop__allreduce_rd(call) : hoop__allreduce_ring(call);

@@ -210,6 +210,34 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     rc = hoop__store_get(st, "hoop/id", &c->id, sizeof(c->id), &len, deadline - hoop__now());
     if (rc != HOOP_OK) goto store_error;
 
+    /* Settings that decide the schedule or the wire layout must be the same on every rank, or
+     * ranks would pick different algorithms and fail with a mismatch: rank 0's values win. */
+    struct {
+        uint64_t small_bytes, chunk_bytes;
+        int32_t sockets_per_peer;
+        char algo[16];
+    } shared = {0};
+    if (c->rank == 0) {
+        shared.small_bytes = cfg.small_bytes;
+        shared.chunk_bytes = cfg.chunk_bytes;
+        shared.sockets_per_peer = cfg.sockets_per_peer;
+        memcpy(shared.algo, cfg.algo, sizeof(shared.algo));
+        rc = hoop__store_set(st, "hoop/cfg", &shared, sizeof(shared));
+        if (rc != HOOP_OK) goto store_error;
+    }
+    rc = hoop__store_get(st, "hoop/cfg", &shared, sizeof(shared), &len, deadline - hoop__now());
+    if (rc != HOOP_OK) goto store_error;
+    shared.algo[sizeof(shared.algo) - 1] = '\0';
+    if (shared.small_bytes != cfg.small_bytes || shared.chunk_bytes != cfg.chunk_bytes ||
+        shared.sockets_per_peer != cfg.sockets_per_peer || strcmp(shared.algo, cfg.algo) != 0)
+        HOOP_WARN(&c->log, "HOOP_ALGO/HOOP_SMALL_BYTES/HOOP_CHUNK_BYTES/HOOP_SOCKETS_PER_PEER "
+                           "differ from rank 0's; using rank 0's");
+    c->cfg.small_bytes = cfg.small_bytes = shared.small_bytes;
+    c->cfg.chunk_bytes = cfg.chunk_bytes = shared.chunk_bytes;
+    c->cfg.sockets_per_peer = cfg.sockets_per_peer = shared.sockets_per_peer;
+    memcpy(c->cfg.algo, shared.algo, sizeof(c->cfg.algo));
+    memcpy(cfg.algo, shared.algo, sizeof(cfg.algo));
+
     char addr[ADDR_LEN];
     if (rdv.method[0] == 't') snprintf(c->route_hint, sizeof(c->route_hint), "%s", rdv.host);
     rc = open_transport(c, addr);

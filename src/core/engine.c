@@ -95,33 +95,20 @@ static void describe_call(const hoop__call_t *call, char *buf, size_t n)
     hoop__wire_describe(&h, buf, n);
 }
 
-/* Turns a failed transfer into the communicator's error, with the most useful sentence. */
+/* Turns a failed transfer into the communicator's error. The transport has usually reported the
+ * cause already (a lost peer, a mismatched call, with its sentence); otherwise say which call and
+ * which peer. */
 static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x)
 {
     hoop_comm_t *c = call->comm;
     hoop_result_t aborted = (hoop_result_t)atomic_load(&c->aborted);
     if (aborted) return aborted;
-    char mine[128], theirs[128];
+    char mine[128];
     describe_call(call, mine, sizeof(mine));
-    if (x->status == HOOP_ERR_MISMATCH) {
-        if (x->got.kind != HOOP_K_NONE) {
-            hoop__wire_describe(&x->got, theirs, sizeof(theirs));
-            hoop__comm_fail(c, HOOP_ERR_MISMATCH,
-                            "rank %d called %s as call #%llu where rank %d called %s as call #%llu",
-                            x->peer, theirs, (unsigned long long)x->got.seq, c->rank, mine,
-                            (unsigned long long)call->seq);
-        } else {
-            hoop__comm_fail(c, HOOP_ERR_MISMATCH,
-                            "rank %d sent a malformed message during %s (call #%llu)", x->peer,
-                            mine, (unsigned long long)call->seq);
-        }
-    } else {
-        hoop__comm_fail(c, x->status, "%s (call #%llu) failed with rank %d: %s", mine,
-                        (unsigned long long)call->seq, x->peer, hoop_error_string(x->status));
-    }
+    hoop__comm_fail(c, x->status, "%s (call #%llu) failed with rank %d: %s", mine,
+                    (unsigned long long)call->seq, x->peer, hoop_error_string(x->status));
     return x->status;
 }
-
 
 hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
 {
@@ -193,6 +180,7 @@ hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf,
 
 void *hoop__scratch(hoop_comm_t *c, size_t bytes)
 {
+    if (bytes == 0) bytes = 1; /* a valid pointer even for empty buffers */
     if (bytes <= c->scratch_len) return c->scratch;
     void *p = realloc(c->scratch, bytes);
     if (p == NULL) return NULL;

@@ -64,8 +64,10 @@ hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t m
     h->count = get64(in + 36);
     h->payload_len = get64(in + 44);
     if (h->kind == HOOP_K_NONE || h->kind >= HOOP_K_COUNT || h->dtype >= HOOP_DTYPE_COUNT ||
-        h->op >= HOOP_OP_COUNT || h->root < -1 || h->payload_len > max_payload)
+        h->op >= HOOP_OP_COUNT || h->root < -1 || h->payload_len > max_payload) {
+        memset(h, 0, sizeof(*h));
         return HOOP_ERR_MISMATCH;
+    }
     return HOOP_OK;
 }
 
@@ -102,6 +104,28 @@ const char *hoop__wire_describe(const hoop__wire_hdr_t *h, char *buf, size_t n)
         if (has_root) snprintf(root, sizeof(root), ", root=%d", (int)h->root);
         snprintf(buf, n, "%s(count=%" PRIu64 ", %s%s%s)", hoop__kind_name(h->kind), h->count,
                  hoop_dtype_name((hoop_dtype_t)h->dtype), op, root);
+    }
+    return buf;
+}
+
+const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *e, const hoop__wire_hdr_t *g, int peer,
+                                    int me, char *buf, size_t n)
+{
+    char mine[128], theirs[128];
+    hoop__wire_describe(e, mine, sizeof(mine));
+    if (g->kind == HOOP_K_NONE) {
+        snprintf(buf, n, "rank %d sent a malformed message during %s (call #%" PRIu64 ")", peer,
+                 mine, e->seq);
+    } else if (g->comm_id != e->comm_id) {
+        snprintf(buf, n, "rank %d sent a message of another communicator during %s", peer, mine);
+    } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
+               g->dtype == e->dtype && g->op == e->op && g->root == e->root) {
+        snprintf(buf, n, "rank %d sent %" PRIu64 " bytes where %" PRIu64 " were expected in %s",
+                 peer, g->payload_len, e->payload_len, mine);
+    } else {
+        hoop__wire_describe(g, theirs, sizeof(theirs));
+        snprintf(buf, n, "rank %d called %s as call #%" PRIu64 " where rank %d called %s as call #%" PRIu64,
+                 peer, theirs, g->seq, me, mine, e->seq);
     }
     return buf;
 }

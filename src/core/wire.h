@@ -51,5 +51,9 @@ hoop_result_t hoop__wire_match(const hoop__wire_hdr_t *expect, const hoop__wire_
 /* "allreduce(count=20, float32, sum)", "broadcast(count=10, float32, root=0)". Returns buf. */
 const char *hoop__wire_describe(const hoop__wire_hdr_t *h, char *buf, size_t n);
 const char *hoop__kind_name(int kind);
+/* The sentence for a received header that does not match the posted receive, naming both calls:
+ * "rank 1 called broadcast(count=10, float32, root=0) as call #7 where rank 0 called ...". */
+const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *expect, const hoop__wire_hdr_t *got,
+                                    int peer, int me, char *buf, size_t n);
 
 #endif

@@ -453,21 +453,27 @@ static void fail_queue(hoop__tp_t *tp, seg_t **head, seg_t **tail, hoop_result_t
     *head = *tail = NULL;
 }
 
-static void peer_lost(hoop__tp_t *tp, int peer, const char *why)
+/* Fails everything queued for peer with code, closes its sockets and reports msg once. */
+static void peer_fail(hoop__tp_t *tp, int peer, hoop_result_t code, const char *msg)
 {
     peer_t *pe = &tp->peers[peer];
     if (pe->lost) return;
     pe->lost = 1;
     for (int k = 0; k < tp->nsock; k++) {
         sock_t *s = &pe->socks[k];
-        fail_queue(tp, &s->sq, &s->sq_tail, HOOP_ERR_PEER_LOST);
-        fail_queue(tp, &s->rq, &s->rq_tail, HOOP_ERR_PEER_LOST);
+        fail_queue(tp, &s->sq, &s->sq_tail, code);
+        fail_queue(tp, &s->rq, &s->rq_tail, code);
         if (s->fd >= 0) close(s->fd);
         s->fd = -1;
     }
+    tp->p.report(tp->p.report_ctx, code, peer, msg);
+}
+
+static void peer_lost(hoop__tp_t *tp, int peer, const char *why)
+{
     char msg[256];
     snprintf(msg, sizeof(msg), "lost connection to rank %d (%s)", peer, why);
-    tp->p.report(tp->p.report_ctx, HOOP_ERR_PEER_LOST, peer, msg);
+    peer_fail(tp, peer, HOOP_ERR_PEER_LOST, msg);
 }
 
 static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
@@ -584,12 +590,16 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
             }
             if (rc != HOOP_OK) {
                 /* The stream is out of step from here on: fail this transfer and the peer. */
+                char msg[400];
+                hoop__wire_hdr_t want = x->hdr;
+                want.payload_len = x->len;
+                hoop__wire_mismatch_msg(&want, &x->got, peer, tp->p.rank, msg, sizeof(msg));
                 x->status = HOOP_ERR_MISMATCH;
                 x->done = 1;
                 so->rq = s->next;
                 if (so->rq == NULL) so->rq_tail = NULL;
                 seg_free(tp, s);
-                peer_lost(tp, peer, "message does not match the posted receive");
+                peer_fail(tp, peer, HOOP_ERR_MISMATCH, msg);
                 return 1;
             }
             x->hdr_ok = 1;
