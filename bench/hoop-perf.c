@@ -10,7 +10,8 @@
  * busbw:  algbw times the collective's bus factor (2(n-1)/n for all-reduce): what each link of an
  *         optimal ring carries, comparable across rank counts.
  * #wrong: elements that differ from an independently computed expected value, summed over ranks.
- *         Inputs are chosen so that every result is exact in every dtype whatever the reduction order.
+ *         Inputs are chosen so that every result is exact in every dtype, whatever the order in
+ *         which the library reduces.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -86,9 +87,15 @@ static uint16_t float_to_bf16(float f)
 
 static int is_float(hoop_dtype_t dt) { return dt >= HOOP_FLOAT16 && dt <= HOOP_FLOAT64; }
 
-static int is_signed_int(hoop_dtype_t dt) { return dt == HOOP_INT8 || dt == HOOP_INT32 || dt == HOOP_INT64; }
+static int is_signed_int(hoop_dtype_t dt)
+{
+    return dt == HOOP_INT8 || dt == HOOP_INT32 || dt == HOOP_INT64;
+}
 
-static uint64_t width_mask(size_t es) { return es >= 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * es)) - 1; }
+static uint64_t width_mask(size_t es)
+{
+    return es >= 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * es)) - 1;
+}
 
 static int64_t sign_extend(uint64_t v, size_t es)
 {
@@ -271,17 +278,19 @@ static hoop_result_t allreduce_run(hoop_comm_t *c, const void *s, void *r, size_
                                    hoop_dtype_t dt, hoop_op_t op, int root, hoop_request_t **req)
 {
     (void)root;
-    return req ? hoop_iallreduce(c, s, r, count, dt, op, req) : hoop_allreduce(c, s, r, count, dt, op);
+    return req ? hoop_iallreduce(c, s, r, count, dt, op, req)
+               : hoop_allreduce(c, s, r, count, dt, op);
 }
 
-static uint64_t reduce_in(hoop_dtype_t dt, size_t es, hoop_op_t op, int n, int rank, int root, size_t i)
+static uint64_t reduce_in(hoop_dtype_t dt, size_t es, hoop_op_t op, int n, int rank, int root,
+                          size_t i)
 {
     (void)root;
     return input(dt, es, op, n, rank, i);
 }
 
-static uint64_t allreduce_expect(hoop_dtype_t dt, size_t es, hoop_op_t op, int n, int rank, int root,
-                                 size_t count, size_t i)
+static uint64_t allreduce_expect(hoop_dtype_t dt, size_t es, hoop_op_t op, int n, int rank,
+                                 int root, size_t count, size_t i)
 {
     (void)rank;
     (void)root;
@@ -327,8 +336,8 @@ static void fail_call(bench_t *b, const char *what, hoop_result_t e)
 }
 
 /* Runs the collective iters times, blocking or all posted at once. Returns 0 on failure. */
-static int run_iters(bench_t *b, const void *s, void *r, size_t count, hoop_dtype_t dt, hoop_op_t op,
-                     int iters)
+static int run_iters(bench_t *b, const void *s, void *r, size_t count, hoop_dtype_t dt,
+                     hoop_op_t op, int iters)
 {
     if (b->blocking) {
         for (int i = 0; i < iters; i++) {
@@ -365,7 +374,7 @@ static void fill_input(const bench_t *b, unsigned char *buf, size_t n, hoop_dtyp
     for (size_t i = 0; i < n; i++) st(buf, i, es, b->coll->in(dt, es, op, b->size, b->rank, 0, i));
 }
 
-/* Times one variant; then, when checking, runs it once more on fresh inputs and counts wrong elements. */
+/* Times one variant; when checking, runs it once more on fresh inputs and counts wrong elements. */
 static int run_variant(bench_t *b, size_t count, hoop_dtype_t dt, hoop_op_t op, int inplace,
                        double *us, uint64_t *wrong)
 {
@@ -461,9 +470,21 @@ static int parse_size(const char *s, size_t *out)
     if (end == s || errno || s[0] == '-') return -1;
     unsigned long long mul = 1;
     switch (*end) {
-    case 'K': case 'k': mul = 1ull << 10; end++; break;
-    case 'M': case 'm': mul = 1ull << 20; end++; break;
-    case 'G': case 'g': mul = 1ull << 30; end++; break;
+    case 'K':
+    case 'k':
+        mul = 1ull << 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        mul = 1ull << 30;
+        end++;
+        break;
     default: break;
     }
     if (*end == 'B' || *end == 'b') end++;
@@ -523,19 +544,20 @@ static int parse_ops(const char *s, unsigned *mask)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: hoop-perf [COLLECTIVE] [options]    (run every rank, e.g. under hooprun)\n"
-            "  COLLECTIVE     allreduce (default)\n"
-            "  -b BYTES       smallest message (default 8; K, M, G suffixes)\n"
-            "  -e BYTES       largest message (default 64M)\n"
-            "  -f FACTOR      size multiplier between rows (default 2)\n"
-            "  -n ITERS       timed iterations per row (default 20)\n"
-            "  -w ITERS       warm-up iterations (default 5)\n"
-            "  -c 0|1         check results (default 1)\n"
-            "  -d DTYPE|all   int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64\n"
-            "                 (default float32)\n"
-            "  -o OP|all      sum prod min max avg (default sum)\n"
-            "  -z 0|1         1: wait for each call; 0: post all iterations, then wait (default 0)\n");
+    fprintf(
+        f,
+        "usage: hoop-perf [COLLECTIVE] [options]    (run every rank, e.g. under hooprun)\n"
+        "  COLLECTIVE     allreduce (default)\n"
+        "  -b BYTES       smallest message (default 8; K, M, G suffixes)\n"
+        "  -e BYTES       largest message (default 64M)\n"
+        "  -f FACTOR      size multiplier between rows (default 2)\n"
+        "  -n ITERS       timed iterations per row (default 20)\n"
+        "  -w ITERS       warm-up iterations (default 5)\n"
+        "  -c 0|1         check results (default 1)\n"
+        "  -d DTYPE|all   int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64\n"
+        "                 (default float32)\n"
+        "  -o OP|all      sum prod min max avg (default sum)\n"
+        "  -z 0|1         1: wait for each call; 0: post all iterations, then wait (default 0)\n");
 }
 
 typedef struct rank_info {
@@ -561,7 +583,8 @@ static int print_header(bench_t *b)
     }
     if (b->rank == 0) {
         const char *tp = getenv("HOOP_TRANSPORT"), *algo = getenv("HOOP_ALGO");
-        printf("# hoop-perf %s: nRanks %d minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d "
+        printf("# hoop-perf %s: nRanks %d minBytes %zu maxBytes %zu step: %zu(factor) warmup "
+               "iters: %d "
                "iters: %d validation: %d blocking: %d\n",
                b->coll->name, b->size, b->minb, b->maxb, b->factor, b->warmup, b->iters, b->check,
                b->blocking);
@@ -574,13 +597,15 @@ static int print_header(bench_t *b)
                    (int)all[r].local_rank);
         }
         printf("#\n");
-        printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+        printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
+               "        \n",
                "", "", "", "", "");
-        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
-               "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-               "#wrong");
+        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+               "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+               "algbw", "busbw", "#wrong");
         printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
-               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+               "");
         fflush(stdout);
     }
     free(all);
@@ -638,7 +663,10 @@ int main(int argc, char **argv)
         switch (c) {
         case 'b': bad = parse_size(optarg, &b.minb); break;
         case 'e': bad = parse_size(optarg, &b.maxb); break;
-        case 'f': bad = parse_int(optarg, 2, 1 << 20, &v); b.factor = (size_t)v; break;
+        case 'f':
+            bad = parse_int(optarg, 2, 1 << 20, &v);
+            b.factor = (size_t)v;
+            break;
         case 'n': bad = parse_int(optarg, 1, 1 << 24, &b.iters); break;
         case 'w': bad = parse_int(optarg, 0, 1 << 24, &b.warmup); break;
         case 'c': bad = parse_int(optarg, 0, 1, &b.check); break;
@@ -661,7 +689,8 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof COLLS / sizeof COLLS[0]; i++)
             if (!strcmp(argv[optind], COLLS[i].name)) found = &COLLS[i];
         if (!found || optind + 1 < argc) {
-            fprintf(stderr, "hoop-perf: unknown collective '%s' (available: allreduce)\n", argv[optind]);
+            fprintf(stderr, "hoop-perf: unknown collective '%s' (available: allreduce)\n",
+                    argv[optind]);
             return 2;
         }
         b.coll = found;
@@ -684,7 +713,8 @@ int main(int argc, char **argv)
     for (int d = 0; d < HOOP_DTYPE_COUNT; d++) {
         if (!(b.dtypes & (1u << d))) continue;
         size_t es = hoop_dtype_size((hoop_dtype_t)d), count = b.coll->count_of(b.maxb, es, b.size);
-        size_t sb = b.coll->send_elems(count, b.size) * es, rb = b.coll->recv_elems(count, b.size) * es;
+        size_t sb = b.coll->send_elems(count, b.size) * es,
+               rb = b.coll->recv_elems(count, b.size) * es;
         if (sb > b.sbytes) b.sbytes = sb;
         if (rb > b.rbytes) b.rbytes = rb;
     }
@@ -693,14 +723,17 @@ int main(int argc, char **argv)
     b.ebuf = b.check ? malloc(b.rbytes ? b.rbytes : 1) : NULL;
     b.reqs = calloc((size_t)(b.iters > b.warmup ? b.iters : b.warmup) + 1, sizeof *b.reqs);
     int ok = b.sbuf && b.rbuf && (b.ebuf || !b.check) && b.reqs;
-    if (!ok) fprintf(stderr, "hoop-perf: rank %d: out of memory for %zu-byte buffers\n", b.rank, b.rbytes);
+    if (!ok)
+        fprintf(stderr, "hoop-perf: rank %d: out of memory for %zu-byte buffers\n", b.rank,
+                b.rbytes);
     if (ok) {
         memset(b.sbuf, 0, b.sbytes);
         memset(b.rbuf, 0, b.rbytes);
         ok = print_header(&b) && run_all(&b);
     }
     if (ok && b.rank == 0) {
-        printf("# Out of bounds values : %" PRIu64 " %s\n", b.wrong_total, b.wrong_total ? "FAILED" : "OK");
+        printf("# Out of bounds values : %" PRIu64 " %s\n", b.wrong_total,
+               b.wrong_total ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g \n", b.bw_count ? b.bw_sum / b.bw_count : 0.0);
         printf("#\n");
         fflush(stdout);

@@ -6,7 +6,11 @@
  *
  * Counts follow NCCL: allgather and gather take the per-rank send count (recvbuf holds size * sendcount);
  * scatter and reduce_scatter take the per-rank receive count; alltoall takes the count per peer.
- * sendbuf == recvbuf means in place. HOOP_AVG is the sum divided by the rank count (integers truncate).
+ * In place: sendbuf == recvbuf for allreduce, reduce, alltoall and reduce_scatter (whose result then
+ * lands at the start of recvbuf; NCCL's recvbuf == sendbuf + rank * recvcount works too); for
+ * allgather and gather, NCCL's sendbuf == recvbuf + rank * sendcount; for scatter at the root,
+ * recvbuf == sendbuf + root * recvcount. HOOP_AVG is the sum divided by the rank count (integers
+ * truncate toward zero). A program started without any launcher variable runs as a single rank.
  * Where a collective has a root, only the root's recvbuf (gather, reduce) or sendbuf (scatter) is used.
  *
  * Thread safety: calls on different communicators may run concurrently from different threads. Calls on

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -170,6 +171,21 @@ static hoop_result_t init_fail(hoop_comm_t *c, hoop__log_t *log, hoop_result_t r
     return rc;
 }
 
+/* A program started without any launcher (no env:// variables at all) runs as a single rank, as
+ * nccl-tests and MPI programs do. */
+static int standalone(const char *method, int rank, int size)
+{
+    if (method != NULL && method[0] != '\0' && strcasecmp(method, "env://") != 0) return 0;
+    if (rank > 0 || size > 1) return 0;
+    static const char *const vars[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                       "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && v[0] != '\0') return 0;
+    }
+    return 1;
+}
+
 hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, int world_size)
 {
     char err[512] = "";
@@ -182,8 +198,13 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
 
     hoop__rdv_t rdv;
-    rc = hoop__rdv_resolve(init_method, rank, world_size, &rdv, err, sizeof(err));
-    if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
+    if (standalone(init_method, rank, world_size)) {
+        memset(&rdv, 0, sizeof(rdv));
+        rdv.size = rdv.local_size = 1;
+    } else {
+        rc = hoop__rdv_resolve(init_method, rank, world_size, &rdv, err, sizeof(err));
+        if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
+    }
     boot.rank = rdv.rank;
 
     hoop_comm_t *c = comm_alloc(&cfg, rdv.rank, rdv.size);
@@ -192,6 +213,15 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     int local = rdv.local_size > 0 ? rdv.local_size : 1;
     c->spin_s = ncpu > 0 && local > ncpu ? 0.0 : 20e-6;
 
+    if (rdv.size == 1) {
+        /* Nobody to meet: no store, no connections. */
+        char addr[ADDR_LEN];
+        if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id)) c->id = (uint64_t)getpid();
+        rc = open_transport(c, addr);
+        if (rc != HOOP_OK) return init_fail(c, &boot, rc, c->last_error);
+        *out = c;
+        return HOOP_OK;
+    }
     double deadline = hoop__now() + cfg.timeout_s;
     hoop__store_t *st = NULL;
     rc = hoop__store_open(&rdv, cfg.timeout_s, &c->log, &st, err, sizeof(err));

@@ -54,7 +54,8 @@ int main(int argc, char **argv)
     /* broadcast from the last rank */
     for (int i = 0; i < K; i++) out[i] = r == n - 1 ? 100 + i : -1;
     for (int i = 0; i < K; i++) want[i] = 100 + i;
-    if (ok(c, "broadcast", hoop_broadcast(c, out, K, HOOP_INT32, n - 1))) expect(r, "broadcast", out, want, K);
+    if (ok(c, "broadcast", hoop_broadcast(c, out, K, HOOP_INT32, n - 1)))
+        expect(r, "broadcast", out, want, K);
 
     /* reduce (max) to rank 0 */
     for (int i = 0; i < K; i++) in[i] = 10 * r + i;
@@ -65,7 +66,8 @@ int main(int argc, char **argv)
     /* allgather and gather (to the last rank) of r*K + i: the result counts up from 0 */
     for (int i = 0; i < K; i++) in[i] = r * K + i;
     for (int j = 0; j < n * K; j++) want[j] = j;
-    if (ok(c, "allgather", hoop_allgather(c, in, out, K, HOOP_INT32))) expect(r, "allgather", out, want, n * K);
+    if (ok(c, "allgather", hoop_allgather(c, in, out, K, HOOP_INT32)))
+        expect(r, "allgather", out, want, n * K);
     memset(out, 0, (size_t)(n * K) * sizeof *out);
     if (ok(c, "gather", hoop_gather(c, in, out, K, HOOP_INT32, n - 1)) && r == n - 1)
         expect(r, "gather", out, want, n * K);
@@ -73,7 +75,8 @@ int main(int argc, char **argv)
     /* scatter from rank 0 of 3j */
     for (int j = 0; j < n * K; j++) in[j] = 3 * j;
     for (int i = 0; i < K; i++) want[i] = 3 * (r * K + i);
-    if (ok(c, "scatter", hoop_scatter(c, in, out, K, HOOP_INT32, 0))) expect(r, "scatter", out, want, K);
+    if (ok(c, "scatter", hoop_scatter(c, in, out, K, HOOP_INT32, 0)))
+        expect(r, "scatter", out, want, K);
 
     /* reduce_scatter (sum) of j + q: block r holds n * (r*K + i) + n(n-1)/2 */
     for (int j = 0; j < n * K; j++) in[j] = j + r;
@@ -85,7 +88,8 @@ int main(int argc, char **argv)
     for (int j = 0; j < n * K; j++) in[j] = 1000 * r + j;
     for (int q = 0; q < n; q++)
         for (int i = 0; i < K; i++) want[q * K + i] = 1000 * q + r * K + i;
-    if (ok(c, "alltoall", hoop_alltoall(c, in, out, K, HOOP_INT32))) expect(r, "alltoall", out, want, n * K);
+    if (ok(c, "alltoall", hoop_alltoall(c, in, out, K, HOOP_INT32)))
+        expect(r, "alltoall", out, want, n * K);
 
     ok(c, "barrier", hoop_barrier(c));
 
