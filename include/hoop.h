@@ -145,6 +145,24 @@ hoop_result_t hoop_isend(hoop_comm_t *c, const void *buf, size_t count, hoop_dty
 hoop_result_t hoop_irecv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer,
                          hoop_request_t **req);
 
+/* Local reduction with the library's kernels: out[i] = a[i] op b[i] (out may alias a or b). */
+hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
+                                hoop_dtype_t dt, hoop_op_t op);
+
+/* Traffic of this rank on comm since it was created: payload bytes and messages it sent and
+ * received (headers not counted). */
+typedef struct hoop_stats {
+    uint64_t bytes_sent, bytes_received;
+    uint64_t messages_sent, messages_received;
+} hoop_stats_t;
+hoop_result_t hoop_comm_stats(const hoop_comm_t *comm, hoop_stats_t *stats);
+
+/* Schedule tracing: while fn is set, every collective on comm reports its schedule, one line per
+ * event ("allreduce#3 ring step 2: send segment 1 chunk 0 (256 B) to rank 2"), to fn on the
+ * thread that runs it. HOOP_TRACE=1 sets a tracer that writes to the log at start-up. NULL stops. */
+typedef void (*hoop_trace_fn)(void *ctx, const char *line);
+hoop_result_t hoop_comm_set_trace(hoop_comm_t *comm, hoop_trace_fn fn, void *ctx);
+
 /* Completes and frees req; returns the request's result. */
 hoop_result_t hoop_wait(hoop_request_t *req);
 /* *done = 1 once req has completed (then hoop_wait returns at once). Never blocks. */

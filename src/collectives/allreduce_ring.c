@@ -105,6 +105,8 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
     for (int u = 0; u < window; u++) POST_RECV(u);
     for (int ch = 0; ch < g.chunks; ch++) {
         chunk_range(&g, seg_sent(&g, 0), ch, &off, &len);
+        HOOP_TRACE_STEP(c, 0, "rank %d sends segment %d chunk %d (%zu B) to rank %d", g.r,
+                        seg_sent(&g, 0), ch, len, right);
         hoop__xsend(c, &sends[ch], right, g.in + off, len);
     }
 
@@ -118,14 +120,21 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
             /* Incoming partial first, own contribution second: a fixed order on every rank. */
             const uint8_t *slot = staging + (size_t)(u % window) * slot_bytes;
             hoop__reduce(g.out + off, slot, g.in + off, len / g.es, c->dtype, c->op);
+            HOOP_TRACE_STEP(c, k, "rank %d receives segment %d chunk %d (%zu B) from rank %d and "
+                            "reduces it with its own", g.r, seg_recv(&g, k), ch, len, left);
             if (k == g.p - 2 && c->op == HOOP_AVG)
                 hoop__reduce_avg_finish(g.out + off, len / g.es, c->dtype, g.p);
+        } else {
+            HOOP_TRACE_STEP(c, k, "rank %d receives finished segment %d chunk %d (%zu B) from "
+                            "rank %d", g.r, seg_recv(&g, k), ch, len, left);
         }
         /* The slot is free again: keep the window full. */
         if (u + window < units) POST_RECV(u + window);
         if (k + 1 < steps) {
             size_t so, sl;
             chunk_range(&g, seg_sent(&g, k + 1), ch, &so, &sl);
+            HOOP_TRACE_STEP(c, k + 1, "rank %d sends segment %d chunk %d (%zu B) to rank %d", g.r,
+                            seg_sent(&g, k + 1), ch, sl, right);
             hoop__xsend(c, &sends[(k + 1) * g.chunks + ch], right, g.out + so, sl);
         }
     }

@@ -13,6 +13,8 @@ typedef enum {
     HOOP_ALGO_AUTO = 0,
     HOOP_ALGO_RING,
     HOOP_ALGO_RD,   /* recursive doubling */
+    HOOP_ALGO_PS,   /* parameter server: rank 0 reduces everything */
+    HOOP_ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
     HOOP_ALGO_COUNT
 } hoop__algo_t;
 
@@ -50,9 +52,20 @@ int hoop__algo_choose(const hoop__call_t *call);
 const char *hoop__algo_name(int algo);
 int hoop__algo_parse(const char *s); /* -1 if unknown */
 
+/* Schedule tracing (hoop_comm_set_trace): one line "<kind>#<call> <algo> step <k>: <text>".
+ * The check is inline so that untraced runs pay one load and branch per event. */
+void hoop__trace_emit(const hoop__call_t *call, int step, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define HOOP_TRACE_STEP(call, step, ...)                                                           \
+    do {                                                                                           \
+        if ((call)->comm->trace_fn != NULL) hoop__trace_emit((call), (step), __VA_ARGS__);         \
+    } while (0)
+
 /* Algorithms: one file each. */
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c);
 hoop_result_t hoop__allreduce_rd(hoop__call_t *c);
+hoop_result_t hoop__allreduce_ps(hoop__call_t *c);
+hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c);
 hoop_result_t hoop__broadcast(hoop__call_t *c);      /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(hoop__call_t *c);    /* binomial tree small, ring reduce-scatter + gather large */
 hoop_result_t hoop__allgather_ring(hoop__call_t *c);

@@ -1,12 +1,13 @@
 /* Algorithm selection and dispatch. All-reduce: recursive doubling at or below HOOP_SMALL_BYTES
  * (latency-bound: log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank).
- * HOOP_ALGO forces one. Other collectives pick their own variant by size inside their file. */
+ * HOOP_ALGO forces one, including the parameter servers, which auto never picks: they are there to
+ * be compared with. Other collectives pick their own variant by size inside their file. */
 #include <string.h>
 #include <strings.h>
 
 #include "collectives/coll.h"
 
-static const char *const algo_names[] = {"auto", "ring", "rd"};
+static const char *const algo_names[] = {"auto", "ring", "rd", "ps", "ps-sharded"};
 
 const char *hoop__algo_name(int algo)
 {
@@ -32,6 +33,11 @@ int hoop__algo_choose(const hoop__call_t *call)
 hoop_result_t hoop__collective_run(hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
+    char what[128];
+    hoop__wire_hdr_t h = {.kind = (uint8_t)call->kind, .dtype = (uint8_t)call->dtype,
+                          .op = (uint8_t)call->op, .root = call->root, .count = call->count};
+    HOOP_TRACE_STEP(call, -1, "%s by rank %d of %d", hoop__wire_describe(&h, what, sizeof(what)),
+                    c->rank, c->size);
     HOOP_TRACE(&c->log, "call #%llu: %s count=%zu %s %s root=%d algo=%s",
                (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
                hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
@@ -39,7 +45,12 @@ hoop_result_t hoop__collective_run(hoop__call_t *call)
     /* count 0 still exchanges (empty) messages, so a rank that passed another count is told. */
     switch (call->kind) {
     case HOOP_K_ALLREDUCE:
-        return call->algo == HOOP_ALGO_RD ? hoop__allreduce_rd(call) : hoop__allreduce_ring(call);
+        switch (call->algo) {
+        case HOOP_ALGO_RD: return hoop__allreduce_rd(call);
+        case HOOP_ALGO_PS: return hoop__allreduce_ps(call);
+        case HOOP_ALGO_PS_SHARDED: return hoop__allreduce_ps_sharded(call);
+        default: return hoop__allreduce_ring(call);
+        }
     case HOOP_K_BROADCAST: return hoop__broadcast(call);
     case HOOP_K_REDUCE: return hoop__reduce_coll(call);
     case HOOP_K_ALLGATHER:

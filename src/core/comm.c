@@ -94,6 +94,46 @@ void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     if (first) HOOP_WARN(&c->log, "%s: %s; the communicator is aborted", hoop_error_string(code), msg);
 }
 
+/* HOOP_TRACE=1: schedule lines go to the log, whatever HOOP_DEBUG says. */
+static void trace_to_log(void *ctx, const char *line)
+{
+    const hoop_comm_t *c = ctx;
+    if (c->log.out == NULL) return;
+    fprintf(c->log.out, "%s:%d trace %s\n", c->host, c->rank, line);
+    fflush(c->log.out);
+}
+
+hoop_result_t hoop_comm_set_trace(hoop_comm_t *c, hoop_trace_fn fn, void *ctx)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    /* Under exec: a running collective never sees a half-changed tracer. */
+    pthread_mutex_lock(&c->exec);
+    c->trace_fn = fn;
+    c->trace_ctx = ctx;
+    pthread_mutex_unlock(&c->exec);
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_comm_stats(const hoop_comm_t *c, hoop_stats_t *st)
+{
+    if (c == NULL || st == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    st->bytes_sent = atomic_load(&c->bytes_sent);
+    st->bytes_received = atomic_load(&c->bytes_received);
+    st->messages_sent = atomic_load(&c->messages_sent);
+    st->messages_received = atomic_load(&c->messages_received);
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
+                                hoop_dtype_t dt, hoop_op_t op)
+{
+    if ((unsigned)dt >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT) return HOOP_ERR_INVALID_ARGUMENT;
+    if (count > 0 && (out == NULL || a == NULL || b == NULL)) return HOOP_ERR_INVALID_ARGUMENT;
+    if (count > SIZE_MAX / hoop_dtype_size(dt)) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop__reduce(out, a, b, count, dt, op);
+    return HOOP_OK;
+}
+
 static void report_from_transport(void *ctx, hoop_result_t code, int peer, const char *msg)
 {
     hoop_comm_t *c = ctx;
@@ -128,6 +168,10 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     pthread_condattr_destroy(&ca);
     hoop__log_open(&c->log, cfg->log_level, cfg->log_file, rank);
     snprintf(c->host, sizeof(c->host), "%s", c->log.host);
+    if (cfg->trace) {
+        c->trace_fn = trace_to_log;
+        c->trace_ctx = c;
+    }
     c->tp_ops = &hoop__tcp_transport;
     return c;
 }

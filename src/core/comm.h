@@ -73,6 +73,12 @@ struct hoop_comm {
     pthread_t thread;
     pthread_mutex_t exec;
 
+    /* Traffic counters (hoop_comm_stats), written by whoever drives the transport. */
+    _Atomic uint64_t bytes_sent, bytes_received, messages_sent, messages_received;
+    /* Schedule tracer (hoop_comm_set_trace), or NULL. */
+    hoop_trace_fn trace_fn;
+    void *trace_ctx;
+
     /* Scratch space for algorithms (staging buffers); used under exec only. */
     void *scratch;
     size_t scratch_len;

@@ -91,9 +91,9 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
             return bad(err, errlen, "HOOP_TRANSPORT", v, "auto or tcp");
     }
     if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto", "ring", "rd", NULL};
+        static const char *const names[] = {"auto", "ring", "rd", "ps", "ps-sharded", NULL};
         if (copy_word(c->algo, sizeof(c->algo), v, names) != 0)
-            return bad(err, errlen, "HOOP_ALGO", v, "auto, ring or rd");
+            return bad(err, errlen, "HOOP_ALGO", v, "auto, ring, rd, ps or ps-sharded");
     }
     if ((v = get("HOOP_SOCKET_IFNAME", ctx)) != NULL) {
         if (strlen(v) >= sizeof(c->ifname))
@@ -126,6 +126,11 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
         if (errno != 0 || *end != '\0' || !(t > 0) || t > 1e7)
             return bad(err, errlen, "HOOP_TIMEOUT", v, "seconds, a number above 0");
         c->timeout_s = t;
+    }
+    if ((v = get("HOOP_TRACE", ctx)) != NULL && v[0] != '\0') {
+        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+            return bad(err, errlen, "HOOP_TRACE", v, "0 or 1");
+        c->trace = v[0] == '1';
     }
     return HOOP_OK;
 }

@@ -10,12 +10,13 @@ typedef struct hoop__config {
     int log_level;            /* HOOP_DEBUG: WARN (default), INFO, TRACE, NONE */
     char log_file[256];       /* HOOP_DEBUG_FILE: "" = stderr */
     char transport[16];       /* HOOP_TRANSPORT: auto (default), tcp */
-    char algo[16];            /* HOOP_ALGO: auto (default), ring, rd */
+    char algo[16];            /* HOOP_ALGO: auto (default), ring, rd, ps, ps-sharded */
     char ifname[128];         /* HOOP_SOCKET_IFNAME: "" = automatic; prefix list, '^' excludes, '=' exact */
     int sockets_per_peer;     /* HOOP_SOCKETS_PER_PEER: 1..16 */
     size_t chunk_bytes;       /* HOOP_CHUNK_BYTES: pipelining unit of large collectives */
     size_t small_bytes;       /* HOOP_SMALL_BYTES: at or below, latency-bound algorithms are chosen */
     double timeout_s;         /* HOOP_TIMEOUT: seconds, every blocking wait */
+    int trace;                /* HOOP_TRACE: 1 = log every collective's schedule */
 } hoop__config_t;
 
 /* Looks a variable up; returns NULL when unset. */

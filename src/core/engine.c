@@ -9,6 +9,8 @@
  * Nobody takes exec while holding mu.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,6 +76,8 @@ void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void
     x->peer = peer;
     x->buf = (void *)buf;
     x->len = len;
+    atomic_fetch_add_explicit(&call->comm->bytes_sent, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
     call->comm->tp_ops->post(call->comm->tp, x);
 }
 
@@ -85,7 +89,27 @@ void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf,
     x->peer = peer;
     x->buf = buf;
     x->len = len;
+    atomic_fetch_add_explicit(&call->comm->bytes_received, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&call->comm->messages_received, 1, memory_order_relaxed);
     call->comm->tp_ops->post(call->comm->tp, x);
+}
+
+void hoop__trace_emit(const hoop__call_t *call, int step, const char *fmt, ...)
+{
+    hoop_comm_t *c = call->comm;
+    char line[512];
+    int n;
+    if (step >= 0)
+        n = snprintf(line, sizeof(line), "%s#%llu %s step %d: ", hoop__kind_name(call->kind),
+                     (unsigned long long)call->seq, hoop__algo_name(call->algo), step);
+    else
+        n = snprintf(line, sizeof(line), "%s#%llu %s: ", hoop__kind_name(call->kind),
+                     (unsigned long long)call->seq, hoop__algo_name(call->algo));
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof(line)) vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    c->trace_fn(c->trace_ctx, line);
 }
 
 static void describe_call(const hoop__call_t *call, char *buf, size_t n)
