@@ -66,6 +66,12 @@ hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
         }
     }
     if (r < 2 * e) {
+        int last = 1 + __builtin_ctz((unsigned)q);
+        if (r % 2)
+            HOOP_TRACE_STEP(c, last, "rank %d hands the result (%zu B) back to rank %d", r, bytes,
+                            r - 1);
+        else
+            HOOP_TRACE_STEP(c, last, "rank %d receives the result from rank %d", r, r + 1);
         rc = r % 2 ? hoop__sendrecv(c, r - 1, buf, bytes, -1, NULL, 0)
                    : hoop__sendrecv(c, -1, NULL, 0, r + 1, buf, bytes);
         if (rc != HOOP_OK) return rc;

@@ -1,0 +1,170 @@
+#!/bin/sh
+# hoop-perf run as a user runs it, its output checked.
+#
+#   perf_test.sh help PERF
+#   perf_test.sh badflag PERF
+#   perf_test.sh csv|json HOOPRUN PERF NRANKS ROWS COLLECTIVE [ARGS...]
+#       --csv / --json output: the header, ROWS rows of COLLECTIVE, no wrong element, and
+#       busbw = algbw x the bus factor of nccl-tests; the table ends with "0 OK"
+#   perf_test.sh explain HOOPRUN PERF NRANKS ALGO SENT0 SENT1
+#       traced all-reduce: schedule lines sorted by step, rank 0 sent/received SENT0 times the
+#       buffer, every other rank SENT1 times
+#   perf_test.sh model HOOPRUN PERF NRANKS
+set -u
+mode=$1
+shift
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+    echo "FAIL: $*"
+    for f in "$tmp"/out "$tmp"/err; do [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
+    exit 1
+}
+
+# Runs hoop-perf on N ranks; the table goes to $tmp/out.
+run_perf() {
+    hooprun=$1 perf=$2 n=$3
+    shift 3
+    "$hooprun" --no-prefix --timeout 120 -n "$n" "$perf" "$@" >"$tmp/out" 2>"$tmp/err"
+}
+
+case $mode in
+help)
+    "$1" -h >"$tmp/out" 2>"$tmp/err" || fail "hoop-perf -h exited $?"
+    grep -q '^usage: hoop-perf' "$tmp/out" || fail "no usage line"
+    for c in allreduce broadcast reduce allgather gather scatter reducescatter alltoall sendrecv barrier; do
+        grep -q "$c" "$tmp/out" || fail "-h does not mention $c"
+    done
+    ;;
+badflag)
+    for args in "--no-such-flag" "-q" "-b" "-d float8" "-o xor" "-c 2" "-r x" "nocollective" "-b 2K -e 1K"; do
+        # shellcheck disable=SC2086
+        "$1" $args >"$tmp/out" 2>"$tmp/err"
+        rc=$?
+        [ "$rc" -eq 2 ] || fail "hoop-perf $args exited $rc, expected 2"
+        grep -q 'hoop-perf: ' "$tmp/err" || fail "hoop-perf $args: no message on stderr"
+    done
+    ;;
+csv | json)
+    hooprun=$1 perf=$2 n=$3 rows=$4 coll=$5
+    shift 5
+    if [ "$mode" = json ]; then
+        command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+        run_perf "$hooprun" "$perf" "$n" "$coll" --json "$tmp/rows" "$@" || fail "exit status $?"
+    else
+        run_perf "$hooprun" "$perf" "$n" "$coll" --csv "$tmp/rows" "$@" || fail "exit status $?"
+    fi
+    grep -q '^# Out of bounds values : 0 OK$' "$tmp/out" || fail "no '0 OK' footer"
+    table=$(grep -c '^ *[0-9]' "$tmp/out")
+    [ "$table" -eq "$rows" ] || fail "$table table rows, expected $rows"
+    if [ "$mode" = json ]; then
+        python3 - "$tmp/rows" "$rows" "$coll" "$n" <<'PY' || fail "JSON check"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+rows, coll, n = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+assert doc["ranks"] == n and doc["collective"] == coll and doc["ok"] is True, doc
+assert doc["out_of_bounds"] == 0, doc["out_of_bounds"]
+assert len(doc["rows"]) == rows, len(doc["rows"])
+keys = ["collective", "algo", "transport", "ranks", "size_bytes", "count", "type", "redop",
+        "root", "oop_time_us", "oop_algbw", "oop_busbw", "oop_wrong", "ip_time_us", "ip_algbw",
+        "ip_busbw", "ip_wrong"]
+for r in doc["rows"]:
+    assert list(r) == keys, list(r)
+    assert r["collective"] == coll and r["ranks"] == n, r
+    assert r["oop_wrong"] in (0, None) and r["ip_wrong"] in (0, None), r
+PY
+        exit 0
+    fi
+    awk -F, -v rows="$rows" -v coll="$coll" -v n="$n" '
+        NR == 1 {
+            want = "collective,algo,transport,ranks,size_bytes,count,type,redop,root," \
+                   "oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong"
+            if ($0 != want) { print "bad header: " $0; bad = 1 }
+            next
+        }
+        {
+            if (NF != 17) { print "line " NR ": " NF " fields"; bad = 1 }
+            if ($1 != coll || $4 != n) { print "line " NR ": " $0; bad = 1 }
+            if (($13 != "0" && $13 != "") || ($17 != "0" && $17 != "")) {
+                print "line " NR ": wrong elements: " $0; bad = 1
+            }
+            if (coll == "allreduce") f = 2 * (n - 1) / n
+            else if (coll == "broadcast" || coll == "reduce" || coll == "sendrecv") f = 1
+            else if (coll == "barrier") f = -1
+            else f = (n - 1) / n
+            for (c = 10; c <= 14; c += 4) {
+                if ($c == "") continue
+                # algbw = size / time (GB/s from bytes and microseconds); busbw = algbw x factor
+                alg = $(c + 1); bus = $(c + 2)
+                if (f < 0) { if (alg != "" || bus != "") { print "barrier with bandwidth"; bad = 1 } continue }
+                if ($c > 0 && alg >= 0.01) {
+                    want = $5 / ($c * 1000)
+                    if ((alg - want) / want > 1e-3 || (want - alg) / want > 1e-3) {
+                        print "line " NR ": algbw " alg ", expected " want; bad = 1
+                    }
+                    if ((bus - alg * f) > 1e-3 * bus || (alg * f - bus) > 1e-3 * bus) {
+                        print "line " NR ": busbw " bus " is not " f " x algbw " alg; bad = 1
+                    }
+                }
+            }
+        }
+        END {
+            if (NR - 1 != rows) { print NR - 1 " rows, expected " rows; bad = 1 }
+            exit bad
+        }' "$tmp/rows" || fail "CSV check"
+    ;;
+explain)
+    hooprun=$1 perf=$2 n=$3 algo=$4 x0=$5 x1=$6
+    run_perf "$hooprun" "$perf" "$n" --explain -b 4K --algo "$algo" || fail "exit status $?"
+    grep -q '^# Out of bounds values : 0 OK$' "$tmp/out" || fail "no '0 OK' footer"
+    # The schedule: lines "[rank R] allreduce#C ALGO step K: ...", K never decreasing.
+    awk -v algo="$algo" -v n="$n" '
+        /^\[rank [0-9]+\] allreduce#[0-9]+ / {
+            if ($4 != algo && $4 != algo ":") { print "algorithm " $4 ", expected " algo; bad = 1 }
+            if ($5 == "step") {
+                k = $6 + 0
+                if (k < last) { print "step " k " after step " last; bad = 1 }
+                last = k; steps++
+                seen[$2]++
+            }
+        }
+        END {
+            if (steps == 0) { print "no step lines"; bad = 1 }
+            for (r = 0; r < n; r++) if (!(r "]" in seen)) { print "no step of rank " r; bad = 1 }
+            exit bad
+        }' "$tmp/out" || fail "schedule"
+    # The traffic table: "  R  SENT  Xx  RECEIVED  Xx  MSGS  MSGS".
+    awk -v n="$n" -v x0="$x0" -v x1="$x1" '
+        /^# traffic/ { on = 1; next }
+        on && $1 ~ /^[0-9]+$/ {
+            x = ($1 == 0 ? x0 : x1)
+            if ($3 != x "x" || $5 != x "x") { print "rank " $1 ": " $3 " / " $5 ", expected " x "x"; bad = 1 }
+            if ($2 != x * 4096 || $4 != x * 4096) { print "rank " $1 ": " $2 " / " $4 " bytes"; bad = 1 }
+            ranks++
+        }
+        END { if (ranks != n) { print ranks " ranks in the traffic table"; bad = 1 } exit bad }' \
+        "$tmp/out" || fail "traffic"
+    ;;
+model)
+    hooprun=$1 perf=$2 n=$3
+    run_perf "$hooprun" "$perf" "$n" --model -b 8 -e 64K -f 64 -n 2 -w 1 || fail "exit status $?"
+    for v in alpha beta gamma; do
+        grep -q "^# $v " "$tmp/out" || fail "no $v line"
+    done
+    awk '
+        /^# alpha/ { if (!($4 > 0)) { print "alpha " $4; bad = 1 } }
+        /^ *[0-9]/ {
+            rows++
+            if (NF != 9 || $9 != "0") { print "row: " $0; bad = 1 }
+            for (i = 4; i <= 7; i++) if (!($i > 0)) { print "prediction " $i; bad = 1 }
+        }
+        END { if (rows != 3) { print rows " rows, expected 3"; bad = 1 } exit bad }' \
+        "$tmp/out" || fail "model table"
+    ;;
+*)
+    echo "unknown mode $mode"
+    exit 2
+    ;;
+esac
+exit 0
