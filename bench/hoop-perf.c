@@ -502,6 +502,7 @@ typedef struct variant {
 } variant_t;
 
 typedef struct row {
+    const char *algo;
     size_t size, count;
     int dt, op, root; /* -1: none */
     variant_t v[2];   /* out of place, in place */
@@ -714,7 +715,8 @@ static int keep_row(bench_t *b, const row_t *row)
         b->rows = r;
         b->rows_cap = cap;
     }
-    b->rows[b->nrows++] = *row;
+    b->rows[b->nrows] = *row;
+    b->rows[b->nrows++].algo = b->algo;
     return 1;
 }
 
@@ -819,7 +821,7 @@ static void row_fields(const bench_t *b, const row_t *row, field_t f[NFIELDS])
 {
     memset(f, 0, NFIELDS * sizeof *f);
     f[0].str = b->coll->name;
-    f[1].str = b->algo;
+    f[1].str = row->algo;
     f[2].str = b->transport;
     snprintf(f[3].num, sizeof f[3].num, "%d", b->size);
     snprintf(f[4].num, sizeof f[4].num, "%zu", row->size);
@@ -1409,7 +1411,7 @@ static void usage(FILE *f)
         "  -o, --op OP|all           sum prod min max avg (default sum)\n"
         "  -r, --root R|all          root of broadcast, reduce, gather, scatter (default 0)\n"
         "  -g, --ngpus 1, -t, --nthreads 1   accepted for nccl-tests command lines\n"
-        "  --algo NAME               all-reduce algorithm (sets HOOP_ALGO): auto ring rd ps\n"
+        "  --algo NAME[,NAME...]     all-reduce algorithm (sets HOOP_ALGO): auto ring rd ps\n"
         "                            ps-sharded\n"
         "  --transport NAME          sets HOOP_TRANSPORT\n"
         "  --json FILE, --csv FILE   rank 0 also writes every row there\n"
@@ -1460,6 +1462,7 @@ enum { OPT_ALGO = 256, OPT_TRANSPORT, OPT_JSON, OPT_CSV, OPT_MODEL, OPT_EXPLAIN 
 
 typedef struct opts {
     int model, explain, factor_set, step_set;
+    const char *algos; /* --algo as given, possibly a comma-separated list */
 } opts_t;
 
 /* Returns 0; -1 for -h; 2 after printing what is wrong. */
@@ -1519,7 +1522,12 @@ static int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
             break;
         case 'g':
         case 't': bad = parse_int(optarg, 1, 1, &v); break; /* one rank per process */
-        case OPT_ALGO: bad = optarg[0] == '\0' || setenv("HOOP_ALGO", optarg, 1) != 0; break;
+        case OPT_ALGO:
+            /* A list (ring,ps) runs the sweep once per algorithm in one job. */
+            o->algos = optarg;
+            bad = optarg[0] == '\0' ||
+                  (!strchr(optarg, ',') && setenv("HOOP_ALGO", optarg, 1) != 0);
+            break;
         case OPT_TRANSPORT:
             bad = optarg[0] == '\0' || setenv("HOOP_TRANSPORT", optarg, 1) != 0;
             break;
@@ -1679,6 +1687,7 @@ int main(int argc, char **argv)
     status = agree(&b, status);
 
     int ok = status == 0;
+    char *algo_list = NULL;
     if (ok && o.explain) {
         ok = run_explain(&b);
     } else if (ok && o.model) {
@@ -1687,7 +1696,21 @@ int main(int argc, char **argv)
         if (ok && b.rank == 0) print_model_header(&b);
         ok = ok && run_all(&b);
     } else if (ok) {
-        ok = print_header(&b) && run_all(&b);
+        ok = print_header(&b);
+        if (o.algos != NULL && strchr(o.algos, ',') != NULL) {
+            /* Rows point at their algorithm's name: the list lives until the end. */
+            algo_list = strdup(o.algos);
+            ok = ok && algo_list != NULL;
+            for (char *save = NULL, *a = ok ? strtok_r(algo_list, ",", &save) : NULL;
+                 ok && a != NULL; a = strtok_r(NULL, ",", &save)) {
+                ok = checked(&b, "hoop_comm_set_algo", hoop_comm_set_algo(b.comm, a));
+                b.algo = a;
+                if (ok && b.rank == 0) printf("# --algo %s\n", a);
+                ok = ok && run_all(&b);
+            }
+        } else {
+            ok = ok && run_all(&b);
+        }
         if (ok && b.rank == 0) {
             printf("# Out of bounds values : %" PRIu64 " %s\n", b.wrong_total,
                    b.wrong_total ? "FAILED" : "OK");
@@ -1707,6 +1730,7 @@ int main(int argc, char **argv)
     free(b.ebuf);
     free(b.reqs);
     free(b.rows);
+    free(algo_list);
     if (status) return status;
     return ok && b.wrong_total == 0 ? 0 : 1;
 }

@@ -95,6 +95,10 @@ hoop_result_t hoop_comm_destroy(hoop_comm_t *comm);
 hoop_result_t hoop_comm_abort(hoop_comm_t *comm);
 int hoop_comm_rank(const hoop_comm_t *comm);
 int hoop_comm_size(const hoop_comm_t *comm);
+/* All-reduce algorithm of comm from now on: "auto", "ring", "rd", "ps" or "ps-sharded" (as HOOP_ALGO).
+ * Every rank must make the same choice before the same call, or that call fails with
+ * HOOP_ERR_MISMATCH. */
+hoop_result_t hoop_comm_set_algo(hoop_comm_t *comm, const char *algo);
 /* Timeout of every blocking wait on comm, in seconds (default HOOP_TIMEOUT, 300). */
 hoop_result_t hoop_comm_set_timeout(hoop_comm_t *comm, double seconds);
 

@@ -389,6 +389,18 @@ hoop_result_t hoop_comm_set_timeout(hoop_comm_t *c, double seconds)
     return HOOP_OK;
 }
 
+hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    if (algo == NULL || hoop__algo_parse(algo) < 0)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps or ps-sharded",
+                                algo ? algo : "(null)");
+    /* Posting reads it on the posting thread; running calls already hold their choice. */
+    snprintf(c->cfg.algo, sizeof(c->cfg.algo), "%s", hoop__algo_name(hoop__algo_parse(algo)));
+    return HOOP_OK;
+}
+
 hoop_result_t hoop_comm_abort(hoop_comm_t *c)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
