@@ -90,13 +90,8 @@ static hoop_result_t chain(const hoop__call_t *c, char *buf, size_t n, size_t ch
 hoop_result_t hoop__broadcast(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    size_t ds = hoop__dsize(c), n;
-    if (ds == 0 || __builtin_mul_overflow(c->count, ds, &n))
-        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT,
-                                "broadcast: bad dtype or count %zu too large", c->count);
-    if (c->root < 0 || c->root >= comm->size)
-        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT,
-                                "broadcast: root %d outside 0..%d", c->root, comm->size - 1);
+    /* The entry point checked that this product fits. */
+    size_t ds = hoop__dsize(c), n = c->count * ds;
     char none, *buf = n > 0 ? c->recvbuf : &none;
     if (comm->rank == c->root && c->sendbuf != NULL && c->sendbuf != c->recvbuf && n > 0)
         memmove(buf, c->sendbuf, n);

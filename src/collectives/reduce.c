@@ -113,13 +113,8 @@ hoop_result_t hoop__reduce_coll(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
     int p = comm->size, r = comm->rank;
-    size_t ds = hoop__dsize(c), n;
-    if (ds == 0 || __builtin_mul_overflow(c->count, ds, &n))
-        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT,
-                                "reduce: bad dtype or count %zu too large", c->count);
-    if (c->root < 0 || c->root >= p)
-        return hoop__comm_error(comm, HOOP_ERR_INVALID_ARGUMENT, "reduce: root %d outside 0..%d",
-                                c->root, p - 1);
+    /* The entry point checked that this product fits. */
+    size_t ds = hoop__dsize(c), n = c->count * ds;
     char none = 0;
     const char *in = n > 0 ? c->sendbuf : &none;
     /* Only the root's recvbuf is touched. */
