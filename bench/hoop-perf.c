@@ -25,150 +25,16 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "refcheck.h"
 
 #define SENTINEL_BYTE 0xA5
 #define TRACE_BYTES (64 * 1024)      /* trace text kept per rank by --explain */
 #define MODEL_LARGE_BYTES (4u << 20) /* ping-pong and reduction size behind beta and gamma */
 
-/* ---- elements: raw bits, float16 / bfloat16 written independently of the library ---- */
-
-static float f32_from_bits(uint32_t b)
-{
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f;
-        return (h & 0x8000u) ? -v : v;
-    }
-    if (e == 31) return f32_from_bits(sign | 0x7f800000u | (m << 13));
-    return f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
-}
-
-static uint32_t round_shift(uint32_t v, unsigned shift)
-{
-    uint32_t q = v >> shift, rem = v & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u))) q++;
-    return q;
-}
-
-static uint16_t float_to_half(float f)
-{
-    uint32_t x = f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
-    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0u));
-    int e = (int)exp - 112;
-    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        unsigned shift = (unsigned)(14 - e);
-        if (shift > 25) return sign;
-        return (uint16_t)(sign | round_shift(man | 0x800000u, shift));
-    }
-    return (uint16_t)(sign | (((uint32_t)e << 10) + round_shift(man, 13)));
-}
-
-static float bf16_to_float(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
-
-static uint16_t float_to_bf16(float f)
-{
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-static int is_float(hoop_dtype_t dt) { return dt >= HOOP_FLOAT16 && dt <= HOOP_FLOAT64; }
-
-static int is_signed_int(hoop_dtype_t dt)
-{
-    return dt == HOOP_INT8 || dt == HOOP_INT32 || dt == HOOP_INT64;
-}
-
-static uint64_t width_mask(size_t es)
-{
-    return es >= 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * es)) - 1;
-}
-
-static int64_t sign_extend(uint64_t v, size_t es)
-{
-    if (es >= 8) return (int64_t)v;
-    unsigned sh = (unsigned)(64 - 8 * es);
-    return (int64_t)(v << sh) >> sh;
-}
-
-static uint64_t ld(const void *buf, size_t i, size_t es)
-{
-    const unsigned char *p = (const unsigned char *)buf + i * es;
-    uint8_t v8;
-    uint16_t v16;
-    uint32_t v32;
-    uint64_t v64;
-    switch (es) {
-    case 1: memcpy(&v8, p, 1); return v8;
-    case 2: memcpy(&v16, p, 2); return v16;
-    case 4: memcpy(&v32, p, 4); return v32;
-    default: memcpy(&v64, p, 8); return v64;
-    }
-}
-
-static void st(void *buf, size_t i, size_t es, uint64_t v)
-{
-    unsigned char *p = (unsigned char *)buf + i * es;
-    uint8_t v8 = (uint8_t)v;
-    uint16_t v16 = (uint16_t)v;
-    uint32_t v32 = (uint32_t)v;
-    switch (es) {
-    case 1: memcpy(p, &v8, 1); break;
-    case 2: memcpy(p, &v16, 2); break;
-    case 4: memcpy(p, &v32, 4); break;
-    default: memcpy(p, &v, 8); break;
-    }
-}
-
-static double fdec(hoop_dtype_t dt, uint64_t raw)
-{
-    double d;
-    switch (dt) {
-    case HOOP_FLOAT16: return half_to_float((uint16_t)raw);
-    case HOOP_BFLOAT16: return bf16_to_float((uint16_t)raw);
-    case HOOP_FLOAT32: return f32_from_bits((uint32_t)raw);
-    default: memcpy(&d, &raw, sizeof d); return d;
-    }
-}
-
-static uint64_t fenc_float(hoop_dtype_t dt, float f)
-{
-    switch (dt) {
-    case HOOP_FLOAT16: return float_to_half(f);
-    case HOOP_BFLOAT16: return float_to_bf16(f);
-    default: return f32_bits(f);
-    }
-}
-
-static uint64_t fenc(hoop_dtype_t dt, double v)
-{
-    uint64_t b;
-    if (dt != HOOP_FLOAT64) return fenc_float(dt, (float)v);
-    memcpy(&b, &v, sizeof b);
-    return b;
-}
-
 /* Any integer value in the dtype (wrapping) or a double that the float dtype holds exactly. */
 static uint64_t encode(hoop_dtype_t dt, size_t es, int64_t v)
 {
-    return is_float(dt) ? fenc(dt, (double)v) : (uint64_t)v & width_mask(es);
+    return rc_is_float(dt) ? rc_fenc(dt, (double)v) : (uint64_t)v & rc_width_mask(es);
 }
 
 /*
@@ -187,7 +53,8 @@ static uint64_t input(hoop_dtype_t dt, size_t es, hoop_op_t op, int n, int rank,
     case HOOP_PROD: {
         static const double fvals[4] = {1.0, 2.0, -1.0, 0.5};
         static const int64_t ivals[4] = {1, 2, -1, 3};
-        return is_float(dt) ? fenc(dt, fvals[(h >> 3) % 4]) : encode(dt, es, ivals[(h >> 3) % 4]);
+        size_t pick = (size_t)((h >> 3) % 4);
+        return rc_is_float(dt) ? rc_fenc(dt, fvals[pick]) : encode(dt, es, ivals[pick]);
     }
     default: return encode(dt, es, (int64_t)((h >> 5) % 2001) - 1000);
     }
@@ -196,45 +63,9 @@ static uint64_t input(hoop_dtype_t dt, size_t es, hoop_op_t op, int n, int rank,
 /* The naive reference: reduce every rank's input element, wrapping integers explicitly. */
 static uint64_t reduce_ref(hoop_dtype_t dt, size_t es, hoop_op_t op, int n, size_t i)
 {
-    uint64_t mask = width_mask(es), first = input(dt, es, op, n, 0, i);
-    if (op == HOOP_MIN || op == HOOP_MAX) {
-        uint64_t best = first;
-        for (int q = 1; q < n; q++) {
-            uint64_t v = input(dt, es, op, n, q, i);
-            int less, greater;
-            if (is_float(dt)) {
-                less = fdec(dt, v) < fdec(dt, best);
-                greater = fdec(dt, v) > fdec(dt, best);
-            } else if (is_signed_int(dt)) {
-                less = sign_extend(v, es) < sign_extend(best, es);
-                greater = sign_extend(v, es) > sign_extend(best, es);
-            } else {
-                less = v < best;
-                greater = v > best;
-            }
-            if ((op == HOOP_MIN && less) || (op == HOOP_MAX && greater)) best = v;
-        }
-        return best;
-    }
-    if (is_float(dt)) {
-        double acc = fdec(dt, first);
-        for (int q = 1; q < n; q++) {
-            double v = fdec(dt, input(dt, es, op, n, q, i));
-            acc = op == HOOP_PROD ? acc * v : acc + v;
-        }
-        if (op != HOOP_AVG) return fenc(dt, acc);
-        if (dt == HOOP_FLOAT64) return fenc(dt, acc / (double)n);
-        return fenc_float(dt, (float)acc / (float)n);
-    }
-    uint64_t acc = first;
-    for (int q = 1; q < n; q++) {
-        uint64_t v = input(dt, es, op, n, q, i);
-        acc = op == HOOP_PROD ? acc * v : acc + v;
-    }
-    acc &= mask;
-    if (op != HOOP_AVG) return acc;
-    if (is_signed_int(dt)) return (uint64_t)(sign_extend(acc, es) / (int64_t)n) & mask;
-    return acc / (uint64_t)n;
+    rc_acc_t a = {0};
+    for (int q = 0; q < n; q++) rc_acc_add(&a, dt, es, op, input(dt, es, op, n, q, i));
+    return rc_acc_result(&a, dt, es, op, n);
 }
 
 /* ---- the collectives ---- */
@@ -591,7 +422,7 @@ static void fill_input(const coll_t *co, const call_t *k)
 {
     if (rank_sends(co, k)) {
         size_t n = kind_send(co->counts, k->count, k->size);
-        for (size_t i = 0; i < n; i++) st(k->s, i, k->es, co->in(k, k->rank, i));
+        for (size_t i = 0; i < n; i++) rc_st(k->s, i, k->es, co->in(k, k->rank, i));
     }
     if (co->prep) co->prep(k);
 }
@@ -637,7 +468,7 @@ static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, var
     v->checked = 1;
     if (rank_receives(co, k))
         for (size_t i = 0; i < nr; i++)
-            if (ld(k->r, i, k->es) != ld(b->ebuf, i, k->es)) v->wrong++;
+            if (rc_ld(k->r, i, k->es) != rc_ld(b->ebuf, i, k->es)) v->wrong++;
     return 1;
 }
 
@@ -734,7 +565,7 @@ static int run_row(bench_t *b, size_t bytes, hoop_dtype_t dt, hoop_op_t op, int 
     row.op = co->flags & F_OP ? (int)op : -1;
     row.root = root;
     if (b->check && rank_receives(co, &k))
-        for (size_t i = 0; i < nr; i++) st(b->ebuf, i, es, co->expect(&k, b->rank, i));
+        for (size_t i = 0; i < nr; i++) rc_st(b->ebuf, i, es, co->expect(&k, b->rank, i));
     int variants = co->flags & F_NO_INPLACE || b->model ? 1 : 2;
     for (int ip = 0; ip < variants; ip++)
         if (!run_variant(b, co, &k, ip, &row.v[ip])) return 0;
@@ -1264,7 +1095,7 @@ static int run_explain(bench_t *b)
     if (ok) {
         uint64_t wrong = 0;
         for (size_t i = 0; i < k.count; i++)
-            if (ld(k.r, i, k.es) != co->expect(&k, b->rank, i)) wrong++;
+            if (rc_ld(k.r, i, k.es) != co->expect(&k, b->rank, i)) wrong++;
         uint64_t v[6] = {s1.bytes_sent - s0.bytes_sent,
                          s1.bytes_received - s0.bytes_received,
                          s1.messages_sent - s0.messages_sent,

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "refcheck.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the reference encodes elements little-endian"
@@ -44,16 +45,14 @@
 typedef struct dt_info {
     const char *name;
     size_t size;
-    int is_float;
-    int is_signed;
 } dt_info_t;
 
 static const dt_info_t DT[HOOP_DTYPE_COUNT] = {
-    [HOOP_INT8] = {"int8", 1, 0, 1},       [HOOP_UINT8] = {"uint8", 1, 0, 0},
-    [HOOP_INT32] = {"int32", 4, 0, 1},     [HOOP_UINT32] = {"uint32", 4, 0, 0},
-    [HOOP_INT64] = {"int64", 8, 0, 1},     [HOOP_UINT64] = {"uint64", 8, 0, 0},
-    [HOOP_FLOAT16] = {"float16", 2, 1, 1}, [HOOP_BFLOAT16] = {"bfloat16", 2, 1, 1},
-    [HOOP_FLOAT32] = {"float32", 4, 1, 1}, [HOOP_FLOAT64] = {"float64", 8, 1, 1},
+    [HOOP_INT8] = {"int8", 1},       [HOOP_UINT8] = {"uint8", 1},
+    [HOOP_INT32] = {"int32", 4},     [HOOP_UINT32] = {"uint32", 4},
+    [HOOP_INT64] = {"int64", 8},     [HOOP_UINT64] = {"uint64", 8},
+    [HOOP_FLOAT16] = {"float16", 2}, [HOOP_BFLOAT16] = {"bfloat16", 2},
+    [HOOP_FLOAT32] = {"float32", 4}, [HOOP_FLOAT64] = {"float64", 8},
 };
 
 static const char *const OP_NAME[HOOP_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
@@ -99,140 +98,7 @@ static const coll_info_t COLL[C_COUNT] = {
 #define ALL_OPS    ((1u << HOOP_OP_COUNT) - 1)
 #define BIT(x)     (1u << (x))
 
-/* ---- float16 / bfloat16, written independently of the library ---- */
-
-static float f32_from_bits(uint32_t b)
-{
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f; /* subnormal or zero: exact */
-        return (h & 0x8000u) ? -v : v;
-    }
-    if (e == 31) return f32_from_bits(sign | 0x7f800000u | (m << 13));
-    return f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
-}
-
-/* Keeps the bits above `shift`, rounding to nearest, ties to even. */
-static uint32_t round_shift(uint32_t v, unsigned shift)
-{
-    uint32_t q = v >> shift, rem = v & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u))) q++;
-    return q;
-}
-
-static uint16_t float_to_half(float f)
-{
-    uint32_t x = f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
-    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0u));
-    int e = (int)exp - 112; /* biased half exponent */
-    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        unsigned shift = (unsigned)(14 - e);
-        if (shift > 25) return sign; /* below half the smallest subnormal */
-        /* A carry out of the subnormal range lands on the smallest normal: still right. */
-        return (uint16_t)(sign | round_shift(man | 0x800000u, shift));
-    }
-    /* A carry out of the mantissa bumps the exponent, up to infinity: still right. */
-    return (uint16_t)(sign | (((uint32_t)e << 10) + round_shift(man, 13)));
-}
-
-static float bf16_to_float(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
-
-static uint16_t float_to_bf16(float f)
-{
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-/* ---- raw elements ---- */
-
-static uint64_t ld(const void *buf, size_t i, size_t es)
-{
-    const unsigned char *p = (const unsigned char *)buf + i * es;
-    uint8_t v8;
-    uint16_t v16;
-    uint32_t v32;
-    uint64_t v64;
-    switch (es) {
-    case 1: memcpy(&v8, p, 1); return v8;
-    case 2: memcpy(&v16, p, 2); return v16;
-    case 4: memcpy(&v32, p, 4); return v32;
-    default: memcpy(&v64, p, 8); return v64;
-    }
-}
-
-static void st(void *buf, size_t i, size_t es, uint64_t v)
-{
-    unsigned char *p = (unsigned char *)buf + i * es;
-    uint8_t v8 = (uint8_t)v;
-    uint16_t v16 = (uint16_t)v;
-    uint32_t v32 = (uint32_t)v;
-    switch (es) {
-    case 1: memcpy(p, &v8, 1); break;
-    case 2: memcpy(p, &v16, 2); break;
-    case 4: memcpy(p, &v32, 4); break;
-    default: memcpy(p, &v, 8); break;
-    }
-}
-
-static uint64_t width_mask(size_t es)
-{
-    return es >= 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * es)) - 1;
-}
-
-static int64_t sign_extend(uint64_t v, size_t es)
-{
-    if (es >= 8) return (int64_t)v;
-    unsigned sh = (unsigned)(64 - 8 * es);
-    return (int64_t)(v << sh) >> sh;
-}
-
-static uint64_t sentinel(size_t es) { return 0xA5A5A5A5A5A5A5A5ull & width_mask(es); }
-
-static double fdec(hoop_dtype_t dt, uint64_t raw)
-{
-    double d;
-    switch (dt) {
-    case HOOP_FLOAT16: return half_to_float((uint16_t)raw);
-    case HOOP_BFLOAT16: return bf16_to_float((uint16_t)raw);
-    case HOOP_FLOAT32: return f32_from_bits((uint32_t)raw);
-    default: memcpy(&d, &raw, sizeof d); return d;
-    }
-}
-
-static uint64_t fenc_float(hoop_dtype_t dt, float f)
-{
-    switch (dt) {
-    case HOOP_FLOAT16: return float_to_half(f);
-    case HOOP_BFLOAT16: return float_to_bf16(f);
-    default: return f32_bits(f);
-    }
-}
-
-static uint64_t fenc(hoop_dtype_t dt, double v)
-{
-    uint64_t b;
-    if (dt != HOOP_FLOAT64) return fenc_float(dt, (float)v);
-    memcpy(&b, &v, sizeof b);
-    return b;
-}
+static uint64_t sentinel(size_t es) { return 0xA5A5A5A5A5A5A5A5ull & rc_width_mask(es); }
 
 /* ---- inputs ---- */
 
@@ -266,11 +132,11 @@ static uint64_t gen(hoop_dtype_t dt, hoop_op_t op, int reducing, int size, uint6
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ull;
     h ^= h >> 32;
-    if (!reducing) return h & width_mask(t->size); /* any bits, NaN payloads included */
-    if (!t->is_float) {
+    if (!reducing) return h & rc_width_mask(t->size); /* any bits, NaN payloads included */
+    if (!rc_is_float(dt)) {
         /* Odd factors keep products from collapsing to zero. */
         if (op == HOOP_PROD && idx % 4 != 0) h |= 1;
-        return h & width_mask(t->size);
+        return h & rc_width_mask(t->size);
     }
     double v;
     switch (op) {
@@ -290,68 +156,7 @@ static uint64_t gen(hoop_dtype_t dt, hoop_op_t op, int reducing, int size, uint6
         if (v == 0.0) v = 1.0;
         break;
     }
-    return fenc(dt, v);
-}
-
-/* ---- reference reduction ---- */
-
-typedef struct acc {
-    int have;
-    uint64_t u;    /* integers: wrapped sum / product */
-    double d;      /* floats: exact sum / product */
-    uint64_t best; /* MIN/MAX: raw bits of the winner */
-} acc_t;
-
-static void acc_add(acc_t *a, hoop_dtype_t dt, hoop_op_t op, uint64_t raw)
-{
-    const dt_info_t *t = &DT[dt];
-    if (!a->have) {
-        a->have = 1;
-        a->u = raw;
-        a->d = t->is_float ? fdec(dt, raw) : 0.0;
-        a->best = raw;
-        return;
-    }
-    if (op == HOOP_MIN || op == HOOP_MAX) {
-        int less; /* raw < best */
-        if (t->is_float)
-            less = fdec(dt, raw) < fdec(dt, a->best);
-        else if (t->is_signed)
-            less = sign_extend(raw, t->size) < sign_extend(a->best, t->size);
-        else
-            less = raw < a->best;
-        int greater;
-        if (t->is_float)
-            greater = fdec(dt, raw) > fdec(dt, a->best);
-        else if (t->is_signed)
-            greater = sign_extend(raw, t->size) > sign_extend(a->best, t->size);
-        else
-            greater = raw > a->best;
-        if ((op == HOOP_MIN && less) || (op == HOOP_MAX && greater)) a->best = raw;
-        return;
-    }
-    if (t->is_float) {
-        double v = fdec(dt, raw);
-        a->d = op == HOOP_PROD ? a->d * v : a->d + v;
-    } else {
-        a->u = op == HOOP_PROD ? a->u * raw : a->u + raw; /* mod 2^64, hence mod 2^width */
-    }
-}
-
-static uint64_t acc_result(const acc_t *a, hoop_dtype_t dt, hoop_op_t op, int n)
-{
-    const dt_info_t *t = &DT[dt];
-    uint64_t mask = width_mask(t->size);
-    if (op == HOOP_MIN || op == HOOP_MAX) return a->best;
-    if (!t->is_float) {
-        uint64_t w = a->u & mask;
-        if (op != HOOP_AVG) return w;
-        if (t->is_signed) return (uint64_t)(sign_extend(w, t->size) / (int64_t)n) & mask;
-        return w / (uint64_t)n;
-    }
-    if (op != HOOP_AVG) return fenc(dt, a->d); /* exact by construction */
-    if (dt == HOOP_FLOAT64) return fenc(dt, a->d / (double)n);
-    return fenc_float(dt, (float)a->d / (float)n);
+    return rc_fenc(dt, v);
 }
 
 static double now_s(void)
@@ -449,9 +254,10 @@ static uint64_t inval(const tctx_t *t, const tcase_t *tc, int rank, size_t idx)
 
 static uint64_t reduce_ref(const tctx_t *t, const tcase_t *tc, size_t idx)
 {
-    acc_t a = {0};
-    for (int q = 0; q < t->size; q++) acc_add(&a, tc->dt, tc->op, inval(t, tc, q, idx));
-    return acc_result(&a, tc->dt, tc->op, t->size);
+    rc_acc_t a = {0};
+    size_t es = DT[tc->dt].size;
+    for (int q = 0; q < t->size; q++) rc_acc_add(&a, tc->dt, es, tc->op, inval(t, tc, q, idx));
+    return rc_acc_result(&a, tc->dt, es, tc->op, t->size);
 }
 
 static unsigned char *alloc_elems(size_t n, size_t es)
@@ -465,7 +271,7 @@ static unsigned char *alloc_elems(size_t n, size_t es)
 static void fill_input(const tctx_t *t, const tcase_t *tc, unsigned char *buf, size_t first,
                        size_t n, size_t idx0)
 {
-    for (size_t i = 0; i < n; i++) st(buf, first + i, tc->es, inval(t, tc, t->rank, idx0 + i));
+    for (size_t i = 0; i < n; i++) rc_st(buf, first + i, tc->es, inval(t, tc, t->rank, idx0 + i));
 }
 
 static void barrier_marker(const tctx_t *t, const tcase_t *tc, int rank, char *out, size_t len)
@@ -741,11 +547,12 @@ static uint64_t send_expect(const tctx_t *t, const tcase_t *tc, size_t i)
 static void show_value(const tcase_t *tc, uint64_t raw, char *out, size_t len)
 {
     const dt_info_t *d = &DT[tc->dt];
-    if (d->is_float)
-        snprintf(out, len, "0x%0*" PRIx64 " (%.9g)", (int)(2 * d->size), raw, fdec(tc->dt, raw));
-    else if (d->is_signed)
+    if (rc_is_float(tc->dt))
+        snprintf(out, len, "0x%0*" PRIx64 " (%.9g)", (int)(2 * d->size), raw,
+                 rc_fdec(tc->dt, raw));
+    else if (rc_is_signed_int(tc->dt))
         snprintf(out, len, "0x%0*" PRIx64 " (%" PRId64 ")", (int)(2 * d->size), raw,
-                 sign_extend(raw, d->size));
+                 rc_sign_extend(raw, d->size));
     else
         snprintf(out, len, "0x%0*" PRIx64 " (%" PRIu64 ")", (int)(2 * d->size), raw, raw);
 }
@@ -768,7 +575,7 @@ static void check_region(tctx_t *t, const tcase_t *tc, const char *what, const u
             want = send_expect(t, tc, i);
         else if (!out_expect(t, tc, i, blk, off, &want))
             continue;
-        uint64_t got = ld(buf, i, tc->es);
+        uint64_t got = rc_ld(buf, i, tc->es);
         if (got == want) continue;
         if (wrong < 3 && t->shown < MAX_SHOWN) {
             char g[64], w[64];
@@ -1105,21 +912,22 @@ static void run_selftest(tctx_t *t)
         {1.01171875f, 0x3c0c, 0x3f82},    {0.333333343f, 0x3555, 0x3eab},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
-        check(t, float_to_half(known[i].f) == known[i].h, "float_to_half(%a) = 0x%04x, want 0x%04x",
-              (double)known[i].f, float_to_half(known[i].f), known[i].h);
-        check(t, float_to_bf16(known[i].f) == known[i].bf,
-              "float_to_bf16(%a) = 0x%04x, want 0x%04x", (double)known[i].f,
-              float_to_bf16(known[i].f), known[i].bf);
+        check(t, rc_float_to_half(known[i].f) == known[i].h,
+              "rc_float_to_half(%a) = 0x%04x, want 0x%04x", (double)known[i].f,
+              rc_float_to_half(known[i].f), known[i].h);
+        check(t, rc_float_to_bf16(known[i].f) == known[i].bf,
+              "rc_float_to_bf16(%a) = 0x%04x, want 0x%04x", (double)known[i].f,
+              rc_float_to_bf16(known[i].f), known[i].bf);
     }
     int bad = 0;
     for (uint32_t h = 0; h < 0x10000; h++) {
         int nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
-        if (!nan && float_to_half(half_to_float((uint16_t)h)) != h) bad++;
+        if (!nan && rc_float_to_half(rc_half_to_float((uint16_t)h)) != h) bad++;
         int bnan = (h & 0x7f80) == 0x7f80 && (h & 0x7f);
-        if (!bnan && float_to_bf16(bf16_to_float((uint16_t)h)) != h) bad++;
+        if (!bnan && rc_float_to_bf16(rc_bf16_to_float((uint16_t)h)) != h) bad++;
     }
     check(t, bad == 0, "%d float16/bfloat16 values do not round-trip", bad);
-    check(t, half_to_float(0x3555) == 0.333251953125f, "half_to_float(0x3555)");
+    check(t, rc_half_to_float(0x3555) == 0.333251953125f, "rc_half_to_float(0x3555)");
 }
 
 static void summary(const tctx_t *t, long checks, long fails)
