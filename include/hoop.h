@@ -118,6 +118,8 @@ hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *sendbuf, void *rec
 hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                             hoop_dtype_t dt);
 hoop_result_t hoop_barrier(hoop_comm_t *c);
+/* Point-to-point: peer is another rank of c (not the caller); a send matches the peer's receives
+ * from this rank in posting order, with the same count and dtype. */
 hoop_result_t hoop_send(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer);
 hoop_result_t hoop_recv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer);
 
