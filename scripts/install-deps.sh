@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs what hoop needs to build and test on Debian 12 (as root, or through sudo).
 set -eu
-pkgs="meson ninja-build gcc clang pkg-config libcmocka-dev valgrind iproute2"
+pkgs="meson ninja-build gcc clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -53,6 +53,10 @@ hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t m
     memset(h, 0, sizeof(*h));
     if (get32(in) != HOOP_WIRE_MAGIC || get16(in + 4) != HOOP_WIRE_VERSION)
         return HOOP_ERR_MISMATCH;
+    /* Reserved bytes must be zero: a later version that uses them is told apart by its version. */
+    if (in[10] != 0 || in[11] != 0) return HOOP_ERR_MISMATCH;
+    for (int i = 52; i < HOOP_WIRE_HDR_SIZE; i++)
+        if (in[i] != 0) return HOOP_ERR_MISMATCH;
     h->kind = in[6];
     h->dtype = in[7];
     h->op = in[8];

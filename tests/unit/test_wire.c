@@ -71,6 +71,12 @@ static void rejects_bad_fields(void **state)
     h.root = -2;
     hoop__wire_encode(&h, t);
     assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    /* Reserved bytes must be zero. */
+    for (int i = 10; i < HOOP_WIRE_HDR_SIZE; i = i == 11 ? 52 : i + 1) {
+        memcpy(t, b, sizeof(t));
+        t[i] = 1;
+        assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    }
     /* Lengths are bounded before anything is allocated. */
     assert_int_equal(hoop__wire_decode(b, 123456, &g), HOOP_ERR_MISMATCH);
     assert_int_equal(hoop__wire_decode(b, 123457, &g), HOOP_OK);
@@ -100,6 +106,10 @@ static void decode_never_overreads(void **state)
             memset(b + 13, (b[13] & 1) ? 0xff : 0, 3);
             memset(b + 47, 0, 5);
             b[46] &= 0x1f;
+            if (n % 4 == 1) {
+                memset(b + 10, 0, 2);
+                memset(b + 52, 0, HOOP_WIRE_HDR_SIZE - 52);
+            }
         }
         if (hoop__wire_decode(b, 1 << 20, &g) == HOOP_OK) {
             accepted++;
