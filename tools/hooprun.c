@@ -47,6 +47,8 @@ enum {
     DRAIN_MS = 2000,            /* after the last rank exits, for output still in the pipes */
     WRITE_STALL_MS = 30000,     /* our own stdout/stderr refusing data */
     POLL_CAP_MS = 1000,
+    PORT_WAIT_MS = 10000,       /* before a restart, for a given master port to be free again */
+    MAX_RESTARTS = 1000000,
     READS_PER_ROUND = 8,        /* fairness between chatty and quiet ranks */
 };
 
@@ -60,6 +62,7 @@ struct opts {
     const char *master_addr;
     char master_port[8];
     bool port_given;
+    long max_restarts;
     bool prefix;
     bool has_timeout;
     double timeout_s;
@@ -81,7 +84,9 @@ static void usage(FILE *f)
           "  --node-rank K           index of this node, 0..M-1 (default 0)\n"
           "  --master-addr A         address of the node of rank 0 (default 127.0.0.1)\n"
           "  --master-port P         port on the master (default: a free port; required if M > 1)\n"
-          "  --timeout S             stop the job after S seconds and exit with status 124\n"
+          "  --max-restarts N        times to restart all ranks after a failure (default 0)\n"
+          "  --timeout S             stop the job after S seconds, restarts included, and exit\n"
+          "                          with status 124\n"
           "  --no-prefix             do not prefix output lines with \"[RANK] \"\n"
           "  -h, --help              show this help and exit\n"
           "  --version               show the version and exit\n"
@@ -90,9 +95,15 @@ static void usage(FILE *f)
           "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank. When a rank fails the\n"
           "others get SIGTERM, then SIGKILL after 3 s.\n"
           "\n"
-          "exit status: 0 if every rank exits 0; else the status of the first rank that failed\n"
-          "(128+S if it was killed by signal S); 124 on timeout; 126 or 127 if PROGRAM cannot be\n"
-          "run; 2 on bad usage.\n",
+          "With --max-restarts, once the ranks of a failed attempt are gone all ranks start again\n"
+          "with a fresh rendezvous: a new free MASTER_PORT (a given --master-port is kept, after\n"
+          "waiting up to 10 s for it to be free), and HOOP_RESTART_COUNT and\n"
+          "TORCHELASTIC_RESTART_COUNT set to the number of restarts so far (0 at first). A job\n"
+          "stopped by a signal to hooprun, or by --timeout, is not restarted.\n"
+          "\n"
+          "exit status: 0 if every rank of the last attempt exits 0; else the status of the first\n"
+          "rank that failed in the last attempt (128+S if it was killed by signal S); 124 on\n"
+          "timeout; 126 or 127 if PROGRAM cannot be run; 2 on bad usage.\n",
           f);
 }
 
@@ -171,8 +182,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             }
         }
 
-        enum { O_NPROC, O_NNODES, O_NODE_RANK, O_ADDR, O_PORT, O_TIMEOUT, O_NOPREFIX, O_HELP,
-               O_VERSION, O_UNKNOWN } id = O_UNKNOWN;
+        enum { O_NPROC, O_NNODES, O_NODE_RANK, O_ADDR, O_PORT, O_RESTARTS, O_TIMEOUT, O_NOPREFIX,
+               O_HELP, O_VERSION, O_UNKNOWN } id = O_UNKNOWN;
         bool is_short = a[1] != '-';
         if (is_short) {
             if (name[0] == 'n')
@@ -189,6 +200,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             id = O_ADDR;
         } else if (opt_is(name, nlen, "master-port")) {
             id = O_PORT;
+        } else if (opt_is(name, nlen, "max-restarts")) {
+            id = O_RESTARTS;
         } else if (opt_is(name, nlen, "timeout")) {
             id = O_TIMEOUT;
         } else if (opt_is(name, nlen, "no-prefix")) {
@@ -240,6 +253,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 return usage_error("bad master port '%s' (want 1..65535)", val);
             snprintf(o->master_port, sizeof o->master_port, "%ld", v);
             o->port_given = true;
+            break;
+        case O_RESTARTS:
+            if (!parse_long(val, 0, MAX_RESTARTS, &v))
+                return usage_error("bad number of restarts '%s' (want 0..%d)", val, MAX_RESTARTS);
+            o->max_restarts = v;
             break;
         case O_TIMEOUT: {
             char *end = NULL;
@@ -399,6 +417,35 @@ static bool find_free_port(const char *addr, char out[8])
         fprintf(stderr, "hooprun: cannot find a free port on '%s': %s (use --master-port)\n", addr,
                 strerror(last_err));
     return ok;
+}
+
+/*
+ * Whether the master port can be listened on here, as the rendezvous store will (SO_REUSEADDR, so
+ * connections of a finished job lingering in TIME_WAIT do not count). Returns 1 if it can, 0 if
+ * something listens on it, -1 if the address is not one of this host's (nothing to check).
+ */
+static int port_bindable(const char *addr, const char *port)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICSERV | AI_PASSIVE };
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(addr, port, &hints, &res) != 0)
+        return -1;
+    int result = -1;
+    for (struct addrinfo *ai = res; ai != NULL && result != 1; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1) == 0)
+            result = 1;
+        else if (errno == EADDRINUSE)
+            result = 0;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return result;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -588,6 +635,11 @@ struct job {
     int64_t timeout_deadline;  /* -1: none */
     bool ending;               /* a failure, a timeout or a start error decided the status */
     int status;
+    int failed_rank;           /* the rank whose failure ended this attempt; -1: none */
+    bool timed_out;
+    bool interrupted;          /* a signal came to us: the user wants the job over */
+    long restart;              /* restarts made so far */
+    char master_port[8];       /* of this attempt */
     struct sink *out, *err;
 };
 
@@ -670,6 +722,7 @@ static void rank_exited(struct job *j, struct rank *rk, int wstatus)
     if (!failed || j->ending)
         return;
     j->ending = true;
+    j->failed_rank = rk->rank;
     if (WIFSIGNALED(wstatus)) {
         int sig = WTERMSIG(wstatus);
         const char *name = signal_name(sig);
@@ -723,6 +776,7 @@ static void handle_signals(struct job *j)
         int sig = (int)si.ssi_signo;
         if (sig == SIGCHLD || sig == SIGPIPE || !sigismember(&j->forward, sig))
             continue;
+        j->interrupted = true;
         /* Once the job is being stopped, another interrupt means "now". */
         if (j->phase != RUNNING && (sig == SIGINT || sig == SIGTERM))
             begin_kill(j, true);
@@ -734,7 +788,8 @@ static void handle_signals(struct job *j)
 static const char *const launcher_vars[] = { "RANK", "WORLD_SIZE", "LOCAL_RANK",
                                               "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                                               "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                              "HOOP_LAUNCHER" };
+                                              "HOOP_LAUNCHER", "HOOP_RESTART_COUNT",
+                                              "TORCHELASTIC_RESTART_COUNT" };
 enum { NVARS = sizeof launcher_vars / sizeof launcher_vars[0] };
 
 static void free_env(char **env)
@@ -766,10 +821,12 @@ static char **rank_env(const struct job *j, int local)
         const char *val = num;
         if (v < NNUMS)
             snprintf(num, sizeof num, "%ld", nums[v]);
+        else if (strstr(launcher_vars[v], "RESTART_COUNT") != NULL)
+            snprintf(num, sizeof num, "%ld", j->restart);
         else if (strcmp(launcher_vars[v], "MASTER_ADDR") == 0)
             val = o->master_addr;
         else if (strcmp(launcher_vars[v], "MASTER_PORT") == 0)
-            val = o->master_port;
+            val = j->master_port;
         else
             val = "hooprun";
         size_t len = strlen(launcher_vars[v]) + 1 + strlen(val) + 1;
@@ -949,6 +1006,7 @@ static void run_loop(struct job *j)
                 j->o->timeout_text);
             j->ending = true;
             j->status = 124;
+            j->timed_out = true;
             begin_stop(j);
         }
         if (j->phase == STOPPING && now >= j->phase_deadline)
@@ -1042,6 +1100,107 @@ static void run_loop(struct job *j)
     free(map);
 }
 
+/* Whether the attempt that just ended is one to restart after. */
+static bool may_restart(struct job *j)
+{
+    /* A signal may still be waiting: it was meant for a job that was already going down. */
+    handle_signals(j);
+    if (j->failed_rank < 0 || j->timed_out || j->interrupted || j->restart >= j->o->max_restarts)
+        return false;
+    if (j->nrunning > 0) {
+        say(j->err, "not restarting: %d rank(s) of the failed attempt are still there",
+            j->nrunning);
+        return false;
+    }
+    return true;
+}
+
+static bool timeout_over(const struct job *j)
+{
+    return j->timeout_deadline >= 0 && now_ms() >= j->timeout_deadline;
+}
+
+/* Sleeps up to ms, waking early for a signal to us. Returns false if one came. */
+static bool pause_ms(struct job *j, int ms)
+{
+    struct pollfd p = { .fd = j->sigfd, .events = POLLIN };
+    int pr = poll(&p, 1, ms);
+    if (pr > 0)
+        handle_signals(j);
+    return !j->interrupted;
+}
+
+/*
+ * Gets a fresh rendezvous for the next attempt and resets the job for it. Returns false, having
+ * said why where the reason is new, if the job cannot go on.
+ */
+static bool prepare_restart(struct job *j)
+{
+    const struct opts *o = j->o;
+    if (!o->port_given) {
+        /* The old port may still be held by something the ranks started, or be reached by a
+         * late peer of the old attempt: always take a different one. */
+        char port[8];
+        bool ok = false;
+        for (int tries = 0; tries < 16 && !ok; tries++) {
+            if (!find_free_port(o->master_addr, port))
+                return false;
+            ok = strcmp(port, j->master_port) != 0;
+        }
+        if (!ok) {
+            say(j->err, "not restarting: no new free port on '%s'", o->master_addr);
+            return false;
+        }
+        memcpy(j->master_port, port, sizeof port);
+    } else if (o->node_rank == 0) {
+        /* Only the master node hosts the store; elsewhere the port is another host's. */
+        int64_t deadline = now_ms() + PORT_WAIT_MS;
+        if (j->timeout_deadline >= 0 && j->timeout_deadline < deadline)
+            deadline = j->timeout_deadline;
+        bool said = false;
+        for (;;) {
+            if (port_bindable(o->master_addr, j->master_port) != 0)
+                break;
+            int64_t left = deadline - now_ms();
+            if (left <= 0 && !timeout_over(j)) {
+                say(j->err, "not restarting: master port %s is still in use", j->master_port);
+                return false;
+            }
+            if (left <= 0)
+                break;  /* said below */
+            if (!said) {
+                say(j->err, "waiting for master port %s to be free before restarting",
+                    j->master_port);
+                said = true;
+            }
+            if (!pause_ms(j, left < 100 ? (int)left : 100))
+                return false;
+        }
+    }
+    if (timeout_over(j)) {
+        say(j->err, "timeout: the job is past its %s s; not restarting",
+            o->timeout_text);
+        j->status = 124;
+        return false;
+    }
+    if (j->interrupted)
+        return false;
+
+    j->restart++;
+    say(j->err, "restarting all ranks (restart %ld of %ld) after rank %d failed; MASTER_PORT=%s",
+        j->restart, o->max_restarts, j->failed_rank, j->master_port);
+    memset(j->ranks, 0, (size_t)o->nproc * sizeof *j->ranks);
+    j->started = 0;
+    j->nrunning = 0;
+    j->pgid = 0;
+    j->phase = RUNNING;
+    j->phase_deadline = 0;
+    j->ending = false;
+    j->status = 0;
+    j->failed_rank = -1;
+    return true;
+}
+
 /* Blocks the signals we handle and opens the signalfd that delivers them. */
 static bool setup_signals(struct job *j)
 {
@@ -1094,7 +1253,7 @@ int main(int argc, char **argv)
     }
 
     struct job j = { .o = &o, .prog_path = prog_path, .sigfd = -1, .devnull = -1,
-                     .timeout_deadline = -1 };
+                     .timeout_deadline = -1, .failed_rank = -1 };
     j.ranks = calloc((size_t)o.nproc, sizeof *j.ranks);
     j.out = malloc(sizeof *j.out);
     j.err = malloc(sizeof *j.err);
@@ -1106,6 +1265,7 @@ int main(int argc, char **argv)
         free(prog_path);
         return 1;
     }
+    memcpy(j.master_port, o.master_port, sizeof j.master_port);
     j.out->fd = STDOUT_FILENO;
     j.out->broken = false;
     j.out->len = 0;
@@ -1140,14 +1300,19 @@ int main(int argc, char **argv)
     if (o.has_timeout)
         j.timeout_deadline = now_ms() + (int64_t)(o.timeout_s * 1000.0 + 0.999);
 
-    for (int local = 0; local < o.nproc; local++) {
-        if (!start_rank(&j, local)) {
-            begin_stop(&j);
+    for (;;) {
+        for (int local = 0; local < o.nproc; local++) {
+            if (!start_rank(&j, local)) {
+                begin_stop(&j);
+                break;
+            }
+        }
+        run_loop(&j);
+        if (!j.ending || !may_restart(&j) || !prepare_restart(&j)) {
+            status = j.ending ? j.status : 0;
             break;
         }
     }
-    run_loop(&j);
-    status = j.ending ? j.status : 0;
 
 out:
     if (j.sigfd >= 0)

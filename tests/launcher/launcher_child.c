@@ -12,16 +12,24 @@
  *   stubborn R CODE         like fail, but the others ignore SIGTERM
  *   wait-signal             waits up to 30 s for SIGTERM/SIGHUP/SIGINT and reports which came
  *   sleep S                 says "ready", then sleeps S seconds
+ *   flaky R HOLD_MS         reports its restart counts and MASTER_PORT; while HOOP_RESTART_COUNT < 2
+ *                           rank R exits 3 after 200 ms and the others sleep 10 s. Rank 0 (if not R)
+ *                           first listens on MASTER_PORT, as a rendezvous store would, and exits 4
+ *                           if it cannot; with HOLD_MS > 0, on a failing attempt, it leaves behind
+ *                           a process outside the job that keeps the port for HOLD_MS ms
  *
  * Ranks that start long sleeps first print "rank R pid P" so the tests can check they are gone.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -163,6 +171,62 @@ static int mode_wait_signal(void)
     return 0;
 }
 
+/* Listens on 127.0.0.1:MASTER_PORT with SO_REUSEADDR, like the store; -1 if it cannot. */
+static int listen_master_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_port = htons((uint16_t)atoi(var("MASTER_PORT")));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 8) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int mode_flaky(int bad, long hold_ms)
+{
+    int r = my_rank();
+    const char *rc = var("HOOP_RESTART_COUNT");
+    int attempt = atoi(rc);
+    out(1, "rank %d restart %s torchelastic %s port %s pid %ld\n", r, rc,
+        var("TORCHELASTIC_RESTART_COUNT"), var("MASTER_PORT"), (long)getpid());
+    if (r == 0 && bad != 0) {
+        int fd = listen_master_port();
+        if (fd < 0) {
+            out(1, "rank 0 restart %d cannot listen on the master port: %s\n", attempt,
+                strerror(errno));
+            return 4;
+        }
+        out(1, "rank 0 restart %d listening\n", attempt);
+        if (hold_ms > 0 && attempt < 2) {
+            /* The holder leaves the job's process group, so stopping the job does not reach it. */
+            pid_t pid = fork();
+            if (pid == 0) {
+                (void)setsid();
+                /* Nor does it keep the job's output pipes open. */
+                close(1);
+                close(2);
+                sleep_ms(hold_ms);
+                _exit(0);
+            }
+        }
+    }
+    if (attempt >= 2)
+        return 0;
+    if (r == bad) {
+        sleep_ms(200);
+        return 3;
+    }
+    sleep_ms(10000);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -203,6 +267,8 @@ int main(int argc, char **argv)
         sleep_ms(atol(argv[2]) * 1000);
         return 0;
     }
+    if (strcmp(m, "flaky") == 0 && argc == 4)
+        return mode_flaky(atoi(argv[2]), atol(argv[3]));
     fprintf(stderr, "launcher_child: bad mode '%s'\n", m);
     return 99;
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Tests of hooprun, run from outside as a user would.
 #   launcher_test.sh CASE HOOPRUN CHILD
-# CASE: env output fail kill stubborn signal timeout missing args
+# CASE: env output fail kill stubborn signal timeout missing args restart restart-port
+#       restart-stop
 # CHILD is launcher_child (see launcher_child.c for its modes).
 set -u
 
@@ -351,8 +352,149 @@ test_args() {
     grep -q '^hooprun .*[0-9]\.[0-9]' "$T/out" || fail "--version"
 }
 
+# flaky_line RANK ATTEMPT: what a rank of "flaky" printed in that attempt, as "TORCHELASTIC PORT".
+flaky_line() {
+    sed -n "s/^\[$1\] rank $1 restart $2 torchelastic \([0-9]*\) port \([0-9]*\) pid [0-9]*\$/\1 \2/p" "$T/out"
+}
+
+# check_flaky ATTEMPTS: both ranks ran attempts 0..ATTEMPTS-1 (and no other), each attempt with
+# one MASTER_PORT for both and TORCHELASTIC_RESTART_COUNT equal to the attempt; the ports of the
+# attempts go to $T/ports, one a line.
+check_flaky() {
+    : >"$T/ports"
+    n=$(grep -c '^\[[01]\] rank [01] restart [0-9]* torchelastic ' "$T/out")
+    [ "$n" -eq $((2 * $1)) ] || fail "$n rank starts, expected $((2 * $1))"
+    a=0
+    while [ $a -lt "$1" ]; do
+        l0=$(flaky_line 0 $a)
+        l1=$(flaky_line 1 $a)
+        if [ -z "$l0" ] || [ -z "$l1" ]; then fail "attempt $a: a rank did not report"; fi
+        [ "${l0%% *}" = "$a" ] || fail "attempt $a: TORCHELASTIC_RESTART_COUNT=${l0%% *}"
+        [ "$l0" = "$l1" ] || fail "attempt $a: the ranks disagree ('$l0' and '$l1')"
+        grep -qx "\[0\] rank 0 restart $a listening" "$T/out" ||
+            fail "attempt $a: rank 0 could not listen on its MASTER_PORT"
+        echo "${l0#* }" >>"$T/ports"
+        a=$((a + 1))
+    done
+}
+
+restart_lines() {
+    grep -c '^hooprun: restarting all ranks (restart [0-9]* of [0-9]*) after rank [0-9]* failed' "$T/err"
+}
+
+test_restart() {
+    # Rank 1 fails in attempts 0 and 1: two restarts are enough.
+    run --max-restarts 2 -n 2 "$CHILD" flaky 1 0
+    expect_rc 0
+    check_flaky 3
+    [ "$(restart_lines)" -eq 2 ] || fail "expected 2 restart lines"
+    expect_err_line "hooprun: restarting all ranks (restart 1 of 2) after rank 1 failed.*"
+    expect_err_line "hooprun: restarting all ranks (restart 2 of 2) after rank 1 failed.*"
+    [ "$(grep -c '^hooprun: rank 1 (pid [0-9]*) exited with status 3$' "$T/err")" -eq 2 ] ||
+        fail "expected 2 reports of rank 1 failing"
+    # A fresh rendezvous each time: hooprun chose the port, so it changes.
+    p0=$(sed -n 1p "$T/ports")
+    p1=$(sed -n 2p "$T/ports")
+    p2=$(sed -n 3p "$T/ports")
+    if [ "$p0" = "$p1" ] || [ "$p1" = "$p2" ]; then fail "MASTER_PORT did not change: $p0 $p1 $p2"; fi
+
+    # One restart is not enough: the status of the failed rank, and nothing left running.
+    run --max-restarts 1 -n 2 "$CHILD" flaky 1 0
+    expect_rc 3
+    check_flaky 2
+    [ "$(restart_lines)" -eq 1 ] || fail "expected 1 restart line"
+    tail -n 1 "$T/err" | grep -q '^hooprun: rank 1 (pid [0-9]*) exited with status 3$' ||
+        fail "the last message does not name the failed rank"
+    sed -n 's/^\[[01]\] rank [01] restart [0-9]* .* pid \([0-9]*\)$/\1/p' "$T/out" >"$T/pids"
+    [ "$(wc -l <"$T/pids")" -eq 4 ] || fail "expected 4 rank pids"
+    while read -r p; do
+        kill -0 "$p" 2>/dev/null && fail "rank process $p is still alive"
+    done <"$T/pids"
+
+    # No restarts by default, and the count is there from the start.
+    run -n 2 "$CHILD" flaky 1 0
+    expect_rc 3
+    check_flaky 1
+    [ "$(restart_lines)" -eq 0 ] || fail "restarted without --max-restarts"
+
+    for a in "--max-restarts -1" "--max-restarts x" "--max-restarts=" "--max-restarts 99999999"; do
+        # shellcheck disable=SC2086
+        run $a -n 1 "$CHILD" args x
+        [ "$rc" -eq 2 ] || fail "'$a': exit status $rc, expected 2"
+        [ -s "$T/out" ] && fail "'$a': the program was started"
+    done
+    run --help
+    grep -q -- '--max-restarts N' "$T/out" || fail "--help does not mention --max-restarts"
+}
+
+# A port that is free now, as hooprun itself finds one.
+free_port() {
+    run -n 1 "$CHILD" env
+    sed -n 's/.*MASTER_PORT=\([0-9]*\) .*/\1/p' "$T/out"
+}
+
+test_restart_port() {
+    # A given port is kept; a process the old attempt left behind holds it for 1.5 s, and the
+    # new attempt must not start before it is free (rank 0 exits 4 if it cannot listen).
+    port=$(free_port)
+    [ -n "$port" ] || fail "no free port"
+    run --master-port "$port" --max-restarts 2 -n 2 "$CHILD" flaky 1 1500
+    expect_rc 0
+    check_flaky 3
+    [ "$(sort -u "$T/ports")" = "$port" ] || fail "MASTER_PORT changed: $(tr '\n' ' ' <"$T/ports")"
+    [ "$(restart_lines)" -eq 2 ] || fail "expected 2 restart lines"
+    grep -q "^hooprun: waiting for master port $port to be free" "$T/err" ||
+        fail "did not wait for the port"
+}
+
+test_restart_stop() {
+    # A signal to hooprun ends the job; it is not a failure to restart after.
+    t0=$(now_ms)
+    bg_run --max-restarts 5 -n 2 "$CHILD" sleep 60
+    wait_lines 2 'ready'
+    kill -TERM "$bg"
+    wait "$bg"
+    rc=$?
+    ms=$(($(now_ms) - t0))
+    expect_rc 143
+    [ "$ms" -lt 5000 ] || fail "took $ms ms"
+    sleep 0.3
+    [ "$(grep -c 'ready' "$T/out")" -eq 2 ] || fail "ranks were started again"
+    [ "$(restart_lines)" -eq 0 ] || fail "restarted after SIGTERM"
+
+    # Also while waiting for the master port between attempts.
+    port=$(free_port)
+    [ -n "$port" ] || fail "no free port"
+    t0=$(now_ms)
+    bg_run --master-port "$port" --max-restarts 5 -n 2 "$CHILD" flaky 1 5000
+    i=0
+    while ! grep -q '^hooprun: waiting for master port' "$T/err"; do
+        i=$((i + 1))
+        [ $i -le 200 ] || fail "hooprun never waited for the port"
+        sleep 0.05
+    done
+    kill -TERM "$bg"
+    wait "$bg"
+    rc=$?
+    ms=$(($(now_ms) - t0))
+    expect_rc 3
+    [ "$ms" -lt 4000 ] || fail "took $ms ms"
+    [ "$(restart_lines)" -eq 0 ] || fail "restarted after SIGTERM"
+
+    # --timeout covers the restarts: a rank that always fails, more restarts than time allows.
+    run --timeout 2 --max-restarts 100 -n 2 "$CHILD" fail 1 3
+    expect_rc 124
+    [ "$ms" -ge 1900 ] || fail "stopped after $ms ms, before the timeout"
+    [ "$ms" -lt 6000 ] || fail "took $ms ms"
+    [ "$(restart_lines)" -ge 1 ] || fail "never restarted"
+    grep -q '^hooprun: .*timeout' "$T/err" || fail "no timeout message"
+    expect_pids_gone "$(grep -c '^\[[01]\] rank [01] pid' "$T/out")"
+}
+
 case $case_name in
-env | output | fail | kill | stubborn | signal | timeout | missing | args) "test_$case_name" ;;
+env | output | fail | kill | stubborn | signal | timeout | missing | args | restart) "test_$case_name" ;;
+restart-port) test_restart_port ;;
+restart-stop) test_restart_stop ;;
 *)
     echo "unknown case '$case_name'" >&2
     exit 2
