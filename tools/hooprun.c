@@ -190,26 +190,17 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 id = O_NPROC;
             else if (name[0] == 'h' && !inline_val)
                 id = O_HELP;
-        } else if (opt_is(name, nlen, "nproc-per-node")) {
-            id = O_NPROC;
-        } else if (opt_is(name, nlen, "nnodes")) {
-            id = O_NNODES;
-        } else if (opt_is(name, nlen, "node-rank")) {
-            id = O_NODE_RANK;
-        } else if (opt_is(name, nlen, "master-addr")) {
-            id = O_ADDR;
-        } else if (opt_is(name, nlen, "master-port")) {
-            id = O_PORT;
-        } else if (opt_is(name, nlen, "max-restarts")) {
-            id = O_RESTARTS;
-        } else if (opt_is(name, nlen, "timeout")) {
-            id = O_TIMEOUT;
-        } else if (opt_is(name, nlen, "no-prefix")) {
-            id = O_NOPREFIX;
-        } else if (opt_is(name, nlen, "help")) {
-            id = O_HELP;
-        } else if (opt_is(name, nlen, "version")) {
-            id = O_VERSION;
+        } else {
+            static const struct {
+                const char *name;
+                int id;
+            } longs[] = {{"nproc-per-node", O_NPROC}, {"nnodes", O_NNODES},
+                         {"node-rank", O_NODE_RANK},   {"master-addr", O_ADDR},
+                         {"master-port", O_PORT},      {"max-restarts", O_RESTARTS},
+                         {"timeout", O_TIMEOUT},       {"no-prefix", O_NOPREFIX},
+                         {"help", O_HELP},             {"version", O_VERSION}};
+            for (size_t k = 0; k < sizeof(longs) / sizeof(longs[0]); k++)
+                if (opt_is(name, nlen, longs[k].name)) id = longs[k].id;
         }
         if (id == O_UNKNOWN)
             return usage_error("unknown option '%s'", a);

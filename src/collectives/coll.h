@@ -31,6 +31,11 @@ hoop_result_t hoop__xwait1(const hoop__call_t *call, hoop__xfer_t *x);
 hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf, size_t slen,
                              int from, void *rbuf, size_t rlen);
 
+/* The root's side of gather and scatter: one transfer of n bytes with every other rank i at once,
+ * received into (dir HOOP_XFER_RECV) or sent from (HOOP_XFER_SEND) base + i * n, then waits for
+ * all. Uses the scratch space. */
+hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base, size_t n);
+
 /* Scratch memory owned by the communicator, valid until the call returns; NULL if out of memory. */
 void *hoop__scratch(hoop_comm_t *c, size_t bytes);
 

@@ -30,20 +30,5 @@ hoop_result_t hoop__gather(hoop__call_t *c)
         memmove(out + (size_t)r * n, c->sendbuf, n);
     if (p == 1) return HOOP_OK;
 
-    /* One transfer and one wait slot per rank; the own slot stays NULL. */
-    size_t xbytes = (size_t)p * sizeof(hoop__xfer_t), pbytes = (size_t)p * sizeof(hoop__xfer_t *);
-    char *s = hoop__scratch(comm, xbytes + pbytes);
-    if (s == NULL) {
-        hoop__comm_fail(comm, HOOP_ERR_NO_MEMORY, "gather: no memory for %d transfers", p);
-        return HOOP_ERR_NO_MEMORY;
-    }
-    hoop__xfer_t *xs = (hoop__xfer_t *)(void *)s;
-    hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(s + xbytes);
-    for (int i = 0; i < p; i++) {
-        ptrs[i] = NULL;
-        if (i == r) continue;
-        hoop__xrecv(c, &xs[i], i, n > 0 ? out + (size_t)i * n : &none, n);
-        ptrs[i] = &xs[i];
-    }
-    return hoop__xwait(c, ptrs, p);
+    return hoop__root_exchange(c, HOOP_XFER_RECV, out, n);
 }

@@ -26,22 +26,7 @@ hoop_result_t hoop__scatter(hoop__call_t *c)
 
     const char *in = c->sendbuf;
     if (p > 1) {
-        size_t xbytes = (size_t)p * sizeof(hoop__xfer_t);
-        size_t pbytes = (size_t)p * sizeof(hoop__xfer_t *);
-        char *s = hoop__scratch(comm, xbytes + pbytes);
-        if (s == NULL) {
-            hoop__comm_fail(comm, HOOP_ERR_NO_MEMORY, "scatter: no memory for %d transfers", p);
-            return HOOP_ERR_NO_MEMORY;
-        }
-        hoop__xfer_t *xs = (hoop__xfer_t *)(void *)s;
-        hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(s + xbytes);
-        for (int i = 0; i < p; i++) {
-            ptrs[i] = NULL;
-            if (i == r) continue;
-            hoop__xsend(c, &xs[i], i, n > 0 ? in + (size_t)i * n : &none, n);
-            ptrs[i] = &xs[i];
-        }
-        hoop_result_t rc = hoop__xwait(c, ptrs, p);
+        hoop_result_t rc = hoop__root_exchange(c, HOOP_XFER_SEND, (char *)in, n);
         if (rc != HOOP_OK) return rc;
     }
     if (n > 0 && (char *)c->recvbuf != in + (size_t)r * n) memmove(c->recvbuf, in + (size_t)r * n, n);

@@ -202,6 +202,31 @@ hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf,
     return hoop__xwait(call, xs, 2);
 }
 
+hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base, size_t n)
+{
+    hoop_comm_t *c = call->comm;
+    int p = c->size;
+    size_t xbytes = (size_t)p * sizeof(hoop__xfer_t), pbytes = (size_t)p * sizeof(hoop__xfer_t *);
+    char *s = hoop__scratch(c, xbytes + pbytes);
+    if (s == NULL) {
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "%s: no memory for %d transfers",
+                        hoop__kind_name(call->kind), p);
+        return HOOP_ERR_NO_MEMORY;
+    }
+    hoop__xfer_t *xs = (hoop__xfer_t *)(void *)s;
+    hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(s + xbytes);
+    char none = 0; /* a valid address for empty blocks */
+    for (int i = 0; i < p; i++) {
+        ptrs[i] = NULL;
+        if (i == c->rank) continue;
+        char *block = n > 0 ? base + (size_t)i * n : &none;
+        if (dir == HOOP_XFER_RECV) hoop__xrecv(call, &xs[i], i, block, n);
+        else hoop__xsend(call, &xs[i], i, block, n);
+        ptrs[i] = &xs[i];
+    }
+    return hoop__xwait(call, ptrs, p);
+}
+
 void *hoop__scratch(hoop_comm_t *c, size_t bytes)
 {
     if (bytes == 0) bytes = 1; /* a valid pointer even for empty buffers */
