@@ -1,7 +1,10 @@
 #!/bin/sh
 # Installs what hoop needs to build and test on Debian 12 (as root, or through sudo).
 set -eu
-pkgs="meson ninja-build gcc clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2"
+# openmpi-bin and python3-torch are the peers the benchmarks compare against; libsodium does the
+# authentication; libopenblas0 gives torch a realistic BLAS.
+pkgs="meson ninja-build gcc clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2
+      libsodium-dev openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch libopenblas0"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
