@@ -408,7 +408,7 @@ hoop_result_t hoop_comm_abort(hoop_comm_t *c)
     /* Whoever drives the transport notices the flag; if nobody does, shut it down here so that
      * peers see the connections go. */
     if (pthread_mutex_trylock(&c->exec) == 0) {
-        if (c->tp != NULL) c->tp_ops->abort(c->tp, HOOP_ERR_ABORTED);
+        if (c->tp != NULL) c->tp_ops->abort(c->tp, HOOP_ERR_ABORTED, c->fatal_msg);
         pthread_mutex_unlock(&c->exec);
     }
     if (c->tp != NULL) c->tp_ops->wake(c->tp);

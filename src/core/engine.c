@@ -146,7 +146,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
                 ndone++;
                 if (xs[i] != NULL && xs[i]->status != HOOP_OK) {
                     hoop_result_t rc = xfer_failed(call, xs[i]);
-                    c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted));
+                    c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
                     return rc;
                 }
             }
@@ -154,7 +154,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
         if (ndone == n) return HOOP_OK;
         hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
         if (ab) {
-            c->tp_ops->abort(c->tp, ab);
+            c->tp_ops->abort(c->tp, ab, c->fatal_msg);
             return ab;
         }
         double now = hoop__now();
@@ -172,7 +172,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
             hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
                             "%s (call #%llu) timed out after %.1f s waiting for rank(s) %s", mine,
                             (unsigned long long)call->seq, c->timeout_s, peers);
-            c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT);
+            c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT, c->fatal_msg);
             return HOOP_ERR_TIMEOUT;
         }
         int ms = now - start < c->spin_s ? 0 : 100;
@@ -312,7 +312,7 @@ static void *progress_thread(void *arg)
             pthread_mutex_lock(&c->exec);
             if (c->inflight != NULL) {
                 hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-                if (ab) c->tp_ops->abort(c->tp, ab);
+                if (ab) c->tp_ops->abort(c->tp, ab, c->fatal_msg);
                 else c->tp_ops->progress(c->tp, 20);
                 reap_inflight(c);
             }

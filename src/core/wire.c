@@ -89,7 +89,9 @@ const char *hoop__kind_name(int kind)
 {
     static const char *const names[] = {"none",    "allreduce",      "broadcast", "reduce",
                                         "allgather", "gather",       "scatter",   "reduce_scatter",
-                                        "alltoall", "barrier",       "send",      "split"};
+                                        "alltoall", "barrier",       "send",      "split",
+                                        "abort"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == HOOP_K_COUNT, "a kind without a name");
     if (kind < 0 || kind >= HOOP_K_COUNT) return "unknown";
     return names[kind];
 }

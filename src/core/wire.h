@@ -26,6 +26,7 @@ typedef enum {
     HOOP_K_BARRIER,
     HOOP_K_SEND, /* point-to-point; hoop_recv expects this kind too */
     HOOP_K_SPLIT,
+    HOOP_K_ABORT, /* control: the sender aborted; the payload is its reason (text, no NUL) */
     HOOP_K_COUNT
 } hoop__kind_t;
 

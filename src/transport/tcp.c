@@ -675,8 +675,9 @@ static void tcp_wake(hoop__tp_t *tp)
     }
 }
 
-static void tcp_abort(hoop__tp_t *tp, hoop_result_t code)
+static void tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
 {
+    (void)reason;
     if (!tp->failed) tp->failed = code;
     for (int j = 0; j < tp->p.size; j++) {
         if (tp->peers[j].socks == NULL) continue;

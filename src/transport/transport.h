@@ -68,8 +68,11 @@ typedef struct hoop__transport_ops {
     void (*progress)(hoop__tp_t *tp, int timeout_ms);
     /* Makes a sleeping progress() return soon. Any thread. */
     void (*wake)(hoop__tp_t *tp);
-    /* Fails every queued transfer with code and shuts the connections so peers notice. */
-    void (*abort)(hoop__tp_t *tp, hoop_result_t code);
+    /* Fails every queued transfer with code and shuts the connections so peers notice. The first
+     * call also tells every reachable peer the reason (best effort, without blocking), so that they
+     * fail with HOOP_ERR_ABORTED and "rank R aborted: <reason>" rather than a bare lost
+     * connection. Repeated calls are cheap no-ops. Any thread that drives progress. */
+    void (*abort)(hoop__tp_t *tp, hoop_result_t code, const char *reason);
     /* Frees the instance. Queued transfers are dropped without completion. */
     void (*close)(hoop__tp_t *tp);
 } hoop__transport_ops_t;
