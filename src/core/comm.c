@@ -12,7 +12,7 @@
 #include "core/comm.h"
 #include "core/store.h"
 
-#define ADDR_LEN 128
+#define ADDR_LEN 320
 
 const char *hoop_error_string(hoop_result_t r)
 {
@@ -172,7 +172,7 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
         c->trace_fn = trace_to_log;
         c->trace_ctx = c;
     }
-    c->tp_ops = &hoop__tcp_transport;
+    c->tp_ops = &hoop__mux_transport;
     return c;
 }
 

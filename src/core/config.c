@@ -19,6 +19,9 @@ void hoop__config_defaults(hoop__config_t *c)
     c->chunk_bytes = 512 * 1024;
     c->small_bytes = 16 * 1024;
     c->timeout_s = 300.0;
+    c->shm_ring_bytes = 1024 * 1024;
+    c->shm_cma_bytes = 256 * 1024;
+    c->shm_spin_us = 200;
 }
 
 int hoop__parse_size(const char *s, size_t *out)
@@ -86,9 +89,9 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
         strcpy(c->log_file, v);
     }
     if ((v = get("HOOP_TRANSPORT", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto", "tcp", NULL};
+        static const char *const names[] = {"auto", "tcp", "shm", NULL};
         if (copy_word(c->transport, sizeof(c->transport), v, names) != 0)
-            return bad(err, errlen, "HOOP_TRANSPORT", v, "auto or tcp");
+            return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp or shm");
     }
     if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
         static const char *const names[] = {"auto", "ring", "rd", "ps", "ps-sharded", NULL};
@@ -131,6 +134,25 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
         if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
             return bad(err, errlen, "HOOP_TRACE", v, "0 or 1");
         c->trace = v[0] == '1';
+    }
+    if ((v = get("HOOP_SHM_RING_BYTES", ctx)) != NULL && v[0] != '\0') {
+        size_t n;
+        if (hoop__parse_size(v, &n) != 0 || n < 4096 || n > (1u << 30) || (n & (n - 1)) != 0)
+            return bad(err, errlen, "HOOP_SHM_RING_BYTES", v, "a power of two from 4K to 1G");
+        c->shm_ring_bytes = n;
+    }
+    if ((v = get("HOOP_SHM_CMA_BYTES", ctx)) != NULL && v[0] != '\0') {
+        size_t n;
+        if (hoop__parse_size(v, &n) != 0)
+            return bad(err, errlen, "HOOP_SHM_CMA_BYTES", v, "a size, e.g. 256K, or 0 for never");
+        c->shm_cma_bytes = n;
+    }
+    if ((v = get("HOOP_SHM_SPIN_US", ctx)) != NULL && v[0] != '\0') {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end != '\0' || n < 0 || n > 1000000)
+            return bad(err, errlen, "HOOP_SHM_SPIN_US", v, "microseconds from 0 to 1000000");
+        c->shm_spin_us = (int)n;
     }
     return HOOP_OK;
 }

@@ -78,5 +78,8 @@ typedef struct hoop__transport_ops {
 } hoop__transport_ops_t;
 
 extern const hoop__transport_ops_t hoop__tcp_transport;
+extern const hoop__transport_ops_t hoop__shm_transport;
+/* Shared memory to peers on the same host, TCP to the others (HOOP_TRANSPORT forces one). */
+extern const hoop__transport_ops_t hoop__mux_transport;
 
 #endif

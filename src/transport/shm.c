@@ -1,0 +1,753 @@
+/*
+ * Shared-memory transport, for peers on the same host.
+ *
+ * Every rank owns one segment (a memfd: it has no name, so nothing is left behind whatever way
+ * the processes end) holding its inbound rings, one per peer. A peer maps it by opening
+ * /proc/<pid>/fd/<fd>, which the kernel allows only to processes that may already read the
+ * owner's memory, so no socket and no extra handshake is needed; the rendezvous store (which is
+ * authenticated) carries the pid, fd and a random nonce that the mapped header must repeat.
+ *
+ *   segment of rank j:  header | ring control[i] for each peer i | ring data[i] for each peer i
+ *   ring i -> j:        producer i writes bytes and moves head; consumer j reads and moves tail;
+ *                       head and tail are monotonic byte counters on their own cache lines
+ *
+ * A message is the 64-byte wire header followed by its payload, streamed through the ring in
+ * pieces so that the reader copies out while the writer is still copying in. A payload of at least
+ * HOOP_SHM_CMA_BYTES goes by single copy instead: the ring carries the header and a descriptor
+ * (address, length) and the reader pulls the bytes straight from the writer's buffer with
+ * process_vm_readv, then counts the message done in the ring control, which completes the send.
+ * Where the kernel refuses (no ptrace permission, no CMA), the reader says so at connect time and
+ * the writer keeps to the ring.
+ *
+ * Waiting: a rank that finds nothing to do spins for a while (not when ranks outnumber cores),
+ * then sleeps on the futex word in its own header after announcing it; whoever moves a head, a
+ * tail or a single-copy count checks that announcement and wakes it. Peer death is seen through a
+ * pidfd, and an aborting rank writes its reason into its header for the others to read.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "transport/transport.h"
+
+#define SEG_MAGIC 0x4d48535f504f4f48ull /* "HOOP_SHM" */
+#define LINE 64
+#define F_CMA 0x01     /* wire header flag: a descriptor follows, the payload stays with the sender */
+#define DESC_SIZE 16
+#define PIECE (64 * 1024) /* bytes copied between publications of head or tail */
+#define CMA_PIECE (1024 * 1024)
+#define REASON_LEN 448
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+typedef struct ring_ctl {
+    _Alignas(LINE) _Atomic uint64_t head;  /* written by the producer */
+    _Alignas(LINE) _Atomic uint64_t tail;  /* written by the consumer */
+    _Alignas(LINE) _Atomic uint64_t cma_done; /* single-copy messages the consumer has read */
+    _Atomic uint32_t cma_ok;               /* 0 not known yet, 1 the consumer can read the producer, 2 not */
+} ring_ctl_t;
+
+typedef struct seg_hdr {
+    uint64_t magic, comm_id, nonce, ring_bytes;
+    int32_t rank, size;
+    uint64_t probe_addr; /* a word in the owner's memory holding nonce: the single-copy probe */
+    _Alignas(LINE) _Atomic uint32_t doorbell; /* futex word */
+    _Atomic uint32_t sleeping;                /* the owner is about to sleep on doorbell */
+    _Alignas(LINE) _Atomic uint32_t aborted;
+    char reason[REASON_LEN];
+} seg_hdr_t;
+
+typedef struct op {
+    hoop__xfer_t *x;
+    size_t pos;   /* bytes of header (+ descriptor) and payload moved through the ring */
+    size_t hlen;  /* HOOP_WIRE_HDR_SIZE, plus DESC_SIZE for a single copy */
+    size_t cma_pos;
+    uint64_t ticket;
+    int cma;
+    uint8_t hdr[HOOP_WIRE_HDR_SIZE + DESC_SIZE];
+    struct op *next;
+} op_t;
+
+typedef struct queue {
+    op_t *head, *tail;
+} queue_t;
+
+typedef struct peer {
+    int local, lost;
+    pid_t pid;
+    int pidfd;
+    uint8_t *map;        /* the peer's segment */
+    size_t map_len;
+    seg_hdr_t *sh;
+    ring_ctl_t *out;     /* in the peer's segment: our ring to it */
+    uint8_t *out_data;
+    uint64_t out_head, out_tail_seen;
+    ring_ctl_t *in;      /* in our segment: its ring to us */
+    uint8_t *in_data;
+    uint64_t in_tail, in_head_seen;
+    queue_t sq, aq, rq;  /* sends being written, single copies awaiting the reader, receives */
+    uint64_t cma_tickets;
+} peer_t;
+
+struct hoop__tp {
+    hoop__tp_params_t p;
+    int memfd;
+    uint8_t *seg;
+    size_t seg_len, ring_bytes, data_off;
+    seg_hdr_t *sh;
+    ring_ctl_t *ctl;
+    uint64_t nonce;
+    _Alignas(8) uint64_t probe;  /* read by peers through process_vm_readv */
+    peer_t *peers;
+    op_t *free_ops;
+    hoop_result_t failed;
+    int nlocal;
+    double spin_s;        /* how long progress() spins before it sleeps */
+    double next_check;    /* next liveness check while spinning */
+    struct pollfd *pfds;
+};
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+/* After publishing: wake the owner of sh if it announced that it sleeps. The seq_cst store of
+ * the published counter and this load pair with the sleeper's store and re-check (Dekker). */
+static void notify(seg_hdr_t *sh)
+{
+    if (atomic_load(&sh->sleeping)) {
+        atomic_fetch_add(&sh->doorbell, 1);
+        futex(&sh->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+    }
+}
+
+static void force_wake(seg_hdr_t *sh)
+{
+    atomic_fetch_add(&sh->doorbell, 1);
+    futex(&sh->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static op_t *op_new(hoop__tp_t *tp)
+{
+    op_t *o = tp->free_ops;
+    if (o != NULL) {
+        tp->free_ops = o->next;
+        return o;
+    }
+    return malloc(sizeof(op_t));
+}
+
+static void op_free(hoop__tp_t *tp, op_t *o)
+{
+    o->next = tp->free_ops;
+    tp->free_ops = o;
+}
+
+static void q_push(queue_t *q, op_t *o)
+{
+    o->next = NULL;
+    if (q->tail) q->tail->next = o;
+    else q->head = o;
+    q->tail = o;
+}
+
+static op_t *q_pop(queue_t *q)
+{
+    op_t *o = q->head;
+    q->head = o->next;
+    if (q->head == NULL) q->tail = NULL;
+    return o;
+}
+
+static void finish(hoop__xfer_t *x, hoop_result_t st)
+{
+    if (x->done) return;
+    if (x->status == HOOP_OK) x->status = st;
+    x->done = 1;
+}
+
+static void fail_q(hoop__tp_t *tp, queue_t *q, hoop_result_t code)
+{
+    while (q->head != NULL) {
+        op_t *o = q_pop(q);
+        finish(o->x, code);
+        op_free(tp, o);
+    }
+}
+
+static void peer_fail(hoop__tp_t *tp, int j, hoop_result_t code, const char *msg)
+{
+    peer_t *pe = &tp->peers[j];
+    if (pe->lost) return;
+    pe->lost = 1;
+    fail_q(tp, &pe->sq, code);
+    fail_q(tp, &pe->aq, code);
+    fail_q(tp, &pe->rq, code);
+    tp->p.report(tp->p.report_ctx, code, j, msg);
+}
+
+/* ---- set-up ---- */
+
+static hoop_result_t shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, char *addr,
+                                size_t addrlen)
+{
+    hoop__tp_t *tp = calloc(1, sizeof(*tp));
+    if (tp == NULL) return HOOP_ERR_NO_MEMORY;
+    tp->p = *p;
+    tp->memfd = -1;
+    tp->peers = calloc((size_t)p->size, sizeof(peer_t));
+    tp->pfds = calloc((size_t)p->size, sizeof(struct pollfd));
+    if (tp->peers == NULL || tp->pfds == NULL) {
+        free(tp->peers);
+        free(tp->pfds);
+        free(tp);
+        return HOOP_ERR_NO_MEMORY;
+    }
+    for (int j = 0; j < p->size; j++) tp->peers[j].pidfd = -1;
+    *out = tp;
+
+    long page = sysconf(_SC_PAGESIZE);
+    tp->ring_bytes = p->cfg->shm_ring_bytes;
+    size_t ctl_off = round_up(sizeof(seg_hdr_t), LINE);
+    tp->data_off = round_up(ctl_off + (size_t)p->size * sizeof(ring_ctl_t), (size_t)page);
+    tp->seg_len = tp->data_off + (size_t)p->size * tp->ring_bytes;
+    char msg[256];
+    tp->memfd = memfd_create("hoop-shm", MFD_CLOEXEC);
+    if (tp->memfd < 0 || ftruncate(tp->memfd, (off_t)tp->seg_len) != 0) {
+        snprintf(msg, sizeof(msg), "shm: cannot create a %zu-byte segment: %s", tp->seg_len,
+                 strerror(errno));
+        p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
+        return HOOP_ERR_SYSTEM;
+    }
+    void *m = mmap(NULL, tp->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, tp->memfd, 0);
+    if (m == MAP_FAILED) {
+        snprintf(msg, sizeof(msg), "shm: cannot map the segment: %s", strerror(errno));
+        p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
+        return HOOP_ERR_SYSTEM;
+    }
+    tp->seg = m;
+    tp->sh = m;
+    tp->ctl = (ring_ctl_t *)(tp->seg + ctl_off);
+    if (getrandom(&tp->nonce, sizeof(tp->nonce), 0) != sizeof(tp->nonce))
+        tp->nonce = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)tp;
+    tp->probe = tp->nonce;
+    tp->sh->magic = SEG_MAGIC;
+    tp->sh->comm_id = p->comm_id;
+    tp->sh->nonce = tp->nonce;
+    tp->sh->ring_bytes = tp->ring_bytes;
+    tp->sh->rank = p->rank;
+    tp->sh->size = p->size;
+    tp->sh->probe_addr = (uint64_t)(uintptr_t)&tp->probe;
+    snprintf(addr, addrlen, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), tp->memfd, tp->nonce,
+             tp->seg_len);
+    return HOOP_OK;
+}
+
+static int cpus_available(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
+{
+    peer_t *pe = &tp->peers[j];
+    char msg[400], path[64];
+    int pid, fd;
+    uint64_t nonce;
+    size_t len;
+    if (sscanf(addr, "%d:%d:%" SCNx64 ":%zu", &pid, &fd, &nonce, &len) != 4 || len != tp->seg_len) {
+        snprintf(msg, sizeof(msg), "shm: rank %d published a bad address \"%s\"", j, addr);
+        tp->p.report(tp->p.report_ctx, HOOP_ERR_INTERNAL, j, msg);
+        return HOOP_ERR_INTERNAL;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+    int mfd = open(path, O_RDWR | O_CLOEXEC);
+    if (mfd < 0) {
+        snprintf(msg, sizeof(msg), "shm: cannot open rank %d's segment (%s: %s); ranks on one "
+                 "host must run as the same user, or set HOOP_TRANSPORT=tcp", j, path,
+                 strerror(errno));
+        tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, j, msg);
+        return HOOP_ERR_SYSTEM;
+    }
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    close(mfd);
+    if (m == MAP_FAILED) {
+        snprintf(msg, sizeof(msg), "shm: cannot map rank %d's segment: %s", j, strerror(errno));
+        tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, j, msg);
+        return HOOP_ERR_SYSTEM;
+    }
+    pe->map = m;
+    pe->map_len = len;
+    pe->sh = m;
+    if (pe->sh->magic != SEG_MAGIC || pe->sh->nonce != nonce || pe->sh->comm_id != tp->p.comm_id ||
+        pe->sh->rank != j || pe->sh->size != tp->p.size || pe->sh->ring_bytes != tp->ring_bytes) {
+        snprintf(msg, sizeof(msg), "shm: the segment at %s is not rank %d's of this communicator",
+                 path, j);
+        tp->p.report(tp->p.report_ctx, HOOP_ERR_INTERNAL, j, msg);
+        return HOOP_ERR_INTERNAL;
+    }
+    size_t ctl_off = (size_t)((uint8_t *)tp->ctl - tp->seg);
+    pe->out = (ring_ctl_t *)(pe->map + ctl_off) + tp->p.rank;
+    pe->out_data = pe->map + tp->data_off + (size_t)tp->p.rank * tp->ring_bytes;
+    pe->in = &tp->ctl[j];
+    pe->in_data = tp->seg + tp->data_off + (size_t)j * tp->ring_bytes;
+    pe->pid = pid;
+    pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    pe->local = 1;
+
+    /* Single copy: can we read the peer's own memory? Tell it through our ring control. */
+    uint64_t got = 0;
+    struct iovec l = {.iov_base = &got, .iov_len = sizeof(got)};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)pe->sh->probe_addr, .iov_len = sizeof(got)};
+    int ok = 0;
+    if (tp->p.cfg->shm_cma_bytes > 0) {
+        ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        ok = n == (ssize_t)sizeof(got) && got == nonce;
+        if (!ok)
+            HOOP_INFO(tp->p.log, "shm: single copy from rank %d unavailable (%s): its messages "
+                      "come through the ring", j, n < 0 ? strerror(errno) : "probe mismatch");
+    }
+    atomic_store(&pe->in->cma_ok, ok ? 1u : 2u);
+    return HOOP_OK;
+}
+
+static hoop_result_t shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
+{
+    (void)deadline; /* the peers' segments exist before their addresses are published */
+    if (tp->failed) return tp->failed;
+    char list[160] = "";
+    size_t o = 0;
+    for (int j = 0; j < tp->p.size; j++) {
+        if (j == tp->p.rank || addrs[j] == NULL) continue;
+        hoop_result_t rc = map_peer(tp, j, addrs[j]);
+        if (rc != HOOP_OK) return tp->failed = rc;
+        tp->nlocal++;
+        if (o + 12 < sizeof(list)) o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? "," : "", j);
+    }
+    /* Spinning only pays while every local rank has a core of its own. */
+    tp->spin_s = tp->nlocal + 1 <= cpus_available() ? tp->p.cfg->shm_spin_us * 1e-6 : 0;
+    if (tp->nlocal > 0)
+        HOOP_INFO(tp->p.log, "shm: mapped the segments of rank(s) %s (%zu KiB rings, single copy from "
+                  "%zu B, spin %.0f us)", list, tp->ring_bytes >> 10, tp->p.cfg->shm_cma_bytes,
+                  tp->spin_s * 1e6);
+    return HOOP_OK;
+}
+
+/* ---- data path ---- */
+
+static void ring_write(uint8_t *ring, size_t rb, uint64_t pos, const uint8_t *src, size_t n)
+{
+    size_t at = (size_t)(pos & (rb - 1)), first = rb - at < n ? rb - at : n;
+    memcpy(ring + at, src, first);
+    if (first < n) memcpy(ring, src + first, n - first);
+}
+
+static void ring_read(const uint8_t *ring, size_t rb, uint64_t pos, uint8_t *dst, size_t n)
+{
+    size_t at = (size_t)(pos & (rb - 1)), first = rb - at < n ? rb - at : n;
+    memcpy(dst, ring + at, first);
+    if (first < n) memcpy(dst + first, ring, n - first);
+}
+
+static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
+{
+    x->done = 0;
+    x->status = HOOP_OK;
+    x->hdr_ok = 0;
+    x->parts_left = 1;
+    peer_t *pe = x->peer >= 0 && x->peer < tp->p.size ? &tp->peers[x->peer] : NULL;
+    if (tp->failed || pe == NULL || !pe->local || pe->lost) {
+        finish(x, tp->failed ? tp->failed : HOOP_ERR_PEER_LOST);
+        return;
+    }
+    op_t *o = op_new(tp);
+    if (o == NULL) {
+        finish(x, HOOP_ERR_NO_MEMORY);
+        return;
+    }
+    o->x = x;
+    o->pos = 0;
+    o->cma_pos = 0;
+    o->hlen = HOOP_WIRE_HDR_SIZE;
+    o->cma = 0;
+    if (x->dir == HOOP_XFER_SEND) {
+        x->hdr.payload_len = x->len;
+        x->hdr.flags = 0;
+        if (x->len >= tp->p.cfg->shm_cma_bytes && tp->p.cfg->shm_cma_bytes > 0 &&
+            atomic_load_explicit(&pe->out->cma_ok, memory_order_acquire) == 1) {
+            o->cma = 1;
+            o->hlen += DESC_SIZE;
+            x->hdr.flags = F_CMA;
+            uint64_t a = (uint64_t)(uintptr_t)x->buf, l = x->len;
+            memcpy(o->hdr + HOOP_WIRE_HDR_SIZE, &a, 8);
+            memcpy(o->hdr + HOOP_WIRE_HDR_SIZE + 8, &l, 8);
+        }
+        hoop__wire_encode(&x->hdr, o->hdr);
+        q_push(&pe->sq, o);
+    } else {
+        q_push(&pe->rq, o);
+    }
+}
+
+/* Writes what fits of the queued sends to peer j. Returns 1 if anything moved. */
+static int send_some(hoop__tp_t *tp, int j)
+{
+    peer_t *pe = &tp->peers[j];
+    size_t rb = tp->ring_bytes;
+    int moved = 0;
+    while (pe->sq.head != NULL) {
+        op_t *o = pe->sq.head;
+        size_t total = o->hlen + (o->cma ? 0 : o->x->len);
+        while (o->pos < total) {
+            size_t space = rb - (size_t)(pe->out_head - pe->out_tail_seen);
+            if (space < (o->pos < o->hlen ? o->hlen - o->pos : 1) || space < PIECE / 4) {
+                pe->out_tail_seen = atomic_load_explicit(&pe->out->tail, memory_order_acquire);
+                space = rb - (size_t)(pe->out_head - pe->out_tail_seen);
+            }
+            if (space == 0) break;
+            size_t n;
+            if (o->pos < o->hlen) {
+                /* The header goes in whole, so the reader never sees half of one. */
+                n = o->hlen - o->pos;
+                if (n > space) break;
+                ring_write(pe->out_data, rb, pe->out_head, o->hdr + o->pos, n);
+            } else {
+                size_t done = o->pos - o->hlen;
+                n = o->x->len - done;
+                if (n > space) n = space;
+                if (n > PIECE) n = PIECE;
+                ring_write(pe->out_data, rb, pe->out_head, (const uint8_t *)o->x->buf + done, n);
+            }
+            pe->out_head += n;
+            o->pos += n;
+            atomic_store(&pe->out->head, pe->out_head);
+            notify(pe->sh);
+            moved = 1;
+        }
+        if (o->pos < total) break;
+        q_pop(&pe->sq);
+        if (o->cma) {
+            o->ticket = ++pe->cma_tickets;
+            q_push(&pe->aq, o);
+        } else {
+            finish(o->x, HOOP_OK);
+            op_free(tp, o);
+        }
+    }
+    if (pe->aq.head != NULL) {
+        uint64_t done = atomic_load_explicit(&pe->out->cma_done, memory_order_acquire);
+        while (pe->aq.head != NULL && pe->aq.head->ticket <= done) {
+            op_t *o = q_pop(&pe->aq);
+            finish(o->x, HOOP_OK);
+            op_free(tp, o);
+            moved = 1;
+        }
+    }
+    return moved;
+}
+
+static void consumed(peer_t *pe, size_t n)
+{
+    pe->in_tail += n;
+    atomic_store(&pe->in->tail, pe->in_tail);
+    notify(pe->sh);
+}
+
+/* Reads what has arrived from peer j into its posted receives. Returns 1 if anything moved. */
+static int recv_some(hoop__tp_t *tp, int j)
+{
+    peer_t *pe = &tp->peers[j];
+    size_t rb = tp->ring_bytes;
+    int moved = 0;
+    while (pe->rq.head != NULL) {
+        op_t *o = pe->rq.head;
+        hoop__xfer_t *x = o->x;
+        size_t avail = (size_t)(pe->in_head_seen - pe->in_tail);
+        if (avail == 0 || (o->pos < o->hlen && avail < o->hlen - o->pos)) {
+            pe->in_head_seen = atomic_load_explicit(&pe->in->head, memory_order_acquire);
+            avail = (size_t)(pe->in_head_seen - pe->in_tail);
+        }
+        if (o->pos < HOOP_WIRE_HDR_SIZE) {
+            if (avail < HOOP_WIRE_HDR_SIZE) break; /* headers are written whole */
+            ring_read(pe->in_data, rb, pe->in_tail, o->hdr, HOOP_WIRE_HDR_SIZE);
+            hoop_result_t rc = hoop__wire_decode(o->hdr, UINT64_MAX, &x->got);
+            hoop__wire_hdr_t want = x->hdr;
+            want.payload_len = x->len;
+            if (rc == HOOP_OK) rc = hoop__wire_match(&want, &x->got);
+            if (rc != HOOP_OK || (x->got.flags & ~F_CMA) != 0) {
+                char msg[400];
+                hoop__wire_mismatch_msg(&want, &x->got, j, tp->p.rank, msg, sizeof(msg));
+                peer_fail(tp, j, HOOP_ERR_MISMATCH, msg);
+                return 1;
+            }
+            consumed(pe, HOOP_WIRE_HDR_SIZE);
+            avail -= HOOP_WIRE_HDR_SIZE;
+            o->pos = HOOP_WIRE_HDR_SIZE;
+            if (x->got.flags & F_CMA) {
+                o->cma = 1;
+                o->hlen += DESC_SIZE;
+            }
+            moved = 1;
+        }
+        if (o->cma) {
+            if (o->pos < o->hlen) {
+                if (avail < DESC_SIZE) break;
+                ring_read(pe->in_data, rb, pe->in_tail, o->hdr + HOOP_WIRE_HDR_SIZE, DESC_SIZE);
+                consumed(pe, DESC_SIZE);
+                o->pos = o->hlen;
+                uint64_t l;
+                memcpy(&l, o->hdr + HOOP_WIRE_HDR_SIZE + 8, 8);
+                if (l != x->len) {
+                    peer_fail(tp, j, HOOP_ERR_MISMATCH, "shm: a single-copy descriptor does not "
+                              "match its header");
+                    return 1;
+                }
+            }
+            uint64_t a;
+            memcpy(&a, o->hdr + HOOP_WIRE_HDR_SIZE, 8);
+            while (o->cma_pos < x->len) {
+                size_t n = x->len - o->cma_pos < CMA_PIECE ? x->len - o->cma_pos : CMA_PIECE;
+                struct iovec l = {.iov_base = (uint8_t *)x->buf + o->cma_pos, .iov_len = n};
+                struct iovec r = {.iov_base = (void *)(uintptr_t)(a + o->cma_pos), .iov_len = n};
+                ssize_t got = process_vm_readv(pe->pid, &l, 1, &r, 1, 0);
+                if (got <= 0) {
+                    int e = got < 0 ? errno : EIO;
+                    char msg[200];
+                    snprintf(msg, sizeof(msg), "shm: single-copy read from rank %d failed: %s", j,
+                             strerror(e));
+                    peer_fail(tp, j, e == ESRCH ? HOOP_ERR_PEER_LOST : HOOP_ERR_SYSTEM, msg);
+                    return 1;
+                }
+                o->cma_pos += (size_t)got;
+                moved = 1;
+            }
+            atomic_fetch_add(&pe->in->cma_done, 1);
+            notify(pe->sh);
+        } else {
+            size_t total = o->hlen + x->len;
+            while (o->pos < total) {
+                if (avail == 0) {
+                    pe->in_head_seen = atomic_load_explicit(&pe->in->head, memory_order_acquire);
+                    avail = (size_t)(pe->in_head_seen - pe->in_tail);
+                    if (avail == 0) break;
+                }
+                size_t done = o->pos - o->hlen, n = x->len - done;
+                if (n > avail) n = avail;
+                if (n > PIECE) n = PIECE;
+                ring_read(pe->in_data, rb, pe->in_tail, (uint8_t *)x->buf + done, n);
+                consumed(pe, n);
+                avail -= n;
+                o->pos += n;
+                moved = 1;
+            }
+            if (o->pos < total) break;
+        }
+        q_pop(&pe->rq);
+        finish(x, HOOP_OK);
+        op_free(tp, o);
+    }
+    return moved;
+}
+
+/* After a move_all() that moved nothing: could anything move for peer j now (1), or did it abort
+ * (2)? Read-only, for spinning and for the re-check before sleeping. */
+static int ready(const peer_t *pe)
+{
+    if (atomic_load(&pe->sh->aborted) != 0) return 2;
+    if (pe->rq.head != NULL && atomic_load(&pe->in->head) != pe->in_tail) return 1;
+    if (pe->sq.head != NULL && atomic_load(&pe->out->tail) != pe->out_tail_seen) return 1;
+    if (pe->aq.head != NULL && atomic_load(&pe->out->cma_done) >= pe->aq.head->ticket) return 1;
+    return 0;
+}
+
+/* Aborted or vanished peers. Returns 1 if any peer failed. */
+static int check_peers(hoop__tp_t *tp)
+{
+    int n = 0, failed = 0;
+    for (int j = 0; j < tp->p.size; j++) {
+        peer_t *pe = &tp->peers[j];
+        if (!pe->local || pe->lost) continue;
+        if (atomic_load_explicit(&pe->sh->aborted, memory_order_acquire)) {
+            char msg[REASON_LEN + 64], why[REASON_LEN];
+            memcpy(why, pe->sh->reason, sizeof(why));
+            why[sizeof(why) - 1] = '\0';
+            snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, why);
+            peer_fail(tp, j, HOOP_ERR_ABORTED, msg);
+            failed = 1;
+            continue;
+        }
+        if (pe->pidfd >= 0 && (pe->sq.head || pe->aq.head || pe->rq.head)) {
+            tp->pfds[n].fd = pe->pidfd;
+            tp->pfds[n].events = POLLIN;
+            tp->pfds[n].revents = 0;
+            n++;
+        }
+    }
+    if (n == 0 || poll(tp->pfds, (nfds_t)n, 0) <= 0) return failed;
+    for (int i = 0, j = 0; i < n; i++) {
+        if (!(tp->pfds[i].revents & POLLIN)) continue;
+        for (; j < tp->p.size; j++)
+            if (tp->peers[j].pidfd == tp->pfds[i].fd) break;
+        if (j == tp->p.size) break;
+        peer_t *pe = &tp->peers[j];
+        /* What it wrote before it went is still in our ring: take that first. */
+        recv_some(tp, j);
+        if (pe->lost || (pe->sq.head == NULL && pe->aq.head == NULL && pe->rq.head == NULL)) continue;
+        char msg[160];
+        snprintf(msg, sizeof(msg), "lost rank %d (its process %d exited)", j, (int)pe->pid);
+        peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
+        failed = 1;
+    }
+    return failed;
+}
+
+static int move_all(hoop__tp_t *tp)
+{
+    int moved = 0;
+    for (int j = 0; j < tp->p.size; j++) {
+        peer_t *pe = &tp->peers[j];
+        if (!pe->local || pe->lost) continue;
+        if (pe->rq.head != NULL) moved |= recv_some(tp, j);
+        if (pe->sq.head != NULL || pe->aq.head != NULL) moved |= send_some(tp, j);
+    }
+    return moved;
+}
+
+static int any_ready(const hoop__tp_t *tp)
+{
+    int r = 0;
+    for (int j = 0; j < tp->p.size && r < 2; j++) {
+        const peer_t *pe = &tp->peers[j];
+        if (pe->local && !pe->lost) {
+            int k = ready(pe);
+            r = k > r ? k : r;
+        }
+    }
+    return r;
+}
+
+static void shm_progress(hoop__tp_t *tp, int timeout_ms)
+{
+    if (tp->failed || tp->nlocal == 0) {
+        if (timeout_ms > 0) poll(NULL, 0, timeout_ms < 10 ? timeout_ms : 10);
+        return;
+    }
+    if (move_all(tp)) return;
+    double now = hoop__now();
+    if (timeout_ms == 0) {
+        /* Spinning callers still learn of a dead peer within about a millisecond. */
+        if (now >= tp->next_check) {
+            tp->next_check = now + 1e-3;
+            check_peers(tp);
+        }
+        return;
+    }
+    double spin_end = now + tp->spin_s;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            int r = any_ready(tp);
+            if (r) {
+                if (r == 2) check_peers(tp);
+                move_all(tp);
+                return;
+            }
+            cpu_relax();
+        }
+        if (hoop__now() >= spin_end) break;
+    }
+    if (check_peers(tp)) return;
+    uint32_t seen = atomic_load(&tp->sh->doorbell);
+    atomic_store(&tp->sh->sleeping, 1);
+    if (!any_ready(tp)) {
+        struct timespec ts = {.tv_sec = timeout_ms / 1000, .tv_nsec = (timeout_ms % 1000) * 1000000L};
+        futex(&tp->sh->doorbell, FUTEX_WAIT, seen, &ts);
+    }
+    atomic_store(&tp->sh->sleeping, 0);
+    move_all(tp);
+    check_peers(tp);
+}
+
+static void shm_wake(hoop__tp_t *tp)
+{
+    if (tp->sh != NULL) force_wake(tp->sh);
+}
+
+static void shm_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
+{
+    if (tp->failed) return;
+    tp->failed = code;
+    if (tp->sh != NULL && !atomic_load(&tp->sh->aborted)) {
+        snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s",
+                 reason != NULL && reason[0] ? reason : hoop_error_string(code));
+        atomic_store(&tp->sh->aborted, (uint32_t)code);
+    }
+    for (int j = 0; j < tp->p.size; j++) {
+        peer_t *pe = &tp->peers[j];
+        if (!pe->local) continue;
+        fail_q(tp, &pe->sq, code);
+        fail_q(tp, &pe->aq, code);
+        fail_q(tp, &pe->rq, code);
+        pe->lost = 1;
+        force_wake(pe->sh);
+    }
+}
+
+static void shm_close(hoop__tp_t *tp)
+{
+    if (tp == NULL) return;
+    for (int j = 0; j < tp->p.size; j++) {
+        peer_t *pe = &tp->peers[j];
+        queue_t *qs[3] = {&pe->sq, &pe->aq, &pe->rq};
+        for (int k = 0; k < 3; k++)
+            while (qs[k]->head != NULL) free(q_pop(qs[k]));
+        if (pe->map != NULL) munmap(pe->map, pe->map_len);
+        if (pe->pidfd >= 0) close(pe->pidfd);
+    }
+    while (tp->free_ops != NULL) {
+        op_t *o = tp->free_ops;
+        tp->free_ops = o->next;
+        free(o);
+    }
+    if (tp->seg != NULL) munmap(tp->seg, tp->seg_len);
+    if (tp->memfd >= 0) close(tp->memfd);
+    free(tp->peers);
+    free(tp->pfds);
+    free(tp);
+}
+
+const hoop__transport_ops_t hoop__shm_transport = {
+    .name = "shm",
+    .listen = shm_listen,
+    .connect = shm_connect,
+    .post = shm_post,
+    .progress = shm_progress,
+    .wake = shm_wake,
+    .abort = shm_abort,
+    .close = shm_close,
+};
