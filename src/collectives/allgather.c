@@ -42,15 +42,17 @@ hoop_result_t hoop__allgather_ring(hoop__call_t *c)
     if (chunk == 0) chunk = ds;
     size_t m = n == 0 ? 1 : (n - 1) / chunk + 1;
     size_t msgs = (size_t)(p - 1) * m;
-    int left = (r - 1 + p) % p, right = (r + 1) % p;
+    /* The schedule runs over ring positions; blocks stay indexed by rank. */
+    int v = hoop__ring_pos(comm);
+    int left = hoop__ring_rank(comm, v - 1), right = hoop__ring_rank(comm, v + 1);
     hoop__xfer_t rx[WINDOW], sx[WINDOW];
     hoop_result_t rc;
     size_t w = 0; /* messages below w are complete both ways */
 
     for (size_t t = 0; t < msgs; t++) {
         size_t s = t / m, k = t % m;
-        size_t rb = ((size_t)r + (size_t)p - s - 1) % (size_t)p;
-        size_t sb = ((size_t)r + (size_t)p - s) % (size_t)p;
+        size_t rb = (size_t)hoop__ring_rank(comm, v - (int)s - 1);
+        size_t sb = (size_t)hoop__ring_rank(comm, v - (int)s);
         size_t off = k * chunk, len = n - off < chunk ? n - off : chunk;
         hoop__xrecv(c, &rx[t % WINDOW], left, out + rb * n + off, len);
         if (s >= 1)

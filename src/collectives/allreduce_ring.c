@@ -23,7 +23,8 @@
  * in a few staging slots; all-gather chunks land in place.
  *
  * Segment s is reduced as ((x_s op x_s+1) op x_s+2) ... by the ranks it passes, and then copied,
- * so every rank ends with the same bits.
+ * so every rank ends with the same bits. r above is a position in the communicator's ring order
+ * (hoop__ring_rank), which keeps each host's ranks adjacent.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,7 @@ static int seg_recv(const ring_t *g, int k)
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    ring_t g = {.c = c, .p = comm->size, .r = comm->rank, .es = hoop__dsize(c), .n = c->count,
+    ring_t g = {.c = c, .p = comm->size, .r = hoop__ring_pos(comm), .es = hoop__dsize(c), .n = c->count,
                 .in = c->sendbuf, .out = c->recvbuf};
     if (g.p == 1) {
         if (c->sendbuf != c->recvbuf) memcpy(c->recvbuf, c->sendbuf, g.n * g.es);
@@ -90,7 +91,7 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
         free(recvs);
         return HOOP_ERR_NO_MEMORY;
     }
-    int right = mod(g.r + 1, g.p), left = mod(g.r - 1, g.p);
+    int right = hoop__ring_rank(comm, g.r + 1), left = hoop__ring_rank(comm, g.r - 1);
     size_t off, len;
 
     /* Unit u = k * chunks + ch. */
@@ -105,7 +106,7 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
     for (int u = 0; u < window; u++) POST_RECV(u);
     for (int ch = 0; ch < g.chunks; ch++) {
         chunk_range(&g, seg_sent(&g, 0), ch, &off, &len);
-        HOOP_TRACE_STEP(c, 0, "rank %d sends segment %d chunk %d (%zu B) to rank %d", g.r,
+        HOOP_TRACE_STEP(c, 0, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
                         seg_sent(&g, 0), ch, len, right);
         hoop__xsend(c, &sends[ch], right, g.in + off, len);
     }
@@ -121,19 +122,19 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
             const uint8_t *slot = staging + (size_t)(u % window) * slot_bytes;
             hoop__reduce(g.out + off, slot, g.in + off, len / g.es, c->dtype, c->op);
             HOOP_TRACE_STEP(c, k, "rank %d receives segment %d chunk %d (%zu B) from rank %d and "
-                            "reduces it with its own", g.r, seg_recv(&g, k), ch, len, left);
+                            "reduces it with its own", comm->rank, seg_recv(&g, k), ch, len, left);
             if (k == g.p - 2 && c->op == HOOP_AVG)
                 hoop__reduce_avg_finish(g.out + off, len / g.es, c->dtype, g.p);
         } else {
             HOOP_TRACE_STEP(c, k, "rank %d receives finished segment %d chunk %d (%zu B) from "
-                            "rank %d", g.r, seg_recv(&g, k), ch, len, left);
+                            "rank %d", comm->rank, seg_recv(&g, k), ch, len, left);
         }
         /* The slot is free again: keep the window full. */
         if (u + window < units) POST_RECV(u + window);
         if (k + 1 < steps) {
             size_t so, sl;
             chunk_range(&g, seg_sent(&g, k + 1), ch, &so, &sl);
-            HOOP_TRACE_STEP(c, k + 1, "rank %d sends segment %d chunk %d (%zu B) to rank %d", g.r,
+            HOOP_TRACE_STEP(c, k + 1, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
                             seg_sent(&g, k + 1), ch, sl, right);
             hoop__xsend(c, &sends[(k + 1) * g.chunks + ch], right, g.out + so, sl);
         }

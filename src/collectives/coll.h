@@ -87,4 +87,13 @@ hoop_result_t hoop__rs_ring(const hoop__call_t *c, const void *in, size_t total,
 hoop_result_t hoop__alltoall_pairwise(hoop__call_t *c);
 hoop_result_t hoop__barrier_dissemination(hoop__call_t *c);
 
+/* Ring order (see hoop_comm.ring): the rank at ring position pos, and this rank's position. Ranks
+ * of one host are neighbours, so ring algorithms cross each host boundary once. */
+static inline int hoop__ring_rank(const hoop_comm_t *c, int pos)
+{
+    pos = ((pos % c->size) + c->size) % c->size;
+    return c->ring != NULL ? c->ring[pos] : pos;
+}
+static inline int hoop__ring_pos(const hoop_comm_t *c) { return c->ring != NULL ? c->ring_pos : c->rank; }
+
 #endif

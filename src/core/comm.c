@@ -188,7 +188,45 @@ static void comm_free(hoop_comm_t *c)
     free(c->p2p_send_seq);
     free(c->p2p_recv_seq);
     free(c->scratch);
+    free(c->ring);
     free(c);
+}
+
+/* Orders the ring host by host (hosts in order of their lowest rank, ranks ascending inside one),
+ * from the host keys in the addresses every rank published; ptrs[rank] is NULL (own is used). */
+static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const char *own)
+{
+    int p = c->size;
+    char(*keys)[40] = calloc((size_t)p, sizeof(*keys));
+    int *placed = calloc((size_t)p, sizeof(int));
+    c->ring = malloc((size_t)p * sizeof(int));
+    if (keys == NULL || placed == NULL || c->ring == NULL) {
+        free(keys);
+        free(placed);
+        return HOOP_ERR_NO_MEMORY;
+    }
+    for (int j = 0; j < p; j++) hoop__mux_host_key(j == c->rank ? own : ptrs[j], keys[j], sizeof(keys[j]));
+    int pos = 0, identity = 1;
+    for (int h = 0; h < p; h++) {
+        if (placed[h]) continue;
+        for (int j = h; j < p; j++) {
+            if (placed[j] || strcmp(keys[j], keys[h]) != 0) continue;
+            placed[j] = 1;
+            if (j != pos) identity = 0;
+            if (j == c->rank) c->ring_pos = pos;
+            c->ring[pos++] = j;
+        }
+    }
+    if (!identity) {
+        char line[256];
+        size_t o = 0;
+        for (int i = 0; i < p && o + 12 < sizeof(line); i++)
+            o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%d", i ? " " : "", c->ring[i]);
+        HOOP_INFO(&c->log, "ring order %s: each host's ranks together", line);
+    }
+    free(keys);
+    free(placed);
+    return HOOP_OK;
 }
 
 static hoop_result_t open_transport(hoop_comm_t *c, char *addr)
@@ -287,25 +325,33 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     /* Settings that decide the schedule or the wire layout must be the same on every rank, or
      * ranks would pick different algorithms and fail with a mismatch: rank 0's values win. */
     struct {
-        uint64_t small_bytes, chunk_bytes;
+        uint64_t small_bytes, chunk_bytes, shm_ring_bytes;
         int32_t sockets_per_peer;
-        char algo[16];
+        char algo[16], transport[16];
     } shared = {0};
     if (c->rank == 0) {
         shared.small_bytes = cfg.small_bytes;
         shared.chunk_bytes = cfg.chunk_bytes;
+        shared.shm_ring_bytes = cfg.shm_ring_bytes;
         shared.sockets_per_peer = cfg.sockets_per_peer;
         memcpy(shared.algo, cfg.algo, sizeof(shared.algo));
+        memcpy(shared.transport, cfg.transport, sizeof(shared.transport));
         rc = hoop__store_set(st, "hoop/cfg", &shared, sizeof(shared));
         if (rc != HOOP_OK) goto store_error;
     }
     rc = hoop__store_get(st, "hoop/cfg", &shared, sizeof(shared), &len, deadline - hoop__now());
     if (rc != HOOP_OK) goto store_error;
     shared.algo[sizeof(shared.algo) - 1] = '\0';
+    shared.transport[sizeof(shared.transport) - 1] = '\0';
     if (shared.small_bytes != cfg.small_bytes || shared.chunk_bytes != cfg.chunk_bytes ||
-        shared.sockets_per_peer != cfg.sockets_per_peer || strcmp(shared.algo, cfg.algo) != 0)
-        HOOP_WARN(&c->log, "HOOP_ALGO/HOOP_SMALL_BYTES/HOOP_CHUNK_BYTES/HOOP_SOCKETS_PER_PEER "
-                           "differ from rank 0's; using rank 0's");
+        shared.sockets_per_peer != cfg.sockets_per_peer || strcmp(shared.algo, cfg.algo) != 0 ||
+        shared.shm_ring_bytes != cfg.shm_ring_bytes || strcmp(shared.transport, cfg.transport) != 0)
+        HOOP_WARN(&c->log, "HOOP_ALGO/HOOP_TRANSPORT/HOOP_SMALL_BYTES/HOOP_CHUNK_BYTES/"
+                           "HOOP_SOCKETS_PER_PEER/HOOP_SHM_RING_BYTES differ from rank 0's; using "
+                           "rank 0's");
+    c->cfg.shm_ring_bytes = cfg.shm_ring_bytes = shared.shm_ring_bytes;
+    memcpy(c->cfg.transport, shared.transport, sizeof(c->cfg.transport));
+    memcpy(cfg.transport, shared.transport, sizeof(cfg.transport));
     c->cfg.small_bytes = cfg.small_bytes = shared.small_bytes;
     c->cfg.chunk_bytes = cfg.chunk_bytes = shared.chunk_bytes;
     c->cfg.sockets_per_peer = cfg.sockets_per_peer = shared.sockets_per_peer;
@@ -338,6 +384,7 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     if (rc == HOOP_OK) {
         rc = c->tp_ops->connect(c->tp, ptrs, deadline);
         if (rc != HOOP_OK) snprintf(err, sizeof(err), "%.500s", c->last_error);
+        else if ((rc = set_ring(c, ptrs, addr)) != HOOP_OK) snprintf(err, sizeof(err), "out of memory");
     } else {
         snprintf(err, sizeof(err), "%s", hoop__store_error(st));
     }
@@ -800,6 +847,10 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
     rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
     if (rc != HOOP_OK) {
         rc = hoop__comm_error(c, rc, "hoop_comm_split: %s", nc->last_error);
+        goto out;
+    }
+    if (set_ring(nc, ptrs, addr) != HOOP_OK) {
+        rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "hoop_comm_split: out of memory");
         goto out;
     }
     HOOP_INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, newrank, n);

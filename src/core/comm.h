@@ -51,6 +51,11 @@ struct hoop_comm {
     const hoop__transport_ops_t *tp_ops;
     hoop__tp_t *tp;
 
+    /* Ring order: ring[i] is the rank at position i, ring_pos this rank's position. Ranks of one
+     * host are kept together, so a ring crosses each host boundary once. */
+    int *ring;
+    int ring_pos;
+
     uint64_t seq;                /* next collective call number */
     uint64_t *p2p_send_seq;      /* per peer */
     uint64_t *p2p_recv_seq;

@@ -135,6 +135,11 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
             return bad(err, errlen, "HOOP_TRACE", v, "0 or 1");
         c->trace = v[0] == '1';
     }
+    if ((v = get("HOOP_HOSTID", ctx)) != NULL) {
+        if (strlen(v) >= sizeof(c->host_id))
+            return bad(err, errlen, "HOOP_HOSTID", v, "an id shorter than 64 bytes");
+        strcpy(c->host_id, v);
+    }
     if ((v = get("HOOP_SHM_RING_BYTES", ctx)) != NULL && v[0] != '\0') {
         size_t n;
         if (hoop__parse_size(v, &n) != 0 || n < 4096 || n > (1u << 30) || (n & (n - 1)) != 0)

@@ -19,7 +19,9 @@ typedef struct hoop__config {
     int trace;                /* HOOP_TRACE: 1 = log every collective's schedule */
     size_t shm_ring_bytes;    /* HOOP_SHM_RING_BYTES: per peer and direction, a power of two */
     size_t shm_cma_bytes;     /* HOOP_SHM_CMA_BYTES: single copy from this size up; 0 = never */
-    int shm_spin_us;          /* HOOP_SHM_SPIN_US: spin before sleeping (when cores allow) */
+    int shm_spin_us;
+    char host_id[64];         /* HOOP_HOSTID: overrides the host identity ("" = hostname, boot id and
+                               * namespaces); ranks with equal ids are on one host */          /* HOOP_SHM_SPIN_US: spin before sleeping (when cores allow) */
 } hoop__config_t;
 
 /* Looks a variable up; returns NULL when unset. */

@@ -56,9 +56,14 @@ static void read_small(const char *path, char *buf, size_t n, int link)
     buf[strcspn(buf, "\n")] = '\0';
 }
 
-static void host_key(const hoop__log_t *log, char out[17])
+static void host_key(const hoop__config_t *cfg, const hoop__log_t *log, char out[17])
 {
     char host[256] = "", boot[64], net[64], pid[64];
+    if (cfg->host_id[0] != '\0') {
+        snprintf(out, 17, "%016" PRIx64, fnv(0xcbf29ce484222325ull, cfg->host_id));
+        HOOP_INFO(log, "host identity %s: HOOP_HOSTID=%s", out, cfg->host_id);
+        return;
+    }
     gethostname(host, sizeof(host) - 1);
     read_small("/proc/sys/kernel/random/boot_id", boot, sizeof(boot), 0);
     read_small("/proc/self/ns/net", net, sizeof(net), 1);
@@ -93,7 +98,7 @@ static hoop_result_t mux_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     const char *mode = p->cfg->transport;
     if (strcmp(mode, "tcp") != 0) tp->ops[T_SHM] = &hoop__shm_transport;
     if (strcmp(mode, "shm") != 0) tp->ops[T_TCP] = &hoop__tcp_transport;
-    host_key(p->log, tp->key);
+    host_key(p->cfg, p->log, tp->key);
     char sub[T_N][160] = {"", ""};
     for (int t = 0; t < T_N; t++) {
         if (tp->ops[t] == NULL) continue;
@@ -119,6 +124,17 @@ static int parse(char *a, char **key, char **shm, char **tcp)
     *shm = s + 3;
     *tcp = t + 3;
     return 0;
+}
+
+void hoop__mux_host_key(const char *addr, char *out, size_t n)
+{
+    if (n == 0) return;
+    out[0] = '\0';
+    if (addr == NULL || strncmp(addr, "h=", 2) != 0) return;
+    size_t k = strcspn(addr + 2, " ");
+    if (k >= n) k = n - 1;
+    memcpy(out, addr + 2, k);
+    out[k] = '\0';
 }
 
 static void append(char *list, size_t n, int j)

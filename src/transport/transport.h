@@ -81,5 +81,8 @@ extern const hoop__transport_ops_t hoop__tcp_transport;
 extern const hoop__transport_ops_t hoop__shm_transport;
 /* Shared memory to peers on the same host, TCP to the others (HOOP_TRANSPORT forces one). */
 extern const hoop__transport_ops_t hoop__mux_transport;
+/* The host identity inside an address published by hoop__mux_transport ("" if there is none):
+ * equal keys mean the same host, which is what orders the ring. */
+void hoop__mux_host_key(const char *addr, char *out, size_t n);
 
 #endif
