@@ -1209,7 +1209,7 @@ static void usage(void)
             "usage: coll_test [--mode colls|split|nonblocking|init-env|init-tcp|init-file|late]\n"
             "                 [--colls LIST] [--roots all|ends] [--large-dtypes LIST|none]\n"
             "                 [--large-ops LIST] [--large-roots ends|last] [--nreq K]\n"
-            "                 [--late-rank R] [--quick] [--verbose]\n");
+            "                 [--late-rank R] [--fake-hosts K] [--quick] [--verbose]\n");
 }
 
 static const char *dt_name(int i) { return DT[i].name; }
@@ -1277,6 +1277,16 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             bad = parse_int_arg(v, 1, MAX_NREQ, &o->nreq);
         } else if (!strcmp(a, "--late-rank")) {
             bad = parse_int_arg(v, 0, 1 << 20, &o->late_rank);
+        } else if (!strcmp(a, "--fake-hosts")) {
+            /* Rank r claims host r % K: shared memory inside a fake host, TCP across, and a ring
+             * that has to be reordered to keep each host's ranks together. */
+            int k;
+            bad = parse_int_arg(v, 1, 1 << 20, &k);
+            if (!bad) {
+                char id[32];
+                snprintf(id, sizeof(id), "fake-host-%d", env_int("RANK", 0) % k);
+                setenv("HOOP_HOSTID", id, 1);
+            }
         } else {
             bad = 1;
         }
