@@ -381,6 +381,14 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
         rc = hoop__store_get(st, key, addrs[j], ADDR_LEN - 1, &len, deadline - hoop__now());
         ptrs[j] = addrs[j];
     }
+    /* Rank 0 serves the store: it may only go away once every rank has read all it needs, even
+     * when its own connect fails, or the others would report the store's loss instead of the
+     * cause they are about to find themselves (a peer on another host, say). */
+    int have_all = rc == HOOP_OK;
+    if (rc == HOOP_OK) {
+        snprintf(key, sizeof(key), "hoop/done/%d", c->rank);
+        rc = hoop__store_set(st, key, "1", 1);
+    }
     if (rc == HOOP_OK) {
         rc = c->tp_ops->connect(c->tp, ptrs, deadline);
         if (rc != HOOP_OK) snprintf(err, sizeof(err), "%.500s", c->last_error);
@@ -390,22 +398,21 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     }
     free(addrs);
     free(ptrs);
+    if (c->rank == 0 && have_all) {
+        hoop_result_t wrc = HOOP_OK;
+        char one[2];
+        for (int j = 1; j < c->size && wrc == HOOP_OK; j++) {
+            snprintf(key, sizeof(key), "hoop/done/%d", j);
+            wrc = hoop__store_get(st, key, one, sizeof(one), &len, deadline - hoop__now());
+        }
+        if (rc == HOOP_OK && wrc != HOOP_OK) {
+            rc = wrc;
+            snprintf(err, sizeof(err), "%s", hoop__store_error(st));
+        }
+    }
     if (rc != HOOP_OK) {
         hoop__store_close(st);
         return init_fail(c, &boot, rc, err);
-    }
-
-    /* Rank 0 serves the store: it may only go away once every rank has read all it needs. */
-    snprintf(key, sizeof(key), "hoop/done/%d", c->rank);
-    rc = hoop__store_set(st, key, "1", 1);
-    if (rc != HOOP_OK) goto store_error;
-    if (c->rank == 0) {
-        char one[2];
-        for (int j = 1; j < c->size && rc == HOOP_OK; j++) {
-            snprintf(key, sizeof(key), "hoop/done/%d", j);
-            rc = hoop__store_get(st, key, one, sizeof(one), &len, deadline - hoop__now());
-        }
-        if (rc != HOOP_OK) goto store_error;
     }
     hoop__store_close(st);
     HOOP_INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
