@@ -31,6 +31,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,7 @@ typedef struct seg_hdr {
     _Alignas(LINE) _Atomic uint32_t doorbell; /* futex word */
     _Atomic uint32_t sleeping;                /* the owner is about to sleep on doorbell */
     _Alignas(LINE) _Atomic uint32_t aborted;
+    _Atomic uint32_t closed;                  /* the owner closed its instance */
     char reason[REASON_LEN];
 } seg_hdr_t;
 
@@ -125,6 +127,7 @@ struct hoop__tp {
     double spin_s;        /* how long progress() spins before it sleeps */
     double next_check;    /* next liveness check while spinning */
     struct pollfd *pfds;
+    _Atomic int woken;    /* wake() came since progress() last looked: do not sleep */
 };
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -339,7 +342,6 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
 
 static hoop_result_t shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
 {
-    (void)deadline; /* the peers' segments exist before their addresses are published */
     if (tp->failed) return tp->failed;
     char list[160] = "";
     size_t o = 0;
@@ -349,6 +351,32 @@ static hoop_result_t shm_connect(hoop__tp_t *tp, const char *const *addrs, doubl
         if (rc != HOOP_OK) return tp->failed = rc;
         tp->nlocal++;
         if (o + 12 < sizeof(list)) o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? "," : "", j);
+    }
+    /* Connected means both ways: our segment must outlive every peer's open of it, or a rank that
+     * connects, finishes and closes at once leaves a slower peer nothing to map. A peer's
+     * map_peer() ends by setting cma_ok in its control of our ring to it. */
+    for (int j = 0; j < tp->p.size; j++) {
+        peer_t *pe = &tp->peers[j];
+        if (!pe->local) continue;
+        while (atomic_load_explicit(&pe->out->cma_ok, memory_order_acquire) == 0) {
+            char msg[160];
+            struct pollfd pf = {.fd = pe->pidfd, .events = POLLIN};
+            /* It may have mapped ours and gone since the load above: look once more. */
+            if (pe->pidfd >= 0 && poll(&pf, 1, 1) > 0 &&
+                atomic_load_explicit(&pe->out->cma_ok, memory_order_acquire) == 0) {
+                snprintf(msg, sizeof(msg), "shm: rank %d exited before it mapped this rank's "
+                         "segment", j);
+                tp->p.report(tp->p.report_ctx, HOOP_ERR_PEER_LOST, j, msg);
+                return tp->failed = HOOP_ERR_PEER_LOST;
+            }
+            if (pe->pidfd < 0) poll(NULL, 0, 1);
+            if (hoop__now() >= deadline) {
+                snprintf(msg, sizeof(msg), "shm: timed out waiting for rank %d to map this "
+                         "rank's segment", j);
+                tp->p.report(tp->p.report_ctx, HOOP_ERR_TIMEOUT, j, msg);
+                return tp->failed = HOOP_ERR_TIMEOUT;
+            }
+        }
     }
     /* Spinning only pays while every local rank has a core of its own. */
     tp->spin_s = tp->nlocal + 1 <= cpus_available() ? tp->p.cfg->shm_spin_us * 1e-6 : 0;
@@ -531,6 +559,13 @@ static int recv_some(hoop__tp_t *tp, int j)
             }
             uint64_t a;
             memcpy(&a, o->hdr + HOOP_WIRE_HDR_SIZE, 8);
+            /* A closed sender dropped this send and may have freed its buffer. */
+            if (atomic_load(&pe->sh->closed)) {
+                char msg[96];
+                snprintf(msg, sizeof(msg), "lost rank %d (it closed its connections)", j);
+                peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
+                return 1;
+            }
             while (o->cma_pos < x->len) {
                 size_t n = x->len - o->cma_pos < CMA_PIECE ? x->len - o->cma_pos : CMA_PIECE;
                 struct iovec l = {.iov_base = (uint8_t *)x->buf + o->cma_pos, .iov_len = n};
@@ -580,10 +615,27 @@ static int recv_some(hoop__tp_t *tp, int j)
 static int ready(const peer_t *pe)
 {
     if (atomic_load(&pe->sh->aborted) != 0) return 2;
+    if (atomic_load(&pe->sh->closed) && (pe->sq.head || pe->aq.head || pe->rq.head)) return 2;
     if (pe->rq.head != NULL && atomic_load(&pe->in->head) != pe->in_tail) return 1;
     if (pe->sq.head != NULL && atomic_load(&pe->out->tail) != pe->out_tail_seen) return 1;
     if (pe->aq.head != NULL && atomic_load(&pe->out->cma_done) >= pe->aq.head->ticket) return 1;
     return 0;
+}
+
+/* Without a pidfd (kernels before 5.3, valgrind): is the process gone, or a zombie? */
+static int process_gone(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the state follows the command name */
+    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
 /* Aborted or vanished peers. Returns 1 if any peer failed. */
@@ -600,6 +652,29 @@ static int check_peers(hoop__tp_t *tp)
             snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, why);
             peer_fail(tp, j, HOOP_ERR_ABORTED, msg);
             failed = 1;
+            continue;
+        }
+        if (atomic_load_explicit(&pe->sh->closed, memory_order_acquire) &&
+            (pe->sq.head || pe->aq.head || pe->rq.head)) {
+            /* What it wrote before it closed is still in our ring: take that first. */
+            recv_some(tp, j);
+            if (!pe->lost && (pe->sq.head || pe->aq.head || pe->rq.head)) {
+                char msg[96];
+                snprintf(msg, sizeof(msg), "lost rank %d (it closed its connections)", j);
+                peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
+                failed = 1;
+            }
+            continue;
+        }
+        if (pe->pidfd < 0 && (pe->sq.head || pe->aq.head || pe->rq.head) &&
+            process_gone(pe->pid)) {
+            recv_some(tp, j);
+            if (!pe->lost && (pe->sq.head || pe->aq.head || pe->rq.head)) {
+                char msg[160];
+                snprintf(msg, sizeof(msg), "lost rank %d (its process %d exited)", j, (int)pe->pid);
+                peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
+                failed = 1;
+            }
             continue;
         }
         if (pe->pidfd >= 0 && (pe->sq.head || pe->aq.head || pe->rq.head)) {
@@ -679,12 +754,13 @@ static void shm_progress(hoop__tp_t *tp, int timeout_ms)
             }
             cpu_relax();
         }
-        if (hoop__now() >= spin_end) break;
+        if (hoop__now() >= spin_end || atomic_load(&tp->woken)) break;
     }
     if (check_peers(tp)) return;
     uint32_t seen = atomic_load(&tp->sh->doorbell);
     atomic_store(&tp->sh->sleeping, 1);
-    if (!any_ready(tp)) {
+    /* A wake() before this point is seen here; a later one moves the doorbell past seen. */
+    if (!atomic_exchange(&tp->woken, 0) && !any_ready(tp)) {
         struct timespec ts = {.tv_sec = timeout_ms / 1000, .tv_nsec = (timeout_ms % 1000) * 1000000L};
         futex(&tp->sh->doorbell, FUTEX_WAIT, seen, &ts);
     }
@@ -695,6 +771,7 @@ static void shm_progress(hoop__tp_t *tp, int timeout_ms)
 
 static void shm_wake(hoop__tp_t *tp)
 {
+    atomic_store(&tp->woken, 1);
     if (tp->sh != NULL) force_wake(tp->sh);
 }
 
@@ -721,6 +798,12 @@ static void shm_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
 static void shm_close(hoop__tp_t *tp)
 {
     if (tp == NULL) return;
+    /* Peers waiting on this rank learn it now rather than when the process exits. */
+    if (tp->sh != NULL) {
+        atomic_store(&tp->sh->closed, 1);
+        for (int j = 0; j < tp->p.size; j++)
+            if (tp->peers[j].local) force_wake(tp->peers[j].sh);
+    }
     for (int j = 0; j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
         queue_t *qs[3] = {&pe->sq, &pe->aq, &pe->rq};
