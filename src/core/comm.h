@@ -73,6 +73,7 @@ struct hoop_comm {
     hoop_request_t *head, *tail; /* collectives waiting to run, in posting order */
     hoop_request_t *inflight;    /* point-to-point requests posted to the transport (under exec) */
     atomic_int n_inflight;       /* its length, readable without exec */
+    double inflight_progress;    /* when one of them last completed, or the first was posted */
     int busy;                    /* a call runs on a caller's thread */
     int has_thread, stop;
     pthread_t thread;

@@ -46,6 +46,7 @@ static void reap_inflight(hoop_comm_t *c)
         }
         *pp = r->next;
         atomic_fetch_sub(&c->n_inflight, 1);
+        c->inflight_progress = hoop__now();
         hoop_result_t st = r->xfer.status;
         if (st != HOOP_OK && !atomic_load(&c->aborted))
             hoop__comm_fail(c, st, "%s with rank %d failed: %s",
@@ -53,6 +54,21 @@ static void reap_inflight(hoop_comm_t *c)
                             r->call.root, hoop_error_string(st));
         complete(c, r, st == HOOP_OK ? HOOP_OK : (hoop_result_t)atomic_load(&c->aborted));
     }
+}
+
+/* Under exec: in-flight point-to-point requests get the deadline every other wait has, the
+ * timeout without any of them completing. */
+static void inflight_deadline(hoop_comm_t *c)
+{
+    if (c->inflight == NULL || atomic_load(&c->aborted) ||
+        hoop__now() - c->inflight_progress < c->timeout_s)
+        return;
+    const hoop_request_t *r = c->inflight;
+    hoop__comm_fail(c, HOOP_ERR_TIMEOUT, "%s(count=%zu, %s) with rank %d timed out after %.1f s",
+                    r->xfer.dir == HOOP_XFER_SEND ? "send" : "recv", r->call.count,
+                    hoop_dtype_name(r->call.dtype), r->call.root, c->timeout_s);
+    c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT, c->fatal_msg);
+    reap_inflight(c);
 }
 
 static void fill_hdr(const hoop__call_t *call, hoop__wire_hdr_t *h)
@@ -291,6 +307,7 @@ static void *progress_thread(void *arg)
             if (ab == HOOP_OK) {
                 if (is_p2p(&r->call)) {
                     post_p2p(r);
+                    if (c->inflight == NULL) c->inflight_progress = hoop__now();
                     r->next = c->inflight;
                     c->inflight = r;
                     atomic_fetch_add(&c->n_inflight, 1);
@@ -315,6 +332,7 @@ static void *progress_thread(void *arg)
                 if (ab) c->tp_ops->abort(c->tp, ab, c->fatal_msg);
                 else c->tp_ops->progress(c->tp, 20);
                 reap_inflight(c);
+                inflight_deadline(c);
             }
             pthread_mutex_unlock(&c->exec);
             pthread_mutex_lock(&c->mu);

@@ -291,6 +291,13 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
     int mfd = open(path, O_RDWR | O_CLOEXEC);
+    if (mfd < 0 && errno == ENOENT) {
+        /* Another user's process gives EACCES; no such fd means the rank published its address
+         * and then exited (or is a zombie already). */
+        snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d exited)", j, pid);
+        tp->p.report(tp->p.report_ctx, HOOP_ERR_PEER_LOST, j, msg);
+        return HOOP_ERR_PEER_LOST;
+    }
     if (mfd < 0) {
         snprintf(msg, sizeof(msg), "shm: cannot open rank %d's segment (%s: %s); ranks on one "
                  "host must run as the same user, or set HOOP_TRANSPORT=tcp", j, path,
@@ -507,6 +514,19 @@ static void consumed(peer_t *pe, size_t n)
     notify(pe->sh);
 }
 
+/* Peer j aborted: fail it with its own reason. Returns 1 if so. */
+static int fail_if_aborted(hoop__tp_t *tp, int j)
+{
+    peer_t *pe = &tp->peers[j];
+    if (!atomic_load_explicit(&pe->sh->aborted, memory_order_acquire)) return 0;
+    char msg[REASON_LEN + 64], why[REASON_LEN];
+    memcpy(why, pe->sh->reason, sizeof(why));
+    why[sizeof(why) - 1] = '\0';
+    snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, why);
+    peer_fail(tp, j, HOOP_ERR_ABORTED, msg);
+    return 1;
+}
+
 /* Reads what has arrived from peer j into its posted receives. Returns 1 if anything moved. */
 static int recv_some(hoop__tp_t *tp, int j)
 {
@@ -571,6 +591,8 @@ static int recv_some(hoop__tp_t *tp, int j)
                 struct iovec l = {.iov_base = (uint8_t *)x->buf + o->cma_pos, .iov_len = n};
                 struct iovec r = {.iov_base = (void *)(uintptr_t)(a + o->cma_pos), .iov_len = n};
                 ssize_t got = process_vm_readv(pe->pid, &l, 1, &r, 1, 0);
+                /* A writer that aborted may have returned and let go of the buffer. */
+                if (got <= 0 && fail_if_aborted(tp, j)) return 1;
                 if (got <= 0) {
                     int e = got < 0 ? errno : EIO;
                     char msg[200];
@@ -582,6 +604,9 @@ static int recv_some(hoop__tp_t *tp, int j)
                 o->cma_pos += (size_t)got;
                 moved = 1;
             }
+            /* An aborting writer raises its flag before its call returns and the buffer is the
+             * caller's again: a copy that may have raced with that is not to be trusted. */
+            if (fail_if_aborted(tp, j)) return 1;
             atomic_fetch_add(&pe->in->cma_done, 1);
             notify(pe->sh);
         } else {
@@ -645,12 +670,7 @@ static int check_peers(hoop__tp_t *tp)
     for (int j = 0; j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
         if (!pe->local || pe->lost) continue;
-        if (atomic_load_explicit(&pe->sh->aborted, memory_order_acquire)) {
-            char msg[REASON_LEN + 64], why[REASON_LEN];
-            memcpy(why, pe->sh->reason, sizeof(why));
-            why[sizeof(why) - 1] = '\0';
-            snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, why);
-            peer_fail(tp, j, HOOP_ERR_ABORTED, msg);
+        if (fail_if_aborted(tp, j)) {
             failed = 1;
             continue;
         }
