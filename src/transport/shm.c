@@ -277,6 +277,8 @@ static int cpus_available(void)
     return n > 0 ? (int)n : 1;
 }
 
+static int process_gone(pid_t pid);
+
 static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
 {
     peer_t *pe = &tp->peers[j];
@@ -291,7 +293,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
     int mfd = open(path, O_RDWR | O_CLOEXEC);
-    if (mfd < 0 && errno == ENOENT) {
+    if (mfd < 0 && errno == ENOENT && process_gone(pid)) {
         /* Another user's process gives EACCES; no such fd means the rank published its address
          * and then exited (or is a zombie already). */
         snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d exited)", j, pid);

@@ -1065,8 +1065,8 @@ static int noconnect_shm_addrs(ctx_t *c, char (*bad)[ADDR_MAX], const char **wan
     want[0] = "rank 0";
     codes[0] = HOOP_ERR_INTERNAL;
     snprintf(bad[1], ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", dead_pid(), 3, nonce, len);
-    want[1] = "rank 0";
-    codes[1] = HOOP_ERR_SYSTEM;
+    want[1] = "lost rank 0";
+    codes[1] = HOOP_ERR_PEER_LOST;
     snprintf(bad[2], ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), *memfd, nonce, len);
     want[2] = "not rank 0's";
     codes[2] = HOOP_ERR_INTERNAL;
