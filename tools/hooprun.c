@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -64,6 +65,7 @@ struct opts {
     bool port_given;
     long max_restarts;
     bool prefix;
+    bool no_auth;
     bool has_timeout;
     double timeout_s;
     const char *timeout_text;
@@ -88,12 +90,19 @@ static void usage(FILE *f)
           "  --timeout S             stop the job after S seconds, restarts included, and exit\n"
           "                          with status 124\n"
           "  --no-prefix             do not prefix output lines with \"[RANK] \"\n"
+          "  --no-auth               no authentication key: the ranks get neither HOOP_AUTH_KEY nor\n"
+          "                          HOOP_AUTH_KEY_FILE, and their connections are not authenticated\n"
           "  -h, --help              show this help and exit\n"
           "  --version               show the version and exit\n"
           "\n"
           "Options end at PROGRAM or after \"--\". The standard input of the ranks is /dev/null.\n"
           "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank. When a rank fails the\n"
           "others get SIGTERM, then SIGKILL after 3 s.\n"
+          "\n"
+          "Unless HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE is set (then it is passed on as it is), a\n"
+          "single-node job gets a fresh random key in HOOP_AUTH_KEY, so that every connection\n"
+          "between its ranks proves that it belongs to the job. With --nnodes > 1 the nodes cannot\n"
+          "share such a key: set the same HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE on every node.\n"
           "\n"
           "With --max-restarts, once the ranks of a failed attempt are gone all ranks start again\n"
           "with a fresh rendezvous: a new free MASTER_PORT (a given --master-port is kept, after\n"
@@ -183,7 +192,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         }
 
         enum { O_NPROC, O_NNODES, O_NODE_RANK, O_ADDR, O_PORT, O_RESTARTS, O_TIMEOUT, O_NOPREFIX,
-               O_HELP, O_VERSION, O_UNKNOWN } id = O_UNKNOWN;
+               O_NOAUTH, O_HELP, O_VERSION, O_UNKNOWN } id = O_UNKNOWN;
         bool is_short = a[1] != '-';
         if (is_short) {
             if (name[0] == 'n')
@@ -198,14 +207,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
                          {"node-rank", O_NODE_RANK},   {"master-addr", O_ADDR},
                          {"master-port", O_PORT},      {"max-restarts", O_RESTARTS},
                          {"timeout", O_TIMEOUT},       {"no-prefix", O_NOPREFIX},
-                         {"help", O_HELP},             {"version", O_VERSION}};
+                         {"no-auth", O_NOAUTH},        {"help", O_HELP},
+                         {"version", O_VERSION}};
             for (size_t k = 0; k < sizeof(longs) / sizeof(longs[0]); k++)
                 if (opt_is(name, nlen, longs[k].name)) id = longs[k].id;
         }
         if (id == O_UNKNOWN)
             return usage_error("unknown option '%s'", a);
 
-        bool takes_value = id != O_NOPREFIX && id != O_HELP && id != O_VERSION;
+        bool takes_value = id != O_NOPREFIX && id != O_NOAUTH && id != O_HELP && id != O_VERSION;
         if (!takes_value && inline_val)
             return usage_error("option '%s' takes no value", a);
         if (takes_value && !inline_val) {
@@ -263,6 +273,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
         }
         case O_NOPREFIX:
             o->prefix = false;
+            break;
+        case O_NOAUTH:
+            o->no_auth = true;
             break;
         case O_HELP:
             usage(stdout);
@@ -632,6 +645,8 @@ struct job {
     long restart;              /* restarts made so far */
     char master_port[8];       /* of this attempt */
     struct sink *out, *err;
+    bool strip_auth;           /* leave HOOP_AUTH_KEY(_FILE) of our environment out of the ranks' */
+    char *auth_env;            /* "HOOP_AUTH_KEY=<64 hex digits>" made for this job, or NULL */
 };
 
 struct signame {
@@ -804,7 +819,7 @@ static char **rank_env(const struct job *j, int local)
     size_t n = 0;
     while (environ != NULL && environ[n] != NULL)
         n++;
-    char **env = calloc(n + NVARS + 1, sizeof *env);
+    char **env = calloc(n + NVARS + 2, sizeof *env);
     if (env == NULL)
         return NULL;
     for (size_t v = 0; v < NVARS; v++) {
@@ -835,9 +850,14 @@ static char **rank_env(const struct job *j, int local)
             size_t len = strlen(launcher_vars[v]);
             ours = strncmp(environ[i], launcher_vars[v], len) == 0 && environ[i][len] == '=';
         }
+        if (!ours && j->strip_auth)
+            ours = strncmp(environ[i], "HOOP_AUTH_KEY=", 14) == 0 ||
+                   strncmp(environ[i], "HOOP_AUTH_KEY_FILE=", 19) == 0;
         if (!ours)
             env[k++] = environ[i];
     }
+    if (j->auth_env != NULL)
+        env[k++] = j->auth_env;
     env[k] = NULL;
     return env;
 }
@@ -1222,6 +1242,61 @@ static bool setup_signals(struct job *j)
     return j->sigfd >= 0;
 }
 
+static bool env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0';
+}
+
+/* Decides the ranks' key: none (--no-auth), the one in our environment, or a fresh one. */
+static bool setup_auth(struct job *j)
+{
+    const struct opts *o = j->o;
+    if (o->no_auth) {
+        j->strip_auth = true;
+        return true;
+    }
+    if (env_set("HOOP_AUTH_KEY") || env_set("HOOP_AUTH_KEY_FILE"))
+        return true;
+    if (o->nnodes > 1) {
+        fprintf(stderr, "hooprun: note: no HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE: the ranks' connections "
+                        "are not authenticated (set the same key on every node)\n");
+        return true;
+    }
+    /* The kernel's CSPRNG, as libsodium's randombytes_buf uses on Linux. */
+    unsigned char key[32];
+    size_t got = 0;
+    while (got < sizeof key) {
+        ssize_t r = getrandom(key + got, sizeof key - got, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            fprintf(stderr, "hooprun: cannot make an authentication key: getrandom: %s\n",
+                    strerror(errno));
+            return false;
+        }
+        got += (size_t)r;
+    }
+    static const char hex[] = "0123456789abcdef";
+    const size_t len = 14 + 2 * sizeof key + 1;
+    j->auth_env = malloc(len);
+    if (j->auth_env == NULL) {
+        explicit_bzero(key, sizeof key);
+        fprintf(stderr, "hooprun: out of memory\n");
+        return false;
+    }
+    memcpy(j->auth_env, "HOOP_AUTH_KEY=", 14);
+    for (size_t i = 0; i < sizeof key; i++) {
+        j->auth_env[14 + 2 * i] = hex[key[i] >> 4];
+        j->auth_env[15 + 2 * i] = hex[key[i] & 15];
+    }
+    j->auth_env[len - 1] = '\0';
+    explicit_bzero(key, sizeof key);
+    /* An empty HOOP_AUTH_KEY(_FILE) of ours must not sit beside the new one. */
+    j->strip_auth = true;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     /* With 0, 1 or 2 closed, a pipe could land there and be clobbered by the child's dup2. */
@@ -1265,6 +1340,10 @@ int main(int argc, char **argv)
     j.err->len = 0;
     fflush(NULL);
 
+    if (!setup_auth(&j)) {
+        status = 1;
+        goto out;
+    }
     if (!setup_signals(&j)) {
         fprintf(stderr, "hooprun: cannot set up signal handling: %s\n", strerror(errno));
         status = 1;
@@ -1306,6 +1385,10 @@ int main(int argc, char **argv)
     }
 
 out:
+    if (j.auth_env != NULL) {
+        explicit_bzero(j.auth_env, strlen(j.auth_env));
+        free(j.auth_env);
+    }
     if (j.sigfd >= 0)
         close(j.sigfd);
     if (j.devnull >= 0)

@@ -69,6 +69,7 @@ typedef struct hoop__auth {
     size_t out_len, out_off;
     unsigned char in[HOOP_AUTH_HELLO_BYTES];
     size_t in_len, in_need;
+    int gone; /* errno of a send that found the peer gone; what it sent before is still read */
 } hoop__auth_t;
 
 enum { HOOP_AUTH_FAILED = -1, HOOP_AUTH_MORE = 0, HOOP_AUTH_DONE = 1 };
@@ -85,9 +86,11 @@ void hoop__auth_clear(hoop__auth_t *a);
 /*
  * The whole exchange on a connected stream fd (TCP or Unix socket, blocking or not), waiting in
  * poll() until deadline (monotonic seconds, as CLOCK_MONOTONIC). HOOP_OK once both sides have
- * proved the key; HOOP_ERR_AUTH when the peer's proof is wrong, it rejected ours, or it spoke
- * something else; HOOP_ERR_PEER_LOST when it closed the connection first; HOOP_ERR_TIMEOUT at the
- * deadline; HOOP_ERR_SYSTEM on another socket error. err gets a sentence (without the peer's name:
+ * proved the key; HOOP_ERR_AUTH when the peer's proof is wrong, it rejected ours, it spoke
+ * something else, or it closed the connection before its hello (a peer without a key);
+ * HOOP_ERR_PEER_LOST when it closed the connection after its hello (a server may drop connections
+ * to make room: a client may retry); HOOP_ERR_TIMEOUT at the deadline; HOOP_ERR_SYSTEM on another
+ * socket error. err gets a sentence (without the peer's name:
  * the caller knows it).
  */
 hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_server,

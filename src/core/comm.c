@@ -181,6 +181,7 @@ static void comm_free(hoop_comm_t *c)
     hoop__engine_stop(c);
     if (c->tp != NULL) c->tp_ops->close(c->tp);
     hoop__log_close(&c->log);
+    hoop__config_wipe(&c->cfg);
     pthread_mutex_destroy(&c->err_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->exec);
@@ -268,34 +269,34 @@ static int standalone(const char *method, int rank, int size)
     return 1;
 }
 
-hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, int world_size)
+/* cfg and rdv belong to the caller, which wipes the key they hold whatever happens here. */
+static hoop_result_t init_comm(hoop_comm_t **out, const char *init_method, int rank, int world_size,
+                               hoop__config_t *cfg, hoop__rdv_t *rdv)
 {
     char err[512] = "";
     if (out == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    hoop__config_t cfg;
     hoop__log_t boot;
-    hoop_result_t rc = hoop__config_load(&cfg, err, sizeof(err));
-    hoop__log_open(&boot, rc == HOOP_OK ? cfg.log_level : HOOP_LOG_WARN, NULL, rank);
+    hoop_result_t rc = hoop__config_load(cfg, err, sizeof(err));
+    hoop__log_open(&boot, rc == HOOP_OK ? cfg->log_level : HOOP_LOG_WARN, NULL, rank);
     if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
 
-    hoop__rdv_t rdv;
     if (standalone(init_method, rank, world_size)) {
-        memset(&rdv, 0, sizeof(rdv));
-        rdv.size = rdv.local_size = 1;
+        memset(rdv, 0, sizeof(*rdv));
+        rdv->size = rdv->local_size = 1;
     } else {
-        rc = hoop__rdv_resolve(init_method, rank, world_size, &rdv, err, sizeof(err));
+        rc = hoop__rdv_resolve(init_method, rank, world_size, rdv, err, sizeof(err));
         if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
     }
-    boot.rank = rdv.rank;
+    boot.rank = rdv->rank;
 
-    hoop_comm_t *c = comm_alloc(&cfg, rdv.rank, rdv.size);
+    hoop_comm_t *c = comm_alloc(cfg, rdv->rank, rdv->size);
     if (c == NULL) return init_fail(NULL, &boot, HOOP_ERR_NO_MEMORY, "out of memory");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = rdv.local_size > 0 ? rdv.local_size : 1;
+    int local = rdv->local_size > 0 ? rdv->local_size : 1;
     c->spin_s = ncpu > 0 && local > ncpu ? 0.0 : 20e-6;
 
-    if (rdv.size == 1) {
+    if (rdv->size == 1) {
         /* Nobody to meet: no store, no connections. */
         char addr[ADDR_LEN];
         if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id)) c->id = (uint64_t)getpid();
@@ -304,9 +305,9 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
         *out = c;
         return HOOP_OK;
     }
-    double deadline = hoop__now() + cfg.timeout_s;
+    double deadline = hoop__now() + cfg->timeout_s;
     hoop__store_t *st = NULL;
-    rc = hoop__store_open(&rdv, cfg.timeout_s, &c->log, &st, err, sizeof(err));
+    rc = hoop__store_open(rdv, cfg->timeout_s, &c->log, &st, err, sizeof(err));
     if (rc != HOOP_OK) return init_fail(c, &boot, rc, err);
 
     /* Rank 0 names the communicator: the id goes into every header and hello, so two jobs that
@@ -330,12 +331,12 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
         char algo[16], transport[16];
     } shared = {0};
     if (c->rank == 0) {
-        shared.small_bytes = cfg.small_bytes;
-        shared.chunk_bytes = cfg.chunk_bytes;
-        shared.shm_ring_bytes = cfg.shm_ring_bytes;
-        shared.sockets_per_peer = cfg.sockets_per_peer;
-        memcpy(shared.algo, cfg.algo, sizeof(shared.algo));
-        memcpy(shared.transport, cfg.transport, sizeof(shared.transport));
+        shared.small_bytes = cfg->small_bytes;
+        shared.chunk_bytes = cfg->chunk_bytes;
+        shared.shm_ring_bytes = cfg->shm_ring_bytes;
+        shared.sockets_per_peer = cfg->sockets_per_peer;
+        memcpy(shared.algo, cfg->algo, sizeof(shared.algo));
+        memcpy(shared.transport, cfg->transport, sizeof(shared.transport));
         rc = hoop__store_set(st, "hoop/cfg", &shared, sizeof(shared));
         if (rc != HOOP_OK) goto store_error;
     }
@@ -343,23 +344,23 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     if (rc != HOOP_OK) goto store_error;
     shared.algo[sizeof(shared.algo) - 1] = '\0';
     shared.transport[sizeof(shared.transport) - 1] = '\0';
-    if (shared.small_bytes != cfg.small_bytes || shared.chunk_bytes != cfg.chunk_bytes ||
-        shared.sockets_per_peer != cfg.sockets_per_peer || strcmp(shared.algo, cfg.algo) != 0 ||
-        shared.shm_ring_bytes != cfg.shm_ring_bytes || strcmp(shared.transport, cfg.transport) != 0)
+    if (shared.small_bytes != cfg->small_bytes || shared.chunk_bytes != cfg->chunk_bytes ||
+        shared.sockets_per_peer != cfg->sockets_per_peer || strcmp(shared.algo, cfg->algo) != 0 ||
+        shared.shm_ring_bytes != cfg->shm_ring_bytes || strcmp(shared.transport, cfg->transport) != 0)
         HOOP_WARN(&c->log, "HOOP_ALGO/HOOP_TRANSPORT/HOOP_SMALL_BYTES/HOOP_CHUNK_BYTES/"
                            "HOOP_SOCKETS_PER_PEER/HOOP_SHM_RING_BYTES differ from rank 0's; using "
                            "rank 0's");
-    c->cfg.shm_ring_bytes = cfg.shm_ring_bytes = shared.shm_ring_bytes;
+    c->cfg.shm_ring_bytes = cfg->shm_ring_bytes = shared.shm_ring_bytes;
     memcpy(c->cfg.transport, shared.transport, sizeof(c->cfg.transport));
-    memcpy(cfg.transport, shared.transport, sizeof(cfg.transport));
-    c->cfg.small_bytes = cfg.small_bytes = shared.small_bytes;
-    c->cfg.chunk_bytes = cfg.chunk_bytes = shared.chunk_bytes;
-    c->cfg.sockets_per_peer = cfg.sockets_per_peer = shared.sockets_per_peer;
+    memcpy(cfg->transport, shared.transport, sizeof(cfg->transport));
+    c->cfg.small_bytes = cfg->small_bytes = shared.small_bytes;
+    c->cfg.chunk_bytes = cfg->chunk_bytes = shared.chunk_bytes;
+    c->cfg.sockets_per_peer = cfg->sockets_per_peer = shared.sockets_per_peer;
     memcpy(c->cfg.algo, shared.algo, sizeof(c->cfg.algo));
-    memcpy(cfg.algo, shared.algo, sizeof(cfg.algo));
+    memcpy(cfg->algo, shared.algo, sizeof(cfg->algo));
 
     char addr[ADDR_LEN];
-    if (rdv.method[0] == 't') snprintf(c->route_hint, sizeof(c->route_hint), "%s", rdv.host);
+    if (rdv->method[0] == 't') snprintf(c->route_hint, sizeof(c->route_hint), "%s", rdv->host);
     rc = open_transport(c, addr);
     if (rc != HOOP_OK) return init_fail(c, &boot, rc, c->last_error);
     char key[64];
@@ -417,11 +418,11 @@ hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, in
     hoop__store_close(st);
     HOOP_INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
               (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);
-    if (hoop__algo_parse(cfg.algo) > 0)
-        HOOP_INFO(&c->log, "all-reduce algorithm: %s (HOOP_ALGO)", cfg.algo);
+    if (hoop__algo_parse(cfg->algo) > 0)
+        HOOP_INFO(&c->log, "all-reduce algorithm: %s (HOOP_ALGO)", cfg->algo);
     else
         HOOP_INFO(&c->log, "all-reduce algorithm: rd up to %zu bytes, ring above; chunks of %zu bytes",
-                  cfg.small_bytes, cfg.chunk_bytes);
+                  cfg->small_bytes, cfg->chunk_bytes);
     *out = c;
     return HOOP_OK;
 
@@ -429,6 +430,19 @@ store_error:
     snprintf(err, sizeof(err), "%s", hoop__store_error(st));
     hoop__store_close(st);
     return init_fail(c, &boot, rc, err);
+}
+
+hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, int world_size)
+{
+    hoop__config_t cfg;
+    hoop__rdv_t rdv;
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&rdv, 0, sizeof(rdv));
+    hoop_result_t rc = init_comm(out, init_method, rank, world_size, &cfg, &rdv);
+    /* The communicator holds its own copy of the key: no other may outlive this call. */
+    hoop__config_wipe(&cfg);
+    hoop__auth_key_wipe(&rdv.auth);
+    return rc;
 }
 
 hoop_result_t hoop_init_from_env(hoop_comm_t **comm) { return hoop_init(comm, NULL, -1, -1); }

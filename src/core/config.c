@@ -159,7 +159,12 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
             return bad(err, errlen, "HOOP_SHM_SPIN_US", v, "microseconds from 0 to 1000000");
         c->shm_spin_us = (int)n;
     }
-    return HOOP_OK;
+    return hoop__auth_key_from_env(&c->auth, get, ctx, err, errlen);
+}
+
+void hoop__config_wipe(hoop__config_t *c)
+{
+    if (c != NULL) hoop__auth_key_wipe(&c->auth);
 }
 
 static const char *from_environ(const char *name, void *ctx)

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "core/auth.h"
 #include "hoop.h"
 
 typedef struct hoop__config {
@@ -22,6 +23,7 @@ typedef struct hoop__config {
     int shm_spin_us;
     char host_id[64];         /* HOOP_HOSTID: overrides the host identity ("" = hostname, boot id and
                                * namespaces); ranks with equal ids are on one host */          /* HOOP_SHM_SPIN_US: spin before sleeping (when cores allow) */
+    hoop__auth_key_t auth;    /* HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE; auth.set = 0 when neither */
 } hoop__config_t;
 
 /* Looks a variable up; returns NULL when unset. */
@@ -32,6 +34,8 @@ void hoop__config_defaults(hoop__config_t *c);
  * and writes a sentence naming the variable into err. */
 hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *ctx, char *err,
                                  size_t errlen);
+/* Wipes the secrets of c (the key) before it goes away. */
+void hoop__config_wipe(hoop__config_t *c);
 /* hoop__config_parse over the process environment. */
 hoop_result_t hoop__config_load(hoop__config_t *c, char *err, size_t errlen);
 

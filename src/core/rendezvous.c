@@ -53,6 +53,12 @@ static const char *env(const char *name)
     return (v != NULL && *v != '\0') ? v : NULL;
 }
 
+static const char *getenv_ctx(const char *name, void *ctx)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
 /* Reads the first set variable of vars. 1: *out holds its value and *from its name; 0: none set;
  * -1: the value is not a number in [lo, hi] (err written). */
 static int env_int(const char *const *vars, long lo, long hi, const char *what, long *out, const char **from,
@@ -301,5 +307,8 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     }
     out->local_rank = (int)lr;
     out->local_size = (int)ls;
+    /* Last, so that no error path above leaves a key behind. */
+    if (strcmp(out->method, "tcp") == 0)
+        return hoop__auth_key_from_env(&out->auth, getenv_ctx, NULL, err, errlen);
     return HOOP_OK;
 }

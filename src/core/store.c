@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,12 @@
 /* One request/reply exchange may take this long even when the caller's deadline is nearer: a GET
  * that polls right up to its deadline must still read the reply of its last attempt. */
 #define EXCHANGE_GRACE 1.0
+/* With a key, a new connection has this long to authenticate; at most AUTH_PENDING_MAX connections
+ * may be authenticating at once (the oldest goes first), so strangers cannot hold the server. */
+#define AUTH_WINDOW 10.0
+#define AUTH_PENDING_MAX 64
+/* Context of the store's handshakes: "STORE", apart from every communicator's. */
+#define STORE_AUTH_TAG 0x45524f5453ull
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Small helpers                                                                                  */
@@ -178,6 +185,9 @@ typedef struct conn {
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     char peer[64];
+    hoop__auth_t *auth; /* until the client has proved the key; NULL after, or without a key */
+    double auth_deadline;
+    short auth_events;
 } conn_t;
 
 typedef struct server {
@@ -194,6 +204,9 @@ typedef struct server {
     const hoop__log_t *log;
     char where[300];
     pthread_t thread;
+    hoop__auth_key_t key; /* key.set: clients must authenticate */
+    uint64_t auth_context;
+    _Atomic unsigned auth_failures;
 } server_t;
 
 static uint64_t hash_key(const char *k, size_t n)
@@ -273,6 +286,11 @@ static void conn_close(conn_t *c)
 {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
+    if (c->auth != NULL) {
+        hoop__auth_clear(c->auth);
+        free(c->auth);
+        c->auth = NULL;
+    }
     free(c->in);
     free(c->out);
     c->in = c->out = NULL;
@@ -328,8 +346,16 @@ static int conn_process(server_t *s, conn_t *c)
         long n = hoop__store_parse(c->in + off, c->in_len - off, &req);
         if (n == 0) break;
         if (n < 0) {
-            HOOP_WARN(s->log, "rendezvous store %s: dropping client %s after a malformed request (op 0x%02x)",
-                      s->where, c->peer, c->in[off]);
+            if (c->in[off] == 'H' && off == 0) {
+                atomic_fetch_add(&s->auth_failures, 1);
+                HOOP_WARN(s->log,
+                          "rendezvous store %s: dropping client %s, which wants to authenticate: this store "
+                          "has no key (is HOOP_AUTH_KEY set on rank 0 as on the other ranks?)",
+                          s->where, c->peer);
+            } else {
+                HOOP_WARN(s->log, "rendezvous store %s: dropping client %s after a malformed request (op 0x%02x)",
+                          s->where, c->peer, c->in[off]);
+            }
             return -1;
         }
         char kbuf[100];
@@ -415,6 +441,54 @@ static void describe_peer(int fd, char *buf, size_t cap)
     format_where(buf, cap, addr, port);
 }
 
+/* Moves c's handshake on. -1 drops the connection (it failed, with a warning). */
+static int conn_auth(server_t *s, conn_t *c)
+{
+    char why[256] = "";
+    int r = hoop__auth_step(c->auth, c->fd, &c->auth_events, why, sizeof why);
+    if (r == HOOP_AUTH_MORE) return 0;
+    if (r == HOOP_AUTH_DONE) {
+        hoop__auth_clear(c->auth);
+        free(c->auth);
+        c->auth = NULL;
+        HOOP_TRACE(s->log, "rendezvous store %s: client %s authenticated", s->where, c->peer);
+        return 0;
+    }
+    atomic_fetch_add(&s->auth_failures, 1);
+    HOOP_WARN(s->log, "rendezvous store %s: rejected client %s: authentication failed: %s", s->where,
+              c->peer, why);
+    return -1;
+}
+
+/* Starts the handshake of a new connection; makes room by dropping the oldest unauthenticated one
+ * when AUTH_PENDING_MAX are waiting. -1: drop c. */
+static int conn_auth_begin(server_t *s, conn_t *c)
+{
+    size_t pending = 0, oldest = SIZE_MAX;
+    for (size_t i = 0; i < s->nconns; i++) {
+        const conn_t *o = &s->conns[i];
+        if (o == c || o->fd < 0 || o->auth == NULL) continue;
+        pending++;
+        if (oldest == SIZE_MAX || o->auth_deadline < s->conns[oldest].auth_deadline) oldest = i;
+    }
+    if (pending >= AUTH_PENDING_MAX && oldest != SIZE_MAX) {
+        atomic_fetch_add(&s->auth_failures, 1);
+        HOOP_WARN(s->log,
+                  "rendezvous store %s: %zu connections are authenticating at once; dropping the oldest, "
+                  "from %s",
+                  s->where, pending, s->conns[oldest].peer);
+        conn_close(&s->conns[oldest]);
+    }
+    c->auth = malloc(sizeof *c->auth);
+    if (c->auth == NULL) {
+        HOOP_WARN(s->log, "rendezvous store %s: out of memory accepting %s", s->where, c->peer);
+        return -1;
+    }
+    hoop__auth_start(c->auth, &s->key, 1, s->auth_context);
+    c->auth_deadline = mono_now() + AUTH_WINDOW;
+    return conn_auth(s, c);
+}
+
 /* Accepts pending connections. Returns 1 when out of descriptors (the caller pauses accepting). */
 static int server_accept(server_t *s, int lfd)
 {
@@ -447,8 +521,25 @@ static int server_accept(server_t *s, int lfd)
         c->fd = fd;
         describe_peer(fd, c->peer, sizeof c->peer);
         HOOP_TRACE(s->log, "rendezvous store %s: client %s connected", s->where, c->peer);
+        if (s->key.set && conn_auth_begin(s, c) != 0) conn_close(c);
     }
     return 0;
+}
+
+/* Milliseconds until the earliest handshake deadline, at most cap. */
+static int auth_wait_ms(const server_t *s, int cap)
+{
+    double first = 0;
+    int any = 0;
+    for (size_t i = 0; i < s->nconns; i++) {
+        const conn_t *c = &s->conns[i];
+        if (c->fd < 0 || c->auth == NULL) continue;
+        if (!any || c->auth_deadline < first) first = c->auth_deadline;
+        any = 1;
+    }
+    if (!any) return cap;
+    int ms = ms_left(first);
+    return ms < cap ? ms : cap;
 }
 
 static void *server_main(void *arg)
@@ -479,10 +570,11 @@ static void *server_main(void *arg)
         const size_t nconns = s->nconns;
         for (size_t i = 0; i < nconns; i++) {
             const conn_t *c = &s->conns[i];
-            s->pfds[np++] = (struct pollfd){.fd = c->fd, .events = c->out_len > 0 ? POLLOUT : POLLIN};
+            short ev = c->auth != NULL ? c->auth_events : c->out_len > 0 ? POLLOUT : POLLIN;
+            s->pfds[np++] = (struct pollfd){.fd = c->fd, .events = ev};
         }
         /* The timeout only bounds the wait; stopping goes through wake_fd. */
-        int n = poll(s->pfds, (nfds_t)np, accept_paused ? 50 : 1000);
+        int n = poll(s->pfds, (nfds_t)np, auth_wait_ms(s, accept_paused ? 50 : 1000));
         if (n < 0) {
             if (errno != EINTR) {
                 HOOP_WARN(s->log, "rendezvous store %s: poll failed: %s", s->where, strerror(errno));
@@ -497,9 +589,22 @@ static void *server_main(void *arg)
             for (size_t i = first_listener; i < first_conn; i++)
                 if (s->pfds[i].revents & POLLIN) accept_paused |= server_accept(s, s->pfds[i].fd);
         }
+        const double now = mono_now();
         for (size_t i = 0; i < nconns; i++) {
             conn_t *c = &s->conns[i];
             const short ev = s->pfds[first_conn + i].revents;
+            if (c->fd < 0) continue; /* dropped to make room for a newer connection */
+            if (c->auth != NULL) {
+                int dead = ev != 0 && conn_auth(s, c) != 0;
+                if (!dead && c->auth != NULL && now >= c->auth_deadline) {
+                    atomic_fetch_add(&s->auth_failures, 1);
+                    HOOP_WARN(s->log, "rendezvous store %s: dropping client %s: it did not authenticate within %g s",
+                              s->where, c->peer, AUTH_WINDOW);
+                    dead = 1;
+                }
+                if (dead) conn_close(c);
+                continue;
+            }
             if (ev == 0) continue;
             int dead = 0;
             if (ev & POLLNVAL) {
@@ -528,7 +633,13 @@ static void server_free(server_t *s)
 {
     if (s == NULL) return;
     for (int i = 0; i < s->nlfd; i++) close(s->lfd[i]);
-    for (size_t i = 0; i < s->nconns; i++) conn_close(&s->conns[i]);
+    for (size_t i = 0; i < s->nconns; i++) {
+        if (s->conns[i].fd >= 0 && s->conns[i].auth != NULL)
+            HOOP_WARN(s->log, "rendezvous store %s: closing client %s, which never authenticated", s->where,
+                      s->conns[i].peer);
+        conn_close(&s->conns[i]);
+    }
+    hoop__auth_key_wipe(&s->key);
     if (s->wake_fd >= 0) close(s->wake_fd);
     if (s->buckets != NULL) {
         for (size_t i = 0; i < s->nbuckets; i++) {
@@ -599,6 +710,15 @@ static hoop_result_t server_listen(server_t *s, const char *host, int port, char
             continue;
         }
         s->lfd[s->nlfd++] = fd;
+        const int wild = (ai->ai_family == AF_INET &&
+                          ((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr == htonl(INADDR_ANY)) ||
+                         (ai->ai_family == AF_INET6 &&
+                          IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr));
+        if (wild)
+            HOOP_WARN(s->log,
+                      "rendezvous store: \"%s\" is a wildcard address: the store listens on every interface "
+                      "(give MASTER_ADDR the address of one interface to avoid that)",
+                      host);
     }
     freeaddrinfo(res);
     if (s->nlfd == 0) {
@@ -618,8 +738,8 @@ static hoop_result_t server_listen(server_t *s, const char *host, int port, char
     return HOOP_OK;
 }
 
-static hoop_result_t server_start(const char *host, int port, const hoop__log_t *log, server_t **out,
-                                  char *err, size_t errlen)
+static hoop_result_t server_start(const char *host, int port, const hoop__auth_key_t *key,
+                                  const hoop__log_t *log, server_t **out, char *err, size_t errlen)
 {
     server_t *s = calloc(1, sizeof *s);
     if (s == NULL) {
@@ -628,6 +748,10 @@ static hoop_result_t server_start(const char *host, int port, const hoop__log_t 
     }
     s->wake_fd = -1;
     s->log = log;
+    if (key != NULL && key->set) {
+        s->key = *key;
+        s->auth_context = hoop__auth_context(STORE_AUTH_TAG, 0, 0, 0);
+    }
     format_where(s->where, sizeof s->where, host, port);
     s->nbuckets = 64;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
@@ -692,6 +816,7 @@ struct hoop__store {
     int fd;        /* -1 when not connected */
     int lost;      /* the server went away: fail fast from now on */
     server_t *srv; /* rank 0 only */
+    hoop__auth_key_t auth; /* auth.set: prove it on every connection */
     /* file */
     char dir[PATH_MAX];
     int dir_ok; /* dir was created: only then may close clean it up */
@@ -748,7 +873,7 @@ static hoop_result_t client_connect(hoop__store_t *st, double timeout_s, char *e
     double backoff = 0.01;
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", st->port);
-    char why[160] = "no attempt was made";
+    char why[320] = "no attempt was made";
     for (int attempt = 0;; attempt++) {
         struct addrinfo hints;
         memset(&hints, 0, sizeof hints);
@@ -759,6 +884,28 @@ static hoop_result_t client_connect(hoop__store_t *st, double timeout_s, char *e
         if (g == 0) {
             for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
                 int fd = try_connect(ai, deadline);
+                if (fd >= 0 && st->auth.set) {
+                    /* A handshake needs a moment even when the caller's time is up. */
+                    const double hs_deadline = deadline > mono_now() + EXCHANGE_GRACE ? deadline
+                                                                                      : mono_now() + EXCHANGE_GRACE;
+                    char hwhy[256] = "";
+                    hoop_result_t a = hoop__auth_handshake(fd, &st->auth, 0,
+                                                           hoop__auth_context(STORE_AUTH_TAG, 0, 0, 0),
+                                                           hs_deadline, hwhy, sizeof hwhy);
+                    if (a == HOOP_ERR_PEER_LOST) {
+                        /* Dropped after the server's hello: it may have made room for others. */
+                        close(fd);
+                        snprintf(why, sizeof why, "authentication: %s", hwhy);
+                        continue;
+                    }
+                    if (a != HOOP_OK) {
+                        close(fd);
+                        freeaddrinfo(res);
+                        set_err(err, errlen, "authentication with the rendezvous store at %s failed: %s",
+                                st->where, hwhy);
+                        return a == HOOP_ERR_TIMEOUT || a == HOOP_ERR_SYSTEM ? a : HOOP_ERR_AUTH;
+                    }
+                }
                 if (fd >= 0) {
                     freeaddrinfo(res);
                     st->fd = fd;
@@ -869,6 +1016,17 @@ static hoop_result_t client_request(hoop__store_t *st, uint8_t op, const char *k
     if (r == HOOP_OK) r = client_io(st, rep, sizeof rep, 0, 0, deadline);
     if (r != HOOP_OK) return r;
     const uint32_t rlen = get_u32(rep + 1);
+    if (memcmp(rep, "HOOPA", REP_HDR) == 0) {
+        /* The start of the server's authentication hello: it has a key and we have none. */
+        set_err(st->err, sizeof st->err,
+                "the rendezvous store at %s requires authentication: set the same HOOP_AUTH_KEY (or "
+                "HOOP_AUTH_KEY_FILE) on every rank",
+                st->where);
+        close(st->fd);
+        st->fd = -1;
+        st->lost = 1;
+        return HOOP_ERR_AUTH;
+    }
     if ((rep[0] != REP_OK && rep[0] != REP_MISSING) || rlen > HOOP_STORE_MAX_VALUE ||
         (rep[0] == REP_MISSING && rlen != 0) || (op == 'S' && (rep[0] != REP_OK || rlen != 0))) {
         set_err(
@@ -1105,6 +1263,7 @@ hoop_result_t hoop__store_open(const hoop__rdv_t *rdv, double timeout_s, const h
         return HOOP_ERR_NO_MEMORY;
     }
     st->rank = rdv->rank;
+    if (rdv->auth.set) st->auth = rdv->auth;
     st->timeout_s = timeout_s;
     st->log = log;
     st->fd = -1;
@@ -1133,7 +1292,12 @@ hoop_result_t hoop__store_open(const hoop__rdv_t *rdv, double timeout_s, const h
         snprintf(st->host, sizeof st->host, "%s", rdv->host);
         st->port = rdv->port;
         format_where(st->where, sizeof st->where, st->host, st->port);
-        if (rdv->rank == 0) r = server_start(st->host, st->port, log, &st->srv, err, errlen);
+        if (st->auth.set)
+            HOOP_INFO(log, "rendezvous store %s: connections are authenticated (HOOP_AUTH_KEY)", st->where);
+        else
+            HOOP_INFO(log, "rendezvous store %s: no HOOP_AUTH_KEY, connections are not authenticated",
+                      st->where);
+        if (rdv->rank == 0) r = server_start(st->host, st->port, &st->auth, log, &st->srv, err, errlen);
         if (r == HOOP_OK) r = client_connect(st, timeout_s, err, errlen);
     }
     if (r != HOOP_OK) {
@@ -1234,12 +1398,22 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
         const double now = mono_now();
         if (now >= deadline) {
             char kbuf[100];
+            const unsigned rejected = hoop__store_auth_failures(st);
             set_err(st->err, sizeof st->err,
                     "key \"%s\" did not appear in the rendezvous store within %g s (has every rank started? "
                     "did one "
                     "fail?)",
                     printable(key, keylen, kbuf, sizeof kbuf), timeout_s);
             r = HOOP_ERR_TIMEOUT;
+            if (rejected > 0) {
+                /* Most likely a rank with another key: say so rather than just "timed out". */
+                size_t used = strlen(st->err);
+                set_err(st->err + used, sizeof st->err - used,
+                        "; the store turned away %u connection(s) that failed authentication (is "
+                        "HOOP_AUTH_KEY the same on every rank?)",
+                        rejected);
+                r = HOOP_ERR_AUTH;
+            }
             break;
         }
         sleep_for(backoff < deadline - now ? backoff : deadline - now);
@@ -1247,6 +1421,11 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
     }
     pthread_mutex_unlock(&st->mu);
     return r;
+}
+
+unsigned hoop__store_auth_failures(const hoop__store_t *st)
+{
+    return st != NULL && st->srv != NULL ? atomic_load(&st->srv->auth_failures) : 0;
 }
 
 const char *hoop__store_error(const hoop__store_t *st)
@@ -1263,6 +1442,7 @@ void hoop__store_close(hoop__store_t *st)
     st->srv = NULL;
     if (st->kind == KIND_FILE && st->rank == 0 && st->dir_ok)
         nftw(st->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    hoop__auth_key_wipe(&st->auth);
     pthread_mutex_destroy(&st->mu);
     free(st);
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/auth.h"
 #include "core/log.h"
 #include "hoop.h"
 
@@ -23,22 +24,30 @@ typedef struct hoop__rdv {
     char path[1024];  /* file */
     int rank, size;
     int local_rank, local_size; /* -1 where unknown */
+    hoop__auth_key_t auth;      /* tcp: every connection to the store proves this key (auth.set) */
 } hoop__rdv_t;
 
 /* Resolves init_method ("env://", "tcp://H:P", "file:///P", NULL = "env://") and rank/size (-1 = from
- * the environment: RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then OMPI_COMM_WORLD_RANK/SIZE).
- * On error writes a sentence into err. */
+ * the environment: RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then OMPI_COMM_WORLD_RANK/SIZE),
+ * and the key of HOOP_AUTH_KEY / HOOP_AUTH_KEY_FILE into out->auth (the caller wipes it with
+ * hoop__auth_key_wipe). On error writes a sentence into err. */
 hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out,
                                 char *err, size_t errlen);
 
 /* Opens the store. Rank 0 of a tcp store binds HOST:PORT (a port in use is HOOP_ERR_SYSTEM with a clear
- * message); the others connect, retrying with backoff until timeout_s (then HOOP_ERR_TIMEOUT). */
+ * message); the others connect, retrying with backoff until timeout_s (then HOOP_ERR_TIMEOUT).
+ * With rdv->auth set, the server talks only to clients that prove the key (auth.h), and every client
+ * checks that the server holds it too: a different key is HOOP_ERR_AUTH. The server serves its
+ * clients concurrently; a connection that has not authenticated within a few seconds, fails to, or
+ * sends a malformed request is dropped with a warning naming its address. */
 hoop_result_t hoop__store_open(const hoop__rdv_t *rdv, double timeout_s, const hoop__log_t *log,
                                hoop__store_t **st, char *err, size_t errlen);
 hoop_result_t hoop__store_set(hoop__store_t *st, const char *key, const void *val, size_t len);
 /* Waits until key exists (at most timeout_s), copies at most cap bytes; *len gets the full length. */
 hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, size_t cap,
                               size_t *len, double timeout_s);
+/* Rank 0 of a tcp store: connections the server has turned away for failing authentication. */
+unsigned hoop__store_auth_failures(const hoop__store_t *st);
 /* Detail of the last failure. */
 const char *hoop__store_error(const hoop__store_t *st);
 /* Closes the client; on rank 0 of a tcp store also stops the server (callers make sure every rank

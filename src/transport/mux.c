@@ -182,8 +182,11 @@ static hoop_result_t mux_connect(hoop__tp_t *tp, const char *const *addrs, doubl
         append(lists[route], sizeof(lists[route]), j);
     }
     /* Shared memory first: it waits for nobody, so TCP's accept loop starts without delay. */
+    /* TCP connects even with no peer of its own: that closes its listener, which nobody else
+     * may then knock on. */
     for (int t = 0; t < T_N && rc == HOOP_OK; t++)
-        if (tp->sub[t] != NULL && tp->npeers[t] > 0) rc = tp->ops[t]->connect(tp->sub[t], sub[t], deadline);
+        if (tp->sub[t] != NULL && (tp->npeers[t] > 0 || t == T_TCP))
+            rc = tp->ops[t]->connect(tp->sub[t], sub[t], deadline);
     if (rc == HOOP_OK)
         HOOP_INFO(tp->p.log, "transport per peer: shm to rank(s) [%s], tcp to rank(s) [%s]",
                   lists[T_SHM], lists[T_TCP]);

@@ -9,8 +9,18 @@
  *
  * Connection set-up: rank r connects to every lower rank and accepts from every higher one; a
  * connect completes against the listen backlog, so nobody waits for an accept() and there is no
- * cycle. Each new socket starts with a hello (magic, communicator id, rank, socket index); an
- * accepted socket with a wrong hello is closed and accepting goes on.
+ * cycle. Each new socket starts with a hello (magic, communicator id, rank, socket index) and, with
+ * a key (HOOP_AUTH_KEY), the handshake of auth.h bound to (communicator, both ranks, socket index).
+ * Accepted connections identify themselves concurrently, each within AUTH_WINDOW seconds: one that
+ * sends garbage, a wrong hello or a wrong proof, or stays silent, is dropped with a warning naming
+ * its address, and a socket slot is only given to a connection that has passed. Once every peer is
+ * connected the listener closes.
+ *
+ * Abort: the first abort() sends every peer, on socket 0 and only between two messages (never into
+ * the middle of one), a header of kind HOOP_K_ABORT whose payload is the reason, without waiting.
+ * A receiver reads headers on socket 0 even while it has no receive posted from that peer (a header
+ * that is not an abort is held for the receive that will take it), so it fails with
+ * "rank j aborted: <reason>" instead of a bare lost connection.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,6 +32,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +47,12 @@
 #define STRIPE_MIN (64 * 1024)
 #define HELLO_SIZE 24
 #define HELLO_MAGIC 0x4f4c4548504f4f48ull /* "HOOPHELO" */
+/* Seconds an accepted connection has to send its hello and authenticate. */
+#define AUTH_WINDOW 10.0
+/* Accepted connections that may be identifying themselves at once; the oldest goes to make room. */
+#define PENDING_MAX 64
+/* Longest abort reason sent (it ends up in a 400-byte error sentence with "rank N aborted: "). */
+#define ABORT_MAX 360
 
 typedef struct seg {
     hoop__xfer_t *x;
@@ -51,11 +68,18 @@ typedef struct sock {
     seg_t *sq, *sq_tail; /* sends in order */
     seg_t *rq, *rq_tail; /* receives in order */
     int hup;             /* peer hung up while we had nothing to read: stop polling for it */
+    /* Socket 0: the next header, read ahead of (or for) the receive it belongs to. */
+    uint8_t hb[HOOP_WIRE_HDR_SIZE];
+    size_t hb_len;
 } sock_t;
 
 typedef struct peer {
     sock_t *socks;
     int lost;
+    int salvaging;            /* reading a last abort notice before declaring the peer lost */
+    int ab_active;            /* reading the reason of an abort notice */
+    size_t ab_need, ab_got;
+    char ab_text[ABORT_MAX + 1];
 } peer_t;
 
 struct hoop__tp {
@@ -68,6 +92,7 @@ struct hoop__tp {
     int *pfd_owner; /* peer * nsock + socket index, -1 for the wake fd */
     seg_t *free_segs;
     hoop_result_t failed;
+    int abort_sent;
 };
 
 /* ---- addresses ---- */
@@ -254,8 +279,12 @@ static hoop_result_t tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     tp->listen_fd = fd;
     format_addr(&ss, addr, addrlen);
-    HOOP_INFO(p->log, "tcp: listening on %s%s%s, %d socket(s) per peer", addr,
-              ifname[0] ? " interface " : "", ifname, tp->nsock);
+    HOOP_INFO(p->log, "tcp: listening on %s%s%s, %d socket(s) per peer, communicator %016" PRIx64, addr,
+              ifname[0] ? " interface " : "", ifname, tp->nsock, p->comm_id);
+    if (p->cfg->auth.set)
+        HOOP_INFO(p->log, "tcp: peer connections are authenticated (HOOP_AUTH_KEY)");
+    else
+        HOOP_INFO(p->log, "tcp: no HOOP_AUTH_KEY, peer connections are not authenticated");
     *out = tp;
     return HOOP_OK;
 }
@@ -307,16 +336,23 @@ static int io_full(int fd, uint8_t *buf, size_t n, int writing, double deadline)
     return 0;
 }
 
+/* The handshake context of socket k between client rank r and server rank j of this communicator. */
+static uint64_t auth_ctx(const hoop__tp_t *tp, uint32_t r, uint32_t j, uint32_t k)
+{
+    return hoop__auth_context(tp->p.comm_id, r, j, k);
+}
+
 static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *addr, double deadline)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
-    char msg[256];
+    char msg[400];
     if (parse_addr(addr, &ss, &sl) != 0) {
         snprintf(msg, sizeof(msg), "rank %d published a bad address \"%s\"", peer, addr);
         tp->p.report(tp->p.report_ctx, HOOP_ERR_INTERNAL, peer, msg);
         return HOOP_ERR_INTERNAL;
     }
+    const hoop__auth_key_t *key = &tp->p.cfg->auth;
     double backoff = 0.001;
     for (;;) {
         int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -338,8 +374,29 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
             uint8_t hello[HELLO_SIZE];
             put_hello(hello, tp->p.comm_id, (uint32_t)tp->p.rank, (uint32_t)k);
             if (io_full(fd, hello, sizeof(hello), 1, deadline) == 0) {
-                tp->peers[peer].socks[k].fd = fd;
-                return HOOP_OK;
+                if (!key->set) {
+                    tp->peers[peer].socks[k].fd = fd;
+                    return HOOP_OK;
+                }
+                char why[256] = "";
+                hoop_result_t a = hoop__auth_handshake(
+                    fd, key, 0, auth_ctx(tp, (uint32_t)tp->p.rank, (uint32_t)peer, (uint32_t)k), deadline,
+                    why, sizeof(why));
+                if (a == HOOP_OK) {
+                    tp->peers[peer].socks[k].fd = fd;
+                    return HOOP_OK;
+                }
+                /* A closed connection is retried: the peer may have made room for others. A wrong
+                 * key is final. */
+                if (a != HOOP_ERR_PEER_LOST) {
+                    close(fd);
+                    snprintf(msg, sizeof(msg), "authentication with rank %d at %s failed: %s", peer, addr,
+                             why);
+                    if (a != HOOP_ERR_TIMEOUT) a = HOOP_ERR_AUTH;
+                    tp->p.report(tp->p.report_ctx, a, peer, msg);
+                    return a;
+                }
+                errno = ECONNRESET;
             }
         }
         int e = errno;
@@ -358,6 +415,110 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
     return HOOP_ERR_SYSTEM;
 }
 
+/* An accepted connection until it has identified itself (hello, then the handshake). */
+typedef struct pending {
+    int fd; /* -1: free */
+    double deadline;
+    uint8_t hello[HELLO_SIZE];
+    size_t got;
+    uint32_t rank, k;
+    hoop__auth_t *auth; /* after the hello, with a key */
+    short events;
+    char from[64];
+} pending_t;
+
+static void pending_drop(hoop__tp_t *tp, pending_t *pd, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void pending_drop(hoop__tp_t *tp, pending_t *pd, const char *fmt, ...)
+{
+    char why[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    HOOP_WARN(tp->p.log, "tcp: dropped a connection from %s: %s", pd->from, why);
+    close(pd->fd);
+    pd->fd = -1;
+    if (pd->auth != NULL) {
+        hoop__auth_clear(pd->auth);
+        free(pd->auth);
+        pd->auth = NULL;
+    }
+}
+
+/* Moves pd on. 1: it is a peer's socket now; 0: not yet; -1: dropped. *auth_failed counts proofs
+ * that failed after a hello of this communicator (most likely a peer with another key). */
+static int pending_step(hoop__tp_t *tp, pending_t *pd, const char *const *addrs, int *auth_failed)
+{
+    const uint32_t me = (uint32_t)tp->p.rank;
+    if (pd->got < HELLO_SIZE) {
+        for (;;) {
+            ssize_t r = recv(pd->fd, pd->hello + pd->got, HELLO_SIZE - pd->got, 0);
+            if (r > 0) {
+                pd->got += (size_t)r;
+                if (pd->got == HELLO_SIZE) break;
+                continue;
+            }
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                pd->events = POLLIN;
+                return 0;
+            }
+            pending_drop(tp, pd, "%s before it identified itself",
+                         r == 0 ? "it closed the connection" : strerror(errno));
+            return -1;
+        }
+        uint64_t magic = get_le(pd->hello, 8), cid = get_le(pd->hello + 8, 8);
+        pd->rank = (uint32_t)get_le(pd->hello + 16, 4);
+        pd->k = (uint32_t)get_le(pd->hello + 20, 4);
+        if (magic != HELLO_MAGIC) {
+            pending_drop(tp, pd, "it sent %zu bytes that are not a hoop hello", pd->got);
+            return -1;
+        }
+        if (cid != tp->p.comm_id) {
+            pending_drop(tp, pd, "its hello is for communicator %016" PRIx64 ", not %016" PRIx64, cid,
+                         tp->p.comm_id);
+            return -1;
+        }
+        if (pd->rank <= me || pd->rank >= (uint32_t)tp->p.size || pd->k >= (uint32_t)tp->nsock ||
+            addrs[pd->rank] == NULL) {
+            pending_drop(tp, pd, "its hello names rank %u socket %u, which does not connect here",
+                         pd->rank, pd->k);
+            return -1;
+        }
+        if (tp->p.cfg->auth.set) {
+            pd->auth = malloc(sizeof(*pd->auth));
+            if (pd->auth == NULL) {
+                pending_drop(tp, pd, "out of memory");
+                return -1;
+            }
+            hoop__auth_start(pd->auth, &tp->p.cfg->auth, 1, auth_ctx(tp, pd->rank, me, pd->k));
+        }
+    }
+    if (pd->auth != NULL) {
+        char why[256] = "";
+        int st = hoop__auth_step(pd->auth, pd->fd, &pd->events, why, sizeof(why));
+        if (st == HOOP_AUTH_MORE) return 0;
+        if (st == HOOP_AUTH_FAILED) {
+            if (pd->auth->code == HOOP_ERR_AUTH) (*auth_failed)++;
+            pending_drop(tp, pd, "it claims to be rank %u but failed authentication: %s", pd->rank, why);
+            return -1;
+        }
+        hoop__auth_clear(pd->auth);
+        free(pd->auth);
+        pd->auth = NULL;
+    }
+    sock_t *so = &tp->peers[pd->rank].socks[pd->k];
+    if (so->fd >= 0) {
+        pending_drop(tp, pd, "rank %u socket %u is connected already", pd->rank, pd->k);
+        return -1;
+    }
+    so->fd = pd->fd;
+    pd->fd = -1;
+    return 1;
+}
+
 static hoop_result_t tcp_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
 {
     if (tp->failed) return tp->failed;
@@ -373,42 +534,117 @@ static hoop_result_t tcp_connect(hoop__tp_t *tp, const char *const *addrs, doubl
             if (rc != HOOP_OK) return tp->failed = rc;
         }
     }
-    while (expected > 0) {
-        int w = wait_fd(tp->listen_fd, POLLIN, deadline);
-        if (w <= 0) {
-            char msg[256], missing[128] = "";
-            size_t o = 0;
-            for (int j = me + 1; j < tp->p.size && o + 12 < sizeof(missing); j++)
-                if (addrs[j] != NULL && tp->peers[j].socks[tp->nsock - 1].fd < 0)
-                    o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "", j);
-            snprintf(msg, sizeof(msg), "timed out waiting for rank(s) %s to connect", missing);
-            tp->p.report(tp->p.report_ctx, HOOP_ERR_TIMEOUT, -1, msg);
-            return tp->failed = HOOP_ERR_TIMEOUT;
-        }
-        int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) continue;
-        tune_socket(fd);
-        uint8_t hello[HELLO_SIZE];
-        /* A stranger gets a short deadline so it cannot stall the job. */
-        double d = hoop__now() + 2.0;
-        if (io_full(fd, hello, sizeof(hello), 0, d < deadline ? d : deadline) != 0) {
-            HOOP_WARN(tp->p.log, "tcp: dropped a connection that sent no valid hello");
-            close(fd);
-            continue;
-        }
-        uint64_t magic = get_le(hello, 8), cid = get_le(hello + 8, 8);
-        uint32_t r = (uint32_t)get_le(hello + 16, 4), k = (uint32_t)get_le(hello + 20, 4);
-        if (magic != HELLO_MAGIC || cid != tp->p.comm_id || r <= (uint32_t)me ||
-            r >= (uint32_t)tp->p.size || k >= (uint32_t)tp->nsock || addrs[r] == NULL ||
-            tp->peers[r].socks[k].fd >= 0) {
-            HOOP_WARN(tp->p.log, "tcp: dropped a connection with an unexpected hello");
-            close(fd);
-            continue;
-        }
-        tp->peers[r].socks[k].fd = fd;
-        expected--;
+    pending_t *pend = expected > 0 ? calloc(PENDING_MAX, sizeof(*pend)) : NULL;
+    if (expected > 0 && pend == NULL) {
+        tp->p.report(tp->p.report_ctx, HOOP_ERR_NO_MEMORY, -1, "out of memory accepting peers");
+        return tp->failed = HOOP_ERR_NO_MEMORY;
     }
-    HOOP_INFO(tp->p.log, "tcp: connected to %d peer(s)", tp->p.size - 1);
+    for (int i = 0; pend != NULL && i < PENDING_MAX; i++) pend[i].fd = -1;
+    int auth_failed = 0;
+    hoop_result_t rc = HOOP_OK;
+    while (expected > 0) {
+        double now = hoop__now();
+        double wake = deadline;
+        for (int i = 0; i < PENDING_MAX; i++) {
+            if (pend[i].fd < 0) continue;
+            if (now >= pend[i].deadline)
+                pending_drop(tp, &pend[i], "it did not identify itself%s within %g s",
+                             tp->p.cfg->auth.set ? " and authenticate" : "", AUTH_WINDOW);
+            else if (pend[i].deadline < wake)
+                wake = pend[i].deadline;
+        }
+        if (now >= deadline) {
+            char msg[400], missing[128] = "";
+            size_t o = 0;
+            int nmissing = 0;
+            for (int j = me + 1; j < tp->p.size && o + 12 < sizeof(missing); j++) {
+                int in = 0;
+                for (int k = 0; k < tp->nsock; k++) in += tp->peers[j].socks[k].fd >= 0;
+                if (addrs[j] != NULL && in < tp->nsock) {
+                    o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "", j);
+                    nmissing++;
+                }
+            }
+            rc = HOOP_ERR_TIMEOUT;
+            int n = snprintf(msg, sizeof(msg), "timed out waiting for rank%s %s to connect",
+                             nmissing == 1 ? "" : "(s)", missing);
+            if (auth_failed > 0 && n > 0 && (size_t)n < sizeof(msg)) {
+                /* Connections that named a missing rank but had the wrong key: say that. */
+                snprintf(msg + n, sizeof(msg) - (size_t)n,
+                         "; %d connection(s) failed authentication (is HOOP_AUTH_KEY the same on every "
+                         "rank?)",
+                         auth_failed);
+                rc = HOOP_ERR_AUTH;
+            }
+            tp->p.report(tp->p.report_ctx, rc, -1, msg);
+            break;
+        }
+        struct pollfd pf[PENDING_MAX + 1];
+        int who[PENDING_MAX + 1];
+        int n = 0;
+        pf[n].fd = tp->listen_fd;
+        pf[n].events = POLLIN;
+        who[n++] = -1;
+        for (int i = 0; i < PENDING_MAX; i++) {
+            if (pend[i].fd < 0) continue;
+            pf[n].fd = pend[i].fd;
+            pf[n].events = pend[i].events;
+            who[n++] = i;
+        }
+        double left = wake - now;
+        int ms = left > 1.0 ? 1000 : (int)(left * 1000.0) + 1;
+        if (poll(pf, (nfds_t)n, ms) < 0) {
+            if (errno == EINTR) continue;
+            char msg[160];
+            snprintf(msg, sizeof(msg), "waiting for peers to connect: poll: %s", strerror(errno));
+            tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, -1, msg);
+            rc = HOOP_ERR_SYSTEM;
+            break;
+        }
+        for (int i = 1; i < n && expected > 0; i++) {
+            pending_t *pd = &pend[who[i]];
+            if (pf[i].revents == 0 || pd->fd != pf[i].fd) continue;
+            if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
+        }
+        for (int a = 0; a < 16 && expected > 0 && (pf[0].revents & POLLIN); a++) {
+            struct sockaddr_storage from;
+            socklen_t fl = sizeof(from);
+            int fd = accept4(tp->listen_fd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
+            if (fd < 0) break;
+            tune_socket(fd);
+            int slot = -1, oldest = -1;
+            for (int i = 0; i < PENDING_MAX && slot < 0; i++) {
+                if (pend[i].fd < 0) slot = i;
+                else if (oldest < 0 || pend[i].deadline < pend[oldest].deadline) oldest = i;
+            }
+            if (slot < 0) {
+                pending_drop(tp, &pend[oldest],
+                             "%d connections were identifying themselves at once; this was the oldest",
+                             PENDING_MAX);
+                slot = oldest;
+            }
+            pending_t *pd = &pend[slot];
+            memset(pd, 0, sizeof(*pd));
+            pd->fd = fd;
+            now = hoop__now();
+            pd->deadline = now + AUTH_WINDOW < deadline ? now + AUTH_WINDOW : deadline;
+            pd->events = POLLIN;
+            format_addr(&from, pd->from, sizeof(pd->from));
+            if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
+        }
+    }
+    for (int i = 0; pend != NULL && i < PENDING_MAX; i++)
+        if (pend[i].fd >= 0)
+            pending_drop(tp, &pend[i], "it had not identified itself when %s",
+                         rc == HOOP_OK ? "every peer was connected" : "connecting failed");
+    free(pend);
+    if (rc != HOOP_OK) return tp->failed = rc;
+    /* Nobody else is expected: stop listening, so that nothing more can knock. */
+    if (tp->listen_fd >= 0) close(tp->listen_fd);
+    tp->listen_fd = -1;
+    int npeers = 0;
+    for (int j = 0; j < tp->p.size; j++) npeers += j != me && addrs[j] != NULL;
+    HOOP_INFO(tp->p.log, "tcp: connected to %d peer(s)", npeers);
     return HOOP_OK;
 }
 
@@ -453,27 +689,173 @@ static void fail_queue(hoop__tp_t *tp, seg_t **head, seg_t **tail, hoop_result_t
     *head = *tail = NULL;
 }
 
-/* Fails everything queued for peer with code, closes its sockets and reports msg once. */
+static void send_abort(hoop__tp_t *tp, int j, const char *text, size_t len);
+static void tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason);
+
+/* Fails everything queued for peer with code, shuts its sockets and reports msg once. A peer whose
+ * connection still works (it sent a mismatched message, say) is told msg first, so that it fails
+ * with the cause too. The descriptors stay open until close(): closing a socket with unread data
+ * would reset the connection, and the peer could lose that notice. The first failure of a peer
+ * aborts the whole transport at once, telling the other peers msg: the communicator is aborted by
+ * it anyway, and the others must hear why even if no later call reaches the transport. */
 static void peer_fail(hoop__tp_t *tp, int peer, hoop_result_t code, const char *msg)
 {
     peer_t *pe = &tp->peers[peer];
     if (pe->lost) return;
     pe->lost = 1;
+    if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED) {
+        size_t len = strlen(msg);
+        send_abort(tp, peer, msg, len < ABORT_MAX ? len : ABORT_MAX);
+    }
     for (int k = 0; k < tp->nsock; k++) {
         sock_t *s = &pe->socks[k];
         fail_queue(tp, &s->sq, &s->sq_tail, code);
         fail_queue(tp, &s->rq, &s->rq_tail, code);
-        if (s->fd >= 0) close(s->fd);
-        s->fd = -1;
+        if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
     }
     tp->p.report(tp->p.report_ctx, code, peer, msg);
+    if (!tp->abort_sent) tcp_abort(tp, code, msg);
 }
+
+static void salvage_abort(hoop__tp_t *tp, int peer);
 
 static void peer_lost(hoop__tp_t *tp, int peer, const char *why)
 {
+    peer_t *pe = &tp->peers[peer];
+    if (pe->lost) return;
     char msg[256];
     snprintf(msg, sizeof(msg), "lost connection to rank %d (%s)", peer, why);
+    /* A peer that aborted said why before its connections went: that is the error to report. */
+    if (!pe->salvaging) {
+        pe->salvaging = 1;
+        salvage_abort(tp, peer);
+        pe->salvaging = 0;
+        if (pe->lost) return;
+    }
     peer_fail(tp, peer, HOOP_ERR_PEER_LOST, msg);
+}
+
+/* Reads header bytes on socket 0 into so->hb until a whole header is there (1), the socket has no
+ * more for now (0), or the peer is gone (-1): while idle (no receive posted) that only marks the
+ * socket hung up, for the receive that comes later to report; otherwise the peer is lost. */
+static int fill_hdr(hoop__tp_t *tp, int peer, sock_t *so, int idle)
+{
+    while (so->hb_len < HOOP_WIRE_HDR_SIZE) {
+        ssize_t r = recv(so->fd, so->hb + so->hb_len, HOOP_WIRE_HDR_SIZE - so->hb_len, 0);
+        if (r > 0) {
+            so->hb_len += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        char why[128];
+        snprintf(why, sizeof(why), "%s", r == 0 ? "connection closed by peer" : strerror(errno));
+        if (idle)
+            so->hup = 1;
+        else
+            peer_lost(tp, peer, why);
+        return -1;
+    }
+    return 1;
+}
+
+/* The header in hb is an abort notice from peer to this communicator. */
+static int is_abort(const hoop__tp_t *tp, int peer, const uint8_t *hb, hoop__wire_hdr_t *h)
+{
+    return hoop__wire_decode(hb, UINT64_MAX, h) == HOOP_OK && h->kind == HOOP_K_ABORT &&
+           h->comm_id == tp->p.comm_id && h->src == (uint32_t)peer;
+}
+
+static void finish_abort(hoop__tp_t *tp, int peer)
+{
+    peer_t *pe = &tp->peers[peer];
+    pe->ab_active = 0;
+    /* The reason is text from a peer: printable characters only. */
+    for (size_t i = 0; i < pe->ab_got; i++) {
+        unsigned char c = (unsigned char)pe->ab_text[i];
+        if (c < ' ' || c >= 0x7f) pe->ab_text[i] = '?';
+    }
+    pe->ab_text[pe->ab_got] = '\0';
+    /* The peers this rank still waited on: when the notice is a timeout that this rank's own wait
+     * caused, they lead to the rank really at fault. */
+    char waiting[96] = "";
+    size_t o = 0;
+    for (int j = 0; j < tp->p.size && o + 12 < sizeof(waiting); j++) {
+        const peer_t *q = &tp->peers[j];
+        if (j == peer || q->lost || q->socks == NULL) continue;
+        int busy = 0;
+        for (int k = 0; k < tp->nsock; k++) busy |= q->socks[k].rq != NULL || q->socks[k].sq != NULL;
+        if (busy) o += (size_t)snprintf(waiting + o, sizeof(waiting) - o, "%s%d", o ? "," : "", j);
+    }
+    char msg[400];
+    int n = snprintf(msg, sizeof(msg), "rank %d aborted: %s", peer,
+                     pe->ab_got > 0 ? pe->ab_text : "(no reason given)");
+    if (o > 0 && n > 0 && (size_t)n < sizeof(msg))
+        snprintf(msg + n, sizeof(msg) - (size_t)n, "; rank %d was still waiting on rank(s) %s",
+                 tp->p.rank, waiting);
+    peer_fail(tp, peer, HOOP_ERR_ABORTED, msg);
+}
+
+/* Reads the reason of an abort notice on socket 0; fails the peer once it is in, or once the
+ * connection ends (with as much of the reason as came). */
+static void read_abort(hoop__tp_t *tp, int peer)
+{
+    peer_t *pe = &tp->peers[peer];
+    sock_t *so = &pe->socks[0];
+    while (pe->ab_got < pe->ab_need) {
+        ssize_t r = recv(so->fd, pe->ab_text + pe->ab_got, pe->ab_need - pe->ab_got, 0);
+        if (r > 0) {
+            pe->ab_got += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        break;
+    }
+    finish_abort(tp, peer);
+}
+
+static void start_abort(hoop__tp_t *tp, int peer, const hoop__wire_hdr_t *h)
+{
+    peer_t *pe = &tp->peers[peer];
+    pe->socks[0].hb_len = 0;
+    if (h->payload_len > ABORT_MAX) {
+        char why[128];
+        snprintf(why, sizeof(why), "it sent an abort notice of %" PRIu64 " bytes", h->payload_len);
+        pe->salvaging = 1; /* nothing more to read from it */
+        peer_lost(tp, peer, why);
+        return;
+    }
+    pe->ab_active = 1;
+    pe->ab_need = (size_t)h->payload_len;
+    pe->ab_got = 0;
+    read_abort(tp, peer);
+}
+
+/* Socket 0 of peer while no receive of it is reading a payload: takes in the next header. An
+ * abort notice fails the peer; any other header is held for the receive it belongs to. */
+static void idle_read(hoop__tp_t *tp, int peer)
+{
+    peer_t *pe = &tp->peers[peer];
+    sock_t *so = &pe->socks[0];
+    if (pe->lost || so->fd < 0) return;
+    if (pe->ab_active) {
+        read_abort(tp, peer);
+        return;
+    }
+    if (so->hb_len == HOOP_WIRE_HDR_SIZE || fill_hdr(tp, peer, so, 1) != 1) return;
+    hoop__wire_hdr_t h;
+    if (is_abort(tp, peer, so->hb, &h)) start_abort(tp, peer, &h);
+}
+
+static void salvage_abort(hoop__tp_t *tp, int peer)
+{
+    peer_t *pe = &tp->peers[peer];
+    if (pe->socks == NULL) return;
+    const sock_t *so = &pe->socks[0];
+    /* In the middle of a message nothing else can come next. */
+    if (so->fd < 0 || (so->rq != NULL && so->rq->pos != 0)) return;
+    idle_read(tp, peer);
 }
 
 static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
@@ -483,7 +865,8 @@ static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
     x->hdr_ok = 0;
     int n = stripes(tp, x->len);
     x->parts_left = n;
-    if (tp->failed || x->peer < 0 || x->peer >= tp->p.size || tp->peers[x->peer].lost) {
+    if (tp->failed || x->peer < 0 || x->peer >= tp->p.size || x->peer == tp->p.rank ||
+        tp->peers[x->peer].lost) {
         x->status = tp->failed ? tp->failed : HOOP_ERR_PEER_LOST;
         x->done = 1;
         return;
@@ -543,7 +926,9 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
             ssize_t r = sendmsg(so->fd, &mh, MSG_NOSIGNAL);
             if (r < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                peer_lost(tp, peer, strerror(errno));
+                char why[128];
+                snprintf(why, sizeof(why), "%s", strerror(errno));
+                peer_lost(tp, peer, why);
                 return 1;
             }
             s->pos += (size_t)r;
@@ -555,13 +940,28 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
         finish(s->x, HOOP_OK);
         seg_free(tp, s);
     }
+    if (k == 0 && tp->peers[peer].ab_active) {
+        read_abort(tp, peer);
+        return 1;
+    }
     while (so->rq != NULL) {
         seg_t *s = so->rq;
         hoop__xfer_t *x = s->x;
         if (s->hlen == 0 && !x->hdr_ok) break; /* wait for socket 0 to check the header */
         ssize_t r;
         if (s->pos < s->hlen) {
-            r = recv(so->fd, s->hdr + s->pos, s->hlen - s->pos, 0);
+            /* Headers come through hb, where one may already wait (read while idle). */
+            int f = fill_hdr(tp, peer, so, 0);
+            if (f < 0) return 1;
+            if (f == 0) break;
+            hoop__wire_hdr_t ab;
+            if (is_abort(tp, peer, so->hb, &ab)) {
+                start_abort(tp, peer, &ab);
+                return 1;
+            }
+            memcpy(s->hdr, so->hb, HOOP_WIRE_HDR_SIZE);
+            so->hb_len = 0;
+            r = (ssize_t)(s->hlen - s->pos);
         } else {
             size_t pdone = s->pos - s->hlen;
             if (pdone == s->len) {
@@ -576,7 +976,9 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
         }
         if (r < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-            peer_lost(tp, peer, strerror(errno));
+            char why[128];
+            snprintf(why, sizeof(why), "%s", strerror(errno));
+            peer_lost(tp, peer, why);
             return 1;
         }
         s->pos += (size_t)r;
@@ -631,13 +1033,17 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
     tp->pfds[n].events = POLLIN;
     tp->pfd_owner[n++] = -1;
     for (int j = 0; j < tp->p.size; j++) {
-        if (tp->peers[j].lost) continue;
+        const peer_t *pe = &tp->peers[j];
+        if (pe->lost) continue;
         for (int k = 0; k < tp->nsock; k++) {
-            sock_t *so = &tp->peers[j].socks[k];
+            sock_t *so = &pe->socks[k];
             if (so->fd < 0) continue;
             short ev = 0;
             if (so->sq != NULL) ev |= POLLOUT;
-            if (so->rq != NULL && (so->rq->hlen > 0 || so->rq->x->hdr_ok)) ev |= POLLIN;
+            if (k == 0 && pe->ab_active) ev |= POLLIN;
+            else if (so->rq != NULL && (so->rq->hlen > 0 || so->rq->x->hdr_ok)) ev |= POLLIN;
+            /* Idle socket 0: watch for an abort notice (and take the next header in early). */
+            else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP_WIRE_HDR_SIZE) ev |= POLLIN;
             else if (!so->hup) ev |= POLLRDHUP;
             if (ev == 0) continue;
             tp->pfds[n].fd = so->fd;
@@ -659,6 +1065,11 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
         int j = tp->pfd_owner[i] / tp->nsock, k = tp->pfd_owner[i] % tp->nsock;
         sock_t *so = &tp->peers[j].socks[k];
         if (tp->peers[j].lost) continue;
+        if (k == 0 && (tp->peers[j].ab_active || so->rq == NULL) &&
+            (re & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+            idle_read(tp, j);
+            if (tp->peers[j].lost) continue;
+        }
         if (so->sq == NULL && so->rq == NULL) {
             /* The peer left while we expect nothing from it; a later transfer will notice. */
             if (re & (POLLRDHUP | POLLHUP | POLLERR)) so->hup = 1;
@@ -675,12 +1086,38 @@ static void tcp_wake(hoop__tp_t *tp)
     }
 }
 
+/* Tells peer j why we abort, if its socket 0 is between two messages and has room: one send that
+ * never waits. A half-sent notice ends in the close, and the peer reports what came. */
+static void send_abort(hoop__tp_t *tp, int j, const char *text, size_t len)
+{
+    sock_t *so = &tp->peers[j].socks[0];
+    if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) return;
+    uint8_t msg[HOOP_WIRE_HDR_SIZE + ABORT_MAX];
+    hoop__wire_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.kind = HOOP_K_ABORT;
+    h.root = -1;
+    h.src = (uint32_t)tp->p.rank;
+    h.comm_id = tp->p.comm_id;
+    h.count = len;
+    h.payload_len = len;
+    hoop__wire_encode(&h, msg);
+    memcpy(msg + HOOP_WIRE_HDR_SIZE, text, len);
+    if (send(so->fd, msg, HOOP_WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */
+    }
+}
+
 static void tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
 {
-    (void)reason;
     if (!tp->failed) tp->failed = code;
+    const int first = !tp->abort_sent;
+    tp->abort_sent = 1;
+    const char *text = reason != NULL && reason[0] != '\0' ? reason : hoop_error_string(code);
+    size_t len = strlen(text);
+    if (len > ABORT_MAX) len = ABORT_MAX;
     for (int j = 0; j < tp->p.size; j++) {
         if (tp->peers[j].socks == NULL) continue;
+        if (first && !tp->peers[j].lost && j != tp->p.rank) send_abort(tp, j, text, len);
         for (int k = 0; k < tp->nsock; k++) {
             sock_t *so = &tp->peers[j].socks[k];
             fail_queue(tp, &so->sq, &so->sq_tail, code);

@@ -12,7 +12,7 @@ for t in wire store; do
     # shellcheck disable=SC2086
     clang $cflags "tests/fuzz/fuzz_$t.c" src/core/*.c src/transport/*.c src/collectives/*.c \
         src/reduce/*.c \
-        -lpthread -o "$out/fuzz_$t"
+        -lpthread -lsodium -o "$out/fuzz_$t"
     mkdir -p "$out/corpus_$t"
     cp tests/fuzz/corpus/"$t"/* "$out/corpus_$t/"
     echo "== fuzz_$t for $secs s"
