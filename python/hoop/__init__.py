@@ -1,0 +1,553 @@
+"""Python binding of hoop, the collective-communication library, through ctypes.
+
+    import numpy as np, hoop
+    comm = hoop.init()                  # env:// (torchrun, hooprun), tcp://HOST:PORT, file:///PATH
+    x = np.ones(1000, np.float32)
+    comm.allreduce(x)                   # in place, sum over every rank
+    req = comm.iallreduce(x, op="max")  # nonblocking: req.wait() / req.test()
+    comm.destroy()
+
+Buffers are numpy arrays, torch CPU tensors, objects with __array_interface__ or the buffer
+protocol.
+Counts follow the C API (hoop.h): allgather/gather take the per-rank send buffer and a receive
+buffer `size` times larger; scatter/reduce_scatter the reverse; alltoall one block per rank.
+Failures raise HoopError subclasses carrying hoop's own sentence (hoop_comm_last_error).
+"""
+import ctypes
+import threading
+
+from . import _library
+from ._buffer import as_buffer
+from ._errors import (AbortedError, AuthError, HoopError, InternalError, InvalidArgumentError,
+                      MismatchError, NoMemoryError, PeerLostError, SystemCallError, TimeoutError,
+                      UnsupportedError, error_for)
+from ._library import DTYPES, OPS, LibraryNotFoundError
+
+__all__ = ["init", "Comm", "Request", "wait_all", "version", "library_path", "DTYPES", "OPS",
+           "SUM", "PROD", "MIN", "MAX", "AVG", "HoopError", "InvalidArgumentError",
+           "SystemCallError", "TimeoutError", "PeerLostError", "MismatchError", "AuthError",
+           "UnsupportedError", "AbortedError", "NoMemoryError", "InternalError",
+           "LibraryNotFoundError"]
+
+__version__ = "0.1.0"
+
+SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
+_OP_ALIASES = {"sum": 0, "prod": 1, "product": 1, "min": 2, "max": 3, "avg": 4, "mean": 4}
+
+SPLIT_NONE = -1
+
+
+def _lib():
+    return _library.load()
+
+
+def version():
+    """Version of the loaded libhoop."""
+    return _lib().hoop_version().decode()
+
+
+def library_path():
+    """Path of the loaded libhoop.so."""
+    return _library.path()
+
+
+def _op_code(op):
+    if isinstance(op, str) and op.lower() in _OP_ALIASES:
+        return _OP_ALIASES[op.lower()]
+    if isinstance(op, int) and not isinstance(op, bool) and 0 <= op < len(OPS):
+        return op
+    raise InvalidArgumentError("op %r is not one of sum, prod, min, max, avg" % (op,))
+
+
+def init(method=None, rank=-1, size=-1, timeout=None, algo=None):
+    """Joins a communicator. method: "env://" (default: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE
+    as torchrun and hooprun set them, or Slurm/Open MPI variables), "tcp://HOST:PORT" (rank 0
+    serves the rendezvous there) or "file:///PATH". rank/size of -1 come from the environment.
+    timeout (seconds) and algo ("auto", "ring", "rd", "ps", "ps-sharded") apply once joined."""
+    lib = _lib()
+    h = ctypes.c_void_p()
+    m = None if method is None else str(method).encode()
+    rc = lib.hoop_init(ctypes.byref(h), m, int(rank), int(size))
+    if rc != _library.OK:
+        raise error_for(rc, "hoop_init(%s, rank=%d, size=%d) failed: %s (hoop's log line above "
+                        "says why)" % (method or "env://", rank, size,
+                                       lib.hoop_error_string(rc).decode()))
+    comm = Comm(h.value)
+    try:
+        if timeout is not None:
+            comm.set_timeout(timeout)
+        if algo is not None:
+            comm.set_algo(algo)
+    except BaseException:
+        comm.destroy()
+        raise
+    return comm
+
+
+class Request:
+    """A nonblocking call. Its buffers stay referenced until it has completed."""
+
+    def __init__(self, comm, handle, what, keep, outs, result):
+        self._comm = comm
+        self._h = handle
+        self._what = what
+        self._keep = keep
+        self._outs = outs
+        self._result = result
+        self._error = None
+        self._lock = threading.Lock()
+
+    @property
+    def done(self):
+        """True once completed (and waited or tested)."""
+        return self._h is None
+
+    def _complete(self, rc):
+        # Under self._lock, the C request just freed by hoop_wait; done only once copied back.
+        try:
+            if rc != _library.OK:
+                self._error = self._comm._error(rc, self._what)
+            else:
+                for b in self._outs:
+                    b.finish()
+        except BaseException as e:  # a copy-back that failed is this request's failure
+            self._error = e
+        finally:
+            self._keep = self._outs = None
+            self._h = None
+            self._comm._forget(self)
+
+    def wait(self):
+        """Blocks until the call completes; returns its output object (None for barrier, send).
+        Raises the HoopError the call failed with."""
+        with self._lock:
+            if self._h is not None:
+                self._complete(_lib().hoop_wait(self._h))
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def test(self):
+        """True once the call has completed (raising its error if it failed); never blocks."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._h is not None:
+                lib = _lib()
+                flag = ctypes.c_int(0)
+                lib.hoop_test(self._h, ctypes.byref(flag))
+                if not flag.value:
+                    return False
+                self._complete(lib.hoop_wait(self._h))
+        finally:
+            self._lock.release()
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def __repr__(self):
+        return "<hoop.Request %s %s>" % (self._what, "done" if self.done else "pending")
+
+
+def wait_all(requests):
+    """Waits for every request (all of them, even after a failure); raises the first error."""
+    first = None
+    results = []
+    for r in requests:
+        try:
+            results.append(r.wait())
+        except HoopError as e:
+            results.append(None)
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
+    return results
+
+
+class Comm:
+    """A communicator. Calls on one Comm may come from several threads (they are serialized);
+    collectives must be called in the same order on every rank."""
+
+    def __init__(self, handle):
+        self._h = handle
+        self._lock = threading.RLock()  # posting: one thread at a time, as hoop.h requires
+        self._plock = threading.Lock()  # the pending set, touched by completing threads
+        self._pending = set()
+        self._rank = _lib().hoop_comm_rank(handle)
+        self._size = _lib().hoop_comm_size(handle)
+
+    # ---- state ----
+
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def size(self):
+        return self._size
+
+    @property
+    def last_error(self):
+        """hoop's sentence for the last failure on this communicator ("" if none)."""
+        h = self._h
+        if h is None:
+            return ""
+        return _lib().hoop_comm_last_error(h).decode(errors="replace")
+
+    def _handle(self):
+        h = self._h
+        if h is None:
+            raise InvalidArgumentError("the communicator was destroyed")
+        return h
+
+    def _error(self, rc, what):
+        msg = self.last_error or _lib().hoop_error_string(rc).decode()
+        return error_for(rc, "%s: %s" % (what, msg))
+
+    def _check(self, rc, what):
+        if rc != _library.OK:
+            raise self._error(rc, what)
+
+    def _forget(self, req):
+        with self._plock:
+            self._pending.discard(req)
+
+    def set_timeout(self, seconds):
+        """Timeout of every blocking wait on this communicator (default HOOP_TIMEOUT, 300 s)."""
+        self._check(_lib().hoop_comm_set_timeout(self._handle(), float(seconds)), "set_timeout")
+
+    def set_algo(self, algo):
+        """All-reduce algorithm from now on: auto, ring, rd, ps or ps-sharded (the same on every
+        rank)."""
+        self._check(_lib().hoop_comm_set_algo(self._handle(), str(algo).encode()), "set_algo")
+
+    def stats(self):
+        """Payload bytes and messages this rank sent and received on this communicator."""
+        st = (ctypes.c_uint64 * 4)()
+        self._check(_lib().hoop_comm_stats(self._handle(), ctypes.byref(st)), "stats")
+        return {"bytes_sent": st[0], "bytes_received": st[1], "messages_sent": st[2],
+                "messages_received": st[3]}
+
+    def split(self, color, key=None):
+        """Collective: ranks with the same color form a new Comm, ordered by (key, rank).
+        color None takes part and gets None."""
+        nc = ctypes.c_void_p()
+        c = SPLIT_NONE if color is None else int(color)
+        k = self._rank if key is None else int(key)
+        with self._lock:
+            self._check(_lib().hoop_comm_split(self._handle(), c, k, ctypes.byref(nc)), "split")
+        return Comm(nc.value) if nc.value else None
+
+    def abort(self):
+        """Fails every pending and future call (here and, as connections drop, on the peers).
+        The communicator must still be destroyed. Safe from any thread."""
+        h = self._h
+        if h is not None:
+            _lib().hoop_comm_abort(h)
+
+    def destroy(self):
+        """Waits for pending requests (their errors are kept in them), then frees the
+        communicator. Not collective."""
+        with self._lock:
+            if self._h is None:
+                return
+            with self._plock:
+                pending = list(self._pending)
+        for r in pending:
+            try:
+                r.wait()
+            except HoopError:
+                pass
+        with self._lock:
+            h, self._h = self._h, None
+        if h is not None:
+            _lib().hoop_comm_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __del__(self):
+        # Only an idle communicator is freed here: pending requests may still use its memory.
+        try:
+            if self._h is not None and not self._pending:
+                self.destroy()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<hoop.Comm rank %d of %d%s>" % (self._rank, self._size,
+                                                 "" if self._h else " (destroyed)")
+
+    # ---- calls ----
+
+    def _run(self, what, fn, args, bufs, outs, result, nonblocking):
+        """Posts fn(comm, *args) (blocking) or its nonblocking twin; bufs are kept alive, outs
+        get their results copied back."""
+        lib = _lib()
+        with self._lock:
+            h = self._handle()
+            if not nonblocking:
+                rc = getattr(lib, fn)(h, *args)
+                if rc == _library.OK:
+                    for b in outs:
+                        b.finish()
+                self._check(rc, what)
+                return result
+            req = ctypes.c_void_p()
+            rc = getattr(lib, "hoop_i" + fn[5:])(h, *args, ctypes.byref(req))
+            self._check(rc, what)
+            r = Request(self, req.value, what, bufs, outs, result)
+            with self._plock:
+                self._pending.add(r)
+            return r
+
+    @staticmethod
+    def _same(a, b, what):
+        if a.dtype != b.dtype:
+            raise InvalidArgumentError("%s: sendbuf is %s but recvbuf is %s" % (what, a.dtype,
+                                                                             b.dtype))
+
+    def _root(self, root, what):
+        root = int(root)
+        if not 0 <= root < self._size:
+            raise InvalidArgumentError("%s: root %d is outside the communicator (size %d)"
+                                       % (what, root, self._size))
+        return root
+
+    def _split_count(self, buf, what, name):
+        if buf.count % self._size:
+            raise InvalidArgumentError("%s: %s holds %d elements, not a multiple of the size %d"
+                                       % (what, name, buf.count, self._size))
+        return buf.count // self._size
+
+    def _allreduce(self, sendbuf, recvbuf, op, dtype, nb):
+        w = "allreduce"
+        o = _op_code(op)
+        inplace = recvbuf is None or recvbuf is sendbuf
+        s = as_buffer(sendbuf, "allreduce sendbuf", inplace, dtype)
+        r = s if inplace else as_buffer(recvbuf, "allreduce recvbuf", True, dtype)
+        self._same(s, r, w)
+        if r.count != s.count:
+            raise InvalidArgumentError("allreduce: sendbuf has %d elements, recvbuf %d"
+                                       % (s.count, r.count))
+        return self._run(w, "hoop_allreduce", (s.ptr, r.ptr, s.count, _DT(s), o), (s, r), (r,),
+                         r.obj, nb)
+
+    def allreduce(self, sendbuf, recvbuf=None, op=SUM, dtype=None):
+        """recvbuf[i] = op over ranks of sendbuf[i]; recvbuf None: in place. Returns recvbuf."""
+        return self._allreduce(sendbuf, recvbuf, op, dtype, False)
+
+    def iallreduce(self, sendbuf, recvbuf=None, op=SUM, dtype=None):
+        return self._allreduce(sendbuf, recvbuf, op, dtype, True)
+
+    def _broadcast(self, buf, root, dtype, nb):
+        root = self._root(root, "broadcast")
+        b = as_buffer(buf, "broadcast buf", True, dtype)
+        return self._run("broadcast", "hoop_broadcast", (b.ptr, b.count, _DT(b), root), (b,),
+                         (b,), b.obj, nb)
+
+    def broadcast(self, buf, root=0, dtype=None):
+        """buf of root, copied into buf on every rank. Returns buf."""
+        return self._broadcast(buf, root, dtype, False)
+
+    def ibroadcast(self, buf, root=0, dtype=None):
+        return self._broadcast(buf, root, dtype, True)
+
+    def _reduce(self, sendbuf, recvbuf, op, root, dtype, nb):
+        w = "reduce"
+        o = _op_code(op)
+        root = self._root(root, w)
+        at_root = self._rank == root
+        inplace = at_root and (recvbuf is None or recvbuf is sendbuf)
+        s = as_buffer(sendbuf, "reduce sendbuf", inplace, dtype)
+        if not at_root:
+            r, outs = None, ()
+        else:
+            r = s if inplace else as_buffer(recvbuf, "reduce recvbuf", True, dtype)
+            self._same(s, r, w)
+            if r.count != s.count:
+                raise InvalidArgumentError("reduce: sendbuf has %d elements, recvbuf %d"
+                                           % (s.count, r.count))
+            outs = (r,)
+        return self._run(w, "hoop_reduce", (s.ptr, r.ptr if r else None, s.count, _DT(s), o, root),
+                         (s, r), outs, r.obj if r else None, nb)
+
+    def reduce(self, sendbuf, recvbuf=None, op=SUM, root=0, dtype=None):
+        """recvbuf of root = op over ranks of sendbuf (root's recvbuf None: in place in sendbuf).
+        Other ranks' recvbuf is ignored. Returns the root's result (None elsewhere)."""
+        return self._reduce(sendbuf, recvbuf, op, root, dtype, False)
+
+    def ireduce(self, sendbuf, recvbuf=None, op=SUM, root=0, dtype=None):
+        return self._reduce(sendbuf, recvbuf, op, root, dtype, True)
+
+    def _gathering(self, kind, sendbuf, recvbuf, root, dtype, nb):
+        # allgather (root None) and gather: recvbuf holds size blocks of sendbuf's count.
+        w = kind
+        at_root = root is None or self._rank == root
+        if not at_root:
+            s = as_buffer(sendbuf, w + " sendbuf", False, dtype)
+            return self._run(w, "hoop_gather", (s.ptr, None, s.count, _DT(s), root), (s,), (),
+                             None, nb)
+        if recvbuf is None:
+            raise InvalidArgumentError("%s: recvbuf is required%s" % (
+                w, "" if root is None else " at the root"))
+        r = as_buffer(recvbuf, w + " recvbuf", True, dtype)
+        if sendbuf is None:  # in place: this rank's block of recvbuf is its contribution
+            n = self._split_count(r, w, "recvbuf")
+            sptr, s = r.at(self._rank * n), r
+        else:
+            s = as_buffer(sendbuf, w + " sendbuf", False, dtype)
+            self._same(s, r, w)
+            n, sptr = s.count, s.ptr
+            if r.count != n * self._size:
+                raise InvalidArgumentError("%s: recvbuf has %d elements, not size (%d) x "
+                                           "sendbuf's %d" % (w, r.count, self._size, n))
+        if root is None:
+            return self._run(w, "hoop_allgather", (sptr, r.ptr, n, _DT(r)), (s, r), (r,), r.obj,
+                             nb)
+        return self._run(w, "hoop_gather", (sptr, r.ptr, n, _DT(r), root), (s, r), (r,), r.obj,
+                         nb)
+
+    def allgather(self, sendbuf, recvbuf, dtype=None):
+        """recvbuf = the ranks' sendbufs one after another (size x sendbuf's count);
+        sendbuf None: in place (this rank's block of recvbuf is its contribution)."""
+        return self._gathering("allgather", sendbuf, recvbuf, None, dtype, False)
+
+    def iallgather(self, sendbuf, recvbuf, dtype=None):
+        return self._gathering("allgather", sendbuf, recvbuf, None, dtype, True)
+
+    def gather(self, sendbuf, recvbuf=None, root=0, dtype=None):
+        """As allgather, into root's recvbuf only (others pass None)."""
+        return self._gathering("gather", sendbuf, recvbuf, self._root(root, "gather"), dtype,
+                               False)
+
+    def igather(self, sendbuf, recvbuf=None, root=0, dtype=None):
+        return self._gathering("gather", sendbuf, recvbuf, self._root(root, "gather"), dtype,
+                               True)
+
+    def _scatter(self, sendbuf, recvbuf, root, dtype, nb):
+        w = "scatter"
+        root = self._root(root, w)
+        if self._rank != root:
+            if recvbuf is None:
+                raise InvalidArgumentError("scatter: recvbuf is required")
+            r = as_buffer(recvbuf, "scatter recvbuf", True, dtype)
+            return self._run(w, "hoop_scatter", (None, r.ptr, r.count, _DT(r), root), (r,),
+                             (r,), r.obj, nb)
+        if sendbuf is None:
+            raise InvalidArgumentError("scatter: sendbuf is required at the root")
+        s = as_buffer(sendbuf, "scatter sendbuf", recvbuf is None, dtype)
+        if recvbuf is None:  # in place: the root's block stays where it is in sendbuf
+            n = self._split_count(s, w, "sendbuf")
+            return self._run(w, "hoop_scatter", (s.ptr, s.at(root * n), n, _DT(s), root), (s,),
+                             (), None, nb)
+        r = as_buffer(recvbuf, "scatter recvbuf", True, dtype)
+        self._same(s, r, w)
+        if s.count != r.count * self._size:
+            raise InvalidArgumentError("scatter: sendbuf has %d elements, not size (%d) x "
+                                       "recvbuf's %d" % (s.count, self._size, r.count))
+        return self._run(w, "hoop_scatter", (s.ptr, r.ptr, r.count, _DT(r), root), (s, r), (r,),
+                         r.obj, nb)
+
+    def scatter(self, sendbuf, recvbuf, root=0, dtype=None):
+        """Block i of root's sendbuf (size x recvbuf's count) lands in rank i's recvbuf. Other
+        ranks pass sendbuf None; the root may pass recvbuf None (in place). Returns recvbuf."""
+        return self._scatter(sendbuf, recvbuf, root, dtype, False)
+
+    def iscatter(self, sendbuf, recvbuf, root=0, dtype=None):
+        return self._scatter(sendbuf, recvbuf, root, dtype, True)
+
+    def _reduce_scatter(self, sendbuf, recvbuf, op, dtype, nb):
+        w = "reduce_scatter"
+        o = _op_code(op)
+        inplace = recvbuf is None or recvbuf is sendbuf
+        s = as_buffer(sendbuf, "reduce_scatter sendbuf", inplace, dtype)
+        if inplace:  # the result lands at the start of sendbuf
+            n = self._split_count(s, w, "sendbuf")
+            return self._run(w, "hoop_reduce_scatter", (s.ptr, s.ptr, n, _DT(s), o), (s,), (s,),
+                             s.obj, nb)
+        r = as_buffer(recvbuf, "reduce_scatter recvbuf", True, dtype)
+        self._same(s, r, w)
+        if s.count != r.count * self._size:
+            raise InvalidArgumentError("reduce_scatter: sendbuf has %d elements, not size (%d) x "
+                                       "recvbuf's %d" % (s.count, self._size, r.count))
+        return self._run(w, "hoop_reduce_scatter", (s.ptr, r.ptr, r.count, _DT(r), o), (s, r),
+                         (r,), r.obj, nb)
+
+    def reduce_scatter(self, sendbuf, recvbuf=None, op=SUM, dtype=None):
+        """recvbuf on rank i = op over ranks of block i of sendbuf (size x recvbuf's count).
+        recvbuf None: in place, the result lands in the first block of sendbuf."""
+        return self._reduce_scatter(sendbuf, recvbuf, op, dtype, False)
+
+    def ireduce_scatter(self, sendbuf, recvbuf=None, op=SUM, dtype=None):
+        return self._reduce_scatter(sendbuf, recvbuf, op, dtype, True)
+
+    def _alltoall(self, sendbuf, recvbuf, dtype, nb):
+        w = "alltoall"
+        inplace = recvbuf is None or recvbuf is sendbuf
+        s = as_buffer(sendbuf, "alltoall sendbuf", inplace, dtype)
+        r = s if inplace else as_buffer(recvbuf, "alltoall recvbuf", True, dtype)
+        self._same(s, r, w)
+        if r.count != s.count:
+            raise InvalidArgumentError("alltoall: sendbuf has %d elements, recvbuf %d"
+                                       % (s.count, r.count))
+        n = self._split_count(s, w, "sendbuf")
+        return self._run(w, "hoop_alltoall", (s.ptr, r.ptr, n, _DT(s)), (s, r), (r,), r.obj, nb)
+
+    def alltoall(self, sendbuf, recvbuf=None, dtype=None):
+        """Block j of sendbuf on rank i lands in block i of recvbuf on rank j (size equal
+        blocks); recvbuf None: in place."""
+        return self._alltoall(sendbuf, recvbuf, dtype, False)
+
+    def ialltoall(self, sendbuf, recvbuf=None, dtype=None):
+        return self._alltoall(sendbuf, recvbuf, dtype, True)
+
+    def barrier(self):
+        """Returns once every rank has entered it."""
+        return self._run("barrier", "hoop_barrier", (), (), (), None, False)
+
+    def ibarrier(self):
+        return self._run("barrier", "hoop_barrier", (), (), (), None, True)
+
+    def _peer(self, peer, what):
+        peer = int(peer)
+        if not 0 <= peer < self._size or peer == self._rank:
+            raise InvalidArgumentError("%s: peer %d is not another rank of the communicator "
+                                       "(rank %d of %d)" % (what, peer, self._rank, self._size))
+        return peer
+
+    def send(self, buf, peer, dtype=None):
+        """Sends buf to peer; matched with peer's receives from this rank in posting order (same
+        count and dtype)."""
+        peer = self._peer(peer, "send")
+        b = as_buffer(buf, "send buf", False, dtype)
+        return self._run("send to rank %d" % peer, "hoop_send", (b.ptr, b.count, _DT(b), peer),
+                         (b,), (), None, False)
+
+    def isend(self, buf, peer, dtype=None):
+        peer = self._peer(peer, "isend")
+        b = as_buffer(buf, "isend buf", False, dtype)
+        return self._run("send to rank %d" % peer, "hoop_send", (b.ptr, b.count, _DT(b), peer),
+                         (b,), (), None, True)
+
+    def recv(self, buf, peer, dtype=None):
+        """Receives into buf from peer. Returns buf."""
+        peer = self._peer(peer, "recv")
+        b = as_buffer(buf, "recv buf", True, dtype)
+        return self._run("recv from rank %d" % peer, "hoop_recv", (b.ptr, b.count, _DT(b), peer),
+                         (b,), (b,), b.obj, False)
+
+    def irecv(self, buf, peer, dtype=None):
+        peer = self._peer(peer, "irecv")
+        b = as_buffer(buf, "irecv buf", True, dtype)
+        return self._run("recv from rank %d" % peer, "hoop_recv", (b.ptr, b.count, _DT(b), peer),
+                         (b,), (b,), b.obj, True)
+
+
+def _DT(buf):
+    return _library.DTYPE_CODE[buf.dtype]
+

@@ -1,0 +1,473 @@
+"""hoop as a torch.distributed backend.
+
+    import hoop.torch                                  # registers the backend "hoop"
+    torch.distributed.init_process_group("hoop")       # env:// from torchrun or hooprun
+
+Every operation is posted to hoop as a nonblocking call at once and returns a Work backed by a
+torch Future; a completion thread per lane (collectives; sends to / receives from each peer, which
+complete in their own order) waits for hoop's requests and completes the futures, so that
+DistributedDataParallel overlaps its all-reduces with the backward pass. A failed operation
+raises from Work.wait() (and from the future). CPU tensors only.
+"""
+import collections
+import datetime
+import os
+import queue
+import socket
+import threading
+import weakref
+
+import torch
+import torch.distributed as dist
+
+import hoop as _hoop
+
+BACKEND_NAME = "hoop"
+
+try:
+    from torch._C._distributed_c10d import Work as _WorkBase
+except ImportError:
+    _WorkBase = dist.distributed_c10d.Work
+
+_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+           torch.int32, torch.int64}
+
+
+def _reduce_op(opts):
+    op = getattr(opts, "reduceOp", opts)
+    if op is None:
+        return "sum"
+    for name, code in (("SUM", "sum"), ("PRODUCT", "prod"), ("MIN", "min"), ("MAX", "max"),
+                       ("AVG", "avg")):
+        v = getattr(dist.ReduceOp, name, None)
+        if v is not None and op == v:
+            return code
+    raise ValueError("hoop backend: reduce op %s is not supported (SUM, PRODUCT, MIN, MAX, AVG)"
+                     % (op,))
+
+
+def _check(t, what):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("hoop backend: %s expects tensors, got %s" % (what, type(t).__name__))
+    if t.device.type != "cpu":
+        raise ValueError("hoop backend: %s got a %s tensor; this build of hoop has no device "
+                         "support, so tensors must be on the CPU (use gloo or nccl for %s "
+                         "tensors)" % (what, t.device.type, t.device.type))
+    if t.layout != torch.strided:
+        raise ValueError("hoop backend: %s got a %s tensor; only dense tensors are supported"
+                         % (what, t.layout))
+    if t.dtype not in _DTYPES:
+        raise TypeError("hoop backend: %s got dtype %s (supported: float32, float64, float16, "
+                        "bfloat16, int8, uint8, int32, int64)" % (what, t.dtype))
+    return t
+
+
+def _one(tensors, what):
+    if isinstance(tensors, torch.Tensor):
+        return _check(tensors, what)
+    if len(tensors) != 1:
+        raise ValueError("hoop backend: %s takes one tensor per process, got %d" %
+                         (what, len(tensors)))
+    return _check(tensors[0], what)
+
+
+def _same_shapes(ts, ref, n, what):
+    if len(ts) != n:
+        raise ValueError("hoop backend: %s needs %d tensors (one per rank), got %d"
+                         % (what, n, len(ts)))
+    for t in ts:
+        _check(t, what)
+        if t.dtype != ref.dtype or t.numel() != ref.numel():
+            raise ValueError("hoop backend: %s tensors differ in dtype or size (%s x %d against "
+                             "%s x %d)" % (what, t.dtype, t.numel(), ref.dtype, ref.numel()))
+
+
+def _flat(ts):
+    """One contiguous 1-D tensor holding ts one after another (a copy)."""
+    return torch.cat([t.reshape(-1) for t in ts]) if ts else torch.empty(0)
+
+
+def _copy_out(flat, outs):
+    def post():
+        off = 0
+        for t in outs:
+            n = t.numel()
+            t.copy_(flat[off:off + n].view(t.shape))
+            off += n
+    return post
+
+
+def _lane_loop(state, q):
+    while True:
+        item = q.get()
+        if item is None:
+            return
+        work, reqs, post = item
+        err = None
+        for r in reqs:  # every request is waited, even after a failure, to free it
+            try:
+                r.wait()
+            except BaseException as e:
+                err = err or e
+        if err is None and post is not None:
+            try:
+                post()
+            except BaseException as e:
+                err = e
+        work._error = err
+        state.completed(work)
+        if err is None:
+            work._fut.set_result(work._result)
+        else:
+            work._fut.set_exception(err)
+        del item, work, reqs, post
+
+
+class _Work(_WorkBase):
+    """The Work of one operation, completed through a torch Future.
+
+    A Python subclass of Work is only what it seems while its Python object lives: once that is
+    gone, C++ holders (DistributedDataParallel) reach the base class, whose wait() never returns.
+    The process group therefore keeps every Work referenced until it has completed and been
+    consumed (waited, or its future taken), and a bounded number of completed, unconsumed ones.
+    """
+
+    def __init__(self, state, result):
+        super().__init__()
+        self._state = state
+        self._fut = torch.futures.Future()
+        self._result = result
+        self._error = None
+
+    def wait(self, timeout=None):
+        try:
+            self._fut.wait()  # raises the operation's error
+        finally:
+            self._state.consumed(self)
+        return True
+
+    def get_future(self):
+        self._state.consumed(self)
+        return self._fut
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        return self._fut.done() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def source_rank(self):
+        raise RuntimeError("hoop backend: source_rank is only defined for receives from any "
+                           "source, which hoop does not support")
+
+    def synchronize(self):
+        pass
+
+
+class _State:
+    """What the completion threads need; apart from the process group so that dropping the group
+    ends them."""
+
+    # Completed Works nobody has waited for yet, kept in case a C++ holder still waits for them.
+    KEEP_COMPLETED = 1024
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.lock = threading.Lock()
+        self.lanes = {}
+        self.closed = False
+        self.pending = {}  # id -> Work, posted and not completed
+        self.done = collections.OrderedDict()  # id -> Work, completed and not consumed
+        self.taken = set()  # ids consumed before they completed
+
+    def lane(self, key):
+        lane = self.lanes.get(key)
+        if lane is None:
+            with self.lock:
+                if self.closed:
+                    raise RuntimeError("hoop backend: the process group was destroyed")
+                lane = self.lanes.get(key)
+                if lane is None:
+                    q = queue.SimpleQueue()
+                    th = threading.Thread(target=_lane_loop, args=(self, q), daemon=True,
+                                          name="hoop-%s" % (key,))
+                    th.start()
+                    lane = self.lanes[key] = (q, th)
+        return lane[0]
+
+    def submit(self, work, reqs, post, lane):
+        with self.lock:
+            self.pending[id(work)] = work
+        self.lane(lane).put((work, reqs, post))
+
+    def completed(self, work):
+        with self.lock:
+            self.pending.pop(id(work), None)
+            if id(work) in self.taken:
+                self.taken.discard(id(work))
+                return
+            self.done[id(work)] = work
+            while len(self.done) > self.KEEP_COMPLETED:
+                self.done.popitem(last=False)
+
+    def consumed(self, work):
+        with self.lock:
+            if id(work) in self.pending:
+                self.taken.add(id(work))
+            else:
+                self.done.pop(id(work), None)
+
+    def close(self):
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            lanes = list(self.lanes.values())
+        for q, _ in lanes:  # outstanding calls finish (or fail by their timeout) first
+            q.put(None)
+        for _, th in lanes:
+            th.join()
+        with self.lock:
+            self.done.clear()
+        self.comm.destroy()
+
+
+def _free_port(host):
+    fam, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(fam, kind, proto) as s:
+        s.bind(addr)
+        return s.getsockname()[1]
+
+
+def _rendezvous(store, rank, size, timeout):
+    """hoop's own rendezvous through a tcp:// address that rank 0 publishes in torch's store
+    (torch's own store already listens on MASTER_PORT)."""
+    key = "hoop/init_method"
+    if rank == 0:
+        host = os.environ.get("HOOP_MASTER_ADDR") or os.environ.get("MASTER_ADDR")
+        if not host:
+            host = socket.gethostname()
+        port = _free_port(host)
+        method = "tcp://%s:%d" % ("[%s]" % host if ":" in host else host, port)
+        store.set(key, method)
+    else:
+        method = store.get(key).decode()
+    comm = _hoop.init(method, rank, size)
+    if "HOOP_TIMEOUT" not in os.environ and timeout is not None:
+        secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+        comm.set_timeout(secs)
+    return comm
+
+
+class ProcessGroupHoop(dist.ProcessGroup):
+    """A torch.distributed process group over one hoop communicator."""
+
+    def __init__(self, store, rank, size, timeout=None):
+        super().__init__(rank, size)
+        self._comm = _rendezvous(store, rank, size, timeout)
+        self._state = _State(self._comm)
+        weakref.finalize(self, self._state.close)
+
+    @property
+    def comm(self):
+        """The hoop.Comm underneath."""
+        return self._comm
+
+    def getBackendName(self):
+        return BACKEND_NAME
+
+    def _work(self, reqs, result, post=None, lane="coll"):
+        work = _Work(self._state, result)
+        self._state.submit(work, reqs, post, lane)
+        return work
+
+    # ---- collectives ----
+
+    def allreduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        op = _reduce_op(opts)
+        reqs = [self._comm.iallreduce(_check(t, "allreduce"), None, op) for t in tensors]
+        return self._work(reqs, list(tensors))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _reduce_op(opts)
+        for t in tensors:
+            _check(t, "allreduce_coalesced")
+            if t.dtype != tensors[0].dtype:
+                raise ValueError("hoop backend: allreduce_coalesced tensors differ in dtype")
+        flat = _flat(tensors)
+        req = self._comm.iallreduce(flat, None, op)
+        return self._work([req], list(tensors), _copy_out(flat, tensors))
+
+    def broadcast(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        root = opts.rootRank if opts is not None else 0
+        reqs = [self._comm.ibroadcast(_check(t, "broadcast"), root) for t in tensors]
+        return self._work(reqs, list(tensors))
+
+    def reduce(self, tensors, opts=None):
+        t = _one(tensors, "reduce")
+        root = opts.rootRank if opts is not None else 0
+        req = self._comm.ireduce(t, None, _reduce_op(opts), root)
+        return self._work([req], [t])
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        inp = _one(input_tensors, "allgather")
+        if len(output_tensors) != 1:
+            raise ValueError("hoop backend: allgather takes one output list per process")
+        outs = output_tensors[0]
+        _same_shapes(outs, inp, self.size(), "allgather")
+        flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
+        req = self._comm.iallgather(inp, flat)
+        return self._work([req], list(outs), _copy_out(flat, outs))
+
+    def _allgather_base(self, output, input, opts=None):
+        _check(input, "all_gather_into_tensor")
+        _check(output, "all_gather_into_tensor")
+        req = self._comm.iallgather(input, output)
+        return self._work([req], [output])
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        inp = _one(input_tensors, "gather")
+        root = opts.rootRank if opts is not None else 0
+        if self.rank() != root:
+            return self._work([self._comm.igather(inp, None, root)], [])
+        if len(output_tensors) != 1:
+            raise ValueError("hoop backend: gather takes one output list at the root")
+        outs = output_tensors[0]
+        _same_shapes(outs, inp, self.size(), "gather")
+        flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
+        req = self._comm.igather(inp, flat, root)
+        return self._work([req], list(outs), _copy_out(flat, outs))
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        out = _one(output_tensors, "scatter")
+        root = opts.rootRank if opts is not None else 0
+        if self.rank() != root:
+            return self._work([self._comm.iscatter(None, out, root)], [out])
+        if len(input_tensors) != 1:
+            raise ValueError("hoop backend: scatter takes one input list at the root")
+        ins = input_tensors[0]
+        _same_shapes(ins, out, self.size(), "scatter")
+        req = self._comm.iscatter(_flat(ins), out, root)
+        return self._work([req], [out])
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        out = _one(output_tensors, "reduce_scatter")
+        if len(input_tensors) != 1:
+            raise ValueError("hoop backend: reduce_scatter takes one input list per process")
+        ins = input_tensors[0]
+        _same_shapes(ins, out, self.size(), "reduce_scatter")
+        req = self._comm.ireduce_scatter(_flat(ins), out, _reduce_op(opts))
+        return self._work([req], [out])
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        _check(input, "reduce_scatter_tensor")
+        _check(output, "reduce_scatter_tensor")
+        req = self._comm.ireduce_scatter(input, output, _reduce_op(opts))
+        return self._work([req], [output])
+
+    def _alltoall_p2p(self, outs, ins):
+        """All-to-all of blocks of different sizes, as one send and one receive per peer."""
+        me = self.rank()
+        reqs = []
+        for p in range(self.size()):
+            if p != me:
+                reqs.append(self._comm.irecv(outs[p], p))
+        for p in range(self.size()):
+            if p != me:
+                reqs.append(self._comm.isend(ins[p], p))
+        outs[me].copy_(ins[me])
+        return reqs
+
+    def alltoall(self, output_tensor_list, input_tensor_list, opts=None):
+        n = self.size()
+        if len(output_tensor_list) != n or len(input_tensor_list) != n:
+            raise ValueError("hoop backend: alltoall needs %d input and output tensors" % n)
+        for t in list(output_tensor_list) + list(input_tensor_list):
+            _check(t, "alltoall")
+            if t.dtype != input_tensor_list[0].dtype:
+                raise ValueError("hoop backend: alltoall tensors differ in dtype")
+        sizes = {t.numel() for t in output_tensor_list} | {t.numel() for t in input_tensor_list}
+        if len(sizes) == 1:
+            flat_out = torch.empty(n * sizes.pop(), dtype=input_tensor_list[0].dtype)
+            req = self._comm.ialltoall(_flat(input_tensor_list), flat_out)
+            return self._work([req], list(output_tensor_list),
+                              _copy_out(flat_out, output_tensor_list))
+        reqs = self._alltoall_p2p(list(output_tensor_list), list(input_tensor_list))
+        return self._work(reqs, list(output_tensor_list))
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        _check(output, "all_to_all_single")
+        _check(input, "all_to_all_single")
+        n = self.size()
+        if not output_split_sizes and not input_split_sizes:
+            req = self._comm.ialltoall(input, output)
+            return self._work([req], [output])
+        out_c = output if output.is_contiguous() else output.contiguous()
+        in_c = input.contiguous()
+
+        def blocks(t, splits, what):
+            rows = t.shape[0] if t.dim() else 1
+            splits = list(splits) or [rows // n] * n
+            if len(splits) != n or sum(splits) != rows:
+                raise ValueError("hoop backend: all_to_all_single %s split sizes %s do not cut "
+                                 "%d rows into %d blocks" % (what, splits, rows, n))
+            flat = t.reshape(rows, -1)
+            out, off = [], 0
+            for s in splits:
+                out.append(flat[off:off + s])
+                off += s
+            return out
+
+        outs = blocks(out_c, output_split_sizes, "output")
+        ins = blocks(in_c, input_split_sizes, "input")
+        reqs = self._alltoall_p2p(outs, ins)
+        post = None if out_c is output else (lambda: output.copy_(out_c))
+        return self._work(reqs, [output], post)
+
+    def barrier(self, opts=None):
+        return self._work([self._comm.ibarrier()], [])
+
+    # ---- point to point ----
+
+    def send(self, tensors, dstRank, tag=0):
+        t = _one(tensors, "send")
+        req = self._comm.isend(t, dstRank)
+        return self._work([req], [t], lane=("send", dstRank))
+
+    def recv(self, tensors, srcRank, tag=0):
+        t = _one(tensors, "recv")
+        req = self._comm.irecv(t, srcRank)
+        return self._work([req], [t], lane=("recv", srcRank))
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("hoop backend: receiving from any source is not supported; name the "
+                           "sender (src=...)")
+
+    def monitored_barrier(self, *args, **kwargs):
+        raise RuntimeError("hoop backend: monitored_barrier is a gloo feature; use barrier, "
+                           "whose wait is bounded by the group's timeout")
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupHoop(store, rank, size, timeout)
+
+
+def _register():
+    if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}) or \
+            hasattr(dist.Backend, BACKEND_NAME.upper()):
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create)
+
+
+_register()

@@ -1,0 +1,397 @@
+"""The torch.distributed backend "hoop", run as every rank under hooprun.
+
+The default group is hoop (init_process_group("hoop"), env:// from hooprun); a gloo group over the
+same ranks is the comparison. Every collective runs on both and must agree exactly (integer-valued
+data keep float sums exact); what gloo does not implement in this torch is compared with a
+reference every rank computes from every rank's inputs. Then DistributedDataParallel trains the
+same model on both groups and must end with the same parameters, and failures (mismatched calls,
+a timeout, a rank that exits) must raise, not hang.
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import hoop
+import hoop.torch  # registers "hoop"
+
+torch.set_num_threads(1)
+dist.init_process_group("hoop")
+R, P = dist.get_rank(), dist.get_world_size()
+HOOP = dist.distributed_c10d._get_default_group()
+GLOO = dist.new_group(backend="gloo")
+checks = 0
+
+GLOO_DTYPES = [torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int32,
+               torch.int64]
+DTYPES = GLOO_DTYPES + [torch.bfloat16]
+SIZES = [1, 7, 1031]
+OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX}
+
+
+def fail(msg):
+    sys.stderr.write("rank %d: FAIL: %s\n" % (R, msg))
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def expect(cond, msg):
+    global checks
+    checks += 1
+    if not cond:
+        fail(msg)
+
+
+def expect_raises(cls, fn, what, contains=None):
+    try:
+        fn()
+    except cls as e:
+        expect(contains is None or contains in str(e), "%s: %r lacks %r" % (what, str(e),
+                                                                            contains))
+        return e
+    except Exception as e:  # noqa: BLE001 - the wrong class is the failure being reported
+        fail("%s raised %s (%s), not %s" % (what, type(e).__name__, e, cls.__name__))
+    fail("%s did not raise %s" % (what, cls.__name__))
+
+
+def same(a, b, what):
+    expect(a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b),
+           "%s: %s against %s" % (what, a.reshape(-1)[:6].tolist(), b.reshape(-1)[:6].tolist()))
+
+
+salt = [0]
+
+
+def data(rank, n, dtype, op="sum"):
+    """Integer-valued data of `rank` for call number salt[0]: no op overflows or rounds."""
+    g = torch.Generator().manual_seed(1000 * salt[0] + rank)
+    if op == "product":
+        v = torch.randint(1, 3, (n,), generator=g)
+    elif dtype == torch.uint8:
+        v = torch.randint(0, 40, (n,), generator=g)
+    else:
+        v = torch.randint(-20, 21, (n,), generator=g)
+    return v.to(dtype)
+
+
+def ref_reduce(inputs, op):
+    w = [x.double() if x.is_floating_point() else x.long() for x in inputs]
+    out = w[0].clone()
+    for x in w[1:]:
+        out = {"sum": out + x, "avg": out + x, "product": out * x,
+               "min": torch.minimum(out, x), "max": torch.maximum(out, x)}[op]
+    if op == "avg":
+        out = out / len(inputs) if out.is_floating_point() else \
+            torch.div(out, len(inputs), rounding_mode="trunc")
+    return out.to(inputs[0].dtype)
+
+
+def on_both(fn, what):
+    """fn(group) -> tensor or list of tensors, on the hoop group and on the gloo group."""
+    h, g = fn(HOOP), fn(GLOO)
+    hs, gs = (h, g) if isinstance(h, (list, tuple)) else ([h], [g])
+    for a, b in zip(hs, gs):
+        same(a, b, what + " (hoop against gloo)")
+    return h
+
+
+# ---- collectives ----
+
+def check_all_reduce():
+    for dt in DTYPES:
+        for name, op in OPS.items():
+            for n in SIZES:
+                salt[0] += 1
+                inputs = [data(r, n, dt, name) for r in range(P)]
+                want = ref_reduce(inputs, name)
+
+                def run(group):
+                    t = inputs[R].clone()
+                    if salt[0] % 2:
+                        dist.all_reduce(t, op=op, group=group)
+                    else:
+                        w = dist.all_reduce(t, op=op, group=group, async_op=True)
+                        w.wait()
+                        expect(w.is_completed(), "work completed after wait")
+                    return t
+
+                what = "all_reduce %s %s n=%d" % (dt, name, n)
+                got = on_both(run, what) if dt in GLOO_DTYPES else run(HOOP)
+                same(got, want, what)
+    # AVG (gloo has none), through the future API.
+    for dt in (torch.float32, torch.int64, torch.bfloat16):
+        salt[0] += 1
+        inputs = [data(r, 33, dt) for r in range(P)]
+        t = inputs[R].clone()
+        fut = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True).get_future()
+        got = fut.wait()[0]
+        same(got, ref_reduce(inputs, "avg"), "all_reduce AVG %s" % dt)
+    # A non-contiguous tensor is reduced in a copy and copied back.
+    salt[0] += 1
+    base = [data(r, 40, torch.float32).reshape(5, 8) for r in range(P)]
+    x = base[R].clone()
+    HOOP.allreduce([x[:, ::3]]).wait()
+    same(x[:, ::3], ref_reduce([b[:, ::3] for b in base], "sum"), "all_reduce strided view")
+    same(x[:, 1::3], base[R][:, 1::3], "all_reduce strided view: gaps untouched")
+    expect_raises(ValueError, lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
+                  "all_reduce BAND", "not supported")
+    expect_raises(ValueError, lambda: dist.all_reduce(torch.ones(3, device="meta")),
+                  "all_reduce of a meta tensor", "CPU")
+
+
+def check_broadcast_reduce():
+    for root in range(P):
+        for dt in (torch.float32, torch.int64, torch.float16, torch.uint8):
+            salt[0] += 1
+            inputs = [data(r, 1031, dt) for r in range(P)]
+
+            def bcast(group):
+                t = inputs[R].clone()
+                dist.broadcast(t, root, group=group)
+                return t
+
+            same(on_both(bcast, "broadcast %s root %d" % (dt, root)), inputs[root],
+                 "broadcast %s root %d" % (dt, root))
+
+            def red(group):
+                t = inputs[R].clone()
+                dist.reduce(t, root, op=dist.ReduceOp.MAX, group=group)
+                return t
+
+            got = red(HOOP)
+            if R == root:
+                same(got, red(GLOO), "reduce %s root %d (hoop against gloo)" % (dt, root))
+                same(got, ref_reduce(inputs, "max"), "reduce %s root %d" % (dt, root))
+            else:
+                red(GLOO)
+                same(got, inputs[R], "reduce leaves a non-root tensor alone")
+        salt[0] += 1
+        x = torch.zeros(3, dtype=torch.bfloat16) + R
+        dist.broadcast(x, root)
+        same(x, torch.zeros(3, dtype=torch.bfloat16) + root, "broadcast bfloat16")
+
+
+def check_gathers():
+    for dt in (torch.float32, torch.int8, torch.float64):
+        for n in SIZES:
+            salt[0] += 1
+            inputs = [data(r, n, dt) for r in range(P)]
+
+            def allgather(group):
+                out = [torch.zeros(n, dtype=dt) for _ in range(P)]
+                dist.all_gather(out, inputs[R], group=group)
+                return out
+
+            for r, t in enumerate(on_both(allgather, "all_gather %s n=%d" % (dt, n))):
+                same(t, inputs[r], "all_gather block %d" % r)
+            flat = torch.zeros(P * n, dtype=dt)
+            dist.all_gather_into_tensor(flat, inputs[R])
+            same(flat, torch.cat(inputs), "all_gather_into_tensor %s n=%d" % (dt, n))
+            for root in range(P):
+                def gather(group):
+                    out = [torch.zeros(n, dtype=dt) for _ in range(P)] if R == root else None
+                    dist.gather(inputs[R], out, dst=root, group=group)
+                    return out if R == root else []
+
+                got = on_both(gather, "gather root %d" % root)
+                for r, t in enumerate(got):
+                    same(t, inputs[r], "gather block %d root %d" % (r, root))
+
+                def scatter(group):
+                    out = torch.zeros(n, dtype=dt)
+                    src = [data(root, n, dt) + i for i in range(P)] if R == root else None
+                    dist.scatter(out, src, src=root, group=group)
+                    return out
+
+                same(on_both(scatter, "scatter root %d" % root), data(root, n, dt) + R,
+                     "scatter %s n=%d root %d" % (dt, n, root))
+    salt[0] += 1
+    objs = [None] * P
+    dist.all_gather_object(objs, {"rank": R, "name": "r%d" % R})
+    expect(objs == [{"rank": r, "name": "r%d" % r} for r in range(P)], "all_gather_object %s" %
+           objs)
+    lst = [R, "x" * R] if R == 0 else [None, None]
+    dist.broadcast_object_list(lst, src=0)
+    expect(lst == [0, ""], "broadcast_object_list %s" % lst)
+
+
+def check_reduce_scatter_alltoall():
+    # gloo in this torch has neither reduce_scatter nor list all_to_all: reference only.
+    for dt in (torch.float32, torch.int32, torch.bfloat16):
+        for name, op in OPS.items():
+            for n in (1, 13):
+                salt[0] += 1
+                inputs = [[data(r * P + j, n, dt, name) for j in range(P)] for r in range(P)]
+                out = torch.zeros(n, dtype=dt)
+                dist.reduce_scatter(out, inputs[R], op=op)
+                want = ref_reduce([inputs[r][R] for r in range(P)], name)
+                same(out, want, "reduce_scatter %s %s n=%d" % (dt, name, n))
+                out2 = torch.zeros(n, dtype=dt)
+                dist.reduce_scatter_tensor(out2, torch.cat(inputs[R]), op=op)
+                same(out2, want, "reduce_scatter_tensor %s %s n=%d" % (dt, name, n))
+    for equal in (True, False):  # unequal blocks take the point-to-point path
+        salt[0] += 1
+        # sizes[r][i]: elements rank r sends to rank i
+        sizes = [[5 if equal else (i * 3 + r) % 4 for i in range(P)] for r in range(P)]
+        ins = [[data(r * P + i, sizes[r][i], torch.float64) for i in range(P)] for r in range(P)]
+        want = torch.cat([ins[j][R] for j in range(P)])
+        outs = [torch.zeros(sizes[j][R], dtype=torch.float64) for j in range(P)]
+        dist.all_to_all(outs, ins[R])
+        for j in range(P):
+            same(outs[j], ins[j][R], "all_to_all block from %d (equal %s)" % (j, equal))
+
+        def single(group):
+            out = torch.zeros(want.numel(), dtype=torch.float64)
+            if equal:
+                dist.all_to_all_single(out, torch.cat(ins[R]), group=group)
+            else:
+                dist.all_to_all_single(out, torch.cat(ins[R]), [sizes[j][R] for j in range(P)],
+                                       sizes[R], group=group)
+            return out
+
+        same(on_both(single, "all_to_all_single equal %s" % equal), want,
+             "all_to_all_single equal %s" % equal)
+
+
+def check_p2p_barrier():
+    t0 = time.time()
+    if R == P - 1:
+        time.sleep(0.3)
+    dist.barrier()
+    expect(P == 1 or time.time() - t0 >= 0.25, "barrier returned before the last rank came")
+    salt[0] += 1
+    right, left = (R + 1) % P, (R - 1) % P
+    out = torch.zeros(1031, dtype=torch.int64)
+    reqs = [dist.irecv(out, left), dist.isend(data(R, 1031, torch.int64), right)]
+    for w in reqs:
+        w.wait()
+    same(out, data(left, 1031, torch.int64), "isend/irecv ring")
+    salt[0] += 1
+    peer = R ^ 1
+    if peer < P:
+        out = torch.zeros(7)
+        if R < peer:
+            dist.send(data(R, 7, torch.float32), peer)
+            dist.recv(out, peer)
+        else:
+            dist.recv(out, peer)
+            dist.send(data(R, 7, torch.float32), peer)
+        same(out, data(peer, 7, torch.float32), "send/recv pair")
+    expect_raises(RuntimeError, lambda: dist.recv(torch.zeros(1)), "recv from any source",
+                  "any source")
+
+
+def check_new_group():
+    members = list(range(0, P, 2))
+    sub = dist.new_group(members, backend="hoop")
+    if R in members:
+        expect(dist.get_backend(sub) == "hoop", "backend of the subgroup: %s" %
+               dist.get_backend(sub))
+        t = torch.tensor([float(R)])
+        dist.all_reduce(t, group=sub)
+        expect(t.item() == sum(members), "all_reduce on new_group(%s): %s" % (members, t))
+    dist.barrier(group=GLOO)
+
+
+# ---- DistributedDataParallel: hoop against gloo ----
+
+def train(group, steps=6):
+    torch.manual_seed(1234)  # the same initial model on every rank and for both groups
+    model = torch.nn.Sequential(torch.nn.Linear(24, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 5))
+    # Small buckets: several all-reduces per step, overlapping with the backward pass.
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group,
+                                                    bucket_cap_mb=0.004)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(77 + R)  # each rank its own data
+    for _ in range(steps):
+        x, y = torch.randn(16, 24, generator=g), torch.randint(0, 5, (16,), generator=g)
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return ([p.detach().clone() for p in model.parameters()],
+            [b.clone() for b in model.buffers()])
+
+
+def check_ddp():
+    hp, hb = train(HOOP)
+    gp, gb = train(GLOO)
+    h, g = hp + hb, gp + gb
+    worst = max((a - b).abs().max().item() for a, b in zip(h, g))
+    if P <= 2:  # a sum of two values does not depend on the order: bit for bit
+        for a, b in zip(h, g):
+            same(a, b, "DDP parameters, hoop against gloo")
+    else:  # gloo and hoop add up to 4 gradients in different orders
+        for a, b in zip(h, g):
+            expect(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
+                   "DDP parameters differ from gloo's by %g" % worst)
+    # Every rank ends with bit-identical parameters under hoop (buffers such as BatchNorm's
+    # running statistics are local between the broadcasts at each forward).
+    mine = torch.cat([p.reshape(-1).double() for p in hp])
+    everyone = [torch.zeros_like(mine) for _ in range(P)]
+    dist.all_gather(everyone, mine, group=GLOO)
+    expect(all(torch.equal(e, everyone[0]) for e in everyone), "DDP ranks disagree under hoop")
+    return worst
+
+
+# ---- failures: an exception, never a hang ----
+
+def check_failures():
+    deadline = 15.0
+    # Ranks that call different collectives.
+    mm = dist.new_group(backend="hoop")
+    mm.comm.set_timeout(deadline)
+    t0 = time.time()
+    t = torch.ones(10)
+    if R == 0:
+        e = expect_raises(hoop.HoopError, lambda: dist.all_reduce(t, group=mm), "mismatch")
+    else:
+        e = expect_raises(hoop.HoopError, lambda: dist.broadcast(t, 0, group=mm), "mismatch")
+    # The rank that sees the wrong call fails with MismatchError; the others fail because it
+    # aborted (AbortedError naming the mismatch) or dropped its connections (PeerLostError).
+    expect(isinstance(e, (hoop.MismatchError, hoop.AbortedError, hoop.PeerLostError)),
+           "mismatch: %r" % e)
+    if isinstance(e, hoop.MismatchError):
+        expect("allreduce" in str(e) and "broadcast" in str(e), "mismatch message: %s" % e)
+    expect(time.time() - t0 < deadline, "mismatch took %.1f s" % (time.time() - t0))
+    # DDP on the failed group: its constructor's collectives raise too.
+    expect_raises(Exception, lambda: torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Linear(2, 2), process_group=mm), "DDP on a failed group")
+    dist.barrier(group=GLOO)
+    # A collective nobody else joins: hoop's timeout.
+    tg = dist.new_group(backend="hoop")
+    tg.comm.set_timeout(1.0)
+    if R == 0 and P > 1:
+        t0 = time.time()
+        expect_raises(hoop.TimeoutError, lambda: dist.all_reduce(torch.ones(3), group=tg),
+                      "lone all_reduce", "timed out")
+        expect(time.time() - t0 < deadline, "timeout took %.1f s" % (time.time() - t0))
+    dist.barrier(group=GLOO)
+    # A rank that exits: the others' next collective fails.
+    if P > 1 and R == P - 1:
+        sys.stdout.flush()
+        os._exit(0)
+    if P > 1:
+        t0 = time.time()
+        expect_raises(hoop.HoopError, lambda: dist.all_reduce(torch.ones(1000)),
+                      "all_reduce after rank %d exited" % (P - 1))
+        expect(time.time() - t0 < deadline, "peer loss took %.1f s" % (time.time() - t0))
+
+
+check_all_reduce()
+check_broadcast_reduce()
+check_gathers()
+check_reduce_scatter_alltoall()
+check_p2p_barrier()
+check_new_group()
+worst = check_ddp()
+print("rank %d of %d: collectives and DDP agree with gloo (largest DDP difference %g)"
+      % (R, P, worst), flush=True)
+check_failures()
+print("rank %d of %d: %d checks passed" % (R, P, checks), flush=True)
+# The gloo group has a rank that is gone: leave without its teardown.
+os._exit(0)
