@@ -88,7 +88,8 @@ hoop_result_t hoop_init_from_env(hoop_comm_t **comm); /* = hoop_init(comm, NULL,
  * A negative color (HOOP_SPLIT_NONE) takes part but gets *newcomm = NULL. */
 #define HOOP_SPLIT_NONE (-1)
 hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key, hoop_comm_t **newcomm);
-/* Frees comm; pending requests fail with HOOP_ERR_ABORTED. Not collective. */
+/* Frees comm; pending requests fail with HOOP_ERR_ABORTED. Not collective. Requests belong to
+ * their communicator: hoop_wait/hoop_test every request before destroying it, not after. */
 hoop_result_t hoop_comm_destroy(hoop_comm_t *comm);
 /* Fails every pending and future call on comm with HOOP_ERR_ABORTED and drops its connections,
  * so that peers fail fast too. The communicator must still be destroyed. */
