@@ -14,4 +14,6 @@ fail=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$dir/test-output.txt" | tail -1)
 skip=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$dir/test-output.txt" | tail -1)
 timeout=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$dir/test-output.txt" | tail -1)
 echo "${ok:-0} passed, $(( ${fail:-0} + ${timeout:-0} )) failed, ${skip:-0} skipped" | tee "$dir/test-summary.txt"
+# The pipeline's status is tee's: the counts decide.
+[ "$(( ${fail:-0} + ${timeout:-0} ))" -eq 0 ] && [ -n "$ok" ] || status=1
 exit $status

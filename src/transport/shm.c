@@ -673,6 +673,14 @@ static int process_gone(pid_t pid)
     return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
+/* Before judging a peer that closed or exited: take in what it wrote, and count the single
+ * copies it finished reading before it went (their sends are complete, not lost). */
+static void settle(hoop__tp_t *tp, int j)
+{
+    recv_some(tp, j);
+    if (!tp->peers[j].lost && tp->peers[j].aq.head != NULL) send_some(tp, j);
+}
+
 /* Aborted or vanished peers. Returns 1 if any peer failed. */
 static int check_peers(hoop__tp_t *tp)
 {
@@ -687,7 +695,7 @@ static int check_peers(hoop__tp_t *tp)
         if (atomic_load_explicit(&pe->sh->closed, memory_order_acquire) &&
             (pe->sq.head || pe->aq.head || pe->rq.head)) {
             /* What it wrote before it closed is still in our ring: take that first. */
-            recv_some(tp, j);
+            settle(tp, j);
             if (!pe->lost && (pe->sq.head || pe->aq.head || pe->rq.head)) {
                 char msg[96];
                 snprintf(msg, sizeof(msg), "lost rank %d (it closed its connections)", j);
@@ -698,7 +706,7 @@ static int check_peers(hoop__tp_t *tp)
         }
         if (pe->pidfd < 0 && (pe->sq.head || pe->aq.head || pe->rq.head) &&
             process_gone(pe->pid)) {
-            recv_some(tp, j);
+            settle(tp, j);
             if (!pe->lost && (pe->sq.head || pe->aq.head || pe->rq.head)) {
                 char msg[160];
                 snprintf(msg, sizeof(msg), "lost rank %d (its process %d exited)", j, (int)pe->pid);
@@ -722,7 +730,7 @@ static int check_peers(hoop__tp_t *tp)
         if (j == tp->p.size) break;
         peer_t *pe = &tp->peers[j];
         /* What it wrote before it went is still in our ring: take that first. */
-        recv_some(tp, j);
+        settle(tp, j);
         if (pe->lost || (pe->sq.head == NULL && pe->aq.head == NULL && pe->rq.head == NULL)) continue;
         char msg[160];
         snprintf(msg, sizeof(msg), "lost rank %d (its process %d exited)", j, (int)pe->pid);
