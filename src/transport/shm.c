@@ -645,12 +645,15 @@ static int recv_some(hoop__tp_t *tp, int j)
     return moved;
 }
 
+/* Transfers with this peer are queued. */
+static int pending(const peer_t *pe) { return pe->sq.head || pe->aq.head || pe->rq.head; }
+
 /* After a move_all() that moved nothing: could anything move for peer j now (1), or did it abort
  * (2)? Read-only, for spinning and for the re-check before sleeping. */
 static int ready(const peer_t *pe)
 {
     if (atomic_load(&pe->sh->aborted) != 0) return 2;
-    if (atomic_load(&pe->sh->closed) && (pe->sq.head || pe->aq.head || pe->rq.head)) return 2;
+    if (atomic_load(&pe->sh->closed) && pending(pe)) return 2;
     if (pe->rq.head != NULL && atomic_load(&pe->in->head) != pe->in_tail) return 1;
     if (pe->sq.head != NULL && atomic_load(&pe->out->tail) != pe->out_tail_seen) return 1;
     if (pe->aq.head != NULL && atomic_load(&pe->out->cma_done) >= pe->aq.head->ticket) return 1;
@@ -673,53 +676,43 @@ static int process_gone(pid_t pid)
     return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
-/* Before judging a peer that closed or exited: take in what it wrote, and count the single
- * copies it finished reading before it went (their sends are complete, not lost). */
-static void settle(hoop__tp_t *tp, int j)
+/* Peer j closed or exited. First take in what it wrote before it went, and count the single
+ * copies it finished reading (those sends are complete, not lost); whatever is still pending
+ * after that is lost. Returns 1 if it failed the peer. */
+static int lose(hoop__tp_t *tp, int j, const char *why)
 {
+    peer_t *pe = &tp->peers[j];
     recv_some(tp, j);
-    if (!tp->peers[j].lost && tp->peers[j].aq.head != NULL) send_some(tp, j);
+    if (!pe->lost && pe->aq.head != NULL) send_some(tp, j);
+    if (pe->lost || !pending(pe)) return 0;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "lost rank %d (%s)", j, why);
+    peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
+    return 1;
 }
 
-/* Aborted or vanished peers. Returns 1 if any peer failed. */
+/* Aborted or vanished peers, among those we have transfers with. Returns 1 if any peer failed. */
 static int check_peers(hoop__tp_t *tp)
 {
     int n = 0, failed = 0;
+    char exited[64];
     for (int j = 0; j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
         if (!pe->local || pe->lost) continue;
         if (fail_if_aborted(tp, j)) {
             failed = 1;
+        } else if (!pending(pe)) {
             continue;
-        }
-        if (atomic_load_explicit(&pe->sh->closed, memory_order_acquire) &&
-            (pe->sq.head || pe->aq.head || pe->rq.head)) {
-            /* What it wrote before it closed is still in our ring: take that first. */
-            settle(tp, j);
-            if (!pe->lost && (pe->sq.head || pe->aq.head || pe->rq.head)) {
-                char msg[96];
-                snprintf(msg, sizeof(msg), "lost rank %d (it closed its connections)", j);
-                peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
-                failed = 1;
-            }
-            continue;
-        }
-        if (pe->pidfd < 0 && (pe->sq.head || pe->aq.head || pe->rq.head) &&
-            process_gone(pe->pid)) {
-            settle(tp, j);
-            if (!pe->lost && (pe->sq.head || pe->aq.head || pe->rq.head)) {
-                char msg[160];
-                snprintf(msg, sizeof(msg), "lost rank %d (its process %d exited)", j, (int)pe->pid);
-                peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
-                failed = 1;
-            }
-            continue;
-        }
-        if (pe->pidfd >= 0 && (pe->sq.head || pe->aq.head || pe->rq.head)) {
+        } else if (atomic_load_explicit(&pe->sh->closed, memory_order_acquire)) {
+            failed |= lose(tp, j, "it closed its connections");
+        } else if (pe->pidfd >= 0) {
             tp->pfds[n].fd = pe->pidfd;
             tp->pfds[n].events = POLLIN;
             tp->pfds[n].revents = 0;
             n++;
+        } else if (process_gone(pe->pid)) {
+            snprintf(exited, sizeof(exited), "its process %d exited", (int)pe->pid);
+            failed |= lose(tp, j, exited);
         }
     }
     if (n == 0 || poll(tp->pfds, (nfds_t)n, 0) <= 0) return failed;
@@ -728,14 +721,8 @@ static int check_peers(hoop__tp_t *tp)
         for (; j < tp->p.size; j++)
             if (tp->peers[j].pidfd == tp->pfds[i].fd) break;
         if (j == tp->p.size) break;
-        peer_t *pe = &tp->peers[j];
-        /* What it wrote before it went is still in our ring: take that first. */
-        settle(tp, j);
-        if (pe->lost || (pe->sq.head == NULL && pe->aq.head == NULL && pe->rq.head == NULL)) continue;
-        char msg[160];
-        snprintf(msg, sizeof(msg), "lost rank %d (its process %d exited)", j, (int)pe->pid);
-        peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
-        failed = 1;
+        snprintf(exited, sizeof(exited), "its process %d exited", (int)tp->peers[j].pid);
+        failed |= lose(tp, j, exited);
     }
     return failed;
 }
