@@ -165,6 +165,7 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_cond_init(&c->cv, &ca);
+    pthread_cond_init(&c->tcv, &ca);
     pthread_condattr_destroy(&ca);
     hoop__log_open(&c->log, cfg->log_level, cfg->log_file, rank);
     snprintf(c->host, sizeof(c->host), "%s", c->log.host);
@@ -186,6 +187,7 @@ static void comm_free(hoop_comm_t *c)
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->exec);
     pthread_cond_destroy(&c->cv);
+    pthread_cond_destroy(&c->tcv);
     free(c->p2p_send_seq);
     free(c->p2p_recv_seq);
     free(c->scratch);
@@ -482,6 +484,7 @@ hoop_result_t hoop_comm_abort(hoop_comm_t *c)
     if (c->tp != NULL) c->tp_ops->wake(c->tp);
     pthread_mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->cv);
+    pthread_cond_broadcast(&c->tcv);
     pthread_mutex_unlock(&c->mu);
     return HOOP_OK;
 }

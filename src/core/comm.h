@@ -69,13 +69,16 @@ struct hoop_comm {
 
     /* Engine. `mu` guards the queue; `exec` is held by whoever drives the transport. */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;           /* for waiters: a request completed or the engine came free */
+    pthread_cond_t tcv;          /* for the progress thread: work it may take */
     hoop_request_t *head, *tail; /* collectives waiting to run, in posting order */
     hoop_request_t *inflight;    /* point-to-point requests posted to the transport (under exec) */
     atomic_int n_inflight;       /* its length, readable without exec */
     double inflight_progress;    /* when one of them last completed, or the first was posted */
-    int busy;                    /* a call runs on a caller's thread */
+    int busy;                    /* a queued or blocking call is running */
+    int waiters;                 /* threads in hoop_wait: they run queued calls themselves */
     int has_thread, stop;
+    int thread_polls;            /* the progress thread may be in the transport's poll, holding exec */
     pthread_t thread;
     pthread_mutex_t exec;
 

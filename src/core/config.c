@@ -20,7 +20,9 @@ void hoop__config_defaults(hoop__config_t *c)
     c->small_bytes = 16 * 1024;
     c->timeout_s = 300.0;
     c->shm_ring_bytes = 1024 * 1024;
-    c->shm_cma_bytes = 256 * 1024;
+    /* Off: on the machines measured (docs/performance.md) the ring beat process_vm_readv at
+     * every size, 2 and 4 ranks. */
+    c->shm_cma_bytes = 0;
     c->shm_spin_us = 200;
 }
 

@@ -1,7 +1,8 @@
 /*
  * The progress engine. Every call is a request. Collectives run one at a time, in posting order: a
  * blocking call on an idle communicator runs on the caller's thread (no hand-off); otherwise it is
- * queued for the communicator's progress thread, started by the first nonblocking call.
+ * queued for the communicator's progress thread, started by the first nonblocking call. While a
+ * thread waits in hoop_wait, it runs the queued calls itself and the progress thread leaves them.
  * Point-to-point requests are posted to the transport when their turn comes and then overlap with
  * what follows; they complete when the transport finishes them.
  *
@@ -256,6 +257,16 @@ void *hoop__scratch(hoop_comm_t *c, size_t bytes)
 
 static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP_K_SEND; }
 
+/* Under mu, when the engine comes free: wakes waiters, and the progress thread only if it has
+ * something to take (a wake-up it does not need costs a scheduler trip on a busy machine). */
+static void engine_free(hoop_comm_t *c)
+{
+    c->busy = 0;
+    pthread_cond_broadcast(&c->cv);
+    if (c->has_thread && ((c->head != NULL && c->waiters == 0) || atomic_load(&c->n_inflight) > 0))
+        pthread_cond_signal(&c->tcv);
+}
+
 /* Under exec: a point-to-point request goes to the transport; its header seq numbers the messages
  * between this pair of ranks. */
 static void post_p2p(hoop_request_t *r)
@@ -289,42 +300,53 @@ static hoop_result_t run(hoop_comm_t *c, hoop_request_t *r)
     return rc;
 }
 
+/* Takes the queue's head and runs it on this thread: a collective to completion, a point-to-point
+ * request only as far as posting it. Called with mu held and busy clear; returns with mu held. */
+static void run_head(hoop_comm_t *c)
+{
+    hoop_request_t *r = c->head;
+    c->head = r->next;
+    if (c->head == NULL) c->tail = NULL;
+    c->busy = 1;
+    int thread_polls = c->thread_polls;
+    pthread_mutex_unlock(&c->mu);
+    if (thread_polls) c->tp_ops->wake(c->tp);
+    pthread_mutex_lock(&c->exec);
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    int posted = 0;
+    hoop_result_t st = ab;
+    if (ab == HOOP_OK) {
+        if (is_p2p(&r->call)) {
+            post_p2p(r);
+            if (c->inflight == NULL) c->inflight_progress = hoop__now();
+            r->next = c->inflight;
+            c->inflight = r;
+            atomic_fetch_add(&c->n_inflight, 1);
+            posted = 1;
+            reap_inflight(c); /* it may have failed at once */
+        } else {
+            st = hoop__collective_run(&r->call);
+        }
+    }
+    pthread_mutex_unlock(&c->exec);
+    if (!posted) complete(c, r, st);
+    pthread_mutex_lock(&c->mu);
+    engine_free(c);
+}
+
+/* Runs queued calls while nobody waits: a thread in hoop_wait runs them itself, which saves a
+ * hand-off (a wake-up and a trip through the scheduler) per call. */
 static void *progress_thread(void *arg)
 {
     hoop_comm_t *c = arg;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
-        hoop_request_t *r = c->head;
-        if (r != NULL && !c->busy) {
-            c->head = r->next;
-            if (c->head == NULL) c->tail = NULL;
-            c->busy = 1;
-            pthread_mutex_unlock(&c->mu);
-            pthread_mutex_lock(&c->exec);
-            hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-            int posted = 0;
-            hoop_result_t st = ab;
-            if (ab == HOOP_OK) {
-                if (is_p2p(&r->call)) {
-                    post_p2p(r);
-                    if (c->inflight == NULL) c->inflight_progress = hoop__now();
-                    r->next = c->inflight;
-                    c->inflight = r;
-                    atomic_fetch_add(&c->n_inflight, 1);
-                    posted = 1;
-                    reap_inflight(c); /* it may have failed at once */
-                } else {
-                    st = hoop__collective_run(&r->call);
-                }
-            }
-            pthread_mutex_unlock(&c->exec);
-            if (!posted) complete(c, r, st);
-            pthread_mutex_lock(&c->mu);
-            c->busy = 0;
-            pthread_cond_broadcast(&c->cv);
+        if (c->head != NULL && !c->busy && c->waiters == 0) {
+            run_head(c);
             continue;
         }
         if (atomic_load(&c->n_inflight) > 0 && !c->busy) {
+            c->thread_polls = 1;
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&c->exec);
             if (c->inflight != NULL) {
@@ -336,16 +358,17 @@ static void *progress_thread(void *arg)
             }
             pthread_mutex_unlock(&c->exec);
             pthread_mutex_lock(&c->mu);
+            c->thread_polls = 0;
             continue;
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
+        ts.tv_nsec += c->head != NULL ? 1000 * 1000 : 100 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        pthread_cond_timedwait(&c->tcv, &c->mu, &ts);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -376,7 +399,7 @@ hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop
     if (out == NULL && c->head == NULL && !c->busy) {
         /* Fast path: nothing ahead of us, run on this thread. */
         c->busy = 1;
-        int thread_polls = c->has_thread;
+        int thread_polls = c->thread_polls;
         pthread_mutex_unlock(&c->mu);
         /* The progress thread may sleep in poll() holding exec for point-to-point requests. */
         if (thread_polls) c->tp_ops->wake(c->tp);
@@ -384,8 +407,7 @@ hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop
         hoop_result_t st = run(c, r);
         pthread_mutex_unlock(&c->exec);
         pthread_mutex_lock(&c->mu);
-        c->busy = 0;
-        pthread_cond_broadcast(&c->cv);
+        engine_free(c);
         pthread_mutex_unlock(&c->mu);
         free(r);
         return st;
@@ -399,9 +421,11 @@ hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop
     if (c->tail) c->tail->next = r;
     else c->head = r;
     c->tail = r;
-    pthread_cond_broadcast(&c->cv);
+    if (c->waiters > 0) pthread_cond_broadcast(&c->cv);
+    else pthread_cond_signal(&c->tcv);
+    int thread_polls = c->thread_polls;
     pthread_mutex_unlock(&c->mu);
-    c->tp_ops->wake(c->tp);
+    if (thread_polls) c->tp_ops->wake(c->tp);
     if (out != NULL) {
         *out = r;
         return HOOP_OK;
@@ -414,13 +438,23 @@ hoop_result_t hoop_wait(hoop_request_t *r)
     if (r == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_comm_t *c = r->call.comm;
     pthread_mutex_lock(&c->mu);
+    c->waiters++;
     while (!atomic_load(&r->done)) {
+        /* Calls ahead of r (or r itself) that nobody runs yet: run them here. */
+        if (c->head != NULL && !c->busy && !c->stop) {
+            run_head(c);
+            continue;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
         /* Every running operation has its own timeout, so this wait ends. */
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
+    /* Queued calls nobody waits for go back to the progress thread, which looks again within a
+     * millisecond: not woken here, because a caller that waits on its calls one by one comes
+     * back at once, and a wake-up per call would bounce every call between two threads. */
+    c->waiters--;
     pthread_mutex_unlock(&c->mu);
     hoop_result_t st = r->status;
     free(r);
@@ -439,6 +473,7 @@ void hoop__engine_stop(hoop_comm_t *c)
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
     pthread_cond_broadcast(&c->cv);
+    pthread_cond_broadcast(&c->tcv);
     pthread_mutex_unlock(&c->mu);
     if (c->tp != NULL) c->tp_ops->wake(c->tp);
     if (c->has_thread) pthread_join(c->thread, NULL);

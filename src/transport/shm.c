@@ -19,8 +19,8 @@
  * Where the kernel refuses (no ptrace permission, no CMA), the reader says so at connect time and
  * the writer keeps to the ring.
  *
- * Waiting: a rank that finds nothing to do spins for a while (not when ranks outnumber cores),
- * then sleeps on the futex word in its own header after announcing it; whoever moves a head, a
+ * Waiting: a rank that finds nothing to do spins for a while (yielding its core between looks
+ * when ranks outnumber cores), then sleeps on the futex word in its own header after announcing it; whoever moves a head, a
  * tail or a single-copy count checks that announcement and wakes it. Peer death is seen through a
  * pidfd, and an aborting rank writes its reason into its header for the others to read.
  */
@@ -128,6 +128,7 @@ struct hoop__tp {
     hoop_result_t failed;
     int nlocal;
     double spin_s;        /* how long progress() spins before it sleeps */
+    int oversub;          /* more local ranks than cores: yield while spinning */
     double next_check;    /* next liveness check while spinning */
     struct pollfd *pfds;
     _Atomic int woken;    /* wake() came since progress() last looked: do not sleep */
@@ -395,8 +396,11 @@ static hoop_result_t shm_connect(hoop__tp_t *tp, const char *const *addrs, doubl
             }
         }
     }
-    /* Spinning only pays while every local rank has a core of its own. */
-    tp->spin_s = tp->nlocal + 1 <= cpus_available() ? tp->p.cfg->shm_spin_us * 1e-6 : 0;
+    /* With more local ranks than cores a pure spin steals the core the producer needs, and a
+     * futex sleep costs a trip through the scheduler at every step of a collective: yield the
+     * core while spinning, so the peer runs at once and we are back on the next tick. */
+    tp->oversub = tp->nlocal + 1 > cpus_available();
+    tp->spin_s = tp->p.cfg->shm_spin_us * 1e-6;
     if (tp->nlocal > 0)
         HOOP_INFO(tp->p.log, "shm: mapped the segments of rank(s) %s (%zu KiB rings, single copy from "
                   "%zu B, spin %.0f us)", list, tp->ring_bytes >> 10, tp->p.cfg->shm_cma_bytes,
@@ -477,7 +481,13 @@ static int send_some(hoop__tp_t *tp, int j)
             }
             if (space == 0) break;
             size_t n;
-            if (o->pos < o->hlen) {
+            if (o->pos == 0 && total <= space && total - o->hlen <= PIECE) {
+                /* A small message in one go: one head update, one look at the reader's bell. */
+                ring_write(pe->out_data, rb, pe->out_head, o->hdr, o->hlen);
+                if (total > o->hlen)
+                    ring_write(pe->out_data, rb, pe->out_head + o->hlen, o->x->buf, total - o->hlen);
+                n = total;
+            } else if (o->pos < o->hlen) {
                 /* The header goes in whole, so the reader never sees half of one. */
                 n = o->hlen - o->pos;
                 if (n > space) break;
@@ -780,6 +790,7 @@ static void shm_progress(hoop__tp_t *tp, int timeout_ms)
             cpu_relax();
         }
         if (hoop__now() >= spin_end || atomic_load(&tp->woken)) break;
+        if (tp->oversub) sched_yield();
     }
     if (check_peers(tp)) return;
     uint32_t seen = atomic_load(&tp->sh->doorbell);
