@@ -10,6 +10,7 @@
  * Nobody takes exec while holding mu.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,8 +155,9 @@ static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x
 hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
 {
     hoop_comm_t *c = call->comm;
-    double start = hoop__now(), deadline = start + c->timeout_s;
+    double start = 0, deadline = 0;
     int last_done = -1;
+    unsigned polls = 0, spin_polls = c->spin_s > 0 ? UINT_MAX : 0;
     for (;;) {
         int ndone = 0;
         for (int i = 0; i < n; i++) {
@@ -174,9 +176,20 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
             c->tp_ops->abort(c->tp, ab, c->fatal_msg);
             return ab;
         }
-        double now = hoop__now();
+        /* Reading the clock costs as much as a poll: while spinning, look at it every 32nd round
+         * only; a wait that progresses restarts its deadline. */
         if (ndone != last_done) {
             last_done = ndone;
+            deadline = 0;
+        }
+        if ((++polls & 31) != 0 && polls < spin_polls) {
+            c->tp_ops->progress(c->tp, 0);
+            if (c->inflight != NULL) reap_inflight(c);
+            continue;
+        }
+        double now = hoop__now();
+        if (start == 0) start = now;
+        if (deadline == 0) {
             deadline = now + c->timeout_s;
         } else if (now >= deadline) {
             char mine[128], peers[128] = "";
@@ -193,6 +206,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
             return HOOP_ERR_TIMEOUT;
         }
         int ms = now - start < c->spin_s ? 0 : 100;
+        if (ms) spin_polls = 0;
         c->tp_ops->progress(c->tp, ms);
         if (c->inflight != NULL) reap_inflight(c);
     }
@@ -386,18 +400,23 @@ static hoop_result_t ensure_thread(hoop_comm_t *c)
 
 hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)
 {
-    hoop_request_t *r = calloc(1, sizeof(*r));
-    if (r == NULL) return hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "out of memory for a request");
+    hoop_request_t local, *r = &local;
+    pthread_mutex_lock(&c->mu);
+    int fast = out == NULL && c->head == NULL && !c->busy;
+    if (!fast) {
+        pthread_mutex_unlock(&c->mu);
+        r = malloc(sizeof(*r));
+        if (r == NULL) return hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "out of memory for a request");
+    }
+    memset(r, 0, sizeof(*r));
     r->call = *call;
     r->call.comm = c;
     r->blocking = out == NULL;
     if (call->kind == HOOP_K_SEND)
         r->xfer.dir = call->is_recv ? HOOP_XFER_RECV : HOOP_XFER_SEND;
-
-    pthread_mutex_lock(&c->mu);
-    if (!is_p2p(call)) r->call.seq = c->seq++;
-    if (out == NULL && c->head == NULL && !c->busy) {
-        /* Fast path: nothing ahead of us, run on this thread. */
+    if (fast) {
+        /* Nothing ahead of us: run on this thread, the request on the stack. */
+        if (!is_p2p(call)) r->call.seq = c->seq++;
         c->busy = 1;
         int thread_polls = c->thread_polls;
         pthread_mutex_unlock(&c->mu);
@@ -409,9 +428,10 @@ hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop
         pthread_mutex_lock(&c->mu);
         engine_free(c);
         pthread_mutex_unlock(&c->mu);
-        free(r);
         return st;
     }
+    pthread_mutex_lock(&c->mu);
+    if (!is_p2p(call)) r->call.seq = c->seq++;
     hoop_result_t trc = ensure_thread(c);
     if (trc != HOOP_OK) {
         pthread_mutex_unlock(&c->mu);
