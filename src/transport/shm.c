@@ -11,24 +11,30 @@
  *   ring i -> j:        producer i writes bytes and moves head; consumer j reads and moves tail;
  *                       head and tail are monotonic byte counters on their own cache lines
  *
- * A message is the 64-byte wire header followed by its payload, streamed through the ring in
- * pieces so that the reader copies out while the writer is still copying in. A payload of at least
- * HOOP_SHM_CMA_BYTES goes by single copy instead: the ring carries the header and a descriptor
+ * A message is a frame: a stamp word, a 32-byte header (the wire header less what the ring implies)
+ * and the payload, padded to a cache line. Large payloads stream through the ring in pieces, so
+ * the reader copies out while the writer is still copying in. A frame the writer puts in whole
+ * (payload up to 64 KiB, room in the ring) gets its stamp last, a value only that frame's position
+ * can have: the reader polls the stamp in the line it will read anyway, so a small message costs
+ * one cache-line transfer instead of three (head's line, then the data's). A payload of at least
+ * HOOP_SHM_CMA_BYTES (off by default) goes by single copy instead: the frame carries a descriptor
  * (address, length) and the reader pulls the bytes straight from the writer's buffer with
  * process_vm_readv, then counts the message done in the ring control, which completes the send.
  * Where the kernel refuses (no ptrace permission, no CMA), the reader says so at connect time and
  * the writer keeps to the ring.
  *
  * Waiting: a rank that finds nothing to do spins for a while (yielding its core between looks
- * when ranks outnumber cores), then sleeps on the futex word in its own header after announcing it; whoever moves a head, a
- * tail or a single-copy count checks that announcement and wakes it. Peer death is seen through a
- * pidfd, and an aborting rank writes its reason into its header for the others to read.
+ * when ranks outnumber cores), then sleeps on the futex word in its own header after announcing
+ * it; whoever moves a head, a tail or a single-copy count checks that announcement and wakes it
+ * (see publish() for the fences). Peer death is seen through a pidfd, and an aborting rank
+ * writes its reason into its header for the others to read.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -52,6 +58,8 @@
 #define F_CMA 0x01     /* wire header flag: a descriptor follows, the payload stays with the sender */
 #define DESC_SIZE 16
 #define PIECE (64 * 1024) /* bytes copied between publications of head or tail */
+#define STAMP 8           /* a frame's first word: see send_some() */
+#define SHDR_SIZE 32      /* the wire header without what a ring implies (sender, communicator) */
 #define CMA_PIECE (1024 * 1024)
 #define REASON_LEN 448
 #ifndef MADV_POPULATE_WRITE
@@ -77,6 +85,7 @@ typedef struct seg_hdr {
     uint64_t probe_addr; /* a word in the owner's memory holding nonce: the single-copy probe */
     _Alignas(LINE) _Atomic uint32_t doorbell; /* futex word */
     _Atomic uint32_t sleeping;                /* the owner is about to sleep on doorbell */
+    uint32_t membarrier; /* the owner is registered for, and sleeps behind, a global membarrier */
     _Alignas(LINE) _Atomic uint32_t aborted;
     _Atomic uint32_t closed;                  /* the owner closed its instance */
     char reason[REASON_LEN];
@@ -85,11 +94,11 @@ typedef struct seg_hdr {
 typedef struct op {
     hoop__xfer_t *x;
     size_t pos;   /* bytes of header (+ descriptor) and payload moved through the ring */
-    size_t hlen;  /* HOOP_WIRE_HDR_SIZE, plus DESC_SIZE for a single copy */
+    size_t hlen;  /* SHDR_SIZE, plus DESC_SIZE for a single copy */
     size_t cma_pos;
     uint64_t ticket;
     int cma;
-    uint8_t hdr[HOOP_WIRE_HDR_SIZE + DESC_SIZE];
+    uint8_t hdr[SHDR_SIZE + DESC_SIZE];
     struct op *next;
 } op_t;
 
@@ -109,9 +118,10 @@ typedef struct peer {
     uint64_t out_head, out_tail_seen;
     ring_ctl_t *in;      /* in our segment: its ring to us */
     uint8_t *in_data;
-    uint64_t in_tail, in_head_seen;
+    uint64_t in_tail, in_head_seen, in_tail_pub;
     queue_t sq, aq, rq;  /* sends being written, single copies awaiting the reader, receives */
     uint64_t cma_tickets;
+    int cheap;           /* publish() without a fence: see there */
 } peer_t;
 
 struct hoop__tp {
@@ -142,8 +152,18 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
     return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
-/* After publishing: wake the owner of sh if it announced that it sleeps. The seq_cst store of
- * the published counter and this load pair with the sleeper's store and re-check (Dekker). */
+/* Publishing a counter that peer pe may sleep on (Dekker: publish, then look whether it sleeps;
+ * it announces, then looks at the counters). A seq_cst store would drain this core's store buffer
+ * on every message, the largest cost of a small one; where both ends are registered for global
+ * membarrier the sleeper pays instead, once per sleep: its membarrier() makes every registered
+ * core's earlier stores visible before it looks. */
+static void publish(const peer_t *pe, _Atomic uint64_t *counter, uint64_t v)
+{
+    if (pe->cheap) atomic_store_explicit(counter, v, memory_order_release);
+    else atomic_store(counter, v);
+}
+
+/* After publishing: wake the owner of sh if it announced that it sleeps. */
 static void notify(seg_hdr_t *sh)
 {
     if (atomic_load(&sh->sleeping)) {
@@ -156,6 +176,34 @@ static void force_wake(seg_hdr_t *sh)
 {
     atomic_fetch_add(&sh->doorbell, 1);
     futex(&sh->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* The ring between two ranks of one communicator implies the sender and the communicator, so a
+ * frame carries the rest of the wire header in 32 bytes: with its stamp and up to 24 bytes of
+ * payload it fits one cache line, which the reader then fetches once. */
+static void shdr_encode(const hoop__wire_hdr_t *h, uint8_t *b)
+{
+    b[0] = h->kind;
+    b[1] = h->dtype;
+    b[2] = h->op;
+    b[3] = h->flags;
+    memcpy(b + 4, &h->root, 4);
+    memcpy(b + 8, &h->seq, 8);
+    memcpy(b + 16, &h->count, 8);
+    memcpy(b + 24, &h->payload_len, 8);
+}
+
+static void shdr_decode(const uint8_t *b, hoop__wire_hdr_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->kind = b[0];
+    h->dtype = b[1];
+    h->op = b[2];
+    h->flags = b[3];
+    memcpy(&h->root, b + 4, 4);
+    memcpy(&h->seq, b + 8, 8);
+    memcpy(&h->count, b + 16, 8);
+    memcpy(&h->payload_len, b + 24, 8);
 }
 
 static op_t *op_new(hoop__tp_t *tp)
@@ -265,6 +313,9 @@ static hoop_result_t shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     tp->sh->magic = SEG_MAGIC;
     tp->sh->comm_id = p->comm_id;
     tp->sh->nonce = tp->nonce;
+    long mb = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    tp->sh->membarrier = mb > 0 && (mb & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+                         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
     tp->sh->ring_bytes = tp->ring_bytes;
     tp->sh->rank = p->rank;
     tp->sh->size = p->size;
@@ -322,6 +373,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     pe->map = m;
     pe->map_len = len;
     pe->sh = m;
+    pe->cheap = tp->sh->membarrier && pe->sh->membarrier;
     if (pe->sh->magic != SEG_MAGIC || pe->sh->nonce != nonce || pe->sh->comm_id != tp->p.comm_id ||
         pe->sh->rank != j || pe->sh->size != tp->p.size || pe->sh->ring_bytes != tp->ring_bytes) {
         snprintf(msg, sizeof(msg), "shm: the segment at %s is not rank %d's of this communicator",
@@ -444,7 +496,7 @@ static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
     o->x = x;
     o->pos = 0;
     o->cma_pos = 0;
-    o->hlen = HOOP_WIRE_HDR_SIZE;
+    o->hlen = SHDR_SIZE;
     o->cma = 0;
     if (x->dir == HOOP_XFER_SEND) {
         x->hdr.payload_len = x->len;
@@ -455,14 +507,22 @@ static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
             o->hlen += DESC_SIZE;
             x->hdr.flags = F_CMA;
             uint64_t a = (uint64_t)(uintptr_t)x->buf, l = x->len;
-            memcpy(o->hdr + HOOP_WIRE_HDR_SIZE, &a, 8);
-            memcpy(o->hdr + HOOP_WIRE_HDR_SIZE + 8, &l, 8);
+            memcpy(o->hdr + SHDR_SIZE, &a, 8);
+            memcpy(o->hdr + SHDR_SIZE + 8, &l, 8);
         }
-        hoop__wire_encode(&x->hdr, o->hdr);
+        shdr_encode(&x->hdr, o->hdr);
         q_push(&pe->sq, o);
     } else {
         q_push(&pe->rq, o);
     }
+}
+
+/* The stamp word at a frame's start: what a frame written whole carries there, once complete. */
+static uint64_t stamp_of(uint64_t pos, uint64_t key) { return (pos + 1) ^ key; }
+
+static _Atomic uint64_t *stamp_at(uint8_t *ring, size_t rb, uint64_t pos)
+{
+    return (_Atomic uint64_t *)(void *)(ring + (size_t)(pos & (rb - 1)));
 }
 
 /* Writes what fits of the queued sends to peer j. Returns 1 if anything moved. */
@@ -473,40 +533,49 @@ static int send_some(hoop__tp_t *tp, int j)
     int moved = 0;
     while (pe->sq.head != NULL) {
         op_t *o = pe->sq.head;
-        size_t total = o->hlen + (o->cma ? 0 : o->x->len);
-        while (o->pos < total) {
+        size_t total = STAMP + o->hlen + (o->cma ? 0 : o->x->len), framed = round_up(total, LINE);
+        while (o->pos < framed) {
             size_t space = rb - (size_t)(pe->out_head - pe->out_tail_seen);
-            if (space < (o->pos < o->hlen ? o->hlen - o->pos : 1) || space < PIECE / 4) {
+            if (space < framed - o->pos || space < PIECE / 4) {
                 pe->out_tail_seen = atomic_load_explicit(&pe->out->tail, memory_order_acquire);
                 space = rb - (size_t)(pe->out_head - pe->out_tail_seen);
             }
             if (space == 0) break;
             size_t n;
-            if (o->pos == 0 && total <= space && total - o->hlen <= PIECE) {
-                /* A small message in one go: one head update, one look at the reader's bell. */
-                ring_write(pe->out_data, rb, pe->out_head, o->hdr, o->hlen);
-                if (total > o->hlen)
-                    ring_write(pe->out_data, rb, pe->out_head + o->hlen, o->x->buf, total - o->hlen);
-                n = total;
-            } else if (o->pos < o->hlen) {
-                /* The header goes in whole, so the reader never sees half of one. */
-                n = o->hlen - o->pos;
+            if (o->pos == 0 && framed <= space && total - STAMP - o->hlen <= PIECE) {
+                /* Whole, published by its stamp: the reader polls this one line rather than
+                 * waiting for head's line and then the data's. */
+                ring_write(pe->out_data, rb, pe->out_head + STAMP, o->hdr, o->hlen);
+                if (total > STAMP + o->hlen)
+                    ring_write(pe->out_data, rb, pe->out_head + STAMP + o->hlen, o->x->buf,
+                               total - STAMP - o->hlen);
+                atomic_store_explicit(stamp_at(pe->out_data, rb, pe->out_head),
+                                      stamp_of(pe->out_head, pe->sh->nonce), memory_order_release);
+                n = framed;
+            } else if (o->pos == 0) {
+                /* Stamp and header go in whole, so the reader never sees half of a header. */
+                n = STAMP + o->hlen;
                 if (n > space) break;
-                ring_write(pe->out_data, rb, pe->out_head, o->hdr + o->pos, n);
-            } else {
-                size_t done = o->pos - o->hlen;
+                atomic_store_explicit(stamp_at(pe->out_data, rb, pe->out_head), 0,
+                                      memory_order_relaxed);
+                ring_write(pe->out_data, rb, pe->out_head + STAMP, o->hdr, o->hlen);
+            } else if (o->pos < total) {
+                size_t done = o->pos - STAMP - o->hlen;
                 n = o->x->len - done;
                 if (n > space) n = space;
                 if (n > PIECE) n = PIECE;
                 ring_write(pe->out_data, rb, pe->out_head, (const uint8_t *)o->x->buf + done, n);
+            } else {
+                n = framed - o->pos; /* padding: the next frame starts on a line of its own */
+                if (n > space) break;
             }
             pe->out_head += n;
             o->pos += n;
-            atomic_store(&pe->out->head, pe->out_head);
+            publish(pe, &pe->out->head, pe->out_head);
             notify(pe->sh);
             moved = 1;
         }
-        if (o->pos < total) break;
+        if (o->pos < framed) break;
         q_pop(&pe->sq);
         if (o->cma) {
             o->ticket = ++pe->cma_tickets;
@@ -528,11 +597,33 @@ static int send_some(hoop__tp_t *tp, int j)
     return moved;
 }
 
+/* Bytes from peer j readable now. A frame taken by its stamp may put in_tail ahead of the head
+ * published so far. */
+static size_t in_avail(peer_t *pe)
+{
+    uint64_t h = atomic_load_explicit(&pe->in->head, memory_order_acquire);
+    if ((int64_t)(h - pe->in_head_seen) > 0) pe->in_head_seen = h;
+    return (int64_t)(pe->in_head_seen - pe->in_tail) > 0 ? (size_t)(pe->in_head_seen - pe->in_tail) : 0;
+}
+
+/* Consumed bytes are published to the writer every PIECE and when recv_some() returns. */
 static void consumed(peer_t *pe, size_t n)
 {
     pe->in_tail += n;
-    atomic_store(&pe->in->tail, pe->in_tail);
-    notify(pe->sh);
+    if (pe->in_tail - pe->in_tail_pub >= PIECE) {
+        pe->in_tail_pub = pe->in_tail;
+        publish(pe, &pe->in->tail, pe->in_tail);
+        notify(pe->sh);
+    }
+}
+
+static void publish_tail(peer_t *pe)
+{
+    if (pe->in_tail != pe->in_tail_pub) {
+        pe->in_tail_pub = pe->in_tail;
+        publish(pe, &pe->in->tail, pe->in_tail);
+        notify(pe->sh);
+    }
 }
 
 /* Peer j aborted: fail it with its own reason. Returns 1 if so. */
@@ -548,8 +639,9 @@ static int fail_if_aborted(hoop__tp_t *tp, int j)
     return 1;
 }
 
-/* Reads what has arrived from peer j into its posted receives. Returns 1 if anything moved. */
-static int recv_some(hoop__tp_t *tp, int j)
+/* recv_some() without publishing the tail. Frames: an 8-byte stamp, the header (and a single copy's
+ * descriptor), the payload, padding to 8 bytes. */
+static int recv_frames(hoop__tp_t *tp, int j)
 {
     peer_t *pe = &tp->peers[j];
     size_t rb = tp->ring_bytes;
@@ -557,41 +649,57 @@ static int recv_some(hoop__tp_t *tp, int j)
     while (pe->rq.head != NULL) {
         op_t *o = pe->rq.head;
         hoop__xfer_t *x = o->x;
-        size_t avail = (size_t)(pe->in_head_seen - pe->in_tail);
-        if (avail == 0 || (o->pos < o->hlen && avail < o->hlen - o->pos)) {
-            pe->in_head_seen = atomic_load_explicit(&pe->in->head, memory_order_acquire);
-            avail = (size_t)(pe->in_head_seen - pe->in_tail);
+        size_t avail = (int64_t)(pe->in_head_seen - pe->in_tail) > 0
+                           ? (size_t)(pe->in_head_seen - pe->in_tail) : 0;
+        int whole = 0;
+        if (o->pos == 0 && avail < STAMP + SHDR_SIZE) {
+            /* A frame written whole shows by its stamp, in the line the reader is about to read
+             * anyway: look there before head's line. */
+            if (atomic_load_explicit(stamp_at(pe->in_data, rb, pe->in_tail), memory_order_acquire) ==
+                stamp_of(pe->in_tail, tp->nonce))
+                whole = 1;
+            else if ((avail = in_avail(pe)) < STAMP + SHDR_SIZE)
+                break;
+        } else if (avail == 0 || (o->pos < STAMP + o->hlen && avail < STAMP + o->hlen - o->pos)) {
+            avail = in_avail(pe);
         }
-        if (o->pos < HOOP_WIRE_HDR_SIZE) {
-            if (avail < HOOP_WIRE_HDR_SIZE) break; /* headers are written whole */
-            ring_read(pe->in_data, rb, pe->in_tail, o->hdr, HOOP_WIRE_HDR_SIZE);
-            hoop_result_t rc = hoop__wire_decode(o->hdr, UINT64_MAX, &x->got);
+        if (o->pos == 0) {
+            ring_read(pe->in_data, rb, pe->in_tail + STAMP, o->hdr, SHDR_SIZE);
+            shdr_decode(o->hdr, &x->got);
+            x->got.src = (uint32_t)j;
+            x->got.comm_id = tp->p.comm_id;
             hoop__wire_hdr_t want = x->hdr;
             want.payload_len = x->len;
-            if (rc == HOOP_OK) rc = hoop__wire_match(&want, &x->got);
+            hoop_result_t rc = hoop__wire_match(&want, &x->got);
             if (rc != HOOP_OK || (x->got.flags & ~F_CMA) != 0) {
                 char msg[400];
                 hoop__wire_mismatch_msg(&want, &x->got, j, tp->p.rank, msg, sizeof(msg));
                 peer_fail(tp, j, HOOP_ERR_MISMATCH, msg);
                 return 1;
             }
-            consumed(pe, HOOP_WIRE_HDR_SIZE);
-            avail -= HOOP_WIRE_HDR_SIZE;
-            o->pos = HOOP_WIRE_HDR_SIZE;
             if (x->got.flags & F_CMA) {
                 o->cma = 1;
                 o->hlen += DESC_SIZE;
             }
+            if (whole) {
+                uint64_t end = pe->in_tail + round_up(STAMP + o->hlen + (o->cma ? 0 : x->len), LINE);
+                if ((int64_t)(end - pe->in_head_seen) > 0) pe->in_head_seen = end;
+                avail = (size_t)(pe->in_head_seen - pe->in_tail);
+            }
+            consumed(pe, STAMP + SHDR_SIZE);
+            avail -= STAMP + SHDR_SIZE;
+            o->pos = STAMP + SHDR_SIZE;
             moved = 1;
         }
         if (o->cma) {
-            if (o->pos < o->hlen) {
-                if (avail < DESC_SIZE) break;
-                ring_read(pe->in_data, rb, pe->in_tail, o->hdr + HOOP_WIRE_HDR_SIZE, DESC_SIZE);
+            if (o->pos < STAMP + o->hlen) {
+                if (avail < DESC_SIZE && (avail = in_avail(pe)) < DESC_SIZE) break;
+                ring_read(pe->in_data, rb, pe->in_tail, o->hdr + SHDR_SIZE, DESC_SIZE);
                 consumed(pe, DESC_SIZE);
-                o->pos = o->hlen;
+                avail -= DESC_SIZE;
+                o->pos = STAMP + o->hlen;
                 uint64_t l;
-                memcpy(&l, o->hdr + HOOP_WIRE_HDR_SIZE + 8, 8);
+                memcpy(&l, o->hdr + SHDR_SIZE + 8, 8);
                 if (l != x->len) {
                     peer_fail(tp, j, HOOP_ERR_MISMATCH, "shm: a single-copy descriptor does not "
                               "match its header");
@@ -599,7 +707,7 @@ static int recv_some(hoop__tp_t *tp, int j)
                 }
             }
             uint64_t a;
-            memcpy(&a, o->hdr + HOOP_WIRE_HDR_SIZE, 8);
+            memcpy(&a, o->hdr + SHDR_SIZE, 8);
             /* A closed sender dropped this send and may have freed its buffer. */
             if (atomic_load(&pe->sh->closed)) {
                 char msg[96];
@@ -628,17 +736,16 @@ static int recv_some(hoop__tp_t *tp, int j)
             /* An aborting writer raises its flag before its call returns and the buffer is the
              * caller's again: a copy that may have raced with that is not to be trusted. */
             if (fail_if_aborted(tp, j)) return 1;
-            atomic_fetch_add(&pe->in->cma_done, 1);
-            notify(pe->sh);
+            if (o->cma_pos == x->len) {
+                o->cma_pos = x->len + 1; /* counted once, even if the padding waits */
+                atomic_fetch_add(&pe->in->cma_done, 1);
+                notify(pe->sh);
+            }
         } else {
-            size_t total = o->hlen + x->len;
+            size_t total = STAMP + o->hlen + x->len;
             while (o->pos < total) {
-                if (avail == 0) {
-                    pe->in_head_seen = atomic_load_explicit(&pe->in->head, memory_order_acquire);
-                    avail = (size_t)(pe->in_head_seen - pe->in_tail);
-                    if (avail == 0) break;
-                }
-                size_t done = o->pos - o->hlen, n = x->len - done;
+                if (avail == 0 && (avail = in_avail(pe)) == 0) break;
+                size_t done = o->pos - STAMP - o->hlen, n = x->len - done;
                 if (n > avail) n = avail;
                 if (n > PIECE) n = PIECE;
                 ring_read(pe->in_data, rb, pe->in_tail, (uint8_t *)x->buf + done, n);
@@ -649,10 +756,25 @@ static int recv_some(hoop__tp_t *tp, int j)
             }
             if (o->pos < total) break;
         }
+        size_t framed = round_up(STAMP + o->hlen + (o->cma ? 0 : x->len), LINE);
+        if (o->pos < framed) {
+            size_t pad = framed - o->pos;
+            if (avail < pad && (avail = in_avail(pe)) < pad) break;
+            consumed(pe, pad);
+            o->pos = framed;
+        }
         q_pop(&pe->rq);
         finish(x, HOOP_OK);
         op_free(tp, o);
     }
+    return moved;
+}
+
+/* Reads what has arrived from peer j into its posted receives. Returns 1 if anything moved. */
+static int recv_some(hoop__tp_t *tp, int j)
+{
+    int moved = recv_frames(tp, j);
+    if (!tp->peers[j].lost) publish_tail(&tp->peers[j]);
     return moved;
 }
 
@@ -661,11 +783,14 @@ static int pending(const peer_t *pe) { return pe->sq.head || pe->aq.head || pe->
 
 /* After a move_all() that moved nothing: could anything move for peer j now (1), or did it abort
  * (2)? Read-only, for spinning and for the re-check before sleeping. */
-static int ready(const peer_t *pe)
+static int ready(const hoop__tp_t *tp, const peer_t *pe)
 {
     if (atomic_load(&pe->sh->aborted) != 0) return 2;
     if (atomic_load(&pe->sh->closed) && pending(pe)) return 2;
-    if (pe->rq.head != NULL && atomic_load(&pe->in->head) != pe->in_tail) return 1;
+    if (pe->rq.head != NULL && (atomic_load(stamp_at(pe->in_data, tp->ring_bytes, pe->in_tail)) ==
+                                    stamp_of(pe->in_tail, tp->nonce) ||
+                                (int64_t)(atomic_load(&pe->in->head) - pe->in_tail) > 0))
+        return 1;
     if (pe->sq.head != NULL && atomic_load(&pe->out->tail) != pe->out_tail_seen) return 1;
     if (pe->aq.head != NULL && atomic_load(&pe->out->cma_done) >= pe->aq.head->ticket) return 1;
     return 0;
@@ -756,7 +881,7 @@ static int any_ready(const hoop__tp_t *tp)
     for (int j = 0; j < tp->p.size && r < 2; j++) {
         const peer_t *pe = &tp->peers[j];
         if (pe->local && !pe->lost) {
-            int k = ready(pe);
+            int k = ready(tp, pe);
             r = k > r ? k : r;
         }
     }
@@ -800,6 +925,7 @@ static void shm_progress(hoop__tp_t *tp, int timeout_ms)
     if (check_peers(tp)) return;
     uint32_t seen = atomic_load(&tp->sh->doorbell);
     atomic_store(&tp->sh->sleeping, 1);
+    if (tp->sh->membarrier) syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
     /* A wake() before this point is seen here; a later one moves the doorbell past seen. */
     if (!atomic_exchange(&tp->woken, 0) && !any_ready(tp)) {
         struct timespec ts = {.tv_sec = timeout_ms / 1000, .tv_nsec = (timeout_ms % 1000) * 1000000L};
