@@ -345,6 +345,7 @@ typedef struct bench {
     const coll_t *coll;
     size_t minb, maxb, factor, step; /* factor > 1: multiply, else add step */
     int iters, warmup, check, blocking, average;
+    int warm_each; /* also warm up before every timed row, as the OSU benchmarks do */
     unsigned dtypes, ops; /* bit masks */
     int root;             /* -1: every rank in turn */
     const char *algo, *transport;
@@ -453,6 +454,7 @@ static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, var
 {
     place(b, co, k, inplace);
     fill_input(co, k);
+    if (b->warm_each && b->warmup > 0 && !run_batch(b, co, k, b->warmup)) return 0;
     if (!checked(b, "barrier", hoop_barrier(b->comm))) return 0;
     double t0 = now_s();
     if (!run_batch(b, co, k, b->iters)) return 0;
@@ -1231,6 +1233,7 @@ static void usage(FILE *f)
         "  -n, --iters N             timed iterations per row (default 20)\n"
         "  -w, --warmup_iters N      warm-up iterations at the largest and smallest size, for\n"
         "                            every type, op and root (default 5)\n"
+        "  --warm-each               also run the warm-up iterations before every timed row\n"
         "  -c, --check 0|1           count wrong elements (default 1)\n"
         "  -z, --blocking 0|1        0: post all iterations as nonblocking calls, then wait for\n"
         "                            them (default); 1: every call completes and then all ranks\n"
@@ -1289,7 +1292,7 @@ static void usage(FILE *f)
         f);
 }
 
-enum { OPT_ALGO = 256, OPT_TRANSPORT, OPT_JSON, OPT_CSV, OPT_MODEL, OPT_EXPLAIN };
+enum { OPT_ALGO = 256, OPT_TRANSPORT, OPT_JSON, OPT_CSV, OPT_MODEL, OPT_EXPLAIN, OPT_WARM_EACH };
 
 typedef struct opts {
     int model, explain, factor_set, step_set;
@@ -1317,6 +1320,7 @@ static int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"transport", required_argument, NULL, OPT_TRANSPORT},
                                           {"json", required_argument, NULL, OPT_JSON},
                                           {"csv", required_argument, NULL, OPT_CSV},
+                                          {"warm-each", no_argument, NULL, OPT_WARM_EACH},
                                           {"model", no_argument, NULL, OPT_MODEL},
                                           {"explain", no_argument, NULL, OPT_EXPLAIN},
                                           {"help", no_argument, NULL, 'h'},
@@ -1364,6 +1368,7 @@ static int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
             break;
         case OPT_JSON: b->json_path = optarg; break;
         case OPT_CSV: b->csv_path = optarg; break;
+        case OPT_WARM_EACH: b->warm_each = 1; break;
         case OPT_MODEL: o->model = 1; break;
         case OPT_EXPLAIN: o->explain = 1; break;
         case 'h': return -1;

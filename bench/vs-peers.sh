@@ -262,7 +262,9 @@ run() {
 }
 
 # parts COLL: the jobs of one run. lat: the all-reduce latency, every call then a barrier (-z 1);
-# small: sizes up to 1 MiB, many iterations; large: the others, few.
+# small: sizes up to 1 MiB, many iterations; large: the others, few. Every library warms up before
+# every row (--warm-each, as the OSU benchmarks do): what is timed is the steady state at that size,
+# not the first touch of buffers that size needs.
 parts() {
     [ "$1" = allreduce ] && [ "$latb" -gt 0 ] && printf ' lat'
     [ -n "$small_b" ] && printf ' small'
@@ -282,9 +284,9 @@ run_config() {
         [ $# -gt 0 ] && set -- "$@" --then
         case $part in
         lat) set -- "$@" -b "$latb" -e "$latb" -n "$it_lat" -w $((it_lat / 10 + 1)) -z 1 ;;
-        small) set -- "$@" -b "$small_b" -e "$small_e" -f 4 -n "$it_small" -w $((it_small / 10 + 1)) ;;
+        small) set -- "$@" -b "$small_b" -e "$small_e" -f 4 -n "$it_small" -w $((it_small / 10 + 1)) --warm-each ;;
         # Checking 256 MiB costs more than timing it: large sizes are checked in repetition 1.
-        large) set -- "$@" -b "$large_b" -e "$large_e" -f 4 -n "$it_large" -w 1 -c $((rep == 1)) ;;
+        large) set -- "$@" -b "$large_b" -e "$large_e" -f 4 -n "$it_large" -w 1 --warm-each -c $((rep == 1)) ;;
         esac
         set -- "$@" --csv "$dir/$cfg.$part.$rep.csv"
         [ "$cfg" != gloo ] && run "$n" "$coll" "$cfg" "$part" "$rep" "$@"
@@ -348,7 +350,7 @@ elapsed=$(($(date +%s) - start))
     echo "gloo_colls=$gloo_colls"
     echo "tcp_colls=$tcp_colls"
     echo "note=vs-peers: $(uname -n), $ncpu CPUs, $(date -u +%Y-%m-%dT%H:%MZ), ${elapsed} s of runs, load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
-    echo "note=iterations: latency $it_lat (-z 1), sizes up to 1 MiB $it_small, above $it_large (checked in repetition 1); hoop-perf posts nonblocking calls (-z 0), the peers call their blocking collective back to back"
+    echo "note=iterations: latency $it_lat (-z 1), sizes up to 1 MiB $it_small, above $it_large (checked in repetition 1), warm-up before every row; hoop-perf posts nonblocking calls (-z 0), the peers call their blocking collective back to back"
     [ -n "$mpirun_base" ] && echo "note=Open MPI: $mpirun_base [--oversubscribe] -np N, shm: $ompi_shm_args; tcp: $ompi_tcp_args"
     if [ "$malloc_heap" = 1 ]; then
         echo "note=every library: MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_ (buffers allocated per call reuse the heap; --malloc-default to leave glibc as it is)"

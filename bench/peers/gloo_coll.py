@@ -54,6 +54,8 @@ def parse_args(argv):
     p.add_argument("-n", "--iters", type=int, default=20, help="timed calls per row (20)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5,
                    help="warm-up calls at the largest and the smallest size (5)")
+    p.add_argument("--warm-each", action="store_true",
+                   help="also make the warm-up calls before every timed row")
     p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1), help="count wrong elements")
     p.add_argument("-z", "--blocking", type=int, default=0, choices=(0, 1),
                    help="0: calls back to back; 1: each followed by a barrier (timed)")
@@ -155,6 +157,8 @@ class Bench:
         count, nrecv = self.counts(nbytes)
         send, recv = self.buffers(count)
         call = self.caller(send, recv, count)
+        if a.warm_each and a.warmup_iters > 0:
+            self.batch(call, a.warmup_iters)
         d.barrier()
         t0 = time.perf_counter()
         self.batch(call, a.iters)

@@ -25,7 +25,7 @@ static const char *const COLL_NAMES[NCOLLS] = {"allreduce", "broadcast", "allgat
 typedef struct opts {
     int coll;
     size_t minb, maxb, factor;
-    int iters, warmup, check, blocking, root;
+    int iters, warmup, check, blocking, root, warm_each;
     const char *csv_path, *transport;
 } opts_t;
 
@@ -136,6 +136,7 @@ static void run_row(const ctx_t *c, size_t bytes, row_t *row)
 
     fill_input(c, count);
     prep(c, count);
+    if (o->warm_each && o->warmup > 0) run_batch(c, count, o->warmup);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     run_batch(c, count, o->iters);
@@ -236,6 +237,7 @@ static void usage(FILE *f)
           "  -f F       multiply the size by F from row to row (default 2)\n"
           "  -n N       timed calls per row (default 20)\n"
           "  -w N       warm-up calls at the largest and the smallest size (default 5)\n"
+          "  --warm-each       also make the warm-up calls before every timed row\n"
           "  -c 0|1     count wrong elements (default 1)\n"
           "  -z 0|1     0: blocking calls back to back (default); 1: each followed by a barrier\n"
           "  -r R       root of broadcast and reduce (default 0)\n"
@@ -283,6 +285,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int rank)
 {
     static const struct option longs[] = {{"csv", required_argument, NULL, 'C'},
                                           {"transport", required_argument, NULL, 'T'},
+                                          {"warm-each", no_argument, NULL, 'W'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     int c, v = 0;
@@ -298,6 +301,7 @@ static int parse_args(int argc, char **argv, opts_t *o, int rank)
             break;
         case 'n': bad = parse_int(optarg, 1, 1 << 24, &o->iters); break;
         case 'w': bad = parse_int(optarg, 0, 1 << 24, &o->warmup); break;
+        case 'W': o->warm_each = 1; break;
         case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
         case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
         case 'r': bad = parse_int(optarg, 0, 1 << 30, &o->root); break;

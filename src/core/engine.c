@@ -262,10 +262,17 @@ void *hoop__scratch(hoop_comm_t *c, size_t bytes)
 {
     if (bytes == 0) bytes = 1; /* a valid pointer even for empty buffers */
     if (bytes <= c->scratch_len) return c->scratch;
-    void *p = realloc(c->scratch, bytes);
+    /* Nothing in it outlives a call, so no copy; doubling keeps regrowth (and the page faults
+     * of fresh memory, 20 us apiece on some VMs) to a few times in a job. */
+    size_t want = c->scratch_len > 0 ? c->scratch_len : 4096;
+    while (want < bytes && want <= SIZE_MAX / 2) want *= 2;
+    if (want < bytes) want = bytes;
+    void *p = malloc(want);
+    if (p == NULL) p = malloc(want = bytes);
     if (p == NULL) return NULL;
+    free(c->scratch);
     c->scratch = p;
-    c->scratch_len = bytes;
+    c->scratch_len = want;
     return p;
 }
 
@@ -277,7 +284,7 @@ static void engine_free(hoop_comm_t *c)
 {
     c->busy = 0;
     pthread_cond_broadcast(&c->cv);
-    if (c->has_thread && ((c->head != NULL && c->waiters == 0) || atomic_load(&c->n_inflight) > 0))
+    if (c->has_thread && c->waiters == 0 && (c->head != NULL || atomic_load(&c->n_inflight) > 0))
         pthread_cond_signal(&c->tcv);
 }
 
@@ -366,7 +373,7 @@ static void drive_inflight(hoop_comm_t *c, hoop_request_t *r)
             reap_inflight(c);
             break;
         }
-        if ((polls & 31) == 0) now = hoop__now();
+        if ((polls & 31) == 0 || now - start >= c->spin_s) now = hoop__now();
         if (now - start > 1e-3) break;
         c->tp_ops->progress(c->tp, now - start < c->spin_s ? 0 : 1);
         reap_inflight(c);
@@ -388,7 +395,7 @@ static void *progress_thread(void *arg)
             run_head(c);
             continue;
         }
-        if (atomic_load(&c->n_inflight) > 0 && !c->busy) {
+        if (atomic_load(&c->n_inflight) > 0 && !c->busy && c->waiters == 0) {
             c->thread_polls = 1;
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&c->exec);
@@ -406,7 +413,9 @@ static void *progress_thread(void *arg)
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += c->head != NULL ? 1000 * 1000 : 100 * 1000 * 1000;
+        /* Work a waiter left behind is looked at within a millisecond (see hoop_wait). */
+        int left = c->head != NULL || atomic_load(&c->n_inflight) > 0;
+        ts.tv_nsec += left ? 1000 * 1000 : 100 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -506,9 +515,10 @@ hoop_result_t hoop_wait(hoop_request_t *r)
         /* Every running operation has its own timeout, so this wait ends. */
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
-    /* Queued calls nobody waits for go back to the progress thread, which looks again within a
-     * millisecond: not woken here, because a caller that waits on its calls one by one comes
-     * back at once, and a wake-up per call would bounce every call between two threads. */
+    /* Queued calls and transfers nobody waits for go back to the progress thread, which looks
+     * again within a millisecond: not woken here, because a caller that waits on its calls one
+     * by one comes back at once, and a wake-up per call would bounce every call between two
+     * threads. */
     c->waiters--;
     pthread_mutex_unlock(&c->mu);
     hoop_result_t st = r->status;
