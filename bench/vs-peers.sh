@@ -34,6 +34,8 @@ usage: bench/vs-peers.sh [options] [BUILD_DIR]
       --gloo-colls LIST  of those, the ones also run with gloo (default allreduce)
       --tcp-colls LIST   of those, the ones also run over TCP, hoop's and Open MPI's, where
                          hoop has shared memory (default allreduce)
+      --hoop-z N         how hoop-perf calls outside the latency job: 2, blocking calls back to
+                         back like the peers (default); 0, all posted nonblocking, then waited
       --mpirun-args STR  more mpirun arguments (for example "--bind-to none")
       --malloc-default   leave glibc's malloc as it is. By default every library's ranks
                          run with MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set high, so
@@ -53,7 +55,7 @@ EOF
 
 ranks=2 colls=allreduce reps=5 sizes=64K:256M lat=8
 iters=500:50:5 hoops=shm,tcp peers=ompi-shm,ompi-tcp,gloo gloo_colls=allreduce tcp_colls=allreduce
-mpirun_args="" out="" quick=0 build="" malloc_heap=1
+mpirun_args="" out="" quick=0 build="" malloc_heap=1 hoop_z=2
 need() { [ $# -ge 2 ] || { echo "vs-peers.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -68,6 +70,7 @@ while [ $# -gt 0 ]; do
     --gloo-colls) need "$@"; gloo_colls=$2; shift ;;
     --tcp-colls) need "$@"; tcp_colls=$2; shift ;;
     --mpirun-args) need "$@"; mpirun_args=$2; shift ;;
+    --hoop-z) need "$@"; hoop_z=$2; shift ;;
     --malloc-default) malloc_heap=0 ;;
     -o | --out) need "$@"; out=$2; shift ;;
     --quick) quick=1 ;;
@@ -288,6 +291,7 @@ run_config() {
         # Checking 256 MiB costs more than timing it: large sizes are checked in repetition 1.
         large) set -- "$@" -b "$large_b" -e "$large_e" -f 4 -n "$it_large" -w 1 --warm-each -c $((rep == 1)) ;;
         esac
+        case $cfg:$part in hoop-*:small | hoop-*:large) set -- "$@" -z "$hoop_z" ;; esac
         set -- "$@" --csv "$dir/$cfg.$part.$rep.csv"
         [ "$cfg" != gloo ] && run "$n" "$coll" "$cfg" "$part" "$rep" "$@"
     done
@@ -350,7 +354,7 @@ elapsed=$(($(date +%s) - start))
     echo "gloo_colls=$gloo_colls"
     echo "tcp_colls=$tcp_colls"
     echo "note=vs-peers: $(uname -n), $ncpu CPUs, $(date -u +%Y-%m-%dT%H:%MZ), ${elapsed} s of runs, load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
-    echo "note=iterations: latency $it_lat (-z 1), sizes up to 1 MiB $it_small, above $it_large (checked in repetition 1), warm-up before every row; hoop-perf posts nonblocking calls (-z 0), the peers call their blocking collective back to back"
+    echo "note=iterations: latency $it_lat (-z 1), sizes up to 1 MiB $it_small, above $it_large (checked in repetition 1), warm-up before every row; the peers call their blocking collective back to back, hoop-perf runs with -z $hoop_z (2: the same; 0: nonblocking calls posted, then waited for)"
     [ -n "$mpirun_base" ] && echo "note=Open MPI: $mpirun_base [--oversubscribe] -np N, shm: $ompi_shm_args; tcp: $ompi_tcp_args"
     if [ "$malloc_heap" = 1 ]; then
         echo "note=every library: MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_ (buffers allocated per call reuse the heap; --malloc-default to leave glibc as it is)"

@@ -8,8 +8,9 @@
  * so both ends of a pair make the same choice from the same data. HOOP_TRANSPORT=tcp or shm forces
  * one transport for all peers (shm fails at connect if a peer is on another host).
  *
- * The engine sees one transport. When a rank has peers on both, progress() polls shared memory
- * and sleeps in TCP's poll() for at most a millisecond at a time.
+ * The engine sees one transport. When a rank has peers on both, it sleeps in TCP's poll(), which
+ * also watches shared memory's bell: a pipe that shared-memory peers write a byte to when they
+ * find this rank announced as sleeping (a millisecond at a time where there is no pipe).
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -31,6 +32,7 @@ struct hoop__tp {
     int npeers[T_N];
     uint8_t *route; /* per peer: T_SHM, T_TCP or T_SELF */
     char key[17];
+    int shm_wait;   /* shared memory's wait fd, which TCP's poll() also watches; -1 if none */
 };
 
 /* FNV-1a: a short fingerprint of the host identity, not a secret. */
@@ -100,10 +102,14 @@ static hoop_result_t mux_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     if (strcmp(mode, "shm") != 0) tp->ops[T_TCP] = &hoop__tcp_transport;
     host_key(p->cfg, p->log, tp->key);
     char sub[T_N][160] = {"", ""};
+    tp->shm_wait = -1;
     for (int t = 0; t < T_N; t++) {
         if (tp->ops[t] == NULL) continue;
-        hoop_result_t rc = tp->ops[t]->listen(p, &tp->sub[t], sub[t], sizeof(sub[t]));
+        hoop__tp_params_t sp = *p;
+        if (t == T_TCP) sp.also_poll = &tp->shm_wait;
+        hoop_result_t rc = tp->ops[t]->listen(&sp, &tp->sub[t], sub[t], sizeof(sub[t]));
         if (rc != HOOP_OK) return rc;
+        if (t == T_SHM && tp->ops[t]->wait_fd != NULL) tp->shm_wait = tp->ops[t]->wait_fd(tp->sub[t]);
     }
     int n = snprintf(addr, addrlen, "h=%s s=%s t=%s", tp->key, sub[T_SHM], sub[T_TCP]);
     if (n < 0 || (size_t)n >= addrlen) {
@@ -215,7 +221,16 @@ static void mux_progress(hoop__tp_t *tp, int timeout_ms)
     int shm = tp->npeers[T_SHM] > 0, tcp = tp->npeers[T_TCP] > 0;
     if (shm && tcp) {
         tp->ops[T_SHM]->progress(tp->sub[T_SHM], 0);
-        tp->ops[T_TCP]->progress(tp->sub[T_TCP], timeout_ms > 0 ? 1 : 0);
+        if (timeout_ms > 0 && tp->shm_wait >= 0) {
+            /* One sleep for both: TCP's poll() also watches shared memory's bell. */
+            if (!tp->ops[T_SHM]->arm(tp->sub[T_SHM]))
+                tp->ops[T_TCP]->progress(tp->sub[T_TCP], timeout_ms);
+            else
+                tp->ops[T_TCP]->progress(tp->sub[T_TCP], 0);
+        } else {
+            /* No bell: sleep in TCP's poll() a millisecond at a time. */
+            tp->ops[T_TCP]->progress(tp->sub[T_TCP], timeout_ms > 0 ? 1 : 0);
+        }
         tp->ops[T_SHM]->progress(tp->sub[T_SHM], 0);
     } else if (shm || tcp) {
         int t = shm ? T_SHM : T_TCP;

@@ -86,6 +86,8 @@ typedef struct seg_hdr {
     _Alignas(LINE) _Atomic uint32_t doorbell; /* futex word */
     _Atomic uint32_t sleeping;                /* the owner is about to sleep on doorbell */
     uint32_t membarrier; /* the owner is registered for, and sleeps behind, a global membarrier */
+    _Atomic uint32_t bell;  /* the owner sleeps in poll() on its bell pipe (see shm_arm) */
+    int32_t bell_wfd;       /* the owner's fd of its bell pipe's write end, -1 if none */
     _Alignas(LINE) _Atomic uint32_t aborted;
     _Atomic uint32_t closed;                  /* the owner closed its instance */
     char reason[REASON_LEN];
@@ -122,6 +124,7 @@ typedef struct peer {
     queue_t sq, aq, rq;  /* sends being written, single copies awaiting the reader, receives */
     uint64_t cma_tickets;
     int cheap;           /* publish() without a fence: see there */
+    int bell_fd;         /* the peer's bell pipe, write end, or -1 */
 } peer_t;
 
 struct hoop__tp {
@@ -143,6 +146,8 @@ struct hoop__tp {
     unsigned idle_polls;  /* progress(0) calls that found nothing */
     struct pollfd *pfds;
     _Atomic int woken;    /* wake() came since progress() last looked: do not sleep */
+    int bell[2];          /* pipe that peers write a byte to while this rank is armed */
+    int armed;            /* shm_arm() announced a sleep that progress() has not ended yet */
 };
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -163,19 +168,23 @@ static void publish(const peer_t *pe, _Atomic uint64_t *counter, uint64_t v)
     else atomic_store(counter, v);
 }
 
-/* After publishing: wake the owner of sh if it announced that it sleeps. */
-static void notify(seg_hdr_t *sh)
+static void force_wake(const peer_t *pe)
 {
-    if (atomic_load(&sh->sleeping)) {
-        atomic_fetch_add(&sh->doorbell, 1);
-        futex(&sh->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+    seg_hdr_t *sh = pe->sh;
+    atomic_fetch_add(&sh->doorbell, 1);
+    /* It sleeps in another transport's poll(): ring its bell (full pipe: it is ringing already). */
+    if (atomic_load(&sh->bell) && pe->bell_fd >= 0) {
+        if (write(pe->bell_fd, "", 1) < 0) {
+        }
+        return;
     }
+    futex(&sh->doorbell, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-static void force_wake(seg_hdr_t *sh)
+/* After publishing: wake peer pe if it announced that it sleeps. */
+static void notify(const peer_t *pe)
 {
-    atomic_fetch_add(&sh->doorbell, 1);
-    futex(&sh->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+    if (atomic_load(&pe->sh->sleeping)) force_wake(pe);
 }
 
 /* The ring between two ranks of one communicator implies the sender and the communicator, so a
@@ -282,7 +291,8 @@ static hoop_result_t shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
         free(tp);
         return HOOP_ERR_NO_MEMORY;
     }
-    for (int j = 0; j < p->size; j++) tp->peers[j].pidfd = -1;
+    for (int j = 0; j < p->size; j++) tp->peers[j].pidfd = tp->peers[j].bell_fd = -1;
+    if (pipe2(tp->bell, O_NONBLOCK | O_CLOEXEC) != 0) tp->bell[0] = tp->bell[1] = -1;
     *out = tp;
 
     long page = sysconf(_SC_PAGESIZE);
@@ -317,6 +327,7 @@ static hoop_result_t shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     tp->sh->membarrier = mb > 0 && (mb & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
                          syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
     tp->sh->ring_bytes = tp->ring_bytes;
+    tp->sh->bell_wfd = tp->bell[1];
     tp->sh->rank = p->rank;
     tp->sh->size = p->size;
     tp->sh->probe_addr = (uint64_t)(uintptr_t)&tp->probe;
@@ -394,6 +405,12 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     pe->pid = pid;
     pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     pe->local = 1;
+    if (pe->sh->bell_wfd >= 0) {
+        /* A pipe, unlike an eventfd, can be opened again through /proc. */
+        char bell[64];
+        snprintf(bell, sizeof(bell), "/proc/%d/fd/%d", (int)pid, (int)pe->sh->bell_wfd);
+        pe->bell_fd = open(bell, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    }
 
     /* Single copy: can we read the peer's own memory? Tell it through our ring control. */
     uint64_t got = 0;
@@ -572,7 +589,7 @@ static int send_some(hoop__tp_t *tp, int j)
             pe->out_head += n;
             o->pos += n;
             publish(pe, &pe->out->head, pe->out_head);
-            notify(pe->sh);
+            notify(pe);
             moved = 1;
         }
         if (o->pos < framed) break;
@@ -613,7 +630,7 @@ static void consumed(peer_t *pe, size_t n)
     if (pe->in_tail - pe->in_tail_pub >= PIECE) {
         pe->in_tail_pub = pe->in_tail;
         publish(pe, &pe->in->tail, pe->in_tail);
-        notify(pe->sh);
+        notify(pe);
     }
 }
 
@@ -622,7 +639,7 @@ static void publish_tail(peer_t *pe)
     if (pe->in_tail != pe->in_tail_pub) {
         pe->in_tail_pub = pe->in_tail;
         publish(pe, &pe->in->tail, pe->in_tail);
-        notify(pe->sh);
+        notify(pe);
     }
 }
 
@@ -739,7 +756,7 @@ static int recv_frames(hoop__tp_t *tp, int j)
             if (o->cma_pos == x->len) {
                 o->cma_pos = x->len + 1; /* counted once, even if the padding waits */
                 atomic_fetch_add(&pe->in->cma_done, 1);
-                notify(pe->sh);
+                notify(pe);
             }
         } else {
             size_t total = STAMP + o->hlen + x->len;
@@ -888,8 +905,35 @@ static int any_ready(const hoop__tp_t *tp)
     return r;
 }
 
+/* The sleep shm_arm() announced is over: take the announcement back and empty the bell. */
+static void disarm(hoop__tp_t *tp)
+{
+    tp->armed = 0;
+    atomic_store(&tp->sh->bell, 0);
+    atomic_store(&tp->sh->sleeping, 0);
+    char buf[256];
+    while (read(tp->bell[0], buf, sizeof(buf)) > 0) {
+    }
+}
+
+static int shm_wait_fd(hoop__tp_t *tp) { return tp->bell[0]; }
+
+/* As the sleep at the end of shm_progress(), but the caller sleeps, in poll() on the bell: a
+ * writer that sees the announcement writes a byte to the pipe besides waking the futex. */
+static int shm_arm(hoop__tp_t *tp)
+{
+    if (tp->failed || tp->nlocal == 0 || tp->bell[0] < 0) return 1;
+    if (move_all(tp) || check_peers(tp)) return 1;
+    atomic_store(&tp->sh->bell, 1);
+    atomic_store(&tp->sh->sleeping, 1);
+    if (tp->sh->membarrier) syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
+    tp->armed = 1;
+    return atomic_exchange(&tp->woken, 0) || any_ready(tp);
+}
+
 static void shm_progress(hoop__tp_t *tp, int timeout_ms)
 {
+    if (tp->armed) disarm(tp);
     if (tp->failed || tp->nlocal == 0) {
         if (timeout_ms > 0) poll(NULL, 0, timeout_ms < 10 ? timeout_ms : 10);
         return;
@@ -939,7 +983,10 @@ static void shm_progress(hoop__tp_t *tp, int timeout_ms)
 static void shm_wake(hoop__tp_t *tp)
 {
     atomic_store(&tp->woken, 1);
-    if (tp->sh != NULL) force_wake(tp->sh);
+    if (tp->sh != NULL) {
+        atomic_fetch_add(&tp->sh->doorbell, 1);
+        futex(&tp->sh->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+    }
 }
 
 static void shm_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
@@ -958,7 +1005,7 @@ static void shm_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
         fail_q(tp, &pe->aq, code);
         fail_q(tp, &pe->rq, code);
         pe->lost = 1;
-        force_wake(pe->sh);
+        force_wake(pe);
     }
 }
 
@@ -969,7 +1016,7 @@ static void shm_close(hoop__tp_t *tp)
     if (tp->sh != NULL) {
         atomic_store(&tp->sh->closed, 1);
         for (int j = 0; j < tp->p.size; j++)
-            if (tp->peers[j].local) force_wake(tp->peers[j].sh);
+            if (tp->peers[j].local) force_wake(&tp->peers[j]);
     }
     for (int j = 0; j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
@@ -978,7 +1025,10 @@ static void shm_close(hoop__tp_t *tp)
             while (qs[k]->head != NULL) free(q_pop(qs[k]));
         if (pe->map != NULL) munmap(pe->map, pe->map_len);
         if (pe->pidfd >= 0) close(pe->pidfd);
+        if (pe->bell_fd >= 0) close(pe->bell_fd);
     }
+    for (int k = 0; k < 2; k++)
+        if (tp->bell[k] >= 0) close(tp->bell[k]);
     while (tp->free_ops != NULL) {
         op_t *o = tp->free_ops;
         tp->free_ops = o->next;
@@ -1000,4 +1050,6 @@ const hoop__transport_ops_t hoop__shm_transport = {
     .wake = shm_wake,
     .abort = shm_abort,
     .close = shm_close,
+    .wait_fd = shm_wait_fd,
+    .arm = shm_arm,
 };

@@ -222,7 +222,7 @@ static hoop_result_t tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     tp->listen_fd = -1;
     tp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     tp->peers = calloc((size_t)p->size, sizeof(peer_t));
-    size_t nfd = (size_t)p->size * (size_t)tp->nsock + 1;
+    size_t nfd = (size_t)p->size * (size_t)tp->nsock + 2;
     tp->pfds = calloc(nfd, sizeof(struct pollfd));
     tp->pfd_owner = calloc(nfd, sizeof(int));
     if (tp->wake_fd < 0 || tp->peers == NULL || tp->pfds == NULL || tp->pfd_owner == NULL) {
@@ -1032,6 +1032,11 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
     tp->pfds[n].fd = tp->wake_fd;
     tp->pfds[n].events = POLLIN;
     tp->pfd_owner[n++] = -1;
+    if (tp->p.also_poll != NULL && *tp->p.also_poll >= 0) {
+        tp->pfds[n].fd = *tp->p.also_poll;
+        tp->pfds[n].events = POLLIN;
+        tp->pfd_owner[n++] = -2;
+    }
     for (int j = 0; j < tp->p.size; j++) {
         const peer_t *pe = &tp->peers[j];
         if (pe->lost) continue;
@@ -1056,6 +1061,7 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
     for (int i = 0; i < n; i++) {
         short re = tp->pfds[i].revents;
         if (re == 0) continue;
+        if (tp->pfd_owner[i] == -2) continue; /* the other transport's: it reads it */
         if (tp->pfd_owner[i] < 0) {
             uint64_t v;
             if (read(tp->wake_fd, &v, sizeof(v)) < 0) { /* nothing to do: only a wake-up */

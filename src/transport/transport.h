@@ -50,6 +50,9 @@ typedef struct hoop__tp_params {
     /* Called (on the progressing thread) with the first failure of a peer: code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
     void *report_ctx;
+    /* Another transport's wait_fd that a transport sleeping in poll() also watches (it does not
+     * read it), or NULL: how a rank with peers on two transports sleeps in one place. */
+    const int *also_poll;
 } hoop__tp_params_t;
 
 typedef struct hoop__transport_ops {
@@ -75,6 +78,12 @@ typedef struct hoop__transport_ops {
     void (*abort)(hoop__tp_t *tp, hoop_result_t code, const char *reason);
     /* Frees the instance. Queued transfers are dropped without completion. */
     void (*close)(hoop__tp_t *tp);
+    /* Optional (NULL where absent), for sleeping outside this transport's progress(): wait_fd is
+     * an fd that turns readable when, after arm() returned 0, something arrives or a peer fails;
+     * -1 if there is none. arm() announces the sleep and returns 1 when something can move
+     * already (do not sleep); the next progress() undoes it. */
+    int (*wait_fd)(hoop__tp_t *tp);
+    int (*arm)(hoop__tp_t *tp);
 } hoop__transport_ops_t;
 
 extern const hoop__transport_ops_t hoop__tcp_transport;
