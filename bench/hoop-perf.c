@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "bench_util.h"
 #include "refcheck.h"
 
 #define SENTINEL_BYTE 0xA5
@@ -364,13 +365,6 @@ typedef struct bench {
 
 static void print_model_row(const bench_t *b, const row_t *row); /* --model */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void fail_call(const bench_t *b, const char *what, hoop_result_t e)
 {
     fprintf(stderr, "hoop-perf: rank %d: %s failed: %s: %s\n", b->rank, what, hoop_error_string(e),
@@ -457,9 +451,9 @@ static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, var
     fill_input(co, k);
     if (b->warm_each && b->warmup > 0 && !run_batch(b, co, k, b->warmup)) return 0;
     if (!checked(b, "barrier", hoop_barrier(b->comm))) return 0;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (!run_batch(b, co, k, b->iters)) return 0;
-    v->us = (now_s() - t0) / b->iters * 1e6;
+    v->us = (bench_now_s() - t0) / b->iters * 1e6;
     v->ran = 1;
     if (!b->check || !co->expect) return 1;
 
@@ -502,16 +496,6 @@ static int combine(bench_t *b, row_t *row)
     return 1;
 }
 
-static void time_str(double us, char *out, size_t len)
-{
-    if (us >= 10000.0)
-        snprintf(out, len, "%7.0f", us);
-    else if (us >= 100.0)
-        snprintf(out, len, "%7.1f", us);
-    else
-        snprintf(out, len, "%7.2f", us);
-}
-
 static void print_row(const row_t *row)
 {
     char root[16];
@@ -522,7 +506,7 @@ static void print_row(const row_t *row)
     for (int ip = 0; ip < 2; ip++) {
         const variant_t *v = &row->v[ip];
         char ts[32] = "N/A", ab[16] = "N/A", bb[16] = "N/A", ws[32];
-        if (v->ran) time_str(v->us, ts, sizeof ts);
+        if (v->ran) bench_time_str(v->us, ts, sizeof ts);
         if (v->has_bw) {
             snprintf(ab, sizeof ab, "%6.2f", v->algbw);
             snprintf(bb, sizeof bb, "%6.2f", v->busbw);
@@ -847,9 +831,9 @@ static int ping_pong(const bench_t *b, unsigned char *buf, size_t bytes, int rou
     *half = 0;
     if (b->rank > 1) return 1;
     int peer = 1 - b->rank, warm = rounds / 10 + 1;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = -warm; i < rounds; i++) {
-        if (i == 0) t0 = now_s();
+        if (i == 0) t0 = bench_now_s();
         hoop_result_t e;
         if (b->rank == 0) {
             e = hoop_send(b->comm, buf, bytes, HOOP_UINT8, peer);
@@ -860,7 +844,7 @@ static int ping_pong(const bench_t *b, unsigned char *buf, size_t bytes, int rou
         }
         if (!checked(b, "ping-pong", e)) return 0;
     }
-    *half = (now_s() - t0) / rounds / 2;
+    *half = (bench_now_s() - t0) / rounds / 2;
     return 1;
 }
 
@@ -876,13 +860,13 @@ static int reduce_speed(const bench_t *b, double *gamma)
         x[i] = (float)(i % 7);
         y[i] = (float)(i % 5);
     }
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = -2; ok && i < reps; i++) {
-        if (i == 0) t0 = now_s();
+        if (i == 0) t0 = bench_now_s();
         ok = checked(b, "hoop_reduce_local",
                      hoop_reduce_local(out, x, y, count, HOOP_FLOAT32, HOOP_SUM));
     }
-    *gamma = ok ? (now_s() - t0) / reps / MODEL_LARGE_BYTES : 0.0;
+    *gamma = ok ? (bench_now_s() - t0) / reps / MODEL_LARGE_BYTES : 0.0;
     free(x);
     free(y);
     free(out);

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../bench_util.h"
+
 enum { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE, NCOLLS };
 static const char *const COLL_NAMES[NCOLLS] = {"allreduce", "broadcast", "allgather", "reduce"};
 
@@ -163,16 +165,6 @@ static void run_row(const ctx_t *c, size_t bytes, row_t *row)
     row->checked = 1;
 }
 
-static void time_str(double us, char *out, size_t len)
-{
-    if (us >= 10000.0)
-        snprintf(out, len, "%7.0f", us);
-    else if (us >= 100.0)
-        snprintf(out, len, "%7.1f", us);
-    else
-        snprintf(out, len, "%7.2f", us);
-}
-
 static void print_header(const ctx_t *c)
 {
     const opts_t *o = c->o;
@@ -207,7 +199,7 @@ static int root_of(const opts_t *o)
 static void print_row(const opts_t *o, const row_t *r)
 {
     char ts[32], ws[32];
-    time_str(r->us, ts, sizeof ts);
+    bench_time_str(r->us, ts, sizeof ts);
     if (r->checked)
         snprintf(ws, sizeof ws, "%5" PRIu64, r->wrong);
     else
@@ -248,21 +240,6 @@ static void usage(FILE *f)
           f);
 }
 
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || s[0] == '-') return 1;
-    unsigned shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10;
-    else if (*end == 'M' || *end == 'm') shift = 20;
-    else if (*end == 'G' || *end == 'g') shift = 30;
-    if (shift) end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift)) return 1;
-    *out = (size_t)(v << shift);
-    return 0;
-}
-
 static int parse_int(const char *s, long lo, long hi, int *out)
 {
     char *end;
@@ -293,8 +270,8 @@ static int parse_args(int argc, char **argv, opts_t *o, int rank)
     while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:z:r:h", longs, NULL)) != -1) {
         int bad = 0;
         switch (c) {
-        case 'b': bad = parse_size(optarg, &o->minb); break;
-        case 'e': bad = parse_size(optarg, &o->maxb); break;
+        case 'b': bad = bench_parse_size(optarg, &o->minb); break;
+        case 'e': bad = bench_parse_size(optarg, &o->maxb); break;
         case 'f':
             bad = parse_int(optarg, 2, 1 << 20, &v);
             o->factor = (size_t)v;

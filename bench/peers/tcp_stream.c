@@ -21,29 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench_util.h"
+
 #define TIMEOUT_S 30 /* no byte for this long: give up rather than hang */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || s[0] == '-') return 1;
-    unsigned shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10;
-    else if (*end == 'M' || *end == 'm') shift = 20;
-    else if (*end == 'G' || *end == 'g') shift = 30;
-    if (shift) end++;
-    if (*end != '\0' || v == 0 || v > (SIZE_MAX >> shift)) return 1;
-    *out = (size_t)(v << shift);
-    return 0;
-}
 
 static void set_timeouts(int fd)
 {
@@ -82,8 +62,8 @@ int main(int argc, char **argv)
     size_t total = (size_t)1 << 30, msg = (size_t)1 << 20;
     int c;
     while ((c = getopt(argc, argv, "s:m:h")) != -1) {
-        if (c == 's' && !parse_size(optarg, &total)) continue;
-        if (c == 'm' && !parse_size(optarg, &msg)) continue;
+        if (c == 's' && !bench_parse_size(optarg, &total) && total > 0) continue;
+        if (c == 'm' && !bench_parse_size(optarg, &msg) && msg > 0) continue;
         fprintf(c == 'h' ? stdout : stderr, "usage: tcp-stream [-s TOTAL_BYTES] [-m MSG_BYTES]\n");
         return c == 'h' ? 0 : 2;
     }
@@ -130,10 +110,10 @@ int main(int argc, char **argv)
             ok = 0;
             break;
         }
-        if (got == 0) t0 = now_s();
+        if (got == 0) t0 = bench_now_s();
         got += (size_t)n;
     }
-    t1 = now_s();
+    t1 = bench_now_s();
     if (fd >= 0) close(fd);
     close(lfd);
     free(buf);

@@ -355,6 +355,18 @@ static void run_head(hoop_comm_t *c)
     engine_free(c);
 }
 
+/* Under exec: one round of progress for the in-flight point-to-point requests, or, on an aborted
+ * communicator, failing them. Returns 0 once aborted. */
+static int inflight_step(hoop_comm_t *c, int ms)
+{
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab) c->tp_ops->abort(c->tp, ab, c->fatal_msg);
+    else c->tp_ops->progress(c->tp, ms);
+    reap_inflight(c);
+    if (!ab) inflight_deadline(c);
+    return !ab;
+}
+
 /* Called with mu held and busy clear; returns with mu held. Progresses the in-flight
  * point-to-point requests until r completes, or for a millisecond so that newly queued calls get
  * their turn. */
@@ -367,17 +379,8 @@ static void drive_inflight(hoop_comm_t *c, hoop_request_t *r)
     pthread_mutex_lock(&c->exec);
     double start = hoop__now(), now = start;
     for (unsigned polls = 1; !atomic_load(&r->done) && c->inflight != NULL; polls++) {
-        hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-        if (ab) {
-            c->tp_ops->abort(c->tp, ab, c->fatal_msg);
-            reap_inflight(c);
-            break;
-        }
         if ((polls & 31) == 0 || now - start >= c->spin_s) now = hoop__now();
-        if (now - start > 1e-3) break;
-        c->tp_ops->progress(c->tp, now - start < c->spin_s ? 0 : 1);
-        reap_inflight(c);
-        inflight_deadline(c);
+        if (now - start > 1e-3 || !inflight_step(c, now - start < c->spin_s ? 0 : 1)) break;
     }
     pthread_mutex_unlock(&c->exec);
     pthread_mutex_lock(&c->mu);
@@ -399,13 +402,7 @@ static void *progress_thread(void *arg)
             c->thread_polls = 1;
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&c->exec);
-            if (c->inflight != NULL) {
-                hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-                if (ab) c->tp_ops->abort(c->tp, ab, c->fatal_msg);
-                else c->tp_ops->progress(c->tp, 20);
-                reap_inflight(c);
-                inflight_deadline(c);
-            }
+            if (c->inflight != NULL) inflight_step(c, 20);
             pthread_mutex_unlock(&c->exec);
             pthread_mutex_lock(&c->mu);
             c->thread_polls = 0;
