@@ -7,17 +7,14 @@
 
 #include "collectives/coll.h"
 
-static const char *const algo_names[] = {"auto", "ring", "rd", "ps", "ps-sharded"};
+_Static_assert(HOOP_ALGO_COUNT == HOOP_WIRE_ALGO_COUNT, "an algorithm the wire cannot name");
 
-const char *hoop__algo_name(int algo)
-{
-    return algo >= 0 && algo < HOOP_ALGO_COUNT ? algo_names[algo] : "unknown";
-}
+const char *hoop__algo_name(int algo) { return hoop__wire_algo_name(algo); }
 
 int hoop__algo_parse(const char *s)
 {
     for (int i = 0; i < HOOP_ALGO_COUNT; i++)
-        if (strcasecmp(s, algo_names[i]) == 0) return i;
+        if (strcasecmp(s, hoop__wire_algo_name(i)) == 0) return i;
     return -1;
 }
 

@@ -40,6 +40,7 @@ struct hoop_comm {
     int rank, size;
     uint64_t id;
     hoop__config_t cfg;
+    uint32_t sched;              /* digest of the agreed settings (agree.h), in every header */
     hoop__log_t log;
     double timeout_s;
     /* Waits poll without sleeping this long first: short operations finish without a wake-up.

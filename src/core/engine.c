@@ -85,6 +85,8 @@ static void fill_hdr(const hoop__call_t *call, hoop__wire_hdr_t *h)
     h->comm_id = c->id;
     h->seq = call->seq;
     h->count = call->count;
+    h->algo = (uint8_t)call->algo;
+    h->sched = c->sched;
 }
 
 void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void *buf, size_t len)

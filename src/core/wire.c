@@ -28,8 +28,8 @@ static uint64_t get64(const uint8_t *p)
     return v;
 }
 
-/* Offsets: magic 0, version 4, kind 6, dtype 7, op 8, flags 9, root 12, src 16, comm_id 20,
- * seq 28, count 36, payload_len 44, reserved 52..63 (zero). */
+/* Offsets: magic 0, version 4, kind 6, dtype 7, op 8, flags 9, algo 10, reserved 11, root 12,
+ * src 16, comm_id 20, seq 28, count 36, payload_len 44, sched 52, reserved 56..63 (zero). */
 void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP_WIRE_HDR_SIZE])
 {
     memset(out, 0, HOOP_WIRE_HDR_SIZE);
@@ -39,12 +39,14 @@ void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP_WIRE_HDR_SIZE
     out[7] = h->dtype;
     out[8] = h->op;
     out[9] = h->flags;
+    out[10] = h->algo;
     put32(out + 12, (uint32_t)h->root);
     put32(out + 16, h->src);
     put64(out + 20, h->comm_id);
     put64(out + 28, h->seq);
     put64(out + 36, h->count);
     put64(out + 44, h->payload_len);
+    put32(out + 52, h->sched);
 }
 
 hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t max_payload,
@@ -54,21 +56,24 @@ hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t m
     if (get32(in) != HOOP_WIRE_MAGIC || get16(in + 4) != HOOP_WIRE_VERSION)
         return HOOP_ERR_MISMATCH;
     /* Reserved bytes must be zero: a later version that uses them is told apart by its version. */
-    if (in[10] != 0 || in[11] != 0) return HOOP_ERR_MISMATCH;
-    for (int i = 52; i < HOOP_WIRE_HDR_SIZE; i++)
+    if (in[11] != 0) return HOOP_ERR_MISMATCH;
+    for (int i = 56; i < HOOP_WIRE_HDR_SIZE; i++)
         if (in[i] != 0) return HOOP_ERR_MISMATCH;
     h->kind = in[6];
     h->dtype = in[7];
     h->op = in[8];
     h->flags = in[9];
+    h->algo = in[10];
     h->root = (int32_t)get32(in + 12);
     h->src = get32(in + 16);
     h->comm_id = get64(in + 20);
     h->seq = get64(in + 28);
     h->count = get64(in + 36);
     h->payload_len = get64(in + 44);
+    h->sched = get32(in + 52);
     if (h->kind == HOOP_K_NONE || h->kind >= HOOP_K_COUNT || h->dtype >= HOOP_DTYPE_COUNT ||
-        h->op >= HOOP_OP_COUNT || h->root < -1 || h->payload_len > max_payload) {
+        h->op >= HOOP_OP_COUNT || h->algo >= HOOP_WIRE_ALGO_COUNT || h->root < -1 ||
+        h->payload_len > max_payload) {
         memset(h, 0, sizeof(*h));
         return HOOP_ERR_MISMATCH;
     }
@@ -82,7 +87,16 @@ hoop_result_t hoop__wire_match(const hoop__wire_hdr_t *e, const hoop__wire_hdr_t
         return HOOP_ERR_MISMATCH;
     /* The op and root only mean something where the call has them. */
     if (e->root != g->root || e->op != g->op) return HOOP_ERR_MISMATCH;
+    /* Two ranks running different schedules can exchange headers and lengths that coincide (a
+     * recursive doubling against a parameter server at 8 elements): the schedule must match too. */
+    if (e->algo != g->algo || e->sched != g->sched) return HOOP_ERR_MISMATCH;
     return HOOP_OK;
+}
+
+const char *hoop__wire_algo_name(int algo)
+{
+    static const char *const names[HOOP_WIRE_ALGO_COUNT] = {"auto", "ring", "rd", "ps", "ps-sharded"};
+    return algo >= 0 && algo < HOOP_WIRE_ALGO_COUNT ? names[algo] : "unknown";
 }
 
 const char *hoop__kind_name(int kind)
@@ -124,6 +138,17 @@ const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *e, const hoop__wire_
                  mine, e->seq);
     } else if (g->comm_id != e->comm_id) {
         snprintf(buf, n, "rank %d sent a message of another communicator during %s", peer, mine);
+    } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
+               g->dtype == e->dtype && g->op == e->op && g->root == e->root && g->algo != e->algo) {
+        snprintf(buf, n, "rank %d ran %s as call #%" PRIu64 " with the %s algorithm where rank %d "
+                 "ran it with %s (hoop_comm_set_algo or HOOP_ALGO must be the same on every rank)",
+                 peer, mine, e->seq, hoop__wire_algo_name(g->algo), me,
+                 hoop__wire_algo_name(e->algo));
+    } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
+               g->dtype == e->dtype && g->op == e->op && g->root == e->root && g->sched != e->sched) {
+        snprintf(buf, n, "rank %d ran %s as call #%" PRIu64 " with other schedule settings than "
+                 "rank %d (digest %08x against %08x)", peer, mine, e->seq, me, (unsigned)g->sched,
+                 (unsigned)e->sched);
     } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
                g->dtype == e->dtype && g->op == e->op && g->root == e->root) {
         snprintf(buf, n, "rank %d sent %" PRIu64 " bytes where %" PRIu64 " were expected in %s",

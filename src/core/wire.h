@@ -9,7 +9,7 @@
 #include "hoop.h"
 
 #define HOOP_WIRE_MAGIC 0x504f4f48u /* "HOOP" */
-#define HOOP_WIRE_VERSION 1
+#define HOOP_WIRE_VERSION 2 /* 2: algo and sched in the header */
 #define HOOP_WIRE_HDR_SIZE 64
 
 /* What a message belongs to. Values travel on the wire: append only. */
@@ -35,23 +35,31 @@ typedef struct hoop__wire_hdr {
     uint8_t dtype;        /* hoop_dtype_t */
     uint8_t op;           /* hoop_op_t */
     uint8_t flags;
+    uint8_t algo;         /* the algorithm that shapes the call's schedule (hoop__algo_t), 0 if none */
     int32_t root;         /* root of rooted collectives, -1 otherwise */
     uint32_t src;         /* sender's rank */
     uint64_t comm_id;
     uint64_t seq;         /* call number on the communicator (per peer pair for point-to-point) */
     uint64_t count;       /* the call's count argument: part of the fingerprint */
     uint64_t payload_len; /* bytes following this header */
+    uint32_t sched;       /* digest of the settings that shape schedules (agree.h); the same on
+                           * every rank of a communicator, so a difference is a disagreement */
 } hoop__wire_hdr_t;
 
 void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP_WIRE_HDR_SIZE]);
 /* Validates magic, version, enum ranges and payload_len <= max_payload; HOOP_ERR_MISMATCH otherwise. */
 hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t max_payload,
                                 hoop__wire_hdr_t *h);
-/* HOOP_OK when got is the message expected (same call and same length), HOOP_ERR_MISMATCH if not. */
+/* HOOP_OK when got is the message expected (same call, same schedule, same length),
+ * HOOP_ERR_MISMATCH if not. */
 hoop_result_t hoop__wire_match(const hoop__wire_hdr_t *expect, const hoop__wire_hdr_t *got);
 /* "allreduce(count=20, float32, sum)", "broadcast(count=10, float32, root=0)". Returns buf. */
 const char *hoop__wire_describe(const hoop__wire_hdr_t *h, char *buf, size_t n);
 const char *hoop__kind_name(int kind);
+/* The algorithms' names by hdr.algo value (hoop__algo_t: "auto", "ring", "rd", ...), "unknown"
+ * outside; the one table of them. */
+const char *hoop__wire_algo_name(int algo);
+#define HOOP_WIRE_ALGO_COUNT 5
 /* The sentence for a received header that does not match the posted receive, naming both calls:
  * "rank 1 called broadcast(count=10, float32, root=0) as call #7 where rank 0 called ...". */
 const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *expect, const hoop__wire_hdr_t *got,

@@ -23,6 +23,8 @@ static hoop__wire_hdr_t sample(void)
     h.seq = 0xfedcba9876543210ull;
     h.count = 1ull << 40;
     h.payload_len = 123457;
+    h.algo = 3;
+    h.sched = 0xa5c3e1f7u;
     return h;
 }
 
@@ -67,12 +69,15 @@ static void rejects_bad_fields(void **state)
     memcpy(t, b, sizeof(t));
     t[8] = HOOP_OP_COUNT;
     assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
+    memcpy(t, b, sizeof(t));
+    t[10] = HOOP_WIRE_ALGO_COUNT;
+    assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
     /* Root below -1. */
     h.root = -2;
     hoop__wire_encode(&h, t);
     assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
     /* Reserved bytes must be zero. */
-    for (int i = 10; i < HOOP_WIRE_HDR_SIZE; i = i == 11 ? 52 : i + 1) {
+    for (int i = 11; i < HOOP_WIRE_HDR_SIZE; i = i == 11 ? 56 : i + 1) {
         memcpy(t, b, sizeof(t));
         t[i] = 1;
         assert_int_equal(hoop__wire_decode(t, UINT64_MAX, &g), HOOP_ERR_MISMATCH);
@@ -98,7 +103,7 @@ static void decode_never_overreads(void **state)
             b[i] = (uint8_t)x;
         }
         if (n % 2) {
-            memcpy(b, "HOOP\x01\x00", 6);
+            memcpy(b, "HOOP\x02\x00", 6);
             /* Mostly-plausible headers reach the later checks too. */
             b[6] = (uint8_t)(b[6] % (HOOP_K_COUNT + 1));
             b[7] = (uint8_t)(b[7] % (HOOP_DTYPE_COUNT + 1));
@@ -107,8 +112,9 @@ static void decode_never_overreads(void **state)
             memset(b + 47, 0, 5);
             b[46] &= 0x1f;
             if (n % 4 == 1) {
-                memset(b + 10, 0, 2);
-                memset(b + 52, 0, HOOP_WIRE_HDR_SIZE - 52);
+                b[10] = (uint8_t)(b[10] % (HOOP_WIRE_ALGO_COUNT + 1));
+                b[11] = 0;
+                memset(b + 56, 0, HOOP_WIRE_HDR_SIZE - 56);
             }
         }
         if (hoop__wire_decode(b, 1 << 20, &g) == HOOP_OK) {
@@ -116,6 +122,7 @@ static void decode_never_overreads(void **state)
             assert_true(g.kind > 0 && g.kind < HOOP_K_COUNT);
             assert_true(g.dtype < HOOP_DTYPE_COUNT && g.op < HOOP_OP_COUNT);
             assert_true(g.payload_len <= (1 << 20) && g.root >= -1);
+            assert_true(g.algo < HOOP_WIRE_ALGO_COUNT);
         }
     }
     assert_true(accepted > 0);
@@ -142,6 +149,29 @@ static void match_names_every_field(void **state)
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
     g = sample(); g.payload_len--;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    /* Same call, other schedule: the case where headers and lengths coincide. */
+    g = sample(); g.algo = 2;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+    g = sample(); g.sched ^= 1;
+    assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
+}
+
+static void mismatch_names_the_algorithm(void **state)
+{
+    (void)state;
+    char buf[400];
+    hoop__wire_hdr_t e = {.kind = HOOP_K_ALLREDUCE, .dtype = HOOP_INT32, .op = HOOP_SUM,
+                          .root = -1, .count = 8, .seq = 4, .algo = 2, .payload_len = 32};
+    hoop__wire_hdr_t g = e;
+    g.algo = 3;
+    assert_string_equal(hoop__wire_mismatch_msg(&e, &g, 1, 0, buf, sizeof(buf)),
+                        "rank 1 ran allreduce(count=8, int32, sum) as call #4 with the ps algorithm "
+                        "where rank 0 ran it with rd (hoop_comm_set_algo or HOOP_ALGO must be the "
+                        "same on every rank)");
+    g = e;
+    g.sched = 7;
+    assert_non_null(strstr(hoop__wire_mismatch_msg(&e, &g, 1, 0, buf, sizeof(buf)),
+                           "other schedule settings"));
 }
 
 static void describe(void **state)
@@ -165,6 +195,7 @@ int main(void)
         cmocka_unit_test(rejects_bad_fields),
         cmocka_unit_test(decode_never_overreads),
         cmocka_unit_test(match_names_every_field),
+        cmocka_unit_test(mismatch_names_the_algorithm),
         cmocka_unit_test(describe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
