@@ -11,7 +11,7 @@
  *   ring i -> j:        producer i writes bytes and moves head; consumer j reads and moves tail;
  *                       head and tail are monotonic byte counters on their own cache lines
  *
- * A message is a frame: a stamp word, a 32-byte header (the wire header less what the ring implies)
+ * A message is a frame: a stamp word, a 40-byte header (the wire header less what the ring implies)
  * and the payload, padded to a cache line. Large payloads stream through the ring in pieces, so
  * the reader copies out while the writer is still copying in. A frame the writer puts in whole
  * (payload up to 64 KiB, room in the ring) gets its stamp last, a value only that frame's position
@@ -59,7 +59,7 @@
 #define DESC_SIZE 16
 #define PIECE (64 * 1024) /* bytes copied between publications of head or tail */
 #define STAMP 8           /* a frame's first word: see send_some() */
-#define SHDR_SIZE 32      /* the wire header without what a ring implies (sender, communicator) */
+#define SHDR_SIZE 40      /* the wire header without what a ring implies (sender, communicator) */
 #define CMA_PIECE (1024 * 1024)
 #define REASON_LEN 448
 #ifndef MADV_POPULATE_WRITE
@@ -188,7 +188,7 @@ static void notify(const peer_t *pe)
 }
 
 /* The ring between two ranks of one communicator implies the sender and the communicator, so a
- * frame carries the rest of the wire header in 32 bytes: with its stamp and up to 24 bytes of
+ * frame carries the rest of the wire header in 40 bytes: with its stamp and up to 16 bytes of
  * payload it fits one cache line, which the reader then fetches once. */
 static void shdr_encode(const hoop__wire_hdr_t *h, uint8_t *b)
 {
@@ -200,6 +200,9 @@ static void shdr_encode(const hoop__wire_hdr_t *h, uint8_t *b)
     memcpy(b + 8, &h->seq, 8);
     memcpy(b + 16, &h->count, 8);
     memcpy(b + 24, &h->payload_len, 8);
+    b[32] = h->algo;
+    memset(b + 33, 0, 3);
+    memcpy(b + 36, &h->sched, 4);
 }
 
 static void shdr_decode(const uint8_t *b, hoop__wire_hdr_t *h)
@@ -213,6 +216,8 @@ static void shdr_decode(const uint8_t *b, hoop__wire_hdr_t *h)
     memcpy(&h->seq, b + 8, 8);
     memcpy(&h->count, b + 16, 8);
     memcpy(&h->payload_len, b + 24, 8);
+    h->algo = b[32];
+    memcpy(&h->sched, b + 36, 4);
 }
 
 static op_t *op_new(hoop__tp_t *tp)
@@ -656,7 +661,9 @@ static int fail_if_aborted(hoop__tp_t *tp, int j)
     memcpy(why, pe->sh->reason, sizeof(why));
     why[sizeof(why) - 1] = '\0';
     snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, why);
-    peer_fail(tp, j, HOOP_ERR_ABORTED, msg);
+    /* A disagreement stays one on every rank; any other cause is an abort here. */
+    uint32_t code = atomic_load_explicit(&pe->sh->aborted, memory_order_relaxed);
+    peer_fail(tp, j, code == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED, msg);
     return 1;
 }
 

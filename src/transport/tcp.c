@@ -79,6 +79,7 @@ typedef struct peer {
     int salvaging;            /* reading a last abort notice before declaring the peer lost */
     int ab_active;            /* reading the reason of an abort notice */
     size_t ab_need, ab_got;
+    hoop_result_t ab_code;    /* HOOP_ERR_MISMATCH when the peer aborted on a disagreement */
     char ab_text[ABORT_MAX + 1];
 } peer_t;
 
@@ -689,7 +690,7 @@ static void fail_queue(hoop__tp_t *tp, seg_t **head, seg_t **tail, hoop_result_t
     *head = *tail = NULL;
 }
 
-static void send_abort(hoop__tp_t *tp, int j, const char *text, size_t len);
+static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *text, size_t len);
 static void tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason);
 
 /* Fails everything queued for peer with code, shuts its sockets and reports msg once. A peer whose
@@ -703,9 +704,10 @@ static void peer_fail(hoop__tp_t *tp, int peer, hoop_result_t code, const char *
     peer_t *pe = &tp->peers[peer];
     if (pe->lost) return;
     pe->lost = 1;
-    if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED) {
+    /* Not back to a peer whose own notice this is (ab_code is set once one came). */
+    if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED && pe->ab_code == HOOP_OK) {
         size_t len = strlen(msg);
-        send_abort(tp, peer, msg, len < ABORT_MAX ? len : ABORT_MAX);
+        send_abort(tp, peer, code, msg, len < ABORT_MAX ? len : ABORT_MAX);
     }
     for (int k = 0; k < tp->nsock; k++) {
         sock_t *s = &pe->socks[k];
@@ -793,7 +795,7 @@ static void finish_abort(hoop__tp_t *tp, int peer)
     if (o > 0 && n > 0 && (size_t)n < sizeof(msg))
         snprintf(msg + n, sizeof(msg) - (size_t)n, "; rank %d was still waiting on rank(s) %s",
                  tp->p.rank, waiting);
-    peer_fail(tp, peer, HOOP_ERR_ABORTED, msg);
+    peer_fail(tp, peer, pe->ab_code, msg);
 }
 
 /* Reads the reason of an abort notice on socket 0; fails the peer once it is in, or once the
@@ -827,6 +829,8 @@ static void start_abort(hoop__tp_t *tp, int peer, const hoop__wire_hdr_t *h)
         return;
     }
     pe->ab_active = 1;
+    /* A disagreement stays one on every rank; any other cause is an abort here. */
+    pe->ab_code = h->flags == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED;
     pe->ab_need = (size_t)h->payload_len;
     pe->ab_got = 0;
     read_abort(tp, peer);
@@ -1094,7 +1098,7 @@ static void tcp_wake(hoop__tp_t *tp)
 
 /* Tells peer j why we abort, if its socket 0 is between two messages and has room: one send that
  * never waits. A half-sent notice ends in the close, and the peer reports what came. */
-static void send_abort(hoop__tp_t *tp, int j, const char *text, size_t len)
+static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *text, size_t len)
 {
     sock_t *so = &tp->peers[j].socks[0];
     if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) return;
@@ -1102,6 +1106,7 @@ static void send_abort(hoop__tp_t *tp, int j, const char *text, size_t len)
     hoop__wire_hdr_t h;
     memset(&h, 0, sizeof(h));
     h.kind = HOOP_K_ABORT;
+    h.flags = (uint8_t)code;
     h.root = -1;
     h.src = (uint32_t)tp->p.rank;
     h.comm_id = tp->p.comm_id;
@@ -1123,7 +1128,7 @@ static void tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
     if (len > ABORT_MAX) len = ABORT_MAX;
     for (int j = 0; j < tp->p.size; j++) {
         if (tp->peers[j].socks == NULL) continue;
-        if (first && !tp->peers[j].lost && j != tp->p.rank) send_abort(tp, j, text, len);
+        if (first && !tp->peers[j].lost && j != tp->p.rank) send_abort(tp, j, code, text, len);
         for (int k = 0; k < tp->nsock; k++) {
             sock_t *so = &tp->peers[j].socks[k];
             fail_queue(tp, &so->sq, &so->sq_tail, code);
