@@ -50,6 +50,20 @@ void hoop__auth_key_wipe(hoop__auth_key_t *k)
     if (k != NULL) sodium_memzero(k, sizeof(*k));
 }
 
+void hoop__auth_key_bind(hoop__auth_key_t *k, const char *job)
+{
+    if (k == NULL || !k->set || job == NULL || job[0] == '\0') return;
+    crypto_generichash_state st;
+    unsigned char out[HOOP_AUTH_KEY_BYTES];
+    crypto_generichash_init(&st, k->bytes, sizeof(k->bytes), sizeof(out));
+    crypto_generichash_update(&st, (const unsigned char *)"hoop job", 8);
+    crypto_generichash_update(&st, (const unsigned char *)job, strlen(job));
+    crypto_generichash_final(&st, out, sizeof(out));
+    memcpy(k->bytes, out, sizeof(out));
+    sodium_memzero(out, sizeof(out));
+    sodium_memzero(&st, sizeof(st));
+}
+
 static int all_hex(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -339,7 +353,8 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
     case P_VERDICT:
         if (a->in[0] == VERDICT_REJECTED)
             return fail(a, HOOP_ERR_AUTH, err, errlen,
-                        "the peer rejected our key (is HOOP_AUTH_KEY the same on every rank?)");
+                        "the peer rejected our key (is HOOP_AUTH_KEY the same on every rank? is the "
+                        "peer of another job, with another job id?)");
         if (a->in[0] != VERDICT_OK)
             return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer answered the authentication with garbage");
         a->phase = P_SPROOF;

@@ -53,6 +53,10 @@ hoop_result_t hoop__auth_key_from_env(hoop__auth_key_t *k,
                                       const char *(*get)(const char *name, void *ctx), void *ctx,
                                       char *err, size_t errlen);
 void hoop__auth_key_wipe(hoop__auth_key_t *k);
+/* Binds a set key to a job: replaces it by BLAKE2b(key, "hoop job" | job), so that two jobs that
+ * share a key file but not a job id cannot authenticate to each other. No-op for an unset key or
+ * an empty job. */
+void hoop__auth_key_bind(hoop__auth_key_t *k, const char *job);
 
 /* Folds identifying numbers (communicator id, ranks, socket index) into a handshake context. */
 uint64_t hoop__auth_context(uint64_t base, uint64_t a, uint64_t b, uint64_t c);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "collectives/coll.h"
+#include "core/agree.h"
 #include "core/comm.h"
 #include "core/store.h"
 
@@ -22,7 +23,7 @@ const char *hoop_error_string(hoop_result_t r)
     case HOOP_ERR_SYSTEM: return "system error";
     case HOOP_ERR_TIMEOUT: return "timed out";
     case HOOP_ERR_PEER_LOST: return "peer lost";
-    case HOOP_ERR_MISMATCH: return "mismatched collective calls";
+    case HOOP_ERR_MISMATCH: return "ranks disagree (mismatched calls or settings)";
     case HOOP_ERR_AUTH: return "authentication failed";
     case HOOP_ERR_UNSUPPORTED: return "unsupported";
     case HOOP_ERR_ABORTED: return "communicator aborted";
@@ -289,6 +290,8 @@ static hoop_result_t init_comm(hoop_comm_t **out, const char *init_method, int r
     } else {
         rc = hoop__rdv_resolve(init_method, rank, world_size, rdv, err, sizeof(err));
         if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
+        /* Jobs that share a key file but not a job id cannot authenticate to each other. */
+        hoop__auth_key_bind(&cfg->auth, rdv->job);
     }
     boot.rank = rdv->rank;
 
@@ -309,62 +312,39 @@ static hoop_result_t init_comm(hoop_comm_t **out, const char *init_method, int r
     }
     double deadline = hoop__now() + cfg->timeout_s;
     hoop__store_t *st = NULL;
-    rc = hoop__store_open(rdv, cfg->timeout_s, &c->log, &st, err, sizeof(err));
-    if (rc != HOOP_OK) return init_fail(c, &boot, rc, err);
-
-    /* Rank 0 names the communicator: the id goes into every header and hello, so two jobs that
-     * meet by accident (a stale address) do not talk to each other. */
-    if (c->rank == 0) {
-        uint64_t id = 0;
-        if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) id = (uint64_t)getpid() << 32;
-        id ^= (uint64_t)hoop__now();
-        rc = hoop__store_set(st, "hoop/id", &id, sizeof(id));
-        if (rc != HOOP_OK) goto store_error;
+    uint64_t nonce = 0;
+    if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
+        nonce = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
+    /* Everything ranks must agree on is compared before any data moves (agree.c); the
+     * communicator id comes with rank 0's verdict. */
+    hoop__agree_in_t ag = {.cfg = cfg, .job = rdv->job, .rank = c->rank, .size = c->size,
+                           .nonce = nonce, .deadline = deadline};
+    for (;;) {
+        rc = hoop__store_open(rdv, deadline - hoop__now(), &c->log, &st, err, sizeof(err));
+        if (rc != HOOP_OK) return init_fail(c, &boot, rc, err);
+        int stale = 0;
+        rc = hoop__agree_join(st, &ag, &c->id, &stale, err, sizeof(err));
+        if (!stale || hoop__now() >= deadline) break;
+        /* This process's previous communicator still serves the store: it closes once its
+         * ranks are through; meet the next one. */
+        hoop__store_close(st);
+        st = NULL;
+        usleep(20 * 1000);
     }
+    if (rc != HOOP_OK) {
+        hoop__store_close(st);
+        return init_fail(c, &boot, rc, err);
+    }
+    c->sched = hoop__agree_digest(&c->cfg);
     size_t len = 0;
-    rc = hoop__store_get(st, "hoop/id", &c->id, sizeof(c->id), &len, deadline - hoop__now());
-    if (rc != HOOP_OK) goto store_error;
-
-    /* Settings that decide the schedule or the wire layout must be the same on every rank, or
-     * ranks would pick different algorithms and fail with a mismatch: rank 0's values win. */
-    struct {
-        uint64_t small_bytes, chunk_bytes, shm_ring_bytes;
-        int32_t sockets_per_peer;
-        char algo[16], transport[16];
-    } shared = {0};
-    if (c->rank == 0) {
-        shared.small_bytes = cfg->small_bytes;
-        shared.chunk_bytes = cfg->chunk_bytes;
-        shared.shm_ring_bytes = cfg->shm_ring_bytes;
-        shared.sockets_per_peer = cfg->sockets_per_peer;
-        memcpy(shared.algo, cfg->algo, sizeof(shared.algo));
-        memcpy(shared.transport, cfg->transport, sizeof(shared.transport));
-        rc = hoop__store_set(st, "hoop/cfg", &shared, sizeof(shared));
-        if (rc != HOOP_OK) goto store_error;
-    }
-    rc = hoop__store_get(st, "hoop/cfg", &shared, sizeof(shared), &len, deadline - hoop__now());
-    if (rc != HOOP_OK) goto store_error;
-    shared.algo[sizeof(shared.algo) - 1] = '\0';
-    shared.transport[sizeof(shared.transport) - 1] = '\0';
-    if (shared.small_bytes != cfg->small_bytes || shared.chunk_bytes != cfg->chunk_bytes ||
-        shared.sockets_per_peer != cfg->sockets_per_peer || strcmp(shared.algo, cfg->algo) != 0 ||
-        shared.shm_ring_bytes != cfg->shm_ring_bytes || strcmp(shared.transport, cfg->transport) != 0)
-        HOOP_WARN(&c->log, "HOOP_ALGO/HOOP_TRANSPORT/HOOP_SMALL_BYTES/HOOP_CHUNK_BYTES/"
-                           "HOOP_SOCKETS_PER_PEER/HOOP_SHM_RING_BYTES differ from rank 0's; using "
-                           "rank 0's");
-    c->cfg.shm_ring_bytes = cfg->shm_ring_bytes = shared.shm_ring_bytes;
-    memcpy(c->cfg.transport, shared.transport, sizeof(c->cfg.transport));
-    memcpy(cfg->transport, shared.transport, sizeof(cfg->transport));
-    c->cfg.small_bytes = cfg->small_bytes = shared.small_bytes;
-    c->cfg.chunk_bytes = cfg->chunk_bytes = shared.chunk_bytes;
-    c->cfg.sockets_per_peer = cfg->sockets_per_peer = shared.sockets_per_peer;
-    memcpy(c->cfg.algo, shared.algo, sizeof(c->cfg.algo));
-    memcpy(cfg->algo, shared.algo, sizeof(cfg->algo));
 
     char addr[ADDR_LEN];
     if (rdv->method[0] == 't') snprintf(c->route_hint, sizeof(c->route_hint), "%s", rdv->host);
     rc = open_transport(c, addr);
-    if (rc != HOOP_OK) return init_fail(c, &boot, rc, c->last_error);
+    if (rc != HOOP_OK) {
+        hoop__store_close(st);
+        return init_fail(c, &boot, rc, c->last_error);
+    }
     char key[64];
     snprintf(key, sizeof(key), "hoop/addr/%d", c->rank);
     rc = hoop__store_set(st, key, addr, strlen(addr) + 1);
@@ -412,6 +392,10 @@ static hoop_result_t init_comm(hoop_comm_t **out, const char *init_method, int r
             rc = wrc;
             snprintf(err, sizeof(err), "%s", hoop__store_error(st));
         }
+        /* A process that claimed a taken rank after the hellos were compared: the rank that
+         * joined may be a stranger (another job on a stale address). Every rank hears it. */
+        if (rc == HOOP_OK && (rc = hoop__agree_conflict(st, err, sizeof(err))) != HOOP_OK)
+            c->tp_ops->abort(c->tp, rc, err);
     }
     if (rc != HOOP_OK) {
         hoop__store_close(st);

@@ -198,6 +198,29 @@ static hoop_result_t parse_file(const char *rest, hoop__rdv_t *out, char *err, s
     return HOOP_OK;
 }
 
+/* The job id from the launcher (see hoop__rdv_t.job). torchrun's default "none" names no job. A
+ * value is kept printable and bounded: it goes into messages and into the key derivation. */
+static hoop_result_t job_id(hoop__rdv_t *out, char *err, size_t errlen)
+{
+    static const char *const vars[] = {"HOOP_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",
+                                       "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = env(vars[i]);
+        if (v == NULL || (i == 1 && strcmp(v, "none") == 0)) continue;
+        const char *step = i == 2 ? env("SLURM_STEP_ID") : NULL;
+        int n = snprintf(out->job, sizeof out->job, "%s%s%s", v, step ? "." : "", step ? step : "");
+        if (n < 0 || (size_t)n >= sizeof out->job)
+            return fail(err, errlen, "%s is longer than %zu characters", vars[i], sizeof out->job - 1);
+        for (const char *c = out->job; *c; c++)
+            if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
+                return fail(err, errlen, "%s=\"%.64s\" has a space or an unprintable character",
+                            vars[i], v);
+        snprintf(out->job_from, sizeof out->job_from, "%s%s", vars[i], step ? "+SLURM_STEP_ID" : "");
+        return HOOP_OK;
+    }
+    return HOOP_OK;
+}
+
 hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out, char *err,
                                 size_t errlen)
 {
@@ -307,8 +330,13 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     }
     out->local_rank = (int)lr;
     out->local_size = (int)ls;
+    r = job_id(out, err, errlen);
+    if (r != HOOP_OK) return r;
     /* Last, so that no error path above leaves a key behind. */
-    if (strcmp(out->method, "tcp") == 0)
-        return hoop__auth_key_from_env(&out->auth, getenv_ctx, NULL, err, errlen);
+    if (strcmp(out->method, "tcp") == 0) {
+        r = hoop__auth_key_from_env(&out->auth, getenv_ctx, NULL, err, errlen);
+        if (r == HOOP_OK) hoop__auth_key_bind(&out->auth, out->job);
+        return r;
+    }
     return HOOP_OK;
 }

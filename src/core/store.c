@@ -37,6 +37,7 @@
 #define MAX_REQ ((size_t)REQ_HDR + HOOP_STORE_MAX_KEY + HOOP_STORE_MAX_VALUE)
 #define REP_OK 0
 #define REP_MISSING 1
+#define REP_TAKEN 2 /* a claim found its key set: the value is the existing one */
 
 #define MAX_LISTEN 8
 /* The server refuses to hold more than this many bytes of values: a runaway client must not take
@@ -144,7 +145,7 @@ long hoop__store_parse(const uint8_t *buf, size_t len, hoop__store_req_t *req)
     if (len == 0) return 0;
     if (buf == NULL) return -1;
     const uint8_t op = buf[0];
-    if (op != 'S' && op != 'G') return -1;
+    if (op != 'S' && op != 'G' && op != 'C') return -1;
     if (len < 5) return 0;
     const uint32_t keylen = get_u32(buf + 1);
     if (keylen == 0 || keylen > HOOP_STORE_MAX_KEY) return -1;
@@ -372,6 +373,19 @@ static int conn_process(server_t *s, conn_t *c)
             HOOP_TRACE(s->log, "rendezvous store: set \"%s\" (%u bytes) from %s",
                        printable(req.key, req.keylen, kbuf, sizeof kbuf), (unsigned)req.vallen, c->peer);
             rc = conn_reply(c, REP_OK, NULL, 0);
+        } else if (req.op == 'C') {
+            /* One thread serves every connection, so look-then-set is atomic. */
+            const entry_t *e = table_find(s, req.key, req.keylen, hash_key(req.key, req.keylen));
+            if (e != NULL) {
+                rc = conn_reply(c, REP_TAKEN, e->val, e->vallen);
+            } else if (table_set(s, req.key, req.keylen, req.val, req.vallen) != 0) {
+                HOOP_WARN(s->log, "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s; "
+                          "dropping the client", s->where, (unsigned)req.vallen,
+                          printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer);
+                return -1;
+            } else {
+                rc = conn_reply(c, REP_OK, NULL, 0);
+            }
         } else {
             const entry_t *e = table_find(s, req.key, req.keylen, hash_key(req.key, req.keylen));
             rc = e != NULL ? conn_reply(c, REP_OK, e->val, e->vallen) : conn_reply(c, REP_MISSING, NULL, 0);
@@ -1027,8 +1041,10 @@ static hoop_result_t client_request(hoop__store_t *st, uint8_t op, const char *k
         st->lost = 1;
         return HOOP_ERR_AUTH;
     }
-    if ((rep[0] != REP_OK && rep[0] != REP_MISSING) || rlen > HOOP_STORE_MAX_VALUE ||
-        (rep[0] == REP_MISSING && rlen != 0) || (op == 'S' && (rep[0] != REP_OK || rlen != 0))) {
+    const int claim_ok = op == 'C' && (rep[0] == REP_TAKEN || (rep[0] == REP_OK && rlen == 0));
+    if ((op == 'C' && !claim_ok) || (op != 'C' && rep[0] != REP_OK && rep[0] != REP_MISSING) ||
+        rlen > HOOP_STORE_MAX_VALUE || (rep[0] == REP_MISSING && rlen != 0) ||
+        (op == 'S' && (rep[0] != REP_OK || rlen != 0))) {
         set_err(
             st->err, sizeof st->err,
             "the rendezvous store at %s sent an invalid reply (is another program listening on that port?)",
@@ -1120,11 +1136,12 @@ static int key_path(const hoop__store_t *st, const char *key, char *out, size_t 
     return 0;
 }
 
-static hoop_result_t file_set(hoop__store_t *st, const char *key, const void *val, size_t len)
+/* Writes val into a fresh temporary file beside key's path; path and tmp get both names. */
+static hoop_result_t file_write_tmp(hoop__store_t *st, const char *key, const void *val, size_t len,
+                                    char *path, char *tmp)
 {
-    char path[PATH_MAX], tmp[PATH_MAX];
     size_t name_at;
-    if (key_path(st, key, path, sizeof path, &name_at) != 0) {
+    if (key_path(st, key, path, PATH_MAX, &name_at) != 0) {
         set_err(st->err, sizeof st->err, "the file store path for a key is too long (store directory %s)",
                 st->dir);
         return HOOP_ERR_INVALID_ARGUMENT;
@@ -1139,7 +1156,7 @@ static hoop_result_t file_set(hoop__store_t *st, const char *key, const void *va
             return HOOP_ERR_SYSTEM;
         }
     }
-    snprintf(tmp, sizeof tmp, "%.*s.tmp.XXXXXX", (int)name_at, path);
+    snprintf(tmp, PATH_MAX, "%.*s.tmp.XXXXXX", (int)name_at, path);
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         set_err(st->err, sizeof st->err, "cannot create a file in the store directory %s: %s", st->dir,
@@ -1166,6 +1183,14 @@ static hoop_result_t file_set(hoop__store_t *st, const char *key, const void *va
         unlink(tmp);
         return HOOP_ERR_SYSTEM;
     }
+    return HOOP_OK;
+}
+
+static hoop_result_t file_set(hoop__store_t *st, const char *key, const void *val, size_t len)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    hoop_result_t r = file_write_tmp(st, key, val, len, path, tmp);
+    if (r != HOOP_OK) return r;
     if (rename(tmp, path) != 0) {
         set_err(st->err, sizeof st->err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);
@@ -1347,6 +1372,47 @@ hoop_result_t hoop__store_set(hoop__store_t *st, const char *key, const void *va
             r = client_request(st, 'S', key, keylen, val, len, &status, NULL, 0, NULL,
                                mono_now() + st->timeout_s);
         }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return r;
+}
+
+hoop_result_t hoop__store_claim(hoop__store_t *st, const char *key, const void *val, size_t len,
+                                int *taken, void *holder, size_t cap, size_t *holder_len)
+{
+    if (st == NULL || taken == NULL || (holder == NULL && cap > 0)) return HOOP_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&st->mu);
+    *taken = 0;
+    if (holder_len != NULL) *holder_len = 0;
+    size_t keylen = 0;
+    hoop_result_t r = check_key(st, key, &keylen);
+    if (r == HOOP_OK && (len > HOOP_STORE_MAX_VALUE || (val == NULL && len > 0))) {
+        set_err(st->err, sizeof st->err, "invalid store value for a claim (%zu bytes)", len);
+        r = HOOP_ERR_INVALID_ARGUMENT;
+    }
+    if (r == HOOP_OK && st->kind == KIND_FILE) {
+        /* link(2) fails with EEXIST when the name exists: the file system decides. */
+        char path[PATH_MAX], tmp[PATH_MAX];
+        r = file_write_tmp(st, key, val, len, path, tmp);
+        if (r == HOOP_OK) {
+            if (link(tmp, path) == 0) {
+                unlink(tmp);
+            } else if (errno == EEXIST) {
+                unlink(tmp);
+                *taken = 1;
+                int got = file_try_get(st, path, holder, cap, holder_len);
+                if (got < 0) r = HOOP_ERR_SYSTEM;
+            } else {
+                set_err(st->err, sizeof st->err, "cannot link %s to %s: %s", tmp, path, strerror(errno));
+                unlink(tmp);
+                r = HOOP_ERR_SYSTEM;
+            }
+        }
+    } else if (r == HOOP_OK) {
+        uint8_t status = 0;
+        r = client_request(st, 'C', key, keylen, val, len, &status, holder, cap, holder_len,
+                           mono_now() + st->timeout_s);
+        if (r == HOOP_OK) *taken = status == REP_TAKEN;
     }
     pthread_mutex_unlock(&st->mu);
     return r;

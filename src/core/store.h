@@ -25,6 +25,11 @@ typedef struct hoop__rdv {
     int rank, size;
     int local_rank, local_size; /* -1 where unknown */
     hoop__auth_key_t auth;      /* tcp: every connection to the store proves this key (auth.set) */
+    /* The job this rank belongs to, from the launcher ("" where none says): HOOP_JOB_ID, else
+     * torchrun's TORCHELASTIC_RUN_ID, else Slurm's SLURM_JOB_ID.SLURM_STEP_ID, else Open MPI's
+     * PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid. job_from names the variable. */
+    char job[128];
+    char job_from[48];
 } hoop__rdv_t;
 
 /* Resolves init_method ("env://", "tcp://H:P", "file:///P", NULL = "env://") and rank/size (-1 = from
@@ -43,6 +48,11 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
 hoop_result_t hoop__store_open(const hoop__rdv_t *rdv, double timeout_s, const hoop__log_t *log,
                                hoop__store_t **st, char *err, size_t errlen);
 hoop_result_t hoop__store_set(hoop__store_t *st, const char *key, const void *val, size_t len);
+/* Sets key to val only if it does not exist yet, atomically (the server decides, or link(2) in a
+ * file store): *taken = 0 when this call set it; *taken = 1 when it existed, its value copied into
+ * holder (at most cap bytes, *holder_len the full length). */
+hoop_result_t hoop__store_claim(hoop__store_t *st, const char *key, const void *val, size_t len,
+                                int *taken, void *holder, size_t cap, size_t *holder_len);
 /* Waits until key exists (at most timeout_s), copies at most cap bytes; *len gets the full length. */
 hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, size_t cap,
                               size_t *len, double timeout_s);
@@ -55,8 +65,9 @@ const char *hoop__store_error(const hoop__store_t *st);
 void hoop__store_close(hoop__store_t *st);
 
 /* The tcp store protocol, exposed for tests and fuzzing. A request is
- *   u8 op ('S' set, 'G' get) | u32 keylen | u32 vallen | key | value      (little-endian)
- * and a reply is u8 status (0 ok, 1 missing) | u32 vallen | value.
+ *   u8 op ('S' set, 'G' get, 'C' claim) | u32 keylen | u32 vallen | key | value  (little-endian)
+ * and a reply is u8 status (0 ok, 1 missing, 2 taken: a claim's key existed) | u32 vallen | value
+ * (a get's value, or the existing value of a taken claim).
  * Returns the number of bytes of buf that form one complete request (> 0), 0 if more bytes are
  * needed, -1 if the bytes can never form a valid request (the connection is then dropped). */
 typedef struct hoop__store_req {

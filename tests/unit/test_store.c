@@ -486,7 +486,7 @@ static uint64_t rng_next(uint64_t *s)
 static long parse_reference(const uint8_t *b, size_t len)
 {
     if (len == 0) return 0;
-    if (b[0] != 'S' && b[0] != 'G') return -1;
+    if (b[0] != 'S' && b[0] != 'G' && b[0] != 'C') return -1;
     if (len < 5) return 0;
     uint64_t kl = (uint64_t)b[1] | (uint64_t)b[2] << 8 | (uint64_t)b[3] << 16 | (uint64_t)b[4] << 24;
     if (kl < 1 || kl > HOOP_STORE_MAX_KEY) return -1;
@@ -512,7 +512,7 @@ static void test_parse_random(void **state)
         assert_non_null(b);
         for (size_t i = 0; i < len; i++) b[i] = (uint8_t)rng_next(&s);
         /* Bias towards plausible headers so that every branch is taken. */
-        if (len > 0 && rng_next(&s) % 4 != 0) b[0] = (rng_next(&s) & 1) ? 'S' : 'G';
+        if (len > 0 && rng_next(&s) % 4 != 0) b[0] = "SGC"[rng_next(&s) % 3];
         if (len >= 5 && rng_next(&s) % 4 != 0) {
             b[1] = (uint8_t)(rng_next(&s) % 20);
             b[2] = b[3] = b[4] = 0;
@@ -1051,6 +1051,101 @@ static void rm_rf(const char *path)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Claims: of several clients claiming one key at once, exactly one sets it, and every other one
+ * is told it was taken and given the winner's value; a later set does not un-take it. */
+typedef struct claim_job {
+    hoop__rdv_t rdv;
+    int taken;
+    char holder[64];
+    hoop_result_t rc;
+} claim_job_t;
+
+static void *claim_main(void *arg)
+{
+    claim_job_t *j = arg;
+    hoop__store_t *st = NULL;
+    char err[512], mine[64];
+    j->rc = hoop__store_open(&j->rdv, 5.0, NULL, &st, err, sizeof err);
+    if (j->rc != HOOP_OK) return NULL;
+    snprintf(mine, sizeof mine, "claimed by %d", j->rdv.rank);
+    size_t len = 0;
+    j->rc = hoop__store_claim(st, "hoop/rank/1", mine, strlen(mine), &j->taken, j->holder,
+                              sizeof j->holder - 1, &len);
+    j->holder[len < sizeof j->holder ? len : sizeof j->holder - 1] = '\0';
+    /* Stay connected until rank 0 has checked (it closes the server). */
+    char one[2];
+    if (j->rc == HOOP_OK) j->rc = hoop__store_get(st, "done", one, sizeof one, &len, 5.0);
+    hoop__store_close(st);
+    return NULL;
+}
+
+static void claim_once(hoop__rdv_t (*mk)(const char *, int, int, int, const char *), int port,
+                       const char *path)
+{
+    enum { N = 6 };
+    claim_job_t jobs[N];
+    pthread_t th[N];
+    memset(jobs, 0, sizeof jobs);
+    hoop__rdv_t r0 = mk("127.0.0.1", port, 0, N, path);
+    hoop__store_t *s0 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    for (int i = 1; i < N; i++) {
+        jobs[i].rdv = mk("127.0.0.1", port, i, N, path);
+        assert_int_equal(pthread_create(&th[i], NULL, claim_main, &jobs[i]), 0);
+    }
+    char winner[64];
+    size_t len = 0;
+    assert_int_equal(hoop__store_get(s0, "hoop/rank/1", winner, sizeof winner - 1, &len, 5.0), HOOP_OK);
+    winner[len] = '\0';
+    assert_int_equal(hoop__store_set(s0, "done", "1", 1), HOOP_OK);
+    int won = 0;
+    for (int i = 1; i < N; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].rc, HOOP_OK);
+        char mine[64];
+        snprintf(mine, sizeof mine, "claimed by %d", i);
+        if (!jobs[i].taken) {
+            won++;
+            assert_string_equal(winner, mine);
+        } else {
+            assert_string_equal(jobs[i].holder, winner);
+        }
+    }
+    assert_int_equal(won, 1);
+    int taken = 0;
+    assert_int_equal(hoop__store_claim(s0, "hoop/rank/1", "x", 1, &taken, NULL, 0, NULL), HOOP_OK);
+    assert_int_equal(taken, 1);
+    hoop__store_close(s0);
+}
+
+static hoop__rdv_t claim_tcp_rdv(const char *host, int port, int rank, int size, const char *path)
+{
+    (void)path;
+    return tcp_rdv(host, port, rank, size);
+}
+
+static hoop__rdv_t claim_file_rdv(const char *host, int port, int rank, int size, const char *path)
+{
+    (void)host;
+    (void)port;
+    return file_rdv(path, rank, size);
+}
+
+static void test_claim_once(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET);
+    assert_true(port > 0);
+    claim_once(claim_tcp_rdv, port, NULL);
+    char base[] = "/tmp/hoop-store-test-XXXXXX";
+    assert_non_null(mkdtemp(base));
+    char path[256];
+    snprintf(path, sizeof path, "%s/claim.store", base);
+    claim_once(claim_file_rdv, 0, path);
+    rmdir(base);
+}
+
 static void test_file_exchange(void **state)
 {
     (void)state;
@@ -1286,6 +1381,7 @@ int main(void)
         cmocka_unit_test(test_tcp_malformed_client),
         cmocka_unit_test(test_tcp_ipv6),
         cmocka_unit_test(test_file_exchange),
+        cmocka_unit_test(test_claim_once),
         cmocka_unit_test(test_file_atomic_values),
         cmocka_unit_test(test_file_open_errors),
     };

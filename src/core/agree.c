@@ -1,0 +1,350 @@
+/*
+ * The agreement at init: before any data moves, every rank learns what every other rank believes
+ * about the job, and a difference fails init on every rank that can see it.
+ *
+ * Each rank publishes a hello: what must be equal everywhere (library and wire version, world
+ * size, job id, the settings of agree.h) and who it is (host, pid, a nonce). The store:
+ *
+ *   hoop/rank/R    claimed (set only if absent) by rank R with its hello: a second process that
+ *                  claims R finds the first one's hello there and fails, naming both
+ *   hoop/verdict   set by rank 0 once it has compared every hello with its own: "ok <id>" with the
+ *                  communicator id, or "fail <sentence>"
+ *   hoop/ack/R     rank R has read what it needs (rank 0 keeps the store up until then)
+ *
+ * A rank R > 0 first compares its job id with rank 0's, before it claims anything, so a rank that
+ * reaches another job's store (a stale job still holding the port) leaves it untouched; then it
+ * claims R, compares the rest with rank 0's hello and waits for the verdict. Rank 0 compares every
+ * hello: a rank that disagrees with rank 0 fails at once, and rank 0's verdict fails the ranks that
+ * agree with rank 0 but not with each other's view of the job (a rank whose WORLD_SIZE differs).
+ *
+ * A rank that finds its own number claimed by its own process (same host and pid, another nonce)
+ * has reached the store of this process's previous init, which is about to close: it reconnects
+ * until the new one answers. That makes init, destroy, init (or two inits back to back) safe.
+ */
+#include "core/agree.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/wire.h"
+
+/* Lines "name value"; the names of agreed fields are what users set, so messages can quote them. */
+#define F_VERSION "version"
+#define F_SIZE "WORLD_SIZE"
+#define F_JOB "job"
+
+static void put_line(char *buf, size_t cap, size_t *o, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void put_line(char *buf, size_t cap, size_t *o, const char *name, const char *fmt, ...)
+{
+    if (*o >= cap) return;
+    int n = snprintf(buf + *o, cap - *o, "%s ", name);
+    if (n < 0) return;
+    *o += (size_t)n;
+    if (*o >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    n = vsnprintf(buf + *o, cap - *o, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    *o += (size_t)n;
+    if (*o + 1 < cap) {
+        buf[(*o)++] = '\n';
+        buf[*o] = '\0';
+    }
+}
+
+#define FMT_SIZE(v) "%zu", (size_t)(v)
+#define FMT_INT(v) "%d", (int)(v)
+#define FMT_WORD(v) "%s", (v)
+
+size_t hoop__agree_settings(const hoop__config_t *cfg, char *buf, size_t cap)
+{
+    size_t o = 0;
+    if (cap > 0) buf[0] = '\0';
+#define X(field, env, kind) put_line(buf, cap, &o, env, FMT_##kind(cfg->field));
+    HOOP__AGREED_SETTINGS(X)
+#undef X
+    return o;
+}
+
+uint32_t hoop__agree_digest(const hoop__config_t *cfg)
+{
+    char buf[1024];
+    size_t n = hoop__agree_settings(cfg, buf, sizeof(buf));
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)buf[i]) * 16777619u;
+    return h;
+}
+
+size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, int size,
+                         uint64_t nonce, char *buf, size_t cap)
+{
+    size_t o = 0;
+    if (cap > 0) buf[0] = '\0';
+    char host[256] = "?";
+    if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = '\0';
+    put_line(buf, cap, &o, F_VERSION, "%s/wire%d", hoop_version(), HOOP_WIRE_VERSION);
+    put_line(buf, cap, &o, F_SIZE, "%d", size);
+    put_line(buf, cap, &o, F_JOB, "%s", job != NULL && job[0] != '\0' ? job : "-");
+    put_line(buf, cap, &o, "rank", "%d", rank);
+    put_line(buf, cap, &o, "host", "%s", host);
+    put_line(buf, cap, &o, "pid", "%ld", (long)getpid());
+    put_line(buf, cap, &o, "nonce", "%016" PRIx64, nonce);
+    o += hoop__agree_settings(cfg, buf + o, cap > o ? cap - o : 0);
+    return o;
+}
+
+int hoop__agree_field(const char *hello, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+    for (const char *l = hello; l != NULL && *l != '\0';) {
+        const char *end = strchr(l, '\n');
+        size_t len = end != NULL ? (size_t)(end - l) : strlen(l);
+        if (len > nl && strncmp(l, name, nl) == 0 && l[nl] == ' ') {
+            size_t v = len - nl - 1;
+            if (v >= cap) v = cap - 1;
+            memcpy(out, l + nl + 1, v);
+            out[v] = '\0';
+            return 1;
+        }
+        l = end != NULL ? end + 1 : NULL;
+    }
+    if (cap > 0) out[0] = '\0';
+    return 0;
+}
+
+/* The fields every rank must share: version, size, job, then the settings. */
+static const char *agreed_name(int i)
+{
+    static const char *const fixed[] = {F_VERSION, F_SIZE, F_JOB};
+    static const char *const settings[] = {
+#define X(field, env, kind) env,
+        HOOP__AGREED_SETTINGS(X)
+#undef X
+    };
+    int nf = (int)(sizeof(fixed) / sizeof(fixed[0]));
+    if (i < nf) return fixed[i];
+    i -= nf;
+    return i < (int)(sizeof(settings) / sizeof(settings[0])) ? settings[i] : NULL;
+}
+
+int hoop__agree_compare(const char *mine, int me, const char *theirs, int them, char *msg, size_t n)
+{
+    for (int i = 0; agreed_name(i) != NULL; i++) {
+        const char *name = agreed_name(i);
+        char a[160], b[160];
+        hoop__agree_field(mine, name, a, sizeof(a));
+        hoop__agree_field(theirs, name, b, sizeof(b));
+        if (strcmp(a, b) == 0) continue;
+        if (strcmp(name, F_VERSION) == 0)
+            snprintf(msg, n, "rank %d runs hoop %s where rank %d runs hoop %s: every rank must use "
+                     "the same library", them, b, me, a);
+        else if (strcmp(name, F_JOB) == 0)
+            snprintf(msg, n, "rank %d is of job %s where rank %d is of job %s (job ids come from "
+                     "HOOP_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID or Open MPI): a rank of another "
+                     "job, or a stale job still holding the rendezvous address", them, b, me, a);
+        else
+            snprintf(msg, n, "rank %d says %s=%s where rank %d says %s=%s: every rank must be "
+                     "started with the same %s", them, name, b, me, name, a, name);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the protocol ---- */
+
+#define HELLO_MAX 1024
+
+static hoop_result_t store_failed(hoop__store_t *st, hoop_result_t rc, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s", hoop__store_error(st));
+    return rc;
+}
+
+static hoop_result_t mismatch(char *err, size_t errlen, const char *msg)
+{
+    snprintf(err, errlen, "%s", msg);
+    return HOOP_ERR_MISMATCH;
+}
+
+/* Who holds a claim, for messages: "pid 123 on host a (job j)". */
+static void describe_holder(const char *hello, char *out, size_t n)
+{
+    char host[128], pid[32], job[128];
+    hoop__agree_field(hello, "host", host, sizeof(host));
+    hoop__agree_field(hello, "pid", pid, sizeof(pid));
+    hoop__agree_field(hello, F_JOB, job, sizeof(job));
+    snprintf(out, n, "pid %.31s on host %.100s (job %.100s)", pid[0] ? pid : "?",
+             host[0] ? host : "?", job[0] ? job : "-");
+}
+
+/* A get that also watches hoop/conflict: a process that found its rank claimed already writes it,
+ * and then the rank this waits for may never come. HOOP_ERR_MISMATCH with the sentence in msg;
+ * at the deadline, HOOP_ERR_TIMEOUT (or HOOP_ERR_AUTH when strangers were turned away) with the
+ * sentence in msg. A stranger turned away meanwhile does not end the wait: the rank may still come. */
+static hoop_result_t get_or_conflict(hoop__store_t *st, int rank, char *buf, size_t cap,
+                                     size_t *len, double deadline, char *msg, size_t n)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "hoop/rank/%d", rank);
+    const double start = hoop__now();
+    for (;;) {
+        double left = deadline - hoop__now(), slice = left < 0.25 ? left : 0.25;
+        hoop_result_t rc = hoop__store_get(st, key, buf, cap, len, slice);
+        if (rc != HOOP_ERR_TIMEOUT && rc != HOOP_ERR_AUTH) return rc;
+        if (left <= slice) {
+            snprintf(msg, n, "rank %d did not reach the rendezvous within %.1f s (has every rank "
+                     "started, with the same WORLD_SIZE? did one fail?)%s", rank,
+                     hoop__now() - start, rc == HOOP_ERR_AUTH ? "; the store turned away "
+                     "connections that failed authentication (is HOOP_AUTH_KEY the same on every "
+                     "rank?)" : "");
+            return rc;
+        }
+        size_t m = 0;
+        if (hoop__store_get(st, "hoop/conflict", msg, n - 1, &m, 0) == HOOP_OK) {
+            msg[m < n ? m : n - 1] = '\0';
+            return HOOP_ERR_MISMATCH;
+        }
+    }
+}
+
+hoop_result_t hoop__agree_conflict(hoop__store_t *st, char *msg, size_t n)
+{
+    size_t m = 0;
+    if (hoop__store_get(st, "hoop/conflict", msg, n - 1, &m, 0) != HOOP_OK) return HOOP_OK;
+    msg[m < n ? m : n - 1] = '\0';
+    return HOOP_ERR_MISMATCH;
+}
+
+hoop_result_t hoop__agree_join(hoop__store_t *st, const hoop__agree_in_t *in, uint64_t *comm_id,
+                               int *stale, char *err, size_t errlen)
+{
+    *stale = 0;
+    char mine[HELLO_MAX], theirs[HELLO_MAX], zero[HELLO_MAX], key[64], msg[512];
+    size_t len = 0;
+    hoop_result_t rc;
+    const int me = in->rank, p = in->size;
+    hoop__agree_hello(in->cfg, in->job, me, p, in->nonce, mine, sizeof(mine));
+
+    if (me != 0) {
+        /* Rank 0's hello first: a rank of another job must not leave anything in its store. */
+        rc = hoop__store_get(st, "hoop/rank/0", zero, sizeof(zero) - 1, &len,
+                             in->deadline - hoop__now());
+        if (rc != HOOP_OK) return store_failed(st, rc, err, errlen);
+        zero[len < sizeof(zero) ? len : sizeof(zero) - 1] = '\0';
+        char a[160], b[160];
+        hoop__agree_field(mine, F_JOB, a, sizeof(a));
+        hoop__agree_field(zero, F_JOB, b, sizeof(b));
+        if (strcmp(a, b) != 0 && hoop__agree_compare(mine, me, zero, 0, msg, sizeof(msg)))
+            return mismatch(err, errlen, msg);
+    }
+
+    int taken = 0;
+    snprintf(key, sizeof(key), "hoop/rank/%d", me);
+    rc = hoop__store_claim(st, key, mine, strlen(mine), &taken, theirs, sizeof(theirs) - 1, &len);
+    if (rc != HOOP_OK) return store_failed(st, rc, err, errlen);
+    if (taken) {
+        theirs[len < sizeof(theirs) ? len : sizeof(theirs) - 1] = '\0';
+        char host[256], pid[32], myhost[256], mypid[32];
+        hoop__agree_field(theirs, "host", host, sizeof(host));
+        hoop__agree_field(theirs, "pid", pid, sizeof(pid));
+        hoop__agree_field(mine, "host", myhost, sizeof(myhost));
+        hoop__agree_field(mine, "pid", mypid, sizeof(mypid));
+        if (strcmp(host, myhost) == 0 && strcmp(pid, mypid) == 0) {
+            *stale = 1;
+            snprintf(err, errlen, "the rendezvous store still serves this process's previous "
+                     "communicator (rank %d is claimed by it)", me);
+            return HOOP_ERR_TIMEOUT;
+        }
+        char who[300], self[300];
+        describe_holder(theirs, who, sizeof(who));
+        describe_holder(mine, self, sizeof(self));
+        snprintf(err, errlen,
+                 "rank %d is claimed twice: by %s and by this process, %s. Two processes were "
+                 "given the same rank, or the rendezvous address is still held by an older job",
+                 me, who, self);
+        /* Rank 0 fails the whole rendezvous with it (the first conflict's sentence wins). */
+        int t2 = 0;
+        (void)hoop__store_claim(st, "hoop/conflict", err, strlen(err), &t2, NULL, 0, NULL);
+        return HOOP_ERR_MISMATCH;
+    }
+
+    char verdict[600];
+    if (me == 0) {
+        /* Compare every hello with ours; the first difference is the sentence everyone gets, at
+         * once: the ranks after it may never come (a WORLD_SIZE larger than the job). */
+        int bad = 0, seen = 0;
+        char first[512] = "";
+        for (int j = 1; j < p && !bad; j++) {
+            rc = get_or_conflict(st, j, theirs, sizeof(theirs) - 1, &len, in->deadline, first,
+                                 sizeof(first));
+            if (rc == HOOP_ERR_MISMATCH) {
+                bad = 1;
+                break;
+            }
+            if (rc != HOOP_OK) {
+                snprintf(err, errlen, "%s", first);
+                return rc;
+            }
+            seen = j;
+            theirs[len < sizeof(theirs) ? len : sizeof(theirs) - 1] = '\0';
+            if (hoop__agree_compare(mine, 0, theirs, j, msg, sizeof(msg))) {
+                snprintf(first, sizeof(first), "%s", msg);
+                bad = 1;
+            }
+        }
+        uint64_t id = 0;
+        if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
+            id = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
+        if (bad)
+            snprintf(verdict, sizeof(verdict), "fail %s", first);
+        else
+            snprintf(verdict, sizeof(verdict), "ok %016" PRIx64, id);
+        rc = hoop__store_set(st, "hoop/verdict", verdict, strlen(verdict));
+        if (rc != HOOP_OK) return store_failed(st, rc, err, errlen);
+        if (bad) {
+            /* Keep the store up until the others have read why: the ranks whose hello came, up
+             * to the deadline; the others get a second, as they may not exist. */
+            char one[2];
+            double grace = hoop__now() + 1.0;
+            for (int j = 1; j < p; j++) {
+                snprintf(key, sizeof(key), "hoop/ack/%d", j);
+                double until = j <= seen ? in->deadline : grace;
+                if (hoop__store_get(st, key, one, sizeof(one), &len, until - hoop__now()) != HOOP_OK &&
+                    j <= seen)
+                    break;
+            }
+            return mismatch(err, errlen, verdict + 5);
+        }
+        *comm_id = id;
+        return HOOP_OK;
+    }
+
+    snprintf(key, sizeof(key), "hoop/ack/%d", me);
+    if (hoop__agree_compare(mine, me, zero, 0, msg, sizeof(msg))) {
+        (void)hoop__store_set(st, key, "1", 1);
+        return mismatch(err, errlen, msg);
+    }
+    rc = hoop__store_get(st, "hoop/verdict", verdict, sizeof(verdict) - 1, &len,
+                         in->deadline - hoop__now());
+    if (rc != HOOP_OK) return store_failed(st, rc, err, errlen);
+    verdict[len < sizeof(verdict) ? len : sizeof(verdict) - 1] = '\0';
+    if (strncmp(verdict, "fail ", 5) == 0) {
+        (void)hoop__store_set(st, key, "1", 1);
+        return mismatch(err, errlen, verdict + 5);
+    }
+    if (strncmp(verdict, "ok ", 3) != 0 || sscanf(verdict + 3, "%16" SCNx64, comm_id) != 1) {
+        snprintf(err, errlen, "the rendezvous store holds an invalid verdict \"%.40s\"", verdict);
+        return HOOP_ERR_INTERNAL;
+    }
+    return HOOP_OK;
+}

@@ -1,0 +1,68 @@
+/*
+ * What every rank of a communicator must agree on before any data moves.
+ *
+ * Two ranks that hold different values of anything here would build different schedules (which
+ * bytes go to whom, in what pieces) or different wire layouts, and the headers of their messages
+ * can coincide, so the receiver alone cannot always tell: the result would be HOOP_OK with wrong
+ * data. So init compares all of it, rank by rank, and fails on every rank when any two differ.
+ *
+ * HOOP__AGREED_SETTINGS lists the configuration fields (hoop__config_t) that shape a schedule.
+ * Code that chooses a schedule or a wire layout from a setting reads it from here and nowhere
+ * else; the disagreement tests iterate over this same list, so a setting added here is tested,
+ * and a setting that shapes a schedule but is missing here is a bug to fix here.
+ *   X(field, environment variable, kind)   kind: SIZE (size_t), INT (int), WORD (char array)
+ */
+#ifndef HOOP_AGREE_H
+#define HOOP_AGREE_H
+
+#define HOOP__AGREED_SETTINGS(X)                                                                   \
+    X(algo, "HOOP_ALGO", WORD)                         /* which all-reduce runs */                 \
+    X(small_bytes, "HOOP_SMALL_BYTES", SIZE)           /* latency vs bandwidth variants */         \
+    X(chunk_bytes, "HOOP_CHUNK_BYTES", SIZE)           /* pipelining pieces */                     \
+    X(transport, "HOOP_TRANSPORT", WORD)               /* which transport each pair uses */        \
+    X(sockets_per_peer, "HOOP_SOCKETS_PER_PEER", INT)  /* TCP striping of large messages */        \
+    X(shm_ring_bytes, "HOOP_SHM_RING_BYTES", SIZE)     /* shared-memory ring layout */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/store.h"
+
+/* The settings as "NAME value" lines, in list order; returns the length. */
+size_t hoop__agree_settings(const hoop__config_t *cfg, char *buf, size_t cap);
+/* A digest of those lines: equal on every rank once init has compared them (wire header sched). */
+uint32_t hoop__agree_digest(const hoop__config_t *cfg);
+/* A rank's hello (see agree.c): the fields to agree on, then who it is. Returns the length. */
+size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, int size,
+                         uint64_t nonce, char *buf, size_t cap);
+/* The value of field name in a hello into out; 0 (and "") when absent. */
+int hoop__agree_field(const char *hello, const char *name, char *out, size_t cap);
+/* 0 when two hellos agree; else 1 and a sentence naming both ranks and what each said:
+ * "rank 1 says WORLD_SIZE=3 where rank 0 says WORLD_SIZE=2: ...". */
+int hoop__agree_compare(const char *mine, int me, const char *theirs, int them, char *msg, size_t n);
+
+typedef struct hoop__agree_in {
+    const hoop__config_t *cfg;
+    const char *job;   /* "" when the launcher names none */
+    int rank, size;
+    uint64_t nonce;    /* fresh per init */
+    double deadline;   /* monotonic seconds */
+} hoop__agree_in_t;
+
+/* The agreement over an open store. HOOP_OK with the communicator id in *comm_id; a disagreement
+ * is HOOP_ERR_MISMATCH with the sentence in err, on every rank that takes part; store failures
+ * are passed on with the store's message. *stale = 1 (with HOOP_ERR_TIMEOUT) when the store is
+ * this process's previous one, about to close: reopen it and call again. */
+hoop_result_t hoop__agree_join(hoop__store_t *st, const hoop__agree_in_t *in, uint64_t *comm_id,
+                               int *stale, char *err, size_t errlen);
+
+/* Rank 0, at the end of init: HOOP_ERR_MISMATCH with the sentence when a process found its rank
+ * claimed during the rendezvous (after rank 0 compared the hellos, it may have been the real one). */
+hoop_result_t hoop__agree_conflict(hoop__store_t *st, char *msg, size_t n);
+
+/* Per call, the header of every message carries the rest: the collective, dtype, op, count,
+ * root, the call number and the algorithm with a digest of the settings above (wire.h), so a
+ * setting changed after init (hoop_comm_set_algo) is caught by the first message it shapes. */
+
+#endif
