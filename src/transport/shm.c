@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -124,7 +125,7 @@ typedef struct peer {
     queue_t sq, aq, rq;  /* sends being written, single copies awaiting the reader, receives */
     uint64_t cma_tickets;
     int cheap;           /* publish() without a fence: see there */
-    int bell_fd;         /* the peer's bell pipe, write end, or -1 */
+    int bell_fd;         /* the peer's bell pipe, opened for reading and writing (see map_peer), or -1 */
 } peer_t;
 
 struct hoop__tp {
@@ -147,6 +148,7 @@ struct hoop__tp {
     struct pollfd *pfds;
     _Atomic int woken;    /* wake() came since progress() last looked: do not sleep */
     int bell[2];          /* pipe that peers write a byte to while this rank is armed */
+    int epfd;             /* epoll set of the bell and every peer's pidfd: shm_wait_fd() */
     int armed;            /* shm_arm() announced a sleep that progress() has not ended yet */
 };
 
@@ -172,7 +174,9 @@ static void force_wake(const peer_t *pe)
 {
     seg_hdr_t *sh = pe->sh;
     atomic_fetch_add(&sh->doorbell, 1);
-    /* It sleeps in another transport's poll(): ring its bell (full pipe: it is ringing already). */
+    /* It sleeps in another transport's poll(): ring its bell (full pipe: it is ringing already).
+     * This is the transport's only write to a pipe; bell_fd is open read-write, so it cannot
+     * raise SIGPIPE even when the peer is gone (see map_peer). */
     if (atomic_load(&sh->bell) && pe->bell_fd >= 0) {
         if (write(pe->bell_fd, "", 1) < 0) {
         }
@@ -298,6 +302,15 @@ static hoop_result_t shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     }
     for (int j = 0; j < p->size; j++) tp->peers[j].pidfd = tp->peers[j].bell_fd = -1;
     if (pipe2(tp->bell, O_NONBLOCK | O_CLOEXEC) != 0) tp->bell[0] = tp->bell[1] = -1;
+    /* A rank asleep in another transport's poll() watches this one fd: it turns readable when the
+     * bell rings and when a peer's process exits (map_peer adds the pidfds), so that a death wakes
+     * it as a message would. Without epoll, only the bell. */
+    tp->epfd = tp->bell[0] >= 0 ? epoll_create1(EPOLL_CLOEXEC) : -1;
+    struct epoll_event bev = {.events = EPOLLIN, .data.u32 = UINT32_MAX};
+    if (tp->epfd >= 0 && epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->bell[0], &bev) != 0) {
+        close(tp->epfd);
+        tp->epfd = -1;
+    }
     *out = tp;
 
     long page = sysconf(_SC_PAGESIZE);
@@ -414,11 +427,18 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     pe->pid = pid;
     pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     pe->local = 1;
+    /* One-shot: an exit is reported once, to the disarm() after it; check_peers() polls the
+     * pidfd itself from then on. */
+    struct epoll_event pev = {.events = EPOLLIN | EPOLLONESHOT, .data.u32 = (uint32_t)j};
+    if (tp->epfd >= 0 && pe->pidfd >= 0) (void)epoll_ctl(tp->epfd, EPOLL_CTL_ADD, pe->pidfd, &pev);
     if (pe->sh->bell_wfd >= 0) {
-        /* A pipe, unlike an eventfd, can be opened again through /proc. */
+        /* A pipe, unlike an eventfd, can be opened again through /proc. Read-write, so that
+         * this descriptor is a reader too: the pipe never loses its last reader while we hold
+         * it, and a write to the bell of a peer that died cannot raise SIGPIPE (it fills the
+         * pipe and then fails with EAGAIN, which force_wake ignores). */
         char bell[64];
         snprintf(bell, sizeof(bell), "/proc/%d/fd/%d", (int)pid, (int)pe->sh->bell_wfd);
-        pe->bell_fd = open(bell, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        pe->bell_fd = open(bell, O_RDWR | O_NONBLOCK | O_CLOEXEC);
     }
 
     /* Single copy: can we read the peer's own memory? Tell it through our ring control. */
@@ -842,20 +862,33 @@ static int process_gone(pid_t pid)
 
 /* Peer j closed or exited. First take in what it wrote before it went, and count the single
  * copies it finished reading (those sends are complete, not lost); whatever is still pending
- * after that is lost. Returns 1 if it failed the peer. */
-static int lose(hoop__tp_t *tp, int j, const char *why)
+ * after that is lost. With died set (it exited without closing and left bytes of ours unread
+ * in its ring, so it died inside a call) the peer fails even if nothing here waits on it yet:
+ * the communicator cannot complete that call, and ranks whose own transfers with it are done
+ * learn it now rather than when one of their peers next needs it. Returns 1 if it failed the
+ * peer. */
+static int lose(hoop__tp_t *tp, int j, const char *why, int died)
 {
     peer_t *pe = &tp->peers[j];
     recv_some(tp, j);
     if (!pe->lost && pe->aq.head != NULL) send_some(tp, j);
-    if (pe->lost || !pending(pe)) return 0;
+    if (pe->lost || (!pending(pe) && !died)) return 0;
     char msg[160];
     snprintf(msg, sizeof(msg), "lost rank %d (%s)", j, why);
     peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
     return 1;
 }
 
-/* Aborted or vanished peers, among those we have transfers with. Returns 1 if any peer failed. */
+/* Bytes we wrote to peer pe that it has not taken: a peer that ends with some did not finish
+ * its calls (a TCP peer would reset the connection). */
+static int unread_by(const peer_t *pe)
+{
+    return atomic_load_explicit(&pe->out->tail, memory_order_acquire) != pe->out_head;
+}
+
+/* Aborted or vanished peers: those we have transfers with, and those that died with bytes of
+ * ours unread. A peer that exits having read everything may just have finished first: it fails
+ * only the transfers that need it. Returns 1 if any peer failed. */
 static int check_peers(hoop__tp_t *tp)
 {
     int n = 0, failed = 0;
@@ -865,10 +898,10 @@ static int check_peers(hoop__tp_t *tp)
         if (!pe->local || pe->lost) continue;
         if (fail_if_aborted(tp, j)) {
             failed = 1;
-        } else if (!pending(pe)) {
-            continue;
         } else if (atomic_load_explicit(&pe->sh->closed, memory_order_acquire)) {
-            failed |= lose(tp, j, "it closed its connections");
+            if (pending(pe)) failed |= lose(tp, j, "it closed its connections", 0);
+        } else if (!pending(pe) && !unread_by(pe)) {
+            continue;
         } else if (pe->pidfd >= 0) {
             tp->pfds[n].fd = pe->pidfd;
             tp->pfds[n].events = POLLIN;
@@ -876,7 +909,7 @@ static int check_peers(hoop__tp_t *tp)
             n++;
         } else if (process_gone(pe->pid)) {
             snprintf(exited, sizeof(exited), "its process %d exited", (int)pe->pid);
-            failed |= lose(tp, j, exited);
+            failed |= lose(tp, j, exited, unread_by(pe));
         }
     }
     if (n == 0 || poll(tp->pfds, (nfds_t)n, 0) <= 0) return failed;
@@ -886,7 +919,10 @@ static int check_peers(hoop__tp_t *tp)
             if (tp->peers[j].pidfd == tp->pfds[i].fd) break;
         if (j == tp->p.size) break;
         snprintf(exited, sizeof(exited), "its process %d exited", (int)tp->peers[j].pid);
-        failed |= lose(tp, j, exited);
+        /* It may have closed just before it exited: then only what it still owed us is lost. */
+        int closed = atomic_load_explicit(&tp->peers[j].sh->closed, memory_order_acquire) != 0;
+        failed |= lose(tp, j, closed ? "it closed its connections" : exited,
+                       !closed && unread_by(&tp->peers[j]));
     }
     return failed;
 }
@@ -916,8 +952,9 @@ static int any_ready(const hoop__tp_t *tp)
     return r;
 }
 
-/* The sleep shm_arm() announced is over: take the announcement back and empty the bell. */
-static void disarm(hoop__tp_t *tp)
+/* The sleep shm_arm() announced is over: take the announcement back and empty the bell. Returns
+ * 1 if a peer's process exited meanwhile (its one-shot pidfd event is taken here). */
+static int disarm(hoop__tp_t *tp)
 {
     tp->armed = 0;
     atomic_store(&tp->sh->bell, 0);
@@ -925,9 +962,16 @@ static void disarm(hoop__tp_t *tp)
     char buf[256];
     while (read(tp->bell[0], buf, sizeof(buf)) > 0) {
     }
+    int exited = 0;
+    struct epoll_event ev[16];
+    for (int n = 16; tp->epfd >= 0 && n == 16;) {
+        n = epoll_wait(tp->epfd, ev, 16, 0);
+        for (int i = 0; i < n; i++) exited |= ev[i].data.u32 != UINT32_MAX;
+    }
+    return exited;
 }
 
-static int shm_wait_fd(hoop__tp_t *tp) { return tp->bell[0]; }
+static int shm_wait_fd(hoop__tp_t *tp) { return tp->epfd >= 0 ? tp->epfd : tp->bell[0]; }
 
 /* As the sleep at the end of shm_progress(), but the caller sleeps, in poll() on the bell: a
  * writer that sees the announcement writes a byte to the pipe besides waking the futex. */
@@ -944,7 +988,7 @@ static int shm_arm(hoop__tp_t *tp)
 
 static void shm_progress(hoop__tp_t *tp, int timeout_ms)
 {
-    if (tp->armed) disarm(tp);
+    if (tp->armed && disarm(tp) && !tp->failed && check_peers(tp)) return;
     if (tp->failed || tp->nlocal == 0) {
         if (timeout_ms > 0) poll(NULL, 0, timeout_ms < 10 ? timeout_ms : 10);
         return;
@@ -1040,6 +1084,7 @@ static void shm_close(hoop__tp_t *tp)
     }
     for (int k = 0; k < 2; k++)
         if (tp->bell[k] >= 0) close(tp->bell[k]);
+    if (tp->epfd >= 0) close(tp->epfd);
     while (tp->free_ops != NULL) {
         op_t *o = tp->free_ops;
         tp->free_ops = o->next;

@@ -738,8 +738,10 @@ static void peer_lost(hoop__tp_t *tp, int peer, const char *why)
 }
 
 /* Reads header bytes on socket 0 into so->hb until a whole header is there (1), the socket has no
- * more for now (0), or the peer is gone (-1): while idle (no receive posted) that only marks the
- * socket hung up, for the receive that comes later to report; otherwise the peer is lost. */
+ * more for now (0), or the peer is gone (-1): while idle (no receive posted) an orderly close only
+ * marks the socket hung up, for the receive that comes later to report (the peer may just have
+ * finished first); a reset, which is what a peer that ends with our bytes unread sends, loses the
+ * peer at once, as does any end while a receive waits. */
 static int fill_hdr(hoop__tp_t *tp, int peer, sock_t *so, int idle)
 {
     while (so->hb_len < HOOP_WIRE_HDR_SIZE) {
@@ -752,7 +754,7 @@ static int fill_hdr(hoop__tp_t *tp, int peer, sock_t *so, int idle)
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
         char why[128];
         snprintf(why, sizeof(why), "%s", r == 0 ? "connection closed by peer" : strerror(errno));
-        if (idle)
+        if (idle && (r == 0 || tp->peers[peer].salvaging))
             so->hup = 1;
         else
             peer_lost(tp, peer, why);
@@ -1081,7 +1083,15 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
             if (tp->peers[j].lost) continue;
         }
         if (so->sq == NULL && so->rq == NULL) {
-            /* The peer left while we expect nothing from it; a later transfer will notice. */
+            /* The peer closed while we expect nothing from it: it may have finished first, and a
+             * later transfer will notice. A reset means it ended with bytes of ours unread, inside
+             * a call: that fails the communicator now, as it would with shared memory. */
+            int err = 0;
+            socklen_t el = sizeof(err);
+            if ((re & POLLERR) && getsockopt(so->fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err) {
+                peer_lost(tp, j, strerror(err));
+                continue;
+            }
             if (re & (POLLRDHUP | POLLHUP | POLLERR)) so->hup = 1;
             continue;
         }
