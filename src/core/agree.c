@@ -7,8 +7,9 @@
  *
  *   hoop/rank/R    claimed (set only if absent) by rank R with its hello: a second process that
  *                  claims R finds the first one's hello there and fails, naming both
- *   hoop/verdict   set by rank 0 once it has compared every hello with its own: "ok <id>" with the
- *                  communicator id, or "fail <sentence>"
+ *   hoop/verdict   set by rank 0 once it has compared every hello with its own: "ok", or
+ *                  "fail <sentence>". Rank 0's hello also carries the communicator id, so that
+ *                  ranks can listen for connections while the others arrive
  *   hoop/ack/R     rank R has read what it needs (rank 0 keeps the store up until then)
  *
  * A rank R > 0 first compares its job id with rank 0's, before it claims anything, so a rank that
@@ -162,7 +163,6 @@ int hoop__agree_compare(const char *mine, int me, const char *theirs, int them, 
 
 /* ---- the protocol ---- */
 
-#define HELLO_MAX 1024
 
 static hoop_result_t store_failed(hoop__store_t *st, hoop_result_t rc, char *err, size_t errlen)
 {
@@ -225,22 +225,33 @@ hoop_result_t hoop__agree_conflict(hoop__store_t *st, char *msg, size_t n)
     return HOOP_ERR_MISMATCH;
 }
 
-hoop_result_t hoop__agree_join(hoop__store_t *st, const hoop__agree_in_t *in, uint64_t *comm_id,
-                               int *stale, char *err, size_t errlen)
+hoop_result_t hoop__agree_claim(hoop__store_t *st, hoop__agree_t *a, uint64_t *comm_id, int *stale,
+                                char *err, size_t errlen)
 {
     *stale = 0;
-    char mine[HELLO_MAX], theirs[HELLO_MAX], zero[HELLO_MAX], key[64], msg[512];
+    const hoop__agree_in_t *in = &a->in;
+    char *mine = a->mine, *zero = a->zero;
+    char theirs[HOOP__HELLO_MAX], key[64], msg[512];
     size_t len = 0;
     hoop_result_t rc;
-    const int me = in->rank, p = in->size;
-    hoop__agree_hello(in->cfg, in->job, me, p, in->nonce, mine, sizeof(mine));
+    const int me = in->rank;
+    hoop__agree_hello(in->cfg, in->job, me, in->size, in->nonce, mine, sizeof(a->mine));
+    if (me == 0) {
+        /* The id travels in rank 0's hello, so ranks can listen before the verdict. */
+        uint64_t id = 0;
+        if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
+            id = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
+        size_t o = strlen(mine);
+        put_line(mine, sizeof(a->mine), &o, "comm", "%016" PRIx64, id);
+        *comm_id = id;
+    }
 
     if (me != 0) {
         /* Rank 0's hello first: a rank of another job must not leave anything in its store. */
-        rc = hoop__store_get(st, "hoop/rank/0", zero, sizeof(zero) - 1, &len,
+        rc = hoop__store_get(st, "hoop/rank/0", zero, sizeof(a->zero) - 1, &len,
                              in->deadline - hoop__now());
         if (rc != HOOP_OK) return store_failed(st, rc, err, errlen);
-        zero[len < sizeof(zero) ? len : sizeof(zero) - 1] = '\0';
+        zero[len < sizeof(a->zero) ? len : sizeof(a->zero) - 1] = '\0';
         char a[160], b[160];
         hoop__agree_field(mine, F_JOB, a, sizeof(a));
         hoop__agree_field(zero, F_JOB, b, sizeof(b));
@@ -277,7 +288,24 @@ hoop_result_t hoop__agree_join(hoop__store_t *st, const hoop__agree_in_t *in, ui
         (void)hoop__store_claim(st, "hoop/conflict", err, strlen(err), &t2, NULL, 0, NULL);
         return HOOP_ERR_MISMATCH;
     }
+    if (me != 0) {
+        char id[40];
+        if (!hoop__agree_field(zero, "comm", id, sizeof(id)) || sscanf(id, "%16" SCNx64, comm_id) != 1) {
+            snprintf(err, errlen, "rank 0's hello in the rendezvous store has no communicator id");
+            return HOOP_ERR_INTERNAL;
+        }
+    }
+    return HOOP_OK;
+}
 
+hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err, size_t errlen)
+{
+    const hoop__agree_in_t *in = &a->in;
+    const char *mine = a->mine, *zero = a->zero;
+    char theirs[HOOP__HELLO_MAX], key[64], msg[512];
+    size_t len = 0;
+    hoop_result_t rc;
+    const int me = in->rank, p = in->size;
     char verdict[600];
     if (me == 0) {
         /* Compare every hello with ours; the first difference is the sentence everyone gets, at
@@ -302,13 +330,10 @@ hoop_result_t hoop__agree_join(hoop__store_t *st, const hoop__agree_in_t *in, ui
                 bad = 1;
             }
         }
-        uint64_t id = 0;
-        if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
-            id = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
         if (bad)
             snprintf(verdict, sizeof(verdict), "fail %s", first);
         else
-            snprintf(verdict, sizeof(verdict), "ok %016" PRIx64, id);
+            snprintf(verdict, sizeof(verdict), "ok");
         rc = hoop__store_set(st, "hoop/verdict", verdict, strlen(verdict));
         if (rc != HOOP_OK) return store_failed(st, rc, err, errlen);
         if (bad) {
@@ -325,7 +350,6 @@ hoop_result_t hoop__agree_join(hoop__store_t *st, const hoop__agree_in_t *in, ui
             }
             return mismatch(err, errlen, verdict + 5);
         }
-        *comm_id = id;
         return HOOP_OK;
     }
 
@@ -342,7 +366,7 @@ hoop_result_t hoop__agree_join(hoop__store_t *st, const hoop__agree_in_t *in, ui
         (void)hoop__store_set(st, key, "1", 1);
         return mismatch(err, errlen, verdict + 5);
     }
-    if (strncmp(verdict, "ok ", 3) != 0 || sscanf(verdict + 3, "%16" SCNx64, comm_id) != 1) {
+    if (strcmp(verdict, "ok") != 0) {
         snprintf(err, errlen, "the rendezvous store holds an invalid verdict \"%.40s\"", verdict);
         return HOOP_ERR_INTERNAL;
     }

@@ -50,12 +50,24 @@ typedef struct hoop__agree_in {
     double deadline;   /* monotonic seconds */
 } hoop__agree_in_t;
 
-/* The agreement over an open store. HOOP_OK with the communicator id in *comm_id; a disagreement
+#define HOOP__HELLO_MAX 1024
+
+/* One rank's side of the agreement, from claim to verdict. */
+typedef struct hoop__agree {
+    hoop__agree_in_t in;
+    char mine[HOOP__HELLO_MAX];
+    char zero[HOOP__HELLO_MAX]; /* rank 0's hello (ranks > 0) */
+} hoop__agree_t;
+
+/* The agreement over an open store, in two steps so that a rank can listen for its peers
+ * between them. Claim: publishes this rank's hello and gets the communicator id (HOOP_OK);
+ * *stale = 1 (with HOOP_ERR_TIMEOUT) when the store is this process's previous one, about to
+ * close: reopen it and claim again. Verdict: waits until every hello is compared. A disagreement
  * is HOOP_ERR_MISMATCH with the sentence in err, on every rank that takes part; store failures
- * are passed on with the store's message. *stale = 1 (with HOOP_ERR_TIMEOUT) when the store is
- * this process's previous one, about to close: reopen it and call again. */
-hoop_result_t hoop__agree_join(hoop__store_t *st, const hoop__agree_in_t *in, uint64_t *comm_id,
-                               int *stale, char *err, size_t errlen);
+ * are passed on with the store's message. */
+hoop_result_t hoop__agree_claim(hoop__store_t *st, hoop__agree_t *a, uint64_t *comm_id, int *stale,
+                                char *err, size_t errlen);
+hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err, size_t errlen);
 
 /* Rank 0, at the end of init: HOOP_ERR_MISMATCH with the sentence when a process found its rank
  * claimed during the rendezvous (after rank 0 compared the hellos, it may have been the real one). */

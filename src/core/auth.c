@@ -353,8 +353,8 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
     case P_VERDICT:
         if (a->in[0] == VERDICT_REJECTED)
             return fail(a, HOOP_ERR_AUTH, err, errlen,
-                        "the peer rejected our key (is HOOP_AUTH_KEY the same on every rank? is the "
-                        "peer of another job, with another job id?)");
+                        "the peer rejected our key (is HOOP_AUTH_KEY the same on every rank?); or "
+                        "it is of another job, with another job id");
         if (a->in[0] != VERDICT_OK)
             return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer answered the authentication with garbage");
         a->phase = P_SPROOF;

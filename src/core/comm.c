@@ -317,13 +317,18 @@ static hoop_result_t init_comm(hoop_comm_t **out, const char *init_method, int r
         nonce = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
     /* Everything ranks must agree on is compared before any data moves (agree.c); the
      * communicator id comes with rank 0's verdict. */
-    hoop__agree_in_t ag = {.cfg = cfg, .job = rdv->job, .rank = c->rank, .size = c->size,
-                           .nonce = nonce, .deadline = deadline};
+    hoop__agree_t *ag = calloc(1, sizeof(*ag));
+    if (ag == NULL) return init_fail(c, &boot, HOOP_ERR_NO_MEMORY, "out of memory");
+    ag->in = (hoop__agree_in_t){.cfg = cfg, .job = rdv->job, .rank = c->rank, .size = c->size,
+                                .nonce = nonce, .deadline = deadline};
     for (;;) {
         rc = hoop__store_open(rdv, deadline - hoop__now(), &c->log, &st, err, sizeof(err));
-        if (rc != HOOP_OK) return init_fail(c, &boot, rc, err);
+        if (rc != HOOP_OK) {
+            free(ag);
+            return init_fail(c, &boot, rc, err);
+        }
         int stale = 0;
-        rc = hoop__agree_join(st, &ag, &c->id, &stale, err, sizeof(err));
+        rc = hoop__agree_claim(st, ag, &c->id, &stale, err, sizeof(err));
         if (!stale || hoop__now() >= deadline) break;
         /* This process's previous communicator still serves the store: it closes once its
          * ranks are through; meet the next one. */
@@ -331,19 +336,20 @@ static hoop_result_t init_comm(hoop_comm_t **out, const char *init_method, int r
         st = NULL;
         usleep(20 * 1000);
     }
+    c->sched = hoop__agree_digest(&c->cfg);
+    size_t len = 0;
+    /* Listening while the others arrive costs nothing and lets them connect at once. */
+    char addr[ADDR_LEN];
+    if (rc == HOOP_OK) {
+        if (rdv->method[0] == 't') snprintf(c->route_hint, sizeof(c->route_hint), "%s", rdv->host);
+        rc = open_transport(c, addr);
+        if (rc != HOOP_OK) snprintf(err, sizeof(err), "%.500s", c->last_error);
+    }
+    if (rc == HOOP_OK) rc = hoop__agree_verdict(st, ag, err, sizeof(err));
+    free(ag);
     if (rc != HOOP_OK) {
         hoop__store_close(st);
         return init_fail(c, &boot, rc, err);
-    }
-    c->sched = hoop__agree_digest(&c->cfg);
-    size_t len = 0;
-
-    char addr[ADDR_LEN];
-    if (rdv->method[0] == 't') snprintf(c->route_hint, sizeof(c->route_hint), "%s", rdv->host);
-    rc = open_transport(c, addr);
-    if (rc != HOOP_OK) {
-        hoop__store_close(st);
-        return init_fail(c, &boot, rc, c->last_error);
     }
     char key[64];
     snprintf(key, sizeof(key), "hoop/addr/%d", c->rank);
@@ -455,14 +461,13 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
     return HOOP_OK;
 }
 
-hoop_result_t hoop_comm_abort(hoop_comm_t *c)
+/* After hoop__comm_fail from outside the engine: makes the abort take effect now. */
+static void abort_now(hoop_comm_t *c, hoop_result_t code)
 {
-    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
-    hoop__comm_fail(c, HOOP_ERR_ABORTED, "hoop_comm_abort was called on rank %d", c->rank);
     /* Whoever drives the transport notices the flag; if nobody does, shut it down here so that
      * peers see the connections go. */
     if (pthread_mutex_trylock(&c->exec) == 0) {
-        if (c->tp != NULL) c->tp_ops->abort(c->tp, HOOP_ERR_ABORTED, c->fatal_msg);
+        if (c->tp != NULL) c->tp_ops->abort(c->tp, code, c->fatal_msg);
         pthread_mutex_unlock(&c->exec);
     }
     if (c->tp != NULL) c->tp_ops->wake(c->tp);
@@ -470,12 +475,32 @@ hoop_result_t hoop_comm_abort(hoop_comm_t *c)
     pthread_cond_broadcast(&c->cv);
     pthread_cond_broadcast(&c->tcv);
     pthread_mutex_unlock(&c->mu);
+}
+
+hoop_result_t hoop_comm_abort(hoop_comm_t *c)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop__comm_fail(c, HOOP_ERR_ABORTED, "hoop_comm_abort was called on rank %d", c->rank);
+    abort_now(c, HOOP_ERR_ABORTED);
     return HOOP_OK;
 }
 
 hoop_result_t hoop_comm_destroy(hoop_comm_t *c)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    /* A pending call would hold the progress thread, and so this call, until its timeout: abort
+     * first, here and towards the peers (who learn why), so that every pending call ends at once
+     * with HOOP_ERR_ABORTED. An idle communicator is closed without an abort. */
+    pthread_mutex_lock(&c->mu);
+    int pending = c->busy + atomic_load(&c->n_inflight);
+    for (const hoop_request_t *r = c->head; r != NULL; r = r->next) pending++;
+    pthread_mutex_unlock(&c->mu);
+    if (pending > 0) {
+        hoop__comm_fail(c, HOOP_ERR_ABORTED,
+                        "hoop_comm_destroy was called on rank %d with %d call(s) pending", c->rank,
+                        pending);
+        hoop_comm_abort(c);
+    }
     comm_free(c);
     return HOOP_OK;
 }
@@ -522,10 +547,31 @@ static hoop_result_t check_call(hoop_comm_t *c, const char *fn, const void *sbuf
     return HOOP_OK;
 }
 
+/* One posting thread at a time (hoop.h); the second one gets an error, not a reordered call. */
+static hoop_result_t post_enter(hoop_comm_t *c, const char *what)
+{
+    if (atomic_exchange_explicit(&c->posting, 1, memory_order_acquire) == 0) return HOOP_OK;
+    /* The calls already posted may be in another order than on the other ranks: only an abort
+     * keeps that from becoming wrong data. */
+    hoop__comm_fail(c, HOOP_ERR_INVALID_ARGUMENT,
+                    "%s on rank %d: another thread was posting on this communicator at the same "
+                    "time; calls on one communicator must come from one thread at a time (or be "
+                    "serialized by the caller), else ranks see them in different orders", what,
+                    c->rank);
+    abort_now(c, HOOP_ERR_INVALID_ARGUMENT);
+    return HOOP_ERR_INVALID_ARGUMENT;
+}
+
+static void post_leave(hoop_comm_t *c) { atomic_store_explicit(&c->posting, 0, memory_order_release); }
+
 static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf, void *rbuf,
                             size_t count, hoop_dtype_t dt, hoop_op_t op, int root,
                             hoop_request_t **req)
 {
+    char what[48];
+    snprintf(what, sizeof(what), "hoop_%s%s", req != NULL ? "i" : "", hoop__kind_name(kind));
+    hoop_result_t prc = post_enter(c, what);
+    if (prc != HOOP_OK) return prc;
     hoop__call_t call = {
         .comm = c,
         .kind = kind,
@@ -538,6 +584,7 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
     };
     call.algo = hoop__algo_choose(&call);
     hoop_result_t rc = hoop__engine_submit(c, &call, req);
+    post_leave(c);
     if (rc != HOOP_OK && req == NULL) {
         /* The error text is the communicator's; make sure last_error holds it. */
         pthread_mutex_lock(&c->err_mu);
@@ -643,7 +690,10 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
         .root = peer,
         .is_recv = is_recv,
     };
-    return hoop__engine_submit(c, &call, req);
+    if ((rc = post_enter(c, fn)) != HOOP_OK) return rc;
+    rc = hoop__engine_submit(c, &call, req);
+    post_leave(c);
+    return rc;
 }
 
 hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,

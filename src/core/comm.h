@@ -58,6 +58,10 @@ struct hoop_comm {
     int ring_pos;
 
     uint64_t seq;                /* next collective call number */
+    /* A thread is posting (or in a blocking call): the call numbers above are handed out in
+     * posting order, which must be the same on every rank, so a second thread posting at the
+     * same time is refused rather than allowed to reorder calls (entry points, comm.c). */
+    atomic_int posting;
     uint64_t *p2p_send_seq;      /* per peer */
     uint64_t *p2p_recv_seq;
     uint32_t splits;             /* number of splits made from this communicator */
