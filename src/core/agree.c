@@ -24,7 +24,9 @@
  */
 #include "core/agree.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,19 +193,18 @@ static void describe_holder(const char *hello, char *out, size_t n)
  * and then the rank this waits for may never come. HOOP_ERR_MISMATCH with the sentence in msg;
  * at the deadline, HOOP_ERR_TIMEOUT (or HOOP_ERR_AUTH when strangers were turned away) with the
  * sentence in msg. A stranger turned away meanwhile does not end the wait: the rank may still come. */
-static hoop_result_t get_or_conflict(hoop__store_t *st, int rank, char *buf, size_t cap,
-                                     size_t *len, double deadline, char *msg, size_t n)
+static hoop_result_t get_or_conflict(hoop__store_t *st, const char *key, int rank, char *buf,
+                                     size_t cap, size_t *len, double deadline, char *msg, size_t n)
 {
-    char key[64];
-    snprintf(key, sizeof(key), "hoop/rank/%d", rank);
     const double start = hoop__now();
     for (;;) {
         double left = deadline - hoop__now(), slice = left < 0.25 ? left : 0.25;
         hoop_result_t rc = hoop__store_get(st, key, buf, cap, len, slice);
         if (rc != HOOP_ERR_TIMEOUT && rc != HOOP_ERR_AUTH) return rc;
         if (left <= slice) {
-            snprintf(msg, n, "rank %d did not reach the rendezvous within %.1f s (has every rank "
-                     "started, with the same WORLD_SIZE? did one fail?)%s", rank,
+            snprintf(msg, n, "%s %d did not reach the rendezvous within %.1f s (has every rank "
+                     "started, with the same WORLD_SIZE? did one fail?)%s",
+                     rank > 0 ? "rank" : "the verdict of rank", rank > 0 ? rank : 0,
                      hoop__now() - start, rc == HOOP_ERR_AUTH ? "; the store turned away "
                      "connections that failed authentication (is HOOP_AUTH_KEY the same on every "
                      "rank?)" : "");
@@ -279,13 +280,32 @@ hoop_result_t hoop__agree_claim(hoop__store_t *st, hoop__agree_t *a, uint64_t *c
         char who[300], self[300];
         describe_holder(theirs, who, sizeof(who));
         describe_holder(mine, self, sizeof(self));
-        snprintf(err, errlen,
-                 "rank %d is claimed twice: by %s and by this process, %s. Two processes were "
-                 "given the same rank, or the rendezvous address is still held by an older job",
-                 me, who, self);
+        long holder = strtol(pid, NULL, 10);
+        int gone = strcmp(host, myhost) == 0 && holder > 0 && kill((pid_t)holder, 0) != 0 &&
+                   errno == ESRCH;
+        if (gone)
+            snprintf(err, errlen,
+                     "rank %d is claimed by %s, which is no longer running: the rendezvous is left "
+                     "from an older job (remove a file:// store's directory, or use a fresh path "
+                     "or port); this process is %s", me, who, self);
+        else
+            snprintf(err, errlen,
+                     "rank %d is claimed twice: by %s and by this process, %s. Two processes were "
+                     "given the same rank, or the rendezvous address is still held by an older "
+                     "job", me, who, self);
         /* Rank 0 fails the whole rendezvous with it (the first conflict's sentence wins). */
         int t2 = 0;
         (void)hoop__store_claim(st, "hoop/conflict", err, strlen(err), &t2, NULL, 0, NULL);
+        if (me == 0) {
+            /* The store goes with rank 0 (a file store's directory too): give the ranks waiting
+             * on the verdict a moment to read the conflict instead of timing out. */
+            double grace = hoop__now() + 1.0;
+            char one[2];
+            for (int j = 1; j < in->size; j++) {
+                snprintf(key, sizeof(key), "hoop/ack/%d", j);
+                (void)hoop__store_get(st, key, one, sizeof(one), &len, grace - hoop__now());
+            }
+        }
         return HOOP_ERR_MISMATCH;
     }
     if (me != 0) {
@@ -313,7 +333,8 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
         int bad = 0, seen = 0;
         char first[512] = "";
         for (int j = 1; j < p && !bad; j++) {
-            rc = get_or_conflict(st, j, theirs, sizeof(theirs) - 1, &len, in->deadline, first,
+            snprintf(key, sizeof(key), "hoop/rank/%d", j);
+            rc = get_or_conflict(st, key, j, theirs, sizeof(theirs) - 1, &len, in->deadline, first,
                                  sizeof(first));
             if (rc == HOOP_ERR_MISMATCH) {
                 bad = 1;
@@ -358,9 +379,14 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
         (void)hoop__store_set(st, key, "1", 1);
         return mismatch(err, errlen, msg);
     }
-    rc = hoop__store_get(st, "hoop/verdict", verdict, sizeof(verdict) - 1, &len,
-                         in->deadline - hoop__now());
-    if (rc != HOOP_OK) return store_failed(st, rc, err, errlen);
+    /* A conflict ends this wait too: rank 0 may be the process that failed on it. */
+    rc = get_or_conflict(st, "hoop/verdict", 0, verdict, sizeof(verdict) - 1, &len, in->deadline,
+                         msg, sizeof(msg));
+    if (rc != HOOP_OK) {
+        if (rc == HOOP_ERR_MISMATCH) (void)hoop__store_set(st, key, "1", 1);
+        snprintf(err, errlen, "%s", msg);
+        return rc;
+    }
     verdict[len < sizeof(verdict) ? len : sizeof(verdict) - 1] = '\0';
     if (strncmp(verdict, "fail ", 5) == 0) {
         (void)hoop__store_set(st, key, "1", 1);
