@@ -647,6 +647,7 @@ struct job {
     struct sink *out, *err;
     bool strip_auth;           /* leave HOOP_AUTH_KEY(_FILE) of our environment out of the ranks' */
     char *auth_env;            /* "HOOP_AUTH_KEY=<64 hex digits>" made for this job, or NULL */
+    char job_env[64];          /* "HOOP_JOB_ID=hooprun-<16 hex digits>", or "" */
 };
 
 struct signame {
@@ -819,7 +820,7 @@ static char **rank_env(const struct job *j, int local)
     size_t n = 0;
     while (environ != NULL && environ[n] != NULL)
         n++;
-    char **env = calloc(n + NVARS + 2, sizeof *env);
+    char **env = calloc(n + NVARS + 3, sizeof *env);
     if (env == NULL)
         return NULL;
     for (size_t v = 0; v < NVARS; v++) {
@@ -858,6 +859,8 @@ static char **rank_env(const struct job *j, int local)
     }
     if (j->auth_env != NULL)
         env[k++] = j->auth_env;
+    if (j->job_env[0] != '\0')
+        env[k++] = (char *)j->job_env;
     env[k] = NULL;
     return env;
 }
@@ -1297,6 +1300,17 @@ static bool setup_auth(struct job *j)
     return true;
 }
 
+/* A single-node job is one job: name it, so that its ranks cannot join another job's rendezvous
+ * (hoop compares job ids at init). Across nodes each launcher would make up another name, so
+ * there the user's HOOP_JOB_ID (or the batch system's) is passed on as it is. */
+static void setup_job_id(struct job *j)
+{
+    uint64_t id = 0;
+    if (env_set("HOOP_JOB_ID") || j->o->nnodes > 1 || getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
+        return;
+    snprintf(j->job_env, sizeof j->job_env, "HOOP_JOB_ID=hooprun-%016llx", (unsigned long long)id);
+}
+
 int main(int argc, char **argv)
 {
     /* With 0, 1 or 2 closed, a pipe could land there and be clobbered by the child's dup2. */
@@ -1340,6 +1354,7 @@ int main(int argc, char **argv)
     j.err->len = 0;
     fflush(NULL);
 
+    setup_job_id(&j);
     if (!setup_auth(&j)) {
         status = 1;
         goto out;
