@@ -88,8 +88,13 @@ hoop_result_t hoop_init_from_env(hoop_comm_t **comm); /* = hoop_init(comm, NULL,
  * A negative color (HOOP_SPLIT_NONE) takes part but gets *newcomm = NULL. */
 #define HOOP_SPLIT_NONE (-1)
 hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key, hoop_comm_t **newcomm);
-/* Frees comm; pending requests fail with HOOP_ERR_ABORTED. Not collective. Requests belong to
- * their communicator: hoop_wait/hoop_test every request before destroying it, not after. */
+/* Frees comm. Not collective. With calls still pending (posted and not complete, such as a
+ * collective that a peer never joins) it first aborts comm, as hoop_comm_abort() does, so that
+ * it returns at once rather than after the timeout: the pending calls fail with
+ * HOOP_ERR_ABORTED, and the peers learn why. A thread blocked in hoop_wait on one of them
+ * returns HOOP_ERR_ABORTED before comm is freed; no other call on comm may run meanwhile.
+ * Requests belong to their communicator and go with it: hoop_wait every request you need the
+ * result of before destroying comm, and none after (its handles then name freed memory). */
 hoop_result_t hoop_comm_destroy(hoop_comm_t *comm);
 /* Fails every pending and future call on comm with HOOP_ERR_ABORTED and drops its connections,
  * so that peers fail fast too. The communicator must still be destroyed. */
@@ -170,9 +175,15 @@ hoop_result_t hoop_comm_stats(const hoop_comm_t *comm, hoop_stats_t *stats);
 typedef void (*hoop_trace_fn)(void *ctx, const char *line);
 hoop_result_t hoop_comm_set_trace(hoop_comm_t *comm, hoop_trace_fn fn, void *ctx);
 
-/* Completes and frees req; returns the request's result. */
+/* Completes and frees req; returns the request's result. A request is waited for once: until its
+ * communicator is destroyed, hoop_wait (or hoop_test) on a handle that was already waited for
+ * returns HOOP_ERR_INVALID_ARGUMENT, saying so in hoop_comm_last_error(), and leaves alone any
+ * newer request that reuses its memory (told apart by a generation number in the handle, which
+ * wraps only after the same slot has served 64 more requests). Of two threads waiting for one
+ * request, one gets its result and the other HOOP_ERR_INVALID_ARGUMENT. */
 hoop_result_t hoop_wait(hoop_request_t *req);
-/* *done = 1 once req has completed (then hoop_wait returns at once). Never blocks. */
+/* *done = 1 once req has completed (then hoop_wait returns at once). Never blocks. Does not free
+ * req. On a request already waited for: HOOP_ERR_INVALID_ARGUMENT and *done = 0, as above. */
 hoop_result_t hoop_test(hoop_request_t *req, int *done);
 
 #ifdef __cplusplus

@@ -1,5 +1,6 @@
 /* The communicator: init through the rendezvous store, split, destroy, abort, errors, and the
  * public entry points, which validate their arguments and hand a call to the engine. */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,8 +145,21 @@ static void report_from_transport(void *ctx, hoop_result_t code, int peer, const
     if (!atomic_load(&c->aborted)) hoop__comm_fail(c, code, "%s", msg);
 }
 
+/* Far more than any job runs, and little enough that the per-rank tables of a communicator (a few
+ * hundred bytes a rank, with the transports') are allocated at once rather than failing later. */
+#define MAX_RANKS (1 << 20)
+
+/* NULL when out of memory (or size out of range), with the reason logged. */
 static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
 {
+    if (size < 1 || size > MAX_RANKS) {
+        hoop__log_t log;
+        hoop__log_open(&log, cfg->log_level, NULL, rank);
+        HOOP_WARN(&log, "a communicator of %d ranks is more than hoop supports (1 to %d)", size,
+                  MAX_RANKS);
+        hoop__log_close(&log);
+        return NULL;
+    }
     hoop_comm_t *c = calloc(1, sizeof(*c));
     if (c == NULL) return NULL;
     c->rank = rank;
@@ -155,8 +169,14 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     c->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
     c->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));
     if (c->p2p_send_seq == NULL || c->p2p_recv_seq == NULL) {
+        hoop__log_t log;
+        hoop__log_open(&log, cfg->log_level, NULL, rank);
+        HOOP_WARN(&log, "out of memory: cannot allocate 2 x %zu bytes for the message numbers of "
+                        "%d ranks", (size_t)size * sizeof(uint64_t), size);
+        hoop__log_close(&log);
         free(c->p2p_send_seq);
         free(c->p2p_recv_seq);
+        hoop__config_wipe(&c->cfg);
         free(c);
         return NULL;
     }
@@ -831,9 +851,49 @@ static hoop_result_t split_exchange(hoop_comm_t *c, const void *mine, void *all,
     return hoop__engine_submit(c, &call, NULL);
 }
 
+/* A sentence of the new communicator (its transport's) in the parent's numbering, which is the one
+ * the caller knows: every rank number N after "rank", "ranks" or "rank(s)" becomes
+ * "P (new rank N)", P being that rank's number in the parent. */
+static void to_parent_ranks(const char *msg, const int *parent_of, int n, char *out, size_t cap)
+{
+    size_t o = 0;
+    const char *p = msg;
+    while (*p != '\0' && o + 1 < cap) {
+        const char *q = NULL;
+        if (strncmp(p, "rank", 4) == 0 && (p == msg || !isalnum((unsigned char)p[-1]))) {
+            q = p + 4;
+            if (strncmp(q, "(s)", 3) == 0) q += 3;
+            else if (*q == 's') q++;
+            if (*q == ' ') q++;
+            else q = NULL;
+            if (q != NULL && *q == '[') q++;
+            if (q != NULL && !isdigit((unsigned char)*q)) q = NULL;
+        }
+        if (q == NULL) {
+            out[o++] = *p++;
+            continue;
+        }
+        while (p < q && o + 1 < cap) out[o++] = *p++;
+        /* A list: numbers separated by "," or ", ". */
+        for (;;) {
+            char *end;
+            long k = strtol(p, &end, 10);
+            int w = k >= 0 && k < n ? snprintf(out + o, cap - o, "%d (new rank %ld)", parent_of[k], k)
+                                    : snprintf(out + o, cap - o, "%.*s", (int)(end - p), p);
+            o = w < 0 ? o : (size_t)w < cap - o ? o + (size_t)w : cap - 1;
+            p = end;
+            size_t sep = p[0] == ',' ? (p[1] == ' ' ? 2 : 1) : 0;
+            if (sep == 0 || !isdigit((unsigned char)p[sep])) break;
+            for (size_t i = 0; i < sep && o + 1 < cap; i++) out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+}
+
 /*
  * Two exchanges over the parent: (color, key) to learn the new numbering, then the addresses of the
- * new communicators' listeners. Every rank of the parent takes part, members or not.
+ * new communicators' listeners. Every rank of the parent takes part, members or not. Errors name
+ * ranks in the parent's numbering.
  */
 hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **newcomm)
 {
@@ -853,9 +913,13 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
     const char **ptrs = calloc(p, sizeof(char *));
     int *parent_of = calloc(p, sizeof(int));
     hoop_comm_t *nc = NULL;
-    char addr[ADDR_LEN] = "";
+    char addr[ADDR_LEN] = "", why[sizeof(c->last_error)];
     if (all == NULL || members == NULL || addrs == NULL || ptrs == NULL || parent_of == NULL) {
-        rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "hoop_comm_split: out of memory");
+        /* Before the first exchange: the call is refused, as one with bad arguments is. */
+        rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
+                              "hoop_comm_split: out of memory: cannot allocate %zu bytes for the "
+                              "exchange among %zu ranks",
+                              p * (2 * sizeof(*all) + ADDR_LEN + sizeof(char *) + sizeof(int)), p);
         goto out;
     }
     split_entry_t me = {.color = color, .key = key, .rank = c->rank};
@@ -873,9 +937,15 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
         if (members[i].rank == c->rank) newrank = i;
     }
     if (color != HOOP_SPLIT_NONE) {
-        nc = comm_alloc(&c->cfg, newrank, n);
+        hoop__config_t cfg = c->cfg;
+        /* A debug file the parent could not open was reported then; its children stay quiet. */
+        if (!c->log.own_out) cfg.log_file[0] = '\0';
+        nc = comm_alloc(&cfg, newrank, n);
+        hoop__config_wipe(&cfg);
         if (nc == NULL) {
-            rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "hoop_comm_split: out of memory");
+            rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
+                                  "hoop_comm_split: out of memory: cannot create the new "
+                                  "communicator of %d ranks (color %d)", n, color);
             /* Still take part in the second exchange so the others do not hang. */
         } else {
             /* Same id on every member, distinct per split and color. */
@@ -883,8 +953,14 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
             nc->timeout_s = c->timeout_s;
             nc->spin_s = c->spin_s;
             memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
-            if (open_transport(nc, addr) != HOOP_OK) {
-                rc = hoop__comm_error(c, HOOP_ERR_SYSTEM, "hoop_comm_split: %s", nc->last_error);
+            hoop_result_t orc = open_transport(nc, addr);
+            if (orc != HOOP_OK) {
+                to_parent_ranks(nc->last_error[0] ? nc->last_error : hoop_error_string(orc),
+                                parent_of, n, why, sizeof(why));
+                rc = hoop__comm_error(c, orc == HOOP_ERR_NO_MEMORY ? orc : HOOP_ERR_SYSTEM,
+                                      "hoop_comm_split: rank %d of the parent communicator cannot "
+                                      "open the new communicator (color %d): %s", c->rank, color,
+                                      why);
                 addr[0] = '\0';
             }
         }
@@ -897,18 +973,32 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
         ptrs[i] = i == newrank ? NULL : addrs[parent_of[i]];
         if (ptrs[i] != NULL && ptrs[i][0] == '\0') {
             rc = hoop__comm_error(c, HOOP_ERR_SYSTEM,
-                                  "hoop_comm_split: rank %d could not create its communicator",
-                                  parent_of[i]);
+                                  "hoop_comm_split: rank %d of the parent communicator could not "
+                                  "open its part of the new communicator (color %d)",
+                                  parent_of[i], color);
             goto out;
         }
     }
+    /* The new communicator's own warnings number ranks its way: at the default level, a failure
+     * is said once, below, in the parent's numbering (INFO and TRACE keep everything). */
+    int level = nc->log.level;
+    if (level == HOOP_LOG_WARN) nc->log.level = HOOP_LOG_NONE;
     rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
+    nc->log.level = level;
     if (rc != HOOP_OK) {
-        rc = hoop__comm_error(c, rc, "hoop_comm_split: %s", nc->last_error);
+        to_parent_ranks(nc->last_error[0] ? nc->last_error : hoop_error_string(rc), parent_of, n,
+                        why, sizeof(why));
+        rc = hoop__comm_error(c, rc,
+                              "hoop_comm_split: connecting the new communicator (color %d, %d ranks) "
+                              "failed; ranks as numbered in the parent communicator: %s",
+                              color, n, why);
+        HOOP_WARN(&c->log, "%s", c->last_error);
         goto out;
     }
     if (set_ring(nc, ptrs, addr) != HOOP_OK) {
-        rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "hoop_comm_split: out of memory");
+        rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
+                              "hoop_comm_split: out of memory: cannot allocate the ring order of "
+                              "%d ranks", n);
         goto out;
     }
     HOOP_INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, newrank, n);

@@ -33,7 +33,15 @@ struct hoop_request {
     hoop_result_t status;
     atomic_int done;
     int blocking;                   /* posted by a blocking call: freed by it */
-    struct hoop_request *next;      /* queue link */
+    struct hoop_request *next;      /* queue link; free-list link while the slot is free */
+    /* Slot bookkeeping (engine.c), never cleared: a request handed out lives in a slot of its
+     * communicator until the communicator is freed, so a stale handle still points at memory the
+     * communicator owns. Slots are 64-byte aligned; a handle is the slot's address plus its
+     * generation modulo 64, so a handle outlived by its request no longer matches. */
+    _Alignas(64) uint64_t magic;
+    hoop_comm_t *owner;
+    uint32_t gen;                   /* bumped each time the slot is released */
+    int live;                       /* handed out, not yet waited for */
 };
 
 struct hoop_comm {
@@ -96,6 +104,11 @@ struct hoop_comm {
     /* Scratch space for algorithms (staging buffers); used under exec only. */
     void *scratch;
     size_t scratch_len;
+
+    /* Request slots (engine.c, under mu): chunks made on demand and freed with the communicator;
+     * released slots queue first in, first out, so that a slot is reused as late as possible. */
+    struct hoop__req_chunk *req_chunks;
+    hoop_request_t *req_free, *req_free_tail;
 };
 
 /* Records the first fatal error and aborts the communicator (transport closed, calls fail). */

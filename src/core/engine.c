@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,7 +273,14 @@ void *hoop__scratch(hoop_comm_t *c, size_t bytes)
     if (want < bytes) want = bytes;
     void *p = malloc(want);
     if (p == NULL) p = malloc(want = bytes);
-    if (p == NULL) return NULL;
+    if (p == NULL) {
+        /* Asked for in the middle of a collective: its peers are in the call too, so the
+         * communicator cannot go on. */
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,
+                        "out of memory: cannot allocate %zu bytes of scratch space for a collective "
+                        "on rank %d", bytes, c->rank);
+        return NULL;
+    }
     free(c->scratch);
     c->scratch = p;
     c->scratch_len = want;
@@ -309,12 +318,28 @@ static void post_p2p(hoop_request_t *r)
     }
 }
 
+/* Under exec. A collective that failed without aborting (an algorithm whose allocation failed, say)
+ * has left its peers in the middle of the call: abort, so that they learn it now and why. */
+static hoop_result_t run_collective(hoop__call_t *call)
+{
+    hoop_comm_t *c = call->comm;
+    hoop_result_t st = hoop__collective_run(call);
+    if (st != HOOP_OK && !atomic_load(&c->aborted)) {
+        char what[128];
+        describe_call(call, what, sizeof(what));
+        hoop__comm_fail(c, st, "%s (call #%llu) failed on rank %d: %s", what,
+                        (unsigned long long)call->seq, c->rank, hoop_error_string(st));
+        c->tp_ops->abort(c->tp, st, c->fatal_msg);
+    }
+    return st;
+}
+
 /* Under exec: runs one request to completion (point-to-point: posts it and, if blocking, waits). */
 static hoop_result_t run(hoop_comm_t *c, hoop_request_t *r)
 {
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) return ab;
-    if (!is_p2p(&r->call)) return hoop__collective_run(&r->call);
+    if (!is_p2p(&r->call)) return run_collective(&r->call);
     post_p2p(r);
     hoop__call_t wire = r->call;
     wire.root = -1;
@@ -348,7 +373,7 @@ static void run_head(hoop_comm_t *c)
             posted = 1;
             reap_inflight(c); /* it may have failed at once */
         } else {
-            st = hoop__collective_run(&r->call);
+            st = run_collective(&r->call);
         }
     }
     pthread_mutex_unlock(&c->exec);
@@ -435,68 +460,160 @@ static hoop_result_t ensure_thread(hoop_comm_t *c)
     return HOOP_OK;
 }
 
-hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)
+/* ---- request slots ----
+ * A request handed to a caller lives in a slot of its communicator until the communicator is
+ * freed, and its handle is the slot's address plus the slot's generation modulo 64 (slots are
+ * 64-byte aligned). hoop_wait releases the slot and bumps its generation, so a second wait, or a
+ * test after the wait, finds a handle that no longer matches instead of freed memory, even once
+ * the slot serves another request; released slots are reused first in, first out, so that a
+ * stale handle meets a matching generation only after 64 reuses of its own slot. */
+
+#define REQ_MAGIC 0x686f6f7072657131ull /* "hoopreq1" */
+#define REQ_GEN_MASK ((uintptr_t)63)
+#define REQ_CHUNK 16
+
+_Static_assert(_Alignof(hoop_request_t) >= 64, "request slots must leave 6 bits of a handle free");
+
+struct hoop__req_chunk {
+    hoop_request_t slot[REQ_CHUNK];
+    struct hoop__req_chunk *next;
+};
+
+static hoop_request_t *req_handle(const hoop_request_t *r)
 {
-    hoop_request_t local, *r = &local;
-    pthread_mutex_lock(&c->mu);
-    int fast = out == NULL && c->head == NULL && !c->busy;
-    if (!fast) {
-        pthread_mutex_unlock(&c->mu);
-        r = malloc(sizeof(*r));
-        if (r == NULL) return hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "out of memory for a request");
+    return (hoop_request_t *)((uintptr_t)r | ((uintptr_t)r->gen & REQ_GEN_MASK));
+}
+
+/* The slot a handle names, or NULL when it names none (NULL, or not one of hoop's requests). */
+static hoop_request_t *req_slot(const hoop_request_t *h)
+{
+    hoop_request_t *r = (hoop_request_t *)((uintptr_t)h & ~REQ_GEN_MASK);
+    return r != NULL && r->magic == REQ_MAGIC ? r : NULL;
+}
+
+/* Under mu: whether h still names the request its slot holds. */
+static int req_current(const hoop_request_t *r, const hoop_request_t *h)
+{
+    return r->live && ((uintptr_t)h & REQ_GEN_MASK) == ((uintptr_t)r->gen & REQ_GEN_MASK);
+}
+
+/* Under mu: a free slot, or NULL with the error set when no memory is left for more. */
+static hoop_request_t *req_alloc(hoop_comm_t *c, const hoop__call_t *call)
+{
+    if (c->req_free == NULL) {
+        struct hoop__req_chunk *k = aligned_alloc(_Alignof(hoop_request_t), sizeof(*k));
+        if (k == NULL) {
+            char what[128];
+            describe_call(call, what, sizeof(what));
+            hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
+                             "out of memory: cannot allocate %zu bytes for the requests of %s; "
+                             "the call was not posted (it does not count as a call)",
+                             sizeof(*k), what);
+            return NULL;
+        }
+        memset(k, 0, sizeof(*k));
+        for (int i = 0; i < REQ_CHUNK; i++) {
+            hoop_request_t *r = &k->slot[i];
+            r->magic = REQ_MAGIC;
+            r->owner = c;
+            r->next = i + 1 < REQ_CHUNK ? &k->slot[i + 1] : NULL;
+        }
+        k->next = c->req_chunks;
+        c->req_chunks = k;
+        c->req_free = &k->slot[0];
+        c->req_free_tail = &k->slot[REQ_CHUNK - 1];
     }
-    memset(r, 0, sizeof(*r));
+    hoop_request_t *r = c->req_free;
+    c->req_free = r->next;
+    if (c->req_free == NULL) c->req_free_tail = NULL;
+    memset(r, 0, offsetof(hoop_request_t, magic)); /* the bookkeeping stays */
+    r->live = 1;
+    return r;
+}
+
+/* Under mu: the slot goes back, and every handle of its request goes stale. */
+static void req_release(hoop_comm_t *c, hoop_request_t *r)
+{
+    r->live = 0;
+    r->gen++;
+    r->next = NULL;
+    if (c->req_free_tail != NULL) c->req_free_tail->next = r;
+    else c->req_free = r;
+    c->req_free_tail = r;
+}
+
+static void fill_request(hoop_comm_t *c, hoop_request_t *r, const hoop__call_t *call, int blocking)
+{
     r->call = *call;
     r->call.comm = c;
-    r->blocking = out == NULL;
+    r->blocking = blocking;
     if (call->kind == HOOP_K_SEND)
         r->xfer.dir = call->is_recv ? HOOP_XFER_RECV : HOOP_XFER_SEND;
-    if (fast) {
+}
+
+hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)
+{
+    pthread_mutex_lock(&c->mu);
+    if (out == NULL && c->head == NULL && !c->busy) {
         /* Nothing ahead of us: run on this thread, the request on the stack. */
-        if (!is_p2p(call)) r->call.seq = c->seq++;
+        hoop_request_t local;
+        memset(&local, 0, sizeof(local));
+        fill_request(c, &local, call, 1);
+        if (!is_p2p(call)) local.call.seq = c->seq++;
         c->busy = 1;
         int thread_polls = c->thread_polls;
         pthread_mutex_unlock(&c->mu);
         /* The progress thread may sleep in poll() holding exec for point-to-point requests. */
         if (thread_polls) c->tp_ops->wake(c->tp);
         pthread_mutex_lock(&c->exec);
-        hoop_result_t st = run(c, r);
+        hoop_result_t st = run(c, &local);
         pthread_mutex_unlock(&c->exec);
         pthread_mutex_lock(&c->mu);
         engine_free(c);
         pthread_mutex_unlock(&c->mu);
         return st;
     }
-    pthread_mutex_lock(&c->mu);
-    if (!is_p2p(call)) r->call.seq = c->seq++;
+    /* A call that cannot be queued is refused before it takes a call number, as a call with bad
+     * arguments is: the communicator stays usable. */
     hoop_result_t trc = ensure_thread(c);
-    if (trc != HOOP_OK) {
+    hoop_request_t *r = trc == HOOP_OK ? req_alloc(c, call) : NULL;
+    if (r == NULL) {
         pthread_mutex_unlock(&c->mu);
-        free(r);
-        return trc;
+        return trc != HOOP_OK ? trc : HOOP_ERR_NO_MEMORY;
     }
+    fill_request(c, r, call, out == NULL);
+    if (!is_p2p(call)) r->call.seq = c->seq++;
     if (c->tail) c->tail->next = r;
     else c->head = r;
     c->tail = r;
     if (c->waiters > 0) pthread_cond_broadcast(&c->cv);
     else pthread_cond_signal(&c->tcv);
     int thread_polls = c->thread_polls;
+    hoop_request_t *h = req_handle(r);
     pthread_mutex_unlock(&c->mu);
     if (thread_polls) c->tp_ops->wake(c->tp);
     if (out != NULL) {
-        *out = r;
+        *out = h;
         return HOOP_OK;
     }
-    return hoop_wait(r);
+    return hoop_wait(h);
 }
 
-hoop_result_t hoop_wait(hoop_request_t *r)
+hoop_result_t hoop_wait(hoop_request_t *h)
 {
+    hoop_request_t *r = req_slot(h);
     if (r == NULL) return HOOP_ERR_INVALID_ARGUMENT;
-    hoop_comm_t *c = r->call.comm;
+    hoop_comm_t *c = r->owner;
     pthread_mutex_lock(&c->mu);
+    if (!req_current(r, h)) {
+        pthread_mutex_unlock(&c->mu);
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_wait: the request was already waited for (hoop_wait "
+                                "completes and frees a request: wait for each one once)");
+    }
     c->waiters++;
-    while (!atomic_load(&r->done)) {
+    /* Another thread may wait for the same request and release it first. */
+    while (req_current(r, h) && !atomic_load(&r->done)) {
         /* Calls ahead of r (or r itself) that nobody runs yet: run them here. */
         if (c->head != NULL && !c->busy && !c->stop) {
             run_head(c);
@@ -518,18 +635,37 @@ hoop_result_t hoop_wait(hoop_request_t *r)
      * again within a millisecond: not woken here, because a caller that waits on its calls one
      * by one comes back at once, and a wake-up per call would bounce every call between two
      * threads. */
+    hoop_result_t st;
+    if (req_current(r, h)) {
+        st = r->status;
+        req_release(c, r);
+    } else {
+        st = hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                              "hoop_wait: another thread waited for the same request first");
+    }
     c->waiters--;
+    /* hoop_comm_destroy waits for the last waiter to leave before it frees the communicator. */
+    if (c->stop) pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    hoop_result_t st = r->status;
-    free(r);
     return st;
 }
 
-hoop_result_t hoop_test(hoop_request_t *r, int *done)
+hoop_result_t hoop_test(hoop_request_t *h, int *done)
 {
+    hoop_request_t *r = req_slot(h);
     if (r == NULL || done == NULL) return HOOP_ERR_INVALID_ARGUMENT;
-    *done = atomic_load(&r->done);
-    return *done ? r->status : HOOP_OK;
+    hoop_comm_t *c = r->owner;
+    pthread_mutex_lock(&c->mu);
+    int current = req_current(r, h);
+    hoop_result_t st = HOOP_OK;
+    *done = current && atomic_load(&r->done);
+    if (*done) st = r->status;
+    pthread_mutex_unlock(&c->mu);
+    if (!current)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_test: the request was already waited for (hoop_wait "
+                                "completes and frees a request)");
+    return st;
 }
 
 void hoop__engine_stop(hoop_comm_t *c)
@@ -542,6 +678,11 @@ void hoop__engine_stop(hoop_comm_t *c)
     if (c->tp != NULL) c->tp_ops->wake(c->tp);
     if (c->has_thread) pthread_join(c->thread, NULL);
     c->has_thread = 0;
+    /* A waiter may still be running a call or driving the transfers (the communicator is aborted
+     * when calls were pending, so it ends soon); nobody starts another once stop is set. */
+    pthread_mutex_lock(&c->mu);
+    while (c->busy) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
     /* Requests nobody ran: fail them so their owners' waits end. */
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab == HOOP_OK) ab = HOOP_ERR_ABORTED;
@@ -555,4 +696,16 @@ void hoop__engine_stop(hoop_comm_t *c)
         complete(c, r, ab);
     }
     c->inflight = NULL;
+    /* Threads still in hoop_wait (their requests are all complete now) leave before the slots
+     * and the communicator go. */
+    pthread_mutex_lock(&c->mu);
+    while (c->waiters > 0) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    /* Called once, as the communicator is freed: the slots go with it. */
+    for (struct hoop__req_chunk *k = c->req_chunks, *n; k != NULL; k = n) {
+        n = k->next;
+        free(k);
+    }
+    c->req_chunks = NULL;
+    c->req_free = c->req_free_tail = NULL;
 }

@@ -1,0 +1,309 @@
+/*
+ * Request handles, hoop_comm_destroy with calls pending, and the numbering in a failed split's
+ * errors, as both ranks of `hooprun -n 2 requests_test` (real processes):
+ *
+ * - a request that was waited for is gone: a second hoop_wait, or hoop_test after it, fails with
+ *   HOOP_ERR_INVALID_ARGUMENT and says so, also once its slot serves a newer request (which goes on
+ *   unharmed); of two threads waiting for one request, one gets its result, the other the error;
+ * - hoop_comm_destroy with calls the peer never matches (a broadcast from the peer, a receive, a
+ *   mix), with and without a thread blocked in hoop_wait on them, returns within 1 s although the
+ *   communicator's timeout is 20 s; the blocked wait returns HOOP_ERR_ABORTED (destroy lets it
+ *   leave before it frees anything); the peer's next call on that communicator fails at once;
+ * - a split whose new communicator cannot connect (this program refuses its own connect() and its
+ *   opening of peers' shared-memory segments for the while) names ranks as the parent numbers
+ *   them, with the new numbers beside them.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_NEXT */
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hoop.h"
+
+static int rank_;
+static int failures;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void check_at(int line, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void check_at(int line, int ok, const char *fmt, ...)
+{
+    if (ok) return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("rank %d: FAIL line %d: ", rank_, line);
+    vprintf(fmt, ap);
+    putchar('\n');
+    fflush(stdout);
+    va_end(ap);
+    failures++;
+}
+#define CHECK(ok, ...) check_at(__LINE__, (ok), __VA_ARGS__)
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- refusing connections, for the split that must fail ----
+ * Definitions here take precedence over the C library's for libhoop's calls too. */
+
+static atomic_int refuse;
+
+int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    static int (*real)(int, const struct sockaddr *, socklen_t);
+    if (atomic_load(&refuse)) {
+        errno = ECONNREFUSED;
+        return -1;
+    }
+    if (real == NULL) *(void **)&real = dlsym(RTLD_NEXT, "connect");
+    return real(fd, addr, len);
+}
+
+/* Another process's segment is opened through /proc/PID/fd/N. With _FILE_OFFSET_BITS=64 the C
+ * library's headers name this definition open64, as they name libhoop's calls. */
+static int refused_path(const char *path)
+{
+    return atomic_load(&refuse) && strncmp(path, "/proc/", 6) == 0 && strstr(path, "/fd/") != NULL;
+}
+
+int open(const char *path, int flags, ...)
+{
+    static int (*real)(const char *, int, ...);
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    if (refused_path(path)) {
+        errno = EACCES;
+        return -1;
+    }
+    if (real == NULL) *(void **)&real = dlsym(RTLD_NEXT, "open");
+    return real(path, flags, mode);
+}
+
+/* ---- handles ---- */
+
+typedef struct waiter {
+    hoop_request_t *req;
+    hoop_result_t rc;
+    double end;
+    pthread_t th;
+} waiter_t;
+
+static void *wait_thread(void *arg)
+{
+    waiter_t *w = arg;
+    w->rc = hoop_wait(w->req);
+    w->end = now_s();
+    return NULL;
+}
+
+static void handles(hoop_comm_t *w)
+{
+    int32_t v = rank_ + 1;
+    hoop_request_t *q = NULL;
+    hoop_result_t rc = hoop_iallreduce(w, &v, &v, 1, HOOP_INT32, HOOP_SUM, &q);
+    CHECK(rc == HOOP_OK, "iallreduce: %s", hoop_comm_last_error(w));
+    rc = hoop_wait(q);
+    CHECK(rc == HOOP_OK && v == 3, "wait: %s, v=%d", hoop_error_string(rc), (int)v);
+
+    double t0 = now_s();
+    rc = hoop_wait(q);
+    CHECK(rc == HOOP_ERR_INVALID_ARGUMENT, "second hoop_wait returned %s", hoop_error_string(rc));
+    CHECK(strstr(hoop_comm_last_error(w), "already waited for") != NULL,
+          "second hoop_wait: message '%s'", hoop_comm_last_error(w));
+    int done = 7;
+    rc = hoop_test(q, &done);
+    CHECK(rc == HOOP_ERR_INVALID_ARGUMENT && done == 0, "hoop_test after hoop_wait: %s, done=%d",
+          hoop_error_string(rc), done);
+    CHECK(strstr(hoop_comm_last_error(w), "hoop_test") != NULL &&
+              strstr(hoop_comm_last_error(w), "already waited for") != NULL,
+          "hoop_test after hoop_wait: message '%s'", hoop_comm_last_error(w));
+    CHECK(now_s() - t0 < 0.1, "the stale calls took %.3f s", now_s() - t0);
+
+    /* One request live at a time: slots are reused, so among the last 40 stale handles are some
+     * of the slot the live request occupies. None may touch it. */
+    enum { N = 100, KEEP = 40 };
+    hoop_request_t *old[N];
+    int stale_calls = 0;
+    for (int i = 0; i < N; i++) {
+        int64_t x = (int64_t)rank_ * 1000 + i;
+        rc = hoop_iallreduce(w, &x, &x, 1, HOOP_INT64, HOOP_SUM, &old[i]);
+        CHECK(rc == HOOP_OK, "iallreduce %d: %s", i, hoop_comm_last_error(w));
+        for (int j = i > KEEP ? i - KEEP : 0; j < i; j++) {
+            done = 7;
+            rc = hoop_test(old[j], &done);
+            CHECK(rc == HOOP_ERR_INVALID_ARGUMENT && done == 0,
+                  "hoop_test of request %d while %d is live: %s, done=%d", j, i,
+                  hoop_error_string(rc), done);
+            if (j % 4 == 0) {
+                rc = hoop_wait(old[j]);
+                CHECK(rc == HOOP_ERR_INVALID_ARGUMENT, "hoop_wait of request %d while %d is live: %s",
+                      j, i, hoop_error_string(rc));
+            }
+            stale_calls++;
+        }
+        rc = hoop_wait(old[i]);
+        CHECK(rc == HOOP_OK && x == 1000 + 2 * i, "request %d: %s, x=%lld (want %d)", i,
+              hoop_error_string(rc), (long long)x, 1000 + 2 * i);
+    }
+
+    /* Two threads wait for one request: one result, one error. Rank 1 posts late, so that both
+     * threads of rank 0 block first. */
+    int32_t y = rank_ + 1;
+    if (rank_ == 1) sleep_s(0.2);
+    rc = hoop_iallreduce(w, &y, &y, 1, HOOP_INT32, HOOP_SUM, &q);
+    CHECK(rc == HOOP_OK, "iallreduce: %s", hoop_comm_last_error(w));
+    waiter_t two[2] = {{.req = q}, {.req = q}};
+    for (int i = 0; i < 2; i++) pthread_create(&two[i].th, NULL, wait_thread, &two[i]);
+    for (int i = 0; i < 2; i++) pthread_join(two[i].th, NULL);
+    int oks = (two[0].rc == HOOP_OK) + (two[1].rc == HOOP_OK);
+    int bad = (two[0].rc == HOOP_ERR_INVALID_ARGUMENT) + (two[1].rc == HOOP_ERR_INVALID_ARGUMENT);
+    CHECK(oks == 1 && bad == 1 && y == 3, "two waiters: %s and %s, y=%d",
+          hoop_error_string(two[0].rc), hoop_error_string(two[1].rc), (int)y);
+
+    CHECK(hoop_wait(NULL) == HOOP_ERR_INVALID_ARGUMENT, "hoop_wait(NULL)");
+    printf("rank %d: handles: %d stale calls on live slots refused, the live requests right\n", rank_,
+           stale_calls);
+}
+
+/* ---- destroy with calls pending ---- */
+
+enum { P_BCAST, P_RECV, P_MIX };
+static const char *const pending_name[] = {"a broadcast from the peer", "a receive", "four calls"};
+
+static void destroy_pending(hoop_comm_t *w, int what, int with_waiter)
+{
+    hoop_comm_t *sub = NULL;
+    hoop_result_t rc = hoop_comm_split(w, 0, rank_, &sub);
+    CHECK(rc == HOOP_OK && sub != NULL, "split: %s", hoop_comm_last_error(w));
+    if (sub == NULL) return;
+    hoop_comm_set_timeout(sub, 20);
+    rc = hoop_barrier(sub); /* connected on both sides */
+    CHECK(rc == HOOP_OK, "barrier: %s", hoop_comm_last_error(sub));
+    if (rank_ == 0) {
+        /* Nothing the peer ever matches, and nothing sent that it could mistake for a call. */
+        uint8_t buf[4][64];
+        hoop_request_t *q[4];
+        int nq = 0;
+        if (what == P_BCAST || what == P_MIX)
+            rc = hoop_ibroadcast(sub, buf[nq], 64, HOOP_UINT8, 1, &q[nq]), nq++;
+        if (what == P_RECV || what == P_MIX)
+            rc = hoop_irecv(sub, buf[nq], 64, HOOP_UINT8, 1, &q[nq]), nq++;
+        if (what == P_MIX) {
+            rc = hoop_iscatter(sub, NULL, buf[nq], 64, HOOP_UINT8, 1, &q[nq]), nq++;
+            rc = hoop_irecv(sub, buf[nq], 64, HOOP_UINT8, 1, &q[nq]), nq++;
+        }
+        CHECK(rc == HOOP_OK, "posting: %s", hoop_comm_last_error(sub));
+        waiter_t wt = {.req = q[0]};
+        if (with_waiter) pthread_create(&wt.th, NULL, wait_thread, &wt);
+        sleep_s(0.1); /* the waiter is blocked, the calls under way */
+        double t0 = now_s();
+        rc = hoop_comm_destroy(sub);
+        double t1 = now_s();
+        CHECK(rc == HOOP_OK, "destroy: %s", hoop_error_string(rc));
+        CHECK(t1 - t0 < 1.0, "destroy with %s pending took %.3f s", pending_name[what], t1 - t0);
+        if (with_waiter) {
+            pthread_join(wt.th, NULL);
+            CHECK(wt.rc == HOOP_ERR_ABORTED, "the blocked hoop_wait returned %s",
+                  hoop_error_string(wt.rc));
+            CHECK(wt.end - t0 < 1.0, "the blocked hoop_wait returned %.3f s after destroy began",
+                  wt.end - t0);
+        }
+        printf("rank 0: destroy with %s pending%s: %.3f ms\n", pending_name[what],
+               with_waiter ? " and a thread in hoop_wait" : "", (t1 - t0) * 1e3);
+        rc = hoop_barrier(w);
+        CHECK(rc == HOOP_OK, "world barrier: %s", hoop_comm_last_error(w));
+    } else {
+        rc = hoop_barrier(w); /* rank 0 has destroyed its side */
+        CHECK(rc == HOOP_OK, "world barrier: %s", hoop_comm_last_error(w));
+        double t0 = now_s();
+        rc = hoop_barrier(sub);
+        double dt = now_s() - t0;
+        CHECK(rc != HOOP_OK && dt < 5.0, "barrier with a peer that destroyed its side: %s after %.3f s",
+              hoop_error_string(rc), dt);
+        if (what == P_BCAST)
+            printf("rank 1: the peer's side is gone: %s after %.3f ms: %s\n", hoop_error_string(rc),
+                   dt * 1e3, hoop_comm_last_error(sub));
+        CHECK(hoop_comm_destroy(sub) == HOOP_OK, "destroy");
+    }
+}
+
+/* ---- a split that cannot connect ---- */
+
+static void split_numbering(hoop_comm_t *w)
+{
+    /* Keys reverse the order: parent rank 0 is new rank 1 and parent rank 1 new rank 0, so each
+     * rank's error about its peer reads "rank P (new rank N)" with P != N. */
+    hoop_comm_set_timeout(w, 2);
+    hoop_comm_t *sub = NULL;
+    atomic_store(&refuse, 1);
+    double t0 = now_s();
+    hoop_result_t rc = hoop_comm_split(w, 0, -rank_, &sub);
+    double dt = now_s() - t0;
+    atomic_store(&refuse, 0);
+    hoop_comm_set_timeout(w, 30);
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d (new rank %d)", 1 - rank_, rank_);
+    const char *m = hoop_comm_last_error(w);
+    CHECK(rc != HOOP_OK && sub == NULL, "split with refused connections: %s", hoop_error_string(rc));
+    CHECK(strstr(m, want) != NULL && strstr(m, "parent") != NULL,
+          "split error '%s' does not name the peer as '%s'", m, want);
+    CHECK(dt < 10, "the failed split took %.1f s", dt);
+    printf("rank %d: failed split: %s\n", rank_, m);
+    if (sub != NULL) hoop_comm_destroy(sub);
+    /* The parent is unharmed. */
+    int32_t v = rank_ + 1;
+    rc = hoop_allreduce(w, &v, &v, 1, HOOP_INT32, HOOP_SUM);
+    CHECK(rc == HOOP_OK && v == 3, "allreduce after the failed split: %s, v=%d",
+          hoop_comm_last_error(w), (int)v);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    hoop_comm_t *w = NULL;
+    if (hoop_init_from_env(&w) != HOOP_OK) {
+        printf("FAIL: hoop_init\n");
+        return 1;
+    }
+    rank_ = hoop_comm_rank(w);
+    if (hoop_comm_size(w) != 2) {
+        printf("SKIP: run as 2 ranks (hooprun -n 2)\n");
+        hoop_comm_destroy(w);
+        return 77;
+    }
+    hoop_comm_set_timeout(w, 30);
+    handles(w);
+    for (int what = P_BCAST; what <= P_MIX; what++)
+        for (int with_waiter = 0; with_waiter < 2; with_waiter++) destroy_pending(w, what, with_waiter);
+    split_numbering(w);
+    hoop_result_t rc = hoop_barrier(w);
+    CHECK(rc == HOOP_OK, "final barrier: %s", hoop_comm_last_error(w));
+    hoop_comm_destroy(w);
+    printf("rank %d: %s\n", rank_, failures ? "FAILED" : "all checks passed");
+    return failures != 0;
+}
