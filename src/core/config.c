@@ -128,8 +128,11 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
         char *end;
         errno = 0;
         double t = strtod(v, &end);
-        if (errno != 0 || *end != '\0' || !(t > 0) || t > 1e7)
-            return bad(err, errlen, "HOOP_TIMEOUT", v, "seconds, a number above 0");
+        /* Below a millisecond no wait can see its peer at all; above 1e7 s (four months) is
+         * "never" spelt out, which the default already is in practice. NaN fails both tests. */
+        if (errno != 0 || end == v || *end != '\0' || !(t >= 1e-3 && t <= 1e7))
+            return bad(err, errlen, "HOOP_TIMEOUT", v,
+                       "seconds, a number from 0.001 (1 ms) to 10000000");
         c->timeout_s = t;
     }
     if ((v = get("HOOP_TRACE", ctx)) != NULL && v[0] != '\0') {

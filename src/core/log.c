@@ -1,5 +1,6 @@
 #include "core/log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +34,16 @@ void hoop__log_open(hoop__log_t *l, int level, const char *file, int rank)
         if (f != NULL) {
             l->out = f;
             l->own_out = 1;
+        } else {
+            /* Said once per communicator (its splits do not try again), so the lines that follow
+             * on stderr are not a surprise. */
+            int e = errno;
+            if (strcmp(file, path) == 0)
+                HOOP_WARN(l, "cannot open HOOP_DEBUG_FILE \"%s\": %s; logging to stderr", path,
+                          strerror(e));
+            else
+                HOOP_WARN(l, "cannot open HOOP_DEBUG_FILE \"%s\" (\"%s\"): %s; logging to stderr",
+                          file, path, strerror(e));
         }
     }
 }

@@ -3,7 +3,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -80,6 +83,15 @@ static void bad_values_name_the_variable(void **state)
         {"HOOP_CHUNK_BYTES", "-5"},      {"HOOP_TIMEOUT", "0"},
         {"HOOP_TIMEOUT", "-1"},          {"HOOP_TIMEOUT", "soon"},
         {"HOOP_TIMEOUT", "nan"},         {"HOOP_SMALL_BYTES", "2G"},
+        {"HOOP_TIMEOUT", "1e-300"},      {"HOOP_TIMEOUT", "0.0009"},
+        {"HOOP_TIMEOUT", "1e-400"},      {"HOOP_TIMEOUT", "-nan"},
+        {"HOOP_TIMEOUT", "inf"},         {"HOOP_TIMEOUT", "1e8"},
+        {"HOOP_TIMEOUT", "1e400"},       {"HOOP_TIMEOUT", "5 s"},
+        {"HOOP_SHM_SPIN_US", "99999999999999999999"},
+        {"HOOP_SHM_SPIN_US", "-1"},      {"HOOP_SHM_SPIN_US", "1e3"},
+        {"HOOP_SOCKETS_PER_PEER", "99999999999999999999"},
+        {"HOOP_SHM_RING_BYTES", "3K"},   {"HOOP_SHM_RING_BYTES", "2G"},
+        {"HOOP_SHM_CMA_BYTES", "1.5M"},  {"HOOP_SMALL_BYTES", "99999999999999999999"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hoop__config_t c;
@@ -88,6 +100,76 @@ static void bad_values_name_the_variable(void **state)
         assert_non_null(strstr(err, cases[i][0]));
         assert_non_null(strstr(err, cases[i][1]));
     }
+}
+
+/* The bounds of HOOP_TIMEOUT are themselves accepted, and mean what they say. */
+static void timeout_bounds(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        double want;
+    } ok[] = {{"0.001", 1e-3}, {"1e-3", 1e-3}, {"10000000", 1e7}, {"1e7", 1e7}, {"0.5", 0.5}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        hoop__config_t c;
+        char err[256] = "";
+        assert_int_equal(parse1(&c, "HOOP_TIMEOUT", ok[i].text, err), HOOP_OK);
+        assert_true(c.timeout_s == ok[i].want);
+    }
+    hoop__config_t c;
+    char err[256] = "";
+    assert_int_equal(parse1(&c, "HOOP_TIMEOUT", "1e-300", err), HOOP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "0.001"));
+}
+
+/* What hoop__log_open writes to stderr, through a temporary file. */
+static void log_open_capturing(hoop__log_t *l, int level, const char *file, char *out, size_t cap)
+{
+    char path[] = "/tmp/hoop-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(dup2(fd, 2) == 2);
+    hoop__log_open(l, level, file, 3);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+}
+
+/* HOOP_DEBUG_FILE that cannot be opened: the log goes to stderr, and says so once, naming the file
+ * and the reason. */
+static void unopenable_debug_file(void **state)
+{
+    (void)state;
+    hoop__log_t l;
+    char got[1024];
+    log_open_capturing(&l, HOOP_LOG_WARN, "/nonexistent-hoop-dir/log.%p", got, sizeof(got));
+    assert_ptr_equal(l.out, stderr);
+    assert_non_null(strstr(got, "HOOP_DEBUG_FILE"));
+    assert_non_null(strstr(got, "/nonexistent-hoop-dir/log.%p"));
+    assert_non_null(strstr(got, "No such file or directory"));
+    assert_non_null(strstr(got, "stderr"));
+    assert_null(strstr(strstr(got, "HOOP_DEBUG_FILE") + 1, "HOOP_DEBUG_FILE")); /* one line */
+    hoop__log_close(&l);
+    /* HOOP_DEBUG=NONE asked for silence. */
+    log_open_capturing(&l, HOOP_LOG_NONE, "/nonexistent-hoop-dir/log", got, sizeof(got));
+    assert_string_equal(got, "");
+    hoop__log_close(&l);
+    /* A file that opens: nothing said. */
+    char path[] = "/tmp/hoop-test-logfile-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    log_open_capturing(&l, HOOP_LOG_WARN, path, got, sizeof(got));
+    assert_ptr_not_equal(l.out, stderr);
+    assert_string_equal(got, "");
+    hoop__log_close(&l);
+    unlink(path);
 }
 
 static void sizes(void **state)
@@ -122,6 +204,8 @@ int main(void)
         cmocka_unit_test(defaults),
         cmocka_unit_test(every_variable),
         cmocka_unit_test(bad_values_name_the_variable),
+        cmocka_unit_test(timeout_bounds),
+        cmocka_unit_test(unopenable_debug_file),
         cmocka_unit_test(sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
