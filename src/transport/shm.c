@@ -862,11 +862,11 @@ static int process_gone(pid_t pid)
 
 /* Peer j closed or exited. First take in what it wrote before it went, and count the single
  * copies it finished reading (those sends are complete, not lost); whatever is still pending
- * after that is lost. With died set (it exited without closing and left bytes of ours unread
- * in its ring, so it died inside a call) the peer fails even if nothing here waits on it yet:
- * the communicator cannot complete that call, and ranks whose own transfers with it are done
- * learn it now rather than when one of their peers next needs it. Returns 1 if it failed the
- * peer. */
+ * after that is lost. With died set (it exited without closing its instance: killed, or gone
+ * without destroying its communicator) the peer fails even if nothing here waits on it yet: the
+ * communicator cannot complete another call, and a rank whose own transfers with it are done
+ * learns it now rather than when a peer of its own next needs the dead one. Returns 1 if it
+ * failed the peer. */
 static int lose(hoop__tp_t *tp, int j, const char *why, int died)
 {
     peer_t *pe = &tp->peers[j];
@@ -879,16 +879,10 @@ static int lose(hoop__tp_t *tp, int j, const char *why, int died)
     return 1;
 }
 
-/* Bytes we wrote to peer pe that it has not taken: a peer that ends with some did not finish
- * its calls (a TCP peer would reset the connection). */
-static int unread_by(const peer_t *pe)
-{
-    return atomic_load_explicit(&pe->out->tail, memory_order_acquire) != pe->out_head;
-}
-
-/* Aborted or vanished peers: those we have transfers with, and those that died with bytes of
- * ours unread. A peer that exits having read everything may just have finished first: it fails
- * only the transfers that need it. Returns 1 if any peer failed. */
+/* Aborted or vanished peers. A peer whose process exited without closing its instance died, and
+ * fails the communicator at once; one that closed first may just have finished first, and fails
+ * only the transfers that still need it. Without a pidfd (kernels before 5.3, valgrind) only
+ * peers we have transfers with are looked at. Returns 1 if any peer failed. */
 static int check_peers(hoop__tp_t *tp)
 {
     int n = 0, failed = 0;
@@ -900,16 +894,14 @@ static int check_peers(hoop__tp_t *tp)
             failed = 1;
         } else if (atomic_load_explicit(&pe->sh->closed, memory_order_acquire)) {
             if (pending(pe)) failed |= lose(tp, j, "it closed its connections", 0);
-        } else if (!pending(pe) && !unread_by(pe)) {
-            continue;
         } else if (pe->pidfd >= 0) {
             tp->pfds[n].fd = pe->pidfd;
             tp->pfds[n].events = POLLIN;
             tp->pfds[n].revents = 0;
             n++;
-        } else if (process_gone(pe->pid)) {
+        } else if (pending(pe) && process_gone(pe->pid)) {
             snprintf(exited, sizeof(exited), "its process %d exited", (int)pe->pid);
-            failed |= lose(tp, j, exited, unread_by(pe));
+            failed |= lose(tp, j, exited, 0);
         }
     }
     if (n == 0 || poll(tp->pfds, (nfds_t)n, 0) <= 0) return failed;
@@ -921,8 +913,7 @@ static int check_peers(hoop__tp_t *tp)
         snprintf(exited, sizeof(exited), "its process %d exited", (int)tp->peers[j].pid);
         /* It may have closed just before it exited: then only what it still owed us is lost. */
         int closed = atomic_load_explicit(&tp->peers[j].sh->closed, memory_order_acquire) != 0;
-        failed |= lose(tp, j, closed ? "it closed its connections" : exited,
-                       !closed && unread_by(&tp->peers[j]));
+        failed |= lose(tp, j, closed ? "it closed its connections" : exited, !closed);
     }
     return failed;
 }

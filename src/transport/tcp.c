@@ -21,6 +21,15 @@
  * A receiver reads headers on socket 0 even while it has no receive posted from that peer (a header
  * that is not an abort is held for the receive that will take it), so it fails with
  * "rank j aborted: <reason>" instead of a bare lost connection.
+ *
+ * Goodbye: close() ends each connection with a notice that has no code and no reason. A connection
+ * that ends without one belongs to a process that died (or exited without destroying its
+ * communicator), and fails the communicator at once, even if no transfer waits on that peer; one
+ * that ends after it (the peer just finished first) only fails the transfers that still need it.
+ *
+ * Signals: every send() and sendmsg() on a socket here passes MSG_NOSIGNAL, so a peer that is
+ * gone is an EPIPE, never a SIGPIPE; the only write() is to the wake eventfd, which cannot raise
+ * one.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,6 +62,8 @@
 #define PENDING_MAX 64
 /* Longest abort reason sent (it ends up in a 400-byte error sentence with "rank N aborted: "). */
 #define ABORT_MAX 360
+/* Seconds close() waits, for all peers together, for room in a full socket to say goodbye. */
+#define GOODBYE_WAIT 0.5
 
 typedef struct seg {
     hoop__xfer_t *x;
@@ -77,6 +88,7 @@ typedef struct peer {
     sock_t *socks;
     int lost;
     int salvaging;            /* reading a last abort notice before declaring the peer lost */
+    int bye;                  /* it said goodbye: it closed its communicator normally */
     int ab_active;            /* reading the reason of an abort notice */
     size_t ab_need, ab_got;
     hoop_result_t ab_code;    /* HOOP_ERR_MISMATCH when the peer aborted on a disagreement */
@@ -738,10 +750,9 @@ static void peer_lost(hoop__tp_t *tp, int peer, const char *why)
 }
 
 /* Reads header bytes on socket 0 into so->hb until a whole header is there (1), the socket has no
- * more for now (0), or the peer is gone (-1): while idle (no receive posted) an orderly close only
- * marks the socket hung up, for the receive that comes later to report (the peer may just have
- * finished first); a reset, which is what a peer that ends with our bytes unread sends, loses the
- * peer at once, as does any end while a receive waits. */
+ * more for now (0), or the peer is gone (-1). A peer that said goodbye and then closed, while
+ * idle (no receive posted), only marks the socket hung up, for a receive that comes later to
+ * report; without a goodbye it died, and is lost at once, as with any end while a receive waits. */
 static int fill_hdr(hoop__tp_t *tp, int peer, sock_t *so, int idle)
 {
     while (so->hb_len < HOOP_WIRE_HDR_SIZE) {
@@ -754,7 +765,7 @@ static int fill_hdr(hoop__tp_t *tp, int peer, sock_t *so, int idle)
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
         char why[128];
         snprintf(why, sizeof(why), "%s", r == 0 ? "connection closed by peer" : strerror(errno));
-        if (idle && (r == 0 || tp->peers[peer].salvaging))
+        if (idle && ((r == 0 && tp->peers[peer].bye) || tp->peers[peer].salvaging))
             so->hup = 1;
         else
             peer_lost(tp, peer, why);
@@ -800,6 +811,14 @@ static void finish_abort(hoop__tp_t *tp, int peer)
     peer_fail(tp, peer, pe->ab_code, msg);
 }
 
+/* Peer said goodbye (see the top): a receive waiting for its next header will never get one. */
+static void goodbye_in(hoop__tp_t *tp, int peer)
+{
+    peer_t *pe = &tp->peers[peer];
+    pe->bye = 1;
+    if (pe->socks[0].rq != NULL) peer_lost(tp, peer, "it closed its communicator");
+}
+
 /* Reads the reason of an abort notice on socket 0; fails the peer once it is in, or once the
  * connection ends (with as much of the reason as came). */
 static void read_abort(hoop__tp_t *tp, int peer)
@@ -823,6 +842,10 @@ static void start_abort(hoop__tp_t *tp, int peer, const hoop__wire_hdr_t *h)
 {
     peer_t *pe = &tp->peers[peer];
     pe->socks[0].hb_len = 0;
+    if (h->flags == HOOP_OK && h->payload_len == 0) {
+        goodbye_in(tp, peer);
+        return;
+    }
     if (h->payload_len > ABORT_MAX) {
         char why[128];
         snprintf(why, sizeof(why), "it sent an abort notice of %" PRIu64 " bytes", h->payload_len);
@@ -1083,9 +1106,9 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
             if (tp->peers[j].lost) continue;
         }
         if (so->sq == NULL && so->rq == NULL) {
-            /* The peer closed while we expect nothing from it: it may have finished first, and a
-             * later transfer will notice. A reset means it ended with bytes of ours unread, inside
-             * a call: that fails the communicator now, as it would with shared memory. */
+            /* The peer closed while we expect nothing from it here (socket 0 decides whether it
+             * said goodbye; see fill_hdr): a later transfer will notice. A reset means it ended
+             * with bytes of ours unread, inside a call: that fails the communicator now. */
             int err = 0;
             socklen_t el = sizeof(err);
             if ((re & POLLERR) && getsockopt(so->fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err) {
@@ -1150,9 +1173,34 @@ static void tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
     }
 }
 
+/* close()'s goodbye (see the top): after everything sent so far, on socket 0 of every peer still
+ * connected, unless a message is half sent there. Not after an abort: the peers were told why. */
+static void send_goodbyes(hoop__tp_t *tp)
+{
+    if (tp->failed) return;
+    uint8_t b[HOOP_WIRE_HDR_SIZE];
+    hoop__wire_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.kind = HOOP_K_ABORT;
+    h.root = -1;
+    h.src = (uint32_t)tp->p.rank;
+    h.comm_id = tp->p.comm_id;
+    hoop__wire_encode(&h, b);
+    double deadline = hoop__now() + GOODBYE_WAIT;
+    for (int j = 0; j < tp->p.size; j++) {
+        const peer_t *pe = &tp->peers[j];
+        if (j == tp->p.rank || pe->lost || pe->socks == NULL) continue;
+        const sock_t *so = &pe->socks[0];
+        if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) continue;
+        /* Its peer normally reads whatever fills the socket; one that does not gets a bare close. */
+        (void)io_full(so->fd, b, sizeof(b), 1, deadline);
+    }
+}
+
 static void tcp_close(hoop__tp_t *tp)
 {
     if (tp == NULL) return;
+    send_goodbyes(tp);
     for (int j = 0; j < tp->p.size; j++) {
         if (tp->peers[j].socks == NULL) continue;
         for (int k = 0; k < tp->nsock; k++) {
