@@ -14,6 +14,7 @@ buffer `size` times larger; scatter/reduce_scatter the reverse; alltoall one blo
 Failures raise HoopError subclasses carrying hoop's own sentence (hoop_comm_last_error).
 """
 import ctypes
+import operator
 import threading
 
 from . import _library
@@ -51,6 +52,17 @@ def library_path():
     return _library.path()
 
 
+def _integer(value, what):
+    """value as an int, for ranks, roots, peers, sizes, colors and keys: 0.7 is not rank 0."""
+    if isinstance(value, bool):
+        raise TypeError("%s must be an integer, not %r" % (what, value))
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an integer, not %s %r" % (what, type(value).__name__,
+                                                           value)) from None
+
+
 def _op_code(op):
     if isinstance(op, str) and op.lower() in _OP_ALIASES:
         return _OP_ALIASES[op.lower()]
@@ -59,20 +71,23 @@ def _op_code(op):
     raise InvalidArgumentError("op %r is not one of sum, prod, min, max, avg" % (op,))
 
 
-def init(method=None, rank=-1, size=-1, timeout=None, algo=None):
+def init(method=None, rank=-1, size=-1, timeout=None, algo=None, any_thread=False):
     """Joins a communicator. method: "env://" (default: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE
     as torchrun and hooprun set them, or Slurm/Open MPI variables), "tcp://HOST:PORT" (rank 0
     serves the rendezvous there) or "file:///PATH". rank/size of -1 come from the environment.
-    timeout (seconds) and algo ("auto", "ring", "rd", "ps", "ps-sharded") apply once joined."""
+    timeout (seconds) and algo ("auto", "ring", "rd", "ps", "ps-sharded") apply once joined.
+    any_thread: see Comm (threads)."""
+    rank = _integer(rank, "init: rank")
+    size = _integer(size, "init: size")
     lib = _lib()
     h = ctypes.c_void_p()
     m = None if method is None else str(method).encode()
-    rc = lib.hoop_init(ctypes.byref(h), m, int(rank), int(size))
+    rc = lib.hoop_init(ctypes.byref(h), m, rank, size)
     if rc != _library.OK:
         raise error_for(rc, "hoop_init(%s, rank=%d, size=%d) failed: %s (hoop's log line above "
                         "says why)" % (method or "env://", rank, size,
                                        lib.hoop_error_string(rc).decode()))
-    comm = Comm(h.value)
+    comm = Comm(h.value, any_thread)
     try:
         if timeout is not None:
             comm.set_timeout(timeout)
@@ -166,14 +181,34 @@ def wait_all(requests):
 
 
 class Comm:
-    """A communicator. Calls on one Comm may come from several threads (they are serialized);
-    collectives must be called in the same order on every rank."""
+    """A communicator. Collectives must be called in the same order on every rank.
 
-    def __init__(self, handle):
+    Threads: calls that post (the collectives, send/recv, split, set_algo) are taken from one
+    thread, the one that created the Comm or last called bind_thread(); from any other thread
+    they raise InvalidArgumentError before anything is posted. Posting from two threads cannot be
+    made safe here: the threads reach each rank's Comm in whatever order they run, which is not
+    the same on every rank, so one call's data would be combined with another's (no lock can give
+    every rank the same order). Waiting (Request.wait/test), abort(), destroy(), stats() and the
+    properties may come from any thread.
+
+    With any_thread=True (hoop.init(..., any_thread=True), which the torch backend uses, as
+    torch.distributed leaves the order to its caller) calls may come from any thread: each
+    posting call is then made under a lock, one at a time as hoop.h requires, but giving them the
+    same order on every rank is the caller's task, and calls from two threads at once may mix
+    data without an error.
+    """
+
+    def __init__(self, handle, any_thread=False):
         self._h = handle
         self._lock = threading.RLock()  # posting: one thread at a time, as hoop.h requires
         self._plock = threading.Lock()  # the pending set, touched by completing threads
+        self._hlock = threading.Lock()  # the handle's lifetime, for calls outside _lock
         self._pending = set()
+        self._busy = 0  # blocking calls under way
+        self._closing = False  # aborted by destroy(): pending calls fail for that reason
+        self._any_thread = bool(any_thread)
+        self._owner = threading.get_ident()
+        self._owner_name = threading.current_thread().name
         self._rank = _lib().hoop_comm_rank(handle)
         self._size = _lib().hoop_comm_size(handle)
 
@@ -190,10 +225,10 @@ class Comm:
     @property
     def last_error(self):
         """hoop's sentence for the last failure on this communicator ("" if none)."""
-        h = self._h
-        if h is None:
-            return ""
-        return _lib().hoop_comm_last_error(h).decode(errors="replace")
+        with self._hlock:
+            if self._h is None:
+                return ""
+            return _lib().hoop_comm_last_error(self._h).decode(errors="replace")
 
     def _handle(self):
         h = self._h
@@ -201,8 +236,30 @@ class Comm:
             raise InvalidArgumentError("the communicator was destroyed")
         return h
 
+    def _poster(self, what):
+        """Refuses a posting call from a thread other than the Comm's (see the class)."""
+        if self._any_thread or threading.get_ident() == self._owner:
+            return
+        raise InvalidArgumentError(
+            "%s: called from thread %r, but this Comm takes its calls from thread %r (the one "
+            "that created it or called bind_thread()): calls from two threads reach the ranks in "
+            "different orders and would mix their data; post from one thread, hand the Comm over "
+            "with bind_thread() at the same point on every rank, or create it with "
+            "any_thread=True and order the calls yourself"
+            % (what, threading.current_thread().name, self._owner_name))
+
+    def bind_thread(self):
+        """Makes the calling thread the one whose calls this Comm takes from now on. Hand over at
+        the same point of the sequence of calls on every rank; requests posted before may still
+        be waited for from any thread."""
+        with self._lock:
+            self._owner = threading.get_ident()
+            self._owner_name = threading.current_thread().name
+
     def _error(self, rc, what):
         msg = self.last_error or _lib().hoop_error_string(rc).decode()
+        if self._closing and rc == AbortedError.code:
+            msg = "the communicator was destroyed with this call pending (%s)" % msg
         return error_for(rc, "%s: %s" % (what, msg))
 
     def _check(self, rc, what):
@@ -215,17 +272,24 @@ class Comm:
 
     def set_timeout(self, seconds):
         """Timeout of every blocking wait on this communicator (default HOOP_TIMEOUT, 300 s)."""
-        self._check(_lib().hoop_comm_set_timeout(self._handle(), float(seconds)), "set_timeout")
+        with self._hlock:
+            rc = _lib().hoop_comm_set_timeout(self._handle(), float(seconds))
+        self._check(rc, "set_timeout")
 
     def set_algo(self, algo):
         """All-reduce algorithm from now on: auto, ring, rd, ps or ps-sharded (the same on every
         rank)."""
-        self._check(_lib().hoop_comm_set_algo(self._handle(), str(algo).encode()), "set_algo")
+        self._poster("set_algo")
+        with self._lock:
+            self._check(_lib().hoop_comm_set_algo(self._handle(), str(algo).encode()),
+                        "set_algo")
 
     def stats(self):
         """Payload bytes and messages this rank sent and received on this communicator."""
         st = (ctypes.c_uint64 * 4)()
-        self._check(_lib().hoop_comm_stats(self._handle(), ctypes.byref(st)), "stats")
+        with self._hlock:
+            rc = _lib().hoop_comm_stats(self._handle(), ctypes.byref(st))
+        self._check(rc, "stats")
         return {"bytes_sent": st[0], "bytes_received": st[1], "messages_sent": st[2],
                 "messages_received": st[3]}
 
@@ -233,36 +297,52 @@ class Comm:
         """Collective: ranks with the same color form a new Comm, ordered by (key, rank).
         color None takes part and gets None."""
         nc = ctypes.c_void_p()
-        c = SPLIT_NONE if color is None else int(color)
-        k = self._rank if key is None else int(key)
+        c = SPLIT_NONE if color is None else _integer(color, "split: color")
+        k = self._rank if key is None else _integer(key, "split: key")
+        self._poster("split")
         with self._lock:
             self._check(_lib().hoop_comm_split(self._handle(), c, k, ctypes.byref(nc)), "split")
-        return Comm(nc.value) if nc.value else None
+        return Comm(nc.value, self._any_thread) if nc.value else None
 
     def abort(self):
         """Fails every pending and future call (here and, as connections drop, on the peers).
         The communicator must still be destroyed. Safe from any thread."""
-        h = self._h
-        if h is not None:
-            _lib().hoop_comm_abort(h)
+        with self._hlock:
+            if self._h is not None:
+                _lib().hoop_comm_abort(self._h)
+
+    def _abort_pending(self):
+        """Aborts, so that the calls still pending end at once, because the Comm goes away."""
+        self._closing = True
+        self.abort()
 
     def destroy(self):
-        """Waits for pending requests (their errors are kept in them), then frees the
-        communicator. Not collective."""
+        """Frees the communicator. Not collective; safe from any thread; twice is harmless.
+        Calls still pending (a nonblocking call that a peer never joins, say, or a blocking call
+        in another thread) are aborted first, so that destroy returns at once: they fail with
+        AbortedError (a request raises it from wait()), and the peers' calls fail too. Wait for
+        the requests whose results you need before destroying."""
+        if self._h is None:
+            return
+        with self._plock:
+            unfinished = bool(self._pending)
+        if unfinished or self._busy:
+            self._abort_pending()  # a blocking call in another thread holds _lock until it ends
         with self._lock:
             if self._h is None:
                 return
             with self._plock:
                 pending = list(self._pending)
-        for r in pending:
-            try:
-                r.wait()
-            except HoopError:
-                pass
-        with self._lock:
-            h, self._h = self._h, None
-        if h is not None:
-            _lib().hoop_comm_destroy(h)
+            if pending and not unfinished:  # posted meanwhile
+                self._abort_pending()
+            for r in pending:  # prompt once aborted; their handles die with the communicator
+                try:
+                    r.wait()
+                except HoopError:
+                    pass
+            with self._hlock:
+                h, self._h = self._h, None
+                _lib().hoop_comm_destroy(h)
 
     def __enter__(self):
         return self
@@ -288,10 +368,15 @@ class Comm:
         """Posts fn(comm, *args) (blocking) or its nonblocking twin; bufs are kept alive, outs
         get their results copied back."""
         lib = _lib()
+        self._poster(what)
         with self._lock:
             h = self._handle()
             if not nonblocking:
-                rc = getattr(lib, fn)(h, *args)
+                self._busy += 1
+                try:
+                    rc = getattr(lib, fn)(h, *args)
+                finally:
+                    self._busy -= 1
                 if rc == _library.OK:
                     for b in outs:
                         b.finish()
@@ -312,7 +397,7 @@ class Comm:
                                                                              b.dtype))
 
     def _root(self, root, what):
-        root = int(root)
+        root = _integer(root, "%s: root" % what)
         if not 0 <= root < self._size:
             raise InvalidArgumentError("%s: root %d is outside the communicator (size %d)"
                                        % (what, root, self._size))
@@ -514,7 +599,7 @@ class Comm:
         return self._run("barrier", "hoop_barrier", (), (), (), None, True)
 
     def _peer(self, peer, what):
-        peer = int(peer)
+        peer = _integer(peer, "%s: peer" % what)
         if not 0 <= peer < self._size or peer == self._rank:
             raise InvalidArgumentError("%s: peer %d is not another rank of the communicator "
                                        "(rank %d of %d)" % (what, peer, self._rank, self._size))

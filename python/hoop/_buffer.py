@@ -204,6 +204,13 @@ def as_buffer(obj, name, writable, dtype=None):
         dtype = d
     if _np is not None and isinstance(obj, _np.ndarray):
         return _from_numpy(obj, name, writable, dtype)
+    if _np is not None and isinstance(obj, _np.generic):
+        # A numpy scalar is immutable: its __array_interface__ lends a fresh copy, so a result
+        # written there would vanish without a word.
+        if writable:
+            _fail(name, "a numpy scalar (%s) cannot receive a result: it is immutable; pass an "
+                  "array, such as np.array(x) (0-d arrays work in place)" % type(obj).__name__)
+        return _from_numpy(_np.asarray(obj), name, writable, dtype)
     if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):
         return _from_tensor(obj, name, writable, dtype)
     ai = getattr(obj, "__array_interface__", None)

@@ -7,7 +7,9 @@ Every operation is posted to hoop as a nonblocking call at once and returns a Wo
 torch Future; a completion thread per lane (collectives; sends to / receives from each peer, which
 complete in their own order) waits for hoop's requests and completes the futures, so that
 DistributedDataParallel overlaps its all-reduces with the backward pass. A failed operation
-raises from Work.wait() (and from the future). CPU tensors only.
+raises from Work.wait() (and from the future). destroy_process_group(), or the end of the process,
+with operations still pending fails them (hoop.AbortedError) rather than waiting for them: one
+that no peer matches would otherwise hold it for the group's timeout. CPU tensors only.
 """
 import collections
 import datetime
@@ -230,7 +232,13 @@ class _State:
                 return
             self.closed = True
             lanes = list(self.lanes.values())
-        for q, _ in lanes:  # outstanding calls finish (or fail by their timeout) first
+            unfinished = bool(self.pending)
+        if unfinished:
+            # An operation that no peer will match would hold its lane, and so this close (at
+            # destroy_process_group() or at exit), for the group's timeout, 30 minutes by
+            # default: fail what is left, as destroying a hoop communicator does.
+            self.comm._abort_pending()
+        for q, _ in lanes:  # the lanes finish what they hold, failed or not, and end
             q.put(None)
         for _, th in lanes:
             th.join()
@@ -259,7 +267,9 @@ def _rendezvous(store, rank, size, timeout):
         store.set(key, method)
     else:
         method = store.get(key).decode()
-    comm = _hoop.init(method, rank, size)
+    # torch.distributed leaves the order of calls from several threads to its caller (DDP's
+    # communication hooks may post from the completion threads).
+    comm = _hoop.init(method, rank, size, any_thread=True)
     if "HOOP_TIMEOUT" not in os.environ and timeout is not None:
         secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
         comm.set_timeout(secs)

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -401,6 +402,37 @@ def check_errors():
              "allreduce with algo " + algo)
     st = comm.stats()
     expect(P == 1 or st["bytes_sent"] > 0, "stats: %s" % st)
+    # A numpy scalar is immutable: a result written into it would be lost without a word.
+    s = np.float32(R + 1)
+    expect_raises(hoop.InvalidArgumentError, lambda: comm.allreduce(s), "numpy scalar in place",
+                  "numpy scalar")
+    expect(s == R + 1, "the scalar is unchanged")
+    expect_raises(hoop.InvalidArgumentError, lambda: comm.broadcast(np.int64(3), 0),
+                  "numpy scalar broadcast", "numpy scalar")
+    out = np.zeros((), np.float32)  # a 0-d array is written in place
+    got = comm.allreduce(np.float32(R + 1), out)
+    expect(got is out and float(out) == P * (P + 1) / 2, "numpy scalar into a 0-d array: %r" % out)
+    z = np.array(R + 1, np.int64)
+    comm.allreduce(z)
+    expect(int(z) == P * (P + 1) // 2, "0-d array in place: %r" % z)
+    # Ranks, roots and peers are integers: 0.7 is not rank 0.
+    for bad in (0.7, 0.0, True, "0", None):
+        expect_raises(TypeError, lambda: comm.broadcast(np.zeros(3), root=bad),
+                      "broadcast root=%r" % (bad,), "root must be an integer")
+        expect_raises(TypeError, lambda: comm.reduce(np.zeros(3), root=bad),
+                      "reduce root=%r" % (bad,), "root must be an integer")
+    expect_raises(TypeError, lambda: comm.gather(np.zeros(3), None, root=0.7), "gather root")
+    expect_raises(TypeError, lambda: comm.scatter(None, np.zeros(3), root=0.7), "scatter root")
+    expect_raises(TypeError, lambda: comm.isend(np.zeros(3), (R + 1) % P + 0.5), "isend peer",
+                  "peer must be an integer")
+    expect_raises(TypeError, lambda: comm.recv(np.zeros(3), 1.0), "recv peer",
+                  "peer must be an integer")
+    expect_raises(TypeError, lambda: comm.split(0.5), "split color", "color must be an integer")
+    expect_raises(TypeError, lambda: comm.split(0, key=1.5), "split key", "key must be an integer")
+    expect_raises(TypeError, lambda: hoop.init("env://", rank=0.5), "init rank",
+                  "rank must be an integer")
+    comm.broadcast(np.zeros(3), root=np.int64(0))  # numpy integers are integers
+    comm.barrier()
     # A missing library is an ImportError that says where to look.
     if R == 0:
         env = dict(os.environ, HOOP_LIBRARY="/nonexistent/libhoop.so")
@@ -451,6 +483,103 @@ def check_init_methods():
         comm.barrier()
 
 
+def check_threads():
+    """Posting calls come from one thread: another thread's are refused, never mixed."""
+    refused, wrong = [], []
+
+    def intruder():
+        for i in range(20):
+            x = np.full(8, 1000 + i, np.int64)
+            try:
+                comm.allreduce(x)
+                wrong.append(i)  # posted: on some rank it would meet another call's data
+            except hoop.InvalidArgumentError as e:
+                refused.append(str(e))
+        try:
+            comm.barrier()
+            wrong.append("barrier")
+        except hoop.InvalidArgumentError as e:
+            refused.append(str(e))
+
+    th = threading.Thread(target=intruder, name="intruder")
+    th.start()
+    for i in range(40):  # meanwhile the owner's calls go on, and come out right
+        x = np.full(8, R + i, np.int64)
+        comm.allreduce(x)
+        same(x, np.full(8, P * i + P * (P - 1) // 2, np.int64), "owner's allreduce %d" % i)
+    th.join()
+    expect(not wrong and len(refused) == 21, "another thread's calls: %d refused, %s posted" % (
+        len(refused), wrong))
+    expect("'intruder'" in refused[0] and "bind_thread" in refused[0],
+           "the refusal names the threads: %s" % refused[0])
+    # Handed over: the new thread's calls are right, the old one's are refused.
+    results = []
+
+    def successor():
+        comm.bind_thread()
+        for i in range(20):
+            x = np.full(4, R * 3 + i, np.int32)
+            comm.allreduce(x)
+            results.append(x)
+        req = comm.iallreduce(np.full(4, R, np.int32))
+        results.append(req)
+
+    th = threading.Thread(target=successor, name="successor")
+    th.start()
+    th.join()
+    expect(len(results) == 21, "the successor posted %d calls" % len(results))
+    for i, x in enumerate(results[:20]):
+        same(x, np.full(4, 3 * P * (P - 1) // 2 + P * i, np.int32), "successor's allreduce %d" % i)
+    expect_raises(hoop.InvalidArgumentError, lambda: comm.barrier(), "old owner's call",
+                  "successor")
+    # Its request is waited for here: waiting is allowed from any thread.
+    same(results[20].wait(), np.full(4, P * (P - 1) // 2, np.int32), "request waited elsewhere")
+    comm.bind_thread()
+    comm.barrier()
+
+
+def check_destroy_pending():
+    """destroy() with a call the peer never joins returns at once; the call fails."""
+    if P == 1:
+        return
+    sub = comm.split(0 if R < 2 else None)
+    if sub is not None:
+        sub.set_timeout(20)
+        sub.barrier()
+    if R == 0:
+        r1 = sub.ibroadcast(np.zeros(8), root=1)  # rank 1 never joins these
+        r2 = sub.irecv(np.zeros(8), 1)
+        box = {}
+
+        def waiter():
+            try:
+                r2.wait()
+                box["rc"] = "returned"
+            except hoop.HoopError as e:
+                box["rc"] = e
+
+        th = threading.Thread(target=waiter)
+        th.start()
+        time.sleep(0.1)
+        t0 = time.time()
+        sub.destroy()
+        dt = time.time() - t0
+        th.join(10)
+        expect(dt < 2, "destroy with pending calls took %.1f s" % dt)
+        expect(isinstance(box.get("rc"), hoop.AbortedError) and "destroyed" in str(box["rc"]),
+               "a wait blocked in another thread: %r" % box.get("rc"))
+        e = expect_raises(hoop.AbortedError, r1.wait, "the pending broadcast", "destroyed")
+        expect(r1.done and r2.done, "requests of a destroyed Comm are done")
+        print("rank 0: destroy with 2 calls pending: %.3f s (%s)" % (dt, e))
+    comm.barrier()
+    if R == 1:
+        t0 = time.time()
+        expect_raises(hoop.HoopError, sub.barrier, "barrier after the peer destroyed")
+        expect(time.time() - t0 < 5, "the failure took %.1f s" % (time.time() - t0))
+        sub.destroy()
+    comm.barrier()
+
+
 def check_abort():
     if P == 1:
         return
@@ -473,7 +602,8 @@ def check_abort():
 
 for check in (check_allreduce, check_broadcast, check_reduce, check_allgather_gather,
               check_scatter, check_reduce_scatter, check_alltoall, check_barrier, check_p2p,
-              check_buffers, check_errors, check_split, check_init_methods, check_abort):
+              check_buffers, check_errors, check_split, check_init_methods, check_threads,
+              check_destroy_pending, check_abort):
     check()
 comm.destroy()
 print("rank %d of %d: %d checks passed" % (R, P, checks))
