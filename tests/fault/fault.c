@@ -4,7 +4,9 @@
  *
  *   fault --mode MODE [--coll NAME] [--what KIND] [--ranks N] [--transport T] [--seed S]
  *         [--mib M] [--count C] [--timeout S] [--names direct|chain|any] [--victim R]
- *         [--calls mixed|blocking|nonblocking] [--expect mismatch|timeout] [--verbose]
+ *         [--calls mixed|blocking|nonblocking] [--expect mismatch|timeout] [--detect S]
+ *         [--hosts ID,ID,...] [--netns NS,NS,...] [--master-addr A] [--sleeper partner]
+ *         [--verbose]
  *
  * MODE
  *   kill        every rank loops over one collective on M MiB (blocking and nonblocking calls in
@@ -33,6 +35,19 @@
  * fail at once, naming itself; every rank must exit by itself; no new hoop entry may be left in
  * /dev/shm. Results of calls that succeed are checked element by element.
  *
+ * Layout: by default every rank is on one host. --hosts gives rank r the r-th HOOP_HOSTID of the
+ * list (fake hosts: shared memory between equal ids, TCP between the others); --netns starts rank r
+ * in the r-th network namespace of the list (real hosts as the kernel sees them; the store then
+ * binds --master-addr, an address of the first namespace). --detect bounds the time from a kill
+ * to every survivor's failure (default 5 s). With --sleeper partner (kill), a rank on the faulty
+ * rank's host (the next rank on a single host) sleeps 2 s outside the library from the round the
+ * kill falls in: the others, blocked behind it, must still learn of the death within --detect,
+ * whether or not a transfer of theirs waits on the dead rank; the sleeper within --detect of
+ * waking.
+ *
+ * No survivor may end by a signal, whatever the mode: a library must never raise one (SIGPIPE from
+ * a write to a peer that is gone, say) in its user's process.
+ *
  * The transport comes from --transport or HOOP_TRANSPORT. If the library does not accept it (a
  * transport not built yet), the test is skipped (exit 77).
  */
@@ -44,6 +59,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,10 +112,18 @@ typedef struct opts {
     int calls; /* CALLS_* */
     int expect_timeout; /* mismatch: the calls wait on each other, nothing is sent */
     int verbose;
+    double detect;           /* kill: seconds from the kill to every survivor's failure */
+    const char *hosts;       /* HOOP_HOSTID per rank, comma-separated, or NULL */
+    const char *netns;       /* network namespace per rank, comma-separated, or NULL */
+    const char *master_addr; /* MASTER_ADDR (default 127.0.0.1) */
+    int sleep_partner;       /* kill: the faulty rank's host partner sleeps (see above) */
     /* Set by the driver for the ranks. */
     int victim;
     int delay_ms;
+    int sleeper; /* the rank that sleeps, or -1 */
 } opts_t;
+
+#define SLEEP_S 2.0
 
 static double now_s(void)
 {
@@ -121,6 +145,19 @@ static int lookup(const char *const *names, int n, const char *s)
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], s) == 0) return i;
     return -1;
+}
+
+/* Item i of a comma-separated list into out; returns the number of items. */
+static int list_item(const char *list, int i, char *out, size_t n)
+{
+    int k = 0;
+    if (n > 0) out[0] = '\0';
+    for (const char *p = list;; k++) {
+        size_t len = strcspn(p, ",");
+        if (k == i && n > 0) snprintf(out, n, "%.*s", (int)len, p);
+        if (p[len] == '\0') return k + 1;
+        p += len + 1;
+    }
 }
 
 /* ================================================================================================
@@ -164,6 +201,7 @@ typedef struct rank_ctx {
     hoop_comm_t *c;
     int rank, size;
     int calls; /* CALLS_* */
+    int sleeper; /* this rank sleeps before round 2 */
     size_t total, block; /* elements per buffer, per rank block */
     uint32_t *s, *r;
 } rank_ctx_t;
@@ -321,6 +359,12 @@ static int fault_loop(rank_ctx_t *x, enum coll k)
     double start = now_s();
     int it = 0;
     for (;; it++) {
+        if (it == 2 && x->sleeper) {
+            /* Busy elsewhere (outside the library) while the fault happens. */
+            struct timespec ts = {.tv_sec = (time_t)SLEEP_S, .tv_nsec = 0};
+            nanosleep(&ts, NULL);
+            say("woke %d %.6f", x->rank, now_s());
+        }
         hoop_result_t rc = one_round(x, k, it);
         if (rc != HOOP_OK) {
             double t = now_s();
@@ -380,7 +424,7 @@ static int rank_main(const opts_t *o)
     if (o->mode == M_INITKILL && rank == o->victim)
         if (pthread_create(&killer, NULL, self_killer, (void *)o) != 0) return 2;
 
-    rank_ctx_t x = {.calls = o->calls};
+    rank_ctx_t x = {.calls = o->calls, .sleeper = o->mode == M_KILL && rank == o->sleeper};
     double t0 = now_s();
     hoop_result_t rc = hoop_init_from_env(&x.c);
     double t1 = now_s();
@@ -451,9 +495,10 @@ typedef struct rstate {
     pid_t pid;
     int ready, exited, wstatus, has_result, has_after, said_exit;
     int code, after_code;
-    double t, after_dt, t_exit;
+    double t, after_dt, t_exit, t_woke;
     char msg[1024], after_msg[1024];
     int good; /* its message traces back to the faulty rank */
+    int reaped_by_driver; /* it hung and the driver killed it (reported as such) */
 } rstate_t;
 
 typedef struct job {
@@ -519,6 +564,8 @@ static void handle_line(job_t *j, char *line)
             r->has_after = 1;
             snprintf(r->after_msg, sizeof r->after_msg, "%s", rest + n2);
         }
+    } else if (strcmp(kind, "woke") == 0) {
+        if (sscanf(rest, "%lf", &r->t_woke) != 1) fail(j, "bad woke line '%s'", line);
     } else if (strcmp(kind, "kill") == 0) {
         if (sscanf(rest, "%lf", &j->t_fault) != 1) fail(j, "bad kill line '%s'", line);
     } else if (strcmp(kind, "exit") == 0) {
@@ -734,7 +781,24 @@ static int spawn(job_t *j, char **argv_self, int wfd, int port)
             snprintf(v, sizeof v, "%d", j->n);
             setenv("WORLD_SIZE", v, 1);
             setenv("LOCAL_WORLD_SIZE", v, 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_ADDR", j->o->master_addr ? j->o->master_addr : "127.0.0.1", 1);
+            if (j->o->hosts != NULL) {
+                list_item(j->o->hosts, q, v, sizeof v);
+                setenv("HOOP_HOSTID", v, 1);
+            }
+            if (j->o->netns != NULL) {
+                /* As `ip netns exec` does for the network: join the namespace it mounted. */
+                char ns[64];
+                list_item(j->o->netns, q, ns, sizeof ns);
+                snprintf(path, sizeof path, "/run/netns/%s", ns);
+                int nfd = open(path, O_RDONLY | O_CLOEXEC);
+                if (nfd < 0 || setns(nfd, CLONE_NEWNET) != 0) {
+                    fprintf(stderr, "fault: cannot enter network namespace %s: %s\n", ns,
+                            strerror(errno));
+                    _exit(126);
+                }
+                close(nfd);
+            }
             snprintf(v, sizeof v, "%d", port);
             setenv("MASTER_PORT", v, 1);
             snprintf(v, sizeof v, "%d", wfd);
@@ -763,6 +827,21 @@ static void trace_names(job_t *j, int faulty)
                     break;
                 }
         }
+    }
+}
+
+/* A rank that is not the faulty one must end by itself with status 0, never by a signal (a
+ * SIGPIPE from a write to a peer that is gone, say). Counts the exit causes for the figures. */
+static void check_exit(job_t *j, int q, int *by_signal)
+{
+    const rstate_t *r = &j->r[q];
+    int st = r->wstatus;
+    if (r->reaped_by_driver) return; /* failed already as a hang */
+    if (WIFSIGNALED(st)) {
+        (*by_signal)++;
+        fail(j, "rank %d died of signal %d (%s)", q, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    } else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+        fail(j, "rank %d exited with wait status %#x", q, st);
     }
 }
 
@@ -818,7 +897,7 @@ static void check_init_names(job_t *j, int faulty)
 
 /* Mismatch: every rank fails in the mismatched call or, if its part needed nothing from the
  * others, in the next one; a rank that detects it names both calls. Returns detection times. */
-static int check_mismatch(job_t *j, double *detect)
+static int check_mismatch(job_t *j, double *detect, int *by_signal)
 {
     const opts_t *o = j->o;
     int p = j->n, v = o->victim, nd = 0, named = 0, in_call = 0;
@@ -851,9 +930,7 @@ static int check_mismatch(job_t *j, double *detect)
     }
     for (int q = 0; q < p; q++) {
         rstate_t *r = &j->r[q];
-        int st = r->wstatus;
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-            fail(j, "rank %d exited with wait status %#x", q, st);
+        check_exit(j, q, by_signal);
         if (!r->has_result) {
             fail(j, "rank %d reported no result", q);
             continue;
@@ -898,6 +975,20 @@ static int check_mismatch(job_t *j, double *detect)
     return nd;
 }
 
+/* The rank that shares the faulty rank's host (the first one after it), or the next rank. */
+static int partner_of(const opts_t *o, int v)
+{
+    const char *list = o->netns != NULL ? o->netns : o->hosts;
+    char mine[64], other[64];
+    if (list == NULL) return (v + 1) % o->ranks;
+    list_item(list, v, mine, sizeof mine);
+    for (int d = 1; d < o->ranks; d++) {
+        list_item(list, (v + d) % o->ranks, other, sizeof other);
+        if (strcmp(mine, other) == 0) return (v + d) % o->ranks;
+    }
+    return (v + 1) % o->ranks;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -920,6 +1011,7 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     int pick = (int)(splitmix(&rng) % (uint64_t)o.ranks);
     if (o.victim < 0 || o.victim >= o.ranks) o.victim = pick;
     o.delay_ms = o.mode == M_INITKILL ? (int)(splitmix(&rng) % 16) : (int)(splitmix(&rng) % 400);
+    o.sleeper = o.mode == M_KILL && o.sleep_partner ? partner_of(&o, o.victim) : -1;
 
     char shm0[64][256], shm1[64][256];
     int nshm0, nshm1;
@@ -933,8 +1025,8 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     if (mkdtemp(j->dir) == NULL) return 2;
 
     /* The ranks' command line: ours, plus the choices the driver made. */
-    char **av = calloc((size_t)argc + 8, sizeof *av);
-    char vbuf[32], dbuf[32];
+    char **av = calloc((size_t)argc + 10, sizeof *av);
+    char vbuf[32], dbuf[32], sbuf[32];
     int ac = 0;
     for (int i = 0; i < argc; i++) av[ac++] = argv[i];
     snprintf(vbuf, sizeof vbuf, "%d", o.victim);
@@ -944,6 +1036,9 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     av[ac++] = vbuf;
     av[ac++] = "--delay-ms";
     av[ac++] = dbuf;
+    snprintf(sbuf, sizeof sbuf, "%d", o.sleeper);
+    av[ac++] = "--sleeper-rank";
+    av[ac++] = sbuf;
     av[ac] = NULL;
 
     char tmo[32];
@@ -964,6 +1059,7 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
            o.ranks, tp, o.seed, o.victim);
     if (o.mode == M_KILL || o.mode == M_STOP || o.mode == M_INITKILL)
         printf(", delay %d ms", o.delay_ms);
+    if (o.sleeper >= 0) printf(", rank %d sleeps %.0f s from round 2", o.sleeper, SLEEP_S);
     printf(" (rerun: --seed %" PRIu64 ")\n", o.seed);
     fflush(stdout);
     double t_start = now_s();
@@ -1010,34 +1106,36 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
             kill(j->r[q].pid, SIGKILL);
             waitpid(j->r[q].pid, &j->r[q].wstatus, 0);
             j->r[q].exited = 1;
+            j->r[q].reaped_by_driver = 1;
         }
     }
     pump(j, now_s() + 2, drained); /* the last lines: every writer is gone */
 
     /* ---- checks ---- */
     double detect[MAX_RANKS];
-    int nd = 0, direct = 0;
+    int nd = 0, direct = 0, by_signal = 0;
     for (int q = 0; q < j->n; q++)
         if (j->r[q].has_result && strncmp(j->r[q].msg, "hoop_init failed", 16) == 0)
             add_init_reason(j, q);
-    if (o.mode == M_MISMATCH) nd = check_mismatch(j, detect);
+    if (o.mode == M_MISMATCH) nd = check_mismatch(j, detect, &by_signal);
     else trace_names(j, faulty);
     for (int q = 0; q < j->n && o.mode != M_MISMATCH; q++) {
         rstate_t *r = &j->r[q];
-        int st = r->wstatus;
         if (q == faulty) {
             check_faulty(j, q);
             continue;
         }
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-            fail(j, "rank %d exited with wait status %#x", q, st);
+        check_exit(j, q, &by_signal);
         if (!r->has_result) {
             fail(j, "rank %d reported no result", q);
             continue;
         }
-        double dt = r->t - j->t_fault;
+        /* A rank that slept through the fault can only learn of it once it is back. */
+        double from = q == o.sleeper && r->t_woke > j->t_fault ? r->t_woke : j->t_fault;
+        double dt = r->t - from;
         int code = r->code;
-        printf("  rank %d: %s after %.1f ms: %s\n", q, code_name(code), dt * 1e3, r->msg);
+        printf("  rank %d: %s after %.1f ms%s: %s\n", q, code_name(code), dt * 1e3,
+               from > j->t_fault ? " (from its wake-up)" : "", r->msg);
         if (code == HOOP_OK) {
             fail(j, "rank %d: the call succeeded", q);
             continue;
@@ -1049,8 +1147,8 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
             if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED)
                 fail(j, "rank %d: %s, want HOOP_ERR_PEER_LOST or HOOP_ERR_ABORTED", q,
                      code_name(code));
-            if (dt > DETECT_MAX)
-                fail(j, "rank %d failed %.3f s after the kill (limit %.0f s)", q, dt, DETECT_MAX);
+            if (dt > o.detect)
+                fail(j, "rank %d failed %.3f s after the kill (limit %.1f s)", q, dt, o.detect);
             break;
         case M_STOP:
             if (code != HOOP_ERR_TIMEOUT && code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED)
@@ -1099,12 +1197,13 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     qsort(detect, (size_t)nd, sizeof detect[0], cmp_double);
     if (nd > 0)
         printf("FIGURES mode=%s what=%s transport=%s ranks=%d faulty=%d survivors=%d "
-               "detect_ms_median=%.1f detect_ms_max=%.1f named_directly=%d failures=%d\n",
+               "detect_ms_median=%.1f detect_ms_max=%.1f named_directly=%d by_signal=%d "
+               "failures=%d\n",
                MODE_NAME[o.mode],
                o.mode == M_MISMATCH ? WHAT_NAME[o.what] : (o.mode == M_KILL || o.mode == M_STOP)
                                                                ? COLL_NAME[o.coll] : "-",
                tp, j->n, faulty, nd, detect[nd / 2] * 1e3, detect[nd - 1] * 1e3, direct,
-               j->failures);
+               by_signal, j->failures);
     if (j->failures > 0 || o.verbose) print_rank_logs(j);
     else {
         for (int q = 0; q < j->n; q++) {
@@ -1127,14 +1226,15 @@ static int usage(void)
                     "[--what coll|count|dtype|root|op] [--ranks N] [--transport T] [--seed S] "
                     "[--mib M] [--count C] [--timeout S] [--names direct|chain|any] "
                     "[--victim R] [--calls mixed|blocking|nonblocking] "
-                    "[--expect mismatch|timeout] [--verbose]\n");
+                    "[--expect mismatch|timeout] [--detect S] [--hosts ID,...] [--netns NS,...] "
+                    "[--master-addr A] [--sleeper partner] [--verbose]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     opts_t o = {.mode = M_KILL, .ranks = 4, .mib = 4, .count = 1000, .timeout = 2, .victim = -1,
-                .names = NAMES_CHAIN};
+                .names = NAMES_CHAIN, .detect = DETECT_MAX, .sleeper = -1};
     int as_rank = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1171,10 +1271,22 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--timeout") == 0) o.timeout = atof(v);
         else if (strcmp(a, "--victim") == 0) o.victim = atoi(v);
         else if (strcmp(a, "--delay-ms") == 0) o.delay_ms = atoi(v);
+        else if (strcmp(a, "--detect") == 0) o.detect = atof(v);
+        else if (strcmp(a, "--hosts") == 0) o.hosts = v;
+        else if (strcmp(a, "--netns") == 0) o.netns = v;
+        else if (strcmp(a, "--master-addr") == 0) o.master_addr = v;
+        else if (strcmp(a, "--sleeper-rank") == 0) o.sleeper = atoi(v);
+        else if (strcmp(a, "--sleeper") == 0) {
+            if (strcmp(v, "partner") != 0) return usage();
+            o.sleep_partner = 1;
+        }
         else return usage();
     }
     if (o.what == W_ROOT_NONE) o.expect_timeout = 1;
-    if (o.ranks < 2 || o.ranks > MAX_RANKS || !(o.mib > 0) || !(o.timeout > 0) || o.count == 0)
+    char item[8];
+    if (o.ranks < 2 || o.ranks > MAX_RANKS || !(o.mib > 0) || !(o.timeout > 0) || o.count == 0 ||
+        !(o.detect > 0) || (o.hosts != NULL && list_item(o.hosts, 0, item, 0) != o.ranks) ||
+        (o.netns != NULL && list_item(o.netns, 0, item, 0) != o.ranks))
         return usage();
     /* A mismatch needs a second root. */
     if (as_rank) return rank_main(&o);
