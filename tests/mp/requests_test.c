@@ -11,7 +11,10 @@
  *   leave before it frees anything); the peer's next call on that communicator fails at once;
  * - a split whose new communicator cannot connect (this program refuses its own connect() and its
  *   opening of peers' shared-memory segments for the while) names ranks as the parent numbers
- *   them, with the new numbers beside them.
+ *   them, with the new numbers beside them;
+ * - a rank whose address space is limited (RLIMIT_AS) fails a 64 MiB recursive-doubling
+ *   all-reduce saying what it could not allocate and how much, and the peer learns it at once
+ *   (skipped under AddressSanitizer, and where the limit cannot be set, as under valgrind).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* RTLD_NEXT */
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -282,6 +286,86 @@ static void split_numbering(hoop_comm_t *w)
           hoop_comm_last_error(w), (int)v);
 }
 
+/* ---- out of memory ---- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+/* Limits this process's address space to what it maps now plus headroom. 0 if it cannot. */
+static int limit_address_space(size_t headroom, struct rlimit *old)
+{
+#ifdef UNDER_ASAN
+    (void)headroom;
+    (void)old;
+    return 0; /* its shadow memory makes the limit meaningless */
+#else
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (f == NULL) return 0;
+    int ok = fscanf(f, "%lu", &pages) == 1;
+    fclose(f);
+    if (!ok || getrlimit(RLIMIT_AS, old) != 0) return 0;
+    struct rlimit lim = *old;
+    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + headroom;
+    if (old->rlim_max != RLIM_INFINITY && lim.rlim_cur > old->rlim_max) return 0;
+    return setrlimit(RLIMIT_AS, &lim) == 0;
+#endif
+}
+
+static void out_of_memory(hoop_comm_t *w)
+{
+    const size_t n = (size_t)64 << 20;
+    hoop_comm_t *sub = NULL;
+    hoop_result_t rc = hoop_comm_split(w, 0, rank_, &sub);
+    CHECK(rc == HOOP_OK && sub != NULL, "split: %s", hoop_comm_last_error(w));
+    if (sub == NULL) return;
+    hoop_comm_set_timeout(sub, 10);
+    hoop_comm_set_algo(sub, "rd"); /* its scratch space is as large as the message */
+    rc = hoop_barrier(sub);
+    CHECK(rc == HOOP_OK, "barrier: %s", hoop_comm_last_error(sub));
+    uint8_t *buf = malloc(n);
+    CHECK(buf != NULL, "no memory for the test's own buffer");
+    if (buf == NULL) return;
+    memset(buf, 1, n);
+    struct rlimit old;
+    int32_t limited = rank_ == 1 && limit_address_space((size_t)16 << 20, &old);
+    int32_t both = limited;
+    rc = hoop_allreduce(w, &both, &both, 1, HOOP_INT32, HOOP_MAX);
+    CHECK(rc == HOOP_OK, "allreduce: %s", hoop_comm_last_error(w));
+    if (both) {
+        double t0 = now_s();
+        rc = hoop_allreduce(sub, buf, buf, n, HOOP_UINT8, HOOP_SUM);
+        double dt = now_s() - t0;
+        if (limited) setrlimit(RLIMIT_AS, &old);
+        const char *m = hoop_comm_last_error(sub);
+        char want[96];
+        snprintf(want, sizeof(want), "cannot allocate %zu bytes", n);
+        if (rank_ == 1)
+            CHECK(rc == HOOP_ERR_NO_MEMORY && strstr(m, want) != NULL,
+                  "allreduce under the limit: %s: '%s'", hoop_error_string(rc), m);
+        else
+            CHECK(rc == HOOP_ERR_ABORTED && strstr(m, "rank 1 aborted") != NULL &&
+                      strstr(m, want) != NULL,
+                  "allreduce with a peer out of memory: %s: '%s'", hoop_error_string(rc), m);
+        CHECK(dt < 5, "the failure took %.1f s", dt);
+        printf("rank %d: out of memory: %s after %.3f ms: %s\n", rank_, hoop_error_string(rc),
+               dt * 1e3, m);
+        rc = hoop_barrier(sub);
+        CHECK(rc != HOOP_OK, "the communicator is aborted after the failure: %s",
+              hoop_error_string(rc));
+    } else {
+        printf("rank %d: out of memory: skipped (the address space cannot be limited here)\n",
+               rank_);
+    }
+    free(buf);
+    hoop_comm_destroy(sub);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -301,6 +385,7 @@ int main(void)
     for (int what = P_BCAST; what <= P_MIX; what++)
         for (int with_waiter = 0; with_waiter < 2; with_waiter++) destroy_pending(w, what, with_waiter);
     split_numbering(w);
+    out_of_memory(w);
     hoop_result_t rc = hoop_barrier(w);
     CHECK(rc == HOOP_OK, "final barrier: %s", hoop_comm_last_error(w));
     hoop_comm_destroy(w);
