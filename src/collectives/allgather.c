@@ -38,7 +38,7 @@ hoop_result_t hoop__allgather_ring(hoop__call_t *c)
         memmove(out + (size_t)r * n, c->sendbuf, n);
     if (p == 1) return HOOP_OK;
 
-    size_t chunk = comm->cfg.chunk_bytes / ds * ds;
+    size_t chunk = comm->agreed.chunk_bytes / ds * ds;
     if (chunk == 0) chunk = ds;
     size_t m = n == 0 ? 1 : (n - 1) / chunk + 1;
     size_t msgs = (size_t)(p - 1) * m;

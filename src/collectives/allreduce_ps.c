@@ -30,7 +30,7 @@ static hoop_result_t server(hoop__call_t *c, size_t es, size_t n)
 {
     hoop_comm_t *comm = c->comm;
     int p = comm->size;
-    size_t chunk = comm->cfg.chunk_bytes / es ? comm->cfg.chunk_bytes / es : 1;
+    size_t chunk = comm->agreed.chunk_bytes / es ? comm->agreed.chunk_bytes / es : 1;
     size_t nch = n == 0 ? 1 : (n + chunk - 1) / chunk;
     size_t cbytes = (n < chunk ? n : chunk) * es;
     /* Two sets of p-1 staging slots: chunk k+1 arrives while chunk k is reduced. */
@@ -104,7 +104,7 @@ static hoop_result_t server(hoop__call_t *c, size_t es, size_t n)
 static hoop_result_t worker(hoop__call_t *c, size_t es, size_t n)
 {
     hoop_comm_t *comm = c->comm;
-    size_t chunk = comm->cfg.chunk_bytes / es ? comm->cfg.chunk_bytes / es : 1;
+    size_t chunk = comm->agreed.chunk_bytes / es ? comm->agreed.chunk_bytes / es : 1;
     size_t nch = n == 0 ? 1 : (n + chunk - 1) / chunk;
     hoop__xfer_t *x = malloc(2 * nch * sizeof(hoop__xfer_t));
     if (x == NULL) return HOOP_ERR_NO_MEMORY;

@@ -74,7 +74,7 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
         return HOOP_OK;
     }
     size_t seg_max = (g.n + (size_t)g.p - 1) / (size_t)g.p;
-    size_t chunk_elems = comm->cfg.chunk_bytes / g.es;
+    size_t chunk_elems = comm->agreed.chunk_bytes / g.es;
     if (chunk_elems == 0) chunk_elems = 1;
     size_t nch = (seg_max + chunk_elems - 1) / chunk_elems;
     g.chunks = nch == 0 ? 1 : (int)nch;

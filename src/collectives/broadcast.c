@@ -96,9 +96,9 @@ hoop_result_t hoop__broadcast(hoop__call_t *c)
     if (comm->rank == c->root && c->sendbuf != NULL && c->sendbuf != c->recvbuf && n > 0)
         memmove(buf, c->sendbuf, n);
     if (comm->size == 1) return HOOP_OK;
-    if (n <= comm->cfg.small_bytes) return tree(c, buf, n);
+    if (n <= comm->agreed.small_bytes) return tree(c, buf, n);
     /* Whole elements per chunk keep messages readable in traces. */
-    size_t chunk = comm->cfg.chunk_bytes / ds * ds;
+    size_t chunk = comm->agreed.chunk_bytes / ds * ds;
     if (chunk == 0) chunk = ds;
     return chain(c, buf, n, chunk);
 }

@@ -126,6 +126,6 @@ hoop_result_t hoop__reduce_coll(hoop__call_t *c)
         if (out != in && n > 0) memmove(out, in, n);
         return HOOP_OK; /* AVG over one rank divides by 1 */
     }
-    if ((comm->size <= 4 ? n / TREE_FACTOR : n) <= comm->cfg.small_bytes) return tree(c, in, out, n);
+    if ((comm->size <= 4 ? n / TREE_FACTOR : n) <= comm->agreed.small_bytes) return tree(c, in, out, n);
     return rabenseifner(c, in, out, c->count);
 }

@@ -51,7 +51,7 @@ static void plan(const hoop__call_t *c, const void *in, size_t total, const void
     int p = c->comm->size, r = c->comm->rank;
     size_t off, len, off_r, len_r;
     pl->ds = hoop__dsize(c);
-    pl->ce = c->comm->cfg.chunk_bytes / pl->ds;
+    pl->ce = c->comm->agreed.chunk_bytes / pl->ds;
     if (pl->ce == 0) pl->ce = 1;
     hoop__part(total, p, 0, &off, &len); /* block 0 is the largest */
     pl->m = len == 0 ? 1 : (len - 1) / pl->ce + 1;

@@ -21,10 +21,10 @@ int hoop__algo_parse(const char *s)
 int hoop__algo_choose(const hoop__call_t *call)
 {
     if (call->kind != HOOP_K_ALLREDUCE) return HOOP_ALGO_AUTO;
-    int forced = hoop__algo_parse(call->comm->cfg.algo);
+    int forced = hoop__algo_parse(call->comm->agreed.algo);
     if (forced > 0) return forced;
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
-    return bytes <= call->comm->cfg.small_bytes ? HOOP_ALGO_RD : HOOP_ALGO_RING;
+    return bytes <= call->comm->agreed.small_bytes ? HOOP_ALGO_RD : HOOP_ALGO_RING;
 }
 
 hoop_result_t hoop__collective_run(hoop__call_t *call)

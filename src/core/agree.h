@@ -25,9 +25,28 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/config.h"
 #include "core/store.h"
+
+/* The agreed settings as the algorithms read them (hoop_comm.agreed): built from the list, so a
+ * setting an algorithm can reach is one that init compared. */
+#define HOOP__AGREED_DECL_SIZE(f) size_t f;
+#define HOOP__AGREED_DECL_INT(f) int f;
+#define HOOP__AGREED_DECL_WORD(f) char f[16];
+typedef struct hoop__agreed {
+#define X(field, env, kind) HOOP__AGREED_DECL_##kind(field)
+    HOOP__AGREED_SETTINGS(X)
+#undef X
+} hoop__agreed_t;
+
+static inline void hoop__agreed_from(hoop__agreed_t *a, const hoop__config_t *cfg)
+{
+#define X(field, env, kind) memcpy(&a->field, &cfg->field, sizeof(a->field));
+    HOOP__AGREED_SETTINGS(X)
+#undef X
+}
 
 /* The settings as "NAME value" lines, in list order; returns the length. */
 size_t hoop__agree_settings(const hoop__config_t *cfg, char *buf, size_t cap);

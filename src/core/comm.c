@@ -165,6 +165,7 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     c->rank = rank;
     c->size = size;
     c->cfg = *cfg;
+    hoop__agreed_from(&c->agreed, cfg);
     c->timeout_s = cfg->timeout_s;
     c->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
     c->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));
@@ -477,7 +478,7 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
                                 "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps or ps-sharded",
                                 algo ? algo : "(null)");
     /* Posting reads it on the posting thread; running calls already hold their choice. */
-    snprintf(c->cfg.algo, sizeof(c->cfg.algo), "%s", hoop__algo_name(hoop__algo_parse(algo)));
+    snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(hoop__algo_parse(algo)));
     return HOOP_OK;
 }
 
@@ -848,7 +849,11 @@ static hoop_result_t split_exchange(hoop_comm_t *c, const void *mine, void *all,
     hoop__call_t call = {.comm = c, .kind = HOOP_K_SPLIT, .sendbuf = mine, .recvbuf = all,
                          .count = bytes, .dtype = HOOP_UINT8, .op = HOOP_SUM, .root = -1};
     call.algo = HOOP_ALGO_RING;
-    return hoop__engine_submit(c, &call, NULL);
+    hoop_result_t rc = post_enter(c, "hoop_comm_split");
+    if (rc != HOOP_OK) return rc;
+    rc = hoop__engine_submit(c, &call, NULL);
+    post_leave(c);
+    return rc;
 }
 
 /* A sentence of the new communicator (its transport's) in the parent's numbering, which is the one
@@ -951,6 +956,8 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
             /* Same id on every member, distinct per split and color. */
             nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) + ((uint64_t)(uint32_t)color << 32);
             nc->timeout_s = c->timeout_s;
+            nc->sched = c->sched;
+            nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
             nc->spin_s = c->spin_s;
             memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
             hoop_result_t orc = open_transport(nc, addr);

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/agree.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/wire.h"
@@ -48,6 +49,8 @@ struct hoop_comm {
     int rank, size;
     uint64_t id;
     hoop__config_t cfg;
+    /* The settings every rank compared at init (agree.h): what algorithms read, never cfg. */
+    hoop__agreed_t agreed;
     uint32_t sched;              /* digest of the agreed settings (agree.h), in every header */
     hoop__log_t log;
     double timeout_s;
