@@ -240,6 +240,13 @@ static void mux_progress(hoop__tp_t *tp, int timeout_ms)
     }
 }
 
+static uint64_t mux_moved(hoop__tp_t *tp, int peer)
+{
+    int t = peer >= 0 && peer < tp->p.size ? tp->route[peer] : T_SELF;
+    if (t == T_SELF || tp->sub[t] == NULL || tp->ops[t]->moved == NULL) return 0;
+    return tp->ops[t]->moved(tp->sub[t], peer);
+}
+
 static void mux_wake(hoop__tp_t *tp)
 {
     for (int t = 0; t < T_N; t++)
@@ -261,4 +268,5 @@ const hoop__transport_ops_t hoop__mux_transport = {
     .wake = mux_wake,
     .abort = mux_abort,
     .close = mux_close,
+    .moved = mux_moved,
 };

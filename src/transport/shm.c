@@ -126,6 +126,7 @@ typedef struct peer {
     uint64_t cma_tickets;
     int cheap;           /* publish() without a fence: see there */
     int bell_fd;         /* the peer's bell pipe, opened for reading and writing (see map_peer), or -1 */
+    uint64_t moved;      /* bytes written to and taken from its rings, read by single copy */
 } peer_t;
 
 struct hoop__tp {
@@ -616,6 +617,7 @@ static int send_some(hoop__tp_t *tp, int j)
                 if (n > space) break;
             }
             pe->out_head += n;
+            pe->moved += n;
             o->pos += n;
             publish(pe, &pe->out->head, pe->out_head);
             notify(pe);
@@ -656,6 +658,7 @@ static size_t in_avail(peer_t *pe)
 static void consumed(peer_t *pe, size_t n)
 {
     pe->in_tail += n;
+    pe->moved += n;
     if (pe->in_tail - pe->in_tail_pub >= PIECE) {
         pe->in_tail_pub = pe->in_tail;
         publish(pe, &pe->in->tail, pe->in_tail);
@@ -779,6 +782,7 @@ static int recv_frames(hoop__tp_t *tp, int j)
                     return 1;
                 }
                 o->cma_pos += (size_t)got;
+                pe->moved += (uint64_t)got;
                 moved = 1;
             }
             /* An aborting writer raises its flag before its call returns and the buffer is the
@@ -1026,6 +1030,11 @@ static void shm_progress(hoop__tp_t *tp, int timeout_ms)
     check_peers(tp);
 }
 
+static uint64_t shm_moved(hoop__tp_t *tp, int peer)
+{
+    return peer >= 0 && peer < tp->p.size ? tp->peers[peer].moved : 0;
+}
+
 static void shm_wake(hoop__tp_t *tp)
 {
     atomic_store(&tp->woken, 1);
@@ -1099,4 +1108,5 @@ const hoop__transport_ops_t hoop__shm_transport = {
     .close = shm_close,
     .wait_fd = shm_wait_fd,
     .arm = shm_arm,
+    .moved = shm_moved,
 };

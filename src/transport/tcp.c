@@ -89,6 +89,7 @@ typedef struct peer {
     int lost;
     int salvaging;            /* reading a last abort notice before declaring the peer lost */
     int bye;                  /* it said goodbye: it closed its communicator normally */
+    uint64_t moved;           /* bytes sent to and received from it (see moved() in transport.h) */
     int ab_active;            /* reading the reason of an abort notice */
     size_t ab_need, ab_got;
     hoop_result_t ab_code;    /* HOOP_ERR_MISMATCH when the peer aborted on a disagreement */
@@ -759,6 +760,7 @@ static int fill_hdr(hoop__tp_t *tp, int peer, sock_t *so, int idle)
         ssize_t r = recv(so->fd, so->hb + so->hb_len, HOOP_WIRE_HDR_SIZE - so->hb_len, 0);
         if (r > 0) {
             so->hb_len += (size_t)r;
+            tp->peers[peer].moved += (uint64_t)r;
             continue;
         }
         if (r < 0 && errno == EINTR) continue;
@@ -961,6 +963,7 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
                 return 1;
             }
             s->pos += (size_t)r;
+            tp->peers[peer].moved += (uint64_t)r;
             moved = 1;
         }
         if (s->pos < s->hlen + s->len) break;
@@ -998,6 +1001,7 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
                 goto complete;
             }
             r = recv(so->fd, (uint8_t *)x->buf + s->off + pdone, s->len - pdone, 0);
+            if (r > 0) tp->peers[peer].moved += (uint64_t)r;
         }
         if (r == 0) {
             peer_lost(tp, peer, "connection closed by peer");
@@ -1122,6 +1126,11 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
     }
 }
 
+static uint64_t tcp_moved(hoop__tp_t *tp, int peer)
+{
+    return peer >= 0 && peer < tp->p.size ? tp->peers[peer].moved : 0;
+}
+
 static void tcp_wake(hoop__tp_t *tp)
 {
     uint64_t one = 1;
@@ -1232,4 +1241,5 @@ const hoop__transport_ops_t hoop__tcp_transport = {
     .wake = tcp_wake,
     .abort = tcp_abort,
     .close = tcp_close,
+    .moved = tcp_moved,
 };

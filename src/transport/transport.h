@@ -32,6 +32,8 @@ typedef struct hoop__xfer {
     hoop__wire_hdr_t got;   /* recv: the header that arrived (valid once done, also on mismatch) */
     hoop_result_t status;   /* valid once done */
     int done;
+    /* The waiter's (transports leave it alone): moved(peer) when it last looked. */
+    uint64_t seen;
     /* Transport-private. */
     struct hoop__xfer *next;
     int parts_left;
@@ -84,6 +86,11 @@ typedef struct hoop__transport_ops {
      * already (do not sleep); the next progress() undoes it. */
     int (*wait_fd)(hoop__tp_t *tp);
     int (*arm)(hoop__tp_t *tp);
+    /* Optional (NULL where absent): bytes moved so far with peer, both directions, headers and
+     * payload, counted on every partial read or write (not only when a transfer completes), so
+     * that a wait can tell a slow transfer that keeps moving from a stuck one and restart its
+     * deadline. Monotonic; cheap (a load); called by the thread that drives progress. */
+    uint64_t (*moved)(hoop__tp_t *tp, int peer);
 } hoop__transport_ops_t;
 
 extern const hoop__transport_ops_t hoop__tcp_transport;
