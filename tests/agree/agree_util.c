@@ -80,6 +80,23 @@ void ag_clean_environment(void)
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
+uint32_t ag_job_salt(void)
+{
+    /* The job id as the launchers give it, in hoop's order of precedence. */
+    char id[256] = "";
+    const char *h = getenv("HOOP_JOB_ID"), *t = getenv("TORCHELASTIC_RUN_ID");
+    const char *sj = getenv("SLURM_JOB_ID"), *ss = getenv("SLURM_STEP_ID");
+    const char *px = getenv("PMIX_NAMESPACE"), *om = getenv("OMPI_MCA_ess_base_jobid");
+    if (h != NULL && h[0]) snprintf(id, sizeof id, "%s", h);
+    else if (t != NULL && t[0]) snprintf(id, sizeof id, "%s", t);
+    else if (sj != NULL && sj[0]) snprintf(id, sizeof id, "%s.%s", sj, ss != NULL ? ss : "");
+    else if (px != NULL && px[0]) snprintf(id, sizeof id, "%s", px);
+    else if (om != NULL && om[0]) snprintf(id, sizeof id, "%s", om);
+    uint32_t x = 2166136261u;
+    for (const char *p = id; *p; p++) x = (x ^ (uint8_t)*p) * 16777619u;
+    return x;
+}
+
 /* ---- jobs ---- */
 
 int ag_job_start(ag_job_t *j, int nproc, int port, ag_env_fn env, ag_rank_fn fn, void *ctx)

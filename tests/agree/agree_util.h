@@ -25,6 +25,9 @@ int ag_free_port(void);
 const char *ag_code_name(int code);
 /* Unsets every launcher and HOOP_* variable a rank could inherit from the test's caller. */
 void ag_clean_environment(void);
+/* A hash of the launcher's job-id variables: inputs salted with it differ between two jobs, so a
+ * rank that joined another job's ranks gets a result its own view calls wrong. */
+uint32_t ag_job_salt(void);
 /* One report line to the driver (one write() below PIPE_BUF, so lines never interleave). */
 void ag_say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
