@@ -64,9 +64,19 @@ static void reap_inflight(hoop_comm_t *c)
  * timeout without any of them completing. */
 static void inflight_deadline(hoop_comm_t *c)
 {
-    if (c->inflight == NULL || atomic_load(&c->aborted) ||
-        hoop__now() - c->inflight_progress < c->timeout_s)
-        return;
+    if (c->inflight == NULL || atomic_load(&c->aborted)) return;
+    double now = hoop__now();
+    /* Bytes moving with a request's peer count as progress too: a long transfer that keeps
+     * moving never times out. */
+    if (c->tp_ops->moved != NULL)
+        for (hoop_request_t *q = c->inflight; q != NULL; q = q->next) {
+            uint64_t m = c->tp_ops->moved(c->tp, q->xfer.peer);
+            if (m != q->xfer.seen) {
+                q->xfer.seen = m;
+                c->inflight_progress = now;
+            }
+        }
+    if (now - c->inflight_progress < c->timeout_s) return;
     const hoop_request_t *r = c->inflight;
     hoop__comm_fail(c, HOOP_ERR_TIMEOUT, "%s(count=%zu, %s) with rank %d timed out after %.1f s",
                     r->xfer.dir == HOOP_XFER_SEND ? "send" : "recv", r->call.count,
@@ -161,6 +171,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
     hoop_comm_t *c = call->comm;
     double start = 0, deadline = 0;
     int last_done = -1;
+    uint64_t last_moved = 0;
     unsigned polls = 0, spin_polls = c->spin_s > 0 ? UINT_MAX : 0;
     for (;;) {
         int ndone = 0;
@@ -193,6 +204,17 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
         }
         double now = hoop__now();
         if (start == 0) start = now;
+        /* So do bytes moving with the peers waited on (a long transfer that keeps moving never
+         * times out), counted on every partial read or write: their sum changes when some did. */
+        if (c->tp_ops->moved != NULL) {
+            uint64_t m = 0;
+            for (int i = 0; i < n; i++)
+                if (xs[i] != NULL && !xs[i]->done) m += c->tp_ops->moved(c->tp, xs[i]->peer);
+            if (m != last_moved) {
+                last_moved = m;
+                deadline = 0;
+            }
+        }
         if (deadline == 0) {
             deadline = now + c->timeout_s;
         } else if (now >= deadline) {
