@@ -1211,7 +1211,7 @@ static int transport_accepted(const char *tp)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.mode = -1, .tp = "tcp", .jobs = 0, .only = -1, .deadline = 55};
+    opts_t o = {.mode = -1, .tp = "tcp", .jobs = 0, .only = -1, .deadline = 80};
     o.ranks[0] = 2;
     o.ranks[1] = 3;
     o.ranks[2] = 5;
