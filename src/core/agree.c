@@ -200,7 +200,11 @@ static hoop_result_t get_or_conflict(hoop__store_t *st, const char *key, int ran
     for (;;) {
         double left = deadline - hoop__now(), slice = left < 0.25 ? left : 0.25;
         hoop_result_t rc = hoop__store_get(st, key, buf, cap, len, slice);
-        if (rc != HOOP_ERR_TIMEOUT && rc != HOOP_ERR_AUTH) return rc;
+        if (rc == HOOP_OK) return rc;
+        if (rc != HOOP_ERR_TIMEOUT && rc != HOOP_ERR_AUTH) {
+            snprintf(msg, n, "%s", hoop__store_error(st));
+            return rc;
+        }
         if (left <= slice) {
             snprintf(msg, n, "%s %d did not reach the rendezvous within %.1f s (has every rank "
                      "started, with the same WORLD_SIZE? did one fail?)%s",

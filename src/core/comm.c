@@ -145,9 +145,7 @@ static void report_from_transport(void *ctx, hoop_result_t code, int peer, const
     if (!atomic_load(&c->aborted)) hoop__comm_fail(c, code, "%s", msg);
 }
 
-/* Far more than any job runs, and little enough that the per-rank tables of a communicator (a few
- * hundred bytes a rank, with the transports') are allocated at once rather than failing later. */
-#define MAX_RANKS (1 << 20)
+#define MAX_RANKS HOOP__MAX_RANKS
 
 /* NULL when out of memory (or size out of range), with the reason logged. */
 static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
@@ -463,9 +461,10 @@ hoop_result_t hoop_init_from_env(hoop_comm_t **comm) { return hoop_init(comm, NU
 hoop_result_t hoop_comm_set_timeout(hoop_comm_t *c, double seconds)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
-    if (!(seconds > 0) || seconds > 1e7)
+    if (!(seconds >= 1e-3 && seconds <= 1e7))
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
-                                "hoop_comm_set_timeout: %g is not a timeout in seconds", seconds);
+                                "hoop_comm_set_timeout: %g is not a timeout in seconds (from 0.001 "
+                                "to 10000000)", seconds);
     c->timeout_s = seconds;
     return HOOP_OK;
 }

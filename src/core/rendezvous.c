@@ -18,7 +18,7 @@ static const char *const lsize_vars[] = {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_N
                                          "OMPI_COMM_WORLD_LOCAL_SIZE"};
 #define NVARS 3
 
-#define MAX_RANKS 0x7fffffff
+#define MAX_RANKS HOOP__MAX_RANKS
 
 static hoop_result_t fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -233,10 +233,10 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     if (rank < -1)
         return fail(err, errlen,
                     "rank %d is invalid: pass a rank >= 0, or -1 to take it from the environment", rank);
-    if (size == 0 || size < -1)
+    if (size == 0 || size < -1 || size > MAX_RANKS)
         return fail(err, errlen,
-                    "world size %d is invalid: pass a size >= 1, or -1 to take it from the environment",
-                    size);
+                    "world size %d is invalid: pass a size from 1 to %d, or -1 to take it from the "
+                    "environment", size, MAX_RANKS);
 
     const char *m = (init_method == NULL || *init_method == '\0') ? "env://" : init_method;
     hoop_result_t r;

@@ -16,6 +16,10 @@
 
 typedef struct hoop__store hoop__store_t;
 
+/* The most ranks a communicator may have: far more than any job runs, and little enough that its
+ * per-rank tables are allocated at once rather than failing later. */
+#define HOOP__MAX_RANKS (1 << 20)
+
 /* Where and who: what an init method resolves to. */
 typedef struct hoop__rdv {
     char method[8];   /* "tcp" or "file" */
