@@ -28,9 +28,23 @@
 extern "C" {
 #endif
 
+/* The version: these three lines are its one place (meson.build, hooprun and the Python package
+ * read it from here or from hoop_version()). */
 #define HOOP_VERSION_MAJOR 0
 #define HOOP_VERSION_MINOR 1
 #define HOOP_VERSION_PATCH 0
+#define HOOP__STR1(x) #x
+#define HOOP__STR(x) HOOP__STR1(x)
+#define HOOP_VERSION_STRING                                                                        \
+    HOOP__STR(HOOP_VERSION_MAJOR) "." HOOP__STR(HOOP_VERSION_MINOR) "." HOOP__STR(HOOP_VERSION_PATCH)
+
+/* What libhoop exports: this header's functions and nothing else (it is built with hidden
+ * visibility, so internal hoop__ symbols stay inside). */
+#if defined(__GNUC__) || defined(__clang__)
+#define HOOP_API __attribute__((visibility("default")))
+#else
+#define HOOP_API
+#endif
 
 typedef struct hoop_comm hoop_comm_t;
 typedef struct hoop_request hoop_request_t;
@@ -66,14 +80,14 @@ typedef enum {
 typedef enum { HOOP_SUM, HOOP_PROD, HOOP_MIN, HOOP_MAX, HOOP_AVG, HOOP_OP_COUNT } hoop_op_t;
 
 /* Static strings; never NULL. */
-const char *hoop_error_string(hoop_result_t r);
-const char *hoop_dtype_name(hoop_dtype_t dt);
-const char *hoop_op_name(hoop_op_t op);
-size_t hoop_dtype_size(hoop_dtype_t dt); /* 0 for an invalid dtype */
-const char *hoop_version(void);
+HOOP_API const char *hoop_error_string(hoop_result_t r);
+HOOP_API const char *hoop_dtype_name(hoop_dtype_t dt);
+HOOP_API const char *hoop_op_name(hoop_op_t op);
+HOOP_API size_t hoop_dtype_size(hoop_dtype_t dt); /* 0 for an invalid dtype */
+HOOP_API const char *hoop_version(void);
 
 /* Detail of the last failure on comm ("" if none). Valid until the next call on comm. */
-const char *hoop_comm_last_error(const hoop_comm_t *comm);
+HOOP_API const char *hoop_comm_last_error(const hoop_comm_t *comm);
 
 /*
  * init_method: "env://" (MASTER_ADDR/MASTER_PORT, or Slurm / Open MPI variables), "tcp://HOST:PORT"
@@ -81,13 +95,13 @@ const char *hoop_comm_last_error(const hoop_comm_t *comm);
  * NULL means "env://". rank / world_size of -1 are taken from the environment.
  * Blocks until every rank has joined or HOOP_TIMEOUT expires.
  */
-hoop_result_t hoop_init(hoop_comm_t **comm, const char *init_method, int rank, int world_size);
-hoop_result_t hoop_init_from_env(hoop_comm_t **comm); /* = hoop_init(comm, NULL, -1, -1) */
+HOOP_API hoop_result_t hoop_init(hoop_comm_t **comm, const char *init_method, int rank, int world_size);
+HOOP_API hoop_result_t hoop_init_from_env(hoop_comm_t **comm); /* = hoop_init(comm, NULL, -1, -1) */
 
 /* Collective over comm: ranks with the same color form a new communicator, ordered by (key, old rank).
  * A negative color (HOOP_SPLIT_NONE) takes part but gets *newcomm = NULL. */
 #define HOOP_SPLIT_NONE (-1)
-hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key, hoop_comm_t **newcomm);
+HOOP_API hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key, hoop_comm_t **newcomm);
 /* Frees comm. Not collective. With calls still pending (posted and not complete, such as a
  * collective that a peer never joins) it first aborts comm, as hoop_comm_abort() does, so that
  * it returns at once rather than after the timeout: the pending calls fail with
@@ -95,70 +109,70 @@ hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key, hoop_comm_t
  * returns HOOP_ERR_ABORTED before comm is freed; no other call on comm may run meanwhile.
  * Requests belong to their communicator and go with it: hoop_wait every request you need the
  * result of before destroying comm, and none after (its handles then name freed memory). */
-hoop_result_t hoop_comm_destroy(hoop_comm_t *comm);
+HOOP_API hoop_result_t hoop_comm_destroy(hoop_comm_t *comm);
 /* Fails every pending and future call on comm with HOOP_ERR_ABORTED and drops its connections,
  * so that peers fail fast too. The communicator must still be destroyed. */
-hoop_result_t hoop_comm_abort(hoop_comm_t *comm);
-int hoop_comm_rank(const hoop_comm_t *comm);
-int hoop_comm_size(const hoop_comm_t *comm);
+HOOP_API hoop_result_t hoop_comm_abort(hoop_comm_t *comm);
+HOOP_API int hoop_comm_rank(const hoop_comm_t *comm);
+HOOP_API int hoop_comm_size(const hoop_comm_t *comm);
 /* All-reduce algorithm of comm from now on: "auto", "ring", "rd", "ps" or "ps-sharded" (as HOOP_ALGO).
  * Every rank must make the same choice before the same call, or that call fails with
  * HOOP_ERR_MISMATCH. */
-hoop_result_t hoop_comm_set_algo(hoop_comm_t *comm, const char *algo);
+HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t *comm, const char *algo);
 /* Timeout of every blocking wait on comm, in seconds (default HOOP_TIMEOUT, 300). */
-hoop_result_t hoop_comm_set_timeout(hoop_comm_t *comm, double seconds);
+HOOP_API hoop_result_t hoop_comm_set_timeout(hoop_comm_t *comm, double seconds);
 
-hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+HOOP_API hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                              hoop_dtype_t dt, hoop_op_t op);
-hoop_result_t hoop_broadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int root);
-hoop_result_t hoop_reduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+HOOP_API hoop_result_t hoop_broadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int root);
+HOOP_API hoop_result_t hoop_reduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                           hoop_dtype_t dt, hoop_op_t op, int root);
-hoop_result_t hoop_allgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+HOOP_API hoop_result_t hoop_allgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                              hoop_dtype_t dt);
-hoop_result_t hoop_gather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+HOOP_API hoop_result_t hoop_gather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                           hoop_dtype_t dt, int root);
-hoop_result_t hoop_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+HOOP_API hoop_result_t hoop_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t recvcount,
                            hoop_dtype_t dt, int root);
-hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+HOOP_API hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
                                   size_t recvcount, hoop_dtype_t dt, hoop_op_t op);
-hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                             hoop_dtype_t dt);
-hoop_result_t hoop_barrier(hoop_comm_t *c);
+HOOP_API hoop_result_t hoop_barrier(hoop_comm_t *c);
 /* Point-to-point: peer is another rank of c (not the caller); a send matches the peer's receives
  * from this rank in posting order, with the same count and dtype. */
-hoop_result_t hoop_send(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer);
-hoop_result_t hoop_recv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer);
+HOOP_API hoop_result_t hoop_send(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer);
+HOOP_API hoop_result_t hoop_recv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer);
 
 /*
  * Nonblocking twins. Collectives run in the order they were posted, the same order on every rank;
  * buffers must stay untouched until the request completes. A point-to-point request is matched
  * against the peer's in posting order and may overlap with later requests.
  */
-hoop_result_t hoop_iallreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+HOOP_API hoop_result_t hoop_iallreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                               hoop_dtype_t dt, hoop_op_t op, hoop_request_t **req);
-hoop_result_t hoop_ibroadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int root,
+HOOP_API hoop_result_t hoop_ibroadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int root,
                               hoop_request_t **req);
-hoop_result_t hoop_ireduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+HOOP_API hoop_result_t hoop_ireduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                            hoop_dtype_t dt, hoop_op_t op, int root, hoop_request_t **req);
-hoop_result_t hoop_iallgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+HOOP_API hoop_result_t hoop_iallgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                               hoop_dtype_t dt, hoop_request_t **req);
-hoop_result_t hoop_igather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+HOOP_API hoop_result_t hoop_igather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                            hoop_dtype_t dt, int root, hoop_request_t **req);
-hoop_result_t hoop_iscatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+HOOP_API hoop_result_t hoop_iscatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t recvcount,
                             hoop_dtype_t dt, int root, hoop_request_t **req);
-hoop_result_t hoop_ireduce_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+HOOP_API hoop_result_t hoop_ireduce_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
                                    size_t recvcount, hoop_dtype_t dt, hoop_op_t op,
                                    hoop_request_t **req);
-hoop_result_t hoop_ialltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+HOOP_API hoop_result_t hoop_ialltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                              hoop_dtype_t dt, hoop_request_t **req);
-hoop_result_t hoop_ibarrier(hoop_comm_t *c, hoop_request_t **req);
-hoop_result_t hoop_isend(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer,
+HOOP_API hoop_result_t hoop_ibarrier(hoop_comm_t *c, hoop_request_t **req);
+HOOP_API hoop_result_t hoop_isend(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer,
                          hoop_request_t **req);
-hoop_result_t hoop_irecv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer,
+HOOP_API hoop_result_t hoop_irecv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer,
                          hoop_request_t **req);
 
 /* Local reduction with the library's kernels: out[i] = a[i] op b[i] (out may alias a or b). */
-hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
+HOOP_API hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
                                 hoop_dtype_t dt, hoop_op_t op);
 
 /* Traffic of this rank on comm since it was created: payload bytes and messages it sent and
@@ -167,13 +181,13 @@ typedef struct hoop_stats {
     uint64_t bytes_sent, bytes_received;
     uint64_t messages_sent, messages_received;
 } hoop_stats_t;
-hoop_result_t hoop_comm_stats(const hoop_comm_t *comm, hoop_stats_t *stats);
+HOOP_API hoop_result_t hoop_comm_stats(const hoop_comm_t *comm, hoop_stats_t *stats);
 
 /* Schedule tracing: while fn is set, every collective on comm reports its schedule, one line per
  * event ("allreduce#3 ring step 2: send segment 1 chunk 0 (256 B) to rank 2"), to fn on the
  * thread that runs it. HOOP_TRACE=1 sets a tracer that writes to the log at start-up. NULL stops. */
 typedef void (*hoop_trace_fn)(void *ctx, const char *line);
-hoop_result_t hoop_comm_set_trace(hoop_comm_t *comm, hoop_trace_fn fn, void *ctx);
+HOOP_API hoop_result_t hoop_comm_set_trace(hoop_comm_t *comm, hoop_trace_fn fn, void *ctx);
 
 /* Completes and frees req; returns the request's result. A request is waited for once: until its
  * communicator is destroyed, hoop_wait (or hoop_test) on a handle that was already waited for
@@ -181,10 +195,10 @@ hoop_result_t hoop_comm_set_trace(hoop_comm_t *comm, hoop_trace_fn fn, void *ctx
  * newer request that reuses its memory (told apart by a generation number in the handle, which
  * wraps only after the same slot has served 64 more requests). Of two threads waiting for one
  * request, one gets its result and the other HOOP_ERR_INVALID_ARGUMENT. */
-hoop_result_t hoop_wait(hoop_request_t *req);
+HOOP_API hoop_result_t hoop_wait(hoop_request_t *req);
 /* *done = 1 once req has completed (then hoop_wait returns at once). Never blocks. Does not free
  * req. On a request already waited for: HOOP_ERR_INVALID_ARGUMENT and *done = 0, as above. */
-hoop_result_t hoop_test(hoop_request_t *req, int *done);
+HOOP_API hoop_result_t hoop_test(hoop_request_t *req, int *done);
 
 #ifdef __cplusplus
 }

@@ -32,9 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef HOOPRUN_VERSION
-#define HOOPRUN_VERSION "0.1.0"
-#endif
+#include "hoop.h" /* HOOP_VERSION_STRING only: the launcher does not link libhoop */
 
 extern char **environ;
 
@@ -281,7 +279,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
             usage(stdout);
             return 0;
         case O_VERSION:
-            printf("hooprun (hoop) %s\n", HOOPRUN_VERSION);
+            printf("hooprun (hoop) %s\n", HOOP_VERSION_STRING);
             return 0;
         case O_UNKNOWN:
             break;

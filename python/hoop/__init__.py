@@ -30,7 +30,13 @@ __all__ = ["init", "Comm", "Request", "wait_all", "version", "library_path", "DT
            "UnsupportedError", "AbortedError", "NoMemoryError", "InternalError",
            "LibraryNotFoundError"]
 
-__version__ = "0.1.0"
+
+def __getattr__(name):
+    # The version lives in hoop.h only: __version__ is the loaded library's (read on first use).
+    if name == "__version__":
+        return version()
+    raise AttributeError("module 'hoop' has no attribute %r" % name)
+
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 _OP_ALIASES = {"sum": 0, "prod": 1, "product": 1, "min": 2, "max": 3, "avg": 4, "mean": 4}
