@@ -3,7 +3,7 @@
  * never return HOOP_OK with data other than what their own view of the call says.
  *
  *   agree --mode init --transport T [--ranks 2,3,5] [--jobs K] [--only N] [--verbose]
- *   agree --mode call --transport T --ranks P [--jobs K] [--only N] [--strict] [--verbose] [--list]
+ *   agree --mode call --transport T --ranks P [--jobs K] [--only N[-M]] [--strict] [--verbose] [--list]
  *
  * init: one fresh job per case; the ranks differ in WORLD_SIZE, claim one RANK twice, carry
  *   different job ids (from each launcher variable hoop reads one from), or differ in one entry of
@@ -112,7 +112,7 @@ typedef struct opts {
     const char *tp;
     int ranks[8], nranks;
     int jobs;
-    int only; /* -1: all */
+    int only, only_last; /* the cases to run: -1, all */
     int verbose, list, strict;
     double deadline;
 } opts_t;
@@ -578,7 +578,7 @@ static int run_init(const opts_t *o)
     int k = o->jobs > 0 ? o->jobs : 6;
     irun_t *runs = calloc((size_t)k, sizeof *runs);
     ag_job_t *jobs[16];
-    int next = o->only >= 0 ? o->only : 0, end = o->only >= 0 ? o->only + 1 : n;
+    int next = o->only >= 0 ? o->only : 0, end = o->only >= 0 ? o->only_last + 1 : n;
     if (end > n) end = n;
     double t0 = ag_now();
     for (;;) {
@@ -1036,9 +1036,9 @@ static int run_call(const opts_t *o)
     combo_t *sel = cs;
     int nsel = n;
     if (o->only >= 0) {
-        if (o->only >= n) return 2;
+        if (o->only_last >= n) return 2;
         sel = &cs[o->only];
-        nsel = 1;
+        nsel = o->only_last - o->only + 1;
     }
     /* The cases mostly wait (on the network, or for a timeout): more jobs than cores. */
     int k = o->jobs > 0 ? o->jobs : p >= 5 ? 5 : 8;
@@ -1075,11 +1075,12 @@ static int run_call(const opts_t *o)
                     for (int q = 0; q < p; q++) all &= res[idx][q].got;
                     if (all && !done[idx]) {
                         done[idx] = 1;
-                        check_combo(o, &sel[idx], o->only >= 0 ? o->only : idx, res[idx], p);
+                        check_combo(o, &sel[idx], idx + (o->only >= 0 ? o->only : 0), res[idx], p);
                     }
                 } else if (sscanf(line, "S %d %d %d %n", &idx, &slot, &rc1, &off) == 3 &&
                            idx >= 0 && idx < nsel) {
-                    fail("case #%d: rank %d: hoop_comm_split failed: %s: %s", idx, slot,
+                    fail("case #%d: rank %d: hoop_comm_split failed: %s: %s",
+                         idx + (o->only >= 0 ? o->only : 0), slot,
                          ag_code_name(rc1), line + off);
                     if (!done[idx]) {
                         done[idx] = 2;
@@ -1121,7 +1122,7 @@ static int run_call(const opts_t *o)
             if (why != NULL && r->cur < nsel) {
                 char d[300];
                 describe_combo(&sel[r->cur], d, sizeof d);
-                fail("case #%d (%s): %s", o->only >= 0 ? o->only : r->cur, d, why);
+                fail("case #%d (%s): %s", r->cur + (o->only >= 0 ? o->only : 0), d, why);
                 c_lost++;
                 c_tried++;
                 for (int q = 0; q < p; q++) {
@@ -1186,7 +1187,7 @@ static int run_call(const opts_t *o)
 static int usage(void)
 {
     fprintf(stderr, "usage: agree --mode init|call --transport tcp|shm [--ranks P[,P...]] "
-                    "[--jobs K] [--only N] [--deadline S] [--strict] [--verbose] [--list]\n");
+                    "[--jobs K] [--only N[-M]] [--deadline S] [--strict] [--verbose] [--list]\n");
     return 2;
 }
 
@@ -1238,7 +1239,13 @@ int main(int argc, char **argv)
                 s++;
             }
         } else if (strcmp(a, "--jobs") == 0) o.jobs = atoi(v);
-        else if (strcmp(a, "--only") == 0) o.only = atoi(v);
+        else if (strcmp(a, "--only") == 0) {
+            /* N, or a range N-M */
+            o.only = o.only_last = atoi(v);
+            const char *dash = strchr(v, '-');
+            if (dash != NULL) o.only_last = atoi(dash + 1);
+            if (o.only < 0 || o.only_last < o.only) return usage();
+        }
         else if (strcmp(a, "--deadline") == 0) o.deadline = atof(v);
         else return usage();
     }
