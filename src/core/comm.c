@@ -309,7 +309,9 @@ static hoop_result_t init_comm(hoop_comm_t **out, const char *init_method, int r
     } else {
         rc = hoop__rdv_resolve(init_method, rank, world_size, rdv, err, sizeof(err));
         if (rc != HOOP_OK) return init_fail(NULL, &boot, rc, err);
-        /* Jobs that share a key file but not a job id cannot authenticate to each other. */
+        /* Ranks of jobs that share a key file but not a job id cannot connect to each other.
+         * The store's key stays unbound, so that a rank that reaches another job's store
+         * (a stale job on the port) reads its hello and can say which job it met. */
         hoop__auth_key_bind(&cfg->auth, rdv->job);
     }
     boot.rank = rdv->rank;
@@ -340,15 +342,27 @@ static hoop_result_t init_comm(hoop_comm_t **out, const char *init_method, int r
     if (ag == NULL) return init_fail(c, &boot, HOOP_ERR_NO_MEMORY, "out of memory");
     ag->in = (hoop__agree_in_t){.cfg = cfg, .job = rdv->job, .rank = c->rank, .size = c->size,
                                 .nonce = nonce, .deadline = deadline};
+    /* A store that goes away before this rank has claimed its number may be this process's
+     * previous one closing (init, then init again at once): retry for a second before saying
+     * the store was lost. */
+    double lost_until = 0;
+    char lost_err[512] = "";
     for (;;) {
-        rc = hoop__store_open(rdv, deadline - hoop__now(), &c->log, &st, err, sizeof(err));
+        double until = lost_until > 0 && lost_until < deadline ? lost_until : deadline;
+        rc = hoop__store_open(rdv, until - hoop__now(), &c->log, &st, err, sizeof(err));
         if (rc != HOOP_OK) {
             free(ag);
+            if (lost_until > 0) return init_fail(c, &boot, HOOP_ERR_PEER_LOST, lost_err);
             return init_fail(c, &boot, rc, err);
         }
         int stale = 0;
         rc = hoop__agree_claim(st, ag, &c->id, &stale, err, sizeof(err));
-        if (!stale || hoop__now() >= deadline) break;
+        int lost = rc == HOOP_ERR_PEER_LOST && c->rank != 0;
+        if (lost && lost_until == 0) {
+            lost_until = hoop__now() + 1.0;
+            snprintf(lost_err, sizeof(lost_err), "%s", err);
+        }
+        if (!(stale || (lost && hoop__now() < lost_until)) || hoop__now() >= deadline) break;
         /* This process's previous communicator still serves the store: it closes once its
          * ranks are through; meet the next one. */
         hoop__store_close(st);

@@ -334,9 +334,7 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     if (r != HOOP_OK) return r;
     /* Last, so that no error path above leaves a key behind. */
     if (strcmp(out->method, "tcp") == 0) {
-        r = hoop__auth_key_from_env(&out->auth, getenv_ctx, NULL, err, errlen);
-        if (r == HOOP_OK) hoop__auth_key_bind(&out->auth, out->job);
-        return r;
+        return hoop__auth_key_from_env(&out->auth, getenv_ctx, NULL, err, errlen);
     }
     return HOOP_OK;
 }
