@@ -30,15 +30,9 @@
 
 #include "core/auth.h"
 #include "core/wire.h"
+#include "../common/testing.h"
 
 #define WAIT_S 30.0
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Waits until the peer closes (recv returns 0 or an error), reading and discarding what comes. */
 static int wait_closed(int fd, double t0)

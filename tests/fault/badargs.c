@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "../common/testing.h"
 
 #define BAD_DT1 ((hoop_dtype_t)-1)
 #define BAD_DT2 ((hoop_dtype_t)HOOP_DTYPE_COUNT)
@@ -32,13 +33,6 @@
 
 static int rank_ = 0, size_ = 1;
 static long tried, failed;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void fail(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(int line, const char *fmt, ...)

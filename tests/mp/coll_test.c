@@ -29,6 +29,7 @@
 
 #include "hoop.h"
 #include "refcheck.h"
+#include "../common/testing.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the reference encodes elements little-endian"
@@ -157,13 +158,6 @@ static uint64_t gen(hoop_dtype_t dt, hoop_op_t op, int reducing, int size, uint6
         break;
     }
     return rc_fenc(dt, v);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- test context ---- */

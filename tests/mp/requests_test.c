@@ -35,16 +35,10 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "../common/testing.h"
 
 static int rank_;
 static int failures;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void check_at(int line, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void check_at(int line, int ok, const char *fmt, ...)

@@ -16,13 +16,7 @@
 #include <time.h>
 
 #include "hoop.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "../common/testing.h"
 
 static uint32_t val(int rank, size_t i) { return (uint32_t)i * 2654435761u ^ (uint32_t)rank * 0x9e3779b9u; }
 

@@ -23,6 +23,7 @@
 
 #include "hoop.h"
 #include "refcheck.h"
+#include "../common/testing.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the reference encodes elements little-endian"
@@ -80,13 +81,6 @@ static uint64_t mix(uint64_t x)
 }
 
 static uint64_t draw(soak_t *s) { return mix(s->rng += 0x9e3779b97f4a7c15ull); }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int reducing(int kind)
 {

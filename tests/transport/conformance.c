@@ -38,6 +38,7 @@
 #include "core/log.h"
 #include "core/wire.h"
 #include "transport/transport.h"
+#include "../common/testing.h"
 
 #define MAX_RANKS 3
 #define ADDR_MAX 512
@@ -95,13 +96,6 @@ typedef struct ctx {
     char addr[ADDR_MAX];
     const char *cname;
 } ctx_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int64_t now_ns(void)
 {

@@ -21,13 +21,7 @@
 
 #include "core/auth.h"
 #include "core/config.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "../common/testing.h"
 
 static void key_of(hoop__auth_key_t *k, const char *text)
 {

@@ -22,6 +22,7 @@
 
 #include "core/log.h"
 #include "core/store.h"
+#include "../common/testing.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Helpers                                                                                        */
@@ -46,13 +47,6 @@ static const char *const all_vars[] = {
 static void clear_env(void)
 {
     for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++) unsetenv(all_vars[i]);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void sleep_ms(int ms)
