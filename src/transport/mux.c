@@ -12,11 +12,13 @@
  * also watches shared memory's bell: a pipe that shared-memory peers write a byte to when they
  * find this rank announced as sleeping (a millisecond at a time where there is no pipe).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,7 +35,17 @@ struct hoop__tp {
     uint8_t *route; /* per peer: T_SHM, T_TCP or T_SELF */
     char key[17];
     int shm_wait;   /* shared memory's wait fd, which TCP's poll() also watches; -1 if none */
+    char last[400]; /* the last failure either transport reported */
 };
+
+/* Both transports report through here: mux keeps the sentence, to tell TCP peers why shared
+ * memory failed to connect (see mux_connect). */
+static void mux_report(void *ctx, hoop_result_t code, int peer, const char *msg)
+{
+    hoop__tp_t *tp = ctx;
+    snprintf(tp->last, sizeof(tp->last), "%s", msg);
+    tp->p.report(tp->p.report_ctx, code, peer, msg);
+}
 
 /* FNV-1a: a short fingerprint of the host identity, not a secret. */
 static uint64_t fnv(uint64_t h, const char *s)
@@ -106,6 +118,8 @@ static hoop_result_t mux_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     for (int t = 0; t < T_N; t++) {
         if (tp->ops[t] == NULL) continue;
         hoop__tp_params_t sp = *p;
+        sp.report = mux_report;
+        sp.report_ctx = tp;
         if (t == T_TCP) sp.also_poll = &tp->shm_wait;
         hoop_result_t rc = tp->ops[t]->listen(&sp, &tp->sub[t], sub[t], sizeof(sub[t]));
         if (rc != HOOP_OK) return rc;
@@ -141,6 +155,23 @@ void hoop__mux_host_key(const char *addr, char *out, size_t n)
     if (k >= n) k = n - 1;
     memcpy(out, addr + 2, k);
     out[k] = '\0';
+}
+
+const char *hoop__fd_error(int err, char *buf, size_t n)
+{
+    struct rlimit rl;
+    char hard[32] = "unlimited";
+    if (err == ENFILE) {
+        snprintf(buf, n, "%s: the system as a whole is out of file descriptors (fs.file-max)",
+                 strerror(err));
+    } else if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_max != RLIM_INFINITY) snprintf(hard, sizeof(hard), "%llu", (unsigned long long)rl.rlim_max);
+        snprintf(buf, n, "%s: this process may have %llu open (hard limit %s): raise the limit "
+                 "(ulimit -n, or LimitNOFILE= for a service), or use fewer communicators",
+                 strerror(err), (unsigned long long)rl.rlim_cur, hard);
+    } else
+        snprintf(buf, n, "%s", strerror(err));
+    return buf;
 }
 
 static void append(char *list, size_t n, int j)
@@ -188,11 +219,34 @@ static hoop_result_t mux_connect(hoop__tp_t *tp, const char *const *addrs, doubl
         append(lists[route], sizeof(lists[route]), j);
     }
     /* Shared memory first: it waits for nobody, so TCP's accept loop starts without delay. */
+    int shm_failed = 0, connected[T_N] = {0, 0};
+    if (rc == HOOP_OK && tp->sub[T_SHM] != NULL && tp->npeers[T_SHM] > 0) {
+        rc = tp->ops[T_SHM]->connect(tp->sub[T_SHM], sub[T_SHM], deadline);
+        shm_failed = rc != HOOP_OK;
+        connected[T_SHM] = !shm_failed;
+    }
     /* TCP connects even with no peer of its own: that closes its listener, which nobody else
-     * may then knock on. */
-    for (int t = 0; t < T_N && rc == HOOP_OK; t++)
-        if (tp->sub[t] != NULL && (tp->npeers[t] > 0 || t == T_TCP))
-            rc = tp->ops[t]->connect(tp->sub[t], sub[t], deadline);
+     * may then knock on. And even when shared memory failed: its TCP peers would otherwise wait
+     * for this rank's connections until the deadline; they are told why instead. */
+    if ((rc == HOOP_OK || shm_failed) && tp->sub[T_TCP] != NULL) {
+        char why[sizeof(tp->last)];
+        snprintf(why, sizeof(why), "%s", tp->last);
+        hoop_result_t trc = tp->ops[T_TCP]->connect(tp->sub[T_TCP], sub[T_TCP], deadline);
+        connected[T_TCP] = trc == HOOP_OK && !shm_failed;
+        if (shm_failed) tp->ops[T_TCP]->abort(tp->sub[T_TCP], rc, why);
+        else rc = trc;
+    }
+    /* Every peer must know that every other connected (see settle in transport.h). TCP first:
+     * every rank's TCP announcement goes out before it waits on shared memory. */
+    static const int order[T_N] = {T_TCP, T_SHM};
+    for (int i = 0; i < T_N && rc == HOOP_OK; i++) {
+        int t = order[i];
+        if (tp->sub[t] != NULL && tp->npeers[t] > 0 && tp->ops[t]->settle != NULL)
+            rc = tp->ops[t]->settle(tp->sub[t], deadline);
+    }
+    /* A failure after a transport connected: its peers wait on this rank there; tell them why. */
+    for (int t = 0; t < T_N && rc != HOOP_OK; t++)
+        if (connected[t]) tp->ops[t]->abort(tp->sub[t], rc, tp->last);
     if (rc == HOOP_OK)
         HOOP_INFO(tp->p.log, "transport per peer: shm to rank(s) [%s], tcp to rank(s) [%s]",
                   lists[T_SHM], lists[T_TCP]);

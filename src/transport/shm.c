@@ -63,6 +63,7 @@
 #define SHDR_SIZE 40      /* the wire header without what a ring implies (sender, communicator) */
 #define CMA_PIECE (1024 * 1024)
 #define REASON_LEN 448
+#define CONNECT_FAREWELL 1.0 /* seconds a failed connect() waits for its peers to read why */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -91,6 +92,8 @@ typedef struct seg_hdr {
     int32_t bell_wfd;       /* the owner's fd of its bell pipe's write end, -1 if none */
     _Alignas(LINE) _Atomic uint32_t aborted;
     _Atomic uint32_t closed;                  /* the owner closed its instance */
+    _Atomic uint32_t mapped_by;               /* peers that have mapped this segment */
+    _Atomic uint32_t ready;                   /* the owner's settle(): all its transports connected */
     char reason[REASON_LEN];
 } seg_hdr_t;
 
@@ -319,11 +322,12 @@ static hoop_result_t shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     size_t ctl_off = round_up(sizeof(seg_hdr_t), LINE);
     tp->data_off = round_up(ctl_off + (size_t)p->size * sizeof(ring_ctl_t), (size_t)page);
     tp->seg_len = tp->data_off + (size_t)p->size * tp->ring_bytes;
-    char msg[256];
+    char msg[400];
     tp->memfd = memfd_create("hoop-shm", MFD_CLOEXEC);
     if (tp->memfd < 0 || ftruncate(tp->memfd, (off_t)tp->seg_len) != 0) {
+        char why[256];
         snprintf(msg, sizeof(msg), "shm: cannot create a %zu-byte segment: %s", tp->seg_len,
-                 strerror(errno));
+                 hoop__fd_error(errno, why, sizeof(why)));
         p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
         return HOOP_ERR_SYSTEM;
     }
@@ -365,6 +369,49 @@ static int cpus_available(void)
 
 static int process_gone(pid_t pid);
 
+/* Reports a failure of connect(), and writes it where the peers look (see connect_failed). */
+static void connect_report(hoop__tp_t *tp, hoop_result_t code, int peer, const char *msg)
+{
+    size_t n = strnlen(msg, sizeof(tp->sh->reason) - 1);
+    memcpy(tp->sh->reason, msg, n);
+    tp->sh->reason[n] = '\0';
+    tp->p.report(tp->p.report_ctx, code, peer, msg);
+}
+
+/* connect() failed: mark the segment aborted (the reason is in it already), so that peers fail
+ * with it as soon as they map it or look at it again, and keep it open to them until every local
+ * peer has mapped it (or CONNECT_FAREWELL seconds): a peer that finds it gone could only say that
+ * this rank vanished. */
+static hoop_result_t connect_failed(hoop__tp_t *tp, hoop_result_t rc, const char *const *addrs)
+{
+    tp->failed = rc;
+    if (atomic_load(&tp->sh->aborted) != 0) return rc;
+    if (tp->sh->reason[0] == '\0') snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s", hoop_error_string(rc));
+    atomic_store(&tp->sh->aborted, (uint32_t)rc);
+    uint32_t want = 0;
+    for (int j = 0; addrs != NULL && j < tp->p.size; j++) want += j != tp->p.rank && addrs[j] != NULL;
+    for (int j = 0; j < tp->p.size; j++)
+        if (tp->peers[j].local) force_wake(&tp->peers[j]);
+    double end = hoop__now() + CONNECT_FAREWELL;
+    while (atomic_load(&tp->sh->mapped_by) < want && hoop__now() < end) poll(NULL, 0, 1);
+    return rc;
+}
+
+/* While connecting: peer j (mapped) marked its segment aborted, typically because its own
+ * connect() failed. Reports it with its reason; returns the code, or HOOP_OK if it did not. */
+static hoop_result_t connect_peer_aborted(hoop__tp_t *tp, int j)
+{
+    uint32_t code = atomic_load_explicit(&tp->peers[j].sh->aborted, memory_order_acquire);
+    if (code == 0) return HOOP_OK;
+    char msg[REASON_LEN + 64], why[REASON_LEN];
+    memcpy(why, tp->peers[j].sh->reason, sizeof(why));
+    why[sizeof(why) - 1] = '\0';
+    snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, why);
+    hoop_result_t rc = code == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED;
+    connect_report(tp, rc, j, msg);
+    return rc;
+}
+
 static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
 {
     peer_t *pe = &tp->peers[j];
@@ -374,7 +421,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     size_t len;
     if (sscanf(addr, "%d:%d:%" SCNx64 ":%zu", &pid, &fd, &nonce, &len) != 4 || len != tp->seg_len) {
         snprintf(msg, sizeof(msg), "shm: rank %d published a bad address \"%s\"", j, addr);
-        tp->p.report(tp->p.report_ctx, HOOP_ERR_INTERNAL, j, msg);
+        connect_report(tp, HOOP_ERR_INTERNAL, j, msg);
         return HOOP_ERR_INTERNAL;
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
@@ -383,21 +430,28 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
         /* Another user's process gives EACCES; no such fd means the rank published its address
          * and then exited (or is a zombie already). */
         snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d exited)", j, pid);
-        tp->p.report(tp->p.report_ctx, HOOP_ERR_PEER_LOST, j, msg);
+        connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
         return HOOP_ERR_PEER_LOST;
+    }
+    if (mfd < 0 && HOOP_FD_EXHAUSTED(errno)) {
+        char why[256];
+        snprintf(msg, sizeof(msg), "shm: cannot open rank %d's segment: %s", j,
+                 hoop__fd_error(errno, why, sizeof(why)));
+        connect_report(tp, HOOP_ERR_SYSTEM, j, msg);
+        return HOOP_ERR_SYSTEM;
     }
     if (mfd < 0) {
         snprintf(msg, sizeof(msg), "shm: cannot open rank %d's segment (%s: %s); ranks on one "
                  "host must run as the same user, or set HOOP_TRANSPORT=tcp", j, path,
                  strerror(errno));
-        tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, j, msg);
+        connect_report(tp, HOOP_ERR_SYSTEM, j, msg);
         return HOOP_ERR_SYSTEM;
     }
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
     close(mfd);
     if (m == MAP_FAILED) {
         snprintf(msg, sizeof(msg), "shm: cannot map rank %d's segment: %s", j, strerror(errno));
-        tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, j, msg);
+        connect_report(tp, HOOP_ERR_SYSTEM, j, msg);
         return HOOP_ERR_SYSTEM;
     }
     pe->map = m;
@@ -408,9 +462,10 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
         pe->sh->rank != j || pe->sh->size != tp->p.size || pe->sh->ring_bytes != tp->ring_bytes) {
         snprintf(msg, sizeof(msg), "shm: the segment at %s is not rank %d's of this communicator",
                  path, j);
-        tp->p.report(tp->p.report_ctx, HOOP_ERR_INTERNAL, j, msg);
+        connect_report(tp, HOOP_ERR_INTERNAL, j, msg);
         return HOOP_ERR_INTERNAL;
     }
+    atomic_fetch_add(&pe->sh->mapped_by, 1);
     size_t ctl_off = (size_t)((uint8_t *)tp->ctl - tp->seg);
     pe->out = (ring_ctl_t *)(pe->map + ctl_off) + tp->p.rank;
     pe->out_data = pe->map + tp->data_off + (size_t)tp->p.rank * tp->ring_bytes;
@@ -466,8 +521,9 @@ static hoop_result_t shm_connect(hoop__tp_t *tp, const char *const *addrs, doubl
     for (int j = 0; j < tp->p.size; j++) {
         if (j == tp->p.rank || addrs[j] == NULL) continue;
         hoop_result_t rc = map_peer(tp, j, addrs[j]);
-        if (rc != HOOP_OK) return tp->failed = rc;
-        tp->nlocal++;
+        if (rc == HOOP_OK) tp->nlocal++;
+        if (rc == HOOP_OK) rc = connect_peer_aborted(tp, j);
+        if (rc != HOOP_OK) return connect_failed(tp, rc, addrs);
         if (o + 12 < sizeof(list)) o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? "," : "", j);
     }
     /* Connected means both ways: our segment must outlive every peer's open of it, or a rank that
@@ -478,21 +534,23 @@ static hoop_result_t shm_connect(hoop__tp_t *tp, const char *const *addrs, doubl
         if (!pe->local) continue;
         while (atomic_load_explicit(&pe->out->cma_ok, memory_order_acquire) == 0) {
             char msg[160];
+            hoop_result_t arc = connect_peer_aborted(tp, j);
+            if (arc != HOOP_OK) return connect_failed(tp, arc, addrs);
             struct pollfd pf = {.fd = pe->pidfd, .events = POLLIN};
             /* It may have mapped ours and gone since the load above: look once more. */
             if (pe->pidfd >= 0 && poll(&pf, 1, 1) > 0 &&
                 atomic_load_explicit(&pe->out->cma_ok, memory_order_acquire) == 0) {
                 snprintf(msg, sizeof(msg), "shm: rank %d exited before it mapped this rank's "
                          "segment", j);
-                tp->p.report(tp->p.report_ctx, HOOP_ERR_PEER_LOST, j, msg);
-                return tp->failed = HOOP_ERR_PEER_LOST;
+                connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
+                return connect_failed(tp, HOOP_ERR_PEER_LOST, addrs);
             }
             if (pe->pidfd < 0) poll(NULL, 0, 1);
             if (hoop__now() >= deadline) {
                 snprintf(msg, sizeof(msg), "shm: timed out waiting for rank %d to map this "
                          "rank's segment", j);
-                tp->p.report(tp->p.report_ctx, HOOP_ERR_TIMEOUT, j, msg);
-                return tp->failed = HOOP_ERR_TIMEOUT;
+                connect_report(tp, HOOP_ERR_TIMEOUT, j, msg);
+                return connect_failed(tp, HOOP_ERR_TIMEOUT, addrs);
             }
         }
     }
@@ -505,6 +563,38 @@ static hoop_result_t shm_connect(hoop__tp_t *tp, const char *const *addrs, doubl
         HOOP_INFO(tp->p.log, "shm: mapped the segments of rank(s) %s (%zu KiB rings, single copy from "
                   "%zu B, spin %.0f us)", list, tp->ring_bytes >> 10, tp->p.cfg->shm_cma_bytes,
                   tp->spin_s * 1e6);
+    return HOOP_OK;
+}
+
+/* Every peer has mapped this segment (connect() waited for it), so a flag in it is enough: raise
+ * ours, then wait for each peer's, or its abort, exit or close. */
+static hoop_result_t shm_settle(hoop__tp_t *tp, double deadline)
+{
+    if (tp->failed) return tp->failed;
+    atomic_store(&tp->sh->ready, 1);
+    char msg[160];
+    for (int j = 0; j < tp->p.size; j++) {
+        peer_t *pe = &tp->peers[j];
+        if (!pe->local) continue;
+        while (!atomic_load_explicit(&pe->sh->ready, memory_order_acquire)) {
+            hoop_result_t rc = connect_peer_aborted(tp, j);
+            if (rc != HOOP_OK) return connect_failed(tp, rc, NULL);
+            struct pollfd pf = {.fd = pe->pidfd, .events = POLLIN};
+            int gone = atomic_load(&pe->sh->closed) ||
+                       (pe->pidfd >= 0 ? poll(&pf, 1, 1) > 0 : (poll(NULL, 0, 1), process_gone(pe->pid)));
+            if (gone && !atomic_load(&pe->sh->ready) && !atomic_load(&pe->sh->aborted)) {
+                snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d %s)", j,
+                         (int)pe->pid, atomic_load(&pe->sh->closed) ? "closed its connections" : "exited");
+                connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
+                return connect_failed(tp, HOOP_ERR_PEER_LOST, NULL);
+            }
+            if (hoop__now() >= deadline) {
+                snprintf(msg, sizeof(msg), "shm: timed out waiting for rank %d to finish connecting", j);
+                connect_report(tp, HOOP_ERR_TIMEOUT, j, msg);
+                return connect_failed(tp, HOOP_ERR_TIMEOUT, NULL);
+            }
+        }
+    }
     return HOOP_OK;
 }
 
@@ -1109,4 +1199,5 @@ const hoop__transport_ops_t hoop__shm_transport = {
     .wait_fd = shm_wait_fd,
     .arm = shm_arm,
     .moved = shm_moved,
+    .settle = shm_settle,
 };

@@ -22,6 +22,11 @@
  * that is not an abort is held for the receive that will take it), so it fails with
  * "rank j aborted: <reason>" instead of a bare lost connection.
  *
+ * Settling: once every rank's connections are up, each sends every peer a ready notice (an abort
+ * notice with no code, no reason and count 1: the first header on socket 0) and waits for one
+ * from each; a rank whose connect() failed sends its reason instead, to the peers it is connected
+ * with and, having made room, to the others, so every rank fails with that reason.
+ *
  * Goodbye: close() ends each connection with a notice that has no code and no reason. A connection
  * that ends without one belongs to a process that died (or exited without destroying its
  * communicator), and fails the communicator at once, even if no transfer waits on that peer; one
@@ -64,6 +69,10 @@
 #define ABORT_MAX 360
 /* Seconds close() waits, for all peers together, for room in a full socket to say goodbye. */
 #define GOODBYE_WAIT 0.5
+/* A connect() that failed tells peers queued on its listener why (farewell()): for up to
+ * FAREWELL_MAX seconds, until none has come for FAREWELL_GAP. */
+#define FAREWELL_MAX 1.0
+#define FAREWELL_GAP 0.1
 
 typedef struct seg {
     hoop__xfer_t *x;
@@ -107,6 +116,7 @@ struct hoop__tp {
     seg_t *free_segs;
     hoop_result_t failed;
     int abort_sent;
+    char conn_err[ABORT_MAX + 1]; /* why connect() failed, for the peers connected so far */
 };
 
 /* ---- addresses ---- */
@@ -235,16 +245,25 @@ static hoop_result_t tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     tp->nsock = p->cfg->sockets_per_peer > 0 ? p->cfg->sockets_per_peer : 1;
     tp->listen_fd = -1;
     tp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    int wake_err = errno;
     tp->peers = calloc((size_t)p->size, sizeof(peer_t));
     size_t nfd = (size_t)p->size * (size_t)tp->nsock + 2;
     tp->pfds = calloc(nfd, sizeof(struct pollfd));
     tp->pfd_owner = calloc(nfd, sizeof(int));
     if (tp->wake_fd < 0 || tp->peers == NULL || tp->pfds == NULL || tp->pfd_owner == NULL) {
+        int tp_wake_failed = tp->wake_fd < 0;
         if (tp->wake_fd >= 0) close(tp->wake_fd);
         free(tp->peers);
         free(tp->pfds);
         free(tp->pfd_owner);
         free(tp);
+        if (tp_wake_failed) {
+            char msg[320], why[256];
+            snprintf(msg, sizeof(msg), "tcp: cannot create an eventfd: %s",
+                     hoop__fd_error(wake_err, why, sizeof(why)));
+            p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
+            return HOOP_ERR_SYSTEM;
+        }
         return HOOP_ERR_NO_MEMORY;
     }
     for (int i = 0; i < p->size; i++) {
@@ -280,10 +299,10 @@ static hoop_result_t tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
 
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     socklen_t sl = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    char msg[256];
+    char msg[320], why[256];
     if (fd < 0 || bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 1024) != 0 ||
         getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-        snprintf(msg, sizeof(msg), "cannot listen for peers: %s", strerror(errno));
+        snprintf(msg, sizeof(msg), "cannot listen for peers: %s", hoop__fd_error(errno, why, sizeof(why)));
         if (fd >= 0) close(fd);
         p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
         tp->failed = HOOP_ERR_SYSTEM;
@@ -356,6 +375,17 @@ static uint64_t auth_ctx(const hoop__tp_t *tp, uint32_t r, uint32_t j, uint32_t 
     return hoop__auth_context(tp->p.comm_id, r, j, k);
 }
 
+/* Reports a failure of connect() and keeps its sentence, which tcp_connect then sends to the
+ * peers connected so far (see there). */
+static void connect_report(hoop__tp_t *tp, hoop_result_t code, int peer, const char *msg)
+{
+    /* Truncated like any abort reason: send_abort sends at most ABORT_MAX bytes. */
+    size_t n = strlen(msg) < ABORT_MAX ? strlen(msg) : ABORT_MAX;
+    memcpy(tp->conn_err, msg, n);
+    tp->conn_err[n] = '\0';
+    tp->p.report(tp->p.report_ctx, code, peer, msg);
+}
+
 static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *addr, double deadline)
 {
     struct sockaddr_storage ss;
@@ -363,7 +393,7 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
     char msg[400];
     if (parse_addr(addr, &ss, &sl) != 0) {
         snprintf(msg, sizeof(msg), "rank %d published a bad address \"%s\"", peer, addr);
-        tp->p.report(tp->p.report_ctx, HOOP_ERR_INTERNAL, peer, msg);
+        connect_report(tp, HOOP_ERR_INTERNAL, peer, msg);
         return HOOP_ERR_INTERNAL;
     }
     const hoop__auth_key_t *key = &tp->p.cfg->auth;
@@ -407,7 +437,7 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
                     snprintf(msg, sizeof(msg), "authentication with rank %d at %s failed: %s", peer, addr,
                              why);
                     if (a != HOOP_ERR_TIMEOUT) a = HOOP_ERR_AUTH;
-                    tp->p.report(tp->p.report_ctx, a, peer, msg);
+                    connect_report(tp, a, peer, msg);
                     return a;
                 }
                 errno = ECONNRESET;
@@ -418,14 +448,16 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
         if (hoop__now() + backoff >= deadline) {
             snprintf(msg, sizeof(msg), "cannot connect to rank %d at %s: %s", peer, addr,
                      strerror(e));
-            tp->p.report(tp->p.report_ctx, HOOP_ERR_TIMEOUT, peer, msg);
+            connect_report(tp, HOOP_ERR_TIMEOUT, peer, msg);
             return HOOP_ERR_TIMEOUT;
         }
         usleep((useconds_t)(backoff * 1e6));
         backoff = backoff < 0.1 ? backoff * 2 : 0.1;
     }
-    snprintf(msg, sizeof(msg), "socket() failed: %s", strerror(errno));
-    tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, peer, msg);
+    char why[256];
+    snprintf(msg, sizeof(msg), "tcp: cannot open a socket to rank %d: %s", peer,
+             hoop__fd_error(errno, why, sizeof(why)));
+    connect_report(tp, HOOP_ERR_SYSTEM, peer, msg);
     return HOOP_ERR_SYSTEM;
 }
 
@@ -533,6 +565,130 @@ static int pending_step(hoop__tp_t *tp, pending_t *pd, const char *const *addrs,
     return 1;
 }
 
+static void tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason);
+static void idle_read(hoop__tp_t *tp, int peer);
+static int is_ready(const hoop__wire_hdr_t *h);
+
+/* Connects to lower rank j just to tell it why this rank gives up (notice: an abort notice). */
+static void tell_one(hoop__tp_t *tp, int j, const char *addr, uint8_t *notice, size_t len, double end)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (parse_addr(addr, &ss, &sl) != 0) return;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    tune_socket(fd);
+    int rc = connect(fd, (struct sockaddr *)&ss, sl);
+    if (rc != 0 && errno == EINPROGRESS && wait_fd(fd, POLLOUT, end) > 0) {
+        int err = 0;
+        socklen_t el = sizeof(err);
+        rc = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0 ? 0 : -1;
+    }
+    uint8_t hello[HELLO_SIZE];
+    char why[256];
+    put_hello(hello, tp->p.comm_id, (uint32_t)tp->p.rank, 0);
+    const hoop__auth_key_t *key = &tp->p.cfg->auth;
+    if (rc == 0 && io_full(fd, hello, sizeof(hello), 1, end) == 0 &&
+        (!key->set || hoop__auth_handshake(fd, key, 0, auth_ctx(tp, (uint32_t)tp->p.rank, (uint32_t)j, 0),
+                                           end, why, sizeof(why)) == HOOP_OK))
+        (void)io_full(fd, notice, len, 1, end);
+    close(fd);
+}
+
+/* Finishes the identification of an accepted connection (the rest of its hello, then the
+ * handshake, or the rest of the one under way in a), sends it the notice and closes it. */
+static void tell_accepted(hoop__tp_t *tp, int fd, uint8_t *hello, size_t got, hoop__auth_t *a,
+                          uint8_t *notice, size_t len, double end)
+{
+    char why[256];
+    int ok = got == HELLO_SIZE || io_full(fd, hello + got, HELLO_SIZE - got, 0, end) == 0;
+    ok = ok && get_le(hello, 8) == HELLO_MAGIC && get_le(hello + 8, 8) == tp->p.comm_id;
+    uint32_t r = (uint32_t)get_le(hello + 16, 4), k = (uint32_t)get_le(hello + 20, 4);
+    ok = ok && r < (uint32_t)tp->p.size && k < (uint32_t)tp->nsock;
+    if (ok && a != NULL) {
+        short ev = 0;
+        int st;
+        while ((st = hoop__auth_step(a, fd, &ev, why, sizeof(why))) == HOOP_AUTH_MORE)
+            if (ev == 0 || wait_fd(fd, ev, end) <= 0) break;
+        ok = st == HOOP_AUTH_DONE;
+    } else if (ok && tp->p.cfg->auth.set) {
+        ok = hoop__auth_handshake(fd, &tp->p.cfg->auth, 1, auth_ctx(tp, r, (uint32_t)tp->p.rank, k),
+                                  end, why, sizeof(why)) == HOOP_OK;
+    }
+    if (ok) (void)io_full(fd, notice, len, 1, end);
+    close(fd);
+}
+
+/* connect() failed: tells the peers it has no connection with why, so that they fail with the
+ * reason rather than wait for this rank until the deadline or meet a refused connection. The
+ * descriptors of this instance's connections (told by tcp_abort already) are closed first, which
+ * matters when it failed for want of them. Lower ranks it did not reach get a connection of their
+ * own; higher ones identifying themselves (pend, PENDING_MAX of them, or NULL) or queued on the
+ * listener are let finish and told, until none has come for FAREWELL_GAP seconds, FAREWELL_MAX in
+ * all. A connection closed without a word would read as a peer without the key. */
+static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reason, pending_t *pend)
+{
+    if (tp->listen_fd < 0) return;
+    uint8_t *told = calloc((size_t)tp->p.size, 1);
+    for (int j = 0; j < tp->p.size; j++)
+        for (int k = 0; tp->peers[j].socks != NULL && k < tp->nsock; k++)
+            if (tp->peers[j].socks[k].fd >= 0) {
+                if (told != NULL) told[j] = 1;
+                close(tp->peers[j].socks[k].fd);
+                tp->peers[j].socks[k].fd = -1;
+            }
+    size_t len = strlen(reason) < ABORT_MAX ? strlen(reason) : ABORT_MAX;
+    uint8_t notice[HOOP_WIRE_HDR_SIZE + ABORT_MAX];
+    hoop__wire_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.kind = HOOP_K_ABORT;
+    h.flags = (uint8_t)tp->failed;
+    h.root = -1;
+    h.src = (uint32_t)tp->p.rank;
+    h.comm_id = tp->p.comm_id;
+    h.count = h.payload_len = len;
+    hoop__wire_encode(&h, notice);
+    memcpy(notice + HOOP_WIRE_HDR_SIZE, reason, len);
+    double end = hoop__now() + FAREWELL_MAX;
+    for (int j = 0; told != NULL && addrs != NULL && j < tp->p.rank; j++)
+        if (!told[j] && addrs[j] != NULL) tell_one(tp, j, addrs[j], notice, HOOP_WIRE_HDR_SIZE + len, end);
+    free(told);
+    for (int i = 0; pend != NULL && i < PENDING_MAX; i++) {
+        pending_t *pd = &pend[i];
+        if (pd->fd < 0) continue;
+        tell_accepted(tp, pd->fd, pd->hello, pd->got, pd->auth, notice, HOOP_WIRE_HDR_SIZE + len, end);
+        pd->fd = -1;
+        if (pd->auth != NULL) {
+            hoop__auth_clear(pd->auth);
+            free(pd->auth);
+            pd->auth = NULL;
+        }
+    }
+    for (;;) {
+        double now = hoop__now(), left = end - now;
+        if (left <= 0 || wait_fd(tp->listen_fd, POLLIN, now + (left < FAREWELL_GAP ? left : FAREWELL_GAP)) <= 0)
+            break;
+        int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0 && (errno == ECONNABORTED || errno == EINTR)) continue;
+        if (fd < 0) break;
+        tune_socket(fd);
+        uint8_t hello[HELLO_SIZE];
+        tell_accepted(tp, fd, hello, 0, NULL, notice, HOOP_WIRE_HDR_SIZE + len, end);
+    }
+}
+
+/* connect() failed: tell the peers connected so far why (their accept loops watch those sockets),
+ * and the others (farewell), so that they fail now with this rank's reason rather than time out
+ * on its missing connections. */
+static hoop_result_t connect_failed(hoop__tp_t *tp, const char *const *addrs, hoop_result_t rc,
+                                    pending_t *pend)
+{
+    if (!tp->failed) tcp_abort(tp, rc, tp->conn_err[0] ? tp->conn_err : NULL);
+    tp->failed = rc;
+    farewell(tp, addrs, tp->conn_err[0] ? tp->conn_err : hoop_error_string(rc), pend);
+    return rc;
+}
+
 static hoop_result_t tcp_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
 {
     if (tp->failed) return tp->failed;
@@ -545,13 +701,21 @@ static hoop_result_t tcp_connect(hoop__tp_t *tp, const char *const *addrs, doubl
         }
         for (int k = 0; k < tp->nsock; k++) {
             hoop_result_t rc = connect_one(tp, j, k, addrs[j], deadline);
-            if (rc != HOOP_OK) return tp->failed = rc;
+            if (rc != HOOP_OK) return connect_failed(tp, addrs, rc, NULL);
         }
     }
+    /* Polled: the listener, the connections still identifying themselves, and socket 0 of the
+     * peers connected already, whose abort notice or end fails this connect at once. */
+    const int npf = 1 + PENDING_MAX + tp->p.size;
     pending_t *pend = expected > 0 ? calloc(PENDING_MAX, sizeof(*pend)) : NULL;
-    if (expected > 0 && pend == NULL) {
-        tp->p.report(tp->p.report_ctx, HOOP_ERR_NO_MEMORY, -1, "out of memory accepting peers");
-        return tp->failed = HOOP_ERR_NO_MEMORY;
+    struct pollfd *pf = expected > 0 ? calloc((size_t)npf, sizeof(*pf)) : NULL;
+    int *who = expected > 0 ? calloc((size_t)npf, sizeof(*who)) : NULL;
+    if (expected > 0 && (pend == NULL || pf == NULL || who == NULL)) {
+        free(pend);
+        free(pf);
+        free(who);
+        connect_report(tp, HOOP_ERR_NO_MEMORY, -1, "out of memory accepting peers");
+        return connect_failed(tp, addrs, HOOP_ERR_NO_MEMORY, NULL);
     }
     for (int i = 0; pend != NULL && i < PENDING_MAX; i++) pend[i].fd = -1;
     int auth_failed = 0;
@@ -590,11 +754,9 @@ static hoop_result_t tcp_connect(hoop__tp_t *tp, const char *const *addrs, doubl
                          auth_failed);
                 rc = HOOP_ERR_AUTH;
             }
-            tp->p.report(tp->p.report_ctx, rc, -1, msg);
+            connect_report(tp, rc, -1, msg);
             break;
         }
-        struct pollfd pf[PENDING_MAX + 1];
-        int who[PENDING_MAX + 1];
         int n = 0;
         pf[n].fd = tp->listen_fd;
         pf[n].events = POLLIN;
@@ -605,17 +767,31 @@ static hoop_result_t tcp_connect(hoop__tp_t *tp, const char *const *addrs, doubl
             pf[n].events = pend[i].events;
             who[n++] = i;
         }
+        const int first_peer = n;
+        for (int j = 0; j < tp->p.size; j++) {
+            const sock_t *so = &tp->peers[j].socks[0];
+            if (j == me || so->fd < 0 || so->hup || so->hb_len == HOOP_WIRE_HDR_SIZE) continue;
+            pf[n].fd = so->fd;
+            pf[n].events = POLLIN;
+            who[n++] = j;
+        }
         double left = wake - now;
         int ms = left > 1.0 ? 1000 : (int)(left * 1000.0) + 1;
         if (poll(pf, (nfds_t)n, ms) < 0) {
             if (errno == EINTR) continue;
             char msg[160];
             snprintf(msg, sizeof(msg), "waiting for peers to connect: poll: %s", strerror(errno));
-            tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, -1, msg);
+            connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
             rc = HOOP_ERR_SYSTEM;
             break;
         }
-        for (int i = 1; i < n && expected > 0; i++) {
+        for (int i = first_peer; i < n && !tp->failed; i++)
+            if (pf[i].revents != 0) idle_read(tp, who[i]);
+        if (tp->failed) {
+            rc = tp->failed;
+            break;
+        }
+        for (int i = 1; i < first_peer && expected > 0; i++) {
             pending_t *pd = &pend[who[i]];
             if (pf[i].revents == 0 || pd->fd != pf[i].fd) continue;
             if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
@@ -624,6 +800,15 @@ static hoop_result_t tcp_connect(hoop__tp_t *tp, const char *const *addrs, doubl
             struct sockaddr_storage from;
             socklen_t fl = sizeof(from);
             int fd = accept4(tp->listen_fd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
+            if (fd < 0 && errno == ECONNABORTED) continue;
+            if (fd < 0 && HOOP_FD_EXHAUSTED(errno)) {
+                /* The connection stays queued and the listener readable: retrying would spin. */
+                char msg[400], why[256];
+                snprintf(msg, sizeof(msg), "tcp: cannot accept the connections of its peers: %s",
+                         hoop__fd_error(errno, why, sizeof(why)));
+                connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
+                rc = HOOP_ERR_SYSTEM;
+            }
             if (fd < 0) break;
             tune_socket(fd);
             int slot = -1, oldest = -1;
@@ -646,13 +831,15 @@ static hoop_result_t tcp_connect(hoop__tp_t *tp, const char *const *addrs, doubl
             format_addr(&from, pd->from, sizeof(pd->from));
             if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
         }
+        if (rc != HOOP_OK) break;
     }
+    if (rc != HOOP_OK) connect_failed(tp, addrs, rc, pend);
     for (int i = 0; pend != NULL && i < PENDING_MAX; i++)
-        if (pend[i].fd >= 0)
-            pending_drop(tp, &pend[i], "it had not identified itself when %s",
-                         rc == HOOP_OK ? "every peer was connected" : "connecting failed");
+        if (pend[i].fd >= 0) pending_drop(tp, &pend[i], "it had not identified itself when every peer was connected");
     free(pend);
-    if (rc != HOOP_OK) return tp->failed = rc;
+    free(pf);
+    free(who);
+    if (rc != HOOP_OK) return rc;
     /* Nobody else is expected: stop listening, so that nothing more can knock. */
     if (tp->listen_fd >= 0) close(tp->listen_fd);
     tp->listen_fd = -1;
@@ -876,7 +1063,8 @@ static void idle_read(hoop__tp_t *tp, int peer)
     }
     if (so->hb_len == HOOP_WIRE_HDR_SIZE || fill_hdr(tp, peer, so, 1) != 1) return;
     hoop__wire_hdr_t h;
-    if (is_abort(tp, peer, so->hb, &h)) start_abort(tp, peer, &h);
+    /* A ready notice (read while connecting) is held for settle(). */
+    if (is_abort(tp, peer, so->hb, &h) && !is_ready(&h)) start_abort(tp, peer, &h);
 }
 
 static void salvage_abort(hoop__tp_t *tp, int peer)
@@ -1126,6 +1314,115 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
     }
 }
 
+/* The notice of settle(), and its test. */
+static void ready_notice(const hoop__tp_t *tp, uint8_t *b)
+{
+    hoop__wire_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.kind = HOOP_K_ABORT;
+    h.root = -1;
+    h.src = (uint32_t)tp->p.rank;
+    h.comm_id = tp->p.comm_id;
+    h.count = 1;
+    hoop__wire_encode(&h, b);
+}
+
+static int is_ready(const hoop__wire_hdr_t *h)
+{
+    return h->flags == HOOP_OK && h->payload_len == 0 && h->count == 1;
+}
+
+static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
+{
+    if (tp->failed) return tp->failed;
+    int n = tp->p.size, waiting = 0;
+    uint8_t b[HOOP_WIRE_HDR_SIZE];
+    ready_notice(tp, b);
+    char *ready = calloc((size_t)n, 1);
+    struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
+    int *who = calloc((size_t)n, sizeof(*who));
+    if (ready == NULL || pf == NULL || who == NULL) {
+        free(ready);
+        free(pf);
+        free(who);
+        connect_report(tp, HOOP_ERR_NO_MEMORY, -1, "out of memory settling the connections");
+        return connect_failed(tp, NULL, HOOP_ERR_NO_MEMORY, NULL);
+    }
+    hoop_result_t rc = HOOP_OK;
+    char msg[400];
+    for (int j = 0; j < n && rc == HOOP_OK; j++) {
+        sock_t *so = &tp->peers[j].socks[0];
+        if (j == tp->p.rank || so->fd < 0) {
+            ready[j] = 1;
+            continue;
+        }
+        waiting++;
+        if (io_full(so->fd, b, sizeof(b), 1, deadline) != 0) {
+            snprintf(msg, sizeof(msg), "lost connection to rank %d while connecting (%s)", j,
+                     strerror(errno));
+            connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
+            rc = HOOP_ERR_PEER_LOST;
+        }
+    }
+    while (rc == HOOP_OK && waiting > 0) {
+        double left = deadline - hoop__now();
+        if (left <= 0) {
+            char missing[128] = "";
+            size_t o = 0;
+            for (int j = 0; j < n && o + 12 < sizeof(missing); j++)
+                if (!ready[j]) o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "", j);
+            snprintf(msg, sizeof(msg), "timed out waiting for rank(s) %s to finish connecting", missing);
+            connect_report(tp, HOOP_ERR_TIMEOUT, -1, msg);
+            rc = HOOP_ERR_TIMEOUT;
+            break;
+        }
+        int m = 0, held = 0;
+        for (int j = 0; j < n; j++)
+            if (!ready[j]) {
+                pf[m].fd = tp->peers[j].socks[0].fd;
+                pf[m].events = POLLIN;
+                held |= tp->peers[j].socks[0].hb_len == HOOP_WIRE_HDR_SIZE;
+                who[m++] = j;
+            }
+        if (poll(pf, (nfds_t)m, held ? 0 : left > 1.0 ? 1000 : (int)(left * 1000) + 1) < 0 && errno != EINTR) {
+            snprintf(msg, sizeof(msg), "settling the connections: poll: %s", strerror(errno));
+            connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
+            rc = HOOP_ERR_SYSTEM;
+            break;
+        }
+        for (int i = 0; i < m && !tp->failed; i++) {
+            int j = who[i];
+            if (pf[i].revents == 0 && tp->peers[j].socks[0].hb_len < HOOP_WIRE_HDR_SIZE) continue;
+            peer_t *pe = &tp->peers[j];
+            sock_t *so = &pe->socks[0];
+            if (pe->ab_active) {
+                read_abort(tp, j);
+                continue;
+            }
+            /* The header may be in already (read while connecting, see idle_read). */
+            if (so->hb_len < HOOP_WIRE_HDR_SIZE && fill_hdr(tp, j, so, 0) != 1) continue;
+            hoop__wire_hdr_t h;
+            if (is_abort(tp, j, so->hb, &h) && is_ready(&h)) {
+                so->hb_len = 0;
+                ready[j] = 1;
+                waiting--;
+            } else if (is_abort(tp, j, so->hb, &h)) {
+                start_abort(tp, j, &h); /* it failed to connect: its reason */
+            } else {
+                snprintf(msg, sizeof(msg), "rank %d sent a message before it finished connecting", j);
+                connect_report(tp, HOOP_ERR_INTERNAL, j, msg);
+                rc = HOOP_ERR_INTERNAL;
+                break;
+            }
+        }
+        if (tp->failed) rc = tp->failed;
+    }
+    free(ready);
+    free(pf);
+    free(who);
+    return rc == HOOP_OK ? HOOP_OK : connect_failed(tp, NULL, rc, NULL);
+}
+
 static uint64_t tcp_moved(hoop__tp_t *tp, int peer)
 {
     return peer >= 0 && peer < tp->p.size ? tp->peers[peer].moved : 0;
@@ -1242,4 +1539,5 @@ const hoop__transport_ops_t hoop__tcp_transport = {
     .abort = tcp_abort,
     .close = tcp_close,
     .moved = tcp_moved,
+    .settle = tcp_settle,
 };

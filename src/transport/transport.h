@@ -91,12 +91,24 @@ typedef struct hoop__transport_ops {
      * that a wait can tell a slow transfer that keeps moving from a stuck one and restart its
      * deadline. Monotonic; cheap (a load); called by the thread that drives progress. */
     uint64_t (*moved)(hoop__tp_t *tp, int peer);
+    /* Optional: called once connect() has succeeded on every transport of this rank. Tells every
+     * peer so, then waits until each peer has said the same: a peer whose connect() failed says
+     * why instead (connect() does that on failure), and settle() fails with its reason, so that
+     * no rank goes on with a communicator another rank could not set up. Blocks until the
+     * deadline at most; the peer's announcement must not depend on this call returning first. */
+    hoop_result_t (*settle)(hoop__tp_t *tp, double deadline);
 } hoop__transport_ops_t;
 
 extern const hoop__transport_ops_t hoop__tcp_transport;
 extern const hoop__transport_ops_t hoop__shm_transport;
 /* Shared memory to peers on the same host, TCP to the others (HOOP_TRANSPORT forces one). */
 extern const hoop__transport_ops_t hoop__mux_transport;
+/* The sentence for a descriptor that could not be had (err EMFILE or ENFILE: "Too many open
+ * files", this process's limit and what to raise); for any other err just strerror(err). Writes
+ * into buf and returns it. */
+const char *hoop__fd_error(int err, char *buf, size_t n);
+/* err is running out of descriptors (EMFILE, ENFILE). */
+#define HOOP_FD_EXHAUSTED(err) ((err) == EMFILE || (err) == ENFILE)
 /* The host identity inside an address published by hoop__mux_transport ("" if there is none):
  * equal keys mean the same host, which is what orders the ring. */
 void hoop__mux_host_key(const char *addr, char *out, size_t n);
