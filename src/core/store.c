@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -208,6 +209,7 @@ typedef struct server {
     hoop__auth_key_t key; /* key.set: clients must authenticate */
     uint64_t auth_context;
     _Atomic unsigned auth_failures;
+    int accept_exhausted; /* server_accept: out of descriptors since its last accept (warned once) */
 } server_t;
 
 static uint64_t hash_key(const char *k, size_t n)
@@ -504,6 +506,22 @@ static int conn_auth_begin(server_t *s, conn_t *c)
 }
 
 /* Accepts pending connections. Returns 1 when out of descriptors (the caller pauses accepting). */
+/* Why accept() failed for want of a descriptor, and what to raise: once until an accept works. */
+static void accept_exhausted(server_t *s, int err)
+{
+    if (s->accept_exhausted) return;
+    s->accept_exhausted = 1;
+    struct rlimit rl;
+    if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        HOOP_WARN(s->log, "rendezvous store %s: cannot accept a connection: %s: this process may have "
+                  "%llu open; waiting for clients to leave (raise the limit: ulimit -n)", s->where,
+                  strerror(err), (unsigned long long)rl.rlim_cur);
+    else
+        HOOP_WARN(s->log, "rendezvous store %s: cannot accept a connection: %s; waiting for clients to "
+                  "leave%s", s->where, strerror(err),
+                  err == ENFILE ? " (the system is out of file descriptors: fs.file-max)" : "");
+}
+
 static int server_accept(server_t *s, int lfd)
 {
     for (int i = 0; i < 64; i++) {
@@ -511,12 +529,14 @@ static int server_accept(server_t *s, int lfd)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                HOOP_WARN(s->log, "rendezvous store %s: cannot accept a connection: %s", s->where,
-                          strerror(errno));
+                /* The connection stays queued: accepting pauses (the caller waits 50 ms) rather
+                 * than spin; a client that leaves makes room. */
+                accept_exhausted(s, errno);
                 return 1;
             }
             return 0; /* EAGAIN, or an error of that one connection */
         }
+        s->accept_exhausted = 0;
         if (s->nconns == s->cap_conns) {
             size_t cap = s->cap_conns ? s->cap_conns * 2 : 16;
             conn_t *p = realloc(s->conns, cap * sizeof *p);
