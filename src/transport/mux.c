@@ -54,38 +54,44 @@ static uint64_t fnv(uint64_t h, const char *s)
     return (h ^ 0xff) * 0x100000001b3ull;
 }
 
-static void read_small(const char *path, char *buf, size_t n, int link)
+/* Returns 0, or errno of an open that failed. */
+static int read_small(const char *path, char *buf, size_t n, int link)
 {
     buf[0] = '\0';
     if (link) {
         ssize_t r = readlink(path, buf, n - 1);
         buf[r > 0 ? r : 0] = '\0';
-        return;
+        return 0;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) return errno;
     ssize_t r = read(fd, buf, n - 1);
     buf[r > 0 ? r : 0] = '\0';
     close(fd);
     buf[strcspn(buf, "\n")] = '\0';
+    return 0;
 }
 
-static void host_key(const hoop__config_t *cfg, const hoop__log_t *log, char out[17])
+/* Returns 0, or errno when the identity could not be read (no descriptor to open with): a key
+ * made without the boot id would send this rank's peers to a transport they do not choose. */
+static int host_key(const hoop__config_t *cfg, const hoop__log_t *log, char out[17])
 {
     char host[256] = "", boot[64], net[64], pid[64];
     if (cfg->host_id[0] != '\0') {
         snprintf(out, 17, "%016" PRIx64, fnv(0xcbf29ce484222325ull, cfg->host_id));
         HOOP_INFO(log, "host identity %s: HOOP_HOSTID=%s", out, cfg->host_id);
-        return;
+        return 0;
     }
     gethostname(host, sizeof(host) - 1);
-    read_small("/proc/sys/kernel/random/boot_id", boot, sizeof(boot), 0);
+    int e = read_small("/proc/sys/kernel/random/boot_id", boot, sizeof(boot), 0);
+    if (HOOP_FD_EXHAUSTED(e)) return e;
     read_small("/proc/self/ns/net", net, sizeof(net), 1);
     read_small("/proc/self/ns/pid", pid, sizeof(pid), 1);
     uint64_t h = 0xcbf29ce484222325ull;
     h = fnv(fnv(fnv(fnv(h, host), boot), net), pid);
     snprintf(out, 17, "%016" PRIx64, h);
     HOOP_INFO(log, "host identity %s: host %s, boot %s, %s, %s", out, host, boot, net, pid);
+    return 0;
 }
 
 static void mux_close(hoop__tp_t *tp)
@@ -112,7 +118,13 @@ static hoop_result_t mux_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     const char *mode = p->cfg->transport;
     if (strcmp(mode, "tcp") != 0) tp->ops[T_SHM] = &hoop__shm_transport;
     if (strcmp(mode, "shm") != 0) tp->ops[T_TCP] = &hoop__tcp_transport;
-    host_key(p->cfg, p->log, tp->key);
+    int e = host_key(p->cfg, p->log, tp->key);
+    if (e != 0) {
+        char msg[400], why[300];
+        snprintf(msg, sizeof(msg), "cannot read this host's identity: %s", hoop__fd_error(e, why, sizeof(why)));
+        p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
+        return HOOP_ERR_SYSTEM;
+    }
     char sub[T_N][160] = {"", ""};
     tp->shm_wait = -1;
     for (int t = 0; t < T_N; t++) {

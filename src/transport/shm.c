@@ -64,6 +64,7 @@
 #define CMA_PIECE (1024 * 1024)
 #define REASON_LEN 448
 #define CONNECT_FAREWELL 1.0 /* seconds a failed connect() waits for its peers to read why */
+#define RING_WARN_BYTES (1024.0 * 1024 * 1024) /* rings on a host above this: said at WARN */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -513,9 +514,37 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     return HOOP_OK;
 }
 
+/* Bytes as "N MiB" or "N.N GiB". */
+static const char *human(double b, char *buf, size_t n)
+{
+    if (b >= (double)(1ull << 30)) snprintf(buf, n, "%.1f GiB", b / (double)(1ull << 30));
+    else snprintf(buf, n, "%.0f MiB", b / (double)(1ull << 20));
+    return buf;
+}
+
+/* The memory the rings take, said before connect() faults them all in (which takes seconds per
+ * GiB): each of the L ranks on this host holds L - 1 inbound rings in its segment, so L (L - 1)
+ * rings in all. At WARN, by the host's lowest rank only, when that passes RING_WARN_BYTES. */
+static void say_ring_memory(const hoop__tp_t *tp, const char *const *addrs, int nlocal)
+{
+    if (nlocal == 0) return;
+    double ring = (double)tp->ring_bytes, mine = ring * nlocal, host = mine * (nlocal + 1);
+    char r[32], m[32], h[32];
+    int lowest = 1;
+    for (int j = 0; j < tp->p.rank; j++) lowest &= addrs[j] == NULL;
+    int level = host > RING_WARN_BYTES && lowest ? HOOP_LOG_WARN : HOOP_LOG_INFO;
+    HOOP_LOG_AT(tp->p.log, level, "shm: %s rings (HOOP_SHM_RING_BYTES), one per peer and direction: "
+                "%s in this rank's %d inbound rings, %s on this host for its %d ranks (L(L-1) "
+                "rings), all written at connect", human(ring, r, sizeof(r)), human(mine, m, sizeof(m)),
+                nlocal, human(host, h, sizeof(h)), nlocal + 1);
+}
+
 static hoop_result_t shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
 {
     if (tp->failed) return tp->failed;
+    int expect = 0;
+    for (int j = 0; j < tp->p.size; j++) expect += j != tp->p.rank && addrs[j] != NULL;
+    say_ring_memory(tp, addrs, expect);
     char list[160] = "";
     size_t o = 0;
     for (int j = 0; j < tp->p.size; j++) {
