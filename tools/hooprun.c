@@ -888,6 +888,12 @@ static void child_exec(const struct job *j, pid_t parent, int out_w, int err_w, 
         execvpe(j->prog_path, j->o->prog_argv, env);
         e = errno;
     }
+    /* The launcher stops reading this pipe after EXEC_WAIT_MS: a late failure must still exit
+     * with 126/127, not die of SIGPIPE (the mask was restored above). Every other write of the
+     * launcher goes to its own output with SIGPIPE blocked (see the signal set-up). */
+    struct sigaction ign = { .sa_handler = SIG_IGN };
+    sigemptyset(&ign.sa_mask);
+    (void)sigaction(SIGPIPE, &ign, NULL);
     ssize_t w;
     do {
         w = write(errpipe_w, &e, sizeof e);
