@@ -35,7 +35,7 @@ struct hoop_request {
     atomic_int done;
     int blocking;                   /* posted by a blocking call: freed by it */
     struct hoop_request *next;      /* queue link; free-list link while the slot is free */
-    /* Slot bookkeeping (engine.c), never cleared: a request handed out lives in a slot of its
+    /* Slot bookkeeping (sched.c), never cleared: a request handed out lives in a slot of its
      * communicator until the communicator is freed, so a stale handle still points at memory the
      * communicator owns. Slots are 64-byte aligned; a handle is the slot's address plus its
      * generation modulo 64, so a handle outlived by its request no longer matches. */
@@ -71,7 +71,7 @@ struct hoop_comm {
     uint64_t seq;                /* next collective call number */
     /* A thread is posting (or in a blocking call): the call numbers above are handed out in
      * posting order, which must be the same on every rank, so a second thread posting at the
-     * same time is refused rather than allowed to reorder calls (entry points, comm.c). */
+     * same time is refused rather than allowed to reorder calls (entry points, lifecycle.c). */
     atomic_int posting;
     uint64_t *p2p_send_seq;      /* per peer */
     uint64_t *p2p_recv_seq;
@@ -108,7 +108,7 @@ struct hoop_comm {
     void *scratch;
     size_t scratch_len;
 
-    /* Request slots (engine.c, under mu): chunks made on demand and freed with the communicator;
+    /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */
     struct hoop__req_chunk *req_chunks;
     hoop_request_t *req_free, *req_free_tail;
@@ -123,7 +123,7 @@ hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *f
 
 double hoop__now(void); /* monotonic seconds */
 
-/* Engine (engine.c). */
+/* Engine (sched.c). */
 hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **req);
 void hoop__engine_stop(hoop_comm_t *c);
 
