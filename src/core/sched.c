@@ -7,7 +7,8 @@
  * what follows; they complete when the transport finishes them.
  *
  * Locks: `mu` guards the queue and completion flags; `exec` is held by whoever drives the transport.
- * Nobody takes exec while holding mu.
+ * Nobody takes exec while holding mu. A thread takes the engine (busy, then exec) with
+ * engine_enter and gives it back with engine_leave, whatever it runs.
  */
 #include <errno.h>
 #include <limits.h>
@@ -29,12 +30,18 @@ double hoop__now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void complete(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
+/* Under mu. */
+static void finish(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
 {
-    pthread_mutex_lock(&c->mu);
     r->status = st;
     atomic_store(&r->done, 1);
     pthread_cond_broadcast(&c->cv);
+}
+
+static void complete(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
+{
+    pthread_mutex_lock(&c->mu);
+    finish(c, r, st);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -321,6 +328,25 @@ static void engine_free(hoop_comm_t *c)
         pthread_cond_signal(&c->tcv);
 }
 
+/* Takes the engine: called with mu held and busy clear; returns holding exec, not mu. */
+static void engine_enter(hoop_comm_t *c)
+{
+    c->busy = 1;
+    int thread_polls = c->thread_polls;
+    pthread_mutex_unlock(&c->mu);
+    /* The progress thread may sleep in poll() holding exec for point-to-point requests. */
+    if (thread_polls) c->tp_ops->wake(c->tp);
+    pthread_mutex_lock(&c->exec);
+}
+
+/* Gives the engine back: called holding exec; returns with mu held. */
+static void engine_leave(hoop_comm_t *c)
+{
+    pthread_mutex_unlock(&c->exec);
+    pthread_mutex_lock(&c->mu);
+    engine_free(c);
+}
+
 /* Under exec: a point-to-point request goes to the transport; its header seq numbers the messages
  * between this pair of ranks. */
 static void post_p2p(hoop_request_t *r)
@@ -380,11 +406,7 @@ static void run_head(hoop_comm_t *c)
     hoop_request_t *r = c->head;
     c->head = r->next;
     if (c->head == NULL) c->tail = NULL;
-    c->busy = 1;
-    int thread_polls = c->thread_polls;
-    pthread_mutex_unlock(&c->mu);
-    if (thread_polls) c->tp_ops->wake(c->tp);
-    pthread_mutex_lock(&c->exec);
+    engine_enter(c);
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     int posted = 0;
     hoop_result_t st = ab;
@@ -401,10 +423,8 @@ static void run_head(hoop_comm_t *c)
             st = run_collective(&r->call);
         }
     }
-    pthread_mutex_unlock(&c->exec);
-    if (!posted) complete(c, r, st);
-    pthread_mutex_lock(&c->mu);
-    engine_free(c);
+    engine_leave(c);
+    if (!posted) finish(c, r, st);
 }
 
 /* Under exec: one round of progress for the in-flight point-to-point requests, or, on an aborted
@@ -424,19 +444,13 @@ static int inflight_step(hoop_comm_t *c, int ms)
  * their turn. */
 static void drive_inflight(hoop_comm_t *c, hoop_request_t *r)
 {
-    c->busy = 1;
-    int thread_polls = c->thread_polls;
-    pthread_mutex_unlock(&c->mu);
-    if (thread_polls) c->tp_ops->wake(c->tp);
-    pthread_mutex_lock(&c->exec);
+    engine_enter(c);
     double start = hoop__now(), now = start;
     for (unsigned polls = 1; !atomic_load(&r->done) && c->inflight != NULL; polls++) {
         if ((polls & 31) == 0 || now - start >= c->spin_s) now = hoop__now();
         if (now - start > 1e-3 || !inflight_step(c, now - start < c->spin_s ? 0 : 1)) break;
     }
-    pthread_mutex_unlock(&c->exec);
-    pthread_mutex_lock(&c->mu);
-    engine_free(c);
+    engine_leave(c);
 }
 
 /* Runs queued calls while nobody waits: a thread in hoop_wait runs them itself, which saves a
@@ -585,16 +599,9 @@ hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop
         memset(&local, 0, sizeof(local));
         fill_request(c, &local, call, 1);
         if (!is_p2p(call)) local.call.seq = c->seq++;
-        c->busy = 1;
-        int thread_polls = c->thread_polls;
-        pthread_mutex_unlock(&c->mu);
-        /* The progress thread may sleep in poll() holding exec for point-to-point requests. */
-        if (thread_polls) c->tp_ops->wake(c->tp);
-        pthread_mutex_lock(&c->exec);
+        engine_enter(c);
         hoop_result_t st = run(c, &local);
-        pthread_mutex_unlock(&c->exec);
-        pthread_mutex_lock(&c->mu);
-        engine_free(c);
+        engine_leave(c);
         pthread_mutex_unlock(&c->mu);
         return st;
     }
