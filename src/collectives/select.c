@@ -18,11 +18,11 @@ int hoop__algo_parse(const char *s)
     return -1;
 }
 
-int hoop__algo_choose(const hoop__call_t *call)
+hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
 {
     if (call->kind != HOOP_K_ALLREDUCE) return HOOP_ALGO_AUTO;
     int forced = hoop__algo_parse(call->comm->agreed.algo);
-    if (forced > 0) return forced;
+    if (forced > 0) return (hoop__algo_t)forced;
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
     return bytes <= call->comm->agreed.small_bytes ? HOOP_ALGO_RD : HOOP_ALGO_RING;
 }

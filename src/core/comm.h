@@ -1,4 +1,5 @@
-/* The communicator and its requests: internal layout shared by the core and the collectives. */
+/* The communicator, its calls and its requests: the layout every layer shares (api, lifecycle,
+ * sched, collectives, runtime), and the communicator's error state (comm.c). */
 #ifndef HOOP_COMM_H
 #define HOOP_COMM_H
 
@@ -13,6 +14,16 @@
 #include "hoop.h"
 #include "transport/transport.h"
 
+/* The algorithms that have a name on the wire (hoop__wire_algo_name); select.c chooses. */
+typedef enum {
+    HOOP_ALGO_AUTO = 0,
+    HOOP_ALGO_RING,
+    HOOP_ALGO_RD,   /* recursive doubling */
+    HOOP_ALGO_PS,   /* parameter server: rank 0 reduces everything */
+    HOOP_ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
+    HOOP_ALGO_COUNT
+} hoop__algo_t;
+
 /* One call, as an algorithm sees it. */
 typedef struct hoop__call {
     hoop_comm_t *comm;
@@ -24,7 +35,7 @@ typedef struct hoop__call {
     hoop_op_t op;
     int root;            /* root, or the peer of a send/recv; -1 if neither */
     uint64_t seq;        /* call number on the communicator */
-    int algo;            /* hoop__algo_t, resolved when the call is posted */
+    hoop__algo_t algo;   /* resolved when the call is posted */
     int is_recv;         /* point-to-point: a receive */
 } hoop__call_t;
 
@@ -71,7 +82,7 @@ struct hoop_comm {
     uint64_t seq;                /* next collective call number */
     /* A thread is posting (or in a blocking call): the call numbers above are handed out in
      * posting order, which must be the same on every rank, so a second thread posting at the
-     * same time is refused rather than allowed to reorder calls (entry points, lifecycle.c). */
+     * same time is refused rather than allowed to reorder calls (sched.c). */
     atomic_int posting;
     uint64_t *p2p_send_seq;      /* per peer */
     uint64_t *p2p_recv_seq;
@@ -83,7 +94,7 @@ struct hoop_comm {
     char fatal_msg[512];
     char last_error[1024];
 
-    /* Engine. `mu` guards the queue; `exec` is held by whoever drives the transport. */
+    /* Scheduler (sched.c). `mu` guards the queue; `exec` is held by whoever drives the transport. */
     pthread_mutex_t mu;
     pthread_cond_t cv;           /* for waiters: a request completed or the engine came free */
     pthread_cond_t tcv;          /* for the progress thread: work it may take */
@@ -97,6 +108,9 @@ struct hoop_comm {
     int thread_polls;            /* the progress thread may be in the transport's poll, holding exec */
     pthread_t thread;
     pthread_mutex_t exec;
+    /* Completes the point-to-point requests whose transfers have finished (sched.c): the runtime
+     * calls it whenever it has driven the transport and some are in flight. Under exec. */
+    void (*reap)(hoop_comm_t *c);
 
     /* Traffic counters (hoop_comm_stats), written by whoever drives the transport. */
     _Atomic uint64_t bytes_sent, bytes_received, messages_sent, messages_received;
@@ -104,7 +118,7 @@ struct hoop_comm {
     hoop_trace_fn trace_fn;
     void *trace_ctx;
 
-    /* Scratch space for algorithms (staging buffers); used under exec only. */
+    /* Scratch space for algorithms (staging buffers); used under exec only (runtime/scratch.c). */
     void *scratch;
     size_t scratch_len;
 
@@ -114,7 +128,8 @@ struct hoop_comm {
     hoop_request_t *req_free, *req_free_tail;
 };
 
-/* Records the first fatal error and aborts the communicator (transport closed, calls fail). */
+/* Error state (comm.c), for every layer. Records the first fatal error and aborts the
+ * communicator (transport closed, calls fail). */
 void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Sets the last-error detail of a call that failed without aborting (bad arguments). */
@@ -122,9 +137,5 @@ hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *f
     __attribute__((format(printf, 3, 4)));
 
 double hoop__now(void); /* monotonic seconds */
-
-/* Engine (sched.c). */
-hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **req);
-void hoop__engine_stop(hoop_comm_t *c);
 
 #endif

@@ -1,8 +1,9 @@
 /*
- * The progress engine. Every call is a request. Collectives run one at a time, in posting order: a
- * blocking call on an idle communicator runs on the caller's thread (no hand-off); otherwise it is
- * queued for the communicator's progress thread, started by the first nonblocking call. While a
- * thread waits in hoop_wait, it runs the queued calls itself and the progress thread leaves them.
+ * The scheduler ("the engine"). Every call is a request. Collectives run one at a time, in posting
+ * order: a blocking call on an idle communicator runs on the caller's thread (no hand-off);
+ * otherwise it is queued for the communicator's progress thread, started by the first nonblocking
+ * call. While a thread waits in hoop_wait, it runs the queued calls itself and the progress thread
+ * leaves them.
  * Point-to-point requests are posted to the transport when their turn comes and then overlap with
  * what follows; they complete when the transport finishes them.
  *
@@ -11,8 +12,6 @@
  * engine_enter and gives it back with engine_leave, whatever it runs.
  */
 #include <errno.h>
-#include <limits.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,13 +21,7 @@
 
 #include "collectives/coll.h"
 #include "core/comm.h"
-
-double hoop__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "core/sched.h"
 
 /* Under mu. */
 static void finish(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
@@ -45,8 +38,9 @@ static void complete(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Under exec: completes point-to-point requests whose transfer has finished. */
-static void reap_inflight(hoop_comm_t *c)
+/* Under exec: completes point-to-point requests whose transfer has finished (also the runtime's
+ * hook, hoop_comm.reap, while a collective drives the transport). */
+void hoop__sched_reap(hoop_comm_t *c)
 {
     hoop_request_t **pp = &c->inflight;
     while (*pp != NULL) {
@@ -89,231 +83,7 @@ static void inflight_deadline(hoop_comm_t *c)
                     r->xfer.dir == HOOP_XFER_SEND ? "send" : "recv", r->call.count,
                     hoop_dtype_name(r->call.dtype), r->call.root, c->timeout_s);
     c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT, c->fatal_msg);
-    reap_inflight(c);
-}
-
-static void fill_hdr(const hoop__call_t *call, hoop__wire_hdr_t *h)
-{
-    hoop_comm_t *c = call->comm;
-    memset(h, 0, sizeof(*h));
-    h->kind = (uint8_t)call->kind;
-    h->dtype = (uint8_t)call->dtype;
-    h->op = (uint8_t)call->op;
-    h->root = call->root;
-    h->src = (uint32_t)c->rank;
-    h->comm_id = c->id;
-    h->seq = call->seq;
-    h->count = call->count;
-    h->algo = (uint8_t)call->algo;
-    h->sched = c->sched;
-}
-
-void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void *buf, size_t len)
-{
-    fill_hdr(call, &x->hdr);
-    x->dir = HOOP_XFER_SEND;
-    x->peer = peer;
-    x->buf = (void *)buf;
-    x->len = len;
-    atomic_fetch_add_explicit(&call->comm->bytes_sent, len, memory_order_relaxed);
-    atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
-    call->comm->tp_ops->post(call->comm->tp, x);
-}
-
-void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf, size_t len)
-{
-    fill_hdr(call, &x->hdr);
-    x->hdr.src = (uint32_t)peer;
-    x->dir = HOOP_XFER_RECV;
-    x->peer = peer;
-    x->buf = buf;
-    x->len = len;
-    atomic_fetch_add_explicit(&call->comm->bytes_received, len, memory_order_relaxed);
-    atomic_fetch_add_explicit(&call->comm->messages_received, 1, memory_order_relaxed);
-    call->comm->tp_ops->post(call->comm->tp, x);
-}
-
-void hoop__trace_emit(const hoop__call_t *call, int step, const char *fmt, ...)
-{
-    hoop_comm_t *c = call->comm;
-    char line[512];
-    int n;
-    if (step >= 0)
-        n = snprintf(line, sizeof(line), "%s#%llu %s step %d: ", hoop__kind_name(call->kind),
-                     (unsigned long long)call->seq, hoop__algo_name(call->algo), step);
-    else
-        n = snprintf(line, sizeof(line), "%s#%llu %s: ", hoop__kind_name(call->kind),
-                     (unsigned long long)call->seq, hoop__algo_name(call->algo));
-    va_list ap;
-    va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof(line)) vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-    va_end(ap);
-    c->trace_fn(c->trace_ctx, line);
-}
-
-static void describe_call(const hoop__call_t *call, char *buf, size_t n)
-{
-    hoop__wire_hdr_t h;
-    fill_hdr(call, &h);
-    hoop__wire_describe(&h, buf, n);
-}
-
-/* Turns a failed transfer into the communicator's error. The transport has usually reported the
- * cause already (a lost peer, a mismatched call, with its sentence); otherwise say which call and
- * which peer. */
-static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x)
-{
-    hoop_comm_t *c = call->comm;
-    hoop_result_t aborted = (hoop_result_t)atomic_load(&c->aborted);
-    if (aborted) return aborted;
-    char mine[128];
-    describe_call(call, mine, sizeof(mine));
-    hoop__comm_fail(c, x->status, "%s (call #%llu) failed with rank %d: %s", mine,
-                    (unsigned long long)call->seq, x->peer, hoop_error_string(x->status));
-    return x->status;
-}
-
-hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
-{
-    hoop_comm_t *c = call->comm;
-    double start = 0, deadline = 0;
-    int last_done = -1;
-    uint64_t last_moved = 0;
-    unsigned polls = 0, spin_polls = c->spin_s > 0 ? UINT_MAX : 0;
-    for (;;) {
-        int ndone = 0;
-        for (int i = 0; i < n; i++) {
-            if (xs[i] == NULL || xs[i]->done) {
-                ndone++;
-                if (xs[i] != NULL && xs[i]->status != HOOP_OK) {
-                    hoop_result_t rc = xfer_failed(call, xs[i]);
-                    c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
-                    return rc;
-                }
-            }
-        }
-        if (ndone == n) return HOOP_OK;
-        hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-        if (ab) {
-            c->tp_ops->abort(c->tp, ab, c->fatal_msg);
-            return ab;
-        }
-        /* Reading the clock costs as much as a poll: while spinning, look at it every 32nd round
-         * only; a wait that progresses restarts its deadline. */
-        if (ndone != last_done) {
-            last_done = ndone;
-            deadline = 0;
-        }
-        if ((++polls & 31) != 0 && polls < spin_polls) {
-            c->tp_ops->progress(c->tp, 0);
-            if (c->inflight != NULL) reap_inflight(c);
-            continue;
-        }
-        double now = hoop__now();
-        if (start == 0) start = now;
-        /* So do bytes moving with the peers waited on (a long transfer that keeps moving never
-         * times out), counted on every partial read or write: their sum changes when some did. */
-        if (c->tp_ops->moved != NULL) {
-            uint64_t m = 0;
-            for (int i = 0; i < n; i++)
-                if (xs[i] != NULL && !xs[i]->done) m += c->tp_ops->moved(c->tp, xs[i]->peer);
-            if (m != last_moved) {
-                last_moved = m;
-                deadline = 0;
-            }
-        }
-        if (deadline == 0) {
-            deadline = now + c->timeout_s;
-        } else if (now >= deadline) {
-            char mine[128], peers[128] = "";
-            size_t o = 0;
-            for (int i = 0; i < n && o + 12 < sizeof(peers); i++)
-                if (xs[i] != NULL && !xs[i]->done)
-                    o += (size_t)snprintf(peers + o, sizeof(peers) - o, "%s%d", o ? "," : "",
-                                          xs[i]->peer);
-            describe_call(call, mine, sizeof(mine));
-            hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
-                            "%s (call #%llu) timed out after %.1f s waiting for rank(s) %s", mine,
-                            (unsigned long long)call->seq, c->timeout_s, peers);
-            c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT, c->fatal_msg);
-            return HOOP_ERR_TIMEOUT;
-        }
-        int ms = now - start < c->spin_s ? 0 : 100;
-        if (ms) spin_polls = 0;
-        c->tp_ops->progress(c->tp, ms);
-        if (c->inflight != NULL) reap_inflight(c);
-    }
-}
-
-hoop_result_t hoop__xwait1(const hoop__call_t *call, hoop__xfer_t *x)
-{
-    return hoop__xwait(call, &x, 1);
-}
-
-hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf, size_t slen,
-                             int from, void *rbuf, size_t rlen)
-{
-    hoop__xfer_t s, r;
-    hoop__xfer_t *xs[2] = {NULL, NULL};
-    if (from >= 0) {
-        hoop__xrecv(call, &r, from, rbuf, rlen);
-        xs[0] = &r;
-    }
-    if (to >= 0) {
-        hoop__xsend(call, &s, to, sbuf, slen);
-        xs[1] = &s;
-    }
-    return hoop__xwait(call, xs, 2);
-}
-
-hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base, size_t n)
-{
-    hoop_comm_t *c = call->comm;
-    int p = c->size;
-    size_t xbytes = (size_t)p * sizeof(hoop__xfer_t), pbytes = (size_t)p * sizeof(hoop__xfer_t *);
-    char *s = hoop__scratch(c, xbytes + pbytes);
-    if (s == NULL) {
-        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "%s: no memory for %d transfers",
-                        hoop__kind_name(call->kind), p);
-        return HOOP_ERR_NO_MEMORY;
-    }
-    hoop__xfer_t *xs = (hoop__xfer_t *)(void *)s;
-    hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(s + xbytes);
-    char none = 0; /* a valid address for empty blocks */
-    for (int i = 0; i < p; i++) {
-        ptrs[i] = NULL;
-        if (i == c->rank) continue;
-        char *block = n > 0 ? base + (size_t)i * n : &none;
-        if (dir == HOOP_XFER_RECV) hoop__xrecv(call, &xs[i], i, block, n);
-        else hoop__xsend(call, &xs[i], i, block, n);
-        ptrs[i] = &xs[i];
-    }
-    return hoop__xwait(call, ptrs, p);
-}
-
-void *hoop__scratch(hoop_comm_t *c, size_t bytes)
-{
-    if (bytes == 0) bytes = 1; /* a valid pointer even for empty buffers */
-    if (bytes <= c->scratch_len) return c->scratch;
-    /* Nothing in it outlives a call, so no copy; doubling keeps regrowth (and the page faults
-     * of fresh memory, 20 us apiece on some VMs) to a few times in a job. */
-    size_t want = c->scratch_len > 0 ? c->scratch_len : 4096;
-    while (want < bytes && want <= SIZE_MAX / 2) want *= 2;
-    if (want < bytes) want = bytes;
-    void *p = malloc(want);
-    if (p == NULL) p = malloc(want = bytes);
-    if (p == NULL) {
-        /* Asked for in the middle of a collective: its peers are in the call too, so the
-         * communicator cannot go on. */
-        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,
-                        "cannot allocate %zu bytes of scratch space for a collective on rank %d",
-                        bytes, c->rank);
-        return NULL;
-    }
-    free(c->scratch);
-    c->scratch = p;
-    c->scratch_len = want;
-    return p;
+    hoop__sched_reap(c);
 }
 
 static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP_K_SEND; }
@@ -376,7 +146,7 @@ static hoop_result_t run_collective(hoop__call_t *call)
     if (st != HOOP_OK) {
         if (!atomic_load(&c->aborted)) {
             char what[128];
-            describe_call(call, what, sizeof(what));
+            hoop__call_describe(call, what, sizeof(what));
             hoop__comm_fail(c, st, "%s (call #%llu) failed on rank %d: %s", what,
                             (unsigned long long)call->seq, c->rank, hoop_error_string(st));
         }
@@ -418,7 +188,7 @@ static void run_head(hoop_comm_t *c)
             c->inflight = r;
             atomic_fetch_add(&c->n_inflight, 1);
             posted = 1;
-            reap_inflight(c); /* it may have failed at once */
+            hoop__sched_reap(c); /* it may have failed at once */
         } else {
             st = run_collective(&r->call);
         }
@@ -434,7 +204,7 @@ static int inflight_step(hoop_comm_t *c, int ms)
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) c->tp_ops->abort(c->tp, ab, c->fatal_msg);
     else c->tp_ops->progress(c->tp, ms);
-    reap_inflight(c);
+    hoop__sched_reap(c);
     if (!ab) inflight_deadline(c);
     return !ab;
 }
@@ -543,7 +313,7 @@ static hoop_request_t *req_alloc(hoop_comm_t *c, const hoop__call_t *call)
         struct hoop__req_chunk *k = aligned_alloc(_Alignof(hoop_request_t), sizeof(*k));
         if (k == NULL) {
             char what[128];
-            describe_call(call, what, sizeof(what));
+            hoop__call_describe(call, what, sizeof(what));
             hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
                              "out of memory: cannot allocate %zu bytes for the requests of %s; "
                              "the call was not posted (it does not count as a call)",
@@ -590,7 +360,7 @@ static void fill_request(hoop_comm_t *c, hoop_request_t *r, const hoop__call_t *
         r->xfer.dir = call->is_recv ? HOOP_XFER_RECV : HOOP_XFER_SEND;
 }
 
-hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)
+static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)
 {
     pthread_mutex_lock(&c->mu);
     if (out == NULL && c->head == NULL && !c->busy) {
@@ -628,10 +398,39 @@ hoop_result_t hoop__engine_submit(hoop_comm_t *c, const hoop__call_t *call, hoop
         *out = h;
         return HOOP_OK;
     }
-    return hoop_wait(h);
+    return hoop__sched_wait(h);
 }
 
-hoop_result_t hoop_wait(hoop_request_t *h)
+/* ---- posting ---- */
+
+/* One posting thread at a time (hoop.h); the second one gets an error, not a reordered call. */
+static hoop_result_t post_enter(hoop_comm_t *c, const char *what)
+{
+    if (atomic_exchange_explicit(&c->posting, 1, memory_order_acquire) == 0) return HOOP_OK;
+    /* The calls already posted may be in another order than on the other ranks: only an abort
+     * keeps that from becoming wrong data. */
+    hoop__comm_fail(c, HOOP_ERR_INVALID_ARGUMENT,
+                    "%s on rank %d: another thread was posting on this communicator at the same "
+                    "time; calls on one communicator must come from one thread at a time (or be "
+                    "serialized by the caller), else ranks see them in different orders", what,
+                    c->rank);
+    hoop__sched_abort(c, HOOP_ERR_INVALID_ARGUMENT);
+    return HOOP_ERR_INVALID_ARGUMENT;
+}
+
+static void post_leave(hoop_comm_t *c) { atomic_store_explicit(&c->posting, 0, memory_order_release); }
+
+hoop_result_t hoop__sched_post(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **req,
+                               const char *what)
+{
+    hoop_result_t rc = post_enter(c, what);
+    if (rc != HOOP_OK) return rc;
+    rc = submit(c, call, req);
+    post_leave(c);
+    return rc;
+}
+
+hoop_result_t hoop__sched_wait(hoop_request_t *h)
 {
     hoop_request_t *r = req_slot(h);
     if (r == NULL) return HOOP_ERR_INVALID_ARGUMENT;
@@ -682,7 +481,7 @@ hoop_result_t hoop_wait(hoop_request_t *h)
     return st;
 }
 
-hoop_result_t hoop_test(hoop_request_t *h, int *done)
+hoop_result_t hoop__sched_test(hoop_request_t *h, int *done)
 {
     hoop_request_t *r = req_slot(h);
     if (r == NULL || done == NULL) return HOOP_ERR_INVALID_ARGUMENT;
@@ -700,7 +499,33 @@ hoop_result_t hoop_test(hoop_request_t *h, int *done)
     return st;
 }
 
-void hoop__engine_stop(hoop_comm_t *c)
+/* ---- abort, stop ---- */
+
+void hoop__sched_abort(hoop_comm_t *c, hoop_result_t code)
+{
+    /* Whoever drives the transport notices the flag; if nobody does, shut it down here so that
+     * peers see the connections go. */
+    if (pthread_mutex_trylock(&c->exec) == 0) {
+        if (c->tp != NULL) c->tp_ops->abort(c->tp, code, c->fatal_msg);
+        pthread_mutex_unlock(&c->exec);
+    }
+    if (c->tp != NULL) c->tp_ops->wake(c->tp);
+    pthread_mutex_lock(&c->mu);
+    pthread_cond_broadcast(&c->cv);
+    pthread_cond_broadcast(&c->tcv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int hoop__sched_pending(hoop_comm_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int pending = c->busy + atomic_load(&c->n_inflight);
+    for (const hoop_request_t *r = c->head; r != NULL; r = r->next) pending++;
+    pthread_mutex_unlock(&c->mu);
+    return pending;
+}
+
+void hoop__sched_stop(hoop_comm_t *c)
 {
     pthread_mutex_lock(&c->mu);
     c->stop = 1;

@@ -1,0 +1,440 @@
+/*
+ * The entry points: every function of hoop.h that an application calls, with its argument checks,
+ * and the public tables. A call with bad arguments fails here, with a sentence in
+ * hoop_comm_last_error(), before anything is posted; the rest goes to the lifecycle (lifecycle.c)
+ * or, as a hoop__call_t, to the scheduler (sched.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "collectives/coll.h"
+#include "core/comm.h"
+#include "core/lifecycle.h"
+#include "core/sched.h"
+
+/* ---- public tables ---- */
+
+const char *hoop_error_string(hoop_result_t r)
+{
+    switch (r) {
+    case HOOP_OK: return "success";
+    case HOOP_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case HOOP_ERR_SYSTEM: return "system error";
+    case HOOP_ERR_TIMEOUT: return "timed out";
+    case HOOP_ERR_PEER_LOST: return "peer lost";
+    case HOOP_ERR_MISMATCH: return "ranks disagree (mismatched calls or settings)";
+    case HOOP_ERR_AUTH: return "authentication failed";
+    case HOOP_ERR_UNSUPPORTED: return "unsupported";
+    case HOOP_ERR_ABORTED: return "communicator aborted";
+    case HOOP_ERR_NO_MEMORY: return "out of memory";
+    case HOOP_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown error";
+}
+
+const char *hoop_dtype_name(hoop_dtype_t dt)
+{
+    static const char *const names[] = {"int8",    "uint8",    "int32",   "uint32",  "int64",
+                                        "uint64",  "float16",  "bfloat16", "float32", "float64"};
+    return (unsigned)dt < HOOP_DTYPE_COUNT ? names[dt] : "invalid-dtype";
+}
+
+const char *hoop_op_name(hoop_op_t op)
+{
+    static const char *const names[] = {"sum", "prod", "min", "max", "avg"};
+    return (unsigned)op < HOOP_OP_COUNT ? names[op] : "invalid-op";
+}
+
+size_t hoop_dtype_size(hoop_dtype_t dt)
+{
+    static const unsigned char sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+    return (unsigned)dt < HOOP_DTYPE_COUNT ? sizes[dt] : 0;
+}
+
+const char *hoop_version(void) { return HOOP_VERSION_STRING; }
+
+const char *hoop_comm_last_error(const hoop_comm_t *c)
+{
+    if (c == NULL) return "communicator is NULL";
+    return c->last_error;
+}
+
+int hoop_comm_rank(const hoop_comm_t *c) { return c != NULL ? c->rank : -1; }
+int hoop_comm_size(const hoop_comm_t *c) { return c != NULL ? c->size : -1; }
+
+hoop_result_t hoop_comm_set_trace(hoop_comm_t *c, hoop_trace_fn fn, void *ctx)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    /* Under exec: a running collective never sees a half-changed tracer. */
+    pthread_mutex_lock(&c->exec);
+    c->trace_fn = fn;
+    c->trace_ctx = ctx;
+    pthread_mutex_unlock(&c->exec);
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_comm_stats(const hoop_comm_t *c, hoop_stats_t *st)
+{
+    if (c == NULL || st == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    st->bytes_sent = atomic_load(&c->bytes_sent);
+    st->bytes_received = atomic_load(&c->bytes_received);
+    st->messages_sent = atomic_load(&c->messages_sent);
+    st->messages_received = atomic_load(&c->messages_received);
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
+                                hoop_dtype_t dt, hoop_op_t op)
+{
+    if ((unsigned)dt >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT) return HOOP_ERR_INVALID_ARGUMENT;
+    if (count > 0 && (out == NULL || a == NULL || b == NULL)) return HOOP_ERR_INVALID_ARGUMENT;
+    if (count > SIZE_MAX / hoop_dtype_size(dt)) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop__reduce(out, a, b, count, dt, op);
+    return HOOP_OK;
+}
+
+/* ---- communicators ---- */
+
+hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, int world_size)
+{
+    if (out == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    return hoop__comm_init(out, init_method, rank, world_size);
+}
+
+hoop_result_t hoop_init_from_env(hoop_comm_t **comm) { return hoop_init(comm, NULL, -1, -1); }
+
+hoop_result_t hoop_comm_set_timeout(hoop_comm_t *c, double seconds)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    if (!(seconds >= 1e-3 && seconds <= 1e7))
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_comm_set_timeout: %g is not a timeout in seconds (from 0.001 "
+                                "to 10000000)", seconds);
+    c->timeout_s = seconds;
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    if (algo == NULL || hoop__algo_parse(algo) < 0)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps or ps-sharded",
+                                algo ? algo : "(null)");
+    /* Posting reads it on the posting thread; running calls already hold their choice. */
+    snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(hoop__algo_parse(algo)));
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_comm_abort(hoop_comm_t *c)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop__comm_abort(c);
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_comm_destroy(hoop_comm_t *c)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop__comm_destroy(c);
+    return HOOP_OK;
+}
+
+/* ---- argument checks ---- */
+
+static hoop_result_t check_comm(hoop_comm_t *c, const char *fn)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab) {
+        pthread_mutex_lock(&c->err_mu);
+        snprintf(c->last_error, sizeof(c->last_error), "%s: the communicator was aborted: %.500s", fn,
+                 c->fatal_msg);
+        pthread_mutex_unlock(&c->err_mu);
+        return ab == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : ab;
+    }
+    return HOOP_OK;
+}
+
+/* Validates a call: buffers, dtype, op, root, and that count * dtype size * mult fits. */
+static hoop_result_t check_call(hoop_comm_t *c, const char *fn, const void *sbuf, const void *rbuf,
+                                int need_rbuf, size_t count, size_t mult, hoop_dtype_t dt,
+                                int has_op, hoop_op_t op, int root)
+{
+    hoop_result_t rc = check_comm(c, fn);
+    if (rc != HOOP_OK) return rc;
+    if ((unsigned)dt >= HOOP_DTYPE_COUNT)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", fn, (int)dt);
+    if (has_op && (unsigned)op >= HOOP_OP_COUNT)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: invalid op %d", fn, (int)op);
+    if (root != -1 && (root < 0 || root >= c->size))
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "%s: root %d is outside the communicator (size %d)", fn, root,
+                                c->size);
+    size_t es = hoop_dtype_size(dt);
+    if (count > SIZE_MAX / es / mult || count * es * mult > (size_t)1 << 62)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "%s: count %zu of %s is too large", fn, count, hoop_dtype_name(dt));
+    if (count > 0 && sbuf == NULL)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL", fn);
+    if (count > 0 && need_rbuf && rbuf == NULL)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: recvbuf is NULL", fn);
+    return HOOP_OK;
+}
+
+/* Every rank of c takes part, members or not (lifecycle.c). */
+hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **newcomm)
+{
+    hoop_result_t rc = check_comm(c, "hoop_comm_split");
+    if (rc != HOOP_OK) return rc;
+    if (newcomm == NULL)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "hoop_comm_split: newcomm is NULL");
+    *newcomm = NULL;
+    if (color < HOOP_SPLIT_NONE)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_comm_split: color %d is negative (use HOOP_SPLIT_NONE)", color);
+    return hoop__comm_split(c, color, key, newcomm);
+}
+
+/* ---- calls ---- */
+
+/* fn, the entry point, is also "hoop_" ["i"] and the kind's name. */
+static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf, void *rbuf,
+                            size_t count, hoop_dtype_t dt, hoop_op_t op, int root,
+                            hoop_request_t **req, const char *fn)
+{
+    hoop__call_t call = {
+        .comm = c,
+        .kind = kind,
+        .sendbuf = sbuf,
+        .recvbuf = rbuf,
+        .count = count,
+        .dtype = dt,
+        .op = op,
+        .root = root,
+    };
+    call.algo = hoop__algo_choose(&call);
+    hoop_result_t rc = hoop__sched_post(c, &call, req, fn);
+    if (rc != HOOP_OK && req == NULL) {
+        /* The error text is the communicator's; make sure last_error holds it. */
+        pthread_mutex_lock(&c->err_mu);
+        if (atomic_load(&c->aborted) && c->fatal_msg[0] != '\0')
+            snprintf(c->last_error, sizeof(c->last_error), "%s", c->fatal_msg);
+        pthread_mutex_unlock(&c->err_mu);
+    }
+    return rc;
+}
+
+#define NEED_REQ(req, fn)                                                                          \
+    do {                                                                                           \
+        if ((req) == NULL && c != NULL)                                                            \
+            return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: req is NULL", fn);          \
+    } while (0)
+
+static int is_root(hoop_comm_t *c, int root) { return c != NULL && c->rank == root; }
+
+static hoop_result_t allreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                               hoop_op_t op, hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, 1, n, 1, dt, 1, op, -1);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLREDUCE, s, r, n, dt, op, -1, req, fn);
+}
+
+static hoop_result_t broadcast(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int root,
+                               hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, b, b, 1, n, 1, dt, 0, HOOP_SUM, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_BROADCAST, b, b, n, dt, HOOP_SUM, root, req, fn);
+}
+
+static hoop_result_t reduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                            hoop_op_t op, int root, hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc =
+        check_call(c, fn, s, r, is_root(c, root), n, 1, dt, 1, op, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_REDUCE, s, r, n, dt, op, root, req, fn);
+}
+
+static hoop_result_t allgather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                               hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, -1);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLGATHER, s, r, n, dt, HOOP_SUM, -1, req, fn);
+}
+
+static hoop_result_t gather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                            int root, hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, is_root(c, root), n, c ? (size_t)c->size : 1, dt,
+                                  0, HOOP_SUM, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_GATHER, s, r, n, dt, HOOP_SUM, root, req, fn);
+}
+
+static hoop_result_t scatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                             int root, hoop_request_t **req, const char *fn)
+{
+    /* Only the root reads sendbuf; every rank writes recvbuf. */
+    hoop_result_t rc = check_call(c, fn, is_root(c, root) ? s : r, r, 1, n,
+                                  c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_SCATTER, s, r, n, dt, HOOP_SUM, root, req, fn);
+}
+
+static hoop_result_t reduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
+                                    hoop_dtype_t dt, hoop_op_t op, hoop_request_t **req,
+                                    const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 1, op, -1);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_REDUCE_SCATTER, s, r, n, dt, op, -1, req, fn);
+}
+
+static hoop_result_t alltoall(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                              hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, -1);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLTOALL, s, r, n, dt, HOOP_SUM, -1, req, fn);
+}
+
+static hoop_result_t barrier(hoop_comm_t *c, hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_comm(c, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP_K_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, req, fn);
+}
+
+static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, int peer, int is_recv,
+                         hoop_request_t **req, const char *fn)
+{
+    hoop_result_t rc = check_call(c, fn, buf, buf, 1, n, 1, dt, 0, HOOP_SUM, -1);
+    if (rc != HOOP_OK) return rc;
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "%s: peer %d is not another rank of the communicator (size %d)", fn,
+                                peer, c->size);
+    hoop__call_t call = {
+        .comm = c,
+        .kind = HOOP_K_SEND,
+        .sendbuf = is_recv ? NULL : buf,
+        .recvbuf = is_recv ? buf : NULL,
+        .count = n,
+        .dtype = dt,
+        .op = HOOP_SUM,
+        .root = peer,
+        .is_recv = is_recv,
+    };
+    return hoop__sched_post(c, &call, req, fn);
+}
+
+hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                             hoop_op_t op)
+{
+    return allreduce(c, s, r, n, dt, op, NULL, "hoop_allreduce");
+}
+hoop_result_t hoop_broadcast(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int root)
+{
+    return broadcast(c, b, n, dt, root, NULL, "hoop_broadcast");
+}
+hoop_result_t hoop_reduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                          hoop_op_t op, int root)
+{
+    return reduce(c, s, r, n, dt, op, root, NULL, "hoop_reduce");
+}
+hoop_result_t hoop_allgather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt)
+{
+    return allgather(c, s, r, n, dt, NULL, "hoop_allgather");
+}
+hoop_result_t hoop_gather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                          int root)
+{
+    return gather(c, s, r, n, dt, root, NULL, "hoop_gather");
+}
+hoop_result_t hoop_scatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                           int root)
+{
+    return scatter(c, s, r, n, dt, root, NULL, "hoop_scatter");
+}
+hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
+                                  hoop_dtype_t dt, hoop_op_t op)
+{
+    return reduce_scatter(c, s, r, n, dt, op, NULL, "hoop_reduce_scatter");
+}
+hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt)
+{
+    return alltoall(c, s, r, n, dt, NULL, "hoop_alltoall");
+}
+hoop_result_t hoop_barrier(hoop_comm_t *c) { return barrier(c, NULL, "hoop_barrier"); }
+hoop_result_t hoop_send(hoop_comm_t *c, const void *b, size_t n, hoop_dtype_t dt, int peer)
+{
+    return p2p(c, (void *)b, n, dt, peer, 0, NULL, "hoop_send");
+}
+hoop_result_t hoop_recv(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int peer)
+{
+    return p2p(c, b, n, dt, peer, 1, NULL, "hoop_recv");
+}
+
+hoop_result_t hoop_iallreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                              hoop_op_t op, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_iallreduce");
+    return allreduce(c, s, r, n, dt, op, req, "hoop_iallreduce");
+}
+hoop_result_t hoop_ibroadcast(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int root,
+                              hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ibroadcast");
+    return broadcast(c, b, n, dt, root, req, "hoop_ibroadcast");
+}
+hoop_result_t hoop_ireduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                           hoop_op_t op, int root, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ireduce");
+    return reduce(c, s, r, n, dt, op, root, req, "hoop_ireduce");
+}
+hoop_result_t hoop_iallgather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                              hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_iallgather");
+    return allgather(c, s, r, n, dt, req, "hoop_iallgather");
+}
+hoop_result_t hoop_igather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                           int root, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_igather");
+    return gather(c, s, r, n, dt, root, req, "hoop_igather");
+}
+hoop_result_t hoop_iscatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                            int root, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_iscatter");
+    return scatter(c, s, r, n, dt, root, req, "hoop_iscatter");
+}
+hoop_result_t hoop_ireduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
+                                   hoop_dtype_t dt, hoop_op_t op, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ireduce_scatter");
+    return reduce_scatter(c, s, r, n, dt, op, req, "hoop_ireduce_scatter");
+}
+hoop_result_t hoop_ialltoall(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                             hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ialltoall");
+    return alltoall(c, s, r, n, dt, req, "hoop_ialltoall");
+}
+hoop_result_t hoop_ibarrier(hoop_comm_t *c, hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_ibarrier");
+    return barrier(c, req, "hoop_ibarrier");
+}
+hoop_result_t hoop_isend(hoop_comm_t *c, const void *b, size_t n, hoop_dtype_t dt, int peer,
+                         hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_isend");
+    return p2p(c, (void *)b, n, dt, peer, 0, req, "hoop_isend");
+}
+hoop_result_t hoop_irecv(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int peer,
+                         hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_irecv");
+    return p2p(c, b, n, dt, peer, 1, req, "hoop_irecv");
+}
+
+hoop_result_t hoop_wait(hoop_request_t *req) { return hoop__sched_wait(req); }
+hoop_result_t hoop_test(hoop_request_t *req, int *done) { return hoop__sched_test(req, done); }

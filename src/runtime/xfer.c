@@ -1,0 +1,192 @@
+/*
+ * Transfers: what an algorithm posts to its peers and waits for. Each transfer carries the header
+ * of its call (wire.h), which the receiving side compares with its own before a byte reaches the
+ * caller's buffer. Runs under exec, on whichever thread the scheduler gave the call.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+static void fill_hdr(const hoop__call_t *call, hoop__wire_hdr_t *h)
+{
+    hoop_comm_t *c = call->comm;
+    memset(h, 0, sizeof(*h));
+    h->kind = (uint8_t)call->kind;
+    h->dtype = (uint8_t)call->dtype;
+    h->op = (uint8_t)call->op;
+    h->root = call->root;
+    h->src = (uint32_t)c->rank;
+    h->comm_id = c->id;
+    h->seq = call->seq;
+    h->count = call->count;
+    h->algo = (uint8_t)call->algo;
+    h->sched = c->sched;
+}
+
+void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void *buf, size_t len)
+{
+    fill_hdr(call, &x->hdr);
+    x->dir = HOOP_XFER_SEND;
+    x->peer = peer;
+    x->buf = (void *)buf;
+    x->len = len;
+    atomic_fetch_add_explicit(&call->comm->bytes_sent, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
+    call->comm->tp_ops->post(call->comm->tp, x);
+}
+
+void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf, size_t len)
+{
+    fill_hdr(call, &x->hdr);
+    x->hdr.src = (uint32_t)peer;
+    x->dir = HOOP_XFER_RECV;
+    x->peer = peer;
+    x->buf = buf;
+    x->len = len;
+    atomic_fetch_add_explicit(&call->comm->bytes_received, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&call->comm->messages_received, 1, memory_order_relaxed);
+    call->comm->tp_ops->post(call->comm->tp, x);
+}
+
+void hoop__call_describe(const hoop__call_t *call, char *buf, size_t n)
+{
+    hoop__wire_hdr_t h;
+    fill_hdr(call, &h);
+    hoop__wire_describe(&h, buf, n);
+}
+
+/* Turns a failed transfer into the communicator's error. The transport has usually reported the
+ * cause already (a lost peer, a mismatched call, with its sentence); otherwise say which call and
+ * which peer. */
+static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x)
+{
+    hoop_comm_t *c = call->comm;
+    hoop_result_t aborted = (hoop_result_t)atomic_load(&c->aborted);
+    if (aborted) return aborted;
+    char mine[128];
+    hoop__call_describe(call, mine, sizeof(mine));
+    hoop__comm_fail(c, x->status, "%s (call #%llu) failed with rank %d: %s", mine,
+                    (unsigned long long)call->seq, x->peer, hoop_error_string(x->status));
+    return x->status;
+}
+
+hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
+{
+    hoop_comm_t *c = call->comm;
+    double start = 0, deadline = 0;
+    int last_done = -1;
+    uint64_t last_moved = 0;
+    unsigned polls = 0, spin_polls = c->spin_s > 0 ? UINT_MAX : 0;
+    for (;;) {
+        int ndone = 0;
+        for (int i = 0; i < n; i++) {
+            if (xs[i] == NULL || xs[i]->done) {
+                ndone++;
+                if (xs[i] != NULL && xs[i]->status != HOOP_OK) {
+                    hoop_result_t rc = xfer_failed(call, xs[i]);
+                    c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
+                    return rc;
+                }
+            }
+        }
+        if (ndone == n) return HOOP_OK;
+        hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+        if (ab) {
+            c->tp_ops->abort(c->tp, ab, c->fatal_msg);
+            return ab;
+        }
+        /* Reading the clock costs as much as a poll: while spinning, look at it every 32nd round
+         * only; a wait that progresses restarts its deadline. */
+        if (ndone != last_done) {
+            last_done = ndone;
+            deadline = 0;
+        }
+        if ((++polls & 31) != 0 && polls < spin_polls) {
+            c->tp_ops->progress(c->tp, 0);
+            if (c->inflight != NULL) c->reap(c);
+            continue;
+        }
+        double now = hoop__now();
+        if (start == 0) start = now;
+        /* So do bytes moving with the peers waited on (a long transfer that keeps moving never
+         * times out), counted on every partial read or write: their sum changes when some did. */
+        if (c->tp_ops->moved != NULL) {
+            uint64_t m = 0;
+            for (int i = 0; i < n; i++)
+                if (xs[i] != NULL && !xs[i]->done) m += c->tp_ops->moved(c->tp, xs[i]->peer);
+            if (m != last_moved) {
+                last_moved = m;
+                deadline = 0;
+            }
+        }
+        if (deadline == 0) {
+            deadline = now + c->timeout_s;
+        } else if (now >= deadline) {
+            char mine[128], peers[128] = "";
+            size_t o = 0;
+            for (int i = 0; i < n && o + 12 < sizeof(peers); i++)
+                if (xs[i] != NULL && !xs[i]->done)
+                    o += (size_t)snprintf(peers + o, sizeof(peers) - o, "%s%d", o ? "," : "",
+                                          xs[i]->peer);
+            hoop__call_describe(call, mine, sizeof(mine));
+            hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
+                            "%s (call #%llu) timed out after %.1f s waiting for rank(s) %s", mine,
+                            (unsigned long long)call->seq, c->timeout_s, peers);
+            c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT, c->fatal_msg);
+            return HOOP_ERR_TIMEOUT;
+        }
+        int ms = now - start < c->spin_s ? 0 : 100;
+        if (ms) spin_polls = 0;
+        c->tp_ops->progress(c->tp, ms);
+        if (c->inflight != NULL) c->reap(c);
+    }
+}
+
+hoop_result_t hoop__xwait1(const hoop__call_t *call, hoop__xfer_t *x)
+{
+    return hoop__xwait(call, &x, 1);
+}
+
+hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf, size_t slen,
+                             int from, void *rbuf, size_t rlen)
+{
+    hoop__xfer_t s, r;
+    hoop__xfer_t *xs[2] = {NULL, NULL};
+    if (from >= 0) {
+        hoop__xrecv(call, &r, from, rbuf, rlen);
+        xs[0] = &r;
+    }
+    if (to >= 0) {
+        hoop__xsend(call, &s, to, sbuf, slen);
+        xs[1] = &s;
+    }
+    return hoop__xwait(call, xs, 2);
+}
+
+hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base, size_t n)
+{
+    hoop_comm_t *c = call->comm;
+    int p = c->size;
+    size_t xbytes = (size_t)p * sizeof(hoop__xfer_t), pbytes = (size_t)p * sizeof(hoop__xfer_t *);
+    char *s = hoop__scratch(c, xbytes + pbytes);
+    if (s == NULL) {
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "%s: no memory for %d transfers",
+                        hoop__kind_name(call->kind), p);
+        return HOOP_ERR_NO_MEMORY;
+    }
+    hoop__xfer_t *xs = (hoop__xfer_t *)(void *)s;
+    hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(s + xbytes);
+    char none = 0; /* a valid address for empty blocks */
+    for (int i = 0; i < p; i++) {
+        ptrs[i] = NULL;
+        if (i == c->rank) continue;
+        char *block = n > 0 ? base + (size_t)i * n : &none;
+        if (dir == HOOP_XFER_RECV) hoop__xrecv(call, &xs[i], i, block, n);
+        else hoop__xsend(call, &xs[i], i, block, n);
+        ptrs[i] = &xs[i];
+    }
+    return hoop__xwait(call, ptrs, p);
+}
+
