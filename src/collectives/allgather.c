@@ -14,8 +14,6 @@
  * pipelined; optimal in bandwidth. In place when sendbuf lies anywhere in recvbuf: the own block is
  * moved first.
  */
-#include <string.h>
-
 #include "collectives/coll.h"
 
 enum { WINDOW = 8 };
@@ -35,7 +33,7 @@ hoop_result_t hoop__allgather_ring(hoop__call_t *c)
     char none = 0;
     char *out = n > 0 ? c->recvbuf : &none;
     if (n > 0 && out + (size_t)r * n != (const char *)c->sendbuf)
-        memmove(out + (size_t)r * n, c->sendbuf, n);
+        hoop__mem_move(c, out + (size_t)r * n, c->sendbuf, n);
     if (p == 1) return HOOP_OK;
 
     size_t chunk = comm->agreed.chunk_bytes / ds * ds;

@@ -20,7 +20,6 @@
  * (incast on every link), with 2 a of latency instead of 2(p-1) a.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "collectives/coll.h"
 
@@ -34,7 +33,7 @@ static hoop_result_t server(hoop__call_t *c, size_t es, size_t n)
     size_t nch = n == 0 ? 1 : (n + chunk - 1) / chunk;
     size_t cbytes = (n < chunk ? n : chunk) * es;
     /* Two sets of p-1 staging slots: chunk k+1 arrives while chunk k is reduced. */
-    uint8_t *stage = hoop__scratch(comm, 2 * (size_t)(p - 1) * cbytes);
+    uint8_t *stage = hoop__scratch(c, 2 * (size_t)(p - 1) * cbytes);
     hoop__xfer_t *recvs = malloc(2 * (size_t)(p - 1) * sizeof(hoop__xfer_t));
     hoop__xfer_t *sends = malloc(nch * (size_t)(p - 1) * sizeof(hoop__xfer_t));
     if (stage == NULL || recvs == NULL || sends == NULL) {
@@ -79,11 +78,11 @@ static hoop_result_t server(hoop__call_t *c, size_t es, size_t n)
         /* x_0 op x_1 first, then each further worker in rank order. */
         size_t cnt = len / es;
         if (p > 1) {
-            hoop__reduce(out + off, in + off, SLOT(k, 1), cnt, c->dtype, c->op);
+            hoop__mem_reduce(c, out + off, in + off, SLOT(k, 1), cnt);
             for (int w = 2; w < p; w++)
-                hoop__reduce(out + off, out + off, SLOT(k, w), cnt, c->dtype, c->op);
+                hoop__mem_reduce(c, out + off, out + off, SLOT(k, w), cnt);
         }
-        if (c->op == HOOP_AVG) hoop__reduce_avg_finish(out + off, cnt, c->dtype, p);
+        if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, out + off, cnt);
         HOOP_TRACE_STEP(c, 1, "rank %d reduces chunk %zu of %d buffers (%zu elements)", SERVER, k,
                         p, cnt);
         for (int w = 1; w < p; w++) {
@@ -131,7 +130,7 @@ hoop_result_t hoop__allreduce_ps(hoop__call_t *c)
 {
     size_t es = hoop__dsize(c), n = c->count;
     if (c->comm->size == 1) {
-        if (c->sendbuf != c->recvbuf) memcpy(c->recvbuf, c->sendbuf, n * es);
+        if (c->sendbuf != c->recvbuf) hoop__mem_copy(c, c->recvbuf, c->sendbuf, n * es);
         return HOOP_OK;
     }
     return c->comm->rank == SERVER ? server(c, es, n) : worker(c, es, n);
@@ -145,12 +144,12 @@ hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c)
     const uint8_t *in = c->sendbuf;
     uint8_t *out = c->recvbuf;
     if (p == 1) {
-        if (in != out) memcpy(out, in, n * es);
+        if (in != out) hoop__mem_copy(c, out, in, n * es);
         return HOOP_OK;
     }
     size_t my_off, my_len;
     hoop__part(n, p, r, &my_off, &my_len);
-    uint8_t *stage = hoop__scratch(comm, (size_t)p * my_len * es);
+    uint8_t *stage = hoop__scratch(c, (size_t)p * my_len * es);
     hoop__xfer_t *x = malloc(4 * (size_t)p * sizeof(hoop__xfer_t));
     if (stage == NULL || x == NULL) {
         free(x);
@@ -183,11 +182,11 @@ hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c)
         /* Step 1: in rank order; the own contribution sits in its staging slot, since in place
          * the accumulator overwrites it. */
         uint8_t *acc = out + my_off * es;
-        memcpy(stage + (size_t)r * my_len * es, in + my_off * es, my_len * es);
-        hoop__reduce(acc, stage, stage + my_len * es, my_len, c->dtype, c->op);
+        hoop__mem_copy(c, stage + (size_t)r * my_len * es, in + my_off * es, my_len * es);
+        hoop__mem_reduce(c, acc, stage, stage + my_len * es, my_len);
         for (int j = 2; j < p; j++)
-            hoop__reduce(acc, acc, stage + (size_t)j * my_len * es, my_len, c->dtype, c->op);
-        if (c->op == HOOP_AVG) hoop__reduce_avg_finish(acc, my_len, c->dtype, p);
+            hoop__mem_reduce(c, acc, acc, stage + (size_t)j * my_len * es, my_len);
+        if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, acc, my_len);
         HOOP_TRACE_STEP(c, 1, "rank %d reduces shard %d of %d buffers (%zu elements)", r, r, p,
                         my_len);
         /* Step 2: the reduced shard to everyone. */

@@ -15,8 +15,6 @@
  * Both partners of a round combine the same two values in the same order (lower group first), so
  * every rank ends with the same bits.
  */
-#include <string.h>
-
 #include "collectives/coll.h"
 
 hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
@@ -25,9 +23,9 @@ hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
     int p = comm->size, r = comm->rank;
     size_t n = c->count, bytes = n * hoop__dsize(c);
     uint8_t *buf = c->recvbuf;
-    if (c->sendbuf != c->recvbuf) memcpy(buf, c->sendbuf, bytes);
+    if (c->sendbuf != c->recvbuf) hoop__mem_copy(c, buf, c->sendbuf, bytes);
     if (p == 1) return HOOP_OK;
-    uint8_t *tmp = hoop__scratch(comm, bytes);
+    uint8_t *tmp = hoop__scratch(c, bytes);
     if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
 
     int q = 1;
@@ -45,7 +43,7 @@ hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
         } else {
             rc = hoop__sendrecv(c, -1, NULL, 0, r - 1, tmp, bytes);
             if (rc != HOOP_OK) return rc;
-            hoop__reduce(buf, tmp, buf, n, c->dtype, c->op);
+            hoop__mem_reduce(c, buf, tmp, buf, n);
             HOOP_TRACE_STEP(c, 0, "rank %d receives rank %d's buffer and reduces", r, r - 1);
             vr = r / 2;
         }
@@ -61,8 +59,8 @@ hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
                             bytes, peer);
             rc = hoop__sendrecv(c, peer, buf, bytes, peer, tmp, bytes);
             if (rc != HOOP_OK) return rc;
-            if (vpeer < vr) hoop__reduce(buf, tmp, buf, n, c->dtype, c->op);
-            else hoop__reduce(buf, buf, tmp, n, c->dtype, c->op);
+            if (vpeer < vr) hoop__mem_reduce(c, buf, tmp, buf, n);
+            else hoop__mem_reduce(c, buf, buf, tmp, n);
         }
     }
     if (r < 2 * e) {
@@ -76,6 +74,6 @@ hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
                    : hoop__sendrecv(c, -1, NULL, 0, r + 1, buf, bytes);
         if (rc != HOOP_OK) return rc;
     }
-    if (c->op == HOOP_AVG) hoop__reduce_avg_finish(buf, n, c->dtype, p);
+    if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, buf, n);
     return HOOP_OK;
 }

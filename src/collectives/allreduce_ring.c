@@ -27,7 +27,6 @@
  * (hoop__ring_rank), which keeps each host's ranks adjacent.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "collectives/coll.h"
 
@@ -70,7 +69,7 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
     ring_t g = {.c = c, .p = comm->size, .r = hoop__ring_pos(comm), .es = hoop__dsize(c), .n = c->count,
                 .in = c->sendbuf, .out = c->recvbuf};
     if (g.p == 1) {
-        if (c->sendbuf != c->recvbuf) memcpy(c->recvbuf, c->sendbuf, g.n * g.es);
+        if (c->sendbuf != c->recvbuf) hoop__mem_copy(c, c->recvbuf, c->sendbuf, g.n * g.es);
         return HOOP_OK;
     }
     size_t seg_max = (g.n + (size_t)g.p - 1) / (size_t)g.p;
@@ -83,7 +82,7 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
     int steps = 2 * (g.p - 1);
     int units = steps * g.chunks;
     int window = STAGING_SLOTS < units ? STAGING_SLOTS : units;
-    uint8_t *staging = hoop__scratch(comm, slot_bytes * (size_t)window + 1);
+    uint8_t *staging = hoop__scratch(c, slot_bytes * (size_t)window + 1);
     hoop__xfer_t *sends = malloc(sizeof(hoop__xfer_t) * (size_t)units);
     hoop__xfer_t *recvs = malloc(sizeof(hoop__xfer_t) * (size_t)units);
     if (staging == NULL || sends == NULL || recvs == NULL) {
@@ -120,11 +119,11 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
         if (k < g.p - 1) {
             /* Incoming partial first, own contribution second: a fixed order on every rank. */
             const uint8_t *slot = staging + (size_t)(u % window) * slot_bytes;
-            hoop__reduce(g.out + off, slot, g.in + off, len / g.es, c->dtype, c->op);
+            hoop__mem_reduce(c, g.out + off, slot, g.in + off, len / g.es);
             HOOP_TRACE_STEP(c, k, "rank %d receives segment %d chunk %d (%zu B) from rank %d and "
                             "reduces it with its own", comm->rank, seg_recv(&g, k), ch, len, left);
             if (k == g.p - 2 && c->op == HOOP_AVG)
-                hoop__reduce_avg_finish(g.out + off, len / g.es, c->dtype, g.p);
+                hoop__mem_avg_finish(c, g.out + off, len / g.es);
         } else {
             HOOP_TRACE_STEP(c, k, "rank %d receives finished segment %d chunk %d (%zu B) from "
                             "rank %d", comm->rank, seg_recv(&g, k), ch, len, left);

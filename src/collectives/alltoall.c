@@ -10,8 +10,6 @@
  * Cost: (p - 1) * (alpha + n*beta). When the buffers overlap (in place), the input is first copied
  * to scratch: + p*n bytes of memory traffic.
  */
-#include <string.h>
-
 #include "collectives/coll.h"
 
 hoop_result_t hoop__alltoall_pairwise(hoop__call_t *c)
@@ -30,16 +28,16 @@ hoop_result_t hoop__alltoall_pairwise(hoop__call_t *c)
     } else {
         uintptr_t a = (uintptr_t)in, b = (uintptr_t)out;
         if (a < b + total && b < a + total) {
-            char *s = hoop__scratch(comm, total);
+            char *s = hoop__scratch(c, total);
             if (s == NULL) {
                 hoop__comm_fail(comm, HOOP_ERR_NO_MEMORY, "alltoall: no memory for %zu bytes",
                                 total);
                 return HOOP_ERR_NO_MEMORY;
             }
-            memcpy(s, in, total);
+            hoop__mem_copy(c, s, in, total);
             in = s;
         }
-        memcpy(out + (size_t)r * n, in + (size_t)r * n, n);
+        hoop__mem_copy(c, out + (size_t)r * n, in + (size_t)r * n, n);
     }
     for (int k = 1; k < p; k++) {
         int to = (r + k) % p, from = (r - k + p) % p;

@@ -12,8 +12,6 @@
  *   receives are posted ahead and WINDOW sends are outstanding.
  *   Cost: (p - 2 + m) * (alpha + (n/m)*beta), about n*beta for m >> p.
  */
-#include <string.h>
-
 #include "collectives/coll.h"
 
 enum { WINDOW = 8, MAX_CHILDREN = 32 };
@@ -94,7 +92,7 @@ hoop_result_t hoop__broadcast(hoop__call_t *c)
     size_t ds = hoop__dsize(c), n = c->count * ds;
     char none, *buf = n > 0 ? c->recvbuf : &none;
     if (comm->rank == c->root && c->sendbuf != NULL && c->sendbuf != c->recvbuf && n > 0)
-        memmove(buf, c->sendbuf, n);
+        hoop__mem_move(c, buf, c->sendbuf, n);
     if (comm->size == 1) return HOOP_OK;
     if (n <= comm->agreed.small_bytes) return tree(c, buf, n);
     /* Whole elements per chunk keep messages readable in traces. */

@@ -8,8 +8,6 @@
  * the incoming streams). In place when sendbuf already lies anywhere in recvbuf: the own block is
  * moved first, before any receive can overwrite it.
  */
-#include <string.h>
-
 #include "collectives/coll.h"
 
 hoop_result_t hoop__gather(hoop__call_t *c)
@@ -27,7 +25,7 @@ hoop_result_t hoop__gather(hoop__call_t *c)
 
     char *out = c->recvbuf;
     if (n > 0 && out + (size_t)r * n != (const char *)c->sendbuf)
-        memmove(out + (size_t)r * n, c->sendbuf, n);
+        hoop__mem_move(c, out + (size_t)r * n, c->sendbuf, n);
     if (p == 1) return HOOP_OK;
 
     return hoop__root_exchange(c, HOOP_XFER_RECV, out, n);

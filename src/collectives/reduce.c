@@ -19,8 +19,6 @@
  * In place at the root (sendbuf == recvbuf): the root's segment is reduced over its own input
  * chunk by chunk, and the other segments arrive only after the reduce-scatter is done.
  */
-#include <string.h>
-
 #include "collectives/coll.h"
 
 enum { MAX_CHILDREN = 32, ALIGN = 64, TREE_FACTOR = 256 };
@@ -54,7 +52,7 @@ static hoop_result_t tree(const hoop__call_t *c, const char *in, char *out, size
     /* Received operands, then (not at the root) the partial result. */
     size_t slot = align_up(n);
     size_t need = slot * (size_t)nch + (v != 0 ? slot : 0) + ALIGN;
-    char *s = hoop__scratch(comm, need);
+    char *s = hoop__scratch(c, need);
     if (s == NULL) return no_memory(comm, need);
     char *acc = v == 0 ? out : s + slot * (size_t)nch;
     hoop__xfer_t xs[MAX_CHILDREN];
@@ -66,11 +64,11 @@ static hoop_result_t tree(const hoop__call_t *c, const char *in, char *out, size
         hoop_result_t rc = hoop__xwait1(c, &xs[i]);
         if (rc != HOOP_OK) return rc;
         /* acc may be the root's recvbuf, equal to in when in place: an exact alias is allowed. */
-        if (count > 0) hoop__reduce(acc, cur, s + slot * (size_t)i, count, c->dtype, c->op);
+        if (count > 0) hoop__mem_reduce(c, acc, cur, s + slot * (size_t)i, count);
         cur = acc;
     }
     if (v == 0) {
-        if (c->op == HOOP_AVG && count > 0) hoop__reduce_avg_finish(out, count, c->dtype, p);
+        if (c->op == HOOP_AVG && count > 0) hoop__mem_avg_finish(c, out, count);
         return HOOP_OK;
     }
     hoop__xfer_t x;
@@ -89,7 +87,7 @@ static hoop_result_t rabenseifner(const hoop__call_t *c, const char *in, char *o
     size_t core = align_up(hoop__rs_ring_scratch(c, in, count, seg_out));
     size_t extra = r == root ? (size_t)p * (sizeof(hoop__xfer_t) + sizeof(hoop__xfer_t *))
                              : len * ds;
-    char *s = hoop__scratch(comm, core + extra);
+    char *s = hoop__scratch(c, core + extra);
     if (s == NULL) return no_memory(comm, core + extra);
     if (seg_out == NULL) seg_out = s + core;
     hoop_result_t rc = hoop__rs_ring(c, in, count, seg_out, s);
@@ -123,7 +121,7 @@ hoop_result_t hoop__reduce_coll(hoop__call_t *c)
     /* Only the root's recvbuf is touched. */
     char *out = r == c->root && n > 0 ? c->recvbuf : &none;
     if (p == 1) {
-        if (out != in && n > 0) memmove(out, in, n);
+        if (out != in && n > 0) hoop__mem_move(c, out, in, n);
         return HOOP_OK; /* AVG over one rank divides by 1 */
     }
     if ((comm->size <= 4 ? n / TREE_FACTOR : n) <= comm->agreed.small_bytes) return tree(c, in, out, n);

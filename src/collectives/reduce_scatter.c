@@ -27,8 +27,6 @@
  * recvbuf = sendbuf + r*recvcount, is an exact alias of the own block and needs none either; any
  * other overlap gets a staging copy of the result.
  */
-#include <string.h>
-
 #include "collectives/coll.h"
 
 enum { WINDOW = 4, GROUP = 4, ALIGN = 64 };
@@ -123,12 +121,11 @@ static hoop_result_t complete(ring_t *g, size_t w)
     if (len == 0) return HOOP_OK;
     const char *got = g->rslot + (w % WINDOW) * g->pl.slot;
     if (s + 2 < up) {
-        hoop__reduce(g->oslot + (w % GROUP) * g->pl.slot, got, g->in + off * ds, len, c->dtype,
-                     c->op);
+        hoop__mem_reduce(c, g->oslot + (w % GROUP) * g->pl.slot, got, g->in + off * ds, len);
     } else { /* rb == r: the result */
         char *dst = g->fin + (off - g->fin_off) * ds;
-        hoop__reduce(dst, got, g->in + off * ds, len, c->dtype, c->op);
-        if (c->op == HOOP_AVG) hoop__reduce_avg_finish(dst, len, c->dtype, p);
+        hoop__mem_reduce(c, dst, got, g->in + off * ds, len);
+        if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, dst, len);
     }
     return HOOP_OK;
 }
@@ -172,7 +169,7 @@ hoop_result_t hoop__rs_ring(const hoop__call_t *c, const void *in, size_t total,
     }
     for (; w < msgs; w++)
         if ((rc = complete(&g, w)) != HOOP_OK) return rc;
-    if (!g.pl.direct) memcpy(out, g.fin, g.pl.outlen);
+    if (!g.pl.direct) hoop__mem_copy(c, out, g.fin, g.pl.outlen);
     return HOOP_OK;
 }
 
@@ -186,11 +183,11 @@ hoop_result_t hoop__reduce_scatter_ring(hoop__call_t *c)
     const char *in = total > 0 ? c->sendbuf : &none;
     char *out = total > 0 ? c->recvbuf : &none;
     if (p == 1) {
-        if (out != in && n > 0) memmove(out, in, n);
+        if (out != in && n > 0) hoop__mem_move(c, out, in, n);
         return HOOP_OK; /* AVG over one rank divides by 1 */
     }
     size_t need = hoop__rs_ring_scratch(c, in, total / ds, out);
-    void *scratch = hoop__scratch(comm, need);
+    void *scratch = hoop__scratch(c, need);
     if (scratch == NULL) {
         hoop__comm_fail(comm, HOOP_ERR_NO_MEMORY, "reduce_scatter: no memory for %zu bytes of "
                         "scratch", need);

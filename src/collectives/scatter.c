@@ -7,8 +7,6 @@
  * Cost at the root: alpha + (p - 1)*n*beta. The root's own copy waits for the sends so that an
  * in-place recvbuf (anywhere inside sendbuf) is not written while a send still reads it.
  */
-#include <string.h>
-
 #include "collectives/coll.h"
 
 hoop_result_t hoop__scatter(hoop__call_t *c)
@@ -29,6 +27,7 @@ hoop_result_t hoop__scatter(hoop__call_t *c)
         hoop_result_t rc = hoop__root_exchange(c, HOOP_XFER_SEND, (char *)in, n);
         if (rc != HOOP_OK) return rc;
     }
-    if (n > 0 && (char *)c->recvbuf != in + (size_t)r * n) memmove(c->recvbuf, in + (size_t)r * n, n);
+    if (n > 0 && (char *)c->recvbuf != in + (size_t)r * n)
+        hoop__mem_move(c, c->recvbuf, in + (size_t)r * n, n);
     return HOOP_OK;
 }

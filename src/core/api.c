@@ -212,6 +212,7 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
         .dtype = dt,
         .op = op,
         .root = root,
+        .mem = hoop__mem_detect(sbuf != NULL ? sbuf : rbuf), /* one type for both buffers */
     };
     call.algo = hoop__algo_choose(&call);
     hoop_result_t rc = hoop__sched_post(c, &call, req, fn);
@@ -318,6 +319,7 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
         .dtype = dt,
         .op = HOOP_SUM,
         .root = peer,
+        .mem = hoop__mem_detect(buf),
         .is_recv = is_recv,
     };
     return hoop__sched_post(c, &call, req, fn);

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/wire.h"
 #include "hoop.h"
+#include "runtime/mem.h"
 #include "transport/transport.h"
 
 /* The algorithms that have a name on the wire (hoop__wire_algo_name); select.c chooses. */
@@ -36,6 +37,7 @@ typedef struct hoop__call {
     int root;            /* root, or the peer of a send/recv; -1 if neither */
     uint64_t seq;        /* call number on the communicator */
     hoop__algo_t algo;   /* resolved when the call is posted */
+    hoop__mem_type_t mem; /* where sendbuf and recvbuf live */
     int is_recv;         /* point-to-point: a receive */
 } hoop__call_t;
 
@@ -118,9 +120,11 @@ struct hoop_comm {
     hoop_trace_fn trace_fn;
     void *trace_ctx;
 
-    /* Scratch space for algorithms (staging buffers); used under exec only (runtime/scratch.c). */
+    /* Scratch space for algorithms (staging buffers), in memory of type scratch_mem; used under
+     * exec only (runtime/mem.c). */
     void *scratch;
     size_t scratch_len;
+    hoop__mem_type_t scratch_mem;
 
     /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */

@@ -95,7 +95,7 @@ static void comm_free(hoop_comm_t *c)
     pthread_cond_destroy(&c->tcv);
     free(c->p2p_send_seq);
     free(c->p2p_recv_seq);
-    free(c->scratch);
+    hoop__scratch_free(c);
     free(c->ring);
     free(c);
 }
@@ -472,7 +472,7 @@ static hoop_result_t split_exchange(hoop_comm_t *c, const void *mine, void *all,
 {
     hoop__call_t call = {.comm = c, .kind = HOOP_K_SPLIT, .sendbuf = mine, .recvbuf = all,
                          .count = bytes, .dtype = HOOP_UINT8, .op = HOOP_SUM, .root = -1,
-                         .algo = HOOP_ALGO_RING};
+                         .algo = HOOP_ALGO_RING, .mem = HOOP__MEM_HOST};
     return hoop__sched_post(c, &call, NULL, "hoop_comm_split");
 }
 

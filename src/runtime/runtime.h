@@ -1,5 +1,5 @@
 /* The algorithms' runtime: what a schedule in src/collectives uses to move, copy and reduce bytes.
- * Transfers to peers (xfer.c), scratch space (scratch.c), tracing (trace.c).
+ * Transfers to peers (xfer.c), scratch space and the memory layer (mem.c), tracing (trace.c).
  * Below it only the transports; the scheduler above hands it one call at a time, under exec. */
 #ifndef HOOP_RUNTIME_H
 #define HOOP_RUNTIME_H
@@ -10,6 +10,7 @@
 
 #include "core/comm.h"
 #include "reduce/reduce.h"
+#include "runtime/mem.h"
 #include "transport/transport.h"
 
 /* ---- transfers (xfer.c) ---- */
@@ -35,11 +36,46 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
 /* "allreduce(count=20, float32, sum)": the call as its messages' headers describe it. */
 void hoop__call_describe(const hoop__call_t *call, char *buf, size_t n);
 
-/* ---- scratch (scratch.c) ---- */
+/* ---- memory (mem.c) ----
+ * Every copy, reduction and staging buffer of an algorithm goes through these, in the memory type
+ * of the call's buffers. Host memory is tested first and calls memcpy and the CPU kernels
+ * directly, so the host path costs what the plain calls did; other types go through their table. */
 
-/* Scratch memory owned by the communicator, valid until the call returns; NULL if out of memory
- * (the communicator is then failed with the size it could not have). */
-void *hoop__scratch(hoop_comm_t *c, size_t bytes);
+static inline void hoop__mem_copy(const hoop__call_t *call, void *dst, const void *src, size_t n)
+{
+    if (call->mem == HOOP__MEM_HOST) memcpy(dst, src, n);
+    else hoop__mem_ops(call->mem)->copy(dst, src, n);
+}
+
+/* As hoop__mem_copy, for ranges that may overlap. */
+static inline void hoop__mem_move(const hoop__call_t *call, void *dst, const void *src, size_t n)
+{
+    if (call->mem == HOOP__MEM_HOST) memmove(dst, src, n);
+    else hoop__mem_ops(call->mem)->move(dst, src, n);
+}
+
+/* out[i] = a[i] op b[i] for i < count, in the call's dtype and op (see hoop__reduce). */
+static inline void hoop__mem_reduce(const hoop__call_t *call, void *out, const void *a,
+                                    const void *b, size_t count)
+{
+    if (call->mem == HOOP__MEM_HOST) hoop__reduce(out, a, b, count, call->dtype, call->op);
+    else hoop__mem_ops(call->mem)->reduce(out, a, b, count, call->dtype, call->op);
+}
+
+/* The last step of HOOP_AVG: buf[i] /= the communicator's size. */
+static inline void hoop__mem_avg_finish(const hoop__call_t *call, void *buf, size_t count)
+{
+    int p = call->comm->size;
+    if (call->mem == HOOP__MEM_HOST) hoop__reduce_avg_finish(buf, count, call->dtype, p);
+    else hoop__mem_ops(call->mem)->avg_finish(buf, count, call->dtype, p);
+}
+
+/* Scratch memory owned by the communicator, in the memory type of the call's buffers, aligned as
+ * malloc aligns and valid until the call returns; NULL if out of memory (the communicator is then
+ * failed with the size it could not have). */
+void *hoop__scratch(const hoop__call_t *call, size_t bytes);
+/* Frees the scratch space, as the communicator goes. */
+void hoop__scratch_free(hoop_comm_t *c);
 
 /* ---- shapes of a schedule ---- */
 

@@ -170,7 +170,7 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
     hoop_comm_t *c = call->comm;
     int p = c->size;
     size_t xbytes = (size_t)p * sizeof(hoop__xfer_t), pbytes = (size_t)p * sizeof(hoop__xfer_t *);
-    char *s = hoop__scratch(c, xbytes + pbytes);
+    char *s = hoop__scratch(call, xbytes + pbytes);
     if (s == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "%s: no memory for %d transfers",
                         hoop__kind_name(call->kind), p);

@@ -1,0 +1,66 @@
+/* The memory layer: host memory's table, the table of each memory type, and the communicator's
+ * scratch space, which lives in the memory of the calls that use it. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+static void host_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+static void host_move(void *dst, const void *src, size_t n) { memmove(dst, src, n); }
+static void *host_alloc(size_t bytes) { return malloc(bytes); }
+static void host_free(void *p) { free(p); }
+
+const hoop__mem_ops_t hoop__mem_host = {
+    .name = "host",
+    .copy = host_copy,
+    .move = host_move,
+    .reduce = hoop__reduce,
+    .avg_finish = hoop__reduce_avg_finish,
+    .alloc = host_alloc,
+    .free = host_free,
+};
+
+const hoop__mem_ops_t *hoop__mem_ops(hoop__mem_type_t type)
+{
+    switch (type) {
+    case HOOP__MEM_HOST: return &hoop__mem_host;
+    default: return NULL;
+    }
+}
+
+void *hoop__scratch(const hoop__call_t *call, size_t bytes)
+{
+    hoop_comm_t *c = call->comm;
+    if (bytes == 0) bytes = 1; /* a valid pointer even for empty buffers */
+    int same = call->mem == c->scratch_mem;
+    if (same && bytes <= c->scratch_len) return c->scratch;
+    /* Nothing in it outlives a call, so no copy; doubling keeps regrowth (and the page faults
+     * of fresh memory, 20 us apiece on some VMs) to a few times in a job. */
+    const hoop__mem_ops_t *mo = hoop__mem_ops(call->mem);
+    size_t want = same && c->scratch_len > 0 ? c->scratch_len : 4096;
+    while (want < bytes && want <= SIZE_MAX / 2) want *= 2;
+    if (want < bytes) want = bytes;
+    void *p = mo->alloc(want);
+    if (p == NULL) p = mo->alloc(want = bytes);
+    if (p == NULL) {
+        /* Asked for in the middle of a collective: its peers are in the call too, so the
+         * communicator cannot go on. */
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,
+                        "cannot allocate %zu bytes of scratch space for a collective on rank %d",
+                        bytes, c->rank);
+        return NULL;
+    }
+    hoop__scratch_free(c);
+    c->scratch = p;
+    c->scratch_len = want;
+    c->scratch_mem = call->mem;
+    return p;
+}
+
+void hoop__scratch_free(hoop_comm_t *c)
+{
+    if (c->scratch != NULL) hoop__mem_ops(c->scratch_mem)->free(c->scratch);
+    c->scratch = NULL;
+    c->scratch_len = 0;
+}
