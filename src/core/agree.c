@@ -334,7 +334,7 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
     if (me == 0) {
         /* Compare every hello with ours; the first difference is the sentence everyone gets, at
          * once: the ranks after it may never come (a WORLD_SIZE larger than the job). */
-        int bad = 0, seen = 0;
+        int bad = 0, seen = 0, reach = p;
         char first[512] = "";
         for (int j = 1; j < p && !bad; j++) {
             snprintf(key, sizeof(key), "hoop/rank/%d", j);
@@ -350,6 +350,10 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
             }
             seen = j;
             theirs[len < sizeof(theirs) ? len : sizeof(theirs) - 1] = '\0';
+            /* A rank that believes the job is larger: ranks beyond ours may be on their way. */
+            char sz[32];
+            long them = hoop__agree_field(theirs, F_SIZE, sz, sizeof(sz)) ? strtol(sz, NULL, 10) : 0;
+            if (them > reach && them <= HOOP__MAX_RANKS) reach = (int)them;
             if (hoop__agree_compare(mine, 0, theirs, j, msg, sizeof(msg))) {
                 snprintf(first, sizeof(first), "%s", msg);
                 bad = 1;
@@ -363,10 +367,11 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
         if (rc != HOOP_OK) return store_failed(st, rc, err, errlen);
         if (bad) {
             /* Keep the store up until the others have read why: the ranks whose hello came, up
-             * to the deadline; the others get a second, as they may not exist. */
+             * to the deadline; the others (up to the largest world size any rank said) get a
+             * second, as they may not exist. */
             char one[2];
             double grace = hoop__now() + 1.0;
-            for (int j = 1; j < p; j++) {
+            for (int j = 1; j < reach; j++) {
                 snprintf(key, sizeof(key), "hoop/ack/%d", j);
                 double until = j <= seen ? in->deadline : grace;
                 if (hoop__store_get(st, key, one, sizeof(one), &len, until - hoop__now()) != HOOP_OK &&
