@@ -189,4 +189,3 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
     }
     return hoop__xwait(call, ptrs, p);
 }
-
