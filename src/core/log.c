@@ -1,8 +1,11 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *const level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
@@ -56,6 +59,30 @@ void hoop__log_close(hoop__log_t *l)
     l->level = HOOP_LOG_NONE;
 }
 
+void hoop__log_put(FILE *out, const char *line)
+{
+    /* stderr may be a pipe whose reader is gone (a launcher that exited): the write must fail
+     * with EPIPE, not raise SIGPIPE in the user's process. Block it on this thread for the write
+     * and take back the one the write raised, unless one was pending already (not ours). */
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    sigpending(&pending);
+    int was_pending = sigismember(&pending, SIGPIPE);
+    fputs(line, out);
+    fflush(out);
+    if (!was_pending) {
+        sigpending(&pending);
+        if (sigismember(&pending, SIGPIPE)) {
+            const struct timespec zero = {0, 0};
+            while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+            }
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 void hoop__log_write(const hoop__log_t *l, int level, const char *fmt, ...)
 {
     if (l->out == NULL) return;
@@ -73,6 +100,5 @@ void hoop__log_write(const hoop__log_t *l, int level, const char *fmt, ...)
         line[len] = '\n';
         line[len + 1] = '\0';
     }
-    fputs(line, l->out);
-    fflush(l->out);
+    hoop__log_put(l->out, line);
 }

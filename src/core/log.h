@@ -18,6 +18,8 @@ typedef struct hoop__log {
 /* Sets up from level/file (file may be "" ; "%h" and "%p" expand to host and pid). */
 void hoop__log_open(hoop__log_t *l, int level, const char *file, int rank);
 void hoop__log_close(hoop__log_t *l);
+/* Writes one line to out without ever raising SIGPIPE (a closed stderr pipe fails quietly). */
+void hoop__log_put(FILE *out, const char *line);
 void hoop__log_write(const hoop__log_t *l, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

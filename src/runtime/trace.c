@@ -26,6 +26,7 @@ void hoop__trace_to_log(void *ctx, const char *line)
 {
     const hoop_comm_t *c = ctx;
     if (c->log.out == NULL) return;
-    fprintf(c->log.out, "%s:%d trace %s\n", c->host, c->rank, line);
-    fflush(c->log.out);
+    char buf[700];
+    snprintf(buf, sizeof(buf), "%s:%d trace %s\n", c->host, c->rank, line);
+    hoop__log_put(c->log.out, buf);
 }
