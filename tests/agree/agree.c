@@ -57,6 +57,7 @@
 
 #include "agree_util.h"
 #include "core/agree.h"
+#include "../common/testing.h"
 
 #define INIT_TIMEOUT "3"   /* HOOP_TIMEOUT of every rank: init waits no longer */
 #define CALL_TIMEOUT 1.5   /* per call on a case's communicator: the cases that can only time out */
@@ -124,11 +125,8 @@ static void fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("FAIL: ", stdout);
-    vprintf(fmt, ap);
-    putchar('\n');
+    vsay_fail(fmt, ap);
     va_end(ap);
-    fflush(stdout);
     failures++;
 }
 

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "agree_util.h"
+#include "../common/testing.h"
 
 static int failures;
 
@@ -54,11 +55,8 @@ static void fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("FAIL: ", stdout);
-    vprintf(fmt, ap);
-    putchar('\n');
+    vsay_fail(fmt, ap);
     va_end(ap);
-    fflush(stdout);
     failures++;
 }
 

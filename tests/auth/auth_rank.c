@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "../common/testing.h"
 
 static const char *result_name(hoop_result_t r)
 {
@@ -41,16 +42,12 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-static int free_port(void)
+/* Prints a free port for the driver script. */
+static int print_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &l) != 0)
-        return 1;
-    printf("%d\n", ntohs(a.sin_port));
-    close(fd);
+    int port = test_free_port();
+    if (port < 0) return 1;
+    printf("%d\n", port);
     return 0;
 }
 
@@ -158,7 +155,7 @@ static int failure(const char *mode)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc >= 2 && strcmp(argv[1], "free-port") == 0) return free_port();
+    if (argc >= 2 && strcmp(argv[1], "free-port") == 0) return print_free_port();
     if (argc >= 3 && strcmp(argv[1], "loop") == 0) return loop(atoi(argv[2]));
     if (argc >= 2 && strcmp(argv[1], "init") == 0) {
         hoop_comm_t *c;

@@ -2,7 +2,13 @@
 #ifndef HOOP_TESTING_H
 #define HOOP_TESTING_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Monotonic seconds, for deadlines and the times tests report. */
 static inline double now_s(void)
@@ -10,6 +16,30 @@ static inline double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A loopback TCP port that was free a moment ago (for MASTER_PORT), or -1. */
+static inline int test_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* "FAIL: <message>" on stdout, flushed at once (children of a test print there too). */
+static inline void vsay_fail(const char *fmt, va_list ap)
+{
+    fputs("FAIL: ", stdout);
+    vprintf(fmt, ap);
+    putchar('\n');
+    fflush(stdout);
 }
 
 #endif

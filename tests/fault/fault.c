@@ -73,6 +73,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "../common/testing.h"
 
 #define MAX_RANKS  16
 #define DETECT_MAX 5.0 /* seconds from the fault to every survivor's failure */
@@ -124,13 +125,6 @@ typedef struct opts {
 } opts_t;
 
 #define SLEEP_S 2.0
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -518,11 +512,8 @@ static void fail(job_t *j, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("FAIL: ", stdout);
-    vprintf(fmt, ap);
-    putchar('\n');
+    vsay_fail(fmt, ap);
     va_end(ap);
-    fflush(stdout);
     j->failures++;
 }
 
@@ -696,20 +687,6 @@ static unsigned shm_snapshot(char names[][256], int cap, int *n)
             snprintf(names[(*n)++], 256, "%s", e->d_name);
     closedir(d);
     return 1;
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
 }
 
 /* Whether the library takes HOOP_TRANSPORT as it is set: a single-rank init. */
@@ -1051,7 +1028,7 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     int wfd = fcntl(pfd[1], F_DUPFD, 10);
     close(pfd[1]);
     j->rfd = pfd[0];
-    int port = free_port();
+    int port = test_free_port();
     printf("fault %s%s%s, %d ranks, HOOP_TRANSPORT=%s, seed %" PRIu64 ": faulty rank %d",
            MODE_NAME[o.mode], o.mode == M_MISMATCH ? " of " : " ",
            o.mode == M_MISMATCH ? WHAT_NAME[o.what] : (o.mode == M_KILL || o.mode == M_STOP)

@@ -23,18 +23,12 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "../common/testing.h"
 
 #define MAX_RANKS 16
 #define MAX_SPLITS 200
 #define TIMEOUT_S "20"
 #define LIMIT_S 5.0 /* seconds from the start to the last rank's exit */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* A rank: prints one line, "rank R: <call> failed after N splits: <code>: <message>". */
 static int rank_main(void)
@@ -58,19 +52,6 @@ static int rank_main(void)
     for (int i = 0; i < n; i++) hoop_comm_destroy(kids[i]);
     hoop_comm_destroy(c);
     return rc == HOOP_OK;
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
 }
 
 /* Item i of a comma-separated list into out. */
@@ -126,7 +107,7 @@ int main(int argc, char **argv)
     if (ranks < 2 || ranks > MAX_RANKS || limit < 16) return 2;
     char dir[] = "/tmp/hoop-fdlimit-XXXXXX", v[64];
     if (mkdtemp(dir) == NULL) return 2;
-    int port = free_port();
+    int port = test_free_port();
     printf("fdlimit: %d ranks, RLIMIT_NOFILE %ld, HOOP_TRANSPORT=%s%s%s, HOOP_TIMEOUT=%s\n", ranks,
            limit, transport, hosts ? ", HOOP_HOSTID " : "", hosts ? hosts : "", TIMEOUT_S);
     fflush(stdout);
