@@ -10,7 +10,7 @@ cflags="-std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,
 status=0
 for t in wire store; do
     # shellcheck disable=SC2086
-    clang $cflags "tests/fuzz/fuzz_$t.c" src/core/*.c src/transport/*.c src/collectives/*.c \
+    clang $cflags "tests/fuzz/fuzz_$t.c" src/core/*.c src/runtime/*.c src/transport/*.c src/collectives/*.c \
         src/reduce/*.c \
         -lpthread -lsodium -o "$out/fuzz_$t"
     mkdir -p "$out/corpus_$t"
