@@ -619,6 +619,23 @@ static void tell_accepted(hoop__tp_t *tp, int fd, uint8_t *hello, size_t got, ho
     close(fd);
 }
 
+/* The header of a control notice on socket 0 (kind HOOP_K_ABORT): an abort with its code and a
+ * reason of len bytes, settle()'s ready notice (count 1), or close()'s goodbye (all zero). */
+static void notice_hdr(const hoop__tp_t *tp, hoop_result_t code, uint64_t count, uint64_t len,
+                       uint8_t b[HOOP_WIRE_HDR_SIZE])
+{
+    hoop__wire_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.kind = HOOP_K_ABORT;
+    h.flags = (uint8_t)code;
+    h.root = -1;
+    h.src = (uint32_t)tp->p.rank;
+    h.comm_id = tp->p.comm_id;
+    h.count = count;
+    h.payload_len = len;
+    hoop__wire_encode(&h, b);
+}
+
 /* connect() failed: tells the peers it has no connection with why, so that they fail with the
  * reason rather than wait for this rank until the deadline or meet a refused connection. The
  * descriptors of this instance's connections (told by tcp_abort already) are closed first, which
@@ -639,15 +656,7 @@ static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reaso
             }
     size_t len = strlen(reason) < ABORT_MAX ? strlen(reason) : ABORT_MAX;
     uint8_t notice[HOOP_WIRE_HDR_SIZE + ABORT_MAX];
-    hoop__wire_hdr_t h;
-    memset(&h, 0, sizeof(h));
-    h.kind = HOOP_K_ABORT;
-    h.flags = (uint8_t)tp->failed;
-    h.root = -1;
-    h.src = (uint32_t)tp->p.rank;
-    h.comm_id = tp->p.comm_id;
-    h.count = h.payload_len = len;
-    hoop__wire_encode(&h, notice);
+    notice_hdr(tp, tp->failed, len, len, notice);
     memcpy(notice + HOOP_WIRE_HDR_SIZE, reason, len);
     double end = hoop__now() + FAREWELL_MAX;
     for (int j = 0; told != NULL && addrs != NULL && j < tp->p.rank; j++)
@@ -1317,14 +1326,7 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
 /* The notice of settle(), and its test. */
 static void ready_notice(const hoop__tp_t *tp, uint8_t *b)
 {
-    hoop__wire_hdr_t h;
-    memset(&h, 0, sizeof(h));
-    h.kind = HOOP_K_ABORT;
-    h.root = -1;
-    h.src = (uint32_t)tp->p.rank;
-    h.comm_id = tp->p.comm_id;
-    h.count = 1;
-    hoop__wire_encode(&h, b);
+    notice_hdr(tp, HOOP_OK, 1, 0, b);
 }
 
 static int is_ready(const hoop__wire_hdr_t *h)
@@ -1442,16 +1444,7 @@ static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *te
     sock_t *so = &tp->peers[j].socks[0];
     if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) return;
     uint8_t msg[HOOP_WIRE_HDR_SIZE + ABORT_MAX];
-    hoop__wire_hdr_t h;
-    memset(&h, 0, sizeof(h));
-    h.kind = HOOP_K_ABORT;
-    h.flags = (uint8_t)code;
-    h.root = -1;
-    h.src = (uint32_t)tp->p.rank;
-    h.comm_id = tp->p.comm_id;
-    h.count = len;
-    h.payload_len = len;
-    hoop__wire_encode(&h, msg);
+    notice_hdr(tp, code, len, len, msg);
     memcpy(msg + HOOP_WIRE_HDR_SIZE, text, len);
     if (send(so->fd, msg, HOOP_WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */
     }
@@ -1485,13 +1478,7 @@ static void send_goodbyes(hoop__tp_t *tp)
 {
     if (tp->failed) return;
     uint8_t b[HOOP_WIRE_HDR_SIZE];
-    hoop__wire_hdr_t h;
-    memset(&h, 0, sizeof(h));
-    h.kind = HOOP_K_ABORT;
-    h.root = -1;
-    h.src = (uint32_t)tp->p.rank;
-    h.comm_id = tp->p.comm_id;
-    hoop__wire_encode(&h, b);
+    notice_hdr(tp, HOOP_OK, 0, 0, b);
     double deadline = hoop__now() + GOODBYE_WAIT;
     for (int j = 0; j < tp->p.size; j++) {
         const peer_t *pe = &tp->peers[j];
