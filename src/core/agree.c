@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "core/comm.h"
-#include "core/wire.h"
+#include "base/wire.h"
 
 /* Lines "name value"; the names of agreed fields are what users set, so messages can quote them. */
 #define F_VERSION "version"

@@ -27,8 +27,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/config.h"
-#include "core/store.h"
+#include "base/config.h"
+#include "rendezvous/store.h"
 
 /* The agreed settings as the algorithms read them (hoop_comm.agreed): built from the list, so a
  * setting an algorithm can reach is one that init compared. */

@@ -1,17 +1,9 @@
 /* The communicator's error state, which every layer writes (the entry points, the lifecycle, the
- * scheduler, the runtime), and the clock they all read. */
+ * scheduler, the runtime). */
 #include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
 
 #include "core/comm.h"
-
-double hoop__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
 {

@@ -7,10 +7,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "base/clock.h"
 #include "core/agree.h"
-#include "core/config.h"
-#include "core/log.h"
-#include "core/wire.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/wire.h"
 #include "hoop.h"
 #include "runtime/mem.h"
 #include "transport/transport.h"
@@ -139,7 +140,5 @@ void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
 /* Sets the last-error detail of a call that failed without aborting (bad arguments). */
 hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-double hoop__now(void); /* monotonic seconds */
 
 #endif

@@ -16,7 +16,7 @@
 #include "core/comm.h"
 #include "core/lifecycle.h"
 #include "core/sched.h"
-#include "core/store.h"
+#include "rendezvous/store.h"
 
 #define ADDR_LEN 320
 

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/comm.h"
+#include "base/clock.h"
 #include "transport/transport.h"
 
 enum { T_SHM = 0, T_TCP = 1, T_N = 2, T_SELF = 255 };

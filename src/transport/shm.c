@@ -51,7 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/comm.h"
+#include "base/clock.h"
 #include "transport/transport.h"
 
 #define SEG_MAGIC 0x4d48535f504f4f48ull /* "HOOP_SHM" */

@@ -18,7 +18,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/comm.h"
+#include "base/clock.h"
 #include "transport/transport.h"
 
 #include "transport/tcp.h"

@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/wire.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/wire.h"
 #include "hoop.h"
 
 enum { HOOP_XFER_SEND = 1, HOOP_XFER_RECV = 2 };

@@ -28,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/auth.h"
-#include "core/wire.h"
+#include "base/auth.h"
+#include "base/wire.h"
 #include "../common/testing.h"
 
 #define WAIT_S 30.0

@@ -34,9 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/wire.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/wire.h"
 #include "transport/transport.h"
 #include "../common/testing.h"
 

@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
-#include "core/auth.h"
-#include "core/config.h"
+#include "base/auth.h"
+#include "base/config.h"
 #include "../common/testing.h"
 
 static void key_of(hoop__auth_key_t *k, const char *text)

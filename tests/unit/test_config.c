@@ -10,8 +10,8 @@
 
 #include <cmocka.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 typedef struct {
     const char *kv[16][2];

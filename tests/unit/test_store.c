@@ -20,8 +20,8 @@
 
 #include <cmocka.h>
 
-#include "core/log.h"
-#include "core/store.h"
+#include "base/log.h"
+#include "rendezvous/store.h"
 #include "../common/testing.h"
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "core/wire.h"
+#include "base/wire.h"
 
 static hoop__wire_hdr_t sample(void)
 {

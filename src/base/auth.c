@@ -1,6 +1,6 @@
 /* Authentication of connections: key loading and the mutual HMAC challenge-response (see auth.h).
  * Every cryptographic operation is libsodium's. */
-#include "core/auth.h"
+#include "base/auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "base/clock.h"
 
 #define HELLO_MAGIC "HOOPAUTH"
 #define AUTH_VERSION 1
@@ -462,13 +464,6 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
     }
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_server,
                                    uint64_t context, double deadline, char *err, size_t errlen)
 {
@@ -487,7 +482,7 @@ hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_s
             rc = a.code != HOOP_OK ? a.code : HOOP_ERR_AUTH;
             break;
         }
-        double left = deadline - mono_now();
+        double left = deadline - hoop__now();
         if (left <= 0) {
             say(err, errlen, "the peer did not complete the authentication in time");
             rc = HOOP_ERR_TIMEOUT;

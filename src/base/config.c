@@ -1,4 +1,4 @@
-#include "core/config.h"
+#include "base/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 void hoop__config_defaults(hoop__config_t *c)
 {

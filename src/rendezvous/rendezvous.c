@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/store.h"
+#include "rendezvous/store.h"
 
 /* Launcher variables in order of preference: torchrun, then Slurm, then Open MPI. */
 static const char *const rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};

@@ -31,7 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/store.h"
+#include "base/clock.h"
+#include "rendezvous/store.h"
 
 #define REQ_HDR 9 /* op, keylen, vallen */
 #define REP_HDR 5 /* status, vallen */
@@ -60,13 +61,6 @@
 /* ---------------------------------------------------------------------------------------------- */
 /* Small helpers                                                                                  */
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_for(double s)
 {
     if (!(s > 0)) return;
@@ -81,7 +75,7 @@ static void sleep_for(double s)
 /* Milliseconds left until deadline for poll(), rounded up so that a short wait does not spin. */
 static int ms_left(double deadline)
 {
-    double left = deadline - mono_now();
+    double left = deadline - hoop__now();
     if (left <= 0) return 0;
     if (left > 3600.0) return 3600 * 1000; /* callers loop and recheck the deadline */
     return (int)(left * 1000.0) + 1;
@@ -501,7 +495,7 @@ static int conn_auth_begin(server_t *s, conn_t *c)
         return -1;
     }
     hoop__auth_start(c->auth, &s->key, 1, s->auth_context);
-    c->auth_deadline = mono_now() + AUTH_WINDOW;
+    c->auth_deadline = hoop__now() + AUTH_WINDOW;
     return conn_auth(s, c);
 }
 
@@ -623,7 +617,7 @@ static void *server_main(void *arg)
             for (size_t i = first_listener; i < first_conn; i++)
                 if (s->pfds[i].revents & POLLIN) accept_paused |= server_accept(s, s->pfds[i].fd);
         }
-        const double now = mono_now();
+        const double now = hoop__now();
         for (size_t i = 0; i < nconns; i++) {
             conn_t *c = &s->conns[i];
             const short ev = s->pfds[first_conn + i].revents;
@@ -902,7 +896,7 @@ fail:;
 /* Connects st->fd, retrying with backoff until timeout_s: the server may start after us. */
 static hoop_result_t client_connect(hoop__store_t *st, double timeout_s, char *err, size_t errlen)
 {
-    const double start = mono_now();
+    const double start = hoop__now();
     const double deadline = start + timeout_s;
     double backoff = 0.01;
     char portstr[16];
@@ -920,8 +914,8 @@ static hoop_result_t client_connect(hoop__store_t *st, double timeout_s, char *e
                 int fd = try_connect(ai, deadline);
                 if (fd >= 0 && st->auth.set) {
                     /* A handshake needs a moment even when the caller's time is up. */
-                    const double hs_deadline = deadline > mono_now() + EXCHANGE_GRACE ? deadline
-                                                                                      : mono_now() + EXCHANGE_GRACE;
+                    const double hs_deadline = deadline > hoop__now() + EXCHANGE_GRACE ? deadline
+                                                                                      : hoop__now() + EXCHANGE_GRACE;
                     char hwhy[256] = "";
                     hoop_result_t a = hoop__auth_handshake(fd, &st->auth, 0,
                                                            hoop__auth_context(STORE_AUTH_TAG, 0, 0, 0),
@@ -959,7 +953,7 @@ static hoop_result_t client_connect(hoop__store_t *st, double timeout_s, char *e
         } else {
             snprintf(why, sizeof why, "%s", g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
         }
-        const double now = mono_now();
+        const double now = hoop__now();
         if (now >= deadline) break;
         sleep_for(backoff < deadline - now ? backoff : deadline - now);
         backoff = backoff * 2 < CONNECT_BACKOFF_MAX ? backoff * 2 : CONNECT_BACKOFF_MAX;
@@ -1030,11 +1024,11 @@ static hoop_result_t client_request(hoop__store_t *st, uint8_t op, const char *k
                                     size_t *len, double deadline)
 {
     if (st->lost) return HOOP_ERR_PEER_LOST;
-    const double min_deadline = mono_now() + EXCHANGE_GRACE;
+    const double min_deadline = hoop__now() + EXCHANGE_GRACE;
     if (st->fd < 0) {
         /* An earlier call timed out mid-request; the server keeps no per-connection state, so a new
          * connection is as good as the old one. */
-        double left = deadline - mono_now();
+        double left = deadline - hoop__now();
         hoop_result_t r = client_connect(st, left > 0 ? left : 0, st->err, sizeof st->err);
         if (r != HOOP_OK) return r;
     }
@@ -1390,7 +1384,7 @@ hoop_result_t hoop__store_set(hoop__store_t *st, const char *key, const void *va
         } else {
             uint8_t status = 0;
             r = client_request(st, 'S', key, keylen, val, len, &status, NULL, 0, NULL,
-                               mono_now() + st->timeout_s);
+                               hoop__now() + st->timeout_s);
         }
     }
     pthread_mutex_unlock(&st->mu);
@@ -1431,7 +1425,7 @@ hoop_result_t hoop__store_claim(hoop__store_t *st, const char *key, const void *
     } else if (r == HOOP_OK) {
         uint8_t status = 0;
         r = client_request(st, 'C', key, keylen, val, len, &status, holder, cap, holder_len,
-                           mono_now() + st->timeout_s);
+                           hoop__now() + st->timeout_s);
         if (r == HOOP_OK) *taken = status == REP_TAKEN;
     }
     pthread_mutex_unlock(&st->mu);
@@ -1466,7 +1460,7 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
         pthread_mutex_unlock(&st->mu);
         return r;
     }
-    const double deadline = mono_now() + timeout_s;
+    const double deadline = hoop__now() + timeout_s;
     double backoff = GET_BACKOFF_FIRST;
     for (;;) {
         if (st->kind == KIND_FILE) {
@@ -1481,7 +1475,7 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
             r = client_request(st, 'G', key, keylen, NULL, 0, &status, buf, cap, len, deadline);
             if (r != HOOP_OK || status == REP_OK) break;
         }
-        const double now = mono_now();
+        const double now = hoop__now();
         if (now >= deadline) {
             char kbuf[100];
             const unsigned rejected = hoop__store_auth_failures(st);

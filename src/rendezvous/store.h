@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/auth.h"
-#include "core/log.h"
+#include "base/auth.h"
+#include "base/log.h"
 #include "hoop.h"
 
 #define HOOP_STORE_MAX_KEY 256

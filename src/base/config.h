@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "core/auth.h"
+#include "base/auth.h"
 #include "hoop.h"
 
 typedef struct hoop__config {
