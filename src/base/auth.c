@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 
 #define HELLO_MAGIC "HOOPAUTH"
 #define AUTH_VERSION 1
@@ -34,16 +35,7 @@ enum {
     P_FAILED,
 };
 
-static void say(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-static void say(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- keys ---- */
 
@@ -81,11 +73,11 @@ static hoop_result_t key_from_text(hoop__auth_key_t *k, const char *text, size_t
 {
     hoop__auth_key_wipe(k);
     if (sodium_init() < 0) {
-        say(err, errlen, "cannot initialise libsodium");
+        hoop__say(err, errlen, "cannot initialise libsodium");
         return HOOP_ERR_SYSTEM;
     }
     if (n == 0) {
-        say(err, errlen, "%s is empty: a key needs at least one character", what);
+        hoop__say(err, errlen, "%s is empty: a key needs at least one character", what);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (n == 2 * HOOP_AUTH_KEY_BYTES && all_hex(text, n)) {
@@ -93,7 +85,7 @@ static hoop_result_t key_from_text(hoop__auth_key_t *k, const char *text, size_t
         if (sodium_hex2bin(k->bytes, sizeof(k->bytes), text, n, NULL, &got, NULL) != 0 ||
             got != sizeof(k->bytes)) {
             hoop__auth_key_wipe(k);
-            say(err, errlen, "%s: cannot decode 64 hex digits", what);
+            hoop__say(err, errlen, "%s: cannot decode 64 hex digits", what);
             return HOOP_ERR_INVALID_ARGUMENT;
         }
     } else {
@@ -120,28 +112,28 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
     if (k == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     hoop__auth_key_wipe(k);
     if (path == NULL || path[0] == '\0') {
-        say(err, errlen, "HOOP_AUTH_KEY_FILE is empty: give the path of a key file");
+        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE is empty: give the path of a key file");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
-        say(err, errlen, "cannot open HOOP_AUTH_KEY_FILE %s: %s", path, strerror(errno));
+        hoop__say(err, errlen, "cannot open HOOP_AUTH_KEY_FILE %s: %s", path, strerror(errno));
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     /* Checked on the open file, so the file read is the file checked. */
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        say(err, errlen, "cannot stat HOOP_AUTH_KEY_FILE %s: %s", path, strerror(errno));
+        hoop__say(err, errlen, "cannot stat HOOP_AUTH_KEY_FILE %s: %s", path, strerror(errno));
         close(fd);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (!S_ISREG(sb.st_mode)) {
-        say(err, errlen, "HOOP_AUTH_KEY_FILE %s is not a regular file", path);
+        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s is not a regular file", path);
         close(fd);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if ((sb.st_mode & 077) != 0) {
-        say(err, errlen,
+        hoop__say(err, errlen,
             "HOOP_AUTH_KEY_FILE %s is accessible by group or others (mode %04o): a key must be "
             "private; run chmod 600 %s",
             path, (unsigned)(sb.st_mode & 07777), path);
@@ -149,7 +141,7 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (sb.st_uid != geteuid() && sb.st_uid != 0) {
-        say(err, errlen, "HOOP_AUTH_KEY_FILE %s belongs to user id %u, not to this user (%u)", path,
+        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s belongs to user id %u, not to this user (%u)", path,
             (unsigned)sb.st_uid, (unsigned)geteuid());
         close(fd);
         return HOOP_ERR_INVALID_ARGUMENT;
@@ -160,7 +152,7 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
         ssize_t r = read(fd, buf + n, sizeof(buf) - n);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
-            say(err, errlen, "cannot read HOOP_AUTH_KEY_FILE %s: %s", path, strerror(errno));
+            hoop__say(err, errlen, "cannot read HOOP_AUTH_KEY_FILE %s: %s", path, strerror(errno));
             close(fd);
             sodium_memzero(buf, sizeof(buf));
             return HOOP_ERR_INVALID_ARGUMENT;
@@ -172,7 +164,7 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
     close(fd);
     hoop_result_t rc;
     if (n > KEY_FILE_MAX) {
-        say(err, errlen, "HOOP_AUTH_KEY_FILE %s is larger than %d bytes: is it a key file?", path,
+        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s is larger than %d bytes: is it a key file?", path,
             KEY_FILE_MAX);
         rc = HOOP_ERR_INVALID_ARGUMENT;
     } else {
@@ -180,7 +172,7 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
         while (b < e && is_space(buf[b])) b++;
         while (e > b && is_space(buf[e - 1])) e--;
         if (e == b) {
-            say(err, errlen, "HOOP_AUTH_KEY_FILE %s holds no key (it is empty)", path);
+            hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s holds no key (it is empty)", path);
             rc = HOOP_ERR_INVALID_ARGUMENT;
         } else {
             rc = key_from_text(k, buf + b, e - b, "HOOP_AUTH_KEY_FILE", err, errlen);
@@ -201,7 +193,7 @@ hoop_result_t hoop__auth_key_from_env(hoop__auth_key_t *k,
     if (text != NULL && text[0] == '\0') text = NULL;
     if (file != NULL && file[0] == '\0') file = NULL;
     if (text != NULL && file != NULL) {
-        say(err, errlen, "HOOP_AUTH_KEY and HOOP_AUTH_KEY_FILE are both set: set only one");
+        hoop__say(err, errlen, "HOOP_AUTH_KEY and HOOP_AUTH_KEY_FILE are both set: set only one");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (text != NULL) return hoop__auth_key_from_string(k, text, err, errlen);
@@ -290,12 +282,10 @@ static int fail(hoop__auth_t *a, hoop_result_t code, char *err, size_t errlen, c
 {
     a->phase = P_FAILED;
     a->code = code;
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    hoop__vsay(err, errlen, fmt, ap);
+    va_end(ap);
     return HOOP_AUTH_FAILED;
 }
 
@@ -340,7 +330,7 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
             queue_out(a, &no, 1);
             a->phase = P_FAILED;
             a->code = HOOP_ERR_AUTH;
-            say(err, errlen, "the peer's proof is wrong: it does not hold this job's key");
+            hoop__say(err, errlen, "the peer's proof is wrong: it does not hold this job's key");
             break;
         }
         unsigned char yes[1 + HOOP_AUTH_MAC_BYTES];
@@ -395,7 +385,7 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
 {
     if (events != NULL) *events = 0;
     if (a->phase == P_FAILED && a->out_len == 0) {
-        if (a->code == HOOP_ERR_INTERNAL) say(err, errlen, "authentication could not start");
+        if (a->code == HOOP_ERR_INTERNAL) hoop__say(err, errlen, "authentication could not start");
         return HOOP_AUTH_FAILED;
     }
     for (;;) {
@@ -468,7 +458,7 @@ hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_s
                                    uint64_t context, double deadline, char *err, size_t errlen)
 {
     if (key == NULL || !key->set) {
-        say(err, errlen, "no key to authenticate with");
+        hoop__say(err, errlen, "no key to authenticate with");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     hoop__auth_t a;
@@ -484,7 +474,7 @@ hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_s
         }
         double left = deadline - hoop__now();
         if (left <= 0) {
-            say(err, errlen, "the peer did not complete the authentication in time");
+            hoop__say(err, errlen, "the peer did not complete the authentication in time");
             rc = HOOP_ERR_TIMEOUT;
             break;
         }
@@ -492,7 +482,7 @@ hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_s
         int n = poll(&p, 1, left > 1.0 ? 1000 : (int)(left * 1000.0) + 1);
         if (n < 0 && errno != EINTR) {
             int e = errno;
-            say(err, errlen, "waiting during authentication: %s", strerror(e));
+            hoop__say(err, errlen, "waiting during authentication: %s", strerror(e));
             rc = HOOP_ERR_SYSTEM;
             break;
         }

@@ -102,3 +102,16 @@ void hoop__log_write(const hoop__log_t *l, int level, const char *fmt, ...)
     }
     hoop__log_put(l->out, line);
 }
+
+void hoop__vsay(char *err, size_t errlen, const char *fmt, va_list ap)
+{
+    if (err != NULL && errlen > 0) vsnprintf(err, errlen, fmt, ap);
+}
+
+void hoop__say(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    hoop__vsay(err, errlen, fmt, ap);
+    va_end(ap);
+}

@@ -3,6 +3,8 @@
 #ifndef HOOP_LOG_H
 #define HOOP_LOG_H
 
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 
 enum { HOOP_LOG_NONE = 0, HOOP_LOG_WARN = 1, HOOP_LOG_INFO = 2, HOOP_LOG_TRACE = 3 };
@@ -30,5 +32,10 @@ void hoop__log_write(const hoop__log_t *l, int level, const char *fmt, ...)
 #define HOOP_WARN(l, ...) HOOP_LOG_AT(l, HOOP_LOG_WARN, __VA_ARGS__)
 #define HOOP_INFO(l, ...) HOOP_LOG_AT(l, HOOP_LOG_INFO, __VA_ARGS__)
 #define HOOP_TRACE(l, ...) HOOP_LOG_AT(l, HOOP_LOG_TRACE, __VA_ARGS__)
+
+/* The one way an error sentence reaches a caller's buffer: formats into err (nothing when err is
+ * NULL or errlen 0). Every layer that reports through an (err, errlen) pair uses it. */
+void hoop__say(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void hoop__vsay(char *err, size_t errlen, const char *fmt, va_list ap);
 
 #endif

@@ -25,12 +25,10 @@ static hoop_result_t fail(char *err, size_t errlen, const char *fmt, ...)
 
 static hoop_result_t fail(char *err, size_t errlen, const char *fmt, ...)
 {
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    hoop__vsay(err, errlen, fmt, ap);
+    va_end(ap);
     return HOOP_ERR_INVALID_ARGUMENT;
 }
 

@@ -121,17 +121,6 @@ static void format_where(char *buf, size_t cap, const char *host, int port)
         snprintf(buf, cap, "%s:%d", host, port);
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---------------------------------------------------------------------------------------------- */
 /* Protocol                                                                                       */
 
@@ -705,7 +694,7 @@ static hoop_result_t server_listen(server_t *s, const char *host, int port, char
     struct addrinfo *res = NULL;
     int g = getaddrinfo(host, portstr, &hints, &res);
     if (g != 0) {
-        set_err(err, errlen,
+        hoop__say(err, errlen,
                 "cannot resolve the rendezvous host \"%s\": %s (check MASTER_ADDR or the init method)", host,
                 g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
         return HOOP_ERR_SYSTEM;
@@ -729,7 +718,7 @@ static hoop_result_t server_listen(server_t *s, const char *host, int port, char
             close(fd);
             if (e == EADDRINUSE) {
                 freeaddrinfo(res);
-                set_err(err, errlen,
+                hoop__say(err, errlen,
                         "port %d on %s is already in use (is another job running? set MASTER_PORT)", port,
                         host);
                 return HOOP_ERR_SYSTEM;
@@ -753,13 +742,13 @@ static hoop_result_t server_listen(server_t *s, const char *host, int port, char
         char where[300];
         format_where(where, sizeof where, host, port);
         if (last_errno == EADDRNOTAVAIL)
-            set_err(
+            hoop__say(
                 err, errlen,
                 "cannot serve the rendezvous store on %s: %s (rank 0 must run on the machine that has this "
                 "address; check MASTER_ADDR)",
                 where, strerror(last_errno));
         else
-            set_err(err, errlen, "cannot serve the rendezvous store on %s: %s", where,
+            hoop__say(err, errlen, "cannot serve the rendezvous store on %s: %s", where,
                     strerror(last_errno ? last_errno : EINVAL));
         return HOOP_ERR_SYSTEM;
     }
@@ -771,7 +760,7 @@ static hoop_result_t server_start(const char *host, int port, const hoop__auth_k
 {
     server_t *s = calloc(1, sizeof *s);
     if (s == NULL) {
-        set_err(err, errlen, "out of memory starting the rendezvous store");
+        hoop__say(err, errlen, "out of memory starting the rendezvous store");
         return HOOP_ERR_NO_MEMORY;
     }
     s->wake_fd = -1;
@@ -785,7 +774,7 @@ static hoop_result_t server_start(const char *host, int port, const hoop__auth_k
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
     if (s->buckets == NULL) {
         server_free(s);
-        set_err(err, errlen, "out of memory starting the rendezvous store");
+        hoop__say(err, errlen, "out of memory starting the rendezvous store");
         return HOOP_ERR_NO_MEMORY;
     }
     hoop_result_t r = server_listen(s, host, port, err, errlen);
@@ -795,7 +784,7 @@ static hoop_result_t server_start(const char *host, int port, const hoop__auth_k
     }
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->wake_fd < 0) {
-        set_err(err, errlen, "cannot start the rendezvous store: eventfd: %s", strerror(errno));
+        hoop__say(err, errlen, "cannot start the rendezvous store: eventfd: %s", strerror(errno));
         server_free(s);
         return HOOP_ERR_SYSTEM;
     }
@@ -806,7 +795,7 @@ static hoop_result_t server_start(const char *host, int port, const hoop__auth_k
     int e = pthread_create(&s->thread, NULL, server_main, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e != 0) {
-        set_err(err, errlen, "cannot start the rendezvous store thread: %s", strerror(e));
+        hoop__say(err, errlen, "cannot start the rendezvous store thread: %s", strerror(e));
         server_free(s);
         return HOOP_ERR_SYSTEM;
     }
@@ -929,7 +918,7 @@ static hoop_result_t client_connect(hoop__store_t *st, double timeout_s, char *e
                     if (a != HOOP_OK) {
                         close(fd);
                         freeaddrinfo(res);
-                        set_err(err, errlen, "authentication with the rendezvous store at %s failed: %s",
+                        hoop__say(err, errlen, "authentication with the rendezvous store at %s failed: %s",
                                 st->where, hwhy);
                         return a == HOOP_ERR_TIMEOUT || a == HOOP_ERR_SYSTEM ? a : HOOP_ERR_AUTH;
                     }
@@ -946,7 +935,7 @@ static hoop_result_t client_connect(hoop__store_t *st, double timeout_s, char *e
             freeaddrinfo(res);
         } else if (g == EAI_NONAME || g == EAI_SERVICE || g == EAI_FAMILY) {
             /* A name that does not exist will not start to exist: say so now. */
-            set_err(err, errlen,
+            hoop__say(err, errlen,
                     "cannot resolve the rendezvous host \"%s\": %s (check MASTER_ADDR or the init method)",
                     st->host, gai_strerror(g));
             return HOOP_ERR_SYSTEM;
@@ -958,7 +947,7 @@ static hoop_result_t client_connect(hoop__store_t *st, double timeout_s, char *e
         sleep_for(backoff < deadline - now ? backoff : deadline - now);
         backoff = backoff * 2 < CONNECT_BACKOFF_MAX ? backoff * 2 : CONNECT_BACKOFF_MAX;
     }
-    set_err(err, errlen, "could not reach the rendezvous store at %s after %g s (%s)", st->where, timeout_s,
+    hoop__say(err, errlen, "could not reach the rendezvous store at %s after %g s (%s)", st->where, timeout_s,
             why);
     return HOOP_ERR_TIMEOUT;
 }
@@ -982,7 +971,7 @@ static hoop_result_t client_io(hoop__store_t *st, void *buf, size_t len, int sen
         hoop_result_t r;
         if (n == 0 && !sending) {
             r = HOOP_ERR_PEER_LOST;
-            set_err(st->err, sizeof st->err,
+            hoop__say(st->err, sizeof st->err,
                     "the rendezvous store at %s closed the connection (did rank 0 exit?)", st->where);
         } else if (n < 0 && errno == EINTR) {
             continue;
@@ -993,21 +982,21 @@ static hoop_result_t client_io(hoop__store_t *st, void *buf, size_t len, int sen
             if (k == 0 && ms_left(deadline) > 0) continue;
             if (k < 0) {
                 r = HOOP_ERR_SYSTEM;
-                set_err(st->err, sizeof st->err, "waiting on the rendezvous store at %s: %s", st->where,
+                hoop__say(st->err, sizeof st->err, "waiting on the rendezvous store at %s: %s", st->where,
                         strerror(errno));
             } else {
                 r = HOOP_ERR_TIMEOUT;
-                set_err(st->err, sizeof st->err, "the rendezvous store at %s did not answer in time",
+                hoop__say(st->err, sizeof st->err, "the rendezvous store at %s did not answer in time",
                         st->where);
             }
         } else if (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN || errno == ECONNABORTED) {
             r = HOOP_ERR_PEER_LOST;
-            set_err(st->err, sizeof st->err,
+            hoop__say(st->err, sizeof st->err,
                     "the connection to the rendezvous store at %s was lost: %s (did rank 0 exit?)", st->where,
                     strerror(errno));
         } else {
             r = HOOP_ERR_SYSTEM;
-            set_err(st->err, sizeof st->err, "talking to the rendezvous store at %s: %s", st->where,
+            hoop__say(st->err, sizeof st->err, "talking to the rendezvous store at %s: %s", st->where,
                     strerror(errno));
         }
         close(st->fd);
@@ -1046,7 +1035,7 @@ static hoop_result_t client_request(hoop__store_t *st, uint8_t op, const char *k
     const uint32_t rlen = get_u32(rep + 1);
     if (memcmp(rep, "HOOPA", REP_HDR) == 0) {
         /* The start of the server's authentication hello: it has a key and we have none. */
-        set_err(st->err, sizeof st->err,
+        hoop__say(st->err, sizeof st->err,
                 "the rendezvous store at %s requires authentication: set the same HOOP_AUTH_KEY (or "
                 "HOOP_AUTH_KEY_FILE) on every rank",
                 st->where);
@@ -1059,7 +1048,7 @@ static hoop_result_t client_request(hoop__store_t *st, uint8_t op, const char *k
     if ((op == 'C' && !claim_ok) || (op != 'C' && rep[0] != REP_OK && rep[0] != REP_MISSING) ||
         rlen > HOOP_STORE_MAX_VALUE || (rep[0] == REP_MISSING && rlen != 0) ||
         (op == 'S' && (rep[0] != REP_OK || rlen != 0))) {
-        set_err(
+        hoop__say(
             st->err, sizeof st->err,
             "the rendezvous store at %s sent an invalid reply (is another program listening on that port?)",
             st->where);
@@ -1156,7 +1145,7 @@ static hoop_result_t file_write_tmp(hoop__store_t *st, const char *key, const vo
 {
     size_t name_at;
     if (key_path(st, key, path, PATH_MAX, &name_at) != 0) {
-        set_err(st->err, sizeof st->err, "the file store path for a key is too long (store directory %s)",
+        hoop__say(st->err, sizeof st->err, "the file store path for a key is too long (store directory %s)",
                 st->dir);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
@@ -1166,14 +1155,14 @@ static hoop_result_t file_write_tmp(hoop__store_t *st, const char *key, const vo
         memcpy(d, path, name_at - 1);
         d[name_at - 1] = '\0';
         if (mkdir_p(d) != 0) {
-            set_err(st->err, sizeof st->err, "cannot create %s: %s", d, strerror(errno));
+            hoop__say(st->err, sizeof st->err, "cannot create %s: %s", d, strerror(errno));
             return HOOP_ERR_SYSTEM;
         }
     }
     snprintf(tmp, PATH_MAX, "%.*s.tmp.XXXXXX", (int)name_at, path);
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
-        set_err(st->err, sizeof st->err, "cannot create a file in the store directory %s: %s", st->dir,
+        hoop__say(st->err, sizeof st->err, "cannot create a file in the store directory %s: %s", st->dir,
                 strerror(errno));
         return HOOP_ERR_SYSTEM;
     }
@@ -1183,7 +1172,7 @@ static hoop_result_t file_write_tmp(hoop__store_t *st, const char *key, const vo
         ssize_t n = write(fd, p, left);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
-            set_err(st->err, sizeof st->err, "cannot write %s: %s", tmp,
+            hoop__say(st->err, sizeof st->err, "cannot write %s: %s", tmp,
                     n < 0 ? strerror(errno) : "short write");
             close(fd);
             unlink(tmp);
@@ -1193,7 +1182,7 @@ static hoop_result_t file_write_tmp(hoop__store_t *st, const char *key, const vo
         left -= (size_t)n;
     }
     if (close(fd) != 0) {
-        set_err(st->err, sizeof st->err, "cannot write %s: %s", tmp, strerror(errno));
+        hoop__say(st->err, sizeof st->err, "cannot write %s: %s", tmp, strerror(errno));
         unlink(tmp);
         return HOOP_ERR_SYSTEM;
     }
@@ -1206,7 +1195,7 @@ static hoop_result_t file_set(hoop__store_t *st, const char *key, const void *va
     hoop_result_t r = file_write_tmp(st, key, val, len, path, tmp);
     if (r != HOOP_OK) return r;
     if (rename(tmp, path) != 0) {
-        set_err(st->err, sizeof st->err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        hoop__say(st->err, sizeof st->err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);
         return HOOP_ERR_SYSTEM;
     }
@@ -1219,13 +1208,13 @@ static int file_try_get(hoop__store_t *st, const char *path, void *buf, size_t c
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR) return 0;
-        set_err(st->err, sizeof st->err, "cannot open %s: %s", path, strerror(errno));
+        hoop__say(st->err, sizeof st->err, "cannot open %s: %s", path, strerror(errno));
         return -1;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
         (uint64_t)sb.st_size > HOOP_STORE_MAX_VALUE) {
-        set_err(st->err, sizeof st->err, "%s is not a store value (not a regular file, or over %u bytes)",
+        hoop__say(st->err, sizeof st->err, "%s is not a store value (not a regular file, or over %u bytes)",
                 path, (unsigned)HOOP_STORE_MAX_VALUE);
         close(fd);
         return -1;
@@ -1236,7 +1225,7 @@ static int file_try_get(hoop__store_t *st, const char *path, void *buf, size_t c
         ssize_t n = read(fd, (uint8_t *)buf + got, want - got);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
-            set_err(st->err, sizeof st->err, "cannot read %s: %s", path,
+            hoop__say(st->err, sizeof st->err, "cannot read %s: %s", path,
                     n < 0 ? strerror(errno) : "file shrank");
             close(fd);
             return -1;
@@ -1267,38 +1256,38 @@ hoop_result_t hoop__store_open(const hoop__rdv_t *rdv, double timeout_s, const h
 {
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (out == NULL || rdv == NULL) {
-        set_err(err, errlen, "internal error: hoop__store_open needs a rendezvous and a place for the store");
+        hoop__say(err, errlen, "internal error: hoop__store_open needs a rendezvous and a place for the store");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     *out = NULL;
     if (timeout_s != timeout_s || timeout_s > 1e9) {
-        set_err(err, errlen, "invalid rendezvous timeout %g s", timeout_s);
+        hoop__say(err, errlen, "invalid rendezvous timeout %g s", timeout_s);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (timeout_s < 0) timeout_s = 0;
     const int is_tcp = strcmp(rdv->method, "tcp") == 0;
     const int is_file = strcmp(rdv->method, "file") == 0;
     if (!is_tcp && !is_file) {
-        set_err(err, errlen, "internal error: unknown rendezvous method \"%.8s\"", rdv->method);
+        hoop__say(err, errlen, "internal error: unknown rendezvous method \"%.8s\"", rdv->method);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (rdv->rank < 0) {
-        set_err(err, errlen, "internal error: the rendezvous has no rank");
+        hoop__say(err, errlen, "internal error: the rendezvous has no rank");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (is_tcp && (rdv->port < 1 || rdv->port > 65535 || memchr(rdv->host, '\0', sizeof rdv->host) == NULL ||
                    rdv->host[0] == '\0')) {
-        set_err(err, errlen, "internal error: the rendezvous has no valid host and port");
+        hoop__say(err, errlen, "internal error: the rendezvous has no valid host and port");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (is_file && (memchr(rdv->path, '\0', sizeof rdv->path) == NULL || rdv->path[0] == '\0')) {
-        set_err(err, errlen, "internal error: the rendezvous has no file path");
+        hoop__say(err, errlen, "internal error: the rendezvous has no file path");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
 
     hoop__store_t *st = calloc(1, sizeof *st);
     if (st == NULL) {
-        set_err(err, errlen, "out of memory opening the rendezvous store");
+        hoop__say(err, errlen, "out of memory opening the rendezvous store");
         return HOOP_ERR_NO_MEMORY;
     }
     st->rank = rdv->rank;
@@ -1308,7 +1297,7 @@ hoop_result_t hoop__store_open(const hoop__rdv_t *rdv, double timeout_s, const h
     st->fd = -1;
     if (pthread_mutex_init(&st->mu, NULL) != 0) {
         free(st);
-        set_err(err, errlen, "cannot create a mutex for the rendezvous store");
+        hoop__say(err, errlen, "cannot create a mutex for the rendezvous store");
         return HOOP_ERR_SYSTEM;
     }
 
@@ -1317,10 +1306,10 @@ hoop_result_t hoop__store_open(const hoop__rdv_t *rdv, double timeout_s, const h
         st->kind = KIND_FILE;
         int n = snprintf(st->dir, sizeof st->dir, "%s.d", rdv->path);
         if (n < 0 || (size_t)n >= sizeof st->dir) {
-            set_err(err, errlen, "the file store path %s is too long", rdv->path);
+            hoop__say(err, errlen, "the file store path %s is too long", rdv->path);
             r = HOOP_ERR_INVALID_ARGUMENT;
         } else if (mkdir_p(st->dir) != 0) {
-            set_err(err, errlen, "cannot create the file store directory %s: %s", st->dir, strerror(errno));
+            hoop__say(err, errlen, "cannot create the file store directory %s: %s", st->dir, strerror(errno));
             r = HOOP_ERR_SYSTEM;
         } else {
             st->dir_ok = 1;
@@ -1350,12 +1339,12 @@ hoop_result_t hoop__store_open(const hoop__rdv_t *rdv, double timeout_s, const h
 static hoop_result_t check_key(hoop__store_t *st, const char *key, size_t *keylen)
 {
     if (key == NULL || key[0] == '\0') {
-        set_err(st->err, sizeof st->err, "a store key must not be empty");
+        hoop__say(st->err, sizeof st->err, "a store key must not be empty");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     size_t n = strnlen(key, HOOP_STORE_MAX_KEY + 1);
     if (n > HOOP_STORE_MAX_KEY) {
-        set_err(st->err, sizeof st->err, "store key \"%.40s...\" is longer than %d bytes", key,
+        hoop__say(st->err, sizeof st->err, "store key \"%.40s...\" is longer than %d bytes", key,
                 HOOP_STORE_MAX_KEY);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
@@ -1370,12 +1359,12 @@ hoop_result_t hoop__store_set(hoop__store_t *st, const char *key, const void *va
     size_t keylen = 0;
     hoop_result_t r = check_key(st, key, &keylen);
     if (r == HOOP_OK && len > HOOP_STORE_MAX_VALUE) {
-        set_err(st->err, sizeof st->err, "store value of %zu bytes is over the %u-byte limit", len,
+        hoop__say(st->err, sizeof st->err, "store value of %zu bytes is over the %u-byte limit", len,
                 (unsigned)HOOP_STORE_MAX_VALUE);
         r = HOOP_ERR_INVALID_ARGUMENT;
     }
     if (r == HOOP_OK && val == NULL && len > 0) {
-        set_err(st->err, sizeof st->err, "store value is NULL");
+        hoop__say(st->err, sizeof st->err, "store value is NULL");
         r = HOOP_ERR_INVALID_ARGUMENT;
     }
     if (r == HOOP_OK) {
@@ -1401,7 +1390,7 @@ hoop_result_t hoop__store_claim(hoop__store_t *st, const char *key, const void *
     size_t keylen = 0;
     hoop_result_t r = check_key(st, key, &keylen);
     if (r == HOOP_OK && (len > HOOP_STORE_MAX_VALUE || (val == NULL && len > 0))) {
-        set_err(st->err, sizeof st->err, "invalid store value for a claim (%zu bytes)", len);
+        hoop__say(st->err, sizeof st->err, "invalid store value for a claim (%zu bytes)", len);
         r = HOOP_ERR_INVALID_ARGUMENT;
     }
     if (r == HOOP_OK && st->kind == KIND_FILE) {
@@ -1417,7 +1406,7 @@ hoop_result_t hoop__store_claim(hoop__store_t *st, const char *key, const void *
                 int got = file_try_get(st, path, holder, cap, holder_len);
                 if (got < 0) r = HOOP_ERR_SYSTEM;
             } else {
-                set_err(st->err, sizeof st->err, "cannot link %s to %s: %s", tmp, path, strerror(errno));
+                hoop__say(st->err, sizeof st->err, "cannot link %s to %s: %s", tmp, path, strerror(errno));
                 unlink(tmp);
                 r = HOOP_ERR_SYSTEM;
             }
@@ -1440,11 +1429,11 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
     size_t keylen = 0;
     hoop_result_t r = check_key(st, key, &keylen);
     if (r == HOOP_OK && buf == NULL && cap > 0) {
-        set_err(st->err, sizeof st->err, "store get has a NULL buffer");
+        hoop__say(st->err, sizeof st->err, "store get has a NULL buffer");
         r = HOOP_ERR_INVALID_ARGUMENT;
     }
     if (r == HOOP_OK && (timeout_s != timeout_s || timeout_s > 1e9)) {
-        set_err(st->err, sizeof st->err, "invalid store timeout %g s", timeout_s);
+        hoop__say(st->err, sizeof st->err, "invalid store timeout %g s", timeout_s);
         r = HOOP_ERR_INVALID_ARGUMENT;
     }
     /* Callers pass what is left of a deadline, which may have just passed: look once. */
@@ -1452,7 +1441,7 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
     char path[PATH_MAX];
     size_t name_at;
     if (r == HOOP_OK && st->kind == KIND_FILE && key_path(st, key, path, sizeof path, &name_at) != 0) {
-        set_err(st->err, sizeof st->err, "the file store path for a key is too long (store directory %s)",
+        hoop__say(st->err, sizeof st->err, "the file store path for a key is too long (store directory %s)",
                 st->dir);
         r = HOOP_ERR_INVALID_ARGUMENT;
     }
@@ -1479,7 +1468,7 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
         if (now >= deadline) {
             char kbuf[100];
             const unsigned rejected = hoop__store_auth_failures(st);
-            set_err(st->err, sizeof st->err,
+            hoop__say(st->err, sizeof st->err,
                     "key \"%s\" did not appear in the rendezvous store within %g s (has every rank started? "
                     "did one "
                     "fail?)",
@@ -1488,7 +1477,7 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
             if (rejected > 0) {
                 /* Most likely a rank with another key: say so rather than just "timed out". */
                 size_t used = strlen(st->err);
-                set_err(st->err + used, sizeof st->err - used,
+                hoop__say(st->err + used, sizeof st->err - used,
                         "; the store turned away %u connection(s) that failed authentication (is "
                         "HOOP_AUTH_KEY the same on every rank?)",
                         rejected);
