@@ -34,7 +34,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "core/comm.h"
+#include "runtime/comm.h"
 #include "base/wire.h"
 
 /* Lines "name value"; the names of agreed fields are what users set, so messages can quote them. */

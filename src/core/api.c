@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "collectives/coll.h"
-#include "core/comm.h"
+#include "runtime/comm.h"
 #include "core/lifecycle.h"
 #include "core/sched.h"
 

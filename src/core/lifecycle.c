@@ -13,7 +13,7 @@
 
 #include "collectives/coll.h"
 #include "core/agree.h"
-#include "core/comm.h"
+#include "runtime/comm.h"
 #include "core/lifecycle.h"
 #include "core/sched.h"
 #include "rendezvous/store.h"

@@ -2,7 +2,7 @@
 #ifndef HOOP_LIFECYCLE_H
 #define HOOP_LIFECYCLE_H
 
-#include "core/comm.h"
+#include "runtime/comm.h"
 
 /* hoop_init: *out is the communicator, or NULL with the reason logged. */
 hoop_result_t hoop__comm_init(hoop_comm_t **out, const char *method, int rank, int size);

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "collectives/coll.h"
-#include "core/comm.h"
+#include "runtime/comm.h"
 #include "core/sched.h"
 
 /* Under mu. */

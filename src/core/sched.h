@@ -3,7 +3,7 @@
 #ifndef HOOP_SCHED_H
 #define HOOP_SCHED_H
 
-#include "core/comm.h"
+#include "runtime/comm.h"
 
 /* Posts call (numbered here, in posting order) and, when req is NULL, waits for it; otherwise
  * *req is its handle. One thread posts at a time: a second one at the same time fails with

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/comm.h"
+#include "runtime/comm.h"
 #include "reduce/reduce.h"
 #include "runtime/mem.h"
 #include "transport/transport.h"

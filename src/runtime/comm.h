@@ -1,5 +1,7 @@
-/* The communicator, its calls and its requests: the layout every layer shares (api, lifecycle,
- * sched, collectives, runtime), and the communicator's error state (comm.c). */
+/* The communicator, its calls and its requests: the layout every layer from the runtime up shares
+ * (api, lifecycle, sched, collectives, runtime), and the communicator's error state (comm.c). It
+ * lives at the runtime's level so that no include goes upward: the core creates and drives what
+ * is declared here, the algorithms and the runtime read it. */
 #ifndef HOOP_COMM_H
 #define HOOP_COMM_H
 
@@ -7,8 +9,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "base/agreed.h"
 #include "base/clock.h"
-#include "core/agree.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/wire.h"
