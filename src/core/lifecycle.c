@@ -245,16 +245,13 @@ static hoop_result_t agree_claim(init_t *in)
 {
     hoop_comm_t *c = in->c;
     in->deadline = hoop__now() + in->cfg->timeout_s;
-    uint64_t nonce = 0;
-    if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
-        nonce = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
     in->ag = calloc(1, sizeof(*in->ag));
     if (in->ag == NULL) {
         snprintf(in->err, sizeof(in->err), "out of memory");
         return HOOP_ERR_NO_MEMORY;
     }
     in->ag->in = (hoop__agree_in_t){.cfg = in->cfg, .job = in->rdv->job, .rank = c->rank,
-                                    .size = c->size, .nonce = nonce, .deadline = in->deadline};
+                                    .size = c->size, .deadline = in->deadline};
     /* A store that goes away before this rank has claimed its number may be this process's
      * previous one closing (init, then init again at once): retry for a second before saying
      * the store was lost. */
