@@ -294,7 +294,7 @@ static hoop_result_t listen_step(init_t *in)
     if (in->rdv->method[0] == 't')
         snprintf(c->route_hint, sizeof(c->route_hint), "%s", in->rdv->host);
     hoop_result_t rc = open_transport(c, in->addr);
-    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", c->last_error);
+    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", hoop__comm_last(c));
     return rc;
 }
 
@@ -349,7 +349,7 @@ static hoop_result_t connect_peers(init_t *in)
 {
     hoop_comm_t *c = in->c;
     hoop_result_t rc = c->tp_ops->connect(c->tp, in->ptrs, in->deadline);
-    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", c->last_error);
+    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", hoop__comm_last(c));
     else if ((rc = set_ring(c, in->ptrs, in->addr)) != HOOP_OK)
         snprintf(in->err, sizeof(in->err), "out of memory");
     return rc;
@@ -390,7 +390,7 @@ static hoop_result_t init_comm(init_t *in)
         /* Nobody to meet: no store, no connections. */
         if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id)) c->id = (uint64_t)getpid();
         rc = open_transport(c, in->addr);
-        return rc == HOOP_OK ? HOOP_OK : init_fail(in, rc, c->last_error);
+        return rc == HOOP_OK ? HOOP_OK : init_fail(in, rc, hoop__comm_last(c));
     }
     rc = agree_claim(in);
     if (rc == HOOP_OK) rc = listen_step(in);
@@ -527,7 +527,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     const char **ptrs = calloc(p, sizeof(char *));
     int *parent_of = calloc(p, sizeof(int));
     hoop_comm_t *nc = NULL;
-    char addr[ADDR_LEN] = "", why[sizeof(c->last_error)];
+    char addr[ADDR_LEN] = "", why[sizeof(c->last_error[0])];
     if (all == NULL || members == NULL || addrs == NULL || ptrs == NULL || parent_of == NULL) {
         /* Before the first exchange: the call is refused, as one with bad arguments is. */
         rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
@@ -571,7 +571,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
             memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
             hoop_result_t orc = open_transport(nc, addr);
             if (orc != HOOP_OK) {
-                to_parent_ranks(nc->last_error[0] ? nc->last_error : hoop_error_string(orc),
+                to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(orc),
                                 parent_of, n, why, sizeof(why));
                 rc = hoop__comm_error(c, orc == HOOP_ERR_NO_MEMORY ? orc : HOOP_ERR_SYSTEM,
                                       "hoop_comm_split: rank %d of the parent communicator cannot "
@@ -602,13 +602,13 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
     nc->log.level = level;
     if (rc != HOOP_OK) {
-        to_parent_ranks(nc->last_error[0] ? nc->last_error : hoop_error_string(rc), parent_of, n,
+        to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(rc), parent_of, n,
                         why, sizeof(why));
         rc = hoop__comm_error(c, rc,
                               "hoop_comm_split: connecting the new communicator (color %d, %d ranks) "
                               "failed; ranks as numbered in the parent communicator: %s",
                               color, n, why);
-        HOOP_WARN(&c->log, "%s", c->last_error);
+        HOOP_WARN(&c->log, "%s", hoop__comm_last(c));
         goto out;
     }
     if (set_ring(nc, ptrs, addr) != HOOP_OK) {
