@@ -54,6 +54,14 @@ void hoop__call_describe(const hoop__call_t *call, char *buf, size_t n)
 {
     hoop__wire_hdr_t h;
     fill_hdr(call, &h);
+    /* Both ends of a point-to-point message carry kind send on the wire; the receiver's own
+     * call is a recv. */
+    if (call->kind == HOOP_K_SEND && call->is_recv) {
+        char d[128];
+        hoop__wire_describe(&h, d, sizeof(d));
+        snprintf(buf, n, "recv%s", d + strlen("send"));
+        return;
+    }
     hoop__wire_describe(&h, buf, n);
 }
 
