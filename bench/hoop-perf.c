@@ -26,7 +26,7 @@
 
 #include "hoop.h"
 #include "bench_util.h"
-#include "refcheck.h"
+#include "../common/refcheck.h"
 
 #define SENTINEL_BYTE 0xA5
 #define TRACE_BYTES (64 * 1024)      /* trace text kept per rank by --explain */
