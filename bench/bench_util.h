@@ -1,20 +1,14 @@
 /* Small helpers shared by hoop-perf and the programs it is compared with (bench/peers/): the
- * same size syntax on the command line and the same time column in the tables. Header-only, so
- * that bench/vs-peers.sh can still build a peer program from its one source file. */
+ * same clock, the same size syntax on the command line and the same time column in the tables.
+ * Header-only, so that bench/vs-peers.sh can still build a peer program from its one source file. */
 #ifndef HOOP_BENCH_UTIL_H
 #define HOOP_BENCH_UTIL_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-static inline double bench_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "../common/clock.h"
 
 /* "64", "64K", "16M", "1G" (binary multiples). Returns 0, or 1 if s is not such a size. */
 static inline int bench_parse_size(const char *s, size_t *out)

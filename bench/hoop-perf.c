@@ -451,9 +451,9 @@ static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, var
     fill_input(co, k);
     if (b->warm_each && b->warmup > 0 && !run_batch(b, co, k, b->warmup)) return 0;
     if (!checked(b, "barrier", hoop_barrier(b->comm))) return 0;
-    double t0 = bench_now_s();
+    double t0 = now_s();
     if (!run_batch(b, co, k, b->iters)) return 0;
-    v->us = (bench_now_s() - t0) / b->iters * 1e6;
+    v->us = (now_s() - t0) / b->iters * 1e6;
     v->ran = 1;
     if (!b->check || !co->expect) return 1;
 
@@ -831,9 +831,9 @@ static int ping_pong(const bench_t *b, unsigned char *buf, size_t bytes, int rou
     *half = 0;
     if (b->rank > 1) return 1;
     int peer = 1 - b->rank, warm = rounds / 10 + 1;
-    double t0 = bench_now_s();
+    double t0 = now_s();
     for (int i = -warm; i < rounds; i++) {
-        if (i == 0) t0 = bench_now_s();
+        if (i == 0) t0 = now_s();
         hoop_result_t e;
         if (b->rank == 0) {
             e = hoop_send(b->comm, buf, bytes, HOOP_UINT8, peer);
@@ -844,7 +844,7 @@ static int ping_pong(const bench_t *b, unsigned char *buf, size_t bytes, int rou
         }
         if (!checked(b, "ping-pong", e)) return 0;
     }
-    *half = (bench_now_s() - t0) / rounds / 2;
+    *half = (now_s() - t0) / rounds / 2;
     return 1;
 }
 
@@ -860,13 +860,13 @@ static int reduce_speed(const bench_t *b, double *gamma)
         x[i] = (float)(i % 7);
         y[i] = (float)(i % 5);
     }
-    double t0 = bench_now_s();
+    double t0 = now_s();
     for (int i = -2; ok && i < reps; i++) {
-        if (i == 0) t0 = bench_now_s();
+        if (i == 0) t0 = now_s();
         ok = checked(b, "hoop_reduce_local",
                      hoop_reduce_local(out, x, y, count, HOOP_FLOAT32, HOOP_SUM));
     }
-    *gamma = ok ? (bench_now_s() - t0) / reps / MODEL_LARGE_BYTES : 0.0;
+    *gamma = ok ? (now_s() - t0) / reps / MODEL_LARGE_BYTES : 0.0;
     free(x);
     free(y);
     free(out);

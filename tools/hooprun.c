@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "hoop.h" /* HOOP_VERSION_STRING only: the launcher does not link libhoop */
+#include "../common/clock.h"
 
 extern char **environ;
 
@@ -452,13 +453,6 @@ static int port_bindable(const char *addr, const char *port)
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Output                                                                                         */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* One of our own output streams. Whole lines are appended, so ranks never interleave mid-line. */
 struct sink {
