@@ -1,53 +1,12 @@
 /* hoop-perf's command line (nccl-tests' flags and a few of its own) and its help text. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hoop.h"
+#include "../bench_util.h"
 #include "hoop-perf.h"
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno || s[0] == '-') return -1;
-    unsigned long long mul = 1;
-    switch (*end) {
-    case 'K':
-    case 'k':
-        mul = 1ull << 10;
-        end++;
-        break;
-    case 'M':
-    case 'm':
-        mul = 1ull << 20;
-        end++;
-        break;
-    case 'G':
-    case 'g':
-        mul = 1ull << 30;
-        end++;
-        break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end != '\0' || v > SIZE_MAX / mul) return -1;
-    *out = (size_t)(v * mul);
-    return 0;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
 
 static int parse_dtypes(const char *s, unsigned *mask)
 {
@@ -199,32 +158,32 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
            -1) {
         int bad = 0;
         switch (c) {
-        case 'b': bad = parse_size(optarg, &b->minb); break;
-        case 'e': bad = parse_size(optarg, &b->maxb); break;
+        case 'b': bad = bench_parse_size(optarg, &b->minb); break;
+        case 'e': bad = bench_parse_size(optarg, &b->maxb); break;
         case 'f':
-            bad = parse_int(optarg, 1, 1 << 20, &v);
+            bad = bench_parse_int(optarg, 1, 1 << 20, &v);
             b->factor = (size_t)v;
             o->factor_set = 1;
             break;
         case 'i':
-            bad = parse_size(optarg, &b->step) || b->step == 0;
+            bad = bench_parse_size(optarg, &b->step) || b->step == 0;
             o->step_set = 1;
             break;
-        case 'n': bad = parse_int(optarg, 1, 1 << 24, &b->iters); break;
-        case 'w': bad = parse_int(optarg, 0, 1 << 24, &b->warmup); break;
-        case 'c': bad = parse_int(optarg, 0, 1, &b->check); break;
-        case 'z': bad = parse_int(optarg, 0, 2, &b->blocking); break;
-        case 'a': bad = parse_int(optarg, 0, 3, &b->average); break;
+        case 'n': bad = bench_parse_int(optarg, 1, 1 << 24, &b->iters); break;
+        case 'w': bad = bench_parse_int(optarg, 0, 1 << 24, &b->warmup); break;
+        case 'c': bad = bench_parse_int(optarg, 0, 1, &b->check); break;
+        case 'z': bad = bench_parse_int(optarg, 0, 2, &b->blocking); break;
+        case 'a': bad = bench_parse_int(optarg, 0, 3, &b->average); break;
         case 'd': bad = parse_dtypes(optarg, &b->dtypes); break;
         case 'o': bad = parse_ops(optarg, &b->ops); break;
         case 'r':
             if (!strcmp(optarg, "all"))
                 b->root = -1;
             else
-                bad = parse_int(optarg, 0, 1 << 30, &b->root);
+                bad = bench_parse_int(optarg, 0, 1 << 30, &b->root);
             break;
         case 'g':
-        case 't': bad = parse_int(optarg, 1, 1, &v); break; /* one rank per process */
+        case 't': bad = bench_parse_int(optarg, 1, 1, &v); break; /* one rank per process */
         case OPT_ALGO:
             /* A list (ring,ps) runs the sweep once per algorithm in one job. */
             o->algos = optarg;
