@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "refcheck.h"
+#include "../../common/refcheck.h"
 #include "../common/testing.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
