@@ -30,12 +30,12 @@
 # HOOP_RDMA_VM_MEM (MiB, 1536); HOOP_RDMA_VM_MIRROR (default: the archive this host's apt uses).
 #
 # Measured on a 2-core host without usable KVM (software emulation), Debian's archive near by:
-#   image build from nothing 75-90 s: debootstrap 36 s, siw.ko built from linux-source 37-48 s,
-#   initramfs 0.1 s, ext4 root 2-3 s; the cache then holds 296 MiB. The first run on a new image
+#   image build from nothing 75-90 s: debootstrap 36-48 s, siw.ko built from linux-source 29-48 s,
+#   initramfs 0.1 s, ext4 root 1-3 s; the cache then holds 296 MiB. The first run on a new image
 #   also asks once whether KVM works (15 s where it does not).
-#   each run: 11-14 s from qemu start to power-off; the guest is at rdma up 7.5 s after its kernel
-#   starts, and the probe's three runs (tests/rdma/probe_test.sh) take 2 s of it.
-# The guest's CPUs are emulated and 3-10x noisy: use it for correctness, never for speed.
+#   each run: 10-14 s from qemu start to power-off; the guest is at rdma up 6-8 s after its kernel
+#   starts; tests/rdma/probe_test.sh's five probe runs add 2-4 s.
+# The guest's CPUs are emulated: use it for correctness, never for speed.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -107,7 +107,9 @@ B=/bin/busybox
 $B mkdir -p /dev /proc /root
 $B mount -t devtmpfs dev /dev
 $B mount -t proc proc /proc
-for m in $($B cat /modules/order); do $B insmod "/modules/$m" || echo "initramfs: insmod $m failed"; done
+for m in $($B cat /modules/order); do
+    $B insmod "/modules/$m" || echo "initramfs: insmod $m failed"
+done
 n=0
 while [ ! -b /dev/vda ] && [ $n -lt 200 ]; do $B sleep 0.05; n=$((n + 1)); done
 $B mount -t ext4 /dev/vda /root || { echo "initramfs: cannot mount /dev/vda"; $B poweroff -f; }
@@ -150,7 +152,8 @@ recipe_hash() {
 }
 
 host_mirror() {
-    sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1 | grep . ||
+    sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null |
+        head -n 1 | grep . ||
         awk '$1 == "deb" { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true
 }
 
@@ -158,7 +161,8 @@ build_image() {
     local t0 t new root kver mirror
     t0=$(now)
     [ "$(id -u)" = 0 ] || skip "no guest image in $CACHE, and building one needs root (debootstrap)"
-    command -v debootstrap >/dev/null || skip "debootstrap not found (scripts/install-deps.sh installs it)"
+    command -v debootstrap >/dev/null ||
+        skip "debootstrap not found (scripts/install-deps.sh installs it)"
     command -v mkfs.ext4 >/dev/null || skip "mkfs.ext4 not found (e2fsprogs)"
     mirror=${HOOP_RDMA_VM_MIRROR:-$(host_mirror)}
     [ -n "$mirror" ] || skip "no Debian archive known (set HOOP_RDMA_VM_MIRROR)"
@@ -207,10 +211,9 @@ build_image() {
     cp "$root/bin/busybox" "$ird/bin/"
     write_initramfs_init "$ird/init"
     : >"$ird/modules/order"
-    # modprobe lists each module after what it depends on, built-in ones as "builtin".
-    for m in $(chroot "$root" modprobe -S "$kver" --show-depends -a virtio_pci virtio_blk crc32c_generic ext4 |
-               awk '$1 == "insmod" { print $2 }'); do
-        case " $(cat "$ird/modules/order" | tr '\n' ' ') " in *" ${m##*/} "*) continue ;; esac
+    # modprobe lists each module after what it depends on (built-in ones as "builtin").
+    for m in $(chroot "$root" modprobe -S "$kver" --show-depends -a virtio_pci virtio_blk \
+                   crc32c_generic ext4 | awk '$1 == "insmod" && !seen[$2]++ { print $2 }'); do
         cp "$root$m" "$ird/modules/"
         echo "${m##*/}" >>"$ird/modules/order"
     done
@@ -325,7 +328,8 @@ qpid=
 set -e
 if [ -f "$ctl/rc" ]; then
     rc=$(cat "$ctl/rc")
-    say "exit $rc; $accel, $(secs "$t") s from qemu start to power-off ($(tr '\n' ' ' <"$ctl/times" 2>/dev/null))"
+    marks=$(tr '\n' ' ' <"$ctl/times" 2>/dev/null || true)
+    say "exit $rc; $accel, $(secs "$t") s from qemu start to power-off (guest uptime: ${marks% })"
     exit "$rc"
 fi
 if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
