@@ -304,7 +304,7 @@ static void discover_ports(const hoop__ibv_t *v, struct ibv_context *ctx, const 
         return;
     }
     for (int port = 1; port <= da.phys_port_cnt; port++) {
-        char what[HOOP_IBV_NAME_MAX + 48];
+        char what[HOOP_IBV_NAME_MAX + 192];
         if (!hoop__ibv_hca_match(hca, name, port)) {
             HOOP_INFO(log, "ibverbs: %s:%d not used: HOOP_IB_HCA leaves it out", name, port);
             snprintf(what, sizeof(what), "%s:%d (HOOP_IB_HCA)", name, port);
@@ -312,8 +312,9 @@ static void discover_ports(const hoop__ibv_t *v, struct ibv_context *ctx, const 
             continue;
         }
         struct ibv_port_attr pa;
-        if (v->query_port(ctx, (uint8_t)port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) {
-            const char *st = v->port_state_str(pa.state);
+        int qrc = v->query_port(ctx, (uint8_t)port, &pa);
+        if (qrc != 0 || pa.state != IBV_PORT_ACTIVE) {
+            const char *st = qrc != 0 ? "cannot be queried" : v->port_state_str(pa.state);
             HOOP_INFO(log, "ibverbs: %s:%d not used: port %s", name, port, st);
             snprintf(what, sizeof(what), "%s:%d (%s)", name, port, st);
             seen_add(seen, seenlen, what);
@@ -336,7 +337,7 @@ static void discover_ports(const hoop__ibv_t *v, struct ibv_context *ctx, const 
                                           p->iwarp ? -1 : gid_index, why, sizeof(why));
         if (p->gid_index < 0) {
             HOOP_INFO(log, "ibverbs: %s:%d not used: %s", name, port, why);
-            snprintf(what, sizeof(what), "%s:%d (%.30s)", name, port, why);
+            snprintf(what, sizeof(what), "%s:%d (%s)", name, port, why);
             seen_add(seen, seenlen, what);
             continue;
         }

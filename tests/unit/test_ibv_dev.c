@@ -420,6 +420,10 @@ static void discovery(void **state)
     assert_int_equal(discover(&v, "=roce_a:2,roce_c", -1, p, err), 0);
     assert_string_equal(err, "no usable RDMA port among roce_a:1 (HOOP_IB_HCA), roce_a:2 "
                              "(PORT_DOWN), roce_b:1 (HOOP_IB_HCA)");
+    assert_int_equal(discover(&v, "=roce_a", 2, p, err), 0);
+    assert_string_equal(err, "no usable RDMA port among roce_a:1 (HOOP_IB_GID_INDEX=2, but the "
+                             "port's GID table has 2 entries), roce_a:2 (PORT_DOWN), roce_b:1 "
+                             "(HOOP_IB_HCA)");
 }
 
 int main(void)
