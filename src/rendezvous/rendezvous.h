@@ -15,10 +15,10 @@
 
 /* Where and who: what an init method resolves to. */
 typedef struct hoop__rdv {
-    char method[8];   /* the store's kind: "tcp" or "file" */
-    char host[256];   /* tcp: host name or address of rank 0's store */
-    int port;         /* tcp */
-    char path[1024];  /* file */
+    char method[8];  /* the store's kind: "tcp" or "file" */
+    char host[256];  /* tcp: host name or address of rank 0's store */
+    int port;        /* tcp */
+    char path[1024]; /* file */
     int rank, size;
     int local_rank, local_size; /* -1 where unknown */
     hoop__auth_key_t auth;      /* tcp: every connection to the store proves this key (auth.set) */

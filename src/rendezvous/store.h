@@ -1,13 +1,12 @@
 /* The rendezvous store: a small key-value store through which ranks find each other at init.
  * tcp://HOST:PORT: rank 0 serves it from a thread, every rank (rank 0 too) is a client.
- * file:///PATH: one file per key in the directory PATH.d, written atomically (write, then rename). */
+ * file:///PATH: one file per key in the directory PATH.d, written atomically (write, then rename).
+ * Each kind is one table of operations (store_ops.h); this is the interface every caller sees. */
 #ifndef HOOP_STORE_H
 #define HOOP_STORE_H
 
 #include <stddef.h>
-#include <stdint.h>
 
-#include "base/auth.h"
 #include "base/log.h"
 #include "hoop.h"
 #include "rendezvous/rendezvous.h"
@@ -41,20 +40,5 @@ const char *hoop__store_error(const hoop__store_t *st);
 /* Closes the client; on rank 0 of a tcp store also stops the server (callers make sure every rank
  * has read what it needs first). */
 void hoop__store_close(hoop__store_t *st);
-
-/* The tcp store protocol, exposed for tests and fuzzing. A request is
- *   u8 op ('S' set, 'G' get, 'C' claim) | u32 keylen | u32 vallen | key | value  (little-endian)
- * and a reply is u8 status (0 ok, 1 missing, 2 taken: a claim's key existed) | u32 vallen | value
- * (a get's value, or the existing value of a taken claim).
- * Returns the number of bytes of buf that form one complete request (> 0), 0 if more bytes are
- * needed, -1 if the bytes can never form a valid request (the connection is then dropped). */
-typedef struct hoop__store_req {
-    uint8_t op;
-    const char *key;
-    uint32_t keylen;
-    const uint8_t *val;
-    uint32_t vallen;
-} hoop__store_req_t;
-long hoop__store_parse(const uint8_t *buf, size_t len, hoop__store_req_t *req);
 
 #endif
