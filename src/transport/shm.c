@@ -363,12 +363,9 @@ static int recv_frames(hoop__tp_t *tp, int j)
             shdr_decode(o->hdr, &x->got);
             x->got.src = (uint32_t)j;
             x->got.comm_id = tp->p.comm_id;
-            hoop__wire_hdr_t want = x->hdr;
-            want.payload_len = x->len;
-            hoop_result_t rc = hoop__wire_match(&want, &x->got);
-            if (rc != HOOP_OK || (x->got.flags & ~F_CMA) != 0) {
-                char msg[400];
-                hoop__wire_mismatch_msg(&want, &x->got, j, tp->p.rank, msg, sizeof(msg));
+            char msg[400];
+            if (hoop__wire_check_recv(&x->hdr, x->len, &x->got, (x->got.flags & ~F_CMA) == 0, j,
+                                      tp->p.rank, msg, sizeof(msg)) != HOOP_OK) {
                 peer_fail(tp, j, HOOP_ERR_MISMATCH, msg);
                 return 1;
             }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/part.h"
 #include "transport/transport.h"
 
 #include "transport/tcp.h"
@@ -273,9 +274,7 @@ static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
             return;
         }
         size_t off, len;
-        size_t q = x->len / (size_t)n, r = x->len % (size_t)n;
-        off = (size_t)k * q + ((size_t)k < r ? (size_t)k : r);
-        len = q + ((size_t)k < r ? 1 : 0);
+        hoop__part(x->len, n, k, &off, &len);
         s->x = x;
         s->off = off;
         s->len = len;
@@ -378,18 +377,11 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
         s->pos += (size_t)r;
         moved = 1;
         if (s->pos == s->hlen && s->hlen > 0) {
-            hoop_result_t rc = hoop__wire_decode(s->hdr, UINT64_MAX, &x->got);
-            if (rc == HOOP_OK) {
-                hoop__wire_hdr_t want = x->hdr;
-                want.payload_len = x->len;
-                rc = hoop__wire_match(&want, &x->got);
-            }
-            if (rc != HOOP_OK) {
+            char msg[400];
+            int valid = hoop__wire_decode(s->hdr, UINT64_MAX, &x->got) == HOOP_OK;
+            if (hoop__wire_check_recv(&x->hdr, x->len, &x->got, valid, peer, tp->p.rank, msg,
+                                      sizeof(msg)) != HOOP_OK) {
                 /* The stream is out of step from here on: fail this transfer and the peer. */
-                char msg[400];
-                hoop__wire_hdr_t want = x->hdr;
-                want.payload_len = x->len;
-                hoop__wire_mismatch_msg(&want, &x->got, peer, tp->p.rank, msg, sizeof(msg));
                 x->status = HOOP_ERR_MISMATCH;
                 x->done = 1;
                 so->rq = s->next;
