@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,23 +168,6 @@ void hoop__mux_host_key(const char *addr, char *out, size_t n)
     out[k] = '\0';
 }
 
-const char *hoop__fd_error(int err, char *buf, size_t n)
-{
-    struct rlimit rl;
-    char hard[32] = "unlimited";
-    if (err == ENFILE) {
-        snprintf(buf, n, "%s: the system as a whole is out of file descriptors (fs.file-max)",
-                 strerror(err));
-    } else if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        if (rl.rlim_max != RLIM_INFINITY) snprintf(hard, sizeof(hard), "%llu", (unsigned long long)rl.rlim_max);
-        snprintf(buf, n, "%s: this process may have %llu open (hard limit %s): raise the limit "
-                 "(ulimit -n, or LimitNOFILE= for a service), or use fewer communicators",
-                 strerror(err), (unsigned long long)rl.rlim_cur, hard);
-    } else
-        snprintf(buf, n, "%s", strerror(err));
-    return buf;
-}
-
 static void append(char *list, size_t n, int j)
 {
     size_t o = strlen(list);
@@ -327,6 +309,7 @@ static void mux_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
 
 const hoop__transport_ops_t hoop__mux_transport = {
     .name = "auto",
+    .caps = HOOP_TP_MEM(HOOP__MEM_HOST), /* what every transport it routes to takes */
     .listen = mux_listen,
     .connect = mux_connect,
     .post = mux_post,

@@ -172,13 +172,12 @@ static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
 {
     x->done = 0;
     x->status = HOOP_OK;
-    x->hdr_ok = 0;
-    x->parts_left = 1;
     peer_t *pe = x->peer >= 0 && x->peer < tp->p.size ? &tp->peers[x->peer] : NULL;
     if (tp->failed || pe == NULL || !pe->local || pe->lost) {
         finish(x, tp->failed ? tp->failed : HOOP_ERR_PEER_LOST);
         return;
     }
+    if (hoop__tp_refuse_mem("shm", hoop__shm_transport.caps, &tp->p, x)) return;
     op_t *o = op_new(tp);
     if (o == NULL) {
         finish(x, HOOP_ERR_NO_MEMORY);
@@ -739,6 +738,7 @@ static void shm_close(hoop__tp_t *tp)
 
 const hoop__transport_ops_t hoop__shm_transport = {
     .name = "shm",
+    .caps = HOOP_TP_MEM(HOOP__MEM_HOST),
     .listen = hoop__shm_listen,
     .connect = hoop__shm_connect,
     .post = shm_post,

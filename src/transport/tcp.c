@@ -46,7 +46,7 @@ static void finish(hoop__xfer_t *x, hoop_result_t st)
 {
     if (x->done) return;
     if (x->status == HOOP_OK) x->status = st;
-    if (st != HOOP_OK || --x->parts_left == 0) x->done = 1;
+    if (st != HOOP_OK || --*tcp_parts_left(x) == 0) x->done = 1;
 }
 
 static int stripes(const hoop__tp_t *tp, size_t len)
@@ -255,15 +255,16 @@ static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
 {
     x->done = 0;
     x->status = HOOP_OK;
-    x->hdr_ok = 0;
+    *tcp_hdr_ok(x) = 0;
     int n = stripes(tp, x->len);
-    x->parts_left = n;
+    *tcp_parts_left(x) = n;
     if (tp->failed || x->peer < 0 || x->peer >= tp->p.size || x->peer == tp->p.rank ||
         tp->peers[x->peer].lost) {
         x->status = tp->failed ? tp->failed : HOOP_ERR_PEER_LOST;
         x->done = 1;
         return;
     }
+    if (hoop__tp_refuse_mem("tcp", hoop__tcp_transport.caps, &tp->p, x)) return;
     peer_t *pe = &tp->peers[x->peer];
     for (int k = 0; k < n; k++) {
         seg_t *s = seg_new(tp);
@@ -339,7 +340,7 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
     while (so->rq != NULL) {
         seg_t *s = so->rq;
         hoop__xfer_t *x = s->x;
-        if (s->hlen == 0 && !x->hdr_ok) break; /* wait for socket 0 to check the header */
+        if (s->hlen == 0 && !*tcp_hdr_ok(x)) break; /* wait for socket 0 to check the header */
         ssize_t r;
         if (s->pos < s->hlen) {
             /* Headers come through hb, where one may already wait (read while idle). */
@@ -390,7 +391,7 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
                 peer_fail(tp, peer, HOOP_ERR_MISMATCH, msg);
                 return 1;
             }
-            x->hdr_ok = 1;
+            *tcp_hdr_ok(x) = 1;
         }
         if (s->pos < s->hlen + s->len) continue;
     complete:
@@ -432,7 +433,7 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
             short ev = 0;
             if (so->sq != NULL) ev |= POLLOUT;
             if (k == 0 && pe->ab_active) ev |= POLLIN;
-            else if (so->rq != NULL && (so->rq->hlen > 0 || so->rq->x->hdr_ok)) ev |= POLLIN;
+            else if (so->rq != NULL && (so->rq->hlen > 0 || *tcp_hdr_ok(so->rq->x))) ev |= POLLIN;
             /* Idle socket 0: watch for an abort notice (and take the next header in early). */
             else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP_WIRE_HDR_SIZE) ev |= POLLIN;
             else if (!so->hup) ev |= POLLRDHUP;
@@ -674,6 +675,7 @@ static void tcp_close(hoop__tp_t *tp)
 
 const hoop__transport_ops_t hoop__tcp_transport = {
     .name = "tcp",
+    .caps = HOOP_TP_MEM(HOOP__MEM_HOST),
     .listen = hoop__tcp_listen,
     .connect = hoop__tcp_connect,
     .post = tcp_post,

@@ -108,6 +108,11 @@ struct hoop__tp {
     char conn_err[ABORT_MAX + 1]; /* why connect() failed, for the peers connected so far */
 };
 
+/* tcp's scratch in a transfer (hoop__xfer_t.tp): its stripes not finished yet, and whether
+ * socket 0 has checked its header (the other stripes wait for that). */
+static inline int32_t *tcp_parts_left(hoop__xfer_t *x) { return &x->tp.i32[0]; }
+static inline int32_t *tcp_hdr_ok(hoop__xfer_t *x) { return &x->tp.i32[1]; }
+
 struct pending;
 
 /* Shared between tcp_setup.c and tcp.c. */

@@ -14,10 +14,28 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/memtype.h"
 #include "base/wire.h"
 #include "hoop.h"
 
 enum { HOOP_XFER_SEND = 1, HOOP_XFER_RECV = 2 };
+
+/* Where a transfer's buffer lives: its memory type, and the registration of the memory that holds
+ * it with the transport it is posted to (see reg in hoop__transport_ops_t). A zeroed descriptor is
+ * host memory, unregistered. */
+typedef struct hoop__mem_desc {
+    hoop__mem_type_t type;
+    void *reg; /* NULL, or what the reg() of this transport returned for a range holding the buffer */
+} hoop__mem_desc_t;
+
+/* Scratch of the transport a transfer is posted to, from post() until done, for its own
+ * bookkeeping (tcp: stripes still to finish, whether the header was checked) through accessors of
+ * its own. Posters and waiters neither read nor write it. */
+typedef union hoop__tp_scratch {
+    uint64_t u64[4];
+    void *ptr[4];
+    int32_t i32[8];
+} hoop__tp_scratch_t;
 
 /* One posted send or receive. The caller owns it and its buffer until done is set. */
 typedef struct hoop__xfer {
@@ -25,20 +43,22 @@ typedef struct hoop__xfer {
     int dir;                /* HOOP_XFER_SEND or HOOP_XFER_RECV */
     int peer;
     hoop__wire_hdr_t hdr;   /* send: the header to send; recv: the header expected */
-    void *buf;              /* payload (read-only for a send). Host memory; device pointers and
-                             * registered memory arrive with the transports that need them. */
+    void *buf;              /* payload (read-only for a send), in memory of type mem.type */
     size_t len;             /* payload bytes */
+    hoop__mem_desc_t mem;   /* where buf lives: a transport that cannot take its type refuses x */
     /* Set by the transport. */
     hoop__wire_hdr_t got;   /* recv: the header that arrived (valid once done, also on mismatch) */
     hoop_result_t status;   /* valid once done */
     int done;
     /* The waiter's (transports leave it alone): moved(peer) when it last looked. */
     uint64_t seen;
-    /* Transport-private. */
-    struct hoop__xfer *next;
-    int parts_left;
-    int hdr_ok;
+    /* The transport's (see hoop__tp_scratch_t). */
+    hoop__tp_scratch_t tp;
 } hoop__xfer_t;
+
+/* Capability bits of a transport (hoop__transport_ops_t.caps). */
+#define HOOP_TP_MEM(type) (1u << (type)) /* moves buffers of this memory type directly */
+#define HOOP_TP_WANTS_REG (1u << 16)     /* moves memory registered with reg() (faster, or only) */
 
 typedef struct hoop__tp hoop__tp_t;
 
@@ -49,7 +69,8 @@ typedef struct hoop__tp_params {
     const hoop__config_t *cfg;
     const hoop__log_t *log;
     const char *route_hint;   /* an address peers are known to reach (the store's host), or NULL */
-    /* Called (on the progressing thread) with the first failure of a peer: code and a sentence. */
+    /* Called (on the progressing thread) with the first failure of a peer, and with each transfer
+     * refused at post() (a memory type the transport cannot take): code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
     void *report_ctx;
     /* Another transport's wait_fd that a transport sleeping in poll() also watches (it does not
@@ -59,13 +80,18 @@ typedef struct hoop__tp_params {
 
 typedef struct hoop__transport_ops {
     const char *name;
+    /* HOOP_TP_MEM(type) for every memory type post() takes, and HOOP_TP_WANTS_REG where reg()
+     * should be called for the buffers of its transfers. */
+    uint32_t caps;
     /* Creates the instance and starts listening; writes the address peers connect to (published
      * through the store) into addr. Blocks on nothing remote. */
     hoop_result_t (*listen)(const hoop__tp_params_t *p, hoop__tp_t **tp, char *addr, size_t addrlen);
     /* Connects to every peer whose addrs[peer] is not NULL. Blocks until all are connected or the
      * deadline (monotonic seconds) passes: HOOP_ERR_TIMEOUT naming the missing peers. */
     hoop_result_t (*connect)(hoop__tp_t *tp, const char *const *addrs, double deadline);
-    /* Queues x. Never blocks. A transport already failed completes x at once with its error. */
+    /* Queues x. Never blocks. A transport already failed completes x at once with its error; so
+     * does one that cannot take x's memory (hoop__tp_refuse_mem: HOOP_ERR_UNSUPPORTED, or
+     * HOOP_ERR_INVALID_ARGUMENT for a type that does not exist), reporting why. */
     void (*post)(hoop__tp_t *tp, hoop__xfer_t *x);
     /* Moves bytes of queued transfers; sleeps at most timeout_ms when nothing can move. A peer that
      * closes or resets fails its transfers with HOOP_ERR_PEER_LOST; a header that does not match the
@@ -97,7 +123,27 @@ typedef struct hoop__transport_ops {
      * no rank goes on with a communicator another rank could not set up. Blocks until the
      * deadline at most; the peer's announcement must not depend on this call returning first. */
     hoop_result_t (*settle)(hoop__tp_t *tp, double deadline);
+    /* Optional (NULL where the transport needs no registration): registers len bytes at buf, of
+     * memory type type, for transfers; *reg is the handle for hoop__mem_desc_t.reg of transfers
+     * within that range, valid until dereg(). A transport that needs nothing for that memory
+     * may set *reg to NULL. Called by the thread that drives progress, between transfers on the
+     * range. HOOP_OK, or an error with the sentence reported. */
+    hoop_result_t (*reg)(hoop__tp_t *tp, void *buf, size_t len, hoop__mem_type_t type, void **reg);
+    /* Undoes reg() (reg may be NULL). No transfer with it may be queued. */
+    void (*dereg)(hoop__tp_t *tp, void *reg);
 } hoop__transport_ops_t;
+
+/* post()'s check of x's memory against caps, for every transport: 0 when it takes the type;
+ * otherwise completes x with HOOP_ERR_UNSUPPORTED (a type it cannot take) or
+ * HOOP_ERR_INVALID_ARGUMENT (no such type), reports the sentence through p, and returns 1. Host
+ * memory costs one test. */
+int hoop__tp_refuse(const char *name, uint32_t caps, const hoop__tp_params_t *p, hoop__xfer_t *x);
+static inline int hoop__tp_refuse_mem(const char *name, uint32_t caps, const hoop__tp_params_t *p,
+                                      hoop__xfer_t *x)
+{
+    if (x->mem.type == HOOP__MEM_HOST && (caps & HOOP_TP_MEM(HOOP__MEM_HOST))) return 0;
+    return hoop__tp_refuse(name, caps, p, x);
+}
 
 extern const hoop__transport_ops_t hoop__tcp_transport;
 extern const hoop__transport_ops_t hoop__shm_transport;

@@ -1320,10 +1320,45 @@ static int case_close(ctx_t *c)
     return 0;
 }
 
+/* One 16-byte exchange with the other rank, numbered seq: the instance still works. With
+ * registered set, both buffers are registered first (reg()) and the transfers carry the handles. */
+static int exchange_ok(ctx_t *c, uint64_t seq, const char *what, int registered)
+{
+    const hoop__transport_ops_t *ops = c->ops;
+    int me = c->rank, peer = 1 - me;
+    uint8_t in[16 + GUARD], out[16];
+    void *rin = NULL, *rout = NULL;
+    if (registered)
+        CHECK(c, ops->reg(c->tp, in, sizeof(in), HOOP__MEM_HOST, &rin) == HOOP_OK &&
+                     ops->reg(c->tp, out, sizeof(out), HOOP__MEM_HOST, &rout) == HOOP_OK,
+              "reg: %s", c->rep.msg);
+    memset(in, GUARD_BYTE, sizeof(in));
+    fill(out, 16, seed_of(c, me, peer, seq));
+    hoop__xfer_t r, s;
+    hoop__wire_hdr_t hr = mkhdr(c, peer, seq, seq, 16), hs = mkhdr(c, me, seq, seq, 16);
+    xinit(&r, HOOP_XFER_RECV, peer, &hr, in, 16);
+    xinit(&s, HOOP_XFER_SEND, peer, &hs, out, 16);
+    r.mem.reg = rin;
+    s.mem.reg = rout;
+    ops->post(c->tp, &s);
+    ops->post(c->tp, &r);
+    hoop__xfer_t *both[2] = {&r, &s};
+    char w[96];
+    snprintf(w, sizeof(w), "an exchange %s", what);
+    TRY(drive(c, both, 2, 10, w));
+    CHECK(c, s.status == HOOP_OK, "send %s: %s", what, hoop_error_string(s.status));
+    TRY(check_recv(c, &r, &hr, seed_of(c, peer, me, seq), what));
+    if (registered) {
+        ops->dereg(c->tp, rin);
+        ops->dereg(c->tp, rout);
+    }
+    return 0;
+}
+
 /* Transfers to no valid peer (-1, size, itself) complete with an error instead of waiting. */
 static int case_badpeer(ctx_t *c)
 {
-    int me = c->rank, peer = 1 - me;
+    int me = c->rank;
     const int bad[3] = {-1, c->size, me};
     static const char *const name[3] = {"-1", "size", "itself"};
     for (int i = 0; i < 3; i++) {
@@ -1341,20 +1376,57 @@ static int case_badpeer(ctx_t *c)
             CHECK(c, x.status != HOOP_OK, "%s succeeded", what);
         }
     }
-    /* The instance still works. */
-    uint8_t in[16 + GUARD], out[16];
-    memset(in, GUARD_BYTE, sizeof(in));
-    fill(out, 16, seed_of(c, me, peer, 2));
-    hoop__xfer_t r, s;
-    hoop__wire_hdr_t hr = mkhdr(c, peer, 2, 2, 16), hs = mkhdr(c, me, 2, 2, 16);
-    xinit(&r, HOOP_XFER_RECV, peer, &hr, in, 16);
-    xinit(&s, HOOP_XFER_SEND, peer, &hs, out, 16);
-    c->ops->post(c->tp, &s);
-    c->ops->post(c->tp, &r);
-    hoop__xfer_t *both[2] = {&r, &s};
-    TRY(drive(c, both, 2, 10, "an exchange after the bad posts"));
-    CHECK(c, s.status == HOOP_OK, "send: %s", hoop_error_string(s.status));
-    TRY(check_recv(c, &r, &hr, seed_of(c, peer, me, 2), "after the bad posts"));
+    return exchange_ok(c, 2, "after the bad posts", 0);
+}
+
+/* A memory type the transport under test does not take (one outside the enumeration where it
+ * takes every type). */
+static int untaken_type(const hoop__transport_ops_t *ops)
+{
+    for (int t = 0; t < HOOP__MEM_COUNT; t++)
+        if (!(ops->caps & HOOP_TP_MEM(t))) return t;
+    return HOOP__MEM_COUNT;
+}
+
+/* Memory the transport cannot take: a send or receive of it completes at once with an error and a
+ * sentence naming the type and the peer, and the instance goes on working. A memory type that is
+ * none fails as an invalid argument. Where the transport registers memory, transfers of
+ * registered buffers go through. */
+static int case_memory(ctx_t *c)
+{
+    const hoop__transport_ops_t *ops = c->ops;
+    CHECK(c, ops->caps & HOOP_TP_MEM(HOOP__MEM_HOST), "%s does not take host memory", ops->name);
+    CHECK(c, (ops->reg == NULL) == (ops->dereg == NULL), "reg() and dereg() come together");
+    CHECK(c, !(ops->caps & HOOP_TP_WANTS_REG) || ops->reg != NULL,
+          "the caps ask for registration but there is no reg()");
+    int me = c->rank, peer = 1 - me;
+    const int types[2] = {untaken_type(ops), HOOP__MEM_COUNT + 3};
+    for (int i = 0; i < 2; i++) {
+        int known = types[i] < HOOP__MEM_COUNT;
+        hoop_result_t want = known ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_INVALID_ARGUMENT;
+        char text[64], peer_s[24];
+        if (known) snprintf(text, sizeof(text), "cannot move %s memory", hoop__mem_type_name(types[i]));
+        else snprintf(text, sizeof(text), "memory type %d, which does not exist", types[i]);
+        snprintf(peer_s, sizeof(peer_s), "rank %d", peer);
+        for (int dir = HOOP_XFER_SEND; dir <= HOOP_XFER_RECV; dir++) {
+            uint8_t b[16] = {0};
+            hoop__xfer_t x;
+            hoop__wire_hdr_t h = mkhdr(c, dir == HOOP_XFER_SEND ? me : peer, 1, 1, 16);
+            xinit(&x, dir, peer, &h, b, 16);
+            x.mem.type = (hoop__mem_type_t)types[i];
+            memset(&c->rep, 0, sizeof(c->rep));
+            ops->post(c->tp, &x);
+            CHECK(c, x.done && x.status == want, "a %s of memory type %d: %s, expected %s at once",
+                  dir == HOOP_XFER_SEND ? "send" : "receive", types[i],
+                  x.done ? hoop_error_string(x.status) : "not done", hoop_error_string(want));
+            CHECK(c, c->rep.n > 0 && c->rep.code == want && strstr(c->rep.msg, text) != NULL &&
+                         strstr(c->rep.msg, peer_s) != NULL,
+                  "report: %d call(s), %s, \"%s\" (expected %s, \"%s\" and \"%s\")", c->rep.n,
+                  hoop_error_string(c->rep.code), c->rep.msg, hoop_error_string(want), text, peer_s);
+        }
+    }
+    TRY(exchange_ok(c, 2, "after the refused posts", 0));
+    if (ops->reg != NULL) TRY(exchange_ok(c, 3, "of registered buffers", 1));
     return 0;
 }
 
@@ -1395,6 +1467,7 @@ static const case_def_t cases[] = {
     {"idle", case_idle, 2, 1, 1, -1, 1, 30, 0},
     {"close-queued", case_close, 2, 1, 1, -1, 0, 30, 0},
     {"bad-peer", case_badpeer, 2, 1, 1, -1, 0, 30, 0},
+    {"memory", case_memory, 2, 1, 1, -1, 0, 30, 0},
     {"late-connect", case_late, 2, 1, 1, -1, 0, 30, 1},
 };
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
