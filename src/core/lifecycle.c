@@ -101,7 +101,8 @@ static void comm_free(hoop_comm_t *c)
 }
 
 /* Orders the ring host by host (hosts in order of their lowest rank, ranks ascending inside one),
- * from the host keys in the addresses every rank published; ptrs[rank] is NULL (own is used). */
+ * from the host identity the transport reads in the addresses every rank published (all on one
+ * host where it has none); ptrs[rank] is NULL (own is used). */
 static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const char *own)
 {
     int p = c->size;
@@ -113,7 +114,8 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
         free(placed);
         return HOOP_ERR_NO_MEMORY;
     }
-    for (int j = 0; j < p; j++) hoop__mux_host_key(j == c->rank ? own : ptrs[j], keys[j], sizeof(keys[j]));
+    for (int j = 0; j < p && c->tp_ops->host_key != NULL; j++)
+        c->tp_ops->host_key(j == c->rank ? own : ptrs[j], keys[j], sizeof(keys[j]));
     int pos = 0, identity = 1;
     for (int h = 0; h < p; h++) {
         if (placed[h]) continue;

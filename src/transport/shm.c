@@ -177,7 +177,7 @@ static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
         finish(x, tp->failed ? tp->failed : HOOP_ERR_PEER_LOST);
         return;
     }
-    if (hoop__tp_refuse_mem("shm", hoop__shm_transport.caps, &tp->p, x)) return;
+    if (hoop__tp_refuse_mem("shm", SHM_CAPS, &tp->p, x)) return;
     op_t *o = op_new(tp);
     if (o == NULL) {
         finish(x, HOOP_ERR_NO_MEMORY);
@@ -680,6 +680,10 @@ static void shm_wake(hoop__tp_t *tp)
     if (tp->sh != NULL) {
         atomic_fetch_add(&tp->sh->doorbell, 1);
         futex(&tp->sh->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+        /* Armed, it sleeps in another poll(), which watches the bell (shm_arm saw woken first
+         * if this came before it announced). */
+        if (atomic_load(&tp->sh->bell) && write(tp->bell[1], "", 1) < 0) { /* full: ringing */
+        }
     }
 }
 
@@ -738,7 +742,7 @@ static void shm_close(hoop__tp_t *tp)
 
 const hoop__transport_ops_t hoop__shm_transport = {
     .name = "shm",
-    .caps = HOOP_TP_MEM(HOOP__MEM_HOST),
+    .caps = SHM_CAPS,
     .listen = hoop__shm_listen,
     .connect = hoop__shm_connect,
     .post = shm_post,

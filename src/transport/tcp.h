@@ -43,11 +43,13 @@
 #define HOOP_TCP_H
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <stdint.h>
 
 #include "transport/transport.h"
 
 #define STRIPE_MIN (64 * 1024)
+#define TCP_CAPS HOOP_TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
 #define HELLO_SIZE 24
 #define HELLO_MAGIC 0x4f4c4548504f4f48ull /* "HOOPHELO" */
 /* Seconds an accepted connection has to send its hello and authenticate. */
@@ -80,6 +82,7 @@ typedef struct sock {
     /* Socket 0: the next header, read ahead of (or for) the receive it belongs to. */
     uint8_t hb[HOOP_WIRE_HDR_SIZE];
     size_t hb_len;
+    uint32_t ep_ev;      /* the events it is in the epoll set with (tcp_arm), 0: not in it */
 } sock_t;
 
 typedef struct peer {
@@ -106,6 +109,12 @@ struct hoop__tp {
     hoop_result_t failed;
     int abort_sent;
     char conn_err[ABORT_MAX + 1]; /* why connect() failed, for the peers connected so far */
+    /* Sleeping in another poll() (wait_fd, arm): the epoll set, made at the first such sleep. */
+    int ep_state;                 /* 0 not made yet, 1 epfd is the set, -1 there is none */
+    int epfd;
+    int armed;                    /* arm() announced a sleep that progress() has not taken yet */
+    struct epoll_event *evs;      /* nevs: every socket and the wake fd */
+    int nevs;
 };
 
 /* tcp's scratch in a transfer (hoop__xfer_t.tp): its stripes not finished yet, and whether

@@ -73,9 +73,6 @@ typedef struct hoop__tp_params {
      * refused at post() (a memory type the transport cannot take): code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
     void *report_ctx;
-    /* Another transport's wait_fd that a transport sleeping in poll() also watches (it does not
-     * read it), or NULL: how a rank with peers on two transports sleeps in one place. */
-    const int *also_poll;
 } hoop__tp_params_t;
 
 typedef struct hoop__transport_ops {
@@ -97,7 +94,7 @@ typedef struct hoop__transport_ops {
      * closes or resets fails its transfers with HOOP_ERR_PEER_LOST; a header that does not match the
      * posted receive fails it with HOOP_ERR_MISMATCH (got holds what arrived). */
     void (*progress)(hoop__tp_t *tp, int timeout_ms);
-    /* Makes a sleeping progress() return soon. Any thread. */
+    /* Makes a sleeping progress() return soon, and wait_fd() readable while armed. Any thread. */
     void (*wake)(hoop__tp_t *tp);
     /* Fails every queued transfer with code and shuts the connections so peers notice. The first
      * call also tells every reachable peer the reason (best effort, without blocking), so that they
@@ -106,10 +103,12 @@ typedef struct hoop__transport_ops {
     void (*abort)(hoop__tp_t *tp, hoop_result_t code, const char *reason);
     /* Frees the instance. Queued transfers are dropped without completion. */
     void (*close)(hoop__tp_t *tp);
-    /* Optional (NULL where absent), for sleeping outside this transport's progress(): wait_fd is
-     * an fd that turns readable when, after arm() returned 0, something arrives or a peer fails;
-     * -1 if there is none. arm() announces the sleep and returns 1 when something can move
-     * already (do not sleep); the next progress() undoes it. */
+    /* Optional (NULL where absent), for sleeping outside this transport's progress(), in one
+     * poll() with other transports (mux.c): wait_fd is an fd that turns readable when, after
+     * arm() returned 0, something arrives, a queued transfer can move on, a peer fails or wake()
+     * is called; -1 if there is none. arm() first moves what can move, as progress(0) would, then
+     * announces the sleep; it returns 1 when something moved or can move already (do not sleep).
+     * The next progress() ends the announcement (call it whether or not the fd turned readable). */
     int (*wait_fd)(hoop__tp_t *tp);
     int (*arm)(hoop__tp_t *tp);
     /* Optional (NULL where absent): bytes moved so far with peer, both directions, headers and
@@ -123,6 +122,9 @@ typedef struct hoop__transport_ops {
      * no rank goes on with a communicator another rank could not set up. Blocks until the
      * deadline at most; the peer's announcement must not depend on this call returning first. */
     hoop_result_t (*settle)(hoop__tp_t *tp, double deadline);
+    /* Optional: the host identity inside an address this transport published ("" if there is
+     * none): equal keys mean the same host, which is what orders the ring. */
+    void (*host_key)(const char *addr, char *out, size_t n);
     /* Optional (NULL where the transport needs no registration): registers len bytes at buf, of
      * memory type type, for transfers; *reg is the handle for hoop__mem_desc_t.reg of transfers
      * within that range, valid until dereg(). A transport that needs nothing for that memory
@@ -145,9 +147,8 @@ static inline int hoop__tp_refuse_mem(const char *name, uint32_t caps, const hoo
     return hoop__tp_refuse(name, caps, p, x);
 }
 
-extern const hoop__transport_ops_t hoop__tcp_transport;
-extern const hoop__transport_ops_t hoop__shm_transport;
-/* Shared memory to peers on the same host, TCP to the others (HOOP_TRANSPORT forces one). */
+/* Per peer the first transport of the registry (registry.h) that reaches it: shared memory to
+ * peers on the same host, TCP to the others (HOOP_TRANSPORT forces one). */
 extern const hoop__transport_ops_t hoop__mux_transport;
 /* The sentence for a descriptor that could not be had (err EMFILE or ENFILE: "Too many open
  * files", this process's limit and what to raise); for any other err just strerror(err). Writes
@@ -155,8 +156,5 @@ extern const hoop__transport_ops_t hoop__mux_transport;
 const char *hoop__fd_error(int err, char *buf, size_t n);
 /* err is running out of descriptors (EMFILE, ENFILE). */
 #define HOOP_FD_EXHAUSTED(err) ((err) == EMFILE || (err) == ENFILE)
-/* The host identity inside an address published by hoop__mux_transport ("" if there is none):
- * equal keys mean the same host, which is what orders the ring. */
-void hoop__mux_host_key(const char *addr, char *out, size_t n);
 
 #endif
