@@ -62,6 +62,32 @@ typedef struct hoop__xfer {
 
 typedef struct hoop__tp hoop__tp_t;
 
+/* Out-of-band exchange, for connection data that does not fit one published address (queue pair
+ * numbers, keys for every peer): what the communicator offers a transport from listen() until its
+ * connect() returns, through the rendezvous store, so that transports never see it. Functions are
+ * NULL where there is none (a communicator of one rank, one made by split). Rank 0 closes the
+ * store only once its own connect() is through, and that waits for every peer's settle(): a
+ * transport that uses this implements settle. Tags are unique per exchange within the
+ * communicator (start them with the transport's name), at most HOOP_TP_OOB_TAG_MAX bytes, of
+ * letters, digits, '-', '_' and '.'. A failure returns its code with the sentence in error(). */
+#define HOOP_TP_OOB_TAG_MAX 64
+typedef struct hoop__tp_oob {
+    /* Every rank calls it with the same tag and len (at most 1 MiB): all receives size * len
+     * bytes, rank r's at r * len, this rank's copied from mine. Waits for the others until the
+     * deadline (monotonic seconds). */
+    hoop_result_t (*allgather)(void *ctx, const char *tag, const void *mine, void *all, size_t len,
+                               double deadline);
+    /* Leaves len bytes (at most 1 MiB) for peer under tag; never waits for the peer. */
+    hoop_result_t (*put)(void *ctx, const char *tag, int peer, const void *buf, size_t len);
+    /* What peer put() for this rank under tag: waits for it until the deadline, copies at most cap
+     * bytes into buf, *len the full length. */
+    hoop_result_t (*get)(void *ctx, const char *tag, int peer, void *buf, size_t cap, size_t *len,
+                         double deadline);
+    /* The sentence of the last failure. */
+    const char *(*error)(void *ctx);
+    void *ctx;
+} hoop__tp_oob_t;
+
 /* What a transport instance is created with. */
 typedef struct hoop__tp_params {
     int rank, size;
@@ -73,6 +99,7 @@ typedef struct hoop__tp_params {
      * refused at post() (a memory type the transport cannot take): code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
     void *report_ctx;
+    hoop__tp_oob_t oob;
 } hoop__tp_params_t;
 
 typedef struct hoop__transport_ops {
