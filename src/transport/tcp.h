@@ -117,10 +117,10 @@ struct hoop__tp {
     int nevs;
 };
 
-/* tcp's scratch in a transfer (hoop__xfer_t.tp): its stripes not finished yet, and whether
+/* tcp's scratch in a transfer (hoop__xfer_t.tp_priv): its stripes not finished yet, and whether
  * socket 0 has checked its header (the other stripes wait for that). */
-static inline int32_t *tcp_parts_left(hoop__xfer_t *x) { return &x->tp.i32[0]; }
-static inline int32_t *tcp_hdr_ok(hoop__xfer_t *x) { return &x->tp.i32[1]; }
+static inline int32_t *tcp_parts_left(hoop__xfer_t *x) { return &x->tp_priv.i32[0]; }
+static inline int32_t *tcp_hdr_ok(hoop__xfer_t *x) { return &x->tp_priv.i32[1]; }
 
 struct pending;
 

@@ -53,7 +53,7 @@ typedef struct hoop__xfer {
     /* The waiter's (transports leave it alone): moved(peer) when it last looked. */
     uint64_t seen;
     /* The transport's (see hoop__tp_scratch_t). */
-    hoop__tp_scratch_t tp;
+    hoop__tp_scratch_t tp_priv;
 } hoop__xfer_t;
 
 /* Capability bits of a transport (hoop__transport_ops_t.caps). */
