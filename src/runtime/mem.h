@@ -7,13 +7,8 @@
 
 #include <stddef.h>
 
+#include "base/memtype.h"
 #include "hoop.h"
-
-typedef enum {
-    HOOP__MEM_HOST = 0, /* zero: a call built without saying lives in host memory */
-    HOOP__MEM_CUDA,     /* no implementation yet */
-    HOOP__MEM_COUNT
-} hoop__mem_type_t;
 
 typedef struct hoop__mem_ops {
     const char *name;

@@ -32,6 +32,7 @@ void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void
     x->peer = peer;
     x->buf = (void *)buf;
     x->len = len;
+    x->mem = (hoop__mem_desc_t){.type = call->mem};
     atomic_fetch_add_explicit(&call->comm->bytes_sent, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
     call->comm->tp_ops->post(call->comm->tp, x);
@@ -45,6 +46,7 @@ void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf,
     x->peer = peer;
     x->buf = buf;
     x->len = len;
+    x->mem = (hoop__mem_desc_t){.type = call->mem};
     atomic_fetch_add_explicit(&call->comm->bytes_received, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_received, 1, memory_order_relaxed);
     call->comm->tp_ops->post(call->comm->tp, x);

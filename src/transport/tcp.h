@@ -44,12 +44,14 @@
 #define HOOP_TCP_H
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <stdint.h>
 
 #include "base/sock.h"
 #include "transport/transport.h"
 
 #define STRIPE_MIN (64 * 1024)
+#define TCP_CAPS HOOP_TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
 #define HELLO_SIZE 24
 #define HELLO_MAGIC 0x4f4c4548504f4f48ull /* "HOOPHELO" */
 /* Longest abort reason sent (it ends up in a 400-byte error sentence with "rank N aborted: "). */
@@ -78,6 +80,7 @@ typedef struct sock {
     /* Socket 0: the next header, read ahead of (or for) the receive it belongs to. */
     uint8_t hb[HOOP_WIRE_HDR_SIZE];
     size_t hb_len;
+    uint32_t ep_ev;      /* the events it is in the epoll set with (tcp_arm), 0: not in it */
 } sock_t;
 
 typedef struct peer {
@@ -104,7 +107,18 @@ struct hoop__tp {
     hoop_result_t failed;
     int abort_sent;
     char conn_err[ABORT_MAX + 1]; /* why connect() failed, for the peers connected so far */
+    /* Sleeping in another poll() (wait_fd, arm): the epoll set, made at the first such sleep. */
+    int ep_state;                 /* 0 not made yet, 1 epfd is the set, -1 there is none */
+    int epfd;
+    int armed;                    /* arm() announced a sleep that progress() has not taken yet */
+    struct epoll_event *evs;      /* nevs: every socket and the wake fd */
+    int nevs;
 };
+
+/* tcp's scratch in a transfer (hoop__xfer_t.tp_priv): its stripes not finished yet, and whether
+ * socket 0 has checked its header (the other stripes wait for that). */
+static inline int32_t *tcp_parts_left(hoop__xfer_t *x) { return &x->tp_priv.i32[0]; }
+static inline int32_t *tcp_hdr_ok(hoop__xfer_t *x) { return &x->tp_priv.i32[1]; }
 
 /* Shared between tcp_setup.c and tcp.c. */
 void hoop__tcp_idle_read(hoop__tp_t *tp, int peer);
