@@ -48,7 +48,7 @@ void hoop__auth_key_bind(hoop__auth_key_t *k, const char *job)
 {
     if (k == NULL || !k->set || job == NULL || job[0] == '\0') return;
     crypto_generichash_state st;
-    unsigned char out[HOOP_AUTH_KEY_BYTES];
+    unsigned char out[HOOP__AUTH_KEY_BYTES];
     crypto_generichash_init(&st, k->bytes, sizeof(k->bytes), sizeof(out));
     crypto_generichash_update(&st, (const unsigned char *)"hoop job", 8);
     crypto_generichash_update(&st, (const unsigned char *)job, strlen(job));
@@ -80,7 +80,7 @@ static hoop_result_t key_from_text(hoop__auth_key_t *k, const char *text, size_t
         hoop__say(err, errlen, "%s is empty: a key needs at least one character", what);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
-    if (n == 2 * HOOP_AUTH_KEY_BYTES && all_hex(text, n)) {
+    if (n == 2 * HOOP__AUTH_KEY_BYTES && all_hex(text, n)) {
         size_t got = 0;
         if (sodium_hex2bin(k->bytes, sizeof(k->bytes), text, n, NULL, &got, NULL) != 0 ||
             got != sizeof(k->bytes)) {
@@ -216,7 +216,7 @@ uint64_t hoop__auth_context(uint64_t base, uint64_t a, uint64_t b, uint64_t c)
 /* ---- the exchange ---- */
 
 /* HMAC over the role's label, the context and both nonces (client's first). */
-static void proof(const hoop__auth_t *a, int of_server, unsigned char out[HOOP_AUTH_MAC_BYTES])
+static void proof(const hoop__auth_t *a, int of_server, unsigned char out[HOOP__AUTH_MAC_BYTES])
 {
     static const char label_c[] = "hoop-auth-v1 client";
     static const char label_s[] = "hoop-auth-v1 server";
@@ -229,8 +229,8 @@ static void proof(const hoop__auth_t *a, int of_server, unsigned char out[HOOP_A
     crypto_auth_hmacsha256_update(&st, (const unsigned char *)(of_server ? label_s : label_c),
                                   sizeof(label_c));
     crypto_auth_hmacsha256_update(&st, ctx, sizeof(ctx));
-    crypto_auth_hmacsha256_update(&st, cn, HOOP_AUTH_NONCE_BYTES);
-    crypto_auth_hmacsha256_update(&st, sn, HOOP_AUTH_NONCE_BYTES);
+    crypto_auth_hmacsha256_update(&st, cn, HOOP__AUTH_NONCE_BYTES);
+    crypto_auth_hmacsha256_update(&st, sn, HOOP__AUTH_NONCE_BYTES);
     crypto_auth_hmacsha256_final(&st, out);
     sodium_memzero(&st, sizeof(st));
 }
@@ -261,13 +261,13 @@ void hoop__auth_start(hoop__auth_t *a, const hoop__auth_key_t *key, int is_serve
         return;
     }
     randombytes_buf(a->nonce, sizeof(a->nonce));
-    unsigned char hello[HOOP_AUTH_HELLO_BYTES] = {0};
+    unsigned char hello[HOOP__AUTH_HELLO_BYTES] = {0};
     memcpy(hello, HELLO_MAGIC, 8);
     hello[8] = AUTH_VERSION;
     hello[9] = (unsigned char)a->is_server;
-    memcpy(hello + 16, a->nonce, HOOP_AUTH_NONCE_BYTES);
+    memcpy(hello + 16, a->nonce, HOOP__AUTH_NONCE_BYTES);
     queue_out(a, hello, sizeof(hello));
-    expect_in(a, HOOP_AUTH_HELLO_BYTES);
+    expect_in(a, HOOP__AUTH_HELLO_BYTES);
 }
 
 void hoop__auth_clear(hoop__auth_t *a)
@@ -286,13 +286,13 @@ static int fail(hoop__auth_t *a, hoop_result_t code, char *err, size_t errlen, c
     va_start(ap, fmt);
     hoop__vsay(err, errlen, fmt, ap);
     va_end(ap);
-    return HOOP_AUTH_FAILED;
+    return HOOP__AUTH_FAILED;
 }
 
 /* A whole message has arrived in a->in: check it and move on. */
 static int on_message(hoop__auth_t *a, char *err, size_t errlen)
 {
-    unsigned char mac[HOOP_AUTH_MAC_BYTES];
+    unsigned char mac[HOOP__AUTH_MAC_BYTES];
     switch (a->phase) {
     case P_HELLO: {
         const unsigned char *h = a->in;
@@ -308,12 +308,12 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
             if (h[i] != 0)
                 return fail(a, HOOP_ERR_AUTH, err, errlen,
                             "the peer's authentication hello is malformed");
-        memcpy(a->peer_nonce, h + 16, HOOP_AUTH_NONCE_BYTES);
-        if (sodium_memcmp(a->peer_nonce, a->nonce, HOOP_AUTH_NONCE_BYTES) == 0)
+        memcpy(a->peer_nonce, h + 16, HOOP__AUTH_NONCE_BYTES);
+        if (sodium_memcmp(a->peer_nonce, a->nonce, HOOP__AUTH_NONCE_BYTES) == 0)
             return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer sent our own challenge back");
         if (a->is_server) {
             a->phase = P_CPROOF;
-            expect_in(a, HOOP_AUTH_MAC_BYTES);
+            expect_in(a, HOOP__AUTH_MAC_BYTES);
         } else {
             proof(a, 0, mac);
             queue_out(a, mac, sizeof(mac));
@@ -333,7 +333,7 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
             hoop__say(err, errlen, "the peer's proof is wrong: it does not hold this job's key");
             break;
         }
-        unsigned char yes[1 + HOOP_AUTH_MAC_BYTES];
+        unsigned char yes[1 + HOOP__AUTH_MAC_BYTES];
         yes[0] = VERDICT_OK;
         proof(a, 1, yes + 1);
         queue_out(a, yes, sizeof(yes));
@@ -350,7 +350,7 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
         if (a->in[0] != VERDICT_OK)
             return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer answered the authentication with garbage");
         a->phase = P_SPROOF;
-        expect_in(a, HOOP_AUTH_MAC_BYTES);
+        expect_in(a, HOOP__AUTH_MAC_BYTES);
         break;
     case P_SPROOF:
         proof(a, 1, mac);
@@ -358,12 +358,12 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
             return fail(a, HOOP_ERR_AUTH, err, errlen,
                         "the peer's proof is wrong: it does not hold this job's key");
         sodium_memzero(mac, sizeof(mac));
-        return HOOP_AUTH_DONE;
+        return HOOP__AUTH_DONE;
     default:
         return fail(a, HOOP_ERR_INTERNAL, err, errlen, "authentication in a bad state");
     }
     sodium_memzero(mac, sizeof(mac));
-    return HOOP_AUTH_MORE;
+    return HOOP__AUTH_MORE;
 }
 
 /* A peer with a key says hello before anything else: one that goes away before its hello is
@@ -386,7 +386,7 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
     if (events != NULL) *events = 0;
     if (a->phase == P_FAILED && a->out_len == 0) {
         if (a->code == HOOP_ERR_INTERNAL) hoop__say(err, errlen, "authentication could not start");
-        return HOOP_AUTH_FAILED;
+        return HOOP__AUTH_FAILED;
     }
     for (;;) {
         while (a->out_off < a->out_len) {
@@ -399,7 +399,7 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
                 break;
             } else if (a->phase == P_FAILED) {
                 a->out_len = 0;
-                return HOOP_AUTH_FAILED;
+                return HOOP__AUTH_FAILED;
             } else if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) {
                 /* Gone; what it sent before still says how far it got, and decides the error. */
                 a->gone = errno;
@@ -412,15 +412,15 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
         if (a->phase == P_FAILED) {
             /* A rejection goes out best effort: never wait for it. */
             a->out_len = 0;
-            return HOOP_AUTH_FAILED;
+            return HOOP__AUTH_FAILED;
         }
         if (a->phase == P_FINISH) {
             if (!out_busy) {
                 a->out_len = 0;
-                return HOOP_AUTH_DONE;
+                return HOOP__AUTH_DONE;
             }
             if (events != NULL) *events = POLLOUT;
-            return HOOP_AUTH_MORE;
+            return HOOP__AUTH_MORE;
         }
         if (a->in_len < a->in_need) {
             ssize_t n = recv(fd, a->in + a->in_len, a->in_need - a->in_len, MSG_DONTWAIT);
@@ -440,17 +440,17 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 if (a->gone) return lost(a, a->gone, "sending", err, errlen);
                 if (events != NULL) *events = (short)(POLLIN | (out_busy ? POLLOUT : 0));
-                return HOOP_AUTH_MORE;
+                return HOOP__AUTH_MORE;
             }
             return lost(a, errno, "receiving", err, errlen);
         }
         /* A message may queue an answer: what is queued goes out first. */
         if (out_busy) {
             if (events != NULL) *events = POLLOUT;
-            return HOOP_AUTH_MORE;
+            return HOOP__AUTH_MORE;
         }
         int r = on_message(a, err, errlen);
-        if (r != HOOP_AUTH_MORE) return r;
+        if (r != HOOP__AUTH_MORE) return r;
     }
 }
 
@@ -467,8 +467,8 @@ hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_s
     for (;;) {
         short ev = 0;
         int s = hoop__auth_step(&a, fd, &ev, err, errlen);
-        if (s == HOOP_AUTH_DONE) break;
-        if (s == HOOP_AUTH_FAILED) {
+        if (s == HOOP__AUTH_DONE) break;
+        if (s == HOOP__AUTH_FAILED) {
             rc = a.code != HOOP_OK ? a.code : HOOP_ERR_AUTH;
             break;
         }

@@ -105,7 +105,7 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
     for (int u = 0; u < window; u++) POST_RECV(u);
     for (int ch = 0; ch < g.chunks; ch++) {
         chunk_range(&g, seg_sent(&g, 0), ch, &off, &len);
-        HOOP_TRACE_STEP(c, 0, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
+        HOOP__TRACE_STEP(c, 0, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
                         seg_sent(&g, 0), ch, len, right);
         hoop__xsend(c, &sends[ch], right, g.in + off, len);
     }
@@ -120,12 +120,12 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
             /* Incoming partial first, own contribution second: a fixed order on every rank. */
             const uint8_t *slot = staging + (size_t)(u % window) * slot_bytes;
             hoop__mem_reduce(c, g.out + off, slot, g.in + off, len / g.es);
-            HOOP_TRACE_STEP(c, k, "rank %d receives segment %d chunk %d (%zu B) from rank %d and "
+            HOOP__TRACE_STEP(c, k, "rank %d receives segment %d chunk %d (%zu B) from rank %d and "
                             "reduces it with its own", comm->rank, seg_recv(&g, k), ch, len, left);
             if (k == g.p - 2 && c->op == HOOP_AVG)
                 hoop__mem_avg_finish(c, g.out + off, len / g.es);
         } else {
-            HOOP_TRACE_STEP(c, k, "rank %d receives finished segment %d chunk %d (%zu B) from "
+            HOOP__TRACE_STEP(c, k, "rank %d receives finished segment %d chunk %d (%zu B) from "
                             "rank %d", comm->rank, seg_recv(&g, k), ch, len, left);
         }
         /* The slot is free again: keep the window full. */
@@ -133,7 +133,7 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
         if (k + 1 < steps) {
             size_t so, sl;
             chunk_range(&g, seg_sent(&g, k + 1), ch, &so, &sl);
-            HOOP_TRACE_STEP(c, k + 1, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
+            HOOP__TRACE_STEP(c, k + 1, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
                             seg_sent(&g, k + 1), ch, sl, right);
             hoop__xsend(c, &sends[(k + 1) * g.chunks + ch], right, g.out + so, sl);
         }

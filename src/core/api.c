@@ -233,14 +233,14 @@ static hoop_result_t allreduce(hoop_comm_t *c, const void *s, void *r, size_t n,
                                hoop_op_t op, hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, s, r, 1, n, 1, dt, 1, op, -1);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLREDUCE, s, r, n, dt, op, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_ALLREDUCE, s, r, n, dt, op, -1, req, fn);
 }
 
 static hoop_result_t broadcast(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int root,
                                hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, b, b, 1, n, 1, dt, 0, HOOP_SUM, root < 0 ? -2 : root);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_BROADCAST, b, b, n, dt, HOOP_SUM, root, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_BROADCAST, b, b, n, dt, HOOP_SUM, root, req, fn);
 }
 
 static hoop_result_t reduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
@@ -248,14 +248,14 @@ static hoop_result_t reduce(hoop_comm_t *c, const void *s, void *r, size_t n, ho
 {
     hoop_result_t rc =
         check_call(c, fn, s, r, is_root(c, root), n, 1, dt, 1, op, root < 0 ? -2 : root);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_REDUCE, s, r, n, dt, op, root, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_REDUCE, s, r, n, dt, op, root, req, fn);
 }
 
 static hoop_result_t allgather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
                                hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, -1);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLGATHER, s, r, n, dt, HOOP_SUM, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_ALLGATHER, s, r, n, dt, HOOP_SUM, -1, req, fn);
 }
 
 static hoop_result_t gather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
@@ -263,7 +263,7 @@ static hoop_result_t gather(hoop_comm_t *c, const void *s, void *r, size_t n, ho
 {
     hoop_result_t rc = check_call(c, fn, s, r, is_root(c, root), n, c ? (size_t)c->size : 1, dt,
                                   0, HOOP_SUM, root < 0 ? -2 : root);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_GATHER, s, r, n, dt, HOOP_SUM, root, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_GATHER, s, r, n, dt, HOOP_SUM, root, req, fn);
 }
 
 static hoop_result_t scatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
@@ -272,7 +272,7 @@ static hoop_result_t scatter(hoop_comm_t *c, const void *s, void *r, size_t n, h
     /* Only the root reads sendbuf; every rank writes recvbuf. */
     hoop_result_t rc = check_call(c, fn, is_root(c, root) ? s : r, r, 1, n,
                                   c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, root < 0 ? -2 : root);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_SCATTER, s, r, n, dt, HOOP_SUM, root, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_SCATTER, s, r, n, dt, HOOP_SUM, root, req, fn);
 }
 
 static hoop_result_t reduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
@@ -280,20 +280,20 @@ static hoop_result_t reduce_scatter(hoop_comm_t *c, const void *s, void *r, size
                                     const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 1, op, -1);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_REDUCE_SCATTER, s, r, n, dt, op, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_REDUCE_SCATTER, s, r, n, dt, op, -1, req, fn);
 }
 
 static hoop_result_t alltoall(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
                               hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, -1);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLTOALL, s, r, n, dt, HOOP_SUM, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_ALLTOALL, s, r, n, dt, HOOP_SUM, -1, req, fn);
 }
 
 static hoop_result_t barrier(hoop_comm_t *c, hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_comm(c, fn);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, req, fn);
 }
 
 static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, int peer, int is_recv,
@@ -307,7 +307,7 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
                                 peer, c->size);
     hoop__call_t call = {
         .comm = c,
-        .kind = HOOP_K_SEND,
+        .kind = HOOP__K_SEND,
         .sendbuf = is_recv ? NULL : buf,
         .recvbuf = is_recv ? buf : NULL,
         .count = n,

@@ -37,7 +37,7 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     if (size < 1 || size > MAX_RANKS) {
         hoop__log_t log;
         hoop__log_open(&log, cfg->log_level, NULL, rank);
-        HOOP_WARN(&log, "a communicator of %d ranks is more than hoop supports (1 to %d)", size,
+        HOOP__WARN(&log, "a communicator of %d ranks is more than hoop supports (1 to %d)", size,
                   MAX_RANKS);
         hoop__log_close(&log);
         return NULL;
@@ -54,7 +54,7 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     if (c->p2p_send_seq == NULL || c->p2p_recv_seq == NULL) {
         hoop__log_t log;
         hoop__log_open(&log, cfg->log_level, NULL, rank);
-        HOOP_WARN(&log, "out of memory: cannot allocate 2 x %zu bytes for the message numbers of "
+        HOOP__WARN(&log, "out of memory: cannot allocate 2 x %zu bytes for the message numbers of "
                         "%d ranks", (size_t)size * sizeof(uint64_t), size);
         hoop__log_close(&log);
         free(c->p2p_send_seq);
@@ -132,7 +132,7 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
         size_t o = 0;
         for (int i = 0; i < p && o + 12 < sizeof(line); i++)
             o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%d", i ? " " : "", c->ring[i]);
-        HOOP_INFO(&c->log, "ring order %s: each host's ranks together", line);
+        HOOP__INFO(&c->log, "ring order %s: each host's ranks together", line);
     }
     free(keys);
     free(placed);
@@ -146,7 +146,7 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
 static int oob_key(hoop__oob_ctx_t *o, char *key, size_t n, const char *tag, int from, int to)
 {
     size_t len = strlen(tag);
-    int ok = len > 0 && len <= HOOP_TP_OOB_TAG_MAX && strspn(tag, "abcdefghijklmnopqrstuvwxyz"
+    int ok = len > 0 && len <= HOOP__TP_OOB_TAG_MAX && strspn(tag, "abcdefghijklmnopqrstuvwxyz"
         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == len;
     if (!ok) {
         snprintf(o->err, sizeof(o->err), "out-of-band exchange: bad tag \"%.80s\"", tag);
@@ -166,7 +166,7 @@ static hoop_result_t oob_failed(hoop__oob_ctx_t *o, hoop_result_t rc)
 static hoop_result_t oob_put(void *ctx, const char *tag, int peer, const void *buf, size_t len)
 {
     hoop__oob_ctx_t *o = ctx;
-    char key[HOOP_STORE_MAX_KEY];
+    char key[HOOP__STORE_MAX_KEY];
     if (oob_key(o, key, sizeof(key), tag, o->rank, peer) != 0) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_result_t rc = hoop__store_set(o->st, key, buf, len);
     return rc == HOOP_OK ? rc : oob_failed(o, rc);
@@ -176,7 +176,7 @@ static hoop_result_t oob_get(void *ctx, const char *tag, int peer, void *buf, si
                              size_t *len, double deadline)
 {
     hoop__oob_ctx_t *o = ctx;
-    char key[HOOP_STORE_MAX_KEY];
+    char key[HOOP__STORE_MAX_KEY];
     if (oob_key(o, key, sizeof(key), tag, peer, o->rank) != 0) return HOOP_ERR_INVALID_ARGUMENT;
     double left = deadline - hoop__now();
     hoop_result_t rc = hoop__store_get(o->st, key, buf, cap, len, left > 0 ? left : 0);
@@ -187,7 +187,7 @@ static hoop_result_t oob_allgather(void *ctx, const char *tag, const void *mine,
                                    size_t len, double deadline)
 {
     hoop__oob_ctx_t *o = ctx;
-    char key[HOOP_STORE_MAX_KEY];
+    char key[HOOP__STORE_MAX_KEY];
     if (oob_key(o, key, sizeof(key), tag, o->rank, -1) != 0) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_result_t rc = hoop__store_set(o->st, key, mine, len);
     if (rc != HOOP_OK) return oob_failed(o, rc);
@@ -266,7 +266,7 @@ static hoop_result_t init_fail(init_t *in, hoop_result_t rc, const char *msg)
     free(in->ptrs);
     hoop__store_close(in->st);
     /* No communicator reaches the caller, so the reason goes to the log (WARN is on by default). */
-    HOOP_WARN(&in->boot, "hoop_init failed: %s: %s", hoop_error_string(rc), msg);
+    HOOP__WARN(&in->boot, "hoop_init failed: %s: %s", hoop_error_string(rc), msg);
     if (in->c != NULL) comm_free(in->c);
     return rc;
 }
@@ -275,7 +275,7 @@ static hoop_result_t init_fail(init_t *in, hoop_result_t rc, const char *msg)
 static hoop_result_t load_config(init_t *in)
 {
     hoop_result_t rc = hoop__config_load(in->cfg, in->err, sizeof(in->err));
-    hoop__log_open(&in->boot, rc == HOOP_OK ? in->cfg->log_level : HOOP_LOG_WARN, NULL, in->rank);
+    hoop__log_open(&in->boot, rc == HOOP_OK ? in->cfg->log_level : HOOP__LOG_WARN, NULL, in->rank);
     return rc;
 }
 
@@ -489,12 +489,12 @@ static hoop_result_t init_comm(init_t *in)
     free(in->addrs);
     free(in->ptrs);
     hoop__store_close(in->st);
-    HOOP_INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
+    HOOP__INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
               (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);
     if (hoop__algo_parse(in->cfg->algo) > 0)
-        HOOP_INFO(&c->log, "all-reduce algorithm: %s (HOOP_ALGO)", in->cfg->algo);
+        HOOP__INFO(&c->log, "all-reduce algorithm: %s (HOOP_ALGO)", in->cfg->algo);
     else
-        HOOP_INFO(&c->log, "all-reduce algorithm: rd up to %zu bytes, ring above; chunks of %zu bytes",
+        HOOP__INFO(&c->log, "all-reduce algorithm: rd up to %zu bytes, ring above; chunks of %zu bytes",
                   in->cfg->small_bytes, in->cfg->chunk_bytes);
     return HOOP_OK;
 }
@@ -553,9 +553,9 @@ static int cmp_entry(const void *a, const void *b)
 /* An all-gather of fixed-size records over c, as part of a split. */
 static hoop_result_t split_exchange(hoop_comm_t *c, const void *mine, void *all, size_t bytes)
 {
-    hoop__call_t call = {.comm = c, .kind = HOOP_K_SPLIT, .sendbuf = mine, .recvbuf = all,
+    hoop__call_t call = {.comm = c, .kind = HOOP__K_SPLIT, .sendbuf = mine, .recvbuf = all,
                          .count = bytes, .dtype = HOOP_UINT8, .op = HOOP_SUM, .root = -1,
-                         .algo = HOOP_ALGO_RING, .mem = HOOP__MEM_HOST};
+                         .algo = HOOP__ALGO_RING, .mem = HOOP__MEM_HOST};
     return hoop__sched_post(c, &call, NULL, "hoop_comm_split");
 }
 
@@ -684,7 +684,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     /* The new communicator's own warnings number ranks its way: at the default level, a failure
      * is said once, below, in the parent's numbering (INFO and TRACE keep everything). */
     int level = nc->log.level;
-    if (level == HOOP_LOG_WARN) nc->log.level = HOOP_LOG_NONE;
+    if (level == HOOP__LOG_WARN) nc->log.level = HOOP__LOG_NONE;
     rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
     nc->log.level = level;
     if (rc != HOOP_OK) {
@@ -694,7 +694,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
                               "hoop_comm_split: connecting the new communicator (color %d, %d ranks) "
                               "failed; ranks as numbered in the parent communicator: %s",
                               color, n, why);
-        HOOP_WARN(&c->log, "%s", hoop__comm_last(c));
+        HOOP__WARN(&c->log, "%s", hoop__comm_last(c));
         goto out;
     }
     if (set_ring(nc, ptrs, addr) != HOOP_OK) {
@@ -703,7 +703,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
                               "%d ranks", n);
         goto out;
     }
-    HOOP_INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, newrank, n);
+    HOOP__INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, newrank, n);
     *newcomm = nc;
     nc = NULL;
 out:

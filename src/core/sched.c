@@ -55,7 +55,7 @@ void hoop__sched_reap(hoop_comm_t *c)
         hoop_result_t st = r->xfer.status;
         if (st != HOOP_OK && !atomic_load(&c->aborted))
             hoop__comm_fail(c, st, "%s with rank %d failed: %s",
-                            r->xfer.dir == HOOP_XFER_SEND ? "send" : "recv",
+                            r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv",
                             r->call.root, hoop_error_string(st));
         complete(c, r, st == HOOP_OK ? HOOP_OK : (hoop_result_t)atomic_load(&c->aborted));
     }
@@ -80,13 +80,13 @@ static void inflight_deadline(hoop_comm_t *c)
     if (now - c->inflight_progress < c->timeout_s) return;
     const hoop_request_t *r = c->inflight;
     hoop__comm_fail(c, HOOP_ERR_TIMEOUT, "%s(count=%zu, %s) with rank %d timed out after %.1f s",
-                    r->xfer.dir == HOOP_XFER_SEND ? "send" : "recv", r->call.count,
+                    r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv", r->call.count,
                     hoop_dtype_name(r->call.dtype), r->call.root, c->timeout_s);
     c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT, c->fatal_msg);
     hoop__sched_reap(c);
 }
 
-static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP_K_SEND; }
+static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP__K_SEND; }
 
 /* Under mu, when the engine comes free: wakes waiters, and the progress thread only if it has
  * something to take (a wake-up it does not need costs a scheduler trip on a busy machine). */
@@ -127,7 +127,7 @@ static void post_p2p(hoop_request_t *r)
     int peer = call->root;
     hoop__call_t wire = *call;
     wire.root = -1;
-    if (r->xfer.dir == HOOP_XFER_SEND) {
+    if (r->xfer.dir == HOOP__XFER_SEND) {
         wire.seq = c->p2p_send_seq[peer]++;
         hoop__xsend(&wire, &r->xfer, peer, call->sendbuf, bytes);
     } else {
@@ -356,8 +356,8 @@ static void fill_request(hoop_comm_t *c, hoop_request_t *r, const hoop__call_t *
     r->call = *call;
     r->call.comm = c;
     r->blocking = blocking;
-    if (call->kind == HOOP_K_SEND)
-        r->xfer.dir = call->is_recv ? HOOP_XFER_RECV : HOOP_XFER_SEND;
+    if (call->kind == HOOP__K_SEND)
+        r->xfer.dir = call->is_recv ? HOOP__XFER_RECV : HOOP__XFER_SEND;
 }
 
 static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)

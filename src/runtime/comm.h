@@ -20,12 +20,12 @@
 
 /* The algorithms that have a name on the wire (hoop__wire_algo_name); select.c chooses. */
 typedef enum {
-    HOOP_ALGO_AUTO = 0,
-    HOOP_ALGO_RING,
-    HOOP_ALGO_RD,   /* recursive doubling */
-    HOOP_ALGO_PS,   /* parameter server: rank 0 reduces everything */
-    HOOP_ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
-    HOOP_ALGO_COUNT
+    HOOP__ALGO_AUTO = 0,
+    HOOP__ALGO_RING,
+    HOOP__ALGO_RD,   /* recursive doubling */
+    HOOP__ALGO_PS,   /* parameter server: rank 0 reduces everything */
+    HOOP__ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
+    HOOP__ALGO_COUNT
 } hoop__algo_t;
 
 /* One call, as an algorithm sees it. */

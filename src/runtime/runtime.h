@@ -30,7 +30,7 @@ hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf,
                              int from, void *rbuf, size_t rlen);
 
 /* The root's side of gather and scatter: one transfer of n bytes with every other rank i at once,
- * received into (dir HOOP_XFER_RECV) or sent from (HOOP_XFER_SEND) base + i * n, then waits for
+ * received into (dir HOOP__XFER_RECV) or sent from (HOOP__XFER_SEND) base + i * n, then waits for
  * all. Uses the scratch space. */
 hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base, size_t n);
 
@@ -96,7 +96,7 @@ static inline int hoop__ring_pos(const hoop_comm_t *c) { return c->ring != NULL 
  * The check is inline so that untraced runs pay one load and branch per event. */
 void hoop__trace_emit(const hoop__call_t *call, int step, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-#define HOOP_TRACE_STEP(call, step, ...)                                                           \
+#define HOOP__TRACE_STEP(call, step, ...)                                                           \
     do {                                                                                           \
         if ((call)->comm->trace_fn != NULL) hoop__trace_emit((call), (step), __VA_ARGS__);         \
     } while (0)

@@ -188,7 +188,7 @@ static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
     o->cma_pos = 0;
     o->hlen = SHDR_SIZE;
     o->cma = 0;
-    if (x->dir == HOOP_XFER_SEND) {
+    if (x->dir == HOOP__XFER_SEND) {
         x->hdr.payload_len = x->len;
         x->hdr.flags = 0;
         if (x->len >= tp->p.cfg->shm_cma_bytes && tp->p.cfg->shm_cma_bytes > 0 &&

@@ -45,7 +45,7 @@
 
 #define SEG_MAGIC 0x4d48535f504f4f48ull /* "HOOP_SHM" */
 #define LINE 64
-#define SHM_CAPS HOOP_TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
+#define SHM_CAPS HOOP__TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
 #define F_CMA 0x01     /* wire header flag: a descriptor follows, the payload stays with the sender */
 #define DESC_SIZE 16
 #define PIECE (64 * 1024) /* bytes copied between publications of head or tail */

@@ -164,7 +164,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
         connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
         return HOOP_ERR_PEER_LOST;
     }
-    if (mfd < 0 && HOOP_FD_EXHAUSTED(errno)) {
+    if (mfd < 0 && HOOP__FD_EXHAUSTED(errno)) {
         char why[256];
         snprintf(msg, sizeof(msg), "shm: cannot open rank %d's segment: %s", j,
                  hoop__fd_error(errno, why, sizeof(why)));
@@ -237,7 +237,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
         ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
         ok = n == (ssize_t)sizeof(got) && got == nonce;
         if (!ok)
-            HOOP_INFO(tp->p.log, "shm: single copy from rank %d unavailable (%s): its messages "
+            HOOP__INFO(tp->p.log, "shm: single copy from rank %d unavailable (%s): its messages "
                       "come through the ring", j, n < 0 ? strerror(errno) : "probe mismatch");
     }
     atomic_store(&pe->in->cma_ok, ok ? 1u : 2u);
@@ -262,8 +262,8 @@ static void say_ring_memory(const hoop__tp_t *tp, const char *const *addrs, int 
     char r[32], m[32], h[32];
     int lowest = 1;
     for (int j = 0; j < tp->p.rank; j++) lowest &= addrs[j] == NULL;
-    int level = host > RING_WARN_BYTES && lowest ? HOOP_LOG_WARN : HOOP_LOG_INFO;
-    HOOP_LOG_AT(tp->p.log, level, "shm: %s rings (HOOP_SHM_RING_BYTES), one per peer and direction: "
+    int level = host > RING_WARN_BYTES && lowest ? HOOP__LOG_WARN : HOOP__LOG_INFO;
+    HOOP__LOG_AT(tp->p.log, level, "shm: %s rings (HOOP_SHM_RING_BYTES), one per peer and direction: "
                 "%s in this rank's %d inbound rings, %s on this host for its %d ranks (L(L-1) "
                 "rings), all written at connect", human(ring, r, sizeof(r)), human(mine, m, sizeof(m)),
                 nlocal, human(host, h, sizeof(h)), nlocal + 1);
@@ -319,7 +319,7 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
     tp->oversub = tp->nlocal + 1 > cpus_available();
     tp->spin_s = tp->p.cfg->shm_spin_us * 1e-6;
     if (tp->nlocal > 0)
-        HOOP_INFO(tp->p.log, "shm: mapped the segments of rank(s) %s (%zu KiB rings, single copy from "
+        HOOP__INFO(tp->p.log, "shm: mapped the segments of rank(s) %s (%zu KiB rings, single copy from "
                   "%zu B, spin %.0f us)", list, tp->ring_bytes >> 10, tp->p.cfg->shm_cma_bytes,
                   tp->spin_s * 1e6);
     return HOOP_OK;

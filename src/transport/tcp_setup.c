@@ -122,7 +122,7 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     char ifname[64] = "";
     if (p->cfg->ifname[0] != '\0') {
         if (pick_by_ifname(p->cfg->ifname, &ss, ifname, sizeof(ifname)) != 0) {
-            HOOP_WARN(p->log, "no usable interface matches HOOP_SOCKET_IFNAME=%s", p->cfg->ifname);
+            HOOP__WARN(p->log, "no usable interface matches HOOP_SOCKET_IFNAME=%s", p->cfg->ifname);
             p->report(p->report_ctx, HOOP_ERR_INVALID_ARGUMENT, -1,
                       "no network interface matches HOOP_SOCKET_IFNAME");
             tp->failed = HOOP_ERR_INVALID_ARGUMENT;
@@ -156,12 +156,12 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     }
     tp->listen_fd = fd;
     hoop__sock_format(&ss, addr, addrlen);
-    HOOP_INFO(p->log, "tcp: listening on %s%s%s, %d socket(s) per peer, communicator %016" PRIx64, addr,
+    HOOP__INFO(p->log, "tcp: listening on %s%s%s, %d socket(s) per peer, communicator %016" PRIx64, addr,
               ifname[0] ? " interface " : "", ifname, tp->nsock, p->comm_id);
     if (p->cfg->auth.set)
-        HOOP_INFO(p->log, "tcp: peer connections are authenticated (HOOP_AUTH_KEY)");
+        HOOP__INFO(p->log, "tcp: peer connections are authenticated (HOOP_AUTH_KEY)");
     else
-        HOOP_INFO(p->log, "tcp: no HOOP_AUTH_KEY, peer connections are not authenticated");
+        HOOP__INFO(p->log, "tcp: no HOOP_AUTH_KEY, peer connections are not authenticated");
     *out = tp;
     return HOOP_OK;
 }
@@ -217,7 +217,7 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
         if (rc == 0) {
             uint8_t hello[HELLO_SIZE];
             put_hello(hello, tp->p.comm_id, (uint32_t)tp->p.rank, (uint32_t)k);
-            if (hoop__sock_io(fd, hello, sizeof(hello), HOOP_SOCK_SEND, deadline) == HOOP_SOCK_DONE) {
+            if (hoop__sock_io(fd, hello, sizeof(hello), HOOP__SOCK_SEND, deadline) == HOOP__SOCK_DONE) {
                 if (!key->set) {
                     tp->peers[peer].socks[k].fd = fd;
                     return HOOP_OK;
@@ -276,7 +276,7 @@ static void pending_drop(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *f
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    HOOP_WARN(tp->p.log, "tcp: dropped a connection from %s: %s", pd->peer, why);
+    HOOP__WARN(tp->p.log, "tcp: dropped a connection from %s: %s", pd->peer, why);
     hoop__sock_pending_close(pd);
 }
 
@@ -327,8 +327,8 @@ static int pending_step(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *co
     if (pd->auth != NULL) {
         char why[256] = "";
         int st = hoop__sock_pending_step(pd, why, sizeof(why));
-        if (st == HOOP_AUTH_MORE) return 0;
-        if (st == HOOP_AUTH_FAILED) {
+        if (st == HOOP__AUTH_MORE) return 0;
+        if (st == HOOP__AUTH_FAILED) {
             if (pd->auth->code == HOOP_ERR_AUTH) (*auth_failed)++;
             pending_drop(tp, pd, "it claims to be rank %u but failed authentication: %s", rank, why);
             return -1;
@@ -357,10 +357,10 @@ static void tell_one(hoop__tp_t *tp, int j, const char *addr, uint8_t *notice, s
     char why[256];
     put_hello(hello, tp->p.comm_id, (uint32_t)tp->p.rank, 0);
     const hoop__auth_key_t *key = &tp->p.cfg->auth;
-    if (rc == 0 && hoop__sock_io(fd, hello, sizeof(hello), HOOP_SOCK_SEND, end) == HOOP_SOCK_DONE &&
+    if (rc == 0 && hoop__sock_io(fd, hello, sizeof(hello), HOOP__SOCK_SEND, end) == HOOP__SOCK_DONE &&
         (!key->set || hoop__auth_handshake(fd, key, 0, auth_ctx(tp, (uint32_t)tp->p.rank, (uint32_t)j, 0),
                                            end, why, sizeof(why)) == HOOP_OK))
-        (void)hoop__sock_io(fd, notice, len, HOOP_SOCK_SEND, end);
+        (void)hoop__sock_io(fd, notice, len, HOOP__SOCK_SEND, end);
     close(fd);
 }
 
@@ -371,31 +371,31 @@ static void tell_accepted(hoop__tp_t *tp, hoop__sock_pending_t *pd, uint8_t *not
     char why[256];
     const int fd = pd->fd;
     int ok = pd->pre_got == HELLO_SIZE ||
-             hoop__sock_io(fd, pd->pre + pd->pre_got, HELLO_SIZE - pd->pre_got, 0, end) == HOOP_SOCK_DONE;
+             hoop__sock_io(fd, pd->pre + pd->pre_got, HELLO_SIZE - pd->pre_got, 0, end) == HOOP__SOCK_DONE;
     ok = ok && get_le(pd->pre, 8) == HELLO_MAGIC && get_le(pd->pre + 8, 8) == tp->p.comm_id;
     uint32_t r = hello_rank(pd->pre), k = hello_sock(pd->pre);
     ok = ok && r < (uint32_t)tp->p.size && k < (uint32_t)tp->nsock;
     if (ok && pd->auth != NULL) {
         int st;
-        while ((st = hoop__sock_pending_step(pd, why, sizeof(why))) == HOOP_AUTH_MORE)
+        while ((st = hoop__sock_pending_step(pd, why, sizeof(why))) == HOOP__AUTH_MORE)
             if (pd->events == 0 || hoop__sock_wait(fd, pd->events, end) <= 0) break;
-        ok = st == HOOP_AUTH_DONE;
+        ok = st == HOOP__AUTH_DONE;
     } else if (ok && tp->p.cfg->auth.set) {
         ok = hoop__auth_handshake(fd, &tp->p.cfg->auth, 1, auth_ctx(tp, r, (uint32_t)tp->p.rank, k),
                                   end, why, sizeof(why)) == HOOP_OK;
     }
-    if (ok) (void)hoop__sock_io(fd, notice, len, HOOP_SOCK_SEND, end);
+    if (ok) (void)hoop__sock_io(fd, notice, len, HOOP__SOCK_SEND, end);
     hoop__sock_pending_close(pd);
 }
 
-/* The header of a control notice on socket 0 (kind HOOP_K_ABORT): an abort with its code and a
+/* The header of a control notice on socket 0 (kind HOOP__K_ABORT): an abort with its code and a
  * reason of len bytes, settle()'s ready notice (count 1), or close()'s goodbye (all zero). */
 void hoop__tcp_notice_hdr(const hoop__tp_t *tp, hoop_result_t code, uint64_t count, uint64_t len,
-                       uint8_t b[HOOP_WIRE_HDR_SIZE])
+                       uint8_t b[HOOP__WIRE_HDR_SIZE])
 {
     hoop__wire_hdr_t h;
     memset(&h, 0, sizeof(h));
-    h.kind = HOOP_K_ABORT;
+    h.kind = HOOP__K_ABORT;
     h.flags = (uint8_t)code;
     h.root = -1;
     h.src = (uint32_t)tp->p.rank;
@@ -424,15 +424,15 @@ static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reaso
                 tp->peers[j].socks[k].fd = -1;
             }
     size_t len = strlen(reason) < ABORT_MAX ? strlen(reason) : ABORT_MAX;
-    uint8_t notice[HOOP_WIRE_HDR_SIZE + ABORT_MAX];
+    uint8_t notice[HOOP__WIRE_HDR_SIZE + ABORT_MAX];
     hoop__tcp_notice_hdr(tp, tp->failed, len, len, notice);
-    memcpy(notice + HOOP_WIRE_HDR_SIZE, reason, len);
+    memcpy(notice + HOOP__WIRE_HDR_SIZE, reason, len);
     double end = hoop__now() + FAREWELL_MAX;
     for (int j = 0; told != NULL && addrs != NULL && j < tp->p.rank; j++)
-        if (!told[j] && addrs[j] != NULL) tell_one(tp, j, addrs[j], notice, HOOP_WIRE_HDR_SIZE + len, end);
+        if (!told[j] && addrs[j] != NULL) tell_one(tp, j, addrs[j], notice, HOOP__WIRE_HDR_SIZE + len, end);
     free(told);
-    for (int i = 0; gate != NULL && i < HOOP_SOCK_PENDING_MAX; i++)
-        if (gate->slot[i].fd >= 0) tell_accepted(tp, &gate->slot[i], notice, HOOP_WIRE_HDR_SIZE + len, end);
+    for (int i = 0; gate != NULL && i < HOOP__SOCK_PENDING_MAX; i++)
+        if (gate->slot[i].fd >= 0) tell_accepted(tp, &gate->slot[i], notice, HOOP__WIRE_HDR_SIZE + len, end);
     for (;;) {
         double now = hoop__now(), left = end - now;
         if (left <= 0 ||
@@ -443,7 +443,7 @@ static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reaso
         if (fd < 0) break;
         hoop__sock_pending_t fresh;
         hoop__sock_pending_admit(&fresh, fd, NULL, end);
-        tell_accepted(tp, &fresh, notice, HOOP_WIRE_HDR_SIZE + len, end);
+        tell_accepted(tp, &fresh, notice, HOOP__WIRE_HDR_SIZE + len, end);
     }
 }
 
@@ -476,7 +476,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
     }
     /* Polled: the listener, the connections still identifying themselves, and socket 0 of the
      * peers connected already, whose abort notice or end fails this connect at once. */
-    const int npf = 1 + HOOP_SOCK_PENDING_MAX + tp->p.size;
+    const int npf = 1 + HOOP__SOCK_PENDING_MAX + tp->p.size;
     hoop__sock_gate_t *gate = expected > 0 ? malloc(sizeof(*gate)) : NULL;
     struct pollfd *pf = expected > 0 ? calloc((size_t)npf, sizeof(*pf)) : NULL;
     int *who = expected > 0 ? calloc((size_t)npf, sizeof(*who)) : NULL;
@@ -492,10 +492,10 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
     hoop_result_t rc = HOOP_OK;
     while (expected > 0) {
         double now = hoop__now();
-        for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++)
+        for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++)
             if (gate->slot[i].fd >= 0 && now >= gate->slot[i].deadline)
                 pending_drop(tp, &gate->slot[i], "it did not identify itself%s within %g s",
-                             tp->p.cfg->auth.set ? " and authenticate" : "", HOOP_SOCK_AUTH_WINDOW);
+                             tp->p.cfg->auth.set ? " and authenticate" : "", HOOP__SOCK_AUTH_WINDOW);
         double wake = hoop__sock_gate_next(gate, deadline);
         if (wake > deadline) wake = deadline;
         if (now >= deadline) {
@@ -528,7 +528,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
         pf[n].fd = tp->listen_fd;
         pf[n].events = POLLIN;
         who[n++] = -1;
-        for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) {
+        for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
             if (gate->slot[i].fd < 0) continue;
             pf[n].fd = gate->slot[i].fd;
             pf[n].events = gate->slot[i].events;
@@ -537,7 +537,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
         const int first_peer = n;
         for (int j = 0; j < tp->p.size; j++) {
             const sock_t *so = &tp->peers[j].socks[0];
-            if (j == me || so->fd < 0 || so->hup || so->hb_len == HOOP_WIRE_HDR_SIZE) continue;
+            if (j == me || so->fd < 0 || so->hup || so->hb_len == HOOP__WIRE_HDR_SIZE) continue;
             pf[n].fd = so->fd;
             pf[n].events = POLLIN;
             who[n++] = j;
@@ -567,7 +567,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
             char from[64];
             int fd = hoop__sock_accept(tp->listen_fd, from, sizeof(from));
             if (fd < 0 && errno == ECONNABORTED) continue;
-            if (fd < 0 && HOOP_FD_EXHAUSTED(errno)) {
+            if (fd < 0 && HOOP__FD_EXHAUSTED(errno)) {
                 /* The connection stays queued and the listener readable: retrying would spin. */
                 char msg[400], why[256];
                 snprintf(msg, sizeof(msg), "tcp: cannot accept the connections of its peers: %s",
@@ -581,15 +581,15 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
             if (full)
                 pending_drop(tp, pd,
                              "%d connections were identifying themselves at once; this was the oldest",
-                             HOOP_SOCK_PENDING_MAX);
-            const double window_end = hoop__now() + HOOP_SOCK_AUTH_WINDOW;
+                             HOOP__SOCK_PENDING_MAX);
+            const double window_end = hoop__now() + HOOP__SOCK_AUTH_WINDOW;
             hoop__sock_pending_admit(pd, fd, from, window_end < deadline ? window_end : deadline);
             if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
         }
         if (rc != HOOP_OK) break;
     }
     if (rc != HOOP_OK) hoop__tcp_connect_failed(tp, addrs, rc, gate);
-    for (int i = 0; gate != NULL && i < HOOP_SOCK_PENDING_MAX; i++)
+    for (int i = 0; gate != NULL && i < HOOP__SOCK_PENDING_MAX; i++)
         if (gate->slot[i].fd >= 0)
             pending_drop(tp, &gate->slot[i], "it had not identified itself when every peer was connected");
     free(gate);
@@ -601,7 +601,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
     tp->listen_fd = -1;
     int npeers = 0;
     for (int j = 0; j < tp->p.size; j++) npeers += j != me && addrs[j] != NULL;
-    HOOP_INFO(tp->p.log, "tcp: connected to %d peer(s)", npeers);
+    HOOP__INFO(tp->p.log, "tcp: connected to %d peer(s)", npeers);
     return HOOP_OK;
 }
 

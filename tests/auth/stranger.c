@@ -92,12 +92,12 @@ int main(int argc, char **argv)
     if (strcmp(mode, "huge") == 0) {
         hoop__wire_hdr_t h;
         memset(&h, 0, sizeof(h));
-        h.kind = HOOP_K_ALLREDUCE;
+        h.kind = HOOP__K_ALLREDUCE;
         h.dtype = HOOP_FLOAT32;
         h.root = -1;
         h.count = 1;
         h.payload_len = (uint64_t)1 << 60;
-        uint8_t b[HOOP_WIRE_HDR_SIZE + 32];
+        uint8_t b[HOOP__WIRE_HDR_SIZE + 32];
         memset(b, 0x11, sizeof(b));
         hoop__wire_encode(&h, b);
         if (send_all(fd, b, sizeof(b)) != 0) return 1;
@@ -129,14 +129,14 @@ int main(int argc, char **argv)
             /* A transport listener serves strangers only while it waits for the last peer, which
              * may come within milliseconds: everything goes out at once, the authentication hello
              * and a proof made with the wrong key, so the listener judges the proof before that. */
-            uint8_t out[HOOP_AUTH_HELLO_BYTES + HOOP_AUTH_MAC_BYTES] = {0};
+            uint8_t out[HOOP__AUTH_HELLO_BYTES + HOOP__AUTH_MAC_BYTES] = {0};
             memcpy(out, "HOOPAUTH", 8);
             out[8] = 1; /* version; role 0: client */
-            randombytes_buf(out + 16, HOOP_AUTH_NONCE_BYTES);
-            crypto_auth_hmacsha256(out + HOOP_AUTH_HELLO_BYTES, out + 16, HOOP_AUTH_NONCE_BYTES, key.bytes);
+            randombytes_buf(out + 16, HOOP__AUTH_NONCE_BYTES);
+            crypto_auth_hmacsha256(out + HOOP__AUTH_HELLO_BYTES, out + 16, HOOP__AUTH_NONCE_BYTES, key.bytes);
             hoop__auth_key_wipe(&key);
             if (send_all(fd, out, sizeof(out)) != 0) return 1;
-            uint8_t in[HOOP_AUTH_HELLO_BYTES + 1];
+            uint8_t in[HOOP__AUTH_HELLO_BYTES + 1];
             size_t got = 0;
             while (got < sizeof(in) && now_s() - t0 < WAIT_S) {
                 struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -145,7 +145,7 @@ int main(int argc, char **argv)
                 if (r <= 0) break;
                 got += (size_t)r;
             }
-            int rejected = got == sizeof(in) && memcmp(in, "HOOPAUTH", 8) == 0 && in[HOOP_AUTH_HELLO_BYTES] == 1;
+            int rejected = got == sizeof(in) && memcmp(in, "HOOPAUTH", 8) == 0 && in[HOOP__AUTH_HELLO_BYTES] == 1;
             printf("handshake: %s after %.1f s\n", rejected ? "the listener rejected our key" : "no verdict",
                    now_s() - t0);
             return rejected ? 0 : 1;

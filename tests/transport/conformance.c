@@ -142,7 +142,7 @@ hoop__wire_hdr_t mkhdr(const ctx_t *c, int src, uint64_t seq, uint64_t i, size_t
 {
     hoop__wire_hdr_t h;
     memset(&h, 0, sizeof(h));
-    h.kind = (uint8_t)(1 + i % HOOP_K_SPLIT);
+    h.kind = (uint8_t)(1 + i % HOOP__K_SPLIT);
     h.dtype = (uint8_t)(i % HOOP_DTYPE_COUNT);
     h.op = (uint8_t)((i / 3) % HOOP_OP_COUNT);
     h.root = (int32_t)(i % 5) - 1;
@@ -184,7 +184,7 @@ int drive(ctx_t *c, hoop__xfer_t *const *xs, int n, double limit_s, const char *
                 if (!xs[i]->done) {
                     failf(c, __LINE__, "%s: %d of %d transfer(s) not done after %.1f s; first: "
                           "%s of %zu bytes with rank %d, seq %" PRIu64, what, pending, n,
-                          lim(c, limit_s), xs[i]->dir == HOOP_XFER_SEND ? "send" : "recv",
+                          lim(c, limit_s), xs[i]->dir == HOOP__XFER_SEND ? "send" : "recv",
                           xs[i]->len, xs[i]->peer, xs[i]->hdr.seq);
                     break;
                 }
@@ -310,7 +310,7 @@ static void make_cfg(const opts_t *o, const case_def_t *cd, hoop__config_t *cfg)
     if (o->ring >= 0) cfg->shm_ring_bytes = (size_t)o->ring;
     if (o->cma >= 0) cfg->shm_cma_bytes = (size_t)o->cma;
     if (cd->spin0) cfg->shm_spin_us = 0;
-    if (o->verbose) cfg->log_level = HOOP_LOG_INFO;
+    if (o->verbose) cfg->log_level = HOOP__LOG_INFO;
 }
 
 static int rank_main(const opts_t *o, const case_def_t *cd, int variant, int rank, board_t *board,

@@ -13,9 +13,9 @@ int case_peer_exit(ctx_t *c)
         fill(out, big, seed_of(c, 0, 1, 1));
         hoop__xfer_t x, y;
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 1, big);
-        xinit(&x, HOOP_XFER_SEND, 1, &h, out, big);
+        xinit(&x, HOOP__XFER_SEND, 1, &h, out, big);
         h = mkhdr(c, 1, 3, 3, big);
-        xinit(&y, HOOP_XFER_RECV, 1, &h, in, big);
+        xinit(&y, HOOP__XFER_RECV, 1, &h, in, big);
         CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 1 never posted");
         c->ops->post(c->tp, &x);
         c->ops->post(c->tp, &y);
@@ -33,9 +33,9 @@ int case_peer_exit(ctx_t *c)
     hoop__xfer_t xa, xb, xs;
     hoop__wire_hdr_t ha = mkhdr(c, 0, 1, 1, big), hb = mkhdr(c, 0, 2, 2, second);
     hoop__wire_hdr_t hs = mkhdr(c, 1, 3, 3, big);
-    xinit(&xa, HOOP_XFER_RECV, 0, &ha, a, big);
-    xinit(&xb, HOOP_XFER_RECV, 0, &hb, b, second);
-    xinit(&xs, HOOP_XFER_SEND, 0, &hs, s, big);
+    xinit(&xa, HOOP__XFER_RECV, 0, &ha, a, big);
+    xinit(&xb, HOOP__XFER_RECV, 0, &hb, b, second);
+    xinit(&xs, HOOP__XFER_SEND, 0, &hs, s, big);
     c->ops->post(c->tp, &xa);
     c->ops->post(c->tp, &xb);
     c->ops->post(c->tp, &xs);
@@ -74,7 +74,7 @@ int case_peer_exit(ctx_t *c)
     /* Later transfers to the dead rank fail too, without waiting. */
     hoop__xfer_t z;
     hoop__wire_hdr_t hz = mkhdr(c, 1, 4, 4, 8);
-    xinit(&z, HOOP_XFER_SEND, 0, &hz, s, 8);
+    xinit(&z, HOOP__XFER_SEND, 0, &hz, s, 8);
     c->ops->post(c->tp, &z);
     TRY(drive1(c, &z, 1, "a send posted after the peer died"));
     CHECK(c, z.status != HOOP_OK, "a send to the dead rank succeeded");
@@ -94,7 +94,7 @@ int case_peer_close(ctx_t *c)
         CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 1 never posted");
         fill(b, 100, seed_of(c, 0, 1, 1));
         hoop__xfer_t x;
-        xinit(&x, HOOP_XFER_SEND, 1, &h1, b, 100);
+        xinit(&x, HOOP__XFER_SEND, 1, &h1, b, 100);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 10, "the last send"));
         CHECK(c, x.status == HOOP_OK, "the last send: %s", hoop_error_string(x.status));
@@ -111,8 +111,8 @@ int case_peer_close(ctx_t *c)
     memset(b, GUARD_BYTE, sizeof(b));
     hoop__xfer_t x1, x2;
     hoop__wire_hdr_t h2 = mkhdr(c, 0, 2, 2, len);
-    xinit(&x1, HOOP_XFER_RECV, 0, &h1, b, 100);
-    xinit(&x2, HOOP_XFER_RECV, 0, &h2, r, len);
+    xinit(&x1, HOOP__XFER_RECV, 0, &h1, b, 100);
+    xinit(&x2, HOOP__XFER_RECV, 0, &h2, r, len);
     c->ops->post(c->tp, &x1);
     c->ops->post(c->tp, &x2);
     atomic_store(&c->board->v[B_POSTED], 1);
@@ -146,7 +146,7 @@ int case_abort(ctx_t *c)
         CHECK(c, q != NULL, "out of memory");
         hoop__xfer_t x, y;
         hoop__wire_hdr_t h = mkhdr(c, 0, 2, 2, slen);
-        xinit(&x, HOOP_XFER_RECV, 0, &h, q, slen);
+        xinit(&x, HOOP__XFER_RECV, 0, &h, q, slen);
         c->ops->post(c->tp, &x);
         CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 0 never posted");
         sleep_s(0.1); /* rank 0 is asleep in progress() by now */
@@ -158,7 +158,7 @@ int case_abort(ctx_t *c)
               hoop_error_string(HOOP_ERR_ABORTED));
         c->ops->abort(c->tp, HOOP_ERR_TIMEOUT, "a second reason");
         h = mkhdr(c, 1, 1, 1, 16);
-        xinit(&y, HOOP_XFER_SEND, 0, &h, q, 16);
+        xinit(&y, HOOP__XFER_SEND, 0, &h, q, 16);
         c->ops->post(c->tp, &y);
         CHECK(c, y.done && y.status == HOOP_ERR_ABORTED,
               "a send posted after abort(): %s, expected %s at once",
@@ -174,8 +174,8 @@ int case_abort(ctx_t *c)
     fill(s, slen, seed_of(c, 0, 1, 2));
     hoop__xfer_t xr, xs;
     hoop__wire_hdr_t hr = mkhdr(c, 1, 1, 1, rlen), hs = mkhdr(c, 0, 2, 2, slen);
-    xinit(&xr, HOOP_XFER_RECV, 1, &hr, r, rlen);
-    xinit(&xs, HOOP_XFER_SEND, 1, &hs, s, slen);
+    xinit(&xr, HOOP__XFER_RECV, 1, &hr, r, rlen);
+    xinit(&xs, HOOP__XFER_SEND, 1, &hs, s, slen);
     c->ops->post(c->tp, &xr);
     c->ops->post(c->tp, &xs);
     atomic_store(&c->board->v[B_POSTED], 1);
@@ -235,7 +235,7 @@ static int try_connect(ctx_t *c, int me, const char *peer_addr, hoop_result_t wa
     uint8_t b[8 + GUARD];
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, 1 - me, 1, 1, 8);
-    xinit(&x, HOOP_XFER_RECV, 1 - me, &h, b, 8);
+    xinit(&x, HOOP__XFER_RECV, 1 - me, &h, b, 8);
     c->ops->post(c->tp = tp, &x);
     int r = drive1(c, &x, 1, "a receive on an instance that failed to connect");
     c->tp = NULL;
@@ -359,13 +359,13 @@ static int noconnect_mux(ctx_t *c)
     c->ops->host_key(own, key, sizeof(key));
     CHECK(c, key[0] != '\0', "no host identity in \"%s\"", own);
     TRY(try_connect(c, 1, "garbage", HOOP_ERR_INTERNAL, "rank 0", 1.0, "a malformed address"));
-    static bad_addr_t bad[HOOP_TP_ROWS_MAX][BAD_MAX];
-    int nbad[HOOP_TP_ROWS_MAX], far = -1;
-    const char *parts[HOOP_TP_ROWS_MAX] = {NULL};
+    static bad_addr_t bad[HOOP__TP_ROWS_MAX][BAD_MAX];
+    int nbad[HOOP__TP_ROWS_MAX], far = -1;
+    const char *parts[HOOP__TP_ROWS_MAX] = {NULL};
     for (int t = 0; t < hoop__tp_registry_n; t++) {
         TRY(bad_addrs(c, hoop__tp_registry[t].name, bad[t], &nbad[t]));
         for (int i = 0; i < nbad[t]; i++) {
-            const char *one[HOOP_TP_ROWS_MAX] = {NULL};
+            const char *one[HOOP__TP_ROWS_MAX] = {NULL};
             one[t] = bad[t][i].addr;
             CHECK(c, hoop__mux_addr(key, one, addr, sizeof(addr)) == 0, "address too long");
             TRY(try_connect(c, bad[t][i].me, addr, bad[t][i].code, bad[t][i].text,
@@ -446,7 +446,7 @@ int case_wake_pending(ctx_t *c)
     uint8_t b[32 + GUARD];
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, 1, 1, 1, 32);
-    xinit(&x, HOOP_XFER_RECV, 1, &h, b, 32);
+    xinit(&x, HOOP__XFER_RECV, 1, &h, b, 32);
     for (int posted = 0; posted < 2; posted++) {
         if (posted) c->ops->post(c->tp, &x);
         for (int i = 0; i < 3; i++) {
@@ -470,7 +470,7 @@ int case_wake(ctx_t *c)
         fill(b, 32, seed_of(c, 1, 0, 1));
         hoop__xfer_t x;
         hoop__wire_hdr_t h = mkhdr(c, 1, 1, 1, 32);
-        xinit(&x, HOOP_XFER_SEND, 0, &h, b, 32);
+        xinit(&x, HOOP__XFER_SEND, 0, &h, b, 32);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 10, "send after the wake tests"));
         CHECK(c, x.status == HOOP_OK, "send: %s", hoop_error_string(x.status));
@@ -481,7 +481,7 @@ int case_wake(ctx_t *c)
     memset(b, GUARD_BYTE, sizeof(b));
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, 1, 1, 1, 32);
-    xinit(&x, HOOP_XFER_RECV, 1, &h, b, 32);
+    xinit(&x, HOOP__XFER_RECV, 1, &h, b, 32);
     c->ops->post(c->tp, &x);
     for (int i = 0; i < 3; i++) TRY(wake_round(c, 0.05 + 0.05 * i, "a receive waiting"));
     CHECK(c, !x.done, "the receive completed before rank 1 sent");
@@ -529,8 +529,8 @@ int case_idle(ctx_t *c)
     fill(out, 100, seed_of(c, me, peer, 1));
     hoop__xfer_t r, s;
     hoop__wire_hdr_t hr = mkhdr(c, peer, 1, 1, 100), hs = mkhdr(c, me, 1, 1, 100);
-    xinit(&r, HOOP_XFER_RECV, peer, &hr, in, 100);
-    xinit(&s, HOOP_XFER_SEND, peer, &hs, out, 100);
+    xinit(&r, HOOP__XFER_RECV, peer, &hr, in, 100);
+    xinit(&s, HOOP__XFER_SEND, peer, &hs, out, 100);
     c->ops->post(c->tp, &r);
     TRY(idle_round(c, "a receive waiting"));
     CHECK(c, !r.done, "the receive completed before the peer sent");
@@ -560,12 +560,12 @@ int case_close(ctx_t *c)
         int send = (i % 2) == me;
         /* Receives expect other sequence numbers than the peer sends: nothing finishes cleanly. */
         hoop__wire_hdr_t h = mkhdr(c, send ? me : peer, (uint64_t)(send ? i : 100 + i), 1, big);
-        xinit(&xb[i], send ? HOOP_XFER_SEND : HOOP_XFER_RECV, peer, &h, bufs[i], big);
+        xinit(&xb[i], send ? HOOP__XFER_SEND : HOOP__XFER_RECV, peer, &h, bufs[i], big);
         c->ops->post(c->tp, &xb[i]);
     }
     for (int i = 0; i < NS; i++) {
         hoop__wire_hdr_t h = mkhdr(c, me, 500 + (uint64_t)i, 1, 64);
-        xinit(&xsm[i], HOOP_XFER_SEND, peer, &h, small[i], 64);
+        xinit(&xsm[i], HOOP__XFER_SEND, peer, &h, small[i], 64);
         memset(small[i], i, 64);
         c->ops->post(c->tp, &xsm[i]);
     }
@@ -587,7 +587,7 @@ int case_close(ctx_t *c)
     uint8_t b[8];
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, peer, 1, 1, 8);
-    xinit(&x, HOOP_XFER_RECV, peer, &h, b, 8);
+    xinit(&x, HOOP__XFER_RECV, peer, &h, b, 8);
     c->ops->post(tp, &x);
     c->ops->abort(tp, HOOP_ERR_ABORTED, "closing");
     CHECK(c, x.done && x.status != HOOP_OK, "a receive posted before connect survived abort()");

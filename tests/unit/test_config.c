@@ -38,7 +38,7 @@ static void defaults(void **state)
     char err[256];
     env_t e = {{{NULL, NULL}}};
     assert_int_equal(hoop__config_parse(&c, lookup, &e, err, sizeof(err)), HOOP_OK);
-    assert_int_equal(c.log_level, HOOP_LOG_WARN);
+    assert_int_equal(c.log_level, HOOP__LOG_WARN);
     assert_string_equal(c.transport, "auto");
     assert_string_equal(c.algo, "auto");
     assert_int_equal(c.sockets_per_peer, 1);
@@ -61,7 +61,7 @@ static void every_variable(void **state)
                 {"HOOP_SMALL_BYTES", "64K"},
                 {"HOOP_TIMEOUT", "2.5"}}};
     assert_int_equal(hoop__config_parse(&c, lookup, &e, err, sizeof(err)), HOOP_OK);
-    assert_int_equal(c.log_level, HOOP_LOG_TRACE);
+    assert_int_equal(c.log_level, HOOP__LOG_TRACE);
     assert_string_equal(c.log_file, "/tmp/hoop.%h.%p.log");
     assert_string_equal(c.transport, "tcp");
     assert_string_equal(c.algo, "ring");
@@ -148,7 +148,7 @@ static void unopenable_debug_file(void **state)
     (void)state;
     hoop__log_t l;
     char got[1024];
-    log_open_capturing(&l, HOOP_LOG_WARN, "/nonexistent-hoop-dir/log.%p", got, sizeof(got));
+    log_open_capturing(&l, HOOP__LOG_WARN, "/nonexistent-hoop-dir/log.%p", got, sizeof(got));
     assert_ptr_equal(l.out, stderr);
     assert_non_null(strstr(got, "HOOP_DEBUG_FILE"));
     assert_non_null(strstr(got, "/nonexistent-hoop-dir/log.%p"));
@@ -157,7 +157,7 @@ static void unopenable_debug_file(void **state)
     assert_null(strstr(strstr(got, "HOOP_DEBUG_FILE") + 1, "HOOP_DEBUG_FILE")); /* one line */
     hoop__log_close(&l);
     /* HOOP_DEBUG=NONE asked for silence. */
-    log_open_capturing(&l, HOOP_LOG_NONE, "/nonexistent-hoop-dir/log", got, sizeof(got));
+    log_open_capturing(&l, HOOP__LOG_NONE, "/nonexistent-hoop-dir/log", got, sizeof(got));
     assert_string_equal(got, "");
     hoop__log_close(&l);
     /* A file that opens: nothing said. */
@@ -165,7 +165,7 @@ static void unopenable_debug_file(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    log_open_capturing(&l, HOOP_LOG_WARN, path, got, sizeof(got));
+    log_open_capturing(&l, HOOP__LOG_WARN, path, got, sizeof(got));
     assert_ptr_not_equal(l.out, stderr);
     assert_string_equal(got, "");
     hoop__log_close(&l);

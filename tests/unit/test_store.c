@@ -423,14 +423,14 @@ static void test_parse_valid_and_partial(void **state)
     assert_int_equal(hoop__store_parse(NULL, 0, &req), 0);
     /* req may be NULL. */
     assert_int_equal(hoop__store_parse(buf, n, NULL), 19);
-    /* Bounds are inclusive: a key of exactly HOOP_STORE_MAX_KEY bytes is fine. */
-    uint8_t big[9 + HOOP_STORE_MAX_KEY];
-    char key[HOOP_STORE_MAX_KEY];
+    /* Bounds are inclusive: a key of exactly HOOP__STORE_MAX_KEY bytes is fine. */
+    uint8_t big[9 + HOOP__STORE_MAX_KEY];
+    char key[HOOP__STORE_MAX_KEY];
     memset(key, 'k', sizeof key);
-    n = build_req(big, 'G', HOOP_STORE_MAX_KEY, 0, key, NULL);
+    n = build_req(big, 'G', HOOP__STORE_MAX_KEY, 0, key, NULL);
     assert_int_equal(hoop__store_parse(big, n, &req), (long)n);
-    /* A value of exactly HOOP_STORE_MAX_VALUE: the header alone asks for more. */
-    n = build_req(buf, 'S', 1, HOOP_STORE_MAX_VALUE, "k", NULL);
+    /* A value of exactly HOOP__STORE_MAX_VALUE: the header alone asks for more. */
+    n = build_req(buf, 'S', 1, HOOP__STORE_MAX_VALUE, "k", NULL);
     assert_int_equal(hoop__store_parse(buf, 10, &req), 0);
 }
 
@@ -450,12 +450,12 @@ static void test_parse_malformed(void **state)
     /* Key length 0 or over the bound: known once the length is in. */
     build_req(buf, 'G', 0, 0, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 5, &req), -1);
-    build_req(buf, 'S', HOOP_STORE_MAX_KEY + 1, 0, NULL, NULL);
+    build_req(buf, 'S', HOOP__STORE_MAX_KEY + 1, 0, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 5, &req), -1);
     build_req(buf, 'S', 0xffffffffu, 0, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
     /* Value length over the bound. */
-    build_req(buf, 'S', 1, HOOP_STORE_MAX_VALUE + 1, NULL, NULL);
+    build_req(buf, 'S', 1, HOOP__STORE_MAX_VALUE + 1, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
     build_req(buf, 'S', 1, 0xffffffffu, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
@@ -484,10 +484,10 @@ static long parse_reference(const uint8_t *b, size_t len)
     if (b[0] != 'S' && b[0] != 'G' && b[0] != 'C') return -1;
     if (len < 5) return 0;
     uint64_t kl = (uint64_t)b[1] | (uint64_t)b[2] << 8 | (uint64_t)b[3] << 16 | (uint64_t)b[4] << 24;
-    if (kl < 1 || kl > HOOP_STORE_MAX_KEY) return -1;
+    if (kl < 1 || kl > HOOP__STORE_MAX_KEY) return -1;
     if (len < 9) return 0;
     uint64_t vl = (uint64_t)b[5] | (uint64_t)b[6] << 8 | (uint64_t)b[7] << 16 | (uint64_t)b[8] << 24;
-    if (vl > HOOP_STORE_MAX_VALUE) return -1;
+    if (vl > HOOP__STORE_MAX_VALUE) return -1;
     if (b[0] == 'G' && vl > 0) return -1;
     if (len < 9 + kl + vl) return 0;
     for (uint64_t i = 0; i < kl; i++)
@@ -725,18 +725,18 @@ static void test_tcp_get_waits_and_times_out(void **state)
 
     assert_int_equal(hoop__store_set(s1, "", "x", 1), HOOP_ERR_INVALID_ARGUMENT);
     assert_int_equal(hoop__store_set(s1, NULL, "x", 1), HOOP_ERR_INVALID_ARGUMENT);
-    char longkey[HOOP_STORE_MAX_KEY + 2];
+    char longkey[HOOP__STORE_MAX_KEY + 2];
     memset(longkey, 'q', sizeof longkey - 1);
     longkey[sizeof longkey - 1] = '\0';
     assert_int_equal(hoop__store_set(s1, longkey, "x", 1), HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(hoop__store_error(s1), "longer than"));
-    longkey[HOOP_STORE_MAX_KEY] = '\0'; /* exactly the bound: fine */
+    longkey[HOOP__STORE_MAX_KEY] = '\0'; /* exactly the bound: fine */
     assert_int_equal(hoop__store_set(s1, longkey, "y", 1), HOOP_OK);
     assert_int_equal(hoop__store_get(s0, longkey, buf, sizeof buf, &len, 1.0), HOOP_OK);
     assert_int_equal(len, 1);
     assert_int_equal(buf[0], 'y');
     assert_int_equal(hoop__store_set(s1, "k", NULL, 3), HOOP_ERR_INVALID_ARGUMENT);
-    assert_int_equal(hoop__store_set(s1, "k", "x", (size_t)HOOP_STORE_MAX_VALUE + 1),
+    assert_int_equal(hoop__store_set(s1, "k", "x", (size_t)HOOP__STORE_MAX_VALUE + 1),
                      HOOP_ERR_INVALID_ARGUMENT);
     assert_int_equal(hoop__store_get(s1, "k", buf, sizeof buf, &len, NAN), HOOP_ERR_INVALID_ARGUMENT);
     /* A deadline that has just passed: one look, no wait. */
@@ -746,17 +746,17 @@ static void test_tcp_get_waits_and_times_out(void **state)
     assert_true(now_s() - t2 < 0.5);
 
     /* The largest value goes through whole, and the connection stays in step after a short read. */
-    uint8_t *big = malloc(HOOP_STORE_MAX_VALUE), *back = malloc(HOOP_STORE_MAX_VALUE);
+    uint8_t *big = malloc(HOOP__STORE_MAX_VALUE), *back = malloc(HOOP__STORE_MAX_VALUE);
     assert_non_null(big);
     assert_non_null(back);
-    for (size_t i = 0; i < HOOP_STORE_MAX_VALUE; i++) big[i] = (uint8_t)(i * 7 + (i >> 11));
-    assert_int_equal(hoop__store_set(s1, "big", big, HOOP_STORE_MAX_VALUE), HOOP_OK);
+    for (size_t i = 0; i < HOOP__STORE_MAX_VALUE; i++) big[i] = (uint8_t)(i * 7 + (i >> 11));
+    assert_int_equal(hoop__store_set(s1, "big", big, HOOP__STORE_MAX_VALUE), HOOP_OK);
     assert_int_equal(hoop__store_get(s0, "big", buf, 10, &len, 2.0), HOOP_OK);
-    assert_int_equal(len, HOOP_STORE_MAX_VALUE);
+    assert_int_equal(len, HOOP__STORE_MAX_VALUE);
     assert_memory_equal(buf, big, 10);
-    assert_int_equal(hoop__store_get(s0, "big", back, HOOP_STORE_MAX_VALUE, &len, 2.0), HOOP_OK);
-    assert_int_equal(len, HOOP_STORE_MAX_VALUE);
-    assert_memory_equal(back, big, HOOP_STORE_MAX_VALUE);
+    assert_int_equal(hoop__store_get(s0, "big", back, HOOP__STORE_MAX_VALUE, &len, 2.0), HOOP_OK);
+    assert_int_equal(len, HOOP__STORE_MAX_VALUE);
+    assert_memory_equal(back, big, HOOP__STORE_MAX_VALUE);
     free(big);
     free(back);
 
@@ -923,7 +923,7 @@ static void test_tcp_malformed_client(void **state)
     assert_true(lfd >= 0);
     close(lfd);
     hoop__log_t log;
-    hoop__log_open(&log, HOOP_LOG_WARN, logpath, 0);
+    hoop__log_open(&log, HOOP__LOG_WARN, logpath, 0);
 
     int port = free_port(AF_INET);
     hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
@@ -937,9 +937,9 @@ static void test_tcp_malformed_client(void **state)
     const size_t lens[3] = {1, 5, 9};
     build_req(req, 'Q', 1, 0, NULL, NULL);
     uint8_t req2[16];
-    build_req(req2, 'S', HOOP_STORE_MAX_KEY + 1, 0, NULL, NULL);
+    build_req(req2, 'S', HOOP__STORE_MAX_KEY + 1, 0, NULL, NULL);
     uint8_t req3[16];
-    build_req(req3, 'S', 4, HOOP_STORE_MAX_VALUE + 1, NULL, NULL);
+    build_req(req3, 'S', 4, HOOP__STORE_MAX_VALUE + 1, NULL, NULL);
     const uint8_t *reqs[3] = {req, req2, req3};
     for (int i = 0; i < 3; i++) {
         int fd = raw_connect(port);
@@ -1175,15 +1175,15 @@ static void test_file_exchange(void **state)
     wait_all_done(s0, 1, NCLIENTS);
 
     /* Keys that are not file names: they stay inside PATH.d and come back unchanged. */
-    char k256[HOOP_STORE_MAX_KEY + 1];
-    memset(k256, '/', HOOP_STORE_MAX_KEY);
-    k256[HOOP_STORE_MAX_KEY] = '\0';
-    char kdots[HOOP_STORE_MAX_KEY + 1];
-    memset(kdots, '.', HOOP_STORE_MAX_KEY);
-    kdots[HOOP_STORE_MAX_KEY] = '\0';
-    char kplain[HOOP_STORE_MAX_KEY + 1];
-    memset(kplain, 'p', HOOP_STORE_MAX_KEY);
-    kplain[HOOP_STORE_MAX_KEY] = '\0';
+    char k256[HOOP__STORE_MAX_KEY + 1];
+    memset(k256, '/', HOOP__STORE_MAX_KEY);
+    k256[HOOP__STORE_MAX_KEY] = '\0';
+    char kdots[HOOP__STORE_MAX_KEY + 1];
+    memset(kdots, '.', HOOP__STORE_MAX_KEY);
+    kdots[HOOP__STORE_MAX_KEY] = '\0';
+    char kplain[HOOP__STORE_MAX_KEY + 1];
+    memset(kplain, 'p', HOOP__STORE_MAX_KEY);
+    kplain[HOOP__STORE_MAX_KEY] = '\0';
     char kprefix[201]; /* a prefix of kplain that ends exactly where a long name is split */
     memset(kprefix, 'p', 200);
     kprefix[200] = '\0';
