@@ -35,8 +35,6 @@ enum {
     P_FAILED,
 };
 
-
-
 /* ---- keys ---- */
 
 void hoop__auth_key_wipe(hoop__auth_key_t *k)
@@ -68,8 +66,8 @@ static int all_hex(const char *s, size_t n)
 }
 
 /* text[0..n) is the key's text (not necessarily NUL-terminated). */
-static hoop_result_t key_from_text(hoop__auth_key_t *k, const char *text, size_t n, const char *what,
-                                   char *err, size_t errlen)
+static hoop_result_t key_from_text(hoop__auth_key_t *k, const char *text, size_t n,
+                                   const char *what, char *err, size_t errlen)
 {
     hoop__auth_key_wipe(k);
     if (sodium_init() < 0) {
@@ -133,7 +131,8 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if ((sb.st_mode & 077) != 0) {
-        hoop__say(err, errlen,
+        hoop__say(
+            err, errlen,
             "HOOP_AUTH_KEY_FILE %s is accessible by group or others (mode %04o): a key must be "
             "private; run chmod 600 %s",
             path, (unsigned)(sb.st_mode & 07777), path);
@@ -141,8 +140,8 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (sb.st_uid != geteuid() && sb.st_uid != 0) {
-        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s belongs to user id %u, not to this user (%u)", path,
-            (unsigned)sb.st_uid, (unsigned)geteuid());
+        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s belongs to user id %u, not to this user (%u)",
+                  path, (unsigned)sb.st_uid, (unsigned)geteuid());
         close(fd);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
@@ -164,8 +163,8 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
     close(fd);
     hoop_result_t rc;
     if (n > KEY_FILE_MAX) {
-        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s is larger than %d bytes: is it a key file?", path,
-            KEY_FILE_MAX);
+        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s is larger than %d bytes: is it a key file?",
+                  path, KEY_FILE_MAX);
         rc = HOOP_ERR_INVALID_ARGUMENT;
     } else {
         size_t b = 0, e = n;
@@ -297,12 +296,14 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
     case P_HELLO: {
         const unsigned char *h = a->in;
         if (h[8] != AUTH_VERSION)
-            return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer speaks authentication version %u, not %u",
-                        h[8], AUTH_VERSION);
+            return fail(a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer speaks authentication version %u, not %u", h[8], AUTH_VERSION);
         if (h[9] > 1)
-            return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer's authentication hello is malformed");
+            return fail(a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer's authentication hello is malformed");
         if (h[9] == a->is_server)
-            return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer also acts as the %s of the exchange",
+            return fail(a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer also acts as the %s of the exchange",
                         a->is_server ? "server" : "client");
         for (int i = 10; i < 16; i++)
             if (h[i] != 0)
@@ -348,7 +349,8 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
                         "the peer rejected our key (is HOOP_AUTH_KEY the same on every rank?); or "
                         "it is of another job, with another job id");
         if (a->in[0] != VERDICT_OK)
-            return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer answered the authentication with garbage");
+            return fail(a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer answered the authentication with garbage");
         a->phase = P_SPROOF;
         expect_in(a, HOOP__AUTH_MAC_BYTES);
         break;
@@ -359,8 +361,7 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
                         "the peer's proof is wrong: it does not hold this job's key");
         sodium_memzero(mac, sizeof(mac));
         return HOOP__AUTH_DONE;
-    default:
-        return fail(a, HOOP_ERR_INTERNAL, err, errlen, "authentication in a bad state");
+    default: return fail(a, HOOP_ERR_INTERNAL, err, errlen, "authentication in a bad state");
     }
     sodium_memzero(mac, sizeof(mac));
     return HOOP__AUTH_MORE;
@@ -373,12 +374,15 @@ static int lost(hoop__auth_t *a, int e, const char *doing, char *err, size_t err
 {
     const int gone = e == 0 || e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNABORTED;
     if (gone && a->phase == P_HELLO)
-        return fail(a, HOOP_ERR_AUTH, err, errlen,
-                    "the peer closed the connection without answering the authentication (no key on its "
-                    "side?)");
+        return fail(
+            a, HOOP_ERR_AUTH, err, errlen,
+            "the peer closed the connection without answering the authentication (no key on its "
+            "side?)");
     if (gone)
-        return fail(a, HOOP_ERR_PEER_LOST, err, errlen, "the peer closed the connection during authentication");
-    return fail(a, HOOP_ERR_SYSTEM, err, errlen, "%s during authentication: %s", doing, strerror(e));
+        return fail(a, HOOP_ERR_PEER_LOST, err, errlen,
+                    "the peer closed the connection during authentication");
+    return fail(a, HOOP_ERR_SYSTEM, err, errlen, "%s during authentication: %s", doing,
+                strerror(e));
 }
 
 int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t errlen)
@@ -390,7 +394,8 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
     }
     for (;;) {
         while (a->out_off < a->out_len) {
-            ssize_t n = send(fd, a->out + a->out_off, a->out_len - a->out_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+            ssize_t n = send(fd, a->out + a->out_off, a->out_len - a->out_off,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
             if (n > 0) {
                 a->out_off += (size_t)n;
             } else if (n < 0 && errno == EINTR) {
@@ -430,9 +435,10 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
                 /* Tell a stranger (or a peer without a key) apart as soon as the magic is in. */
                 if (a->phase == P_HELLO && before < 8 &&
                     memcmp(a->in, HELLO_MAGIC, a->in_len < 8 ? a->in_len : 8) != 0)
-                    return fail(a, HOOP_ERR_AUTH, err, errlen,
-                                "the peer did not start the authentication exchange (no key on its side, "
-                                "or not a hoop rank)");
+                    return fail(
+                        a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer did not start the authentication exchange (no key on its side, "
+                        "or not a hoop rank)");
                 continue;
             }
             if (n == 0) return lost(a, 0, "receiving", err, errlen);

@@ -79,7 +79,8 @@ typedef struct hoop__auth {
 enum { HOOP__AUTH_FAILED = -1, HOOP__AUTH_MORE = 0, HOOP__AUTH_DONE = 1 };
 
 /* key must be set and outlive a. */
-void hoop__auth_start(hoop__auth_t *a, const hoop__auth_key_t *key, int is_server, uint64_t context);
+void hoop__auth_start(hoop__auth_t *a, const hoop__auth_key_t *key, int is_server,
+                      uint64_t context);
 /* Moves the exchange on fd without blocking, reading no byte past its own messages.
  * HOOP__AUTH_DONE: the peer holds the key. HOOP__AUTH_MORE: call again once fd is ready for *events
  * (POLLIN / POLLOUT). HOOP__AUTH_FAILED: a->code and a sentence in err (the caller closes fd). */

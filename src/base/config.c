@@ -37,10 +37,22 @@ int hoop__parse_size(const char *s, size_t *out)
     if (errno != 0) return -1;
     unsigned long long mul = 1;
     switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1ull << 10; end++; break;
-    case 'M': mul = 1ull << 20; end++; break;
-    case 'G': mul = 1ull << 30; end++; break;
-    case 'T': mul = 1ull << 40; end++; break;
+    case 'K':
+        mul = 1ull << 10;
+        end++;
+        break;
+    case 'M':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'G':
+        mul = 1ull << 30;
+        end++;
+        break;
+    case 'T':
+        mul = 1ull << 40;
+        end++;
+        break;
     default: break;
     }
     if (toupper((unsigned char)*end) == 'B' || toupper((unsigned char)*end) == 'I') end++;

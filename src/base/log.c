@@ -43,10 +43,10 @@ void hoop__log_open(hoop__log_t *l, int level, const char *file, int rank)
             int e = errno;
             if (strcmp(file, path) == 0)
                 HOOP__WARN(l, "cannot open HOOP_DEBUG_FILE \"%s\": %s; logging to stderr", path,
-                          strerror(e));
+                           strerror(e));
             else
                 HOOP__WARN(l, "cannot open HOOP_DEBUG_FILE \"%s\" (\"%s\"): %s; logging to stderr",
-                          file, path, strerror(e));
+                           file, path, strerror(e));
         }
     }
 }

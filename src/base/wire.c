@@ -5,7 +5,11 @@
 #include <string.h>
 
 /* Explicit little-endian packing: the layout never depends on the compiler or the host. */
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 static void put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -95,16 +99,16 @@ hoop_result_t hoop__wire_match(const hoop__wire_hdr_t *e, const hoop__wire_hdr_t
 
 const char *hoop__wire_algo_name(int algo)
 {
-    static const char *const names[HOOP__WIRE_ALGO_COUNT] = {"auto", "ring", "rd", "ps", "ps-sharded"};
+    static const char *const names[HOOP__WIRE_ALGO_COUNT] = {"auto", "ring", "rd", "ps",
+                                                             "ps-sharded"};
     return algo >= 0 && algo < HOOP__WIRE_ALGO_COUNT ? names[algo] : "unknown";
 }
 
 const char *hoop__kind_name(int kind)
 {
-    static const char *const names[] = {"none",    "allreduce",      "broadcast", "reduce",
-                                        "allgather", "gather",       "scatter",   "reduce_scatter",
-                                        "alltoall", "barrier",       "send",      "split",
-                                        "abort"};
+    static const char *const names[] = {
+        "none",           "allreduce", "broadcast", "reduce", "allgather", "gather", "scatter",
+        "reduce_scatter", "alltoall",  "barrier",   "send",   "split",     "abort"};
     _Static_assert(sizeof(names) / sizeof(names[0]) == HOOP__K_COUNT, "a kind without a name");
     if (kind < 0 || kind >= HOOP__K_COUNT) return "unknown";
     return names[kind];
@@ -140,22 +144,26 @@ const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *e, const hoop__wire_
         snprintf(buf, n, "rank %d sent a message of another communicator during %s", peer, mine);
     } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
                g->dtype == e->dtype && g->op == e->op && g->root == e->root && g->algo != e->algo) {
-        snprintf(buf, n, "rank %d ran %s as call #%" PRIu64 " with the %s algorithm where rank %d "
+        snprintf(buf, n,
+                 "rank %d ran %s as call #%" PRIu64 " with the %s algorithm where rank %d "
                  "ran it with %s (hoop_comm_set_algo or HOOP_ALGO must be the same on every rank)",
                  peer, mine, e->seq, hoop__wire_algo_name(g->algo), me,
                  hoop__wire_algo_name(e->algo));
     } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
-               g->dtype == e->dtype && g->op == e->op && g->root == e->root && g->sched != e->sched) {
-        snprintf(buf, n, "rank %d ran %s as call #%" PRIu64 " with other schedule settings than "
-                 "rank %d (digest %08x against %08x)", peer, mine, e->seq, me, (unsigned)g->sched,
-                 (unsigned)e->sched);
+               g->dtype == e->dtype && g->op == e->op && g->root == e->root &&
+               g->sched != e->sched) {
+        snprintf(buf, n,
+                 "rank %d ran %s as call #%" PRIu64 " with other schedule settings than "
+                 "rank %d (digest %08x against %08x)",
+                 peer, mine, e->seq, me, (unsigned)g->sched, (unsigned)e->sched);
     } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
                g->dtype == e->dtype && g->op == e->op && g->root == e->root) {
         snprintf(buf, n, "rank %d sent %" PRIu64 " bytes where %" PRIu64 " were expected in %s",
                  peer, g->payload_len, e->payload_len, mine);
     } else {
         hoop__wire_describe(g, theirs, sizeof(theirs));
-        snprintf(buf, n, "rank %d called %s as call #%" PRIu64 " where rank %d called %s as call #%" PRIu64,
+        snprintf(buf, n,
+                 "rank %d called %s as call #%" PRIu64 " where rank %d called %s as call #%" PRIu64,
                  peer, theirs, g->seq, me, mine, e->seq);
     }
     return buf;

@@ -9,7 +9,7 @@
 #include "hoop.h"
 
 #define HOOP__WIRE_MAGIC 0x504f4f48u /* "HOOP" */
-#define HOOP__WIRE_VERSION 2 /* 2: algo and sched in the header */
+#define HOOP__WIRE_VERSION 2         /* 2: algo and sched in the header */
 #define HOOP__WIRE_HDR_SIZE 64
 
 /* What a message belongs to. Values travel on the wire: append only. */
@@ -31,13 +31,13 @@ typedef enum {
 } hoop__kind_t;
 
 typedef struct hoop__wire_hdr {
-    uint8_t kind;         /* hoop__kind_t */
-    uint8_t dtype;        /* hoop_dtype_t */
-    uint8_t op;           /* hoop_op_t */
+    uint8_t kind;  /* hoop__kind_t */
+    uint8_t dtype; /* hoop_dtype_t */
+    uint8_t op;    /* hoop_op_t */
     uint8_t flags;
-    uint8_t algo;         /* the algorithm that shapes the call's schedule (hoop__algo_t), 0 if none */
-    int32_t root;         /* root of rooted collectives, -1 otherwise */
-    uint32_t src;         /* sender's rank */
+    uint8_t algo; /* the algorithm that shapes the call's schedule (hoop__algo_t), 0 if none */
+    int32_t root; /* root of rooted collectives, -1 otherwise */
+    uint32_t src; /* sender's rank */
     uint64_t comm_id;
     uint64_t seq;         /* call number on the communicator (per peer pair for point-to-point) */
     uint64_t count;       /* the call's count argument: part of the fingerprint */

@@ -31,14 +31,17 @@ hoop_result_t hoop__collective_run(hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
     char what[128];
-    hoop__wire_hdr_t h = {.kind = (uint8_t)call->kind, .dtype = (uint8_t)call->dtype,
-                          .op = (uint8_t)call->op, .root = call->root, .count = call->count};
+    hoop__wire_hdr_t h = {.kind = (uint8_t)call->kind,
+                          .dtype = (uint8_t)call->dtype,
+                          .op = (uint8_t)call->op,
+                          .root = call->root,
+                          .count = call->count};
     HOOP__TRACE_STEP(call, -1, "%s by rank %d of %d", hoop__wire_describe(&h, what, sizeof(what)),
-                    c->rank, c->size);
+                     c->rank, c->size);
     HOOP__TRACE(&c->log, "call #%llu: %s count=%zu %s %s root=%d algo=%s",
-               (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
-               hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
-               hoop__algo_name(call->algo));
+                (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
+                hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
+                hoop__algo_name(call->algo));
     /* count 0 still exchanges (empty) messages, so a rank that passed another count is told. */
     switch (call->kind) {
     case HOOP__K_ALLREDUCE:

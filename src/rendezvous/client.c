@@ -83,8 +83,8 @@ static hoop_result_t client_connect(hoop__store_t *st, tcp_store_t *t, double ti
                     freeaddrinfo(res);
                     t->fd = fd;
                     HOOP__TRACE(st->log,
-                               "connected to the rendezvous store at %s after %d attempt(s)",
-                               t->where, attempt + 1);
+                                "connected to the rendezvous store at %s after %d attempt(s)",
+                                t->where, attempt + 1);
                     return HOOP_OK;
                 }
                 snprintf(why, sizeof why, "%s", strerror(errno));
@@ -241,11 +241,11 @@ static hoop_result_t tcp_open(hoop__store_t *st, const hoop__rdv_t *rdv, char *e
     hoop__sock_hostport(t->where, sizeof t->where, t->host, t->port);
     if (t->auth.set)
         HOOP__INFO(st->log, "rendezvous store %s: connections are authenticated (HOOP_AUTH_KEY)",
-                  t->where);
+                   t->where);
     else
         HOOP__INFO(st->log,
-                  "rendezvous store %s: no HOOP_AUTH_KEY, connections are not authenticated",
-                  t->where);
+                   "rendezvous store %s: no HOOP_AUTH_KEY, connections are not authenticated",
+                   t->where);
     hoop_result_t r = HOOP_OK;
     if (rdv->rank == 0)
         r = hoop__store_server_start(t->host, t->port, &t->auth, st->log, &t->srv, err, errlen);

@@ -73,8 +73,8 @@ int hoop__store_rep_check(uint8_t op, const uint8_t *rep, uint32_t *vallen)
     const uint8_t status = rep[0];
     const int ok = status == HOOP__STORE_REP_OK, missing = status == HOOP__STORE_REP_MISSING;
     const int claim_ok = op == 'C' && (status == HOOP__STORE_REP_TAKEN || (ok && rlen == 0));
-    if ((op == 'C' && !claim_ok) || (op != 'C' && !ok && !missing) || rlen > HOOP__STORE_MAX_VALUE ||
-        (missing && rlen != 0) || (op == 'S' && (!ok || rlen != 0)))
+    if ((op == 'C' && !claim_ok) || (op != 'C' && !ok && !missing) ||
+        rlen > HOOP__STORE_MAX_VALUE || (missing && rlen != 0) || (op == 'S' && (!ok || rlen != 0)))
         return HOOP__STORE_REP_INVALID;
     *vallen = rlen;
     return HOOP__STORE_REP_VALID;

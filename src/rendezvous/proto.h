@@ -14,7 +14,8 @@
 
 #define HOOP__STORE_REQ_HDR 9 /* op, keylen, vallen */
 #define HOOP__STORE_REP_HDR 5 /* status, vallen */
-#define HOOP__STORE_MAX_REQ ((size_t)HOOP__STORE_REQ_HDR + HOOP__STORE_MAX_KEY + HOOP__STORE_MAX_VALUE)
+#define HOOP__STORE_MAX_REQ                                                                        \
+    ((size_t)HOOP__STORE_REQ_HDR + HOOP__STORE_MAX_KEY + HOOP__STORE_MAX_VALUE)
 #define HOOP__STORE_REP_OK 0
 #define HOOP__STORE_REP_MISSING 1
 #define HOOP__STORE_REP_TAKEN 2 /* a claim found its key set: the value is the existing one */

@@ -121,10 +121,10 @@ static int conn_process(server_t *s, conn_t *c)
             if (c->in[off] == 'H' && off == 0) {
                 atomic_fetch_add(&s->auth_failures, 1);
                 HOOP__WARN(s->log,
-                          "rendezvous store %s: dropping client %s, which wants to authenticate: "
-                          "this store has no key (is HOOP_AUTH_KEY set on rank 0 as on the other "
-                          "ranks?)",
-                          s->where, c->peer);
+                           "rendezvous store %s: dropping client %s, which wants to authenticate: "
+                           "this store has no key (is HOOP_AUTH_KEY set on rank 0 as on the other "
+                           "ranks?)",
+                           s->where, c->peer);
             } else {
                 HOOP__WARN(
                     s->log,
@@ -139,16 +139,16 @@ static int conn_process(server_t *s, conn_t *c)
         if (req.op == 'S') {
             if (hoop__store_table_set(&s->table, req.key, req.keylen, req.val, req.vallen) != 0) {
                 HOOP__WARN(s->log,
-                          "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s "
-                          "(out of memory or over the %llu-byte limit); dropping the client",
-                          s->where, (unsigned)req.vallen,
-                          hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer,
-                          (unsigned long long)HOOP__STORE_TABLE_MAX_BYTES);
+                           "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s "
+                           "(out of memory or over the %llu-byte limit); dropping the client",
+                           s->where, (unsigned)req.vallen,
+                           hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer,
+                           (unsigned long long)HOOP__STORE_TABLE_MAX_BYTES);
                 return -1;
             }
             HOOP__TRACE(s->log, "rendezvous store: set \"%s\" (%u bytes) from %s",
-                       hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
-                       (unsigned)req.vallen, c->peer);
+                        hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
+                        (unsigned)req.vallen, c->peer);
             rc = conn_reply(c, HOOP__STORE_REP_OK, NULL, 0);
         } else if (req.op == 'C') {
             /* One thread serves every connection, so look-then-set is atomic. */
@@ -157,10 +157,10 @@ static int conn_process(server_t *s, conn_t *c)
             } else if (hoop__store_table_set(&s->table, req.key, req.keylen, req.val, req.vallen) !=
                        0) {
                 HOOP__WARN(s->log,
-                          "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s; "
-                          "dropping the client",
-                          s->where, (unsigned)req.vallen,
-                          hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer);
+                           "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s; "
+                           "dropping the client",
+                           s->where, (unsigned)req.vallen,
+                           hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer);
                 return -1;
             } else {
                 rc = conn_reply(c, HOOP__STORE_REP_OK, NULL, 0);
@@ -195,8 +195,9 @@ static int conn_read(server_t *s, conn_t *c)
             if (want <= c->in_cap) return -1; /* cannot happen: parse rejects longer requests */
             uint8_t *p = realloc(c->in, want);
             if (p == NULL) {
-                HOOP__WARN(s->log, "rendezvous store %s: out of memory reading from %s; dropping it",
-                          s->where, c->peer);
+                HOOP__WARN(s->log,
+                           "rendezvous store %s: out of memory reading from %s; dropping it",
+                           s->where, c->peer);
                 return -1;
             }
             c->in = p;
@@ -224,7 +225,7 @@ static int conn_add(server_t *s, int fd, const char *peer)
         if (p == NULL) {
             close(fd);
             HOOP__WARN(s->log, "rendezvous store %s: out of memory accepting a connection",
-                      s->where);
+                       s->where);
             return -1;
         }
         s->conns = p;
@@ -250,7 +251,7 @@ static void pending_step(server_t *s, hoop__sock_pending_t *p)
     }
     atomic_fetch_add(&s->auth_failures, 1);
     HOOP__WARN(s->log, "rendezvous store %s: rejected client %s: authentication failed: %s",
-              s->where, p->peer, why);
+               s->where, p->peer, why);
     hoop__sock_pending_close(p);
 }
 
@@ -286,15 +287,15 @@ static void accept_exhausted(server_t *s, int err)
     struct rlimit rl;
     if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
         HOOP__WARN(s->log,
-                  "rendezvous store %s: cannot accept a connection: %s: this process may have "
-                  "%llu open; waiting for clients to leave (raise the limit: ulimit -n)",
-                  s->where, strerror(err), (unsigned long long)rl.rlim_cur);
+                   "rendezvous store %s: cannot accept a connection: %s: this process may have "
+                   "%llu open; waiting for clients to leave (raise the limit: ulimit -n)",
+                   s->where, strerror(err), (unsigned long long)rl.rlim_cur);
     else
         HOOP__WARN(s->log,
-                  "rendezvous store %s: cannot accept a connection: %s; waiting for clients to "
-                  "leave%s",
-                  s->where, strerror(err),
-                  err == ENFILE ? " (the system is out of file descriptors: fs.file-max)" : "");
+                   "rendezvous store %s: cannot accept a connection: %s; waiting for clients to "
+                   "leave%s",
+                   s->where, strerror(err),
+                   err == ENFILE ? " (the system is out of file descriptors: fs.file-max)" : "");
 }
 
 /* Accepts pending connections. Returns 1 when out of descriptors (the caller pauses accepting). */
@@ -374,7 +375,7 @@ static void *server_main(void *arg)
         if (n < 0) {
             if (errno != EINTR) {
                 HOOP__WARN(s->log, "rendezvous store %s: poll failed: %s", s->where,
-                          strerror(errno));
+                           strerror(errno));
                 hoop__store_sleep(0.01);
             }
             continue;
@@ -419,7 +420,7 @@ static void *server_main(void *arg)
             }
             if (dead) {
                 HOOP__TRACE(s->log, "rendezvous store %s: client %s disconnected", s->where,
-                           c->peer);
+                            c->peer);
                 conn_close(c);
             }
         }
@@ -439,7 +440,7 @@ static void server_free(server_t *s)
         hoop__sock_pending_t *p = &s->gate.slot[i];
         if (p->fd < 0) continue;
         HOOP__WARN(s->log, "rendezvous store %s: closing client %s, which never authenticated",
-                  s->where, p->peer);
+                   s->where, p->peer);
         hoop__sock_pending_close(p);
     }
     for (size_t i = 0; i < s->nconns; i++) conn_close(&s->conns[i]);
@@ -499,9 +500,9 @@ static hoop_result_t server_listen(server_t *s, const char *host, int port, char
              IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr));
         if (wild)
             HOOP__WARN(s->log,
-                      "rendezvous store: \"%s\" is a wildcard address: the store listens on every "
-                      "interface (give MASTER_ADDR the address of one interface to avoid that)",
-                      host);
+                       "rendezvous store: \"%s\" is a wildcard address: the store listens on every "
+                       "interface (give MASTER_ADDR the address of one interface to avoid that)",
+                       host);
     }
     freeaddrinfo(res);
     if (s->nlfd == 0) {

@@ -193,8 +193,10 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
         ptrs[i] = NULL;
         if (i == c->rank) continue;
         char *block = n > 0 ? base + (size_t)i * n : &none;
-        if (dir == HOOP__XFER_RECV) hoop__xrecv(call, &xs[i], i, block, n);
-        else hoop__xsend(call, &xs[i], i, block, n);
+        if (dir == HOOP__XFER_RECV)
+            hoop__xrecv(call, &xs[i], i, block, n);
+        else
+            hoop__xsend(call, &xs[i], i, block, n);
         ptrs[i] = &xs[i];
     }
     return hoop__xwait(call, ptrs, p);

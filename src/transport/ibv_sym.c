@@ -97,7 +97,7 @@ int hoop__ibv_load(hoop__ibv_t *t, char *err, size_t errlen)
         if (why == NULL || strstr(why, "No such file") != NULL)
             hoop__say(err, errlen,
                       HOOP__IBV_SONAME " not found: install rdma-core (Debian: libibverbs1 "
-                                      "ibverbs-providers)");
+                                       "ibverbs-providers)");
         else
             hoop__say(err, errlen, "cannot load " HOOP__IBV_SONAME ": %s", why);
         return -1;

@@ -36,16 +36,16 @@
 
 struct hoop__tp {
     hoop__tp_params_t p;
-    hoop__tp_t *sub[HOOP__TP_ROWS_MAX];   /* per row; NULL where this rank does not use it */
+    hoop__tp_t *sub[HOOP__TP_ROWS_MAX]; /* per row; NULL where this rank does not use it */
     int npeers[HOOP__TP_ROWS_MAX];
-    int active[HOOP__TP_ROWS_MAX];        /* the rows with peers, in table order */
+    int active[HOOP__TP_ROWS_MAX]; /* the rows with peers, in table order */
     int nactive;
-    uint8_t *route;                      /* per peer: its row, or T_SELF */
+    uint8_t *route; /* per peer: its row, or T_SELF */
     char key[17];
     char own[HOOP__TP_ROWS_MAX][160];     /* this rank's address of each row it uses */
     struct pollfd pfd[HOOP__TP_ROWS_MAX]; /* the one sleep's, and which row each is */
     int pfd_row[HOOP__TP_ROWS_MAX];
-    char last[400];                      /* the last failure any transport reported */
+    char last[400]; /* the last failure any transport reported */
 };
 
 /* mux's registration: one per row that registers memory. */
@@ -148,7 +148,8 @@ static hoop_result_t mux_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     int e = host_key(p->cfg, p->log, tp->key);
     if (e != 0) {
         char why[300];
-        snprintf(msg, sizeof(msg), "cannot read this host's identity: %s", hoop__fd_error(e, why, sizeof(why)));
+        snprintf(msg, sizeof(msg), "cannot read this host's identity: %s",
+                 hoop__fd_error(e, why, sizeof(why)));
         p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
         return HOOP_ERR_SYSTEM;
     }
@@ -236,7 +237,8 @@ static int choose(const hoop__tp_t *tp, int j, const char *host, const char *con
             if (ROW(t).reaches(&me, &peer))
                 o += (size_t)snprintf(names + o, sizeof(names) - o, " or %s", ROW(t).name);
         }
-        snprintf(msg, n, "HOOP_TRANSPORT=%s but rank %d is on another host: use auto%s", mode, j, names);
+        snprintf(msg, n, "HOOP_TRANSPORT=%s but rank %d is on another host: use auto%s", mode, j,
+                 names);
     } else {
         int f = hoop__tp_find(mode);
         snprintf(msg, n, "HOOP_TRANSPORT=%s but rank %d is not using %s", mode, j,
@@ -258,7 +260,8 @@ static hoop_result_t route_peers(hoop__tp_t *tp, const char *const *addrs, char 
         const char *host, *parts[HOOP__TP_ROWS_MAX];
         size_t len = strlen(addrs[j]) + 1;
         copies[j] = malloc(len);
-        if (copies[j] == NULL || hoop__mux_addr_split(addrs[j], copies[j], len, &host, parts) != 0) {
+        if (copies[j] == NULL ||
+            hoop__mux_addr_split(addrs[j], copies[j], len, &host, parts) != 0) {
             snprintf(msg, sizeof(msg), "rank %d published a bad address \"%s\"", j, addrs[j]);
             tp->p.report(tp->p.report_ctx, HOOP_ERR_INTERNAL, j, msg);
             return HOOP_ERR_INTERNAL;
@@ -419,7 +422,8 @@ static void mux_dereg(hoop__tp_t *tp, void *reg)
 
 /* Registers the memory with every transport of this rank that registers memory: a transfer may
  * go to any of them. */
-static hoop_result_t mux_reg(hoop__tp_t *tp, void *buf, size_t len, hoop__mem_type_t type, void **reg)
+static hoop_result_t mux_reg(hoop__tp_t *tp, void *buf, size_t len, hoop__mem_type_t type,
+                             void **reg)
 {
     *reg = NULL;
     mux_reg_t *r = NULL;

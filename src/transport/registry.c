@@ -8,7 +8,10 @@ extern const hoop__transport_ops_t hoop__shm_transport; /* shm.c */
 extern const hoop__transport_ops_t hoop__tcp_transport; /* tcp.c */
 
 const hoop__tp_row_t hoop__tp_registry[] = {
-    {.name = "shm", .what = "shared memory", .ops = &hoop__shm_transport, .reaches = hoop__tp_same_host},
+    {.name = "shm",
+     .what = "shared memory",
+     .ops = &hoop__shm_transport,
+     .reaches = hoop__tp_same_host},
     {.name = "tcp", .what = "TCP", .ops = &hoop__tcp_transport, .reaches = hoop__tp_any_host},
 };
 const int hoop__tp_registry_n = (int)(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]));

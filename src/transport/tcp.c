@@ -163,7 +163,8 @@ static void finish_abort(hoop__tp_t *tp, int peer)
         const peer_t *q = &tp->peers[j];
         if (j == peer || q->lost || q->socks == NULL) continue;
         int busy = 0;
-        for (int k = 0; k < tp->nsock; k++) busy |= q->socks[k].rq != NULL || q->socks[k].sq != NULL;
+        for (int k = 0; k < tp->nsock; k++)
+            busy |= q->socks[k].rq != NULL || q->socks[k].sq != NULL;
         if (busy) o += (size_t)snprintf(waiting + o, sizeof(waiting) - o, "%s%d", o ? "," : "", j);
     }
     char msg[400];
@@ -290,8 +291,10 @@ static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
         sock_t *so = &pe->socks[k];
         seg_t **head = x->dir == HOOP__XFER_SEND ? &so->sq : &so->rq;
         seg_t **tail = x->dir == HOOP__XFER_SEND ? &so->sq_tail : &so->rq_tail;
-        if (*tail) (*tail)->next = s;
-        else *head = s;
+        if (*tail)
+            (*tail)->next = s;
+        else
+            *head = s;
         *tail = s;
     }
 }
@@ -426,11 +429,15 @@ static short sock_events(const hoop__tp_t *tp, int j, int k)
     if (pe->lost || so->fd < 0) return 0;
     short ev = 0;
     if (so->sq != NULL) ev |= POLLOUT;
-    if (k == 0 && pe->ab_active) ev |= POLLIN;
-    else if (so->rq != NULL && (so->rq->hlen > 0 || *tcp_hdr_ok(so->rq->x))) ev |= POLLIN;
+    if (k == 0 && pe->ab_active)
+        ev |= POLLIN;
+    else if (so->rq != NULL && (so->rq->hlen > 0 || *tcp_hdr_ok(so->rq->x)))
+        ev |= POLLIN;
     /* Idle socket 0: watch for an abort notice (and take the next header in early). */
-    else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP__WIRE_HDR_SIZE) ev |= POLLIN;
-    else if (!so->hup) ev |= POLLRDHUP;
+    else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP__WIRE_HDR_SIZE)
+        ev |= POLLIN;
+    else if (!so->hup)
+        ev |= POLLRDHUP;
     return ev;
 }
 
@@ -525,8 +532,10 @@ static int tcp_wait_fd(hoop__tp_t *tp)
         return tp->epfd;
     }
     if (tp->epfd >= 0) close(tp->epfd);
-    HOOP__INFO(tp->p.log, "tcp: no epoll set for sleeping beside other transports (%s): they look "
-              "every millisecond", strerror(errno));
+    HOOP__INFO(tp->p.log,
+               "tcp: no epoll set for sleeping beside other transports (%s): they look "
+               "every millisecond",
+               strerror(errno));
     return -1;
 }
 
@@ -544,8 +553,10 @@ static int tcp_arm(hoop__tp_t *tp)
             int op = ev == 0 ? EPOLL_CTL_DEL : so->ep_ev == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
             if (epoll_ctl(tp->epfd, op, so->fd, &e) != 0) {
                 /* Out of watches or memory: sleep without the set from now on. */
-                HOOP__INFO(tp->p.log, "tcp: epoll_ctl: %s: other transports' sleeps look every "
-                          "millisecond", strerror(errno));
+                HOOP__INFO(tp->p.log,
+                           "tcp: epoll_ctl: %s: other transports' sleeps look every "
+                           "millisecond",
+                           strerror(errno));
                 close(tp->epfd);
                 tp->ep_state = -1;
                 return 1;
@@ -581,7 +592,8 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
         free(ready);
         free(pf);
         free(who);
-        hoop__tcp_connect_report(tp, HOOP_ERR_NO_MEMORY, -1, "out of memory settling the connections");
+        hoop__tcp_connect_report(tp, HOOP_ERR_NO_MEMORY, -1,
+                                 "out of memory settling the connections");
         return hoop__tcp_connect_failed(tp, NULL, HOOP_ERR_NO_MEMORY, NULL);
     }
     hoop_result_t rc = HOOP_OK;
@@ -606,8 +618,11 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
             char missing[128] = "";
             size_t o = 0;
             for (int j = 0; j < n && o + 12 < sizeof(missing); j++)
-                if (!ready[j]) o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "", j);
-            snprintf(msg, sizeof(msg), "timed out waiting for rank(s) %s to finish connecting", missing);
+                if (!ready[j])
+                    o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "",
+                                          j);
+            snprintf(msg, sizeof(msg), "timed out waiting for rank(s) %s to finish connecting",
+                     missing);
             hoop__tcp_connect_report(tp, HOOP_ERR_TIMEOUT, -1, msg);
             rc = HOOP_ERR_TIMEOUT;
             break;
@@ -620,7 +635,11 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
                 held |= tp->peers[j].socks[0].hb_len == HOOP__WIRE_HDR_SIZE;
                 who[m++] = j;
             }
-        if (poll(pf, (nfds_t)m, held ? 0 : left > 1.0 ? 1000 : (int)(left * 1000) + 1) < 0 && errno != EINTR) {
+        if (poll(pf, (nfds_t)m,
+                 held         ? 0
+                 : left > 1.0 ? 1000
+                              : (int)(left * 1000) + 1) < 0 &&
+            errno != EINTR) {
             snprintf(msg, sizeof(msg), "settling the connections: poll: %s", strerror(errno));
             hoop__tcp_connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
             rc = HOOP_ERR_SYSTEM;
@@ -645,7 +664,8 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
             } else if (is_abort(tp, j, so->hb, &h)) {
                 start_abort(tp, j, &h); /* it failed to connect: its reason */
             } else {
-                snprintf(msg, sizeof(msg), "rank %d sent a message before it finished connecting", j);
+                snprintf(msg, sizeof(msg), "rank %d sent a message before it finished connecting",
+                         j);
                 hoop__tcp_connect_report(tp, HOOP_ERR_INTERNAL, j, msg);
                 rc = HOOP_ERR_INTERNAL;
                 break;
@@ -680,7 +700,8 @@ static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *te
     uint8_t msg[HOOP__WIRE_HDR_SIZE + ABORT_MAX];
     hoop__tcp_notice_hdr(tp, code, len, len, msg);
     memcpy(msg + HOOP__WIRE_HDR_SIZE, text, len);
-    if (send(so->fd, msg, HOOP__WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */
+    if (send(so->fd, msg, HOOP__WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL) <
+        0) { /* best effort */
     }
 }
 
@@ -732,8 +753,14 @@ static void tcp_close(hoop__tp_t *tp)
         if (tp->peers[j].socks == NULL) continue;
         for (int k = 0; k < tp->nsock; k++) {
             sock_t *so = &tp->peers[j].socks[k];
-            for (seg_t *s = so->sq, *n; s != NULL; s = n) { n = s->next; free(s); }
-            for (seg_t *s = so->rq, *n; s != NULL; s = n) { n = s->next; free(s); }
+            for (seg_t *s = so->sq, *n; s != NULL; s = n) {
+                n = s->next;
+                free(s);
+            }
+            for (seg_t *s = so->rq, *n; s != NULL; s = n) {
+                n = s->next;
+                free(s);
+            }
             if (so->fd >= 0) close(so->fd);
         }
         free(tp->peers[j].socks);
@@ -767,4 +794,3 @@ const hoop__transport_ops_t hoop__tcp_transport = {
     .wait_fd = tcp_wait_fd,
     .arm = tcp_arm,
 };
-

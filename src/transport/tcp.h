@@ -65,9 +65,9 @@
 
 typedef struct seg {
     hoop__xfer_t *x;
-    size_t off, len;  /* payload range carried on this socket */
-    size_t pos;       /* bytes moved so far, header included */
-    size_t hlen;      /* HOOP__WIRE_HDR_SIZE on stripe 0, 0 on the others */
+    size_t off, len; /* payload range carried on this socket */
+    size_t pos;      /* bytes moved so far, header included */
+    size_t hlen;     /* HOOP__WIRE_HDR_SIZE on stripe 0, 0 on the others */
     uint8_t hdr[HOOP__WIRE_HDR_SIZE];
     struct seg *next;
 } seg_t;
@@ -80,18 +80,18 @@ typedef struct sock {
     /* Socket 0: the next header, read ahead of (or for) the receive it belongs to. */
     uint8_t hb[HOOP__WIRE_HDR_SIZE];
     size_t hb_len;
-    uint32_t ep_ev;      /* the events it is in the epoll set with (tcp_arm), 0: not in it */
+    uint32_t ep_ev; /* the events it is in the epoll set with (tcp_arm), 0: not in it */
 } sock_t;
 
 typedef struct peer {
     sock_t *socks;
     int lost;
-    int salvaging;            /* reading a last abort notice before declaring the peer lost */
-    int bye;                  /* it said goodbye: it closed its communicator normally */
-    uint64_t moved;           /* bytes sent to and received from it (see moved() in transport.h) */
-    int ab_active;            /* reading the reason of an abort notice */
+    int salvaging;  /* reading a last abort notice before declaring the peer lost */
+    int bye;        /* it said goodbye: it closed its communicator normally */
+    uint64_t moved; /* bytes sent to and received from it (see moved() in transport.h) */
+    int ab_active;  /* reading the reason of an abort notice */
     size_t ab_need, ab_got;
-    hoop_result_t ab_code;    /* HOOP_ERR_MISMATCH when the peer aborted on a disagreement */
+    hoop_result_t ab_code; /* HOOP_ERR_MISMATCH when the peer aborted on a disagreement */
     char ab_text[ABORT_MAX + 1];
 } peer_t;
 
@@ -108,10 +108,10 @@ struct hoop__tp {
     int abort_sent;
     char conn_err[ABORT_MAX + 1]; /* why connect() failed, for the peers connected so far */
     /* Sleeping in another poll() (wait_fd, arm): the epoll set, made at the first such sleep. */
-    int ep_state;                 /* 0 not made yet, 1 epfd is the set, -1 there is none */
+    int ep_state; /* 0 not made yet, 1 epfd is the set, -1 there is none */
     int epfd;
-    int armed;                    /* arm() announced a sleep that progress() has not taken yet */
-    struct epoll_event *evs;      /* nevs: every socket and the wake fd */
+    int armed;               /* arm() announced a sleep that progress() has not taken yet */
+    struct epoll_event *evs; /* nevs: every socket and the wake fd */
     int nevs;
 };
 

@@ -15,8 +15,8 @@ int hoop__tp_refuse(const char *name, uint32_t caps, const hoop__tp_params_t *p,
     char msg[320], takes[96] = "";
     const char *what = x->dir == HOOP__XFER_SEND ? "a send to" : "a receive from";
     if (!known) {
-        snprintf(msg, sizeof(msg), "%s: %s rank %d names memory type %d, which does not exist", name,
-                 what, x->peer, type);
+        snprintf(msg, sizeof(msg), "%s: %s rank %d names memory type %d, which does not exist",
+                 name, what, x->peer, type);
     } else {
         size_t o = 0;
         for (int t = 0; t < HOOP__MEM_COUNT && o + 16 < sizeof(takes); t++)
@@ -40,8 +40,10 @@ const char *hoop__fd_error(int err, char *buf, size_t n)
         snprintf(buf, n, "%s: the system as a whole is out of file descriptors (fs.file-max)",
                  strerror(err));
     } else if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        if (rl.rlim_max != RLIM_INFINITY) snprintf(hard, sizeof(hard), "%llu", (unsigned long long)rl.rlim_max);
-        snprintf(buf, n, "%s: this process may have %llu open (hard limit %s): raise the limit "
+        if (rl.rlim_max != RLIM_INFINITY)
+            snprintf(hard, sizeof(hard), "%llu", (unsigned long long)rl.rlim_max);
+        snprintf(buf, n,
+                 "%s: this process may have %llu open (hard limit %s): raise the limit "
                  "(ulimit -n, or LimitNOFILE= for a service), or use fewer communicators",
                  strerror(err), (unsigned long long)rl.rlim_cur, hard);
     } else

@@ -25,7 +25,8 @@ enum { HOOP__XFER_SEND = 1, HOOP__XFER_RECV = 2 };
  * host memory, unregistered. */
 typedef struct hoop__mem_desc {
     hoop__mem_type_t type;
-    void *reg; /* NULL, or what the reg() of this transport returned for a range holding the buffer */
+    void *
+        reg; /* NULL, or what the reg() of this transport returned for a range holding the buffer */
 } hoop__mem_desc_t;
 
 /* Scratch of the transport a transfer is posted to, from post() until done, for its own
@@ -40,15 +41,15 @@ typedef union hoop__tp_scratch {
 /* One posted send or receive. The caller owns it and its buffer until done is set. */
 typedef struct hoop__xfer {
     /* Set by the poster. */
-    int dir;                /* HOOP__XFER_SEND or HOOP__XFER_RECV */
+    int dir; /* HOOP__XFER_SEND or HOOP__XFER_RECV */
     int peer;
-    hoop__wire_hdr_t hdr;   /* send: the header to send; recv: the header expected */
-    void *buf;              /* payload (read-only for a send), in memory of type mem.type */
-    size_t len;             /* payload bytes */
-    hoop__mem_desc_t mem;   /* where buf lives: a transport that cannot take its type refuses x */
+    hoop__wire_hdr_t hdr; /* send: the header to send; recv: the header expected */
+    void *buf;            /* payload (read-only for a send), in memory of type mem.type */
+    size_t len;           /* payload bytes */
+    hoop__mem_desc_t mem; /* where buf lives: a transport that cannot take its type refuses x */
     /* Set by the transport. */
-    hoop__wire_hdr_t got;   /* recv: the header that arrived (valid once done, also on mismatch) */
-    hoop_result_t status;   /* valid once done */
+    hoop__wire_hdr_t got; /* recv: the header that arrived (valid once done, also on mismatch) */
+    hoop_result_t status; /* valid once done */
     int done;
     /* The waiter's (transports leave it alone): moved(peer) when it last looked. */
     uint64_t seen;
@@ -94,7 +95,7 @@ typedef struct hoop__tp_params {
     uint64_t comm_id;
     const hoop__config_t *cfg;
     const hoop__log_t *log;
-    const char *route_hint;   /* an address peers are known to reach (the store's host), or NULL */
+    const char *route_hint; /* an address peers are known to reach (the store's host), or NULL */
     /* Called (on the progressing thread) with the first failure of a peer, and with each transfer
      * refused at post() (a memory type the transport cannot take): code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
@@ -109,7 +110,8 @@ typedef struct hoop__transport_ops {
     uint32_t caps;
     /* Creates the instance and starts listening; writes the address peers connect to (published
      * through the store) into addr. Blocks on nothing remote. */
-    hoop_result_t (*listen)(const hoop__tp_params_t *p, hoop__tp_t **tp, char *addr, size_t addrlen);
+    hoop_result_t (*listen)(const hoop__tp_params_t *p, hoop__tp_t **tp, char *addr,
+                            size_t addrlen);
     /* Connects to every peer whose addrs[peer] is not NULL. Blocks until all are connected or the
      * deadline (monotonic seconds) passes: HOOP_ERR_TIMEOUT naming the missing peers. */
     hoop_result_t (*connect)(hoop__tp_t *tp, const char *const *addrs, double deadline);

@@ -12,7 +12,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t buf[HOOP__WIRE_HDR_SIZE] = {0};
     memcpy(buf, data, size < sizeof(buf) ? size : sizeof(buf));
-    uint64_t max_payload = size > HOOP__WIRE_HDR_SIZE ? (uint64_t)data[HOOP__WIRE_HDR_SIZE] << 20 : 1u << 20;
+    uint64_t max_payload = size > HOOP__WIRE_HDR_SIZE ? (uint64_t)data[HOOP__WIRE_HDR_SIZE] << 20
+                                                      : 1u << 20;
     hoop__wire_hdr_t got;
     if (hoop__wire_decode(buf, max_payload, &got) != HOOP_OK) return 0;
     /* Accepted: every field is in range, and re-encoding gives back the same bytes. */

@@ -3,8 +3,8 @@
 
 /* Both directions at once, odd lengths around every boundary (header size, page, striping and
  * single-copy thresholds); all posted together, then again one pair at a time, largest first. */
-static const size_t exch_lens[] = {0, 1, 63, 64, 65, 4095, 4096 + 7, 65536, 262143, 262144,
-                                   1 * MIB + 13};
+static const size_t exch_lens[] = {0,        1,     63,     64,     65,          4095,
+                                   4096 + 7, 65536, 262143, 262144, 1 * MIB + 13};
 #define NEXCH ((int)(sizeof(exch_lens) / sizeof(exch_lens[0])))
 
 int case_exchange(ctx_t *c)
@@ -178,9 +178,9 @@ int case_many(ctx_t *c)
  * rank 1 will not serve until rank 2 says so, and rank 2 says so only after its own exchange with
  * rank 0 is through: one peer's stalled traffic must not hold up another's. Phase 2: every pair
  * exchanges in both directions at once. */
-static const size_t three_a[] = {0, 77, 300000, 2 * MIB + 1};   /* 0 -> 2 */
-static const size_t three_b[] = {5, 65536, 4 * MIB + 3, 1};     /* 2 -> 0 */
-static const size_t three_all[] = {0, 13, 65537, 3 * MIB + 7};  /* every pair, phase 2 */
+static const size_t three_a[] = {0, 77, 300000, 2 * MIB + 1};  /* 0 -> 2 */
+static const size_t three_b[] = {5, 65536, 4 * MIB + 3, 1};    /* 2 -> 0 */
+static const size_t three_all[] = {0, 13, 65537, 3 * MIB + 7}; /* every pair, phase 2 */
 #define N3 4
 
 static int post_set(ctx_t *c, hoop__xfer_t *x, uint8_t **bufs, int dir, int peer,
@@ -396,10 +396,12 @@ int case_mismatch(ctx_t *c)
     TRY(drive1(c, &x, 10, "the mismatched receive"));
     CHECK(c, x.status == HOOP_ERR_MISMATCH, "mismatched %s: status %s, expected %s",
           mm_name[c->variant], hoop_error_string(x.status), hoop_error_string(HOOP_ERR_MISMATCH));
-    CHECK(c, x.got.kind == h.kind && x.got.seq == h.seq && x.got.count == h.count &&
-                 x.got.payload_len == len && x.got.comm_id == h.comm_id,
+    CHECK(c,
+          x.got.kind == h.kind && x.got.seq == h.seq && x.got.count == h.count &&
+              x.got.payload_len == len && x.got.comm_id == h.comm_id,
           "got should hold the header that arrived: kind %d seq %" PRIu64 " count %" PRIu64
-          " len %" PRIu64, x.got.kind, x.got.seq, x.got.count, x.got.payload_len);
+          " len %" PRIu64,
+          x.got.kind, x.got.seq, x.got.count, x.got.payload_len);
     CHECK(c, guard_ok(in, elen), "bytes written past the end of the receive buffer");
     CHECK(c, c->rep.n > 0, "report() was not called");
     CHECK(c, c->rep.code == HOOP_ERR_MISMATCH && c->rep.peer == 0,
@@ -429,8 +431,9 @@ static int exchange_ok(ctx_t *c, uint64_t seq, const char *what, int registered)
     uint8_t in[16 + GUARD], out[16];
     void *rin = NULL, *rout = NULL;
     if (registered)
-        CHECK(c, ops->reg(c->tp, in, sizeof(in), HOOP__MEM_HOST, &rin) == HOOP_OK &&
-                     ops->reg(c->tp, out, sizeof(out), HOOP__MEM_HOST, &rout) == HOOP_OK,
+        CHECK(c,
+              ops->reg(c->tp, in, sizeof(in), HOOP__MEM_HOST, &rin) == HOOP_OK &&
+                  ops->reg(c->tp, out, sizeof(out), HOOP__MEM_HOST, &rout) == HOOP_OK,
               "reg: %s", c->rep.msg);
     memset(in, GUARD_BYTE, sizeof(in));
     fill(out, 16, seed_of(c, me, peer, seq));
@@ -470,8 +473,8 @@ int case_badpeer(ctx_t *c)
             xinit(&x, dir, bad[i], &h, b, 16);
             c->ops->post(c->tp, &x);
             char what[80];
-            snprintf(what, sizeof(what), "a %s to peer %s", dir == HOOP__XFER_SEND ? "send" : "receive",
-                     name[i]);
+            snprintf(what, sizeof(what), "a %s to peer %s",
+                     dir == HOOP__XFER_SEND ? "send" : "receive", name[i]);
             TRY(drive1(c, &x, 1, what));
             CHECK(c, x.status != HOOP_OK, "%s succeeded", what);
         }
@@ -509,8 +512,10 @@ int case_memory(ctx_t *c)
         int known = types[i] < HOOP__MEM_COUNT;
         hoop_result_t want = known ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_INVALID_ARGUMENT;
         char text[64], peer_s[24];
-        if (known) snprintf(text, sizeof(text), "cannot move %s memory", hoop__mem_type_name(types[i]));
-        else snprintf(text, sizeof(text), "memory type %d, which does not exist", types[i]);
+        if (known)
+            snprintf(text, sizeof(text), "cannot move %s memory", hoop__mem_type_name(types[i]));
+        else
+            snprintf(text, sizeof(text), "memory type %d, which does not exist", types[i]);
         snprintf(peer_s, sizeof(peer_s), "rank %d", peer);
         for (int dir = HOOP__XFER_SEND; dir <= HOOP__XFER_RECV; dir++) {
             uint8_t b[16] = {0};
@@ -523,10 +528,12 @@ int case_memory(ctx_t *c)
             CHECK(c, x.done && x.status == want, "a %s of memory type %d: %s, expected %s at once",
                   dir == HOOP__XFER_SEND ? "send" : "receive", types[i],
                   x.done ? hoop_error_string(x.status) : "not done", hoop_error_string(want));
-            CHECK(c, c->rep.n > 0 && c->rep.code == want && strstr(c->rep.msg, text) != NULL &&
-                         strstr(c->rep.msg, peer_s) != NULL,
+            CHECK(c,
+                  c->rep.n > 0 && c->rep.code == want && strstr(c->rep.msg, text) != NULL &&
+                      strstr(c->rep.msg, peer_s) != NULL,
                   "report: %d call(s), %s, \"%s\" (expected %s, \"%s\" and \"%s\")", c->rep.n,
-                  hoop_error_string(c->rep.code), c->rep.msg, hoop_error_string(want), text, peer_s);
+                  hoop_error_string(c->rep.code), c->rep.msg, hoop_error_string(want), text,
+                  peer_s);
         }
     }
     TRY(exchange_ok(c, 2, "after the refused posts", 0));

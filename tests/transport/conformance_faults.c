@@ -68,8 +68,10 @@ int case_peer_exit(ctx_t *c)
           "report should name rank 0: %d report(s), peer %d, \"%s\"", c->rep.n, c->rep.peer,
           c->rep.msg);
     if (c->o->verbose)
-        notef(c, "failed %.3f s after the death; large send %s before it; large receive %s; "
-              "report: %s", late, atomic_load(&c->board->v[B_SENT_DONE]) ? "done" : "not done",
+        notef(c,
+              "failed %.3f s after the death; large send %s before it; large receive %s; "
+              "report: %s",
+              late, atomic_load(&c->board->v[B_SENT_DONE]) ? "done" : "not done",
               hoop_error_string(xa.status), c->rep.msg);
     /* Later transfers to the dead rank fail too, without waiting. */
     hoop__xfer_t z;
@@ -225,9 +227,10 @@ static int try_connect(ctx_t *c, int me, const char *peer_addr, hoop_result_t wa
     double dt = now_s() - t0;
     if (rc != want || dt > deadline_s + lim(c, 1.0) || c->rep.n == 0 ||
         strstr(c->rep.msg, want_text) == NULL) {
-        failf(c, __LINE__, "%s: connect returned %s after %.2f s (expected %s within %.1f s), "
-              "report: %d call(s), \"%s\" (expected to contain \"%s\")", what,
-              hoop_error_string(rc), dt, hoop_error_string(want), deadline_s, c->rep.n,
+        failf(c, __LINE__,
+              "%s: connect returned %s after %.2f s (expected %s within %.1f s), "
+              "report: %d call(s), \"%s\" (expected to contain \"%s\")",
+              what, hoop_error_string(rc), dt, hoop_error_string(want), deadline_s, c->rep.n,
               c->rep.msg, want_text);
         c->ops->close(tp);
         return 1;
@@ -244,7 +247,8 @@ static int try_connect(ctx_t *c, int me, const char *peer_addr, hoop_result_t wa
         r = 1;
     }
     c->ops->close(tp);
-    if (c->o->verbose) notef(c, "%s: %s in %.2f s: %s", what, hoop_error_string(want), dt, c->rep.msg);
+    if (c->o->verbose)
+        notef(c, "%s: %s in %.2f s: %s", what, hoop_error_string(want), dt, c->rep.msg);
     return r;
 }
 
@@ -277,7 +281,7 @@ typedef struct bad_addr {
     char addr[ADDR_MAX];
     int me;
     hoop_result_t code;
-    const char *text;  /* the report contains it */
+    const char *text; /* the report contains it */
     double deadline_s;
     const char *what;
 } bad_addr_t;
@@ -329,7 +333,8 @@ static int shm_bad_addrs(ctx_t *c, bad_addr_t *bad, int *n)
     snprintf(b[1].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", dead_pid(), 3, nonce, len);
     snprintf(b[2].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), memfd, nonce, len);
     snprintf(b[3].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), 1000, nonce, len);
-    snprintf(b[4].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), memfd, nonce, len + 4096);
+    snprintf(b[4].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), memfd, nonce,
+             len + 4096);
     *n = (int)(sizeof(b) / sizeof(b[0]));
     memcpy(bad, b, sizeof(b));
     return 0;
@@ -378,11 +383,13 @@ static int noconnect_mux(ctx_t *c)
     if (far < 0) return 0;
     CHECK(c, bad[far][0].me == 1, "the first bad address of %s is not for rank 1",
           hoop__tp_registry[far].name);
-    CHECK(c, hoop__mux_addr("0000000000005eed", parts, addr, sizeof(addr)) == 0, "address too long");
+    CHECK(c, hoop__mux_addr("0000000000005eed", parts, addr, sizeof(addr)) == 0,
+          "address too long");
     char what[96];
     snprintf(what, sizeof(what), "another host, through %s: %s", hoop__tp_registry[far].name,
              bad[far][0].what);
-    return try_connect(c, 1, addr, bad[far][0].code, bad[far][0].text, bad[far][0].deadline_s, what);
+    return try_connect(c, 1, addr, bad[far][0].code, bad[far][0].text, bad[far][0].deadline_s,
+                       what);
 }
 
 int case_noconnect(ctx_t *c)
@@ -434,7 +441,8 @@ static int wake_round(ctx_t *c, double delay, const char *what)
     double late = t_end - (double)at * 1e-9;
     CHECK(c, late < lim(c, 1.0), "%s: progress(5000) returned %.2f s after wake()", what, late);
     if (c->o->verbose)
-        notef(c, "%s: returned %.1f ms after wake() (%d progress call(s))", what, late * 1e3, calls);
+        notef(c, "%s: returned %.1f ms after wake() (%d progress call(s))", what, late * 1e3,
+              calls);
     return 0;
 }
 
@@ -454,8 +462,10 @@ int case_wake_pending(ctx_t *c)
             double t0 = now_s();
             c->ops->progress(c->tp, 2000);
             double dt = now_s() - t0;
-            CHECK(c, dt < lim(c, 1.0), "progress(2000) right after wake() slept %.2f s with %s: "
-                  "the wake-up was lost", dt, posted ? "a receive waiting" : "nothing posted");
+            CHECK(c, dt < lim(c, 1.0),
+                  "progress(2000) right after wake() slept %.2f s with %s: "
+                  "the wake-up was lost",
+                  dt, posted ? "a receive waiting" : "nothing posted");
         }
     }
     atomic_store(&c->board->v[B_STEP_DONE], 1);
@@ -508,11 +518,13 @@ static int idle_round(ctx_t *c, const char *what)
     double wall = now_s() - wall0, cpu = cpu_s() - cpu0;
     CHECK(c, worst < t_ms * 1e-3 + lim(c, 0.25), "%s: progress(%d) took %.0f ms", what, t_ms,
           worst * 1e3);
-    CHECK(c, cpu < 0.1 * wall + lim(c, 0.03), "%s: %.0f ms of CPU in %.0f ms of progress(%d) "
-          "(%d calls): it spins", what, cpu * 1e3, wall * 1e3, t_ms, calls);
+    CHECK(c, cpu < 0.1 * wall + lim(c, 0.03),
+          "%s: %.0f ms of CPU in %.0f ms of progress(%d) "
+          "(%d calls): it spins",
+          what, cpu * 1e3, wall * 1e3, t_ms, calls);
     if (c->o->verbose)
-        notef(c, "%s: %d call(s) in %.0f ms, longest %.0f ms, CPU %.1f ms", what, calls,
-              wall * 1e3, worst * 1e3, cpu * 1e3);
+        notef(c, "%s: %d call(s) in %.0f ms, longest %.0f ms, CPU %.1f ms", what, calls, wall * 1e3,
+              worst * 1e3, cpu * 1e3);
     return 0;
 }
 

@@ -104,8 +104,10 @@ static void right_key(void **state)
     for (int nb = 0; nb < 2; nb++) {
         int sv[2];
         pair(sv, nb);
-        side_t c = {.fd = sv[0], .key = &k, .is_server = 0, .ctx = 42, .timeout = 5, .tail = "from-c"};
-        side_t s = {.fd = sv[1], .key = &k, .is_server = 1, .ctx = 42, .timeout = 5, .tail = "from-s"};
+        side_t c = {
+            .fd = sv[0], .key = &k, .is_server = 0, .ctx = 42, .timeout = 5, .tail = "from-c"};
+        side_t s = {
+            .fd = sv[1], .key = &k, .is_server = 1, .ctx = 42, .timeout = 5, .tail = "from-s"};
         run_pair(&c, &s);
         assert_int_equal(c.rc, HOOP_OK);
         assert_int_equal(s.rc, HOOP_OK);
@@ -460,7 +462,8 @@ static void key_strings(void **state)
     key_of(&b, "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1");
     assert_memory_not_equal(a.bytes, b.bytes, HOOP__AUTH_KEY_BYTES);
 
-    assert_int_equal(hoop__auth_key_from_string(&a, "", err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_string(&a, "", err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_int_equal(a.set, 0);
     assert_non_null(strstr(err, "empty"));
 }
@@ -511,7 +514,8 @@ static void key_files(void **state)
     for (size_t i = 0; i < sizeof(open_modes) / sizeof(open_modes[0]); i++) {
         assert_int_equal(chmod(path, open_modes[i]), 0);
         err[0] = '\0';
-        assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+        assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)),
+                         HOOP_ERR_INVALID_ARGUMENT);
         assert_int_equal(a.set, 0);
         assert_non_null(strstr(err, "accessible by group or others"));
         assert_non_null(strstr(err, "chmod 600"));
@@ -520,15 +524,18 @@ static void key_files(void **state)
 
     char missing[160];
     snprintf(missing, sizeof(missing), "%s/no-such-key", tmpdir);
-    assert_int_equal(hoop__auth_key_from_file(&a, missing, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_file(&a, missing, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "No such file"));
     assert_non_null(strstr(err, "no-such-key"));
 
-    assert_int_equal(hoop__auth_key_from_file(&a, tmpdir, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_file(&a, tmpdir, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "not a regular file"));
 
     write_file(path, " \n\t\n", 0600);
-    assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "holds no key"));
 
     /* Something that is too large to be a key file. */
@@ -536,7 +543,8 @@ static void key_files(void **state)
     assert_non_null(f);
     for (int i = 0; i < 5000; i++) fputc('k', f);
     fclose(f);
-    assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "larger than"));
 }
 
@@ -597,7 +605,8 @@ static void key_environment(void **state)
     assert_int_equal(c.auth.set, 0);
 
     assert_int_equal(chmod(path, 0644), 0);
-    assert_int_equal(hoop__config_parse(&c, lookup, &file, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__config_parse(&c, lookup, &file, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "HOOP_AUTH_KEY_FILE"));
     assert_non_null(strstr(err, "chmod 600"));
 }

@@ -135,24 +135,33 @@ static void match_names_every_field(void **state)
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_OK);
     g.kind = HOOP__K_ALLREDUCE;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
-    g = sample(); g.count++;
+    g = sample();
+    g.count++;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
-    g = sample(); g.dtype = HOOP_FLOAT32;
+    g = sample();
+    g.dtype = HOOP_FLOAT32;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
-    g = sample(); g.op = HOOP_SUM;
+    g = sample();
+    g.op = HOOP_SUM;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
-    g = sample(); g.root = 0;
+    g = sample();
+    g.root = 0;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
-    g = sample(); g.seq++;
+    g = sample();
+    g.seq++;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
-    g = sample(); g.comm_id++;
+    g = sample();
+    g.comm_id++;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
-    g = sample(); g.payload_len--;
+    g = sample();
+    g.payload_len--;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
     /* Same call, other schedule: the case where headers and lengths coincide. */
-    g = sample(); g.algo = 2;
+    g = sample();
+    g.algo = 2;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
-    g = sample(); g.sched ^= 1;
+    g = sample();
+    g.sched ^= 1;
     assert_int_equal(hoop__wire_match(&e, &g), HOOP_ERR_MISMATCH);
 }
 
@@ -160,18 +169,25 @@ static void mismatch_names_the_algorithm(void **state)
 {
     (void)state;
     char buf[400];
-    hoop__wire_hdr_t e = {.kind = HOOP__K_ALLREDUCE, .dtype = HOOP_INT32, .op = HOOP_SUM,
-                          .root = -1, .count = 8, .seq = 4, .algo = 2, .payload_len = 32};
+    hoop__wire_hdr_t e = {.kind = HOOP__K_ALLREDUCE,
+                          .dtype = HOOP_INT32,
+                          .op = HOOP_SUM,
+                          .root = -1,
+                          .count = 8,
+                          .seq = 4,
+                          .algo = 2,
+                          .payload_len = 32};
     hoop__wire_hdr_t g = e;
     g.algo = 3;
-    assert_string_equal(hoop__wire_mismatch_msg(&e, &g, 1, 0, buf, sizeof(buf)),
-                        "rank 1 ran allreduce(count=8, int32, sum) as call #4 with the ps algorithm "
-                        "where rank 0 ran it with rd (hoop_comm_set_algo or HOOP_ALGO must be the "
-                        "same on every rank)");
+    assert_string_equal(
+        hoop__wire_mismatch_msg(&e, &g, 1, 0, buf, sizeof(buf)),
+        "rank 1 ran allreduce(count=8, int32, sum) as call #4 with the ps algorithm "
+        "where rank 0 ran it with rd (hoop_comm_set_algo or HOOP_ALGO must be the "
+        "same on every rank)");
     g = e;
     g.sched = 7;
-    assert_non_null(strstr(hoop__wire_mismatch_msg(&e, &g, 1, 0, buf, sizeof(buf)),
-                           "other schedule settings"));
+    assert_non_null(
+        strstr(hoop__wire_mismatch_msg(&e, &g, 1, 0, buf, sizeof(buf)), "other schedule settings"));
 }
 
 /* The check every transport applies to an arrived header: the posted length counts, and a header
@@ -180,8 +196,12 @@ static void check_recv(void **state)
 {
     (void)state;
     char buf[400] = "";
-    hoop__wire_hdr_t posted = {.kind = HOOP__K_ALLREDUCE, .dtype = HOOP_INT32, .op = HOOP_SUM,
-                               .root = -1, .count = 8, .seq = 4};
+    hoop__wire_hdr_t posted = {.kind = HOOP__K_ALLREDUCE,
+                               .dtype = HOOP_INT32,
+                               .op = HOOP_SUM,
+                               .root = -1,
+                               .count = 8,
+                               .seq = 4};
     hoop__wire_hdr_t got = posted;
     got.payload_len = 32;
     assert_int_equal(hoop__wire_check_recv(&posted, 32, &got, 1, 1, 0, buf, sizeof(buf)), HOOP_OK);
@@ -201,9 +221,10 @@ static void describe(void **state)
     hoop__wire_hdr_t h = {.kind = HOOP__K_BROADCAST, .dtype = HOOP_FLOAT32, .root = 0, .count = 10};
     assert_string_equal(hoop__wire_describe(&h, buf, sizeof(buf)),
                         "broadcast(count=10, float32, root=0)");
-    h = (hoop__wire_hdr_t){.kind = HOOP__K_ALLREDUCE, .dtype = HOOP_INT8, .op = HOOP_SUM,
-                           .root = -1, .count = 20};
-    assert_string_equal(hoop__wire_describe(&h, buf, sizeof(buf)), "allreduce(count=20, int8, sum)");
+    h = (hoop__wire_hdr_t){
+        .kind = HOOP__K_ALLREDUCE, .dtype = HOOP_INT8, .op = HOOP_SUM, .root = -1, .count = 20};
+    assert_string_equal(hoop__wire_describe(&h, buf, sizeof(buf)),
+                        "allreduce(count=20, int8, sum)");
     h.kind = HOOP__K_BARRIER;
     assert_string_equal(hoop__wire_describe(&h, buf, sizeof(buf)), "barrier()");
 }
