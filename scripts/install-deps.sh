@@ -2,8 +2,9 @@
 # Installs what hoop needs to build and test on Debian 12 (as root, or through sudo).
 set -eu
 # openmpi-bin and python3-torch are the peers the benchmarks compare against; libsodium does the
-# authentication; libopenblas0 gives torch a realistic BLAS.
-pkgs="meson ninja-build gcc clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2
+# authentication; libopenblas0 gives torch a realistic BLAS; g++ checks the GPU kernels' math on
+# the host (tests/cuda). The CUDA toolkit is optional: found where installed, skipped otherwise.
+pkgs="meson ninja-build gcc g++ clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2
       libsodium-dev openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch libopenblas0"
 missing=""
 for p in $pkgs; do
