@@ -34,6 +34,7 @@ void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void
     x->len = len;
     atomic_fetch_add_explicit(&call->comm->bytes_sent, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
+    if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return; /* x failed */
     call->comm->tp_ops->post(call->comm->tp, x);
 }
 
@@ -47,6 +48,7 @@ void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf,
     x->len = len;
     atomic_fetch_add_explicit(&call->comm->bytes_received, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_received, 1, memory_order_relaxed);
+    if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return; /* x failed */
     call->comm->tp_ops->post(call->comm->tp, x);
 }
 
@@ -89,6 +91,14 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
                     c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
                     return rc;
                 }
+            }
+        }
+        /* Staged receives reach their device buffer before anyone reads them. */
+        if (call->mem != HOOP__MEM_HOST && ndone != last_done) {
+            hoop_result_t rc = hoop__stage_done(call, xs, n);
+            if (rc != HOOP_OK) {
+                c->tp_ops->abort(c->tp, rc, c->fatal_msg);
+                return rc;
             }
         }
         if (ndone == n) return HOOP_OK;
