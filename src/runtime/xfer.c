@@ -5,6 +5,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
@@ -180,7 +181,9 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
     hoop_comm_t *c = call->comm;
     int p = c->size;
     size_t xbytes = (size_t)p * sizeof(hoop__xfer_t), pbytes = (size_t)p * sizeof(hoop__xfer_t *);
-    char *s = hoop__scratch(call, xbytes + pbytes);
+    /* The transfers are host structures: in the scratch space only when that is host memory. */
+    int host = call->mem == HOOP__MEM_HOST;
+    char *s = host ? hoop__scratch(call, xbytes + pbytes) : malloc(xbytes + pbytes);
     if (s == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "%s: no memory for %d transfers",
                         hoop__kind_name(call->kind), p);
@@ -197,5 +200,7 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
         else hoop__xsend(call, &xs[i], i, block, n);
         ptrs[i] = &xs[i];
     }
-    return hoop__xwait(call, ptrs, p);
+    hoop_result_t rc = hoop__xwait(call, ptrs, p);
+    if (!host) free(s);
+    return rc;
 }
