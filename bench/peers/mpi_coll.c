@@ -240,15 +240,6 @@ static void usage(FILE *f)
           f);
 }
 
-static int parse_int(const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || v < lo || v > hi) return 1;
-    *out = (int)v;
-    return 0;
-}
-
 static const char *btl_transport(void)
 {
     const char *btl = getenv("OMPI_MCA_btl");
@@ -273,15 +264,15 @@ static int parse_args(int argc, char **argv, opts_t *o, int rank)
         case 'b': bad = bench_parse_size(optarg, &o->minb); break;
         case 'e': bad = bench_parse_size(optarg, &o->maxb); break;
         case 'f':
-            bad = parse_int(optarg, 2, 1 << 20, &v);
+            bad = bench_parse_int(optarg, 2, 1 << 20, &v);
             o->factor = (size_t)v;
             break;
-        case 'n': bad = parse_int(optarg, 1, 1 << 24, &o->iters); break;
-        case 'w': bad = parse_int(optarg, 0, 1 << 24, &o->warmup); break;
+        case 'n': bad = bench_parse_int(optarg, 1, 1 << 24, &o->iters); break;
+        case 'w': bad = bench_parse_int(optarg, 0, 1 << 24, &o->warmup); break;
         case 'W': o->warm_each = 1; break;
-        case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
-        case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
-        case 'r': bad = parse_int(optarg, 0, 1 << 30, &o->root); break;
+        case 'c': bad = bench_parse_int(optarg, 0, 1, &o->check); break;
+        case 'z': bad = bench_parse_int(optarg, 0, 1, &o->blocking); break;
+        case 'r': bad = bench_parse_int(optarg, 0, 1 << 30, &o->root); break;
         case 'C': o->csv_path = optarg; break;
         case 'T': o->transport = optarg; break;
         case 'h': return -1;

@@ -110,10 +110,10 @@ int main(int argc, char **argv)
             ok = 0;
             break;
         }
-        if (got == 0) t0 = bench_now_s();
+        if (got == 0) t0 = now_s();
         got += (size_t)n;
     }
-    t1 = bench_now_s();
+    t1 = now_s();
     if (fd >= 0) close(fd);
     close(lfd);
     free(buf);

@@ -160,3 +160,14 @@ const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *e, const hoop__wire_
     }
     return buf;
 }
+
+hoop_result_t hoop__wire_check_recv(const hoop__wire_hdr_t *posted, uint64_t len,
+                                    const hoop__wire_hdr_t *got, int valid, int peer, int me,
+                                    char *msg, size_t n)
+{
+    hoop__wire_hdr_t want = *posted;
+    want.payload_len = len;
+    if (valid && hoop__wire_match(&want, got) == HOOP_OK) return HOOP_OK;
+    hoop__wire_mismatch_msg(&want, got, peer, me, msg, n);
+    return HOOP_ERR_MISMATCH;
+}

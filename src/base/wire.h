@@ -64,5 +64,12 @@ const char *hoop__wire_algo_name(int algo);
  * "rank 1 called broadcast(count=10, float32, root=0) as call #7 where rank 0 called ...". */
 const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *expect, const hoop__wire_hdr_t *got,
                                     int peer, int me, char *buf, size_t n);
+/* The one check of a header that arrived (got, from peer) against the receive posted (posted,
+ * with len payload bytes), for every transport. valid: the transport could read got as a header
+ * (it decoded; no flag the transport does not know). HOOP_OK, or HOOP_ERR_MISMATCH with the
+ * sentence of hoop__wire_mismatch_msg in msg. */
+hoop_result_t hoop__wire_check_recv(const hoop__wire_hdr_t *posted, uint64_t len,
+                                    const hoop__wire_hdr_t *got, int valid, int peer, int me,
+                                    char *msg, size_t n);
 
 #endif

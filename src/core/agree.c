@@ -3,7 +3,7 @@
  * about the job, and a difference fails init on every rank that can see it.
  *
  * Each rank publishes a hello: what must be equal everywhere (library and wire version, world
- * size, job id, the settings of agree.h) and who it is (host, pid, a nonce). The store:
+ * size, job id, the settings of agree.h) and who it is (host, pid). The store:
  *
  *   hoop/rank/R    claimed (set only if absent) by rank R with its hello: a second process that
  *                  claims R finds the first one's hello there and fails, naming both
@@ -18,7 +18,7 @@
  * hello: a rank that disagrees with rank 0 fails at once, and rank 0's verdict fails the ranks that
  * agree with rank 0 but not with each other's view of the job (a rank whose WORLD_SIZE differs).
  *
- * A rank that finds its own number claimed by its own process (same host and pid, another nonce)
+ * A rank that finds its own number claimed by its own process (same host and pid)
  * has reached the store of this process's previous init, which is about to close: it reconnects
  * until the new one answers. That makes init, destroy, init (or two inits back to back) safe.
  */
@@ -88,7 +88,7 @@ uint32_t hoop__agree_digest(const hoop__config_t *cfg)
 }
 
 size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, int size,
-                         uint64_t nonce, char *buf, size_t cap)
+                         char *buf, size_t cap)
 {
     size_t o = 0;
     if (cap > 0) buf[0] = '\0';
@@ -101,7 +101,6 @@ size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, i
     put_line(buf, cap, &o, "rank", "%d", rank);
     put_line(buf, cap, &o, "host", "%s", host);
     put_line(buf, cap, &o, "pid", "%ld", (long)getpid());
-    put_line(buf, cap, &o, "nonce", "%016" PRIx64, nonce);
     o += hoop__agree_settings(cfg, buf + o, cap > o ? cap - o : 0);
     return o;
 }
@@ -189,6 +188,14 @@ static void describe_holder(const char *hello, char *out, size_t n)
              host[0] ? host : "?", job[0] ? job : "-");
 }
 
+hoop_result_t hoop__agree_conflict(hoop__store_t *st, char *msg, size_t n)
+{
+    size_t m = 0;
+    if (hoop__store_get(st, "hoop/conflict", msg, n - 1, &m, 0) != HOOP_OK) return HOOP_OK;
+    msg[m < n ? m : n - 1] = '\0';
+    return HOOP_ERR_MISMATCH;
+}
+
 /* A get that also watches hoop/conflict: a process that found its rank claimed already writes it,
  * and then the rank this waits for may never come. HOOP_ERR_MISMATCH with the sentence in msg;
  * at the deadline, HOOP_ERR_TIMEOUT (or HOOP_ERR_AUTH when strangers were turned away) with the
@@ -214,20 +221,8 @@ static hoop_result_t get_or_conflict(hoop__store_t *st, const char *key, int ran
                      "rank?)" : "");
             return rc;
         }
-        size_t m = 0;
-        if (hoop__store_get(st, "hoop/conflict", msg, n - 1, &m, 0) == HOOP_OK) {
-            msg[m < n ? m : n - 1] = '\0';
-            return HOOP_ERR_MISMATCH;
-        }
+        if (hoop__agree_conflict(st, msg, n) != HOOP_OK) return HOOP_ERR_MISMATCH;
     }
-}
-
-hoop_result_t hoop__agree_conflict(hoop__store_t *st, char *msg, size_t n)
-{
-    size_t m = 0;
-    if (hoop__store_get(st, "hoop/conflict", msg, n - 1, &m, 0) != HOOP_OK) return HOOP_OK;
-    msg[m < n ? m : n - 1] = '\0';
-    return HOOP_ERR_MISMATCH;
 }
 
 hoop_result_t hoop__agree_claim(hoop__store_t *st, hoop__agree_t *a, uint64_t *comm_id, int *stale,
@@ -240,7 +235,7 @@ hoop_result_t hoop__agree_claim(hoop__store_t *st, hoop__agree_t *a, uint64_t *c
     size_t len = 0;
     hoop_result_t rc;
     const int me = in->rank;
-    hoop__agree_hello(in->cfg, in->job, me, in->size, in->nonce, mine, sizeof(a->mine));
+    hoop__agree_hello(in->cfg, in->job, me, in->size, mine, sizeof(a->mine));
     if (me == 0) {
         /* The id travels in rank 0's hello, so ranks can listen before the verdict. */
         uint64_t id = 0;

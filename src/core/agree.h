@@ -24,7 +24,7 @@ size_t hoop__agree_settings(const hoop__config_t *cfg, char *buf, size_t cap);
 uint32_t hoop__agree_digest(const hoop__config_t *cfg);
 /* A rank's hello (see agree.c): the fields to agree on, then who it is. Returns the length. */
 size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, int size,
-                         uint64_t nonce, char *buf, size_t cap);
+                         char *buf, size_t cap);
 /* The value of field name in a hello into out; 0 (and "") when absent. */
 int hoop__agree_field(const char *hello, const char *name, char *out, size_t cap);
 /* 0 when two hellos agree; else 1 and a sentence naming both ranks and what each said:
@@ -35,7 +35,6 @@ typedef struct hoop__agree_in {
     const hoop__config_t *cfg;
     const char *job;   /* "" when the launcher names none */
     int rank, size;
-    uint64_t nonce;    /* fresh per init */
     double deadline;   /* monotonic seconds */
 } hoop__agree_in_t;
 

@@ -56,7 +56,7 @@ const char *hoop_version(void) { return HOOP_VERSION_STRING; }
 const char *hoop_comm_last_error(const hoop_comm_t *c)
 {
     if (c == NULL) return "communicator is NULL";
-    return c->last_error;
+    return hoop__comm_last(c);
 }
 
 int hoop_comm_rank(const hoop_comm_t *c) { return c != NULL ? c->rank : -1; }
@@ -147,10 +147,7 @@ static hoop_result_t check_comm(hoop_comm_t *c, const char *fn)
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) {
-        pthread_mutex_lock(&c->err_mu);
-        snprintf(c->last_error, sizeof(c->last_error), "%s: the communicator was aborted: %.500s", fn,
-                 c->fatal_msg);
-        pthread_mutex_unlock(&c->err_mu);
+        hoop__comm_set_last(c, "%s: the communicator was aborted: %.500s", fn, c->fatal_msg);
         return ab == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : ab;
     }
     return HOOP_OK;
@@ -227,10 +224,8 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
     hoop_result_t rc = hoop__sched_post(c, &call, req, fn);
     if (rc != HOOP_OK && req == NULL) {
         /* The error text is the communicator's; make sure last_error holds it. */
-        pthread_mutex_lock(&c->err_mu);
         if (atomic_load(&c->aborted) && c->fatal_msg[0] != '\0')
-            snprintf(c->last_error, sizeof(c->last_error), "%s", c->fatal_msg);
-        pthread_mutex_unlock(&c->err_mu);
+            hoop__comm_set_last(c, "%s", c->fatal_msg);
     }
     return rc;
 }

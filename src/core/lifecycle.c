@@ -101,7 +101,8 @@ static void comm_free(hoop_comm_t *c)
 }
 
 /* Orders the ring host by host (hosts in order of their lowest rank, ranks ascending inside one),
- * from the host keys in the addresses every rank published; ptrs[rank] is NULL (own is used). */
+ * from the host identity the transport reads in the addresses every rank published (all on one
+ * host where it has none); ptrs[rank] is NULL (own is used). */
 static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const char *own)
 {
     int p = c->size;
@@ -113,7 +114,8 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
         free(placed);
         return HOOP_ERR_NO_MEMORY;
     }
-    for (int j = 0; j < p; j++) hoop__mux_host_key(j == c->rank ? own : ptrs[j], keys[j], sizeof(keys[j]));
+    for (int j = 0; j < p && c->tp_ops->host_key != NULL; j++)
+        c->tp_ops->host_key(j == c->rank ? own : ptrs[j], keys[j], sizeof(keys[j]));
     int pos = 0, identity = 1;
     for (int h = 0; h < p; h++) {
         if (placed[h]) continue;
@@ -137,7 +139,87 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
     return HOOP_OK;
 }
 
-static hoop_result_t open_transport(hoop_comm_t *c, char *addr)
+/* ---- the transports' out-of-band exchange, over the store ---- */
+
+/* The store key of tag from rank from to rank to (to < 0: for everyone); -1 with the sentence in
+ * ctx->err for a tag that breaks the rules of transport.h. */
+static int oob_key(hoop__oob_ctx_t *o, char *key, size_t n, const char *tag, int from, int to)
+{
+    size_t len = strlen(tag);
+    int ok = len > 0 && len <= HOOP_TP_OOB_TAG_MAX && strspn(tag, "abcdefghijklmnopqrstuvwxyz"
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == len;
+    if (!ok) {
+        snprintf(o->err, sizeof(o->err), "out-of-band exchange: bad tag \"%.80s\"", tag);
+        return -1;
+    }
+    if (to < 0) snprintf(key, n, "hoop/oob/%s/%d", tag, from);
+    else snprintf(key, n, "hoop/oob/%s/%d/%d", tag, from, to);
+    return 0;
+}
+
+static hoop_result_t oob_failed(hoop__oob_ctx_t *o, hoop_result_t rc)
+{
+    snprintf(o->err, sizeof(o->err), "out-of-band exchange: %s", hoop__store_error(o->st));
+    return rc;
+}
+
+static hoop_result_t oob_put(void *ctx, const char *tag, int peer, const void *buf, size_t len)
+{
+    hoop__oob_ctx_t *o = ctx;
+    char key[HOOP_STORE_MAX_KEY];
+    if (oob_key(o, key, sizeof(key), tag, o->rank, peer) != 0) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop_result_t rc = hoop__store_set(o->st, key, buf, len);
+    return rc == HOOP_OK ? rc : oob_failed(o, rc);
+}
+
+static hoop_result_t oob_get(void *ctx, const char *tag, int peer, void *buf, size_t cap,
+                             size_t *len, double deadline)
+{
+    hoop__oob_ctx_t *o = ctx;
+    char key[HOOP_STORE_MAX_KEY];
+    if (oob_key(o, key, sizeof(key), tag, peer, o->rank) != 0) return HOOP_ERR_INVALID_ARGUMENT;
+    double left = deadline - hoop__now();
+    hoop_result_t rc = hoop__store_get(o->st, key, buf, cap, len, left > 0 ? left : 0);
+    return rc == HOOP_OK ? rc : oob_failed(o, rc);
+}
+
+static hoop_result_t oob_allgather(void *ctx, const char *tag, const void *mine, void *all,
+                                   size_t len, double deadline)
+{
+    hoop__oob_ctx_t *o = ctx;
+    char key[HOOP_STORE_MAX_KEY];
+    if (oob_key(o, key, sizeof(key), tag, o->rank, -1) != 0) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop_result_t rc = hoop__store_set(o->st, key, mine, len);
+    if (rc != HOOP_OK) return oob_failed(o, rc);
+    memcpy((char *)all + (size_t)o->rank * len, mine, len);
+    for (int j = 0; j < o->size; j++) {
+        if (j == o->rank) continue;
+        size_t got = 0;
+        double left = deadline - hoop__now();
+        oob_key(o, key, sizeof(key), tag, j, -1);
+        rc = hoop__store_get(o->st, key, (char *)all + (size_t)j * len, len, &got, left > 0 ? left : 0);
+        if (rc != HOOP_OK) return oob_failed(o, rc);
+        if (got != len) {
+            snprintf(o->err, sizeof(o->err), "out-of-band exchange \"%s\": rank %d gave %zu bytes "
+                     "where rank %d gave %zu", tag, j, got, o->rank, len);
+            return HOOP_ERR_MISMATCH;
+        }
+    }
+    return HOOP_OK;
+}
+
+static const char *oob_error(void *ctx) { return ((hoop__oob_ctx_t *)ctx)->err; }
+
+void hoop__oob_over_store(hoop__oob_ctx_t *ctx, hoop__store_t *st, int rank, int size,
+                          hoop__tp_oob_t *oob)
+{
+    *ctx = (hoop__oob_ctx_t){.st = st, .rank = rank, .size = size};
+    *oob = (hoop__tp_oob_t){.allgather = oob_allgather, .put = oob_put, .get = oob_get,
+                            .error = oob_error, .ctx = ctx};
+}
+
+/* oob: the out-of-band exchange for the transport, or NULL where there is none. */
+static hoop_result_t open_transport(hoop_comm_t *c, char *addr, const hoop__tp_oob_t *oob)
 {
     const char *route_hint = c->route_hint[0] != '\0' ? c->route_hint : NULL;
     hoop__tp_params_t p = {
@@ -150,6 +232,7 @@ static hoop_result_t open_transport(hoop_comm_t *c, char *addr)
         .report = report_from_transport,
         .report_ctx = c,
     };
+    if (oob != NULL) p.oob = *oob;
     return c->tp_ops->listen(&p, &c->tp, addr, ADDR_LEN);
 }
 
@@ -171,6 +254,8 @@ typedef struct init {
     char (*addrs)[ADDR_LEN]; /* everyone's, as published */
     const char **ptrs;       /* addrs for the transport, NULL for this rank */
     int have_all;            /* every address was read: rank 0 may wait for the others' reads */
+    hoop__oob_ctx_t oob_ctx; /* the transport's out-of-band exchange, until connect returns */
+    hoop__tp_oob_t oob;
     char err[512];
 } init_t;
 
@@ -245,16 +330,13 @@ static hoop_result_t agree_claim(init_t *in)
 {
     hoop_comm_t *c = in->c;
     in->deadline = hoop__now() + in->cfg->timeout_s;
-    uint64_t nonce = 0;
-    if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
-        nonce = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
     in->ag = calloc(1, sizeof(*in->ag));
     if (in->ag == NULL) {
         snprintf(in->err, sizeof(in->err), "out of memory");
         return HOOP_ERR_NO_MEMORY;
     }
     in->ag->in = (hoop__agree_in_t){.cfg = in->cfg, .job = in->rdv->job, .rank = c->rank,
-                                    .size = c->size, .nonce = nonce, .deadline = in->deadline};
+                                    .size = c->size, .deadline = in->deadline};
     /* A store that goes away before this rank has claimed its number may be this process's
      * previous one closing (init, then init again at once): retry for a second before saying
      * the store was lost. */
@@ -296,8 +378,9 @@ static hoop_result_t listen_step(init_t *in)
     hoop_comm_t *c = in->c;
     if (in->rdv->method[0] == 't')
         snprintf(c->route_hint, sizeof(c->route_hint), "%s", in->rdv->host);
-    hoop_result_t rc = open_transport(c, in->addr);
-    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", c->last_error);
+    hoop__oob_over_store(&in->oob_ctx, in->st, c->rank, c->size, &in->oob);
+    hoop_result_t rc = open_transport(c, in->addr, &in->oob);
+    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", hoop__comm_last(c));
     return rc;
 }
 
@@ -352,7 +435,7 @@ static hoop_result_t connect_peers(init_t *in)
 {
     hoop_comm_t *c = in->c;
     hoop_result_t rc = c->tp_ops->connect(c->tp, in->ptrs, in->deadline);
-    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", c->last_error);
+    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", hoop__comm_last(c));
     else if ((rc = set_ring(c, in->ptrs, in->addr)) != HOOP_OK)
         snprintf(in->err, sizeof(in->err), "out of memory");
     return rc;
@@ -392,8 +475,8 @@ static hoop_result_t init_comm(init_t *in)
     if (in->rdv->size == 1) {
         /* Nobody to meet: no store, no connections. */
         if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id)) c->id = (uint64_t)getpid();
-        rc = open_transport(c, in->addr);
-        return rc == HOOP_OK ? HOOP_OK : init_fail(in, rc, c->last_error);
+        rc = open_transport(c, in->addr, NULL);
+        return rc == HOOP_OK ? HOOP_OK : init_fail(in, rc, hoop__comm_last(c));
     }
     rc = agree_claim(in);
     if (rc == HOOP_OK) rc = listen_step(in);
@@ -530,7 +613,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     const char **ptrs = calloc(p, sizeof(char *));
     int *parent_of = calloc(p, sizeof(int));
     hoop_comm_t *nc = NULL;
-    char addr[ADDR_LEN] = "", why[sizeof(c->last_error)];
+    char addr[ADDR_LEN] = "", why[sizeof(c->last_error[0])];
     if (all == NULL || members == NULL || addrs == NULL || ptrs == NULL || parent_of == NULL) {
         /* Before the first exchange: the call is refused, as one with bad arguments is. */
         rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
@@ -572,9 +655,9 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
             nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
             nc->spin_s = c->spin_s;
             memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
-            hoop_result_t orc = open_transport(nc, addr);
+            hoop_result_t orc = open_transport(nc, addr, NULL);
             if (orc != HOOP_OK) {
-                to_parent_ranks(nc->last_error[0] ? nc->last_error : hoop_error_string(orc),
+                to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(orc),
                                 parent_of, n, why, sizeof(why));
                 rc = hoop__comm_error(c, orc == HOOP_ERR_NO_MEMORY ? orc : HOOP_ERR_SYSTEM,
                                       "hoop_comm_split: rank %d of the parent communicator cannot "
@@ -605,13 +688,13 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
     nc->log.level = level;
     if (rc != HOOP_OK) {
-        to_parent_ranks(nc->last_error[0] ? nc->last_error : hoop_error_string(rc), parent_of, n,
+        to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(rc), parent_of, n,
                         why, sizeof(why));
         rc = hoop__comm_error(c, rc,
                               "hoop_comm_split: connecting the new communicator (color %d, %d ranks) "
                               "failed; ranks as numbered in the parent communicator: %s",
                               color, n, why);
-        HOOP_WARN(&c->log, "%s", c->last_error);
+        HOOP_WARN(&c->log, "%s", hoop__comm_last(c));
         goto out;
     }
     if (set_ring(nc, ptrs, addr) != HOOP_OK) {

@@ -1,5 +1,6 @@
 /* Init-method resolution: "env://", "tcp://HOST:PORT" or "file:///PATH", plus the variables that
- * launchers (torchrun, srun, mpirun) export, become a hoop__rdv_t. Nothing here touches the network. */
+ * launchers (torchrun, srun, mpirun) export, become a hoop__rdv_t. Each scheme is one row of the
+ * table of methods below. Nothing here touches the network. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -8,7 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "rendezvous/store.h"
+#include "base/log.h"
+#include "rendezvous/rendezvous.h"
 
 /* Launcher variables in order of preference: torchrun, then Slurm, then Open MPI. */
 static const char *const rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
@@ -156,8 +158,15 @@ static hoop_result_t parse_tcp(const char *init_method, const char *rest, hoop__
     return HOOP_OK;
 }
 
-static hoop_result_t parse_env_master(hoop__rdv_t *out, char *err, size_t errlen)
+/* env://: the address of rank 0's store comes from MASTER_ADDR and MASTER_PORT. */
+static hoop_result_t parse_env(const char *init_method, const char *rest, hoop__rdv_t *out, char *err,
+                               size_t errlen)
 {
+    if (rest[0] != '\0' && strcmp(rest, "/") != 0)
+        return fail(err, errlen,
+                    "init method \"%.300s\" has text after env://: the address comes from MASTER_ADDR and "
+                    "MASTER_PORT",
+                    init_method);
     const char *addr = env("MASTER_ADDR");
     if (addr == NULL)
         return fail(err, errlen,
@@ -176,8 +185,10 @@ static hoop_result_t parse_env_master(hoop__rdv_t *out, char *err, size_t errlen
     return HOOP_OK;
 }
 
-static hoop_result_t parse_file(const char *rest, hoop__rdv_t *out, char *err, size_t errlen)
+static hoop_result_t parse_file(const char *init_method, const char *rest, hoop__rdv_t *out, char *err,
+                                size_t errlen)
 {
+    (void)init_method;
     size_t n = strlen(rest);
     if (n == 0 || rest[0] != '/')
         return fail(err, errlen,
@@ -195,6 +206,17 @@ static hoop_result_t parse_file(const char *rest, hoop__rdv_t *out, char *err, s
     snprintf(out->method, sizeof out->method, "file");
     return HOOP_OK;
 }
+
+/* The init methods by scheme (matched without regard to case). A new one is a parser and a row. */
+static const struct {
+    const char *scheme;
+    hoop_result_t (*parse)(const char *init_method, const char *rest, hoop__rdv_t *out, char *err,
+                           size_t errlen);
+} methods[] = {
+    {"env://", parse_env},
+    {"tcp://", parse_tcp},
+    {"file://", parse_file},
+};
 
 /* The job id from the launcher (see hoop__rdv_t.job). torchrun's default "none" names no job. A
  * value is kept printable and bounded: it goes into messages and into the key derivation. */
@@ -237,23 +259,14 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
                     "environment", size, MAX_RANKS);
 
     const char *m = (init_method == NULL || *init_method == '\0') ? "env://" : init_method;
-    hoop_result_t r;
-    if (strncasecmp(m, "env://", 6) == 0) {
-        if (m[6] != '\0' && strcmp(m + 6, "/") != 0)
-            return fail(
-                err, errlen,
-                "init method \"%.300s\" has text after env://: the address comes from MASTER_ADDR and "
-                "MASTER_PORT",
-                m);
-        r = parse_env_master(out, err, errlen);
-    } else if (strncasecmp(m, "tcp://", 6) == 0) {
-        r = parse_tcp(m, m + 6, out, err, errlen);
-    } else if (strncasecmp(m, "file://", 7) == 0) {
-        r = parse_file(m + 7, out, err, errlen);
-    } else {
+    size_t i = 0;
+    while (i < sizeof methods / sizeof methods[0] &&
+           strncasecmp(m, methods[i].scheme, strlen(methods[i].scheme)) != 0)
+        i++;
+    if (i == sizeof methods / sizeof methods[0])
         return fail(err, errlen,
                     "unknown init method \"%.300s\": use env://, tcp://HOST:PORT or file:///PATH", m);
-    }
+    hoop_result_t r = methods[i].parse(m, m + strlen(methods[i].scheme), out, err, errlen);
     if (r != HOOP_OK) return r;
 
     long v;

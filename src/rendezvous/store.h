@@ -1,47 +1,20 @@
 /* The rendezvous store: a small key-value store through which ranks find each other at init.
  * tcp://HOST:PORT: rank 0 serves it from a thread, every rank (rank 0 too) is a client.
- * file:///PATH: one file per key in the directory PATH.d, written atomically (write, then rename). */
+ * file:///PATH: one file per key in the directory PATH.d, written atomically (write, then rename).
+ * Each kind is one table of operations (store_ops.h); this is the interface every caller sees. */
 #ifndef HOOP_STORE_H
 #define HOOP_STORE_H
 
 #include <stddef.h>
-#include <stdint.h>
 
-#include "base/auth.h"
 #include "base/log.h"
 #include "hoop.h"
+#include "rendezvous/rendezvous.h"
 
 #define HOOP_STORE_MAX_KEY 256
 #define HOOP_STORE_MAX_VALUE (1u << 20)
 
 typedef struct hoop__store hoop__store_t;
-
-/* The most ranks a communicator may have: far more than any job runs, and little enough that its
- * per-rank tables are allocated at once rather than failing later. */
-#define HOOP__MAX_RANKS (1 << 20)
-
-/* Where and who: what an init method resolves to. */
-typedef struct hoop__rdv {
-    char method[8];   /* "tcp" or "file" */
-    char host[256];   /* tcp: host name or address of rank 0's store */
-    int port;         /* tcp */
-    char path[1024];  /* file */
-    int rank, size;
-    int local_rank, local_size; /* -1 where unknown */
-    hoop__auth_key_t auth;      /* tcp: every connection to the store proves this key (auth.set) */
-    /* The job this rank belongs to, from the launcher ("" where none says): HOOP_JOB_ID, else
-     * torchrun's TORCHELASTIC_RUN_ID, else Slurm's SLURM_JOB_ID.SLURM_STEP_ID, else Open MPI's
-     * PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid. job_from names the variable. */
-    char job[128];
-    char job_from[48];
-} hoop__rdv_t;
-
-/* Resolves init_method ("env://", "tcp://H:P", "file:///P", NULL = "env://") and rank/size (-1 = from
- * the environment: RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then OMPI_COMM_WORLD_RANK/SIZE),
- * and the key of HOOP_AUTH_KEY / HOOP_AUTH_KEY_FILE into out->auth (the caller wipes it with
- * hoop__auth_key_wipe). On error writes a sentence into err. */
-hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out,
-                                char *err, size_t errlen);
 
 /* Opens the store. Rank 0 of a tcp store binds HOST:PORT (a port in use is HOOP_ERR_SYSTEM with a clear
  * message); the others connect, retrying with backoff until timeout_s (then HOOP_ERR_TIMEOUT).
@@ -67,20 +40,5 @@ const char *hoop__store_error(const hoop__store_t *st);
 /* Closes the client; on rank 0 of a tcp store also stops the server (callers make sure every rank
  * has read what it needs first). */
 void hoop__store_close(hoop__store_t *st);
-
-/* The tcp store protocol, exposed for tests and fuzzing. A request is
- *   u8 op ('S' set, 'G' get, 'C' claim) | u32 keylen | u32 vallen | key | value  (little-endian)
- * and a reply is u8 status (0 ok, 1 missing, 2 taken: a claim's key existed) | u32 vallen | value
- * (a get's value, or the existing value of a taken claim).
- * Returns the number of bytes of buf that form one complete request (> 0), 0 if more bytes are
- * needed, -1 if the bytes can never form a valid request (the connection is then dropped). */
-typedef struct hoop__store_req {
-    uint8_t op;
-    const char *key;
-    uint32_t keylen;
-    const uint8_t *val;
-    uint32_t vallen;
-} hoop__store_req_t;
-long hoop__store_parse(const uint8_t *buf, size_t len, hoop__store_req_t *req);
 
 #endif

@@ -5,6 +5,28 @@
 
 #include "runtime/comm.h"
 
+/* Under err_mu. */
+static void show_last(hoop_comm_t *c, const char *msg)
+{
+    int next = 1 - atomic_load(&c->last_shown);
+    snprintf(c->last_error[next], sizeof(c->last_error[next]), "%s", msg);
+    atomic_store(&c->last_shown, next);
+}
+
+const char *hoop__comm_last(const hoop_comm_t *c) { return c->last_error[atomic_load(&c->last_shown)]; }
+
+void hoop__comm_set_last(hoop_comm_t *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[sizeof(c->last_error[0])];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&c->err_mu);
+    show_last(c, msg);
+    pthread_mutex_unlock(&c->err_mu);
+}
+
 hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
 {
     va_list ap;
@@ -13,7 +35,7 @@ hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *f
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&c->err_mu);
-    snprintf(c->last_error, sizeof(c->last_error), "%s", msg);
+    show_last(c, msg);
     pthread_mutex_unlock(&c->err_mu);
     HOOP_INFO(&c->log, "%s: %s", hoop_error_string(code), msg);
     return code;
@@ -32,7 +54,7 @@ void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
         snprintf(c->fatal_msg, sizeof(c->fatal_msg), "%s", msg);
         atomic_store(&c->aborted, (int)code);
     }
-    snprintf(c->last_error, sizeof(c->last_error), "%s", c->fatal_msg);
+    show_last(c, c->fatal_msg);
     pthread_mutex_unlock(&c->err_mu);
     if (first) HOOP_WARN(&c->log, "%s: %s; the communicator is aborted", hoop_error_string(code), msg);
 }

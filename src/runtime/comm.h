@@ -97,7 +97,11 @@ struct hoop_comm {
     pthread_mutex_t err_mu;
     atomic_int aborted;          /* hoop_result_t of the failure, 0 while healthy */
     char fatal_msg[512];
-    char last_error[1024];
+    /* The last error's sentence (hoop_comm_last_error) in two slots: a writer fills the slot not
+     * shown, under err_mu, then shows it, so that a thread reading it while another thread writes
+     * sees a whole sentence (snprintf empties its buffer first). */
+    char last_error[2][1024];
+    atomic_int last_shown;
 
     /* Scheduler (sched.c). `mu` guards the queue; `exec` is held by whoever drives the transport. */
     pthread_mutex_t mu;
@@ -144,6 +148,9 @@ struct hoop_comm {
  * communicator (transport closed, calls fail). */
 void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The last error's sentence, and setting it (any thread). */
+const char *hoop__comm_last(const hoop_comm_t *c);
+void hoop__comm_set_last(hoop_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sets the last-error detail of a call that failed without aborting (bad arguments). */
 hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -8,13 +8,8 @@
 
 #include <stddef.h>
 
+#include "base/memtype.h"
 #include "hoop.h"
-
-typedef enum {
-    HOOP__MEM_HOST = 0, /* zero: a call built without saying lives in host memory */
-    HOOP__MEM_CUDA,     /* CUDA device memory, through the CUDA module (mem_cuda.c) */
-    HOOP__MEM_COUNT
-} hoop__mem_type_t;
 
 /* Every operation takes the communicator, whose state the type may need (the CUDA module's
  * context). One that fails aborts the communicator with its sentence (hoop__comm_fail): the

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/part.h"
 #include "runtime/comm.h"
 #include "reduce/reduce.h"
 #include "runtime/mem.h"
@@ -98,15 +99,6 @@ void hoop__stage_free(hoop_comm_t *c);
 void hoop__cuda_close(hoop_comm_t *c);
 
 /* ---- shapes of a schedule ---- */
-
-/* Balanced split of n items into parts: part i starts at *off and holds *len items; the first
- * n % parts parts hold one more. */
-static inline void hoop__part(size_t n, int parts, int i, size_t *off, size_t *len)
-{
-    size_t q = n / (size_t)parts, r = n % (size_t)parts, ui = (size_t)i;
-    *off = ui * q + (ui < r ? ui : r);
-    *len = q + (ui < r ? 1 : 0);
-}
 
 static inline size_t hoop__dsize(const hoop__call_t *c) { return hoop_dtype_size(c->dtype); }
 

@@ -69,7 +69,10 @@ static void complete_now(hoop__xfer_t *x, hoop_result_t code)
 int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
 {
     hoop_comm_t *c = call->comm;
-    if (x->len == 0) return 0; /* nothing is read or written: the pointer may stay */
+    /* What the transport sees is host memory: the staging buffer, or for 0 bytes nothing at all
+     * (the pointer may stay, it is never read or written). */
+    x->mem = (hoop__mem_desc_t){.type = HOOP__MEM_HOST};
+    if (x->len == 0) return 0;
     stage_buf_t *b = take(c, call->mem, x->len);
     if (b == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,

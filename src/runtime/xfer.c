@@ -33,6 +33,7 @@ void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void
     x->peer = peer;
     x->buf = (void *)buf;
     x->len = len;
+    x->mem = (hoop__mem_desc_t){.type = call->mem};
     atomic_fetch_add_explicit(&call->comm->bytes_sent, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
     if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return; /* x failed */
@@ -47,6 +48,7 @@ void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf,
     x->peer = peer;
     x->buf = buf;
     x->len = len;
+    x->mem = (hoop__mem_desc_t){.type = call->mem};
     atomic_fetch_add_explicit(&call->comm->bytes_received, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_received, 1, memory_order_relaxed);
     if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return; /* x failed */
@@ -57,6 +59,14 @@ void hoop__call_describe(const hoop__call_t *call, char *buf, size_t n)
 {
     hoop__wire_hdr_t h;
     fill_hdr(call, &h);
+    /* Both ends of a point-to-point message carry kind send on the wire; the receiver's own
+     * call is a recv. */
+    if (call->kind == HOOP_K_SEND && call->is_recv) {
+        char d[128];
+        hoop__wire_describe(&h, d, sizeof(d));
+        snprintf(buf, n, "recv%s", d + strlen("send"));
+        return;
+    }
     hoop__wire_describe(&h, buf, n);
 }
 

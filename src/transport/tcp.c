@@ -13,12 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/part.h"
 #include "transport/transport.h"
 
 #include "transport/tcp.h"
@@ -45,7 +47,7 @@ static void finish(hoop__xfer_t *x, hoop_result_t st)
 {
     if (x->done) return;
     if (x->status == HOOP_OK) x->status = st;
-    if (st != HOOP_OK || --x->parts_left == 0) x->done = 1;
+    if (st != HOOP_OK || --*tcp_parts_left(x) == 0) x->done = 1;
 }
 
 static int stripes(const hoop__tp_t *tp, size_t len)
@@ -254,15 +256,16 @@ static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
 {
     x->done = 0;
     x->status = HOOP_OK;
-    x->hdr_ok = 0;
+    *tcp_hdr_ok(x) = 0;
     int n = stripes(tp, x->len);
-    x->parts_left = n;
+    *tcp_parts_left(x) = n;
     if (tp->failed || x->peer < 0 || x->peer >= tp->p.size || x->peer == tp->p.rank ||
         tp->peers[x->peer].lost) {
         x->status = tp->failed ? tp->failed : HOOP_ERR_PEER_LOST;
         x->done = 1;
         return;
     }
+    if (hoop__tp_refuse_mem("tcp", TCP_CAPS, &tp->p, x)) return;
     peer_t *pe = &tp->peers[x->peer];
     for (int k = 0; k < n; k++) {
         seg_t *s = seg_new(tp);
@@ -273,9 +276,7 @@ static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
             return;
         }
         size_t off, len;
-        size_t q = x->len / (size_t)n, r = x->len % (size_t)n;
-        off = (size_t)k * q + ((size_t)k < r ? (size_t)k : r);
-        len = q + ((size_t)k < r ? 1 : 0);
+        hoop__part(x->len, n, k, &off, &len);
         s->x = x;
         s->off = off;
         s->len = len;
@@ -340,7 +341,7 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
     while (so->rq != NULL) {
         seg_t *s = so->rq;
         hoop__xfer_t *x = s->x;
-        if (s->hlen == 0 && !x->hdr_ok) break; /* wait for socket 0 to check the header */
+        if (s->hlen == 0 && !*tcp_hdr_ok(x)) break; /* wait for socket 0 to check the header */
         ssize_t r;
         if (s->pos < s->hlen) {
             /* Headers come through hb, where one may already wait (read while idle). */
@@ -378,18 +379,11 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
         s->pos += (size_t)r;
         moved = 1;
         if (s->pos == s->hlen && s->hlen > 0) {
-            hoop_result_t rc = hoop__wire_decode(s->hdr, UINT64_MAX, &x->got);
-            if (rc == HOOP_OK) {
-                hoop__wire_hdr_t want = x->hdr;
-                want.payload_len = x->len;
-                rc = hoop__wire_match(&want, &x->got);
-            }
-            if (rc != HOOP_OK) {
+            char msg[400];
+            int valid = hoop__wire_decode(s->hdr, UINT64_MAX, &x->got) == HOOP_OK;
+            if (hoop__wire_check_recv(&x->hdr, x->len, &x->got, valid, peer, tp->p.rank, msg,
+                                      sizeof(msg)) != HOOP_OK) {
                 /* The stream is out of step from here on: fail this transfer and the peer. */
-                char msg[400];
-                hoop__wire_hdr_t want = x->hdr;
-                want.payload_len = x->len;
-                hoop__wire_mismatch_msg(&want, &x->got, peer, tp->p.rank, msg, sizeof(msg));
                 x->status = HOOP_ERR_MISMATCH;
                 x->done = 1;
                 so->rq = s->next;
@@ -398,7 +392,7 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
                 peer_fail(tp, peer, HOOP_ERR_MISMATCH, msg);
                 return 1;
             }
-            x->hdr_ok = 1;
+            *tcp_hdr_ok(x) = 1;
         }
         if (s->pos < s->hlen + s->len) continue;
     complete:
@@ -410,7 +404,8 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
     return moved;
 }
 
-static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
+/* Runs every socket that has transfers queued. Returns 1 if any byte moved. */
+static int move_queued(hoop__tp_t *tp)
 {
     int moved = 0;
     for (int j = 0; j < tp->p.size; j++) {
@@ -420,71 +415,146 @@ static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
             if (so->fd >= 0 && (so->sq != NULL || so->rq != NULL)) moved |= sock_io(tp, j, k);
         }
     }
-    if (moved || timeout_ms == 0) return;
+    return moved;
+}
+
+/* What a sleep watches on socket k of peer j (poll() events), 0 for nothing. */
+static short sock_events(const hoop__tp_t *tp, int j, int k)
+{
+    const peer_t *pe = &tp->peers[j];
+    const sock_t *so = &pe->socks[k];
+    if (pe->lost || so->fd < 0) return 0;
+    short ev = 0;
+    if (so->sq != NULL) ev |= POLLOUT;
+    if (k == 0 && pe->ab_active) ev |= POLLIN;
+    else if (so->rq != NULL && (so->rq->hlen > 0 || *tcp_hdr_ok(so->rq->x))) ev |= POLLIN;
+    /* Idle socket 0: watch for an abort notice (and take the next header in early). */
+    else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP_WIRE_HDR_SIZE) ev |= POLLIN;
+    else if (!so->hup) ev |= POLLRDHUP;
+    return ev;
+}
+
+/* A descriptor a sleep found ready with events re: owner is peer * nsock + socket index, -1 the
+ * wake fd. */
+static void on_ready(hoop__tp_t *tp, int owner, short re)
+{
+    if (owner < 0) {
+        uint64_t v;
+        if (read(tp->wake_fd, &v, sizeof(v)) < 0) { /* nothing to do: only a wake-up */
+        }
+        return;
+    }
+    int j = owner / tp->nsock, k = owner % tp->nsock;
+    sock_t *so = &tp->peers[j].socks[k];
+    if (tp->peers[j].lost) return;
+    if (k == 0 && (tp->peers[j].ab_active || so->rq == NULL) &&
+        (re & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+        hoop__tcp_idle_read(tp, j);
+        if (tp->peers[j].lost) return;
+    }
+    if (so->sq == NULL && so->rq == NULL) {
+        /* The peer closed while we expect nothing from it here (socket 0 decides whether it said
+         * goodbye; see fill_hdr): a later transfer will notice. A reset means it ended with bytes
+         * of ours unread, inside a call: that fails the communicator now. */
+        int err = 0;
+        socklen_t el = sizeof(err);
+        if ((re & POLLERR) && getsockopt(so->fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err) {
+            peer_lost(tp, j, strerror(err));
+            return;
+        }
+        if (re & (POLLRDHUP | POLLHUP | POLLERR)) so->hup = 1;
+        return;
+    }
+    sock_io(tp, j, k);
+}
+
+/* epoll and poll() name their events alike on Linux: one set of bits serves both. */
+_Static_assert(EPOLLIN == POLLIN && EPOLLOUT == POLLOUT && EPOLLRDHUP == POLLRDHUP &&
+                   EPOLLHUP == POLLHUP && EPOLLERR == POLLERR,
+               "epoll and poll() events differ");
+
+/* The events of a sleep that arm() announced (see tcp_arm). */
+static void take_armed(hoop__tp_t *tp)
+{
+    tp->armed = 0;
+    int n = epoll_wait(tp->epfd, tp->evs, tp->nevs, 0);
+    for (int i = 0; i < n; i++)
+        on_ready(tp, tp->evs[i].data.u32 == UINT32_MAX ? -1 : (int)tp->evs[i].data.u32,
+                 (short)tp->evs[i].events);
+}
+
+static void tcp_progress(hoop__tp_t *tp, int timeout_ms)
+{
+    if (tp->armed) {
+        take_armed(tp);
+        if (timeout_ms == 0) return;
+    }
+    if (move_queued(tp) || timeout_ms == 0) return;
 
     int n = 0;
     tp->pfds[n].fd = tp->wake_fd;
     tp->pfds[n].events = POLLIN;
     tp->pfd_owner[n++] = -1;
-    if (tp->p.also_poll != NULL && *tp->p.also_poll >= 0) {
-        tp->pfds[n].fd = *tp->p.also_poll;
-        tp->pfds[n].events = POLLIN;
-        tp->pfd_owner[n++] = -2;
-    }
     for (int j = 0; j < tp->p.size; j++) {
-        const peer_t *pe = &tp->peers[j];
-        if (pe->lost) continue;
         for (int k = 0; k < tp->nsock; k++) {
-            sock_t *so = &pe->socks[k];
-            if (so->fd < 0) continue;
-            short ev = 0;
-            if (so->sq != NULL) ev |= POLLOUT;
-            if (k == 0 && pe->ab_active) ev |= POLLIN;
-            else if (so->rq != NULL && (so->rq->hlen > 0 || so->rq->x->hdr_ok)) ev |= POLLIN;
-            /* Idle socket 0: watch for an abort notice (and take the next header in early). */
-            else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP_WIRE_HDR_SIZE) ev |= POLLIN;
-            else if (!so->hup) ev |= POLLRDHUP;
+            short ev = sock_events(tp, j, k);
             if (ev == 0) continue;
-            tp->pfds[n].fd = so->fd;
+            tp->pfds[n].fd = tp->peers[j].socks[k].fd;
             tp->pfds[n].events = ev;
             tp->pfd_owner[n++] = j * tp->nsock + k;
         }
     }
-    int rc = poll(tp->pfds, (nfds_t)n, timeout_ms);
-    if (rc <= 0) return;
-    for (int i = 0; i < n; i++) {
-        short re = tp->pfds[i].revents;
-        if (re == 0) continue;
-        if (tp->pfd_owner[i] == -2) continue; /* the other transport's: it reads it */
-        if (tp->pfd_owner[i] < 0) {
-            uint64_t v;
-            if (read(tp->wake_fd, &v, sizeof(v)) < 0) { /* nothing to do: only a wake-up */
-            }
-            continue;
-        }
-        int j = tp->pfd_owner[i] / tp->nsock, k = tp->pfd_owner[i] % tp->nsock;
-        sock_t *so = &tp->peers[j].socks[k];
-        if (tp->peers[j].lost) continue;
-        if (k == 0 && (tp->peers[j].ab_active || so->rq == NULL) &&
-            (re & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
-            hoop__tcp_idle_read(tp, j);
-            if (tp->peers[j].lost) continue;
-        }
-        if (so->sq == NULL && so->rq == NULL) {
-            /* The peer closed while we expect nothing from it here (socket 0 decides whether it
-             * said goodbye; see fill_hdr): a later transfer will notice. A reset means it ended
-             * with bytes of ours unread, inside a call: that fails the communicator now. */
-            int err = 0;
-            socklen_t el = sizeof(err);
-            if ((re & POLLERR) && getsockopt(so->fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err) {
-                peer_lost(tp, j, strerror(err));
-                continue;
-            }
-            if (re & (POLLRDHUP | POLLHUP | POLLERR)) so->hup = 1;
-            continue;
-        }
-        sock_io(tp, j, k);
+    if (poll(tp->pfds, (nfds_t)n, timeout_ms) <= 0) return;
+    for (int i = 0; i < n; i++)
+        if (tp->pfds[i].revents != 0) on_ready(tp, tp->pfd_owner[i], tp->pfds[i].revents);
+}
+
+/* The epoll set of a sleep in another poll() (mux.c): the wake fd and, while armed, each socket
+ * with what it watches. Made at the first sleep, which only a rank with peers on several
+ * transports has; -1 if it cannot be (the caller then sleeps a millisecond at a time). */
+static int tcp_wait_fd(hoop__tp_t *tp)
+{
+    if (tp->ep_state != 0) return tp->ep_state > 0 ? tp->epfd : -1;
+    tp->ep_state = -1;
+    tp->nevs = tp->p.size * tp->nsock + 1;
+    tp->evs = calloc((size_t)tp->nevs, sizeof(*tp->evs));
+    tp->epfd = tp->evs != NULL ? epoll_create1(EPOLL_CLOEXEC) : -1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = UINT32_MAX};
+    if (tp->epfd >= 0 && epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wake_fd, &ev) == 0) {
+        tp->ep_state = 1;
+        return tp->epfd;
     }
+    if (tp->epfd >= 0) close(tp->epfd);
+    HOOP_INFO(tp->p.log, "tcp: no epoll set for sleeping beside other transports (%s): they look "
+              "every millisecond", strerror(errno));
+    return -1;
+}
+
+/* Moves what can move; then brings the epoll set up to what each socket watches now (only the
+ * sockets whose events changed since the last sleep cost a call). */
+static int tcp_arm(hoop__tp_t *tp)
+{
+    if (move_queued(tp) || tcp_wait_fd(tp) < 0) return 1;
+    for (int j = 0; j < tp->p.size; j++) {
+        for (int k = 0; tp->peers[j].socks != NULL && k < tp->nsock; k++) {
+            sock_t *so = &tp->peers[j].socks[k];
+            uint32_t ev = (uint32_t)(uint16_t)sock_events(tp, j, k);
+            if (so->fd < 0 || ev == so->ep_ev) continue;
+            struct epoll_event e = {.events = ev, .data.u32 = (uint32_t)(j * tp->nsock + k)};
+            int op = ev == 0 ? EPOLL_CTL_DEL : so->ep_ev == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+            if (epoll_ctl(tp->epfd, op, so->fd, &e) != 0) {
+                /* Out of watches or memory: sleep without the set from now on. */
+                HOOP_INFO(tp->p.log, "tcp: epoll_ctl: %s: other transports' sleeps look every "
+                          "millisecond", strerror(errno));
+                close(tp->epfd);
+                tp->ep_state = -1;
+                return 1;
+            }
+            so->ep_ev = ev;
+        }
+    }
+    tp->armed = 1;
+    return 0;
 }
 
 /* The notice of settle(), and its test. */
@@ -523,7 +593,7 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
             continue;
         }
         waiting++;
-        if (hoop__tcp_io_full(so->fd, b, sizeof(b), 1, deadline) != 0) {
+        if (hoop__sock_io(so->fd, b, sizeof(b), HOOP_SOCK_SEND, deadline) != HOOP_SOCK_DONE) {
             snprintf(msg, sizeof(msg), "lost connection to rank %d while connecting (%s)", j,
                      strerror(errno));
             hoop__tcp_connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
@@ -650,7 +720,7 @@ static void send_goodbyes(hoop__tp_t *tp)
         const sock_t *so = &pe->socks[0];
         if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) continue;
         /* Its peer normally reads whatever fills the socket; one that does not gets a bare close. */
-        (void)hoop__tcp_io_full(so->fd, b, sizeof(b), 1, deadline);
+        (void)hoop__sock_io(so->fd, b, sizeof(b), HOOP_SOCK_SEND, deadline);
     }
 }
 
@@ -674,6 +744,8 @@ static void tcp_close(hoop__tp_t *tp)
     }
     if (tp->listen_fd >= 0) close(tp->listen_fd);
     if (tp->wake_fd >= 0) close(tp->wake_fd);
+    if (tp->ep_state > 0) close(tp->epfd);
+    free(tp->evs);
     free(tp->peers);
     free(tp->pfds);
     free(tp->pfd_owner);
@@ -682,6 +754,7 @@ static void tcp_close(hoop__tp_t *tp)
 
 const hoop__transport_ops_t hoop__tcp_transport = {
     .name = "tcp",
+    .caps = TCP_CAPS,
     .listen = hoop__tcp_listen,
     .connect = hoop__tcp_connect,
     .post = tcp_post,
@@ -691,5 +764,7 @@ const hoop__transport_ops_t hoop__tcp_transport = {
     .close = tcp_close,
     .moved = tcp_moved,
     .settle = tcp_settle,
+    .wait_fd = tcp_wait_fd,
+    .arm = tcp_arm,
 };
 

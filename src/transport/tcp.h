@@ -11,10 +11,11 @@
  * connect completes against the listen backlog, so nobody waits for an accept() and there is no
  * cycle. Each new socket starts with a hello (magic, communicator id, rank, socket index) and, with
  * a key (HOOP_AUTH_KEY), the handshake of auth.h bound to (communicator, both ranks, socket index).
- * Accepted connections identify themselves concurrently, each within AUTH_WINDOW seconds: one that
- * sends garbage, a wrong hello or a wrong proof, or stays silent, is dropped with a warning naming
- * its address, and a socket slot is only given to a connection that has passed. Once every peer is
- * connected the listener closes.
+ * Accepted connections identify themselves concurrently in the gate of base/sock.h, each within
+ * HOOP_SOCK_AUTH_WINDOW seconds and at most HOOP_SOCK_PENDING_MAX at once: one that sends garbage,
+ * a wrong hello or a wrong proof, or stays silent, is dropped with a warning naming its address,
+ * and a socket slot is only given to a connection that has passed. Once every peer is connected the
+ * listener closes.
  *
  * Abort: the first abort() sends every peer, on socket 0 and only between two messages (never into
  * the middle of one), a header of kind HOOP_K_ABORT whose payload is the reason, without waiting.
@@ -43,17 +44,16 @@
 #define HOOP_TCP_H
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <stdint.h>
 
+#include "base/sock.h"
 #include "transport/transport.h"
 
 #define STRIPE_MIN (64 * 1024)
+#define TCP_CAPS HOOP_TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
 #define HELLO_SIZE 24
 #define HELLO_MAGIC 0x4f4c4548504f4f48ull /* "HOOPHELO" */
-/* Seconds an accepted connection has to send its hello and authenticate. */
-#define AUTH_WINDOW 10.0
-/* Accepted connections that may be identifying themselves at once; the oldest goes to make room. */
-#define PENDING_MAX 64
 /* Longest abort reason sent (it ends up in a 400-byte error sentence with "rank N aborted: "). */
 #define ABORT_MAX 360
 /* Seconds close() waits, for all peers together, for room in a full socket to say goodbye. */
@@ -80,6 +80,7 @@ typedef struct sock {
     /* Socket 0: the next header, read ahead of (or for) the receive it belongs to. */
     uint8_t hb[HOOP_WIRE_HDR_SIZE];
     size_t hb_len;
+    uint32_t ep_ev;      /* the events it is in the epoll set with (tcp_arm), 0: not in it */
 } sock_t;
 
 typedef struct peer {
@@ -106,9 +107,18 @@ struct hoop__tp {
     hoop_result_t failed;
     int abort_sent;
     char conn_err[ABORT_MAX + 1]; /* why connect() failed, for the peers connected so far */
+    /* Sleeping in another poll() (wait_fd, arm): the epoll set, made at the first such sleep. */
+    int ep_state;                 /* 0 not made yet, 1 epfd is the set, -1 there is none */
+    int epfd;
+    int armed;                    /* arm() announced a sleep that progress() has not taken yet */
+    struct epoll_event *evs;      /* nevs: every socket and the wake fd */
+    int nevs;
 };
 
-struct pending;
+/* tcp's scratch in a transfer (hoop__xfer_t.tp_priv): its stripes not finished yet, and whether
+ * socket 0 has checked its header (the other stripes wait for that). */
+static inline int32_t *tcp_parts_left(hoop__xfer_t *x) { return &x->tp_priv.i32[0]; }
+static inline int32_t *tcp_hdr_ok(hoop__xfer_t *x) { return &x->tp_priv.i32[1]; }
 
 /* Shared between tcp_setup.c and tcp.c. */
 void hoop__tcp_idle_read(hoop__tp_t *tp, int peer);
@@ -116,12 +126,11 @@ int hoop__tcp_is_ready(const hoop__wire_hdr_t *h);
 void hoop__tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason);
 hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, char *addr,
                                size_t addrlen);
-int hoop__tcp_io_full(int fd, uint8_t *buf, size_t n, int writing, double deadline);
 void hoop__tcp_connect_report(hoop__tp_t *tp, hoop_result_t code, int peer, const char *msg);
 void hoop__tcp_notice_hdr(const hoop__tp_t *tp, hoop_result_t code, uint64_t count, uint64_t len,
                           uint8_t b[HOOP_WIRE_HDR_SIZE]);
 hoop_result_t hoop__tcp_connect_failed(hoop__tp_t *tp, const char *const *addrs, hoop_result_t rc,
-                                       struct pending *pend);
+                                       hoop__sock_gate_t *gate);
 hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double deadline);
 
 #endif

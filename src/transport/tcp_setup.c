@@ -1,13 +1,10 @@
 /* TCP transport: addresses, listening, connection set-up and its failures. How it works: tcp.h. */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <inttypes.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,10 +12,10 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/sock.h"
 #include "transport/transport.h"
 
 #include "transport/tcp.h"
@@ -81,61 +78,6 @@ static int pick_by_route(const char *host, struct sockaddr_storage *ss)
     if (fd >= 0) close(fd);
     freeaddrinfo(res);
     return rc;
-}
-
-static void format_addr(const struct sockaddr_storage *ss, char *out, size_t n)
-{
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-        snprintf(out, n, "%s:%u", ip, ntohs(a->sin_port));
-    } else {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
-        snprintf(out, n, "[%s]:%u", ip, ntohs(a->sin6_port));
-    }
-}
-
-static int parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl)
-{
-    char host[INET6_ADDRSTRLEN + 2];
-    const char *colon = strrchr(s, ':');
-    if (colon == NULL || (size_t)(colon - s) >= sizeof(host)) return -1;
-    size_t hl = (size_t)(colon - s);
-    memcpy(host, s, hl);
-    host[hl] = '\0';
-    char *h = host;
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h[hl - 1] = '\0';
-        h++;
-    }
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port <= 0 || port > 65535) return -1;
-    memset(ss, 0, sizeof(*ss));
-    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, h, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)port);
-        *sl = sizeof(*a4);
-    } else if (inet_pton(AF_INET6, h, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        *sl = sizeof(*a6);
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
-static void tune_socket(int fd)
-{
-    int one = 1;
-    /* Small messages (headers, latency-bound collectives) must not wait for Nagle. */
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
 /* ---- listen / connect ---- */
@@ -201,11 +143,10 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     else
         ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
 
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     socklen_t sl = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    int fd = hoop__sock_listen((struct sockaddr *)&ss, sl, 0);
     char msg[320], why[256];
-    if (fd < 0 || bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 1024) != 0 ||
-        getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+    if (fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
         snprintf(msg, sizeof(msg), "cannot listen for peers: %s", hoop__fd_error(errno, why, sizeof(why)));
         if (fd >= 0) close(fd);
         p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
@@ -213,9 +154,8 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
         *out = tp;
         return HOOP_ERR_SYSTEM;
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     tp->listen_fd = fd;
-    format_addr(&ss, addr, addrlen);
+    hoop__sock_format(&ss, addr, addrlen);
     HOOP_INFO(p->log, "tcp: listening on %s%s%s, %d socket(s) per peer, communicator %016" PRIx64, addr,
               ifname[0] ? " interface " : "", ifname, tp->nsock, p->comm_id);
     if (p->cfg->auth.set)
@@ -241,38 +181,6 @@ static uint64_t get_le(const uint8_t *b, int n)
     return v;
 }
 
-static int wait_fd(int fd, short ev, double deadline)
-{
-    for (;;) {
-        double left = deadline - hoop__now();
-        if (left <= 0) return 0;
-        struct pollfd pf = {.fd = fd, .events = ev};
-        int rc = poll(&pf, 1, left > 1.0 ? 1000 : (int)(left * 1000) + 1);
-        if (rc > 0) return 1;
-        if (rc < 0 && errno != EINTR) return -1;
-    }
-}
-
-/* Reads or writes exactly n bytes on a non-blocking socket before the deadline. */
-int hoop__tcp_io_full(int fd, uint8_t *buf, size_t n, int writing, double deadline)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = writing ? send(fd, buf + done, n - done, MSG_NOSIGNAL)
-                            : recv(fd, buf + done, n - done, 0);
-        if (r > 0) {
-            done += (size_t)r;
-        } else if (r == 0 && !writing) {
-            return -1;
-        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            if (wait_fd(fd, writing ? POLLOUT : POLLIN, deadline) <= 0) return -1;
-        } else {
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* The handshake context of socket k between client rank r and server rank j of this communicator. */
 static uint64_t auth_ctx(const hoop__tp_t *tp, uint32_t r, uint32_t j, uint32_t k)
 {
@@ -295,7 +203,7 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
     struct sockaddr_storage ss;
     socklen_t sl;
     char msg[400];
-    if (parse_addr(addr, &ss, &sl) != 0) {
+    if (hoop__sock_parse(addr, &ss, &sl) != 0) {
         snprintf(msg, sizeof(msg), "rank %d published a bad address \"%s\"", peer, addr);
         hoop__tcp_connect_report(tp, HOOP_ERR_INTERNAL, peer, msg);
         return HOOP_ERR_INTERNAL;
@@ -303,25 +211,13 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
     const hoop__auth_key_t *key = &tp->p.cfg->auth;
     double backoff = 0.001;
     for (;;) {
-        int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int fd = hoop__sock_stream(ss.ss_family);
         if (fd < 0) break;
-        tune_socket(fd);
-        int rc = connect(fd, (struct sockaddr *)&ss, sl);
-        if (rc != 0 && errno == EINPROGRESS) {
-            if (wait_fd(fd, POLLOUT, deadline) > 0) {
-                int err = 0;
-                socklen_t el = sizeof(err);
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-                rc = err == 0 ? 0 : -1;
-                errno = err;
-            } else {
-                errno = ETIMEDOUT;
-            }
-        }
+        int rc = hoop__sock_connect(fd, (struct sockaddr *)&ss, sl, deadline);
         if (rc == 0) {
             uint8_t hello[HELLO_SIZE];
             put_hello(hello, tp->p.comm_id, (uint32_t)tp->p.rank, (uint32_t)k);
-            if (hoop__tcp_io_full(fd, hello, sizeof(hello), 1, deadline) == 0) {
+            if (hoop__sock_io(fd, hello, sizeof(hello), HOOP_SOCK_SEND, deadline) == HOOP_SOCK_DONE) {
                 if (!key->set) {
                     tp->peers[peer].socks[k].fd = fd;
                     return HOOP_OK;
@@ -365,65 +261,52 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
     return HOOP_ERR_SYSTEM;
 }
 
-/* An accepted connection until it has identified itself (hello, then the handshake). */
-typedef struct pending {
-    int fd; /* -1: free */
-    double deadline;
-    uint8_t hello[HELLO_SIZE];
-    size_t got;
-    uint32_t rank, k;
-    hoop__auth_t *auth; /* after the hello, with a key */
-    short events;
-    char from[64];
-} pending_t;
+/* Accepted connections identify themselves in the gate of sock.h: the hello first, read into the
+ * slot's pre[], then, with a key, the handshake. */
+static uint32_t hello_rank(const uint8_t *hello) { return (uint32_t)get_le(hello + 16, 4); }
+static uint32_t hello_sock(const uint8_t *hello) { return (uint32_t)get_le(hello + 20, 4); }
 
-static void pending_drop(hoop__tp_t *tp, pending_t *pd, const char *fmt, ...)
+static void pending_drop(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void pending_drop(hoop__tp_t *tp, pending_t *pd, const char *fmt, ...)
+static void pending_drop(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *fmt, ...)
 {
     char why[320];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    HOOP_WARN(tp->p.log, "tcp: dropped a connection from %s: %s", pd->from, why);
-    close(pd->fd);
-    pd->fd = -1;
-    if (pd->auth != NULL) {
-        hoop__auth_clear(pd->auth);
-        free(pd->auth);
-        pd->auth = NULL;
-    }
+    HOOP_WARN(tp->p.log, "tcp: dropped a connection from %s: %s", pd->peer, why);
+    hoop__sock_pending_close(pd);
 }
 
 /* Moves pd on. 1: it is a peer's socket now; 0: not yet; -1: dropped. *auth_failed counts proofs
  * that failed after a hello of this communicator (most likely a peer with another key). */
-static int pending_step(hoop__tp_t *tp, pending_t *pd, const char *const *addrs, int *auth_failed)
+static int pending_step(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *const *addrs, int *auth_failed)
 {
     const uint32_t me = (uint32_t)tp->p.rank;
-    if (pd->got < HELLO_SIZE) {
-        for (;;) {
-            ssize_t r = recv(pd->fd, pd->hello + pd->got, HELLO_SIZE - pd->got, 0);
-            if (r > 0) {
-                pd->got += (size_t)r;
-                if (pd->got == HELLO_SIZE) break;
-                continue;
-            }
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                pd->events = POLLIN;
-                return 0;
-            }
-            pending_drop(tp, pd, "%s before it identified itself",
-                         r == 0 ? "it closed the connection" : strerror(errno));
-            return -1;
+    int hello_now = 0;
+    while (pd->pre_got < HELLO_SIZE) {
+        ssize_t r = recv(pd->fd, pd->pre + pd->pre_got, HELLO_SIZE - pd->pre_got, 0);
+        if (r > 0) {
+            pd->pre_got += (size_t)r;
+            hello_now = pd->pre_got == HELLO_SIZE;
+            continue;
         }
-        uint64_t magic = get_le(pd->hello, 8), cid = get_le(pd->hello + 8, 8);
-        pd->rank = (uint32_t)get_le(pd->hello + 16, 4);
-        pd->k = (uint32_t)get_le(pd->hello + 20, 4);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            pd->events = POLLIN;
+            return 0;
+        }
+        pending_drop(tp, pd, "%s before it identified itself",
+                     r == 0 ? "it closed the connection" : strerror(errno));
+        return -1;
+    }
+    const uint32_t rank = hello_rank(pd->pre), k = hello_sock(pd->pre);
+    if (hello_now) {
+        uint64_t magic = get_le(pd->pre, 8), cid = get_le(pd->pre + 8, 8);
         if (magic != HELLO_MAGIC) {
-            pending_drop(tp, pd, "it sent %zu bytes that are not a hoop hello", pd->got);
+            pending_drop(tp, pd, "it sent %zu bytes that are not a hoop hello", pd->pre_got);
             return -1;
         }
         if (cid != tp->p.comm_id) {
@@ -431,41 +314,32 @@ static int pending_step(hoop__tp_t *tp, pending_t *pd, const char *const *addrs,
                          tp->p.comm_id);
             return -1;
         }
-        if (pd->rank <= me || pd->rank >= (uint32_t)tp->p.size || pd->k >= (uint32_t)tp->nsock ||
-            addrs[pd->rank] == NULL) {
-            pending_drop(tp, pd, "its hello names rank %u socket %u, which does not connect here",
-                         pd->rank, pd->k);
+        if (rank <= me || rank >= (uint32_t)tp->p.size || k >= (uint32_t)tp->nsock || addrs[rank] == NULL) {
+            pending_drop(tp, pd, "its hello names rank %u socket %u, which does not connect here", rank, k);
             return -1;
         }
-        if (tp->p.cfg->auth.set) {
-            pd->auth = malloc(sizeof(*pd->auth));
-            if (pd->auth == NULL) {
-                pending_drop(tp, pd, "out of memory");
-                return -1;
-            }
-            hoop__auth_start(pd->auth, &tp->p.cfg->auth, 1, auth_ctx(tp, pd->rank, me, pd->k));
+        if (tp->p.cfg->auth.set &&
+            hoop__sock_pending_auth(pd, &tp->p.cfg->auth, 1, auth_ctx(tp, rank, me, k)) != 0) {
+            pending_drop(tp, pd, "out of memory");
+            return -1;
         }
     }
     if (pd->auth != NULL) {
         char why[256] = "";
-        int st = hoop__auth_step(pd->auth, pd->fd, &pd->events, why, sizeof(why));
+        int st = hoop__sock_pending_step(pd, why, sizeof(why));
         if (st == HOOP_AUTH_MORE) return 0;
         if (st == HOOP_AUTH_FAILED) {
             if (pd->auth->code == HOOP_ERR_AUTH) (*auth_failed)++;
-            pending_drop(tp, pd, "it claims to be rank %u but failed authentication: %s", pd->rank, why);
+            pending_drop(tp, pd, "it claims to be rank %u but failed authentication: %s", rank, why);
             return -1;
         }
-        hoop__auth_clear(pd->auth);
-        free(pd->auth);
-        pd->auth = NULL;
     }
-    sock_t *so = &tp->peers[pd->rank].socks[pd->k];
+    sock_t *so = &tp->peers[rank].socks[k];
     if (so->fd >= 0) {
-        pending_drop(tp, pd, "rank %u socket %u is connected already", pd->rank, pd->k);
+        pending_drop(tp, pd, "rank %u socket %u is connected already", rank, k);
         return -1;
     }
-    so->fd = pd->fd;
-    pd->fd = -1;
+    so->fd = hoop__sock_pending_take(pd);
     return 1;
 }
 
@@ -475,49 +349,43 @@ static void tell_one(hoop__tp_t *tp, int j, const char *addr, uint8_t *notice, s
 {
     struct sockaddr_storage ss;
     socklen_t sl;
-    if (parse_addr(addr, &ss, &sl) != 0) return;
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (hoop__sock_parse(addr, &ss, &sl) != 0) return;
+    int fd = hoop__sock_stream(ss.ss_family);
     if (fd < 0) return;
-    tune_socket(fd);
-    int rc = connect(fd, (struct sockaddr *)&ss, sl);
-    if (rc != 0 && errno == EINPROGRESS && wait_fd(fd, POLLOUT, end) > 0) {
-        int err = 0;
-        socklen_t el = sizeof(err);
-        rc = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0 ? 0 : -1;
-    }
+    int rc = hoop__sock_connect(fd, (struct sockaddr *)&ss, sl, end);
     uint8_t hello[HELLO_SIZE];
     char why[256];
     put_hello(hello, tp->p.comm_id, (uint32_t)tp->p.rank, 0);
     const hoop__auth_key_t *key = &tp->p.cfg->auth;
-    if (rc == 0 && hoop__tcp_io_full(fd, hello, sizeof(hello), 1, end) == 0 &&
+    if (rc == 0 && hoop__sock_io(fd, hello, sizeof(hello), HOOP_SOCK_SEND, end) == HOOP_SOCK_DONE &&
         (!key->set || hoop__auth_handshake(fd, key, 0, auth_ctx(tp, (uint32_t)tp->p.rank, (uint32_t)j, 0),
                                            end, why, sizeof(why)) == HOOP_OK))
-        (void)hoop__tcp_io_full(fd, notice, len, 1, end);
+        (void)hoop__sock_io(fd, notice, len, HOOP_SOCK_SEND, end);
     close(fd);
 }
 
 /* Finishes the identification of an accepted connection (the rest of its hello, then the
- * handshake, or the rest of the one under way in a), sends it the notice and closes it. */
-static void tell_accepted(hoop__tp_t *tp, int fd, uint8_t *hello, size_t got, hoop__auth_t *a,
-                          uint8_t *notice, size_t len, double end)
+ * handshake, or the rest of the one under way), sends it the notice and closes it. */
+static void tell_accepted(hoop__tp_t *tp, hoop__sock_pending_t *pd, uint8_t *notice, size_t len, double end)
 {
     char why[256];
-    int ok = got == HELLO_SIZE || hoop__tcp_io_full(fd, hello + got, HELLO_SIZE - got, 0, end) == 0;
-    ok = ok && get_le(hello, 8) == HELLO_MAGIC && get_le(hello + 8, 8) == tp->p.comm_id;
-    uint32_t r = (uint32_t)get_le(hello + 16, 4), k = (uint32_t)get_le(hello + 20, 4);
+    const int fd = pd->fd;
+    int ok = pd->pre_got == HELLO_SIZE ||
+             hoop__sock_io(fd, pd->pre + pd->pre_got, HELLO_SIZE - pd->pre_got, 0, end) == HOOP_SOCK_DONE;
+    ok = ok && get_le(pd->pre, 8) == HELLO_MAGIC && get_le(pd->pre + 8, 8) == tp->p.comm_id;
+    uint32_t r = hello_rank(pd->pre), k = hello_sock(pd->pre);
     ok = ok && r < (uint32_t)tp->p.size && k < (uint32_t)tp->nsock;
-    if (ok && a != NULL) {
-        short ev = 0;
+    if (ok && pd->auth != NULL) {
         int st;
-        while ((st = hoop__auth_step(a, fd, &ev, why, sizeof(why))) == HOOP_AUTH_MORE)
-            if (ev == 0 || wait_fd(fd, ev, end) <= 0) break;
+        while ((st = hoop__sock_pending_step(pd, why, sizeof(why))) == HOOP_AUTH_MORE)
+            if (pd->events == 0 || hoop__sock_wait(fd, pd->events, end) <= 0) break;
         ok = st == HOOP_AUTH_DONE;
     } else if (ok && tp->p.cfg->auth.set) {
         ok = hoop__auth_handshake(fd, &tp->p.cfg->auth, 1, auth_ctx(tp, r, (uint32_t)tp->p.rank, k),
                                   end, why, sizeof(why)) == HOOP_OK;
     }
-    if (ok) (void)hoop__tcp_io_full(fd, notice, len, 1, end);
-    close(fd);
+    if (ok) (void)hoop__sock_io(fd, notice, len, HOOP_SOCK_SEND, end);
+    hoop__sock_pending_close(pd);
 }
 
 /* The header of a control notice on socket 0 (kind HOOP_K_ABORT): an abort with its code and a
@@ -541,10 +409,10 @@ void hoop__tcp_notice_hdr(const hoop__tp_t *tp, hoop_result_t code, uint64_t cou
  * reason rather than wait for this rank until the deadline or meet a refused connection. The
  * descriptors of this instance's connections (told by hoop__tcp_abort already) are closed first, which
  * matters when it failed for want of them. Lower ranks it did not reach get a connection of their
- * own; higher ones identifying themselves (pend, PENDING_MAX of them, or NULL) or queued on the
+ * own; higher ones identifying themselves (in gate, or NULL) or queued on the
  * listener are let finish and told, until none has come for FAREWELL_GAP seconds, FAREWELL_MAX in
  * all. A connection closed without a word would read as a peer without the key. */
-static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reason, pending_t *pend)
+static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reason, hoop__sock_gate_t *gate)
 {
     if (tp->listen_fd < 0) return;
     uint8_t *told = calloc((size_t)tp->p.size, 1);
@@ -563,27 +431,19 @@ static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reaso
     for (int j = 0; told != NULL && addrs != NULL && j < tp->p.rank; j++)
         if (!told[j] && addrs[j] != NULL) tell_one(tp, j, addrs[j], notice, HOOP_WIRE_HDR_SIZE + len, end);
     free(told);
-    for (int i = 0; pend != NULL && i < PENDING_MAX; i++) {
-        pending_t *pd = &pend[i];
-        if (pd->fd < 0) continue;
-        tell_accepted(tp, pd->fd, pd->hello, pd->got, pd->auth, notice, HOOP_WIRE_HDR_SIZE + len, end);
-        pd->fd = -1;
-        if (pd->auth != NULL) {
-            hoop__auth_clear(pd->auth);
-            free(pd->auth);
-            pd->auth = NULL;
-        }
-    }
+    for (int i = 0; gate != NULL && i < HOOP_SOCK_PENDING_MAX; i++)
+        if (gate->slot[i].fd >= 0) tell_accepted(tp, &gate->slot[i], notice, HOOP_WIRE_HDR_SIZE + len, end);
     for (;;) {
         double now = hoop__now(), left = end - now;
-        if (left <= 0 || wait_fd(tp->listen_fd, POLLIN, now + (left < FAREWELL_GAP ? left : FAREWELL_GAP)) <= 0)
+        if (left <= 0 ||
+            hoop__sock_wait(tp->listen_fd, POLLIN, now + (left < FAREWELL_GAP ? left : FAREWELL_GAP)) <= 0)
             break;
-        int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0 && (errno == ECONNABORTED || errno == EINTR)) continue;
+        int fd = hoop__sock_accept(tp->listen_fd, NULL, 0);
+        if (fd < 0 && errno == ECONNABORTED) continue;
         if (fd < 0) break;
-        tune_socket(fd);
-        uint8_t hello[HELLO_SIZE];
-        tell_accepted(tp, fd, hello, 0, NULL, notice, HOOP_WIRE_HDR_SIZE + len, end);
+        hoop__sock_pending_t fresh;
+        hoop__sock_pending_admit(&fresh, fd, NULL, end);
+        tell_accepted(tp, &fresh, notice, HOOP_WIRE_HDR_SIZE + len, end);
     }
 }
 
@@ -591,11 +451,11 @@ static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reaso
  * and the others (farewell), so that they fail now with this rank's reason rather than time out
  * on its missing connections. */
 hoop_result_t hoop__tcp_connect_failed(hoop__tp_t *tp, const char *const *addrs, hoop_result_t rc,
-                                    struct pending *pend)
+                                    hoop__sock_gate_t *gate)
 {
     if (!tp->failed) hoop__tcp_abort(tp, rc, tp->conn_err[0] ? tp->conn_err : NULL);
     tp->failed = rc;
-    farewell(tp, addrs, tp->conn_err[0] ? tp->conn_err : hoop_error_string(rc), pend);
+    farewell(tp, addrs, tp->conn_err[0] ? tp->conn_err : hoop_error_string(rc), gate);
     return rc;
 }
 
@@ -616,31 +476,28 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
     }
     /* Polled: the listener, the connections still identifying themselves, and socket 0 of the
      * peers connected already, whose abort notice or end fails this connect at once. */
-    const int npf = 1 + PENDING_MAX + tp->p.size;
-    pending_t *pend = expected > 0 ? calloc(PENDING_MAX, sizeof(*pend)) : NULL;
+    const int npf = 1 + HOOP_SOCK_PENDING_MAX + tp->p.size;
+    hoop__sock_gate_t *gate = expected > 0 ? malloc(sizeof(*gate)) : NULL;
     struct pollfd *pf = expected > 0 ? calloc((size_t)npf, sizeof(*pf)) : NULL;
     int *who = expected > 0 ? calloc((size_t)npf, sizeof(*who)) : NULL;
-    if (expected > 0 && (pend == NULL || pf == NULL || who == NULL)) {
-        free(pend);
+    if (expected > 0 && (gate == NULL || pf == NULL || who == NULL)) {
+        free(gate);
         free(pf);
         free(who);
         hoop__tcp_connect_report(tp, HOOP_ERR_NO_MEMORY, -1, "out of memory accepting peers");
         return hoop__tcp_connect_failed(tp, addrs, HOOP_ERR_NO_MEMORY, NULL);
     }
-    for (int i = 0; pend != NULL && i < PENDING_MAX; i++) pend[i].fd = -1;
+    if (gate != NULL) hoop__sock_gate_init(gate);
     int auth_failed = 0;
     hoop_result_t rc = HOOP_OK;
     while (expected > 0) {
         double now = hoop__now();
-        double wake = deadline;
-        for (int i = 0; i < PENDING_MAX; i++) {
-            if (pend[i].fd < 0) continue;
-            if (now >= pend[i].deadline)
-                pending_drop(tp, &pend[i], "it did not identify itself%s within %g s",
-                             tp->p.cfg->auth.set ? " and authenticate" : "", AUTH_WINDOW);
-            else if (pend[i].deadline < wake)
-                wake = pend[i].deadline;
-        }
+        for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++)
+            if (gate->slot[i].fd >= 0 && now >= gate->slot[i].deadline)
+                pending_drop(tp, &gate->slot[i], "it did not identify itself%s within %g s",
+                             tp->p.cfg->auth.set ? " and authenticate" : "", HOOP_SOCK_AUTH_WINDOW);
+        double wake = hoop__sock_gate_next(gate, deadline);
+        if (wake > deadline) wake = deadline;
         if (now >= deadline) {
             char msg[400], missing[128] = "";
             size_t o = 0;
@@ -671,10 +528,10 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
         pf[n].fd = tp->listen_fd;
         pf[n].events = POLLIN;
         who[n++] = -1;
-        for (int i = 0; i < PENDING_MAX; i++) {
-            if (pend[i].fd < 0) continue;
-            pf[n].fd = pend[i].fd;
-            pf[n].events = pend[i].events;
+        for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) {
+            if (gate->slot[i].fd < 0) continue;
+            pf[n].fd = gate->slot[i].fd;
+            pf[n].events = gate->slot[i].events;
             who[n++] = i;
         }
         const int first_peer = n;
@@ -702,14 +559,13 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
             break;
         }
         for (int i = 1; i < first_peer && expected > 0; i++) {
-            pending_t *pd = &pend[who[i]];
+            hoop__sock_pending_t *pd = &gate->slot[who[i]];
             if (pf[i].revents == 0 || pd->fd != pf[i].fd) continue;
             if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
         }
         for (int a = 0; a < 16 && expected > 0 && (pf[0].revents & POLLIN); a++) {
-            struct sockaddr_storage from;
-            socklen_t fl = sizeof(from);
-            int fd = accept4(tp->listen_fd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
+            char from[64];
+            int fd = hoop__sock_accept(tp->listen_fd, from, sizeof(from));
             if (fd < 0 && errno == ECONNABORTED) continue;
             if (fd < 0 && HOOP_FD_EXHAUSTED(errno)) {
                 /* The connection stays queued and the listener readable: retrying would spin. */
@@ -720,33 +576,23 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
                 rc = HOOP_ERR_SYSTEM;
             }
             if (fd < 0) break;
-            tune_socket(fd);
-            int slot = -1, oldest = -1;
-            for (int i = 0; i < PENDING_MAX && slot < 0; i++) {
-                if (pend[i].fd < 0) slot = i;
-                else if (oldest < 0 || pend[i].deadline < pend[oldest].deadline) oldest = i;
-            }
-            if (slot < 0) {
-                pending_drop(tp, &pend[oldest],
+            int full;
+            hoop__sock_pending_t *pd = hoop__sock_gate_room(gate, &full);
+            if (full)
+                pending_drop(tp, pd,
                              "%d connections were identifying themselves at once; this was the oldest",
-                             PENDING_MAX);
-                slot = oldest;
-            }
-            pending_t *pd = &pend[slot];
-            memset(pd, 0, sizeof(*pd));
-            pd->fd = fd;
-            now = hoop__now();
-            pd->deadline = now + AUTH_WINDOW < deadline ? now + AUTH_WINDOW : deadline;
-            pd->events = POLLIN;
-            format_addr(&from, pd->from, sizeof(pd->from));
+                             HOOP_SOCK_PENDING_MAX);
+            const double window_end = hoop__now() + HOOP_SOCK_AUTH_WINDOW;
+            hoop__sock_pending_admit(pd, fd, from, window_end < deadline ? window_end : deadline);
             if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
         }
         if (rc != HOOP_OK) break;
     }
-    if (rc != HOOP_OK) hoop__tcp_connect_failed(tp, addrs, rc, pend);
-    for (int i = 0; pend != NULL && i < PENDING_MAX; i++)
-        if (pend[i].fd >= 0) pending_drop(tp, &pend[i], "it had not identified itself when every peer was connected");
-    free(pend);
+    if (rc != HOOP_OK) hoop__tcp_connect_failed(tp, addrs, rc, gate);
+    for (int i = 0; gate != NULL && i < HOOP_SOCK_PENDING_MAX; i++)
+        if (gate->slot[i].fd >= 0)
+            pending_drop(tp, &gate->slot[i], "it had not identified itself when every peer was connected");
+    free(gate);
     free(pf);
     free(who);
     if (rc != HOOP_OK) return rc;

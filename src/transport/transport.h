@@ -14,10 +14,28 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/memtype.h"
 #include "base/wire.h"
 #include "hoop.h"
 
 enum { HOOP_XFER_SEND = 1, HOOP_XFER_RECV = 2 };
+
+/* Where a transfer's buffer lives: its memory type, and the registration of the memory that holds
+ * it with the transport it is posted to (see reg in hoop__transport_ops_t). A zeroed descriptor is
+ * host memory, unregistered. */
+typedef struct hoop__mem_desc {
+    hoop__mem_type_t type;
+    void *reg; /* NULL, or what the reg() of this transport returned for a range holding the buffer */
+} hoop__mem_desc_t;
+
+/* Scratch of the transport a transfer is posted to, from post() until done, for its own
+ * bookkeeping (tcp: stripes still to finish, whether the header was checked) through accessors of
+ * its own. Posters and waiters neither read nor write it. */
+typedef union hoop__tp_scratch {
+    uint64_t u64[4];
+    void *ptr[4];
+    int32_t i32[8];
+} hoop__tp_scratch_t;
 
 /* One posted send or receive. The caller owns it and its buffer until done is set. */
 typedef struct hoop__xfer {
@@ -25,22 +43,50 @@ typedef struct hoop__xfer {
     int dir;                /* HOOP_XFER_SEND or HOOP_XFER_RECV */
     int peer;
     hoop__wire_hdr_t hdr;   /* send: the header to send; recv: the header expected */
-    void *buf;              /* payload (read-only for a send). Host memory; device pointers and
-                             * registered memory arrive with the transports that need them. */
+    void *buf;              /* payload (read-only for a send), in memory of type mem.type */
     size_t len;             /* payload bytes */
+    hoop__mem_desc_t mem;   /* where buf lives: a transport that cannot take its type refuses x */
     /* Set by the transport. */
     hoop__wire_hdr_t got;   /* recv: the header that arrived (valid once done, also on mismatch) */
     hoop_result_t status;   /* valid once done */
     int done;
     /* The waiter's (transports leave it alone): moved(peer) when it last looked. */
     uint64_t seen;
-    /* Transport-private. */
-    struct hoop__xfer *next;
-    int parts_left;
-    int hdr_ok;
+    /* The transport's (see hoop__tp_scratch_t). */
+    hoop__tp_scratch_t tp_priv;
 } hoop__xfer_t;
 
+/* Capability bits of a transport (hoop__transport_ops_t.caps). */
+#define HOOP_TP_MEM(type) (1u << (type)) /* moves buffers of this memory type directly */
+#define HOOP_TP_WANTS_REG (1u << 16)     /* moves memory registered with reg() (faster, or only) */
+
 typedef struct hoop__tp hoop__tp_t;
+
+/* Out-of-band exchange, for connection data that does not fit one published address (queue pair
+ * numbers, keys for every peer): what the communicator offers a transport from listen() until its
+ * connect() returns, through the rendezvous store, so that transports never see it. Functions are
+ * NULL where there is none (a communicator of one rank, one made by split). Rank 0 closes the
+ * store only once its own connect() is through, and that waits for every peer's settle(): a
+ * transport that uses this implements settle. Tags are unique per exchange within the
+ * communicator (start them with the transport's name), at most HOOP_TP_OOB_TAG_MAX bytes, of
+ * letters, digits, '-', '_' and '.'. A failure returns its code with the sentence in error(). */
+#define HOOP_TP_OOB_TAG_MAX 64
+typedef struct hoop__tp_oob {
+    /* Every rank calls it with the same tag and len (at most 1 MiB): all receives size * len
+     * bytes, rank r's at r * len, this rank's copied from mine. Waits for the others until the
+     * deadline (monotonic seconds). */
+    hoop_result_t (*allgather)(void *ctx, const char *tag, const void *mine, void *all, size_t len,
+                               double deadline);
+    /* Leaves len bytes (at most 1 MiB) for peer under tag; never waits for the peer. */
+    hoop_result_t (*put)(void *ctx, const char *tag, int peer, const void *buf, size_t len);
+    /* What peer put() for this rank under tag: waits for it until the deadline, copies at most cap
+     * bytes into buf, *len the full length. */
+    hoop_result_t (*get)(void *ctx, const char *tag, int peer, void *buf, size_t cap, size_t *len,
+                         double deadline);
+    /* The sentence of the last failure. */
+    const char *(*error)(void *ctx);
+    void *ctx;
+} hoop__tp_oob_t;
 
 /* What a transport instance is created with. */
 typedef struct hoop__tp_params {
@@ -49,29 +95,33 @@ typedef struct hoop__tp_params {
     const hoop__config_t *cfg;
     const hoop__log_t *log;
     const char *route_hint;   /* an address peers are known to reach (the store's host), or NULL */
-    /* Called (on the progressing thread) with the first failure of a peer: code and a sentence. */
+    /* Called (on the progressing thread) with the first failure of a peer, and with each transfer
+     * refused at post() (a memory type the transport cannot take): code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
     void *report_ctx;
-    /* Another transport's wait_fd that a transport sleeping in poll() also watches (it does not
-     * read it), or NULL: how a rank with peers on two transports sleeps in one place. */
-    const int *also_poll;
+    hoop__tp_oob_t oob;
 } hoop__tp_params_t;
 
 typedef struct hoop__transport_ops {
     const char *name;
+    /* HOOP_TP_MEM(type) for every memory type post() takes, and HOOP_TP_WANTS_REG where reg()
+     * should be called for the buffers of its transfers. */
+    uint32_t caps;
     /* Creates the instance and starts listening; writes the address peers connect to (published
      * through the store) into addr. Blocks on nothing remote. */
     hoop_result_t (*listen)(const hoop__tp_params_t *p, hoop__tp_t **tp, char *addr, size_t addrlen);
     /* Connects to every peer whose addrs[peer] is not NULL. Blocks until all are connected or the
      * deadline (monotonic seconds) passes: HOOP_ERR_TIMEOUT naming the missing peers. */
     hoop_result_t (*connect)(hoop__tp_t *tp, const char *const *addrs, double deadline);
-    /* Queues x. Never blocks. A transport already failed completes x at once with its error. */
+    /* Queues x. Never blocks. A transport already failed completes x at once with its error; so
+     * does one that cannot take x's memory (hoop__tp_refuse_mem: HOOP_ERR_UNSUPPORTED, or
+     * HOOP_ERR_INVALID_ARGUMENT for a type that does not exist), reporting why. */
     void (*post)(hoop__tp_t *tp, hoop__xfer_t *x);
     /* Moves bytes of queued transfers; sleeps at most timeout_ms when nothing can move. A peer that
      * closes or resets fails its transfers with HOOP_ERR_PEER_LOST; a header that does not match the
      * posted receive fails it with HOOP_ERR_MISMATCH (got holds what arrived). */
     void (*progress)(hoop__tp_t *tp, int timeout_ms);
-    /* Makes a sleeping progress() return soon. Any thread. */
+    /* Makes a sleeping progress() return soon, and wait_fd() readable while armed. Any thread. */
     void (*wake)(hoop__tp_t *tp);
     /* Fails every queued transfer with code and shuts the connections so peers notice. The first
      * call also tells every reachable peer the reason (best effort, without blocking), so that they
@@ -80,10 +130,12 @@ typedef struct hoop__transport_ops {
     void (*abort)(hoop__tp_t *tp, hoop_result_t code, const char *reason);
     /* Frees the instance. Queued transfers are dropped without completion. */
     void (*close)(hoop__tp_t *tp);
-    /* Optional (NULL where absent), for sleeping outside this transport's progress(): wait_fd is
-     * an fd that turns readable when, after arm() returned 0, something arrives or a peer fails;
-     * -1 if there is none. arm() announces the sleep and returns 1 when something can move
-     * already (do not sleep); the next progress() undoes it. */
+    /* Optional (NULL where absent), for sleeping outside this transport's progress(), in one
+     * poll() with other transports (mux.c): wait_fd is an fd that turns readable when, after
+     * arm() returned 0, something arrives, a queued transfer can move on, a peer fails or wake()
+     * is called; -1 if there is none. arm() first moves what can move, as progress(0) would, then
+     * announces the sleep; it returns 1 when something moved or can move already (do not sleep).
+     * The next progress() ends the announcement (call it whether or not the fd turned readable). */
     int (*wait_fd)(hoop__tp_t *tp);
     int (*arm)(hoop__tp_t *tp);
     /* Optional (NULL where absent): bytes moved so far with peer, both directions, headers and
@@ -97,11 +149,33 @@ typedef struct hoop__transport_ops {
      * no rank goes on with a communicator another rank could not set up. Blocks until the
      * deadline at most; the peer's announcement must not depend on this call returning first. */
     hoop_result_t (*settle)(hoop__tp_t *tp, double deadline);
+    /* Optional: the host identity inside an address this transport published ("" if there is
+     * none): equal keys mean the same host, which is what orders the ring. */
+    void (*host_key)(const char *addr, char *out, size_t n);
+    /* Optional (NULL where the transport needs no registration): registers len bytes at buf, of
+     * memory type type, for transfers; *reg is the handle for hoop__mem_desc_t.reg of transfers
+     * within that range, valid until dereg(). A transport that needs nothing for that memory
+     * may set *reg to NULL. Called by the thread that drives progress, between transfers on the
+     * range. HOOP_OK, or an error with the sentence reported. */
+    hoop_result_t (*reg)(hoop__tp_t *tp, void *buf, size_t len, hoop__mem_type_t type, void **reg);
+    /* Undoes reg() (reg may be NULL). No transfer with it may be queued. */
+    void (*dereg)(hoop__tp_t *tp, void *reg);
 } hoop__transport_ops_t;
 
-extern const hoop__transport_ops_t hoop__tcp_transport;
-extern const hoop__transport_ops_t hoop__shm_transport;
-/* Shared memory to peers on the same host, TCP to the others (HOOP_TRANSPORT forces one). */
+/* post()'s check of x's memory against caps, for every transport: 0 when it takes the type;
+ * otherwise completes x with HOOP_ERR_UNSUPPORTED (a type it cannot take) or
+ * HOOP_ERR_INVALID_ARGUMENT (no such type), reports the sentence through p, and returns 1. Host
+ * memory costs one test. */
+int hoop__tp_refuse(const char *name, uint32_t caps, const hoop__tp_params_t *p, hoop__xfer_t *x);
+static inline int hoop__tp_refuse_mem(const char *name, uint32_t caps, const hoop__tp_params_t *p,
+                                      hoop__xfer_t *x)
+{
+    if (x->mem.type == HOOP__MEM_HOST && (caps & HOOP_TP_MEM(HOOP__MEM_HOST))) return 0;
+    return hoop__tp_refuse(name, caps, p, x);
+}
+
+/* Per peer the first transport of the registry (registry.h) that reaches it: shared memory to
+ * peers on the same host, TCP to the others (HOOP_TRANSPORT forces one). */
 extern const hoop__transport_ops_t hoop__mux_transport;
 /* The sentence for a descriptor that could not be had (err EMFILE or ENFILE: "Too many open
  * files", this process's limit and what to raise); for any other err just strerror(err). Writes
@@ -109,8 +183,5 @@ extern const hoop__transport_ops_t hoop__mux_transport;
 const char *hoop__fd_error(int err, char *buf, size_t n);
 /* err is running out of descriptors (EMFILE, ENFILE). */
 #define HOOP_FD_EXHAUSTED(err) ((err) == EMFILE || (err) == ENFILE)
-/* The host identity inside an address published by hoop__mux_transport ("" if there is none):
- * equal keys mean the same host, which is what orders the ring. */
-void hoop__mux_host_key(const char *addr, char *out, size_t n);
 
 #endif

@@ -189,9 +189,9 @@ static int init_rank(void *ctx, int slot, int fd)
 {
     (void)ctx;
     hoop_comm_t *c = NULL;
-    double t0 = ag_now();
+    double t0 = now_s();
     hoop_result_t rc = hoop_init_from_env(&c);
-    ag_say(fd, "I %d %d %.3f", slot, (int)rc, ag_now() - t0);
+    ag_say(fd, "I %d %d %.3f", slot, (int)rc, now_s() - t0);
     if (rc != HOOP_OK) return 0;
     hoop_comm_set_timeout(c, 3);
     /* What it computes if it got through: rd (at most HOOP_SMALL_BYTES=2K), then the ring in
@@ -578,7 +578,7 @@ static int run_init(const opts_t *o)
     ag_job_t *jobs[16];
     int next = o->only >= 0 ? o->only : 0, end = o->only >= 0 ? o->only_last + 1 : n;
     if (end > n) end = n;
-    double t0 = ag_now();
+    double t0 = now_s();
     for (;;) {
         int active = 0;
         for (int i = 0; i < k; i++) {
@@ -596,11 +596,11 @@ static int run_init(const opts_t *o)
                     continue;
                 }
                 r->active = 1;
-                r->deadline = ag_now() + 20;
+                r->deadline = now_s() + 20;
             }
             if (!r->active) continue;
             active++;
-            if (ag_job_done(&r->job) || ag_now() > r->deadline) {
+            if (ag_job_done(&r->job) || now_s() > r->deadline) {
                 if (!ag_job_done(&r->job)) {
                     fail("init case '%s': the processes were still running %0.f s after they "
                          "started; killed", cs[r->idx].name, 20.0);
@@ -630,7 +630,7 @@ static int run_init(const opts_t *o)
     for (int i = 0; i < o->nranks; i++) printf("%s%d", i ? "," : " ", o->ranks[i]);
     printf(": %d cases (%d controls ok), disagreements detected on every rank %d, processes that "
            "passed init despite a disagreement %d, HOOP_OK with wrong data %d, %.1f s\n",
-           i_tried, i_controls_ok, i_detected, i_joined, i_wrong, ag_now() - t0);
+           i_tried, i_controls_ok, i_detected, i_joined, i_wrong, now_s() - t0);
     for (int pm = 0; pm < IP_N; pm++) {
         printf("  codes from hoop_init, %s:", IP_NAME[pm]);
         for (int rc = 0; rc <= HOOP_ERR_INTERNAL; rc++)
@@ -1043,7 +1043,7 @@ static int run_call(const opts_t *o)
     if (k > nsel) k = nsel;
     crun_t *runs = calloc((size_t)k, sizeof *runs);
     ag_job_t *jobs[16];
-    double t0 = ag_now(), deadline = t0 + o->deadline;
+    double t0 = now_s(), deadline = t0 + o->deadline;
     for (int i = 0; i < k; i++) {
         runs[i].ctx = (cctx_t){.combos = sel, .ncombo = nsel, .stride = k, .p = p, .tp = o->tp};
         if (crun_start(&runs[i], i, o) != 0) fail("could not start job %d", i);
@@ -1101,7 +1101,7 @@ static int run_call(const opts_t *o)
             const char *why = NULL;
             if (init_failed) why = "hoop_init of a job failed";
             else if (finished) why = "the job ended before its cases were done";
-            else if (ag_now() - j->t_last > idle_max) why = "no rank reported for too long";
+            else if (now_s() - j->t_last > idle_max) why = "no rank reported for too long";
             if (why == NULL && restart_at < 0) continue;
             /* Start again after the case that broke the job (or at it, if init failed). */
             ag_job_kill(j);
@@ -1145,7 +1145,7 @@ static int run_call(const opts_t *o)
             if (crun_start(r, restart_at, o) != 0) r->active = 0;
         }
         if (active == 0) break;
-        if (ag_now() > deadline) {
+        if (now_s() > deadline) {
             int left = 0;
             for (int i = 0; i < nsel; i++) left += !done[i];
             fail("%d cases not run within %.0f s (the sweep is sized to fit)", left, o->deadline);
@@ -1166,7 +1166,7 @@ static int run_call(const opts_t *o)
            "that failed only in the next call %d, bystanders that failed only in the call after "
            "next %d, hung or crashed %d, %.1f s\n",
            o->tp, p, c_tried, c_detected, c_wrong, c_undetected, c_late, c_third, c_lost,
-           ag_now() - t0);
+           now_s() - t0);
     for (int pm = 0; pm < CP_N; pm++) {
         printf("  first failure per rank, %s:", CP_NAME[pm]);
         for (int rc = 0; rc <= HOOP_ERR_INTERNAL; rc++)

@@ -18,16 +18,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include "../common/testing.h"
-
-double ag_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int ag_free_port(void) { return test_free_port(); }
 
@@ -99,7 +91,7 @@ int ag_job_start(ag_job_t *j, int nproc, int port, ag_env_fn env, ag_rank_fn fn,
     if (pipe(pfd) != 0) return -1;
     j->nproc = nproc;
     j->port = port;
-    j->t_start = j->t_last = ag_now();
+    j->t_start = j->t_last = now_s();
     fflush(NULL); /* or the children would print the driver's buffered output again */
     for (int q = 0; q < nproc; q++) {
         pid_t pid = fork();
@@ -163,7 +155,7 @@ static void job_read(ag_job_t *j)
     }
     j->len += (size_t)got;
     j->out[j->len] = '\0';
-    j->t_last = ag_now();
+    j->t_last = now_s();
 }
 
 void ag_jobs_pump(ag_job_t **jobs, int n, int ms)
@@ -545,9 +537,9 @@ hoop_result_t ag_run(hoop_comm_t *c, const ag_spec_t *s, ag_outcome_t *o)
             return arc;
         }
     }
-    double t0 = ag_now();
+    double t0 = now_s();
     o->rc = post(c, s, sb + GUARD, rb + GUARD);
-    o->ms = (ag_now() - t0) * 1e3;
+    o->ms = (now_s() - t0) * 1e3;
     if (o->rc != HOOP_OK) snprintf(o->msg, sizeof o->msg, "%s", hoop_comm_last_error(c));
 
     /* Whatever the outcome, nothing outside the receive buffer may change. */

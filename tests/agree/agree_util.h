@@ -20,7 +20,6 @@
 
 #define AG_MAXPROC 8
 
-double ag_now(void);
 int ag_free_port(void);
 const char *ag_code_name(int code);
 /* Unsets every launcher and HOOP_* variable a rank could inherit from the test's caller. */

@@ -76,8 +76,8 @@ static void msleep(int ms)
 /* Runs the job until it is done or the deadline passes (then kills it). Returns 1 if in time. */
 static int run_job(ag_job_t *j, double seconds)
 {
-    double deadline = ag_now() + seconds;
-    while (!ag_job_done(j) && ag_now() < deadline) {
+    double deadline = now_s() + seconds;
+    while (!ag_job_done(j) && now_s() < deadline) {
         ag_job_t *js[1] = {j};
         ag_jobs_pump(js, 1, 50);
     }
@@ -145,9 +145,9 @@ static int init_then_fifty(void *ctx, int slot, int fd)
 {
     (void)ctx;
     hoop_comm_t *c = NULL;
-    double t0 = ag_now();
+    double t0 = now_s();
     hoop_result_t rc = hoop_init_from_env(&c);
-    ag_say(fd, "I %d %d %.3f", slot, (int)rc, ag_now() - t0);
+    ag_say(fd, "I %d %d %.3f", slot, (int)rc, now_s() - t0);
     if (rc != HOOP_OK) return 0;
     fifty_allreduces(c, slot, fd);
     hoop_comm_destroy(c);
@@ -410,12 +410,12 @@ static int scenario_stale(const opts_t *o)
     stctx_t nx = {.o = o, .jobid = new_id, .first_rank = 0, .timeout = "4"};
     ag_job_t oj, nj;
     if (ag_job_start(&oj, 2, port, stale_env, init_then_fifty, &ox) != 0) return 2;
-    double t0 = ag_now();
-    while (!port_listening(port) && ag_now() - t0 < 5) msleep(20);
+    double t0 = now_s();
+    while (!port_listening(port) && now_s() - t0 < 5) msleep(20);
     msleep(200); /* the old ranks have claimed their numbers */
     if (ag_job_start(&nj, 3, port, stale_env, init_then_fifty, &nx) != 0) return 2;
-    double deadline = ag_now() + 8 + 8;
-    while ((!ag_job_done(&oj) || !ag_job_done(&nj)) && ag_now() < deadline) {
+    double deadline = now_s() + 8 + 8;
+    while ((!ag_job_done(&oj) || !ag_job_done(&nj)) && now_s() < deadline) {
         ag_job_t *js[2] = {&oj, &nj};
         ag_jobs_pump(js, 2, 50);
     }
@@ -589,10 +589,10 @@ static int threads_rank(void *ctx, int slot, int fd)
     int okright = 0, okwrong = 0, refused = 0, named = 0, other = 0, rounds = 0, crossed = 0;
     char first_wrong[300] = "", first_other[400] = "", first_refusal[300] = "";
     char first_unnamed[300] = "";
-    double t0 = ag_now();
+    double t0 = now_s();
     for (int round = 0; round < x->o->rounds; round++) {
         /* Both ranks stop at the same round: the parent decides. */
-        uint32_t go = ag_now() - t0 < 40 ? 1 : 0, all = 0;
+        uint32_t go = now_s() - t0 < 40 ? 1 : 0, all = 0;
         if (hoop_allreduce(parent, &go, &all, 1, HOOP_UINT32, HOOP_MIN) != HOOP_OK) break;
         if (all == 0) break;
         hoop_comm_t *c = NULL;
@@ -731,9 +731,9 @@ static int reinit_rank(void *ctx, int slot, int fd)
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(slot + 1) ^ (uint64_t)getpid();
     for (int round = 0; round < x->o->rounds; round++) {
         hoop_comm_t *c = NULL;
-        double t0 = ag_now();
+        double t0 = now_s();
         hoop_result_t rc = hoop_init_from_env(&c);
-        double ti = ag_now() - t0;
+        double ti = now_s() - t0;
         ag_outcome_t o = {0};
         if (rc == HOOP_OK) {
             hoop_comm_set_timeout(c, 5);
@@ -997,7 +997,7 @@ int main(int argc, char **argv)
     if (sl <= 0) return 2;
     self[sl] = '\0';
     int rc;
-    double t0 = ag_now();
+    double t0 = now_s();
     if (strcmp(o.scenario, "size") == 0 && o.nsizes >= 2) rc = scenario_size(&o);
     else if (strcmp(o.scenario, "algo") == 0 && o.algos != NULL) rc = scenario_algo(&o);
     else if (strcmp(o.scenario, "stale") == 0 && (o.key != NULL || o.no_key)) rc = scenario_stale(&o);
@@ -1009,6 +1009,6 @@ int main(int argc, char **argv)
         rc = scenario_reinit(&o);
     } else if (strcmp(o.scenario, "hooprun") == 0 && o.hooprun != NULL) rc = scenario_hooprun(&o, self);
     else return usage();
-    printf("%s (%.1f s)\n", rc == 0 ? "PASSED" : "FAILED", ag_now() - t0);
+    printf("%s (%.1f s)\n", rc == 0 ? "PASSED" : "FAILED", now_s() - t0);
     return rc;
 }

@@ -7,16 +7,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-/* Monotonic seconds, for deadlines and the times tests report. */
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "../../common/clock.h" /* now_s(), for deadlines and the times tests report */
 
 /* A loopback TCP port that was free a moment ago (for MASTER_PORT), or -1. */
 static inline int test_free_port(void)

@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rendezvous/proto.h"
 #include "rendezvous/store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

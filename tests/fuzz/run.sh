@@ -10,8 +10,8 @@ cflags="-std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,
 status=0
 for t in wire store; do
     # shellcheck disable=SC2086
-    clang $cflags "tests/fuzz/fuzz_$t.c" src/core/*.c src/runtime/*.c src/transport/*.c src/collectives/*.c \
-        src/reduce/*.c \
+    clang $cflags "tests/fuzz/fuzz_$t.c" src/base/*.c src/core/*.c src/rendezvous/*.c src/runtime/*.c \
+        src/transport/*.c src/collectives/*.c src/reduce/*.c \
         -lpthread -lsodium -o "$out/fuzz_$t"
     mkdir -p "$out/corpus_$t"
     cp tests/fuzz/corpus/"$t"/* "$out/corpus_$t/"

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "refcheck.h"
+#include "../../common/refcheck.h"
 #include "../common/testing.h"
 #include "../cuda/devbuf.h"
 

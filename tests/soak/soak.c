@@ -8,7 +8,7 @@
  * default 65537), in place or not, NULL for the buffers a non-root does not use, blocking or a
  * batch of up to four nonblocking calls waited in random order, and for all-reduce the algorithm.
  * Each rank computes every rank's input itself and checks its outputs against the independent
- * reference of bench/refcheck, element by element, together with guard elements after every
+ * reference of common/refcheck, element by element, together with guard elements after every
  * output, the send buffers (unchanged) and a non-root's receive buffer (untouched).
  *
  * Inputs keep results exact whatever the reduction order: small integers for float sums and
@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "hoop.h"
-#include "refcheck.h"
+#include "../../common/refcheck.h"
 #include "../common/testing.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "base/log.h"
+#include "rendezvous/proto.h"
 #include "rendezvous/store.h"
 #include "../common/testing.h"
 

@@ -174,6 +174,26 @@ static void mismatch_names_the_algorithm(void **state)
                            "other schedule settings"));
 }
 
+/* The check every transport applies to an arrived header: the posted length counts, and a header
+ * the transport could not read fails even where its fields would match. */
+static void check_recv(void **state)
+{
+    (void)state;
+    char buf[400] = "";
+    hoop__wire_hdr_t posted = {.kind = HOOP_K_ALLREDUCE, .dtype = HOOP_INT32, .op = HOOP_SUM,
+                               .root = -1, .count = 8, .seq = 4};
+    hoop__wire_hdr_t got = posted;
+    got.payload_len = 32;
+    assert_int_equal(hoop__wire_check_recv(&posted, 32, &got, 1, 1, 0, buf, sizeof(buf)), HOOP_OK);
+    assert_string_equal(buf, "");
+    assert_int_equal(hoop__wire_check_recv(&posted, 32, &got, 0, 1, 0, buf, sizeof(buf)),
+                     HOOP_ERR_MISMATCH);
+    assert_int_equal(hoop__wire_check_recv(&posted, 16, &got, 1, 1, 0, buf, sizeof(buf)),
+                     HOOP_ERR_MISMATCH);
+    assert_string_equal(buf, "rank 1 sent 32 bytes where 16 were expected in "
+                             "allreduce(count=8, int32, sum)");
+}
+
 static void describe(void **state)
 {
     (void)state;
@@ -196,6 +216,7 @@ int main(void)
         cmocka_unit_test(decode_never_overreads),
         cmocka_unit_test(match_names_every_field),
         cmocka_unit_test(mismatch_names_the_algorithm),
+        cmocka_unit_test(check_recv),
         cmocka_unit_test(describe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

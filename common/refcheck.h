@@ -4,8 +4,8 @@
  * the library's own kernels on purpose, so that a bug there cannot hide behind the same bug here.
  * Elements are raw bits in the low bytes of a uint64_t, in the machine's byte order.
  */
-#ifndef HOOP_BENCH_REFCHECK_H
-#define HOOP_BENCH_REFCHECK_H
+#ifndef HOOP_COMMON_REFCHECK_H
+#define HOOP_COMMON_REFCHECK_H
 
 #include <stddef.h>
 #include <stdint.h>

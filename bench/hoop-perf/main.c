@@ -1,0 +1,132 @@
+/*
+ * hoop-perf: bandwidth and correctness of hoop's collectives, printed in the layout of nccl-tests
+ * (same columns, same size and bus-bandwidth conventions) so that the numbers read the same way.
+ *
+ *   hooprun -n 4 hoop-perf [COLLECTIVE] [-b min] [-e max] [-f factor | -i step] [-n iters] ...
+ *
+ * `hoop-perf -h` explains every option and column. Each collective is one row of COLLS (colls.c):
+ * how its counts relate to the size column, its bus factor, how to run it, what every rank sends
+ * and what every rank must receive. Inputs are chosen so that every expected value is exact in
+ * every dtype whatever order the library reduces in, and the expected values are computed in
+ * check.c, element by element, without the library. hoop-perf.h says which file holds what.
+ *
+ * --model fits the alpha-beta-gamma cost model (latency, seconds per byte moved, seconds per byte
+ * reduced) and sets the predicted all-reduce times of four algorithms beside the measured one.
+ * --explain runs one traced all-reduce and prints every rank's schedule and traffic.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hoop.h"
+#include "hoop-perf.h"
+
+static FILE *open_output(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) fprintf(stderr, "hoop-perf: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+int main(int argc, char **argv)
+{
+    bench_t b;
+    opts_t o;
+    memset(&b, 0, sizeof b);
+    memset(&o, 0, sizeof o);
+    b.coll = &COLLS[0];
+    b.minb = 8;
+    b.maxb = 64u << 20;
+    b.factor = 2;
+    b.iters = 20;
+    b.warmup = 5;
+    b.check = 1;
+    b.average = 3;
+    b.dtypes = 1u << HOOP_FLOAT32;
+    b.ops = 1u << HOOP_SUM;
+
+    int rc = parse_args(argc, argv, &b, &o);
+    if (rc < 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (rc) return rc;
+    if (o.model || o.explain) {
+        b.dtypes = 1u << HOOP_FLOAT32;
+        b.ops = 1u << HOOP_SUM;
+        if (o.explain) b.maxb = b.minb;
+    }
+    const char *algo = getenv("HOOP_ALGO"), *tp = getenv("HOOP_TRANSPORT");
+    b.algo = algo && algo[0] ? algo : "auto";
+    b.transport = tp && tp[0] ? tp : "auto";
+
+    hoop_result_t e = hoop_init_from_env(&b.comm);
+    if (e != HOOP_OK) {
+        fprintf(stderr,
+                "hoop-perf: hoop_init failed: %s (see the message above; HOOP_ALGO=%s "
+                "HOOP_TRANSPORT=%s)\n",
+                hoop_error_string(e), b.algo, b.transport);
+        return 1;
+    }
+    b.rank = hoop_comm_rank(b.comm);
+    b.size = hoop_comm_size(b.comm);
+
+    int status = 0;
+    if (b.root >= b.size) {
+        if (b.rank == 0)
+            fprintf(stderr, "hoop-perf: -r %d: the root must be below the %d ranks\n", b.root,
+                    b.size);
+        status = 2;
+    }
+    if (b.coll == find_coll("sendrecv") && b.size < 2) {
+        if (b.rank == 0) fprintf(stderr, "hoop-perf: sendrecv needs 2 ranks or more\n");
+        status = 2;
+    }
+    if (!status && !alloc_buffers(&b)) status = 1;
+    if (!status && b.rank == 0 && b.json_path && !(b.json = open_output(b.json_path))) status = 1;
+    if (!status && b.rank == 0 && b.csv_path && !(b.csv = open_output(b.csv_path))) status = 1;
+    status = agree(&b, status);
+
+    int ok = status == 0;
+    char *algo_list = NULL;
+    if (ok && o.explain) {
+        ok = run_explain(&b);
+    } else if (ok && o.model) {
+        b.model = 1;
+        ok = measure_model(&b) && checked(&b, "barrier", hoop_barrier(b.comm));
+        if (ok && b.rank == 0) print_model_header(&b);
+        ok = ok && run_all(&b);
+    } else if (ok) {
+        ok = print_header(&b);
+        if (o.algos != NULL && strchr(o.algos, ',') != NULL) {
+            /* Rows point at their algorithm's name: the list lives until the end. */
+            algo_list = strdup(o.algos);
+            ok = ok && algo_list != NULL;
+            for (char *save = NULL, *a = ok ? strtok_r(algo_list, ",", &save) : NULL;
+                 ok && a != NULL; a = strtok_r(NULL, ",", &save)) {
+                ok = checked(&b, "hoop_comm_set_algo", hoop_comm_set_algo(b.comm, a));
+                b.algo = a;
+                if (ok && b.rank == 0) printf("# --algo %s\n", a);
+                ok = ok && run_all(&b);
+            }
+        } else {
+            ok = ok && run_all(&b);
+        }
+        if (ok && b.rank == 0) print_summary(&b);
+    }
+    if (b.csv && !write_csv(&b)) ok = 0;
+    if (b.json && !write_json(&b, ok && b.wrong_total == 0)) ok = 0;
+    if (b.csv && fclose(b.csv) != 0) ok = 0;
+    if (b.json && fclose(b.json) != 0) ok = 0;
+    if (!ok && status == 0) hoop_comm_abort(b.comm);
+    hoop_comm_destroy(b.comm);
+    free(b.sbuf);
+    free(b.rbuf);
+    free(b.ebuf);
+    free(b.reqs);
+    free(b.rows);
+    free(algo_list);
+    if (status) return status;
+    return ok && b.wrong_total == 0 ? 0 : 1;
+}

@@ -1,0 +1,244 @@
+/* hoop-perf's reports: the header and the rows of the table on stdout (nccl-tests' layout), the
+ * closing summary, and every row again in the --csv and --json files. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "../bench_util.h"
+#include "hoop-perf.h"
+
+/* ---- the table ---- */
+
+typedef struct rank_info {
+    int32_t pid;
+    int32_t local_rank;
+    char host[56];
+} rank_info_t;
+
+int print_header(bench_t *b)
+{
+    rank_info_t me, *all = calloc((size_t)b->size, sizeof *all);
+    if (!all) {
+        fprintf(stderr, "hoop-perf: rank %d: out of memory\n", b->rank);
+        return 0;
+    }
+    memset(&me, 0, sizeof me);
+    me.pid = (int32_t)getpid();
+    const char *lr = getenv("LOCAL_RANK");
+    me.local_rank = lr ? atoi(lr) : -1;
+    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "unknown");
+    if (!checked(b, "allgather of the rank list",
+                 hoop_allgather(b->comm, &me, all, sizeof me, HOOP_UINT8))) {
+        free(all);
+        return 0;
+    }
+    if (b->rank == 0) {
+        char step[48];
+        if (b->factor > 1)
+            snprintf(step, sizeof step, "%zu(factor)", b->factor);
+        else
+            snprintf(step, sizeof step, "%zu(bytes)", b->step);
+        printf("# hoop-perf %s: nRanks %d minBytes %zu maxBytes %zu step: %s warmup iters: %d "
+               "iters: %d validation: %d blocking: %d\n",
+               b->coll->name, b->size, b->minb, b->maxb, step, b->warmup, b->iters, b->check,
+               b->blocking);
+        printf("# hoop %s transport: %s algorithm: %s\n", hoop_version(), b->transport, b->algo);
+        printf("#\n# Using ranks\n");
+        for (int r = 0; r < b->size; r++) {
+            all[r].host[sizeof all[r].host - 1] = '\0';
+            printf("#  Rank %2d Pid %6d on %10s local rank %2d\n", r, (int)all[r].pid, all[r].host,
+                   (int)all[r].local_rank);
+        }
+        printf("#\n");
+        printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
+               "        \n",
+               "", "", "", "", "");
+        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+               "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+               "algbw", "busbw", "#wrong");
+        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+               "");
+        fflush(stdout);
+    }
+    free(all);
+    return 1;
+}
+
+void print_row(const row_t *row)
+{
+    char root[16];
+    snprintf(root, sizeof root, "%d", row->root);
+    printf("%12zu  %12zu  %8s  %6s  %6s", row->size, row->count,
+           row->dt >= 0 ? hoop_dtype_name((hoop_dtype_t)row->dt) : "none",
+           row->op >= 0 ? hoop_op_name((hoop_op_t)row->op) : "none", root);
+    for (int ip = 0; ip < 2; ip++) {
+        const variant_t *v = &row->v[ip];
+        char ts[32] = "N/A", ab[16] = "N/A", bb[16] = "N/A", ws[32];
+        if (v->ran) bench_time_str(v->us, ts, sizeof ts);
+        if (v->has_bw) {
+            snprintf(ab, sizeof ab, "%6.2f", v->algbw);
+            snprintf(bb, sizeof bb, "%6.2f", v->busbw);
+        }
+        if (v->checked)
+            snprintf(ws, sizeof ws, "%5" PRIu64, v->wrong);
+        else
+            snprintf(ws, sizeof ws, "%5s", "N/A");
+        printf("  %7s  %6s  %6s  %5s", ts, ab, bb, ws);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
+int keep_row(bench_t *b, const row_t *row)
+{
+    if (b->nrows == b->rows_cap) {
+        size_t cap = b->rows_cap ? 2 * b->rows_cap : 64;
+        row_t *r = realloc(b->rows, cap * sizeof *r);
+        if (!r) {
+            fprintf(stderr, "hoop-perf: out of memory for the --json/--csv rows\n");
+            return 0;
+        }
+        b->rows = r;
+        b->rows_cap = cap;
+    }
+    b->rows[b->nrows] = *row;
+    b->rows[b->nrows++].algo = b->algo;
+    return 1;
+}
+
+void print_summary(const bench_t *b)
+{
+    printf("# Out of bounds values : %" PRIu64 " %s\n", b->wrong_total,
+           b->wrong_total ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g \n", b->bw_count ? b->bw_sum / b->bw_count : 0.0);
+    printf("#\n");
+    fflush(stdout);
+}
+
+/* ---- --json and --csv ---- */
+
+#define NFIELDS 17
+static const char *const FIELD_NAMES[NFIELDS] = {
+    "collective", "algo",       "transport", "ranks",       "size_bytes", "count",
+    "type",       "redop",      "root",      "oop_time_us", "oop_algbw",  "oop_busbw",
+    "oop_wrong",  "ip_time_us", "ip_algbw",  "ip_busbw",    "ip_wrong"};
+
+/* A string (str set), a number (num), or nothing (both empty: CSV "", JSON null). */
+typedef struct field {
+    const char *str;
+    char num[40];
+} field_t;
+
+static void row_fields(const bench_t *b, const row_t *row, field_t f[NFIELDS])
+{
+    memset(f, 0, NFIELDS * sizeof *f);
+    f[0].str = b->coll->name;
+    f[1].str = row->algo;
+    f[2].str = b->transport;
+    snprintf(f[3].num, sizeof f[3].num, "%d", b->size);
+    snprintf(f[4].num, sizeof f[4].num, "%zu", row->size);
+    snprintf(f[5].num, sizeof f[5].num, "%zu", row->count);
+    f[6].str = row->dt >= 0 ? hoop_dtype_name((hoop_dtype_t)row->dt) : "none";
+    f[7].str = row->op >= 0 ? hoop_op_name((hoop_op_t)row->op) : "none";
+    snprintf(f[8].num, sizeof f[8].num, "%d", row->root);
+    for (int ip = 0; ip < 2; ip++) {
+        const variant_t *v = &row->v[ip];
+        field_t *g = &f[9 + 4 * ip];
+        if (v->ran) snprintf(g[0].num, sizeof g[0].num, "%.3f", v->us);
+        if (v->has_bw) {
+            snprintf(g[1].num, sizeof g[1].num, "%.6f", v->algbw);
+            snprintf(g[2].num, sizeof g[2].num, "%.6f", v->busbw);
+        }
+        if (v->checked) snprintf(g[3].num, sizeof g[3].num, "%" PRIu64, v->wrong);
+    }
+}
+
+static void csv_str(FILE *f, const char *s)
+{
+    if (strpbrk(s, ",\"\r\n") == NULL) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+int write_csv(const bench_t *b)
+{
+    FILE *f = b->csv;
+    for (int i = 0; i < NFIELDS; i++) fprintf(f, "%s%s", i ? "," : "", FIELD_NAMES[i]);
+    fputc('\n', f);
+    for (size_t r = 0; r < b->nrows; r++) {
+        field_t fs[NFIELDS];
+        row_fields(b, &b->rows[r], fs);
+        for (int i = 0; i < NFIELDS; i++) {
+            if (i) fputc(',', f);
+            if (fs[i].str)
+                csv_str(f, fs[i].str);
+            else
+                fputs(fs[i].num, f);
+        }
+        fputc('\n', f);
+    }
+    return fflush(f) == 0 && !ferror(f);
+}
+
+int write_json(const bench_t *b, int ok)
+{
+    FILE *f = b->json;
+    fprintf(f, "{\n  \"tool\": \"hoop-perf\",\n  \"version\": ");
+    json_str(f, hoop_version());
+    fprintf(f, ",\n  \"collective\": ");
+    json_str(f, b->coll->name);
+    fprintf(f, ",\n  \"algo\": ");
+    json_str(f, b->algo);
+    fprintf(f, ",\n  \"transport\": ");
+    json_str(f, b->transport);
+    fprintf(f,
+            ",\n  \"ranks\": %d,\n  \"min_bytes\": %zu,\n  \"max_bytes\": %zu,\n  \"%s\": %zu,\n"
+            "  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"check\": %d,\n  \"blocking\": %d,\n"
+            "  \"average\": %d,\n  \"out_of_bounds\": %" PRIu64 ",\n  \"avg_busbw\": %.6f,\n"
+            "  \"ok\": %s,\n  \"rows\": [",
+            b->size, b->minb, b->maxb, b->factor > 1 ? "step_factor" : "step_bytes",
+            b->factor > 1 ? b->factor : b->step, b->iters, b->warmup, b->check, b->blocking,
+            b->average, b->wrong_total, b->bw_count ? b->bw_sum / b->bw_count : 0.0,
+            ok ? "true" : "false");
+    for (size_t r = 0; r < b->nrows; r++) {
+        field_t fs[NFIELDS];
+        row_fields(b, &b->rows[r], fs);
+        fprintf(f, "%s\n    {", r ? "," : "");
+        for (int i = 0; i < NFIELDS; i++) {
+            fprintf(f, "%s\"%s\": ", i ? ", " : "", FIELD_NAMES[i]);
+            if (fs[i].str)
+                json_str(f, fs[i].str);
+            else
+                fputs(fs[i].num[0] ? fs[i].num : "null", f);
+        }
+        fputc('}', f);
+    }
+    fprintf(f, "\n  ]\n}\n");
+    return fflush(f) == 0 && !ferror(f);
+}

@@ -1,0 +1,264 @@
+/*
+ * hoop-perf's sweep: for every dtype, op, root and size, each variant (out of place, in place)
+ * timed, then run once more on fresh inputs and checked, and the row combined over the ranks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hoop.h"
+#include "../bench_util.h"
+#include "../../common/refcheck.h"
+#include "hoop-perf.h"
+
+static void fail_call(const bench_t *b, const char *what, hoop_result_t e)
+{
+    fprintf(stderr, "hoop-perf: rank %d: %s failed: %s: %s\n", b->rank, what, hoop_error_string(e),
+            hoop_comm_last_error(b->comm));
+    fflush(stderr);
+}
+
+int checked(const bench_t *b, const char *what, hoop_result_t e)
+{
+    if (e != HOOP_OK) fail_call(b, what, e);
+    return e == HOOP_OK;
+}
+
+call_t make_call(const bench_t *b, hoop_dtype_t dt, hoop_op_t op, int root, size_t count)
+{
+    call_t k = {.comm = b->comm,
+                .count = count,
+                .es = hoop_dtype_size(dt),
+                .dt = dt,
+                .op = op,
+                .root = root,
+                .rank = b->rank,
+                .size = b->size};
+    return k;
+}
+
+/* Points the call at the buffers of one variant: in place, both live in the receive buffer. */
+void place(const bench_t *b, const coll_t *co, call_t *k, int inplace)
+{
+    if (!inplace) {
+        k->s = b->sbuf;
+        k->r = b->rbuf;
+        return;
+    }
+    k->s = b->rbuf + kind_send_offset(co->counts, k->count, k->rank) * k->es;
+    k->r = b->rbuf + kind_recv_offset(co->counts, k->count, k->rank) * k->es;
+}
+
+static int rank_sends(const coll_t *co, const call_t *k)
+{
+    return co->in && (!(co->flags & F_ROOT_SENDS) || k->rank == k->root);
+}
+
+static int rank_receives(const coll_t *co, const call_t *k)
+{
+    return co->expect && (!(co->flags & F_ROOT_RECEIVES) || k->rank == k->root);
+}
+
+void fill_input(const coll_t *co, const call_t *k)
+{
+    if (rank_sends(co, k)) {
+        size_t n = kind_send(co->counts, k->count, k->size);
+        for (size_t i = 0; i < n; i++) rc_st(k->s, i, k->es, co->in(k, k->rank, i));
+    }
+    if (co->prep) co->prep(k);
+}
+
+/* Runs the call iters times: all posted at once and then waited for (-z 0), blocking with a
+ * barrier after each (nccl-tests' -z 1), or blocking back to back (-z 2, as MPI benchmarks call
+ * theirs). Returns 0 on failure. */
+static int run_batch(const bench_t *b, const coll_t *co, const call_t *k, int iters)
+{
+    if (b->blocking) {
+        for (int i = 0; i < iters; i++)
+            if (!checked(b, co->name, co->run(k, NULL, NULL)) ||
+                (b->blocking == 1 && !checked(b, "barrier", hoop_barrier(b->comm))))
+                return 0;
+        return 1;
+    }
+    int nreqs = 0, ok = 1;
+    for (int i = 0; i < iters && ok; i++) ok = checked(b, co->name, co->run(k, b->reqs, &nreqs));
+    for (int i = 0; i < nreqs; i++) {
+        hoop_result_t e = hoop_wait(b->reqs[i]);
+        if (ok) ok = checked(b, "hoop_wait", e);
+    }
+    return ok;
+}
+
+/* Times one variant; when checking, runs it once more on fresh inputs over a receive buffer
+ * filled with a sentinel and counts the elements that differ from b->ebuf. */
+static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, variant_t *v)
+{
+    place(b, co, k, inplace);
+    fill_input(co, k);
+    if (b->warm_each && b->warmup > 0 && !run_batch(b, co, k, b->warmup)) return 0;
+    if (!checked(b, "barrier", hoop_barrier(b->comm))) return 0;
+    double t0 = now_s();
+    if (!run_batch(b, co, k, b->iters)) return 0;
+    v->us = (now_s() - t0) / b->iters * 1e6;
+    v->ran = 1;
+    if (!b->check || !co->expect) return 1;
+
+    size_t ns = kind_send(co->counts, k->count, k->size),
+           nr = kind_recv(co->counts, k->count, k->size);
+    memset(b->rbuf, SENTINEL_BYTE, (ns > nr ? ns : nr) * k->es);
+    fill_input(co, k);
+    if (!checked(b, co->name, co->run(k, NULL, NULL))) return 0;
+    v->checked = 1;
+    if (rank_receives(co, k))
+        for (size_t i = 0; i < nr; i++)
+            if (rc_ld(k->r, i, k->es) != rc_ld(b->ebuf, i, k->es)) v->wrong++;
+    return 1;
+}
+
+/* Combines the ranks' times as -a asks and sums their wrong elements. */
+static int combine(bench_t *b, row_t *row)
+{
+    double t[2] = {row->v[0].us, row->v[1].us};
+    uint64_t w[2] = {row->v[0].wrong, row->v[1].wrong};
+    /* -a 1, 2, 3: mean, min, max over ranks; -a 0 broadcasts rank 0's instead */
+    static const hoop_op_t time_ops[4] = {HOOP_SUM, HOOP_AVG, HOOP_MIN, HOOP_MAX};
+    hoop_result_t e = b->average == 0
+                          ? hoop_broadcast(b->comm, t, 2, HOOP_FLOAT64, 0)
+                          : hoop_allreduce(b->comm, t, t, 2, HOOP_FLOAT64, time_ops[b->average]);
+    if (e == HOOP_OK) e = hoop_allreduce(b->comm, w, w, 2, HOOP_UINT64, HOOP_SUM);
+    if (!checked(b, "combining the ranks' results", e)) return 0;
+    for (int ip = 0; ip < 2; ip++) {
+        variant_t *v = &row->v[ip];
+        v->us = t[ip];
+        v->wrong = w[ip];
+        if (!v->ran || !b->coll->bus_factor) continue;
+        v->has_bw = 1;
+        v->algbw = v->us > 0 ? (double)row->size / 1e9 / (v->us * 1e-6) : 0.0;
+        v->busbw = v->algbw * b->coll->bus_factor(b->size);
+        b->bw_sum += v->busbw;
+        b->bw_count++;
+    }
+    b->wrong_total += w[0] + w[1];
+    return 1;
+}
+
+static int run_row(bench_t *b, size_t bytes, hoop_dtype_t dt, hoop_op_t op, int root)
+{
+    const coll_t *co = b->coll;
+    size_t es = hoop_dtype_size(dt), count = kind_count(co->counts, bytes, es, b->size);
+    size_t ns = kind_send(co->counts, count, b->size), nr = kind_recv(co->counts, count, b->size);
+    call_t k = make_call(b, dt, op, root < 0 ? 0 : root, count);
+    row_t row;
+    memset(&row, 0, sizeof row);
+    row.size = (ns > nr ? ns : nr) * es;
+    row.count = count;
+    row.dt = co->counts == CK_NONE ? -1 : (int)dt;
+    row.op = co->flags & F_OP ? (int)op : -1;
+    row.root = root;
+    if (b->check && rank_receives(co, &k))
+        for (size_t i = 0; i < nr; i++) rc_st(b->ebuf, i, es, co->expect(&k, b->rank, i));
+    int variants = co->flags & F_NO_INPLACE || b->model ? 1 : 2;
+    for (int ip = 0; ip < variants; ip++)
+        if (!run_variant(b, co, &k, ip, &row.v[ip])) return 0;
+    if (!combine(b, &row)) return 0;
+    if (b->rank != 0) return 1;
+    if (b->model) {
+        print_model_row(b, &row);
+        return 1;
+    }
+    print_row(&row);
+    return !(b->json || b->csv) || keep_row(b, &row);
+}
+
+/* The size after `bytes`, or 0 when the range is done. */
+static int next_size(const bench_t *b, size_t *bytes)
+{
+    size_t v = *bytes;
+    if (b->factor > 1) {
+        if (v > b->maxb / b->factor) return 0;
+        v = v == 0 ? 1 : v * b->factor;
+    } else {
+        if (v > b->maxb - b->step) return 0;
+        v += b->step;
+    }
+    *bytes = v;
+    return v <= b->maxb;
+}
+
+static int run_sizes(bench_t *b, hoop_dtype_t dt, hoop_op_t op, int root)
+{
+    const coll_t *co = b->coll;
+    size_t es = hoop_dtype_size(dt);
+    /* Warm up at the largest and the smallest size, as nccl-tests does. */
+    size_t ends[2] = {b->maxb, b->minb};
+    for (int i = 0; i < 2 && b->warmup > 0; i++) {
+        call_t k =
+            make_call(b, dt, op, root < 0 ? 0 : root, kind_count(co->counts, ends[i], es, b->size));
+        place(b, co, &k, 0);
+        if (!run_batch(b, co, &k, b->warmup)) return 0;
+    }
+    if (co->counts == CK_NONE) return run_row(b, 0, dt, op, root);
+    size_t bytes = b->minb;
+    do {
+        if (!run_row(b, bytes, dt, op, root)) return 0;
+    } while (next_size(b, &bytes));
+    return 1;
+}
+
+int run_all(bench_t *b)
+{
+    const coll_t *co = b->coll;
+    for (int d = 0; d < HOOP_DTYPE_COUNT; d++) {
+        if (!(b->dtypes & (1u << d))) continue;
+        for (int o = 0; o < HOOP_OP_COUNT; o++) {
+            if (co->flags & F_OP ? !(b->ops & (1u << o)) : o != 0) continue;
+            int r0 = -1, r1 = -1;
+            if (co->flags & F_ROOT) {
+                r0 = b->root < 0 ? 0 : b->root;
+                r1 = b->root < 0 ? b->size - 1 : b->root;
+            }
+            for (int r = r0; r <= r1; r++)
+                if (!run_sizes(b, (hoop_dtype_t)d, (hoop_op_t)o, r)) return 0;
+        }
+        if (co->counts == CK_NONE) break; /* no data: one pass */
+    }
+    return 1;
+}
+
+/* Buffers for the largest row of every chosen dtype; in place needs the larger of the two sides. */
+int alloc_buffers(bench_t *b)
+{
+    const coll_t *co = b->coll;
+    size_t sb = 0, rb = 0, eb = 0;
+    for (int d = 0; d < HOOP_DTYPE_COUNT; d++) {
+        if (!(b->dtypes & (1u << d))) continue;
+        size_t es = hoop_dtype_size((hoop_dtype_t)d),
+               count = kind_count(co->counts, b->maxb, es, b->size);
+        size_t ns = kind_send(co->counts, count, b->size) * es,
+               nr = kind_recv(co->counts, count, b->size) * es;
+        if (ns > sb) sb = ns;
+        if (nr > eb) eb = nr;
+        if (ns > rb) rb = ns;
+        if (nr > rb) rb = nr;
+    }
+    b->sbuf = calloc(1, sb ? sb : 1);
+    b->rbuf = calloc(1, rb ? rb : 1);
+    b->ebuf = malloc(eb ? eb : 1);
+    /* sendrecv posts two requests per iteration */
+    b->reqs =
+        calloc(2 * (size_t)(b->iters > b->warmup ? b->iters : b->warmup) + 2, sizeof *b->reqs);
+    if (b->sbuf && b->rbuf && b->ebuf && b->reqs) return 1;
+    fprintf(stderr, "hoop-perf: rank %d: out of memory for buffers of %zu bytes\n", b->rank, rb);
+    return 0;
+}
+
+/* Settles on every rank what only some may see (a bad root, no memory, a file not writable):
+ * returns the worst status, 0 when all is well. */
+int agree(bench_t *b, int status)
+{
+    int32_t s = status;
+    if (!checked(b, "allreduce of the start-up status",
+                 hoop_allreduce(b->comm, &s, &s, 1, HOOP_INT32, HOOP_MAX)))
+        return 1;
+    return (int)s;
+}

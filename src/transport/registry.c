@@ -1,0 +1,35 @@
+/* The table of transports (registry.h). One row per line: tests/transport/meson.build reads the
+ * names of the rows from here, to run the conformance suite against each. */
+#include <string.h>
+
+#include "transport/registry.h"
+
+extern const hoop__transport_ops_t hoop__shm_transport; /* shm.c */
+extern const hoop__transport_ops_t hoop__tcp_transport; /* tcp.c */
+
+const hoop__tp_row_t hoop__tp_registry[] = {
+    {.name = "shm", .what = "shared memory", .ops = &hoop__shm_transport, .reaches = hoop__tp_same_host},
+    {.name = "tcp", .what = "TCP", .ops = &hoop__tcp_transport, .reaches = hoop__tp_any_host},
+};
+const int hoop__tp_registry_n = (int)(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]));
+_Static_assert(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]) <= HOOP_TP_ROWS_MAX,
+               "more transports than HOOP_TP_ROWS_MAX");
+
+int hoop__tp_same_host(const hoop__tp_pub_t *me, const hoop__tp_pub_t *peer)
+{
+    return strcmp(me->host, peer->host) == 0;
+}
+
+int hoop__tp_any_host(const hoop__tp_pub_t *me, const hoop__tp_pub_t *peer)
+{
+    (void)me;
+    (void)peer;
+    return 1;
+}
+
+int hoop__tp_find(const char *name)
+{
+    for (int t = 0; t < hoop__tp_registry_n; t++)
+        if (strcmp(hoop__tp_registry[t].name, name) == 0) return t;
+    return -1;
+}

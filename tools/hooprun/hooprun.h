@@ -1,0 +1,159 @@
+/*
+ * hooprun's private header: its limits and timings, the options, the output sinks and streams,
+ * and the job that every part works on.
+ *
+ *   options.c    the command line and the usage text
+ *   spawn.c      what the ranks run and are given: the program, the master port, the
+ *                environment (launcher variables, key, job id), fork and exec
+ *   output.c     our own stdout/stderr (sinks) and the ranks' pipes read line by line (streams)
+ *   supervise.c  signals, waiting for the ranks, stopping them, exit statuses, restarts
+ *   main.c       the attempts, from set-up to the exit status
+ */
+#ifndef HOOPRUN_H
+#define HOOPRUN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+enum {
+    LINE_CAP = 64 * 1024,       /* longest line kept whole; longer ones are split */
+    SINK_CAP = 2 * LINE_CAP,    /* one prefixed line always fits after a flush */
+    MAX_NPROC = 4096,
+    GRACE_MS = 3000,            /* SIGTERM -> SIGKILL */
+    KILL_WAIT_MS = 5000,        /* after SIGKILL, how long to wait for the kernel to reap */
+    EXEC_WAIT_MS = 10000,       /* fork -> exec */
+    DRAIN_MS = 2000,            /* after the last rank exits, for output still in the pipes */
+    WRITE_STALL_MS = 30000,     /* our own stdout/stderr refusing data */
+    POLL_CAP_MS = 1000,
+    PORT_WAIT_MS = 10000,       /* before a restart, for a given master port to be free again */
+    MAX_RESTARTS = 1000000,
+    READS_PER_ROUND = 8,        /* fairness between chatty and quiet ranks */
+};
+
+/* ---- options.c ---------------------------------------------------------------------------- */
+
+struct opts {
+    long nproc;
+    long nnodes;
+    long node_rank;
+    const char *master_addr;
+    char master_port[8];
+    bool port_given;
+    long max_restarts;
+    bool prefix;
+    bool no_auth;
+    bool has_timeout;
+    double timeout_s;
+    const char *timeout_text;
+    char **prog_argv;
+};
+
+/* Returns -1 to go on, or an exit status (0 after --help/--version, 2 on bad usage). */
+int parse_args(int argc, char **argv, struct opts *o);
+
+/* ---- output.c ----------------------------------------------------------------------------- */
+
+/* One of our own output streams. Whole lines are appended, so ranks never interleave mid-line. */
+struct sink {
+    int fd;
+    bool broken;  /* the reader went away: output is dropped, the job goes on */
+    size_t len;
+    char buf[SINK_CAP];
+};
+
+/* One pipe from a rank (its stdout or its stderr). */
+struct stream {
+    int fd;  /* -1 once closed */
+    struct sink *sink;
+    const char *prefix;
+    size_t plen;
+    char *buf;
+    size_t len, cap, scanned;
+};
+
+void sink_flush(struct sink *s);
+void sink_put(struct sink *s, const char *prefix, size_t plen, const char *data, size_t dlen,
+              bool add_newline);
+/* A message of the launcher itself, ordered with the rank output already read. */
+void say(struct sink *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void stream_init(struct stream *st, int fd, struct sink *sink, const char *prefix, size_t plen);
+void stream_close(struct stream *st);
+/* Reads what the pipe holds (at most max_reads reads). Returns false on allocation failure. */
+bool stream_pump(struct stream *st, int max_reads);
+
+/* ---- the job ------------------------------------------------------------------------------ */
+
+struct rank {
+    pid_t pid;
+    int rank;
+    bool running;
+    char prefix[24];
+    struct stream out, err;
+};
+
+enum phase { RUNNING, STOPPING, KILLING };
+
+struct job {
+    const struct opts *o;
+    const char *prog_path;
+    struct rank *ranks;
+    int started;
+    int nrunning;
+    pid_t pgid;
+    int sigfd;
+    int devnull;
+    sigset_t orig_mask;
+    sigset_t forward;  /* forwarded signals that were not ignored when we started */
+    struct sigaction orig_chld;
+    struct rlimit orig_nofile;
+    bool nofile_raised;
+    enum phase phase;
+    int64_t phase_deadline;
+    int64_t timeout_deadline;  /* -1: none */
+    bool ending;               /* a failure, a timeout or a start error decided the status */
+    int status;
+    int failed_rank;           /* the rank whose failure ended this attempt; -1: none */
+    bool timed_out;
+    bool interrupted;          /* a signal came to us: the user wants the job over */
+    long restart;              /* restarts made so far */
+    char master_port[8];       /* of this attempt */
+    struct sink *out, *err;
+    bool strip_auth;           /* leave HOOP_AUTH_KEY(_FILE) of our environment out of the ranks' */
+    char *auth_env;            /* "HOOP_AUTH_KEY=<64 hex digits>" made for this job, or NULL */
+    char job_env[64];          /* "HOOP_JOB_ID=hooprun-<16 hex digits>", or "" */
+};
+
+/* ---- spawn.c ------------------------------------------------------------------------------ */
+
+/* PROGRAM resolved as execvp would: a malloc'ed path, or NULL with *status set (126 or 127). */
+char *resolve_program(const char *prog, int *status);
+/* Binds port 0 on the master address and keeps the number the kernel picked. */
+bool find_free_port(const char *addr, char out[8]);
+/* 1 if the master port can be listened on here, 0 if something listens on it, -1 if the
+ * address is not one of this host's. */
+int port_bindable(const char *addr, const char *port);
+/* Decides the ranks' key: none (--no-auth), the one in our environment, or a fresh one. */
+bool setup_auth(struct job *j);
+/* Names a single-node job (HOOP_JOB_ID) unless the environment already does. */
+void setup_job_id(struct job *j);
+/* Starts one rank. Returns false (after saying why and setting the job status) on failure. */
+bool start_rank(struct job *j, int local);
+
+/* ---- supervise.c -------------------------------------------------------------------------- */
+
+/* Blocks the signals we handle and opens the signalfd that delivers them. */
+bool setup_signals(struct job *j);
+/* SIGTERM to every rank, SIGKILL after GRACE_MS. */
+void begin_stop(struct job *j);
+/* Until every rank of the attempt is gone and its output is out. */
+void run_loop(struct job *j);
+/* Whether the attempt that just ended is one to restart after. */
+bool may_restart(struct job *j);
+/* A fresh rendezvous for the next attempt; false, having said why, if the job cannot go on. */
+bool prepare_restart(struct job *j);
+
+#endif

@@ -1,0 +1,410 @@
+/*
+ * hooprun's supervision of the job: the signals it gets and forwards, the loop that waits for the
+ * ranks and pumps their output, stopping them (SIGTERM, then SIGKILL), the exit status of the
+ * first failed rank, the timeout, and the restarts after a failure.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../common/clock.h"
+#include "hooprun.h"
+
+struct signame {
+    int sig;
+    const char *name;
+};
+
+static const struct signame signames[] = {
+    { SIGHUP, "SIGHUP" },   { SIGINT, "SIGINT" },   { SIGQUIT, "SIGQUIT" }, { SIGILL, "SIGILL" },
+    { SIGTRAP, "SIGTRAP" }, { SIGABRT, "SIGABRT" }, { SIGBUS, "SIGBUS" },   { SIGFPE, "SIGFPE" },
+    { SIGKILL, "SIGKILL" }, { SIGUSR1, "SIGUSR1" }, { SIGSEGV, "SIGSEGV" }, { SIGUSR2, "SIGUSR2" },
+    { SIGPIPE, "SIGPIPE" }, { SIGALRM, "SIGALRM" }, { SIGTERM, "SIGTERM" }, { SIGCHLD, "SIGCHLD" },
+    { SIGCONT, "SIGCONT" }, { SIGSTOP, "SIGSTOP" }, { SIGTSTP, "SIGTSTP" }, { SIGTTIN, "SIGTTIN" },
+    { SIGTTOU, "SIGTTOU" }, { SIGURG, "SIGURG" },   { SIGXCPU, "SIGXCPU" }, { SIGXFSZ, "SIGXFSZ" },
+    { SIGVTALRM, "SIGVTALRM" }, { SIGPROF, "SIGPROF" }, { SIGSYS, "SIGSYS" },
+};
+
+static const char *signal_name(int sig)
+{
+    for (size_t i = 0; i < sizeof signames / sizeof signames[0]; i++)
+        if (signames[i].sig == sig)
+            return signames[i].name;
+    return NULL;
+}
+
+/*
+ * Sends sig to every running rank: to their process group (which also reaches what they started),
+ * and directly to any rank that left the group. A rank in the group gets it exactly once.
+ */
+static void signal_all(struct job *j, int sig)
+{
+    /* The group is signalled only while one of our unreaped ranks is in it: only then is its id
+     * sure not to have been recycled for someone else's group. */
+    bool group_alive = false;
+    for (int r = 0; r < j->started && !group_alive; r++)
+        group_alive = j->ranks[r].running && getpgid(j->ranks[r].pid) == j->pgid;
+    if (group_alive)
+        (void)kill(-j->pgid, sig);
+    for (int r = 0; r < j->started; r++) {
+        struct rank *rk = &j->ranks[r];
+        if (rk->running && (!group_alive || getpgid(rk->pid) != j->pgid))
+            (void)kill(rk->pid, sig);
+    }
+}
+
+void begin_stop(struct job *j)
+{
+    if (j->phase != RUNNING)
+        return;
+    j->phase = STOPPING;
+    j->phase_deadline = now_ms() + GRACE_MS;
+    signal_all(j, SIGTERM);
+}
+
+static void begin_kill(struct job *j, bool interrupted)
+{
+    if (j->nrunning > 0 && j->phase != KILLING) {
+        if (interrupted)
+            say(j->err, "interrupted while stopping; sending SIGKILL to %d rank(s)", j->nrunning);
+        else
+            say(j->err, "%d rank(s) still running %d s after SIGTERM; sending SIGKILL",
+                j->nrunning, GRACE_MS / 1000);
+    }
+    j->phase = KILLING;
+    j->phase_deadline = now_ms() + KILL_WAIT_MS;
+    signal_all(j, SIGKILL);
+}
+
+static void rank_exited(struct job *j, struct rank *rk, int wstatus)
+{
+    rk->running = false;
+    j->nrunning--;
+    /* What it wrote before dying goes out before the line that reports it. */
+    stream_pump(&rk->out, 64);
+    stream_pump(&rk->err, 64);
+    sink_flush(j->out);
+
+    bool failed = !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+    if (!failed || j->ending)
+        return;
+    j->ending = true;
+    j->failed_rank = rk->rank;
+    if (WIFSIGNALED(wstatus)) {
+        int sig = WTERMSIG(wstatus);
+        const char *name = signal_name(sig);
+        const char *core = "";
+#ifdef WCOREDUMP
+        if (WCOREDUMP(wstatus))
+            core = " (core dumped)";
+#endif
+        if (name != NULL)
+            say(j->err, "rank %d (pid %ld) was killed by signal %d (%s)%s", rk->rank,
+                (long)rk->pid, sig, name, core);
+        else
+            say(j->err, "rank %d (pid %ld) was killed by signal %d%s", rk->rank, (long)rk->pid,
+                sig, core);
+        j->status = 128 + sig;
+    } else {
+        int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
+        say(j->err, "rank %d (pid %ld) exited with status %d", rk->rank, (long)rk->pid, code);
+        j->status = code;
+    }
+    begin_stop(j);
+}
+
+static void reap(struct job *j)
+{
+    for (;;) {
+        int ws;
+        pid_t pid = waitpid(-1, &ws, WNOHANG);
+        if (pid < 0 && errno == EINTR)
+            continue;
+        if (pid <= 0)
+            return;
+        for (int r = 0; r < j->started; r++) {
+            if (j->ranks[r].pid == pid && j->ranks[r].running) {
+                rank_exited(j, &j->ranks[r], ws);
+                break;
+            }
+        }
+    }
+}
+
+static void handle_signals(struct job *j)
+{
+    struct signalfd_siginfo si;
+    for (;;) {
+        ssize_t n = read(j->sigfd, &si, sizeof si);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != (ssize_t)sizeof si)
+            return;
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD || sig == SIGPIPE || !sigismember(&j->forward, sig))
+            continue;
+        j->interrupted = true;
+        /* Once the job is being stopped, another interrupt means "now". */
+        if (j->phase != RUNNING && (sig == SIGINT || sig == SIGTERM))
+            begin_kill(j, true);
+        else
+            signal_all(j, sig);
+    }
+}
+
+/* Appends a pollfd for every open pipe of the ranks at pfd[np], with map[np] naming its stream.
+ * Returns the new count. */
+static int poll_streams(const struct job *j, struct pollfd *pfd, struct stream **map, int np)
+{
+    for (int r = 0; r < j->started; r++) {
+        struct stream *s2[2] = { &j->ranks[r].out, &j->ranks[r].err };
+        for (int k = 0; k < 2; k++) {
+            if (s2[k]->fd >= 0) {
+                map[np] = s2[k];
+                pfd[np++] = (struct pollfd){ .fd = s2[k]->fd, .events = POLLIN };
+            }
+        }
+    }
+    return np;
+}
+
+/* Reads the pipes that poll found ready, from pfd[from] to pfd[np - 1]. */
+static void pump_ready(const struct pollfd *pfd, struct stream **map, int from, int np)
+{
+    for (int i = from; i < np; i++)
+        if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
+            if (!stream_pump(map[i], READS_PER_ROUND))
+                stream_close(map[i]);
+}
+
+void run_loop(struct job *j)
+{
+    int nstreams = 2 * j->started;
+    struct pollfd *pfd = calloc((size_t)nstreams + 1, sizeof *pfd);
+    struct stream **map = calloc((size_t)nstreams + 1, sizeof *map);
+    if (pfd == NULL || map == NULL) {
+        say(j->err, "out of memory");
+        if (!j->ending) {
+            j->ending = true;
+            j->status = 1;
+        }
+        begin_kill(j, false);
+    }
+
+    for (;;) {
+        reap(j);
+        if (j->nrunning == 0)
+            break;
+        int64_t now = now_ms();
+        if (j->timeout_deadline >= 0 && now >= j->timeout_deadline && j->phase == RUNNING) {
+            say(j->err, "timeout: the job is still running after %s s; stopping all ranks",
+                j->o->timeout_text);
+            j->ending = true;
+            j->status = 124;
+            j->timed_out = true;
+            begin_stop(j);
+        }
+        if (j->phase == STOPPING && now >= j->phase_deadline)
+            begin_kill(j, false);
+        if (j->phase == KILLING && now >= j->phase_deadline) {
+            say(j->err, "%d rank(s) did not exit after SIGKILL; giving up on them", j->nrunning);
+            break;
+        }
+
+        int64_t wait = POLL_CAP_MS;
+        if (j->phase == RUNNING && j->timeout_deadline >= 0 && j->timeout_deadline - now < wait)
+            wait = j->timeout_deadline - now;
+        if (j->phase != RUNNING && j->phase_deadline - now < wait)
+            wait = j->phase_deadline - now;
+        if (wait < 0)
+            wait = 0;
+
+        if (pfd == NULL || map == NULL) {
+            struct timespec ts = { .tv_sec = 0, .tv_nsec = 100 * 1000000L };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        int np = 0;
+        pfd[np++] = (struct pollfd){ .fd = j->sigfd, .events = POLLIN };
+        np = poll_streams(j, pfd, map, np);
+        int pr = poll(pfd, (nfds_t)np, (int)wait);
+        if (pr < 0 && errno != EINTR) {
+            say(j->err, "poll: %s", strerror(errno));
+            struct timespec ts = { .tv_sec = 0, .tv_nsec = 100 * 1000000L };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (pr <= 0)
+            continue;
+        if (pfd[0].revents & POLLIN)
+            handle_signals(j);
+        pump_ready(pfd, map, 1, np);
+        sink_flush(j->out);
+        sink_flush(j->err);
+    }
+
+    /* Every rank is gone; what they wrote is in the pipes, unless something they started still
+     * holds a pipe open, which must not keep us here. */
+    int64_t end = now_ms() + DRAIN_MS;
+    if (pfd != NULL && map != NULL) {
+        for (;;) {
+            int np = poll_streams(j, pfd, map, 0);
+            int64_t left = end - now_ms();
+            if (np == 0 || left <= 0)
+                break;
+            int pr = poll(pfd, (nfds_t)np, left > 100 ? 100 : (int)left);
+            if (pr < 0 && errno == EINTR)
+                continue;
+            if (pr <= 0)
+                break;  /* nothing more is coming right now: whoever holds the pipe is not us */
+            pump_ready(pfd, map, 0, np);
+        }
+    }
+    for (int r = 0; r < j->started; r++) {
+        stream_close(&j->ranks[r].out);
+        stream_close(&j->ranks[r].err);
+    }
+    sink_flush(j->out);
+    sink_flush(j->err);
+    free(pfd);
+    free(map);
+}
+
+bool may_restart(struct job *j)
+{
+    /* A signal may still be waiting: it was meant for a job that was already going down. */
+    handle_signals(j);
+    if (j->failed_rank < 0 || j->timed_out || j->interrupted || j->restart >= j->o->max_restarts)
+        return false;
+    if (j->nrunning > 0) {
+        say(j->err, "not restarting: %d rank(s) of the failed attempt are still there",
+            j->nrunning);
+        return false;
+    }
+    return true;
+}
+
+static bool timeout_over(const struct job *j)
+{
+    return j->timeout_deadline >= 0 && now_ms() >= j->timeout_deadline;
+}
+
+/* Sleeps up to ms, waking early for a signal to us. Returns false if one came. */
+static bool pause_ms(struct job *j, int ms)
+{
+    struct pollfd p = { .fd = j->sigfd, .events = POLLIN };
+    int pr = poll(&p, 1, ms);
+    if (pr > 0)
+        handle_signals(j);
+    return !j->interrupted;
+}
+
+/*
+ * Gets a fresh rendezvous for the next attempt and resets the job for it. Returns false, having
+ * said why where the reason is new, if the job cannot go on.
+ */
+bool prepare_restart(struct job *j)
+{
+    const struct opts *o = j->o;
+    if (!o->port_given) {
+        /* The old port may still be held by something the ranks started, or be reached by a
+         * late peer of the old attempt: always take a different one. */
+        char port[8];
+        bool ok = false;
+        for (int tries = 0; tries < 16 && !ok; tries++) {
+            if (!find_free_port(o->master_addr, port))
+                return false;
+            ok = strcmp(port, j->master_port) != 0;
+        }
+        if (!ok) {
+            say(j->err, "not restarting: no new free port on '%s'", o->master_addr);
+            return false;
+        }
+        memcpy(j->master_port, port, sizeof port);
+    } else if (o->node_rank == 0) {
+        /* Only the master node hosts the store; elsewhere the port is another host's. */
+        int64_t deadline = now_ms() + PORT_WAIT_MS;
+        if (j->timeout_deadline >= 0 && j->timeout_deadline < deadline)
+            deadline = j->timeout_deadline;
+        bool said = false;
+        for (;;) {
+            if (port_bindable(o->master_addr, j->master_port) != 0)
+                break;
+            int64_t left = deadline - now_ms();
+            if (left <= 0 && !timeout_over(j)) {
+                say(j->err, "not restarting: master port %s is still in use", j->master_port);
+                return false;
+            }
+            if (left <= 0)
+                break;  /* said below */
+            if (!said) {
+                say(j->err, "waiting for master port %s to be free before restarting",
+                    j->master_port);
+                said = true;
+            }
+            if (!pause_ms(j, left < 100 ? (int)left : 100))
+                return false;
+        }
+    }
+    if (timeout_over(j)) {
+        say(j->err, "timeout: the job is past its %s s; not restarting",
+            o->timeout_text);
+        j->status = 124;
+        return false;
+    }
+    if (j->interrupted)
+        return false;
+
+    j->restart++;
+    say(j->err, "restarting all ranks (restart %ld of %ld) after rank %d failed; MASTER_PORT=%s",
+        j->restart, o->max_restarts, j->failed_rank, j->master_port);
+    memset(j->ranks, 0, (size_t)o->nproc * sizeof *j->ranks);
+    j->started = 0;
+    j->nrunning = 0;
+    j->pgid = 0;
+    j->phase = RUNNING;
+    j->phase_deadline = 0;
+    j->ending = false;
+    j->status = 0;
+    j->failed_rank = -1;
+    return true;
+}
+
+bool setup_signals(struct job *j)
+{
+    static const int fwd[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+    sigset_t block;
+    sigemptyset(&block);
+    sigemptyset(&j->forward);
+    for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; i++) {
+        struct sigaction cur;
+        /* An ignored signal (nohup, a background job of a script) stays ignored for everyone. */
+        if (sigaction(fwd[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN)
+            continue;
+        sigaddset(&block, fwd[i]);
+        sigaddset(&j->forward, fwd[i]);
+    }
+    /* SIGCHLD wakes the loop. A write to a closed stdout must fail with EPIPE, not kill us. */
+    sigaddset(&block, SIGCHLD);
+    sigaddset(&block, SIGPIPE);
+
+    /* An inherited SIG_IGN on SIGCHLD would make the kernel reap the ranks behind our back. */
+    struct sigaction dfl = { .sa_handler = SIG_DFL };
+    sigemptyset(&dfl.sa_mask);
+    if (sigaction(SIGCHLD, &dfl, &j->orig_chld) != 0)
+        return false;
+    if (sigprocmask(SIG_BLOCK, &block, &j->orig_mask) != 0)
+        return false;
+    j->sigfd = signalfd(-1, &block, SFD_NONBLOCK | SFD_CLOEXEC);
+    return j->sigfd >= 0;
+}
