@@ -20,9 +20,12 @@ static inline int bench_parse_size(const char *s, size_t *out)
     unsigned long long v = strtoull(s, &end, 10);
     if (end == s || errno || s[0] == '-') return 1;
     unsigned shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10;
-    else if (*end == 'M' || *end == 'm') shift = 20;
-    else if (*end == 'G' || *end == 'g') shift = 30;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
     if (shift) end++;
     if (*end == 'B' || *end == 'b') end++;
     if (*end != '\0' || v > (SIZE_MAX >> shift)) return 1;

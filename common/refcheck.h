@@ -14,9 +14,9 @@
 #include "hoop.h"
 
 float rc_half_to_float(uint16_t h);
-uint16_t rc_float_to_half(float f);  /* round to nearest, ties to even */
+uint16_t rc_float_to_half(float f); /* round to nearest, ties to even */
 float rc_bf16_to_float(uint16_t h);
-uint16_t rc_float_to_bf16(float f);  /* round to nearest, ties to even; NaN stays NaN */
+uint16_t rc_float_to_bf16(float f); /* round to nearest, ties to even; NaN stays NaN */
 
 int rc_is_float(hoop_dtype_t dt);
 int rc_is_signed_int(hoop_dtype_t dt);

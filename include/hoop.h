@@ -36,7 +36,8 @@ extern "C" {
 #define HOOP__STR1(x) #x
 #define HOOP__STR(x) HOOP__STR1(x)
 #define HOOP_VERSION_STRING                                                                        \
-    HOOP__STR(HOOP_VERSION_MAJOR) "." HOOP__STR(HOOP_VERSION_MINOR) "." HOOP__STR(HOOP_VERSION_PATCH)
+    HOOP__STR(HOOP_VERSION_MAJOR)                                                                  \
+    "." HOOP__STR(HOOP_VERSION_MINOR) "." HOOP__STR(HOOP_VERSION_PATCH)
 
 /* What libhoop exports: this header's functions and nothing else (it is built with hidden
  * visibility, so internal hoop__ symbols stay inside). */
@@ -95,13 +96,15 @@ HOOP_API const char *hoop_comm_last_error(const hoop_comm_t *comm);
  * NULL means "env://". rank / world_size of -1 are taken from the environment.
  * Blocks until every rank has joined or HOOP_TIMEOUT expires.
  */
-HOOP_API hoop_result_t hoop_init(hoop_comm_t **comm, const char *init_method, int rank, int world_size);
+HOOP_API hoop_result_t hoop_init(hoop_comm_t **comm, const char *init_method, int rank,
+                                 int world_size);
 HOOP_API hoop_result_t hoop_init_from_env(hoop_comm_t **comm); /* = hoop_init(comm, NULL, -1, -1) */
 
 /* Collective over comm: ranks with the same color form a new communicator, ordered by (key, old rank).
  * A negative color (HOOP_SPLIT_NONE) takes part but gets *newcomm = NULL. */
 #define HOOP_SPLIT_NONE (-1)
-HOOP_API hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key, hoop_comm_t **newcomm);
+HOOP_API hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key,
+                                       hoop_comm_t **newcomm);
 /* Frees comm. Not collective. With calls still pending (posted and not complete, such as a
  * collective that a peer never joins) it first aborts comm, as hoop_comm_abort() does, so that
  * it returns at once rather than after the timeout: the pending calls fail with
@@ -122,58 +125,65 @@ HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t *comm, const char *algo);
 /* Timeout of every blocking wait on comm, in seconds (default HOOP_TIMEOUT, 300). */
 HOOP_API hoop_result_t hoop_comm_set_timeout(hoop_comm_t *comm, double seconds);
 
-HOOP_API hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
-                             hoop_dtype_t dt, hoop_op_t op);
-HOOP_API hoop_result_t hoop_broadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int root);
+HOOP_API hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                      size_t count, hoop_dtype_t dt, hoop_op_t op);
+HOOP_API hoop_result_t hoop_broadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
+                                      int root);
 HOOP_API hoop_result_t hoop_reduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
-                          hoop_dtype_t dt, hoop_op_t op, int root);
-HOOP_API hoop_result_t hoop_allgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
-                             hoop_dtype_t dt);
-HOOP_API hoop_result_t hoop_gather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
-                          hoop_dtype_t dt, int root);
-HOOP_API hoop_result_t hoop_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t recvcount,
-                           hoop_dtype_t dt, int root);
+                                   hoop_dtype_t dt, hoop_op_t op, int root);
+HOOP_API hoop_result_t hoop_allgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                      size_t sendcount, hoop_dtype_t dt);
+HOOP_API hoop_result_t hoop_gather(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                   size_t sendcount, hoop_dtype_t dt, int root);
+HOOP_API hoop_result_t hoop_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                    size_t recvcount, hoop_dtype_t dt, int root);
 HOOP_API hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
-                                  size_t recvcount, hoop_dtype_t dt, hoop_op_t op);
-HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
-                            hoop_dtype_t dt);
+                                           size_t recvcount, hoop_dtype_t dt, hoop_op_t op);
+HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                     size_t count, hoop_dtype_t dt);
 HOOP_API hoop_result_t hoop_barrier(hoop_comm_t *c);
 /* Point-to-point: peer is another rank of c (not the caller); a send matches the peer's receives
  * from this rank in posting order, with the same count and dtype. */
-HOOP_API hoop_result_t hoop_send(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer);
-HOOP_API hoop_result_t hoop_recv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer);
+HOOP_API hoop_result_t hoop_send(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt,
+                                 int peer);
+HOOP_API hoop_result_t hoop_recv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
+                                 int peer);
 
 /*
  * Nonblocking twins. Collectives run in the order they were posted, the same order on every rank;
  * buffers must stay untouched until the request completes. A point-to-point request is matched
  * against the peer's in posting order and may overlap with later requests.
  */
-HOOP_API hoop_result_t hoop_iallreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
-                              hoop_dtype_t dt, hoop_op_t op, hoop_request_t **req);
-HOOP_API hoop_result_t hoop_ibroadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int root,
-                              hoop_request_t **req);
-HOOP_API hoop_result_t hoop_ireduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
-                           hoop_dtype_t dt, hoop_op_t op, int root, hoop_request_t **req);
-HOOP_API hoop_result_t hoop_iallgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
-                              hoop_dtype_t dt, hoop_request_t **req);
-HOOP_API hoop_result_t hoop_igather(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t sendcount,
-                           hoop_dtype_t dt, int root, hoop_request_t **req);
-HOOP_API hoop_result_t hoop_iscatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t recvcount,
-                            hoop_dtype_t dt, int root, hoop_request_t **req);
+HOOP_API hoop_result_t hoop_iallreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t count, hoop_dtype_t dt, hoop_op_t op,
+                                       hoop_request_t **req);
+HOOP_API hoop_result_t hoop_ibroadcast(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
+                                       int root, hoop_request_t **req);
+HOOP_API hoop_result_t hoop_ireduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, hoop_dtype_t dt, hoop_op_t op, int root,
+                                    hoop_request_t **req);
+HOOP_API hoop_result_t hoop_iallgather(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t sendcount, hoop_dtype_t dt, hoop_request_t **req);
+HOOP_API hoop_result_t hoop_igather(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                    size_t sendcount, hoop_dtype_t dt, int root,
+                                    hoop_request_t **req);
+HOOP_API hoop_result_t hoop_iscatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                     size_t recvcount, hoop_dtype_t dt, int root,
+                                     hoop_request_t **req);
 HOOP_API hoop_result_t hoop_ireduce_scatter(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
-                                   size_t recvcount, hoop_dtype_t dt, hoop_op_t op,
-                                   hoop_request_t **req);
-HOOP_API hoop_result_t hoop_ialltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
-                             hoop_dtype_t dt, hoop_request_t **req);
+                                            size_t recvcount, hoop_dtype_t dt, hoop_op_t op,
+                                            hoop_request_t **req);
+HOOP_API hoop_result_t hoop_ialltoall(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
+                                      size_t count, hoop_dtype_t dt, hoop_request_t **req);
 HOOP_API hoop_result_t hoop_ibarrier(hoop_comm_t *c, hoop_request_t **req);
-HOOP_API hoop_result_t hoop_isend(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt, int peer,
-                         hoop_request_t **req);
-HOOP_API hoop_result_t hoop_irecv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int peer,
-                         hoop_request_t **req);
+HOOP_API hoop_result_t hoop_isend(hoop_comm_t *c, const void *buf, size_t count, hoop_dtype_t dt,
+                                  int peer, hoop_request_t **req);
+HOOP_API hoop_result_t hoop_irecv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
+                                  int peer, hoop_request_t **req);
 
 /* Local reduction with the library's kernels: out[i] = a[i] op b[i] (out may alias a or b). */
 HOOP_API hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
-                                hoop_dtype_t dt, hoop_op_t op);
+                                         hoop_dtype_t dt, hoop_op_t op);
 
 /* Traffic of this rank on comm since it was created: payload bytes and messages it sent and
  * received (headers not counted). */

@@ -110,7 +110,7 @@ typedef struct bench {
     const coll_t *coll;
     size_t minb, maxb, factor, step; /* factor > 1: multiply, else add step */
     int iters, warmup, check, blocking, average;
-    int warm_each; /* also warm up before every timed row, as the OSU benchmarks do */
+    int warm_each;        /* also warm up before every timed row, as the OSU benchmarks do */
     unsigned dtypes, ops; /* bit masks */
     int root;             /* -1: every rank in turn */
     const char *algo, *transport;

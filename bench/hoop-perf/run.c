@@ -192,8 +192,8 @@ static int run_sizes(bench_t *b, hoop_dtype_t dt, hoop_op_t op, int root)
     /* Warm up at the largest and the smallest size, as nccl-tests does. */
     size_t ends[2] = {b->maxb, b->minb};
     for (int i = 0; i < 2 && b->warmup > 0; i++) {
-        call_t k =
-            make_call(b, dt, op, root < 0 ? 0 : root, kind_count(co->counts, ends[i], es, b->size));
+        call_t k = make_call(b, dt, op, root < 0 ? 0 : root,
+                             kind_count(co->counts, ends[i], es, b->size));
         place(b, co, &k, 0);
         if (!run_batch(b, co, &k, b->warmup)) return 0;
     }
@@ -245,8 +245,8 @@ int alloc_buffers(bench_t *b)
     b->rbuf = calloc(1, rb ? rb : 1);
     b->ebuf = malloc(eb ? eb : 1);
     /* sendrecv posts two requests per iteration */
-    b->reqs =
-        calloc(2 * (size_t)(b->iters > b->warmup ? b->iters : b->warmup) + 2, sizeof *b->reqs);
+    b->reqs = calloc(2 * (size_t)(b->iters > b->warmup ? b->iters : b->warmup) + 2,
+                     sizeof *b->reqs);
     if (b->sbuf && b->rbuf && b->ebuf && b->reqs) return 1;
     fprintf(stderr, "hoop-perf: rank %d: out of memory for buffers of %zu bytes\n", b->rank, rb);
     return 0;

@@ -71,10 +71,7 @@ static size_t recv_count(int coll, size_t count, int n)
     return coll == ALLGATHER ? count * (size_t)n : count;
 }
 
-static int is_receiver(const ctx_t *c)
-{
-    return c->o->coll != REDUCE || c->rank == c->o->root;
-}
+static int is_receiver(const ctx_t *c) { return c->o->coll != REDUCE || c->rank == c->o->root; }
 
 /* MPI_Bcast is in place: the root starts from its input in the receive buffer. */
 static void prep(const ctx_t *c, size_t count)
@@ -185,7 +182,8 @@ static void print_header(const ctx_t *c)
            "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
            "#wrong");
     printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+           "");
     fflush(stdout);
 }
 
@@ -277,7 +275,8 @@ static int parse_args(int argc, char **argv, opts_t *o, int rank)
         case 'T': o->transport = optarg; break;
         case 'h': return -1;
         default:
-            if (rank == 0) fprintf(stderr, "mpi-coll: bad option '%s' (see -h)\n", argv[optind - 1]);
+            if (rank == 0)
+                fprintf(stderr, "mpi-coll: bad option '%s' (see -h)\n", argv[optind - 1]);
             return 2;
         }
         if (bad) {
@@ -295,7 +294,8 @@ static int parse_args(int argc, char **argv, opts_t *o, int rank)
         }
     }
     if (o->minb > o->maxb) {
-        if (rank == 0) fprintf(stderr, "mpi-coll: -b %zu is larger than -e %zu\n", o->minb, o->maxb);
+        if (rank == 0)
+            fprintf(stderr, "mpi-coll: -b %zu is larger than -e %zu\n", o->minb, o->maxb);
         return 2;
     }
     if (o->maxb / sizeof(float) > (size_t)INT32_MAX) {
@@ -308,8 +308,14 @@ static int parse_args(int argc, char **argv, opts_t *o, int rank)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    opts_t o = {.coll = ALLREDUCE, .minb = 8, .maxb = 64u << 20, .factor = 2, .iters = 20,
-                .warmup = 5, .check = 1, .transport = btl_transport()};
+    opts_t o = {.coll = ALLREDUCE,
+                .minb = 8,
+                .maxb = 64u << 20,
+                .factor = 2,
+                .iters = 20,
+                .warmup = 5,
+                .check = 1,
+                .transport = btl_transport()};
     ctx_t c = {.o = &o};
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c.size);
@@ -376,7 +382,8 @@ int main(int argc, char **argv)
     }
     int ok = 1;
     if (c.rank == 0) {
-        printf("# Out of bounds values : %" PRIu64 " %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+        printf("# Out of bounds values : %" PRIu64 " %s\n", wrong_total,
+               wrong_total ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g \n#\n", rows ? bw_sum / rows : 0.0);
     }
     if (csv && fclose(csv) != 0) {

@@ -173,8 +173,9 @@ int ddp_ckpt_load(const char *path, ddp_ckpt_info_t *info, float **param, size_t
     }
     uint32_t version = get32(buf + 8);
     if (version != DDP_CKPT_VERSION) {
-        snprintf(err, errlen, "%s is a checkpoint of format version %u; this program reads version %u",
-                 path, version, DDP_CKPT_VERSION);
+        snprintf(err, errlen,
+                 "%s is a checkpoint of format version %u; this program reads version %u", path,
+                 version, DDP_CKPT_VERSION);
         goto out;
     }
     memset(info, 0, sizeof(*info));
@@ -213,9 +214,10 @@ int ddp_ckpt_load(const char *path, ddp_ckpt_info_t *info, float **param, size_t
     }
     uint64_t count = get64(buf + hb - 8);
     if (count != expect || (size - hb - 8) / 4 != count || (size - hb - 8) % 4 != 0) {
-        snprintf(err, errlen,
-                 "%s is damaged or truncated: %llu parameters for a model of %llu, file of %zu bytes",
-                 path, (unsigned long long)count, (unsigned long long)expect, size);
+        snprintf(
+            err, errlen,
+            "%s is damaged or truncated: %llu parameters for a model of %llu, file of %zu bytes",
+            path, (unsigned long long)count, (unsigned long long)expect, size);
         goto out;
     }
     if (ddp_hash(buf, size - 8, FNV_BASIS) != get64(buf + size - 8)) {

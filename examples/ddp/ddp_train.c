@@ -84,21 +84,25 @@ static void usage(FILE *f)
         "gradients averaged across ranks by bucketed all-reduces that overlap the backward pass.\n"
         "\n"
         "model and data:\n"
-        "  --model linear|mlp     linear regression, or a ReLU multilayer perceptron (default linear)\n"
+        "  --model linear|mlp     linear regression, or a ReLU multilayer perceptron (default "
+        "linear)\n"
         "  --hidden N,N,...       hidden layer widths of the mlp (default 1024,1024,1024)\n"
         "  --samples N            samples in the data set (default 2048)\n"
         "  --features N           features per sample (default 20)\n"
-        "  --seed N               seed of the data, the initial weights and the shuffles (default 42)\n"
+        "  --seed N               seed of the data, the initial weights and the shuffles (default "
+        "42)\n"
         "training:\n"
         "  --lr X                 SGD learning rate (default 0.01)\n"
         "  --batch N              batch size per rank; the global batch is N x ranks (default 32)\n"
         "  --epochs N             epochs to train (default 10)\n"
-        "  --drop-last            drop the tail of the shuffled data set that does not divide among\n"
+        "  --drop-last            drop the tail of the shuffled data set that does not divide "
+        "among\n"
         "                         the ranks, instead of padding it with repeated samples\n"
         "communication:\n"
         "  --bucket-mb X          gradient bucket size in MiB (default 25; the first bucket is at\n"
         "                         most 1 MiB, as in DDP)\n"
-        "  --sync ALGO            all-reduce algorithm: ring, ps, rd, ps-sharded or auto (default:\n"
+        "  --sync ALGO            all-reduce algorithm: ring, ps, rd, ps-sharded or auto "
+        "(default:\n"
         "                         HOOP_ALGO, else auto)\n"
         "  --no-overlap           all-reduce the buckets after backward instead of during it\n"
         "  --init-method URL      rendezvous: env:// (default), tcp://HOST:PORT, file:///PATH\n"
@@ -107,7 +111,8 @@ static void usage(FILE *f)
         "  --save-every N         save after every N epochs, and after the last one (default 1)\n"
         "  --metrics FILE         rank 0 writes one CSV row per epoch (kept across resumes)\n"
         "  --dump-weights FILE    rank 0 writes the final parameters as raw float32\n"
-        "  --check-replicas       after every step, check that all ranks hold bit-identical weights\n"
+        "  --check-replicas       after every step, check that all ranks hold bit-identical "
+        "weights\n"
         "  --quiet                print errors only\n"
         "  -h, --help             show this help\n"
         "stopping and failing on purpose (tests, time-limited jobs):\n"
@@ -228,9 +233,29 @@ static void parse_hidden(opts_t *o, const char *s)
 static void parse_options(opts_t *o, int argc, char **argv)
 {
     enum {
-        O_MODEL = 256, O_HIDDEN, O_SAMPLES, O_FEATURES, O_SEED, O_LR, O_BATCH, O_EPOCHS, O_DROP,
-        O_BUCKET, O_SYNC, O_NO_OVERLAP, O_INIT, O_CKPT, O_SAVE, O_METRICS, O_DUMP, O_CHECK, O_QUIET,
-        O_STOP, O_FAIL, O_FAIL_RANK, O_DIVERGE
+        O_MODEL = 256,
+        O_HIDDEN,
+        O_SAMPLES,
+        O_FEATURES,
+        O_SEED,
+        O_LR,
+        O_BATCH,
+        O_EPOCHS,
+        O_DROP,
+        O_BUCKET,
+        O_SYNC,
+        O_NO_OVERLAP,
+        O_INIT,
+        O_CKPT,
+        O_SAVE,
+        O_METRICS,
+        O_DUMP,
+        O_CHECK,
+        O_QUIET,
+        O_STOP,
+        O_FAIL,
+        O_FAIL_RANK,
+        O_DIVERGE
     };
     static const struct option longs[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -259,20 +284,37 @@ static void parse_options(opts_t *o, int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    *o = (opts_t){.hidden = {1024, 1024, 1024}, .nhidden = 3, .samples = 2048, .features = 20,
-                  .seed = 42, .lr = 0.01, .batch = 32, .epochs = 10, .bucket_mb = 25.0,
-                  .overlap = 1, .save_every = 1, .stop_after = -1, .fail_at_epoch = -1,
-                  .fail_rank = -1, .diverge_rank = -1};
+    *o = (opts_t){.hidden = {1024, 1024, 1024},
+                  .nhidden = 3,
+                  .samples = 2048,
+                  .features = 20,
+                  .seed = 42,
+                  .lr = 0.01,
+                  .batch = 32,
+                  .epochs = 10,
+                  .bucket_mb = 25.0,
+                  .overlap = 1,
+                  .save_every = 1,
+                  .stop_after = -1,
+                  .fail_at_epoch = -1,
+                  .fail_rank = -1,
+                  .diverge_rank = -1};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
         switch (c) {
         case O_MODEL:
-            if (strcmp(optarg, "linear") == 0) o->mlp = 0;
-            else if (strcmp(optarg, "mlp") == 0) o->mlp = 1;
-            else usage_error("--model '%s': want linear or mlp", optarg);
+            if (strcmp(optarg, "linear") == 0)
+                o->mlp = 0;
+            else if (strcmp(optarg, "mlp") == 0)
+                o->mlp = 1;
+            else
+                usage_error("--model '%s': want linear or mlp", optarg);
             break;
-        case O_HIDDEN: parse_hidden(o, optarg); o->hidden_given = 1; break;
+        case O_HIDDEN:
+            parse_hidden(o, optarg);
+            o->hidden_given = 1;
+            break;
         case O_SAMPLES: o->samples = (size_t)parse_long("--samples", optarg, 1, 1L << 24); break;
         case O_FEATURES: o->features = (size_t)parse_long("--features", optarg, 1, 65536); break;
         case O_SEED: o->seed = (uint64_t)parse_long("--seed", optarg, 0, LONG_MAX); break;
@@ -282,8 +324,9 @@ static void parse_options(opts_t *o, int argc, char **argv)
         case O_DROP: o->drop_last = 1; break;
         case O_BUCKET: o->bucket_mb = parse_double("--bucket-mb", optarg, 0.0, 1e6); break;
         case O_SYNC:
-            if (strcmp(optarg, "ring") != 0 && strcmp(optarg, "ps") != 0 && strcmp(optarg, "rd") != 0 &&
-                strcmp(optarg, "ps-sharded") != 0 && strcmp(optarg, "auto") != 0)
+            if (strcmp(optarg, "ring") != 0 && strcmp(optarg, "ps") != 0 &&
+                strcmp(optarg, "rd") != 0 && strcmp(optarg, "ps-sharded") != 0 &&
+                strcmp(optarg, "auto") != 0)
                 usage_error("--sync '%s': want ring, ps, rd, ps-sharded or auto", optarg);
             o->sync = optarg;
             break;
@@ -311,7 +354,8 @@ static void parse_options(opts_t *o, int argc, char **argv)
     }
     if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
     if (o->hidden_given && !o->mlp) usage_error("--hidden applies to --model mlp");
-    if (o->save_every_given && o->checkpoint == NULL) usage_error("--save-every needs --checkpoint");
+    if (o->save_every_given && o->checkpoint == NULL)
+        usage_error("--save-every needs --checkpoint");
     if (!o->mlp) o->nhidden = 0;
 }
 
@@ -320,12 +364,11 @@ static void parse_options(opts_t *o, int argc, char **argv)
 static uint64_t options_fingerprint(const opts_t *o)
 {
     char s[1024];
-    int n = snprintf(s, sizeof(s),
-                     "%d|%zu|%zu|%" PRIu64 "|%a|%zu|%ld|%d|%a|%s|%d|%d|%ld|%d|%ld|%ld|%ld|%ld|",
-                     o->mlp, o->samples, o->features, o->seed, o->lr, o->batch, o->epochs,
-                     o->drop_last, o->bucket_mb, o->sync ? o->sync : "-", o->overlap,
-                     o->checkpoint != NULL, o->save_every, o->check_replicas, o->stop_after,
-                     o->fail_at_epoch, o->fail_rank, o->diverge_rank);
+    int n = snprintf(
+        s, sizeof(s), "%d|%zu|%zu|%" PRIu64 "|%a|%zu|%ld|%d|%a|%s|%d|%d|%ld|%d|%ld|%ld|%ld|%ld|",
+        o->mlp, o->samples, o->features, o->seed, o->lr, o->batch, o->epochs, o->drop_last,
+        o->bucket_mb, o->sync ? o->sync : "-", o->overlap, o->checkpoint != NULL, o->save_every,
+        o->check_replicas, o->stop_after, o->fail_at_epoch, o->fail_rank, o->diverge_rank);
     uint64_t h = ddp_hash(s, (size_t)n, HASH_BASIS);
     for (int k = 0; k < o->nhidden; k++) h = ddp_hash(&o->hidden[k], sizeof(size_t), h);
     return h;
@@ -448,10 +491,11 @@ static void check_replicas(trainer_t *t, long epoch, size_t step)
         float a, b;
         memcpy(&a, &lo[first], 4);
         memcpy(&b, &hi[first], 4);
-        fprintf(stderr,
-                "ddp_train: replicas differ after epoch %ld step %zu: %zu of %zu parameters are not "
-                "bit-identical on all ranks; the first is %s, %.9g on some ranks and %.9g on others\n",
-                epoch, step, count, m->params, where, (double)a, (double)b);
+        fprintf(
+            stderr,
+            "ddp_train: replicas differ after epoch %ld step %zu: %zu of %zu parameters are not "
+            "bit-identical on all ranks; the first is %s, %.9g on some ranks and %.9g on others\n",
+            epoch, step, count, m->params, where, (double)a, (double)b);
         for (int r = 0; r < t->world; r++)
             fprintf(stderr, "ddp_train:   rank %d weight hash %016" PRIx64 "\n", r, all[r]);
     }
@@ -492,13 +536,15 @@ static long load_checkpoint(trainer_t *t, char *err, size_t errlen)
     if (ddp_ckpt_load(path, &got, &p, &n, err, errlen) != 0) return -1;
     fill_info(t, &want, 0);
     int same_model = got.layers == want.layers;
-    for (uint32_t l = 0; same_model && l <= got.layers; l++) same_model = got.dims[l] == want.dims[l];
+    for (uint32_t l = 0; same_model && l <= got.layers; l++)
+        same_model = got.dims[l] == want.dims[l];
     if (!same_model || got.seed != want.seed || got.samples != want.samples) {
         char a[256] = "", b[256] = "";
         for (uint32_t l = 0; l <= got.layers; l++)
             snprintf(a + strlen(a), sizeof(a) - strlen(a), "%s%" PRIu64, l ? "-" : "", got.dims[l]);
         for (uint32_t l = 0; l <= want.layers; l++)
-            snprintf(b + strlen(b), sizeof(b) - strlen(b), "%s%" PRIu64, l ? "-" : "", want.dims[l]);
+            snprintf(b + strlen(b), sizeof(b) - strlen(b), "%s%" PRIu64, l ? "-" : "",
+                     want.dims[l]);
         snprintf(err, errlen,
                  "%s holds another job: model %s, %" PRIu64 " samples, seed %" PRIu64
                  "; this run has model %s, %" PRIu64 " samples, seed %" PRIu64
@@ -510,7 +556,8 @@ static long load_checkpoint(trainer_t *t, char *err, size_t errlen)
     if (got.batch != want.batch || got.world != want.world || got.lr != want.lr ||
         got.drop_last != want.drop_last)
         fprintf(stderr,
-                "ddp_train: warning: %s was written with batch %" PRIu64 " per rank on %u ranks, lr "
+                "ddp_train: warning: %s was written with batch %" PRIu64
+                " per rank on %u ranks, lr "
                 "%g%s; this run uses batch %" PRIu64 " on %u ranks, lr %g%s\n",
                 path, got.batch, got.world, got.lr, got.drop_last ? ", drop-last" : "", want.batch,
                 want.world, want.lr, want.drop_last ? ", drop-last" : "");
@@ -534,7 +581,8 @@ static void save_checkpoint(trainer_t *t, long epochs_done)
         /* Said before the others learn of it: once they exit, the launcher may stop this rank. */
         if (status != 0) fprintf(stderr, "ddp_train: rank 0: checkpoint: %s\n", err);
     }
-    hcheck(t, hoop_broadcast(t->comm, &status, 1, HOOP_INT32, 0), "broadcast of the checkpoint status");
+    hcheck(t, hoop_broadcast(t->comm, &status, 1, HOOP_INT32, 0),
+           "broadcast of the checkpoint status");
     if (status != 0) stop(t, t->rank == 0 ? "stopping" : "rank 0 could not write the checkpoint");
 }
 
@@ -607,7 +655,8 @@ static void print_model(const trainer_t *t, const ddp_sampler_t *s, size_t steps
     const ddp_mlp_t *m = &t->m;
     char shape[256] = "";
     for (int l = 0; l <= m->layers; l++)
-        snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%zu", l ? "-" : "", m->dims[l]);
+        snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%zu", l ? "-" : "",
+                 m->dims[l]);
     printf("ddp_train: %d rank%s, %s %s, %zu parameters, %.2f MiB of gradients in %d bucket%s "
            "(cap %g MiB, first %g MiB)\n",
            t->world, t->world > 1 ? "s" : "", o->mlp ? "mlp" : "linear", shape, m->params,
@@ -618,8 +667,8 @@ static void print_model(const trainer_t *t, const ddp_sampler_t *s, size_t steps
            "%zu steps per epoch, lr %g, all-reduce %s, %s\n",
            o->samples, s->per_rank,
            s->per_rank * (size_t)t->world == o->samples ? ""
-           : o->drop_last                                ? ", tail dropped"
-                                                         : ", padded",
+           : o->drop_last                               ? ", tail dropped"
+                                                        : ", padded",
            o->batch, o->batch * (size_t)t->world, steps, o->lr, algo,
            o->overlap ? "overlapped with backward" : "after backward (no overlap)");
 }
@@ -647,7 +696,9 @@ int main(int argc, char **argv)
     hcheck(&t, hoop_allgather(t.comm, &fp, fps, 1, HOOP_UINT64), "all-gather of the options");
     for (int r = 0; r < t.world; r++)
         if (fps[r] != fps[0])
-            stop(&t, "rank %d was started with other options than rank 0 (every rank needs the same)", r);
+            stop(&t,
+                 "rank %d was started with other options than rank 0 (every rank needs the same)",
+                 r);
     free(fps);
 
     size_t dims[DDP_MAX_LAYERS + 1];
@@ -658,7 +709,8 @@ int main(int argc, char **argv)
     char err[1024];
     if (ddp_mlp_init(&t.m, layers, dims, o.batch, err, sizeof(err)) != 0) die(&t, "model: %s", err);
     ddp_data_t data;
-    if (ddp_data_make(&data, o.samples, o.features, o.seed) != 0) die(&t, "out of memory for the data");
+    if (ddp_data_make(&data, o.samples, o.features, o.seed) != 0)
+        die(&t, "out of memory for the data");
     ddp_sampler_t sampler;
     if (ddp_sampler_init(&sampler, o.samples, t.world, t.rank, o.drop_last) != 0)
         die(&t, "out of memory for the sampler");
@@ -677,7 +729,8 @@ int main(int argc, char **argv)
         head[1] = e < 0 ? 0 : e;
         if (e < 0) fprintf(stderr, "ddp_train: rank 0: checkpoint: %s\n", err);
     }
-    hcheck(&t, hoop_broadcast(t.comm, head, 2, HOOP_INT64, 0), "broadcast of the checkpoint header");
+    hcheck(&t, hoop_broadcast(t.comm, head, 2, HOOP_INT64, 0),
+           "broadcast of the checkpoint header");
     if (head[0] != 0) stop(&t, t.rank == 0 ? "stopping" : "rank 0 could not load the checkpoint");
     hcheck(&t, hoop_broadcast(t.comm, t.m.param, t.m.params, HOOP_FLOAT32, 0),
            "broadcast of the parameters");
@@ -696,7 +749,8 @@ int main(int argc, char **argv)
     if (o.stop_after > 0 && o.stop_after < end) end = o.stop_after;
     /* Step times for the medians of the summary: those of the last TIMED_STEPS steps at most. */
     enum { TIMED_STEPS = 1 << 16 };
-    double *step_ms = malloc(TIMED_STEPS * sizeof(double)), *wait_ms = malloc(TIMED_STEPS * sizeof(double));
+    double *step_ms = malloc(TIMED_STEPS * sizeof(double)),
+           *wait_ms = malloc(TIMED_STEPS * sizeof(double));
     double *comp_ms = malloc(TIMED_STEPS * sizeof(double));
     float *bx = malloc(o.batch * o.features * sizeof(float)), *by = malloc(o.batch * sizeof(float));
     if (step_ms == NULL || wait_ms == NULL || comp_ms == NULL || bx == NULL || by == NULL)
@@ -713,8 +767,10 @@ int main(int argc, char **argv)
         ddp_sampler_set_epoch(&sampler, o.seed, (uint64_t)epoch);
         for (size_t s = 0; s < steps; s++) {
             if (epoch == o.fail_at_epoch && t.rank == fail_rank && s == steps / 2 && attempt == 0) {
-                fprintf(stderr, "ddp_train: rank %d: failing on purpose in epoch %ld, step %zu "
-                                "(--fail-at-epoch)\n", t.rank, epoch, s);
+                fprintf(stderr,
+                        "ddp_train: rank %d: failing on purpose in epoch %ld, step %zu "
+                        "(--fail-at-epoch)\n",
+                        t.rank, epoch, s);
                 fflush(NULL);
                 _exit(3);
             }
@@ -755,23 +811,26 @@ int main(int argc, char **argv)
         last_loss = st[0];
         double rate = (double)(sampler.per_rank * (size_t)t.world) / (now() - e_t0);
         if (!quiet) {
-            printf("%6ld %14.8f %11.1f %9.2f %11.2f %9.2f %7.1f\n", epoch, st[0], rate, st[1], st[2],
-                   st[3], st[1] > 0 ? 100.0 * st[3] / st[1] : 0.0);
+            printf("%6ld %14.8f %11.1f %9.2f %11.2f %9.2f %7.1f\n", epoch, st[0], rate, st[1],
+                   st[2], st[3], st[1] > 0 ? 100.0 * st[3] / st[1] : 0.0);
             fflush(stdout);
         }
         if (metrics != NULL) {
-            fprintf(metrics, "%ld,%.17g,%.1f,%.3f,%.3f,%.3f\n", epoch, st[0], rate, st[1], st[2], st[3]);
+            fprintf(metrics, "%ld,%.17g,%.1f,%.3f,%.3f,%.3f\n", epoch, st[0], rate, st[1], st[2],
+                    st[3]);
             fflush(metrics);
         }
         long done = epoch + 1;
-        if (o.checkpoint != NULL && (done % o.save_every == 0 || done == end)) save_checkpoint(&t, done);
+        if (o.checkpoint != NULL && (done % o.save_every == 0 || done == end))
+            save_checkpoint(&t, done);
     }
     double run_s = now() - run_t0;
 
     if (metrics != NULL && fclose(metrics) != 0) die(&t, "cannot write %s", o.metrics);
     size_t timed = nsteps < TIMED_STEPS ? nsteps : TIMED_STEPS;
     double med[3] = {median(step_ms, timed), median(comp_ms, timed), median(wait_ms, timed)};
-    hcheck(&t, hoop_allreduce(t.comm, med, med, 3, HOOP_FLOAT64, HOOP_AVG), "all-reduce of the step times");
+    hcheck(&t, hoop_allreduce(t.comm, med, med, 3, HOOP_FLOAT64, HOOP_AVG),
+           "all-reduce of the step times");
     if (!quiet) {
         if (end <= start && start > 0)
             printf("ddp_train: nothing to do: %s already holds %ld epochs\n", o.checkpoint, start);
@@ -779,8 +838,10 @@ int main(int argc, char **argv)
             printf("ddp_train: nothing to do: --epochs 0\n");
         else {
             char range[64];
-            if (end - start == 1) snprintf(range, sizeof(range), "epoch %ld", start);
-            else snprintf(range, sizeof(range), "epochs %ld-%ld", start, end - 1);
+            if (end - start == 1)
+                snprintf(range, sizeof(range), "epoch %ld", start);
+            else
+                snprintf(range, sizeof(range), "epochs %ld-%ld", start, end - 1);
             printf("ddp_train: %s: %zu steps, %.1f samples/s, median step %.2f ms "
                    "(compute %.2f ms, waiting %.2f ms), final loss %.8f%s\n",
                    range, nsteps,
@@ -801,7 +862,8 @@ int main(int argc, char **argv)
     ddp_mlp_free(&t.m);
     rc = hoop_comm_destroy(t.comm);
     if (rc != HOOP_OK) {
-        fprintf(stderr, "ddp_train: rank %d: hoop_comm_destroy failed: %s\n", t.rank, hoop_error_string(rc));
+        fprintf(stderr, "ddp_train: rank %d: hoop_comm_destroy failed: %s\n", t.rank,
+                hoop_error_string(rc));
         return 1;
     }
     return 0;

@@ -73,7 +73,8 @@ int ddp_mlp_init(ddp_mlp_t *m, int layers, const size_t *dims, size_t max_batch,
     int ok = m->param != NULL && m->grad != NULL;
     for (int l = 0; l <= layers && ok; l++)
         ok = (m->act[l] = malloc(max_batch * dims[l] * sizeof(float))) != NULL;
-    for (int k = 0; k < 2 && ok; k++) ok = (m->delta[k] = malloc(max_batch * max_dim * sizeof(float))) != NULL;
+    for (int k = 0; k < 2 && ok; k++)
+        ok = (m->delta[k] = malloc(max_batch * max_dim * sizeof(float))) != NULL;
     if (!ok) {
         ddp_mlp_free(m);
         snprintf(err, errlen, "out of memory for %zu parameters and a batch of %zu", n, max_batch);
@@ -154,7 +155,8 @@ void ddp_mlp_backward(ddp_mlp_t *m, const float *y, size_t batch,
             }
             gb[o] = sb;
         }
-        if (l > 0) /* through the ReLU in front of this layer: its output is positive where it passed */
+        if (l >
+            0) /* through the ReLU in front of this layer: its output is positive where it passed */
             for (size_t k = 0; k < batch * din; k++) gin[k] = in[k] > 0.0f ? gin[k] : 0.0f;
         if (ready != NULL) ready(l, ctx);
         float *t = g;

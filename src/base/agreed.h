@@ -15,12 +15,12 @@
 #include "base/config.h"
 
 #define HOOP__AGREED_SETTINGS(X)                                                                   \
-    X(algo, "HOOP_ALGO", WORD)                         /* which all-reduce runs */                 \
-    X(small_bytes, "HOOP_SMALL_BYTES", SIZE)           /* latency vs bandwidth variants */         \
-    X(chunk_bytes, "HOOP_CHUNK_BYTES", SIZE)           /* pipelining pieces */                     \
-    X(transport, "HOOP_TRANSPORT", WORD)               /* which transport each pair uses */        \
-    X(sockets_per_peer, "HOOP_SOCKETS_PER_PEER", INT)  /* TCP striping of large messages */        \
-    X(shm_ring_bytes, "HOOP_SHM_RING_BYTES", SIZE)     /* shared-memory ring layout */
+    X(algo, "HOOP_ALGO", WORD)                        /* which all-reduce runs */                  \
+    X(small_bytes, "HOOP_SMALL_BYTES", SIZE)          /* latency vs bandwidth variants */          \
+    X(chunk_bytes, "HOOP_CHUNK_BYTES", SIZE)          /* pipelining pieces */                      \
+    X(transport, "HOOP_TRANSPORT", WORD)              /* which transport each pair uses */         \
+    X(sockets_per_peer, "HOOP_SOCKETS_PER_PEER", INT) /* TCP striping of large messages */         \
+    X(shm_ring_bytes, "HOOP_SHM_RING_BYTES", SIZE)    /* shared-memory ring layout */
 
 /* The agreed settings as the algorithms read them (hoop_comm.agreed): built from the list, so a
  * setting an algorithm can reach is one that init compared. */

@@ -35,8 +35,6 @@ enum {
     P_FAILED,
 };
 
-
-
 /* ---- keys ---- */
 
 void hoop__auth_key_wipe(hoop__auth_key_t *k)
@@ -48,7 +46,7 @@ void hoop__auth_key_bind(hoop__auth_key_t *k, const char *job)
 {
     if (k == NULL || !k->set || job == NULL || job[0] == '\0') return;
     crypto_generichash_state st;
-    unsigned char out[HOOP_AUTH_KEY_BYTES];
+    unsigned char out[HOOP__AUTH_KEY_BYTES];
     crypto_generichash_init(&st, k->bytes, sizeof(k->bytes), sizeof(out));
     crypto_generichash_update(&st, (const unsigned char *)"hoop job", 8);
     crypto_generichash_update(&st, (const unsigned char *)job, strlen(job));
@@ -68,8 +66,8 @@ static int all_hex(const char *s, size_t n)
 }
 
 /* text[0..n) is the key's text (not necessarily NUL-terminated). */
-static hoop_result_t key_from_text(hoop__auth_key_t *k, const char *text, size_t n, const char *what,
-                                   char *err, size_t errlen)
+static hoop_result_t key_from_text(hoop__auth_key_t *k, const char *text, size_t n,
+                                   const char *what, char *err, size_t errlen)
 {
     hoop__auth_key_wipe(k);
     if (sodium_init() < 0) {
@@ -80,7 +78,7 @@ static hoop_result_t key_from_text(hoop__auth_key_t *k, const char *text, size_t
         hoop__say(err, errlen, "%s is empty: a key needs at least one character", what);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
-    if (n == 2 * HOOP_AUTH_KEY_BYTES && all_hex(text, n)) {
+    if (n == 2 * HOOP__AUTH_KEY_BYTES && all_hex(text, n)) {
         size_t got = 0;
         if (sodium_hex2bin(k->bytes, sizeof(k->bytes), text, n, NULL, &got, NULL) != 0 ||
             got != sizeof(k->bytes)) {
@@ -133,7 +131,8 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if ((sb.st_mode & 077) != 0) {
-        hoop__say(err, errlen,
+        hoop__say(
+            err, errlen,
             "HOOP_AUTH_KEY_FILE %s is accessible by group or others (mode %04o): a key must be "
             "private; run chmod 600 %s",
             path, (unsigned)(sb.st_mode & 07777), path);
@@ -141,8 +140,8 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     if (sb.st_uid != geteuid() && sb.st_uid != 0) {
-        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s belongs to user id %u, not to this user (%u)", path,
-            (unsigned)sb.st_uid, (unsigned)geteuid());
+        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s belongs to user id %u, not to this user (%u)",
+                  path, (unsigned)sb.st_uid, (unsigned)geteuid());
         close(fd);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
@@ -164,8 +163,8 @@ hoop_result_t hoop__auth_key_from_file(hoop__auth_key_t *k, const char *path, ch
     close(fd);
     hoop_result_t rc;
     if (n > KEY_FILE_MAX) {
-        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s is larger than %d bytes: is it a key file?", path,
-            KEY_FILE_MAX);
+        hoop__say(err, errlen, "HOOP_AUTH_KEY_FILE %s is larger than %d bytes: is it a key file?",
+                  path, KEY_FILE_MAX);
         rc = HOOP_ERR_INVALID_ARGUMENT;
     } else {
         size_t b = 0, e = n;
@@ -216,7 +215,7 @@ uint64_t hoop__auth_context(uint64_t base, uint64_t a, uint64_t b, uint64_t c)
 /* ---- the exchange ---- */
 
 /* HMAC over the role's label, the context and both nonces (client's first). */
-static void proof(const hoop__auth_t *a, int of_server, unsigned char out[HOOP_AUTH_MAC_BYTES])
+static void proof(const hoop__auth_t *a, int of_server, unsigned char out[HOOP__AUTH_MAC_BYTES])
 {
     static const char label_c[] = "hoop-auth-v1 client";
     static const char label_s[] = "hoop-auth-v1 server";
@@ -229,8 +228,8 @@ static void proof(const hoop__auth_t *a, int of_server, unsigned char out[HOOP_A
     crypto_auth_hmacsha256_update(&st, (const unsigned char *)(of_server ? label_s : label_c),
                                   sizeof(label_c));
     crypto_auth_hmacsha256_update(&st, ctx, sizeof(ctx));
-    crypto_auth_hmacsha256_update(&st, cn, HOOP_AUTH_NONCE_BYTES);
-    crypto_auth_hmacsha256_update(&st, sn, HOOP_AUTH_NONCE_BYTES);
+    crypto_auth_hmacsha256_update(&st, cn, HOOP__AUTH_NONCE_BYTES);
+    crypto_auth_hmacsha256_update(&st, sn, HOOP__AUTH_NONCE_BYTES);
     crypto_auth_hmacsha256_final(&st, out);
     sodium_memzero(&st, sizeof(st));
 }
@@ -261,13 +260,13 @@ void hoop__auth_start(hoop__auth_t *a, const hoop__auth_key_t *key, int is_serve
         return;
     }
     randombytes_buf(a->nonce, sizeof(a->nonce));
-    unsigned char hello[HOOP_AUTH_HELLO_BYTES] = {0};
+    unsigned char hello[HOOP__AUTH_HELLO_BYTES] = {0};
     memcpy(hello, HELLO_MAGIC, 8);
     hello[8] = AUTH_VERSION;
     hello[9] = (unsigned char)a->is_server;
-    memcpy(hello + 16, a->nonce, HOOP_AUTH_NONCE_BYTES);
+    memcpy(hello + 16, a->nonce, HOOP__AUTH_NONCE_BYTES);
     queue_out(a, hello, sizeof(hello));
-    expect_in(a, HOOP_AUTH_HELLO_BYTES);
+    expect_in(a, HOOP__AUTH_HELLO_BYTES);
 }
 
 void hoop__auth_clear(hoop__auth_t *a)
@@ -286,34 +285,36 @@ static int fail(hoop__auth_t *a, hoop_result_t code, char *err, size_t errlen, c
     va_start(ap, fmt);
     hoop__vsay(err, errlen, fmt, ap);
     va_end(ap);
-    return HOOP_AUTH_FAILED;
+    return HOOP__AUTH_FAILED;
 }
 
 /* A whole message has arrived in a->in: check it and move on. */
 static int on_message(hoop__auth_t *a, char *err, size_t errlen)
 {
-    unsigned char mac[HOOP_AUTH_MAC_BYTES];
+    unsigned char mac[HOOP__AUTH_MAC_BYTES];
     switch (a->phase) {
     case P_HELLO: {
         const unsigned char *h = a->in;
         if (h[8] != AUTH_VERSION)
-            return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer speaks authentication version %u, not %u",
-                        h[8], AUTH_VERSION);
+            return fail(a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer speaks authentication version %u, not %u", h[8], AUTH_VERSION);
         if (h[9] > 1)
-            return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer's authentication hello is malformed");
+            return fail(a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer's authentication hello is malformed");
         if (h[9] == a->is_server)
-            return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer also acts as the %s of the exchange",
+            return fail(a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer also acts as the %s of the exchange",
                         a->is_server ? "server" : "client");
         for (int i = 10; i < 16; i++)
             if (h[i] != 0)
                 return fail(a, HOOP_ERR_AUTH, err, errlen,
                             "the peer's authentication hello is malformed");
-        memcpy(a->peer_nonce, h + 16, HOOP_AUTH_NONCE_BYTES);
-        if (sodium_memcmp(a->peer_nonce, a->nonce, HOOP_AUTH_NONCE_BYTES) == 0)
+        memcpy(a->peer_nonce, h + 16, HOOP__AUTH_NONCE_BYTES);
+        if (sodium_memcmp(a->peer_nonce, a->nonce, HOOP__AUTH_NONCE_BYTES) == 0)
             return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer sent our own challenge back");
         if (a->is_server) {
             a->phase = P_CPROOF;
-            expect_in(a, HOOP_AUTH_MAC_BYTES);
+            expect_in(a, HOOP__AUTH_MAC_BYTES);
         } else {
             proof(a, 0, mac);
             queue_out(a, mac, sizeof(mac));
@@ -333,7 +334,7 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
             hoop__say(err, errlen, "the peer's proof is wrong: it does not hold this job's key");
             break;
         }
-        unsigned char yes[1 + HOOP_AUTH_MAC_BYTES];
+        unsigned char yes[1 + HOOP__AUTH_MAC_BYTES];
         yes[0] = VERDICT_OK;
         proof(a, 1, yes + 1);
         queue_out(a, yes, sizeof(yes));
@@ -348,9 +349,10 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
                         "the peer rejected our key (is HOOP_AUTH_KEY the same on every rank?); or "
                         "it is of another job, with another job id");
         if (a->in[0] != VERDICT_OK)
-            return fail(a, HOOP_ERR_AUTH, err, errlen, "the peer answered the authentication with garbage");
+            return fail(a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer answered the authentication with garbage");
         a->phase = P_SPROOF;
-        expect_in(a, HOOP_AUTH_MAC_BYTES);
+        expect_in(a, HOOP__AUTH_MAC_BYTES);
         break;
     case P_SPROOF:
         proof(a, 1, mac);
@@ -358,12 +360,11 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
             return fail(a, HOOP_ERR_AUTH, err, errlen,
                         "the peer's proof is wrong: it does not hold this job's key");
         sodium_memzero(mac, sizeof(mac));
-        return HOOP_AUTH_DONE;
-    default:
-        return fail(a, HOOP_ERR_INTERNAL, err, errlen, "authentication in a bad state");
+        return HOOP__AUTH_DONE;
+    default: return fail(a, HOOP_ERR_INTERNAL, err, errlen, "authentication in a bad state");
     }
     sodium_memzero(mac, sizeof(mac));
-    return HOOP_AUTH_MORE;
+    return HOOP__AUTH_MORE;
 }
 
 /* A peer with a key says hello before anything else: one that goes away before its hello is
@@ -373,12 +374,15 @@ static int lost(hoop__auth_t *a, int e, const char *doing, char *err, size_t err
 {
     const int gone = e == 0 || e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNABORTED;
     if (gone && a->phase == P_HELLO)
-        return fail(a, HOOP_ERR_AUTH, err, errlen,
-                    "the peer closed the connection without answering the authentication (no key on its "
-                    "side?)");
+        return fail(
+            a, HOOP_ERR_AUTH, err, errlen,
+            "the peer closed the connection without answering the authentication (no key on its "
+            "side?)");
     if (gone)
-        return fail(a, HOOP_ERR_PEER_LOST, err, errlen, "the peer closed the connection during authentication");
-    return fail(a, HOOP_ERR_SYSTEM, err, errlen, "%s during authentication: %s", doing, strerror(e));
+        return fail(a, HOOP_ERR_PEER_LOST, err, errlen,
+                    "the peer closed the connection during authentication");
+    return fail(a, HOOP_ERR_SYSTEM, err, errlen, "%s during authentication: %s", doing,
+                strerror(e));
 }
 
 int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t errlen)
@@ -386,11 +390,12 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
     if (events != NULL) *events = 0;
     if (a->phase == P_FAILED && a->out_len == 0) {
         if (a->code == HOOP_ERR_INTERNAL) hoop__say(err, errlen, "authentication could not start");
-        return HOOP_AUTH_FAILED;
+        return HOOP__AUTH_FAILED;
     }
     for (;;) {
         while (a->out_off < a->out_len) {
-            ssize_t n = send(fd, a->out + a->out_off, a->out_len - a->out_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+            ssize_t n = send(fd, a->out + a->out_off, a->out_len - a->out_off,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
             if (n > 0) {
                 a->out_off += (size_t)n;
             } else if (n < 0 && errno == EINTR) {
@@ -399,7 +404,7 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
                 break;
             } else if (a->phase == P_FAILED) {
                 a->out_len = 0;
-                return HOOP_AUTH_FAILED;
+                return HOOP__AUTH_FAILED;
             } else if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) {
                 /* Gone; what it sent before still says how far it got, and decides the error. */
                 a->gone = errno;
@@ -412,15 +417,15 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
         if (a->phase == P_FAILED) {
             /* A rejection goes out best effort: never wait for it. */
             a->out_len = 0;
-            return HOOP_AUTH_FAILED;
+            return HOOP__AUTH_FAILED;
         }
         if (a->phase == P_FINISH) {
             if (!out_busy) {
                 a->out_len = 0;
-                return HOOP_AUTH_DONE;
+                return HOOP__AUTH_DONE;
             }
             if (events != NULL) *events = POLLOUT;
-            return HOOP_AUTH_MORE;
+            return HOOP__AUTH_MORE;
         }
         if (a->in_len < a->in_need) {
             ssize_t n = recv(fd, a->in + a->in_len, a->in_need - a->in_len, MSG_DONTWAIT);
@@ -430,9 +435,10 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
                 /* Tell a stranger (or a peer without a key) apart as soon as the magic is in. */
                 if (a->phase == P_HELLO && before < 8 &&
                     memcmp(a->in, HELLO_MAGIC, a->in_len < 8 ? a->in_len : 8) != 0)
-                    return fail(a, HOOP_ERR_AUTH, err, errlen,
-                                "the peer did not start the authentication exchange (no key on its side, "
-                                "or not a hoop rank)");
+                    return fail(
+                        a, HOOP_ERR_AUTH, err, errlen,
+                        "the peer did not start the authentication exchange (no key on its side, "
+                        "or not a hoop rank)");
                 continue;
             }
             if (n == 0) return lost(a, 0, "receiving", err, errlen);
@@ -440,17 +446,17 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 if (a->gone) return lost(a, a->gone, "sending", err, errlen);
                 if (events != NULL) *events = (short)(POLLIN | (out_busy ? POLLOUT : 0));
-                return HOOP_AUTH_MORE;
+                return HOOP__AUTH_MORE;
             }
             return lost(a, errno, "receiving", err, errlen);
         }
         /* A message may queue an answer: what is queued goes out first. */
         if (out_busy) {
             if (events != NULL) *events = POLLOUT;
-            return HOOP_AUTH_MORE;
+            return HOOP__AUTH_MORE;
         }
         int r = on_message(a, err, errlen);
-        if (r != HOOP_AUTH_MORE) return r;
+        if (r != HOOP__AUTH_MORE) return r;
     }
 }
 
@@ -467,8 +473,8 @@ hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_s
     for (;;) {
         short ev = 0;
         int s = hoop__auth_step(&a, fd, &ev, err, errlen);
-        if (s == HOOP_AUTH_DONE) break;
-        if (s == HOOP_AUTH_FAILED) {
+        if (s == HOOP__AUTH_DONE) break;
+        if (s == HOOP__AUTH_FAILED) {
             rc = a.code != HOOP_OK ? a.code : HOOP_ERR_AUTH;
             break;
         }

@@ -26,16 +26,16 @@
 
 #include "hoop.h"
 
-#define HOOP_AUTH_KEY_BYTES 32
-#define HOOP_AUTH_NONCE_BYTES 32
-#define HOOP_AUTH_HELLO_BYTES 48
-#define HOOP_AUTH_MAC_BYTES 32
+#define HOOP__AUTH_KEY_BYTES 32
+#define HOOP__AUTH_NONCE_BYTES 32
+#define HOOP__AUTH_HELLO_BYTES 48
+#define HOOP__AUTH_MAC_BYTES 32
 /* Longest message of the exchange: the server's verdict and proof. */
-#define HOOP_AUTH_MAX_MSG (1 + HOOP_AUTH_MAC_BYTES)
+#define HOOP__AUTH_MAX_MSG (1 + HOOP__AUTH_MAC_BYTES)
 
 typedef struct hoop__auth_key {
     int set; /* 0: no key, connections are not authenticated */
-    unsigned char bytes[HOOP_AUTH_KEY_BYTES];
+    unsigned char bytes[HOOP__AUTH_KEY_BYTES];
 } hoop__auth_key_t;
 
 /* The key from the text of HOOP_AUTH_KEY: exactly 64 hex digits are the key itself (what hooprun
@@ -68,21 +68,22 @@ typedef struct hoop__auth {
     int is_server;
     int phase;
     hoop_result_t code; /* why it failed */
-    unsigned char nonce[HOOP_AUTH_NONCE_BYTES], peer_nonce[HOOP_AUTH_NONCE_BYTES];
-    unsigned char out[HOOP_AUTH_HELLO_BYTES];
+    unsigned char nonce[HOOP__AUTH_NONCE_BYTES], peer_nonce[HOOP__AUTH_NONCE_BYTES];
+    unsigned char out[HOOP__AUTH_HELLO_BYTES];
     size_t out_len, out_off;
-    unsigned char in[HOOP_AUTH_HELLO_BYTES];
+    unsigned char in[HOOP__AUTH_HELLO_BYTES];
     size_t in_len, in_need;
     int gone; /* errno of a send that found the peer gone; what it sent before is still read */
 } hoop__auth_t;
 
-enum { HOOP_AUTH_FAILED = -1, HOOP_AUTH_MORE = 0, HOOP_AUTH_DONE = 1 };
+enum { HOOP__AUTH_FAILED = -1, HOOP__AUTH_MORE = 0, HOOP__AUTH_DONE = 1 };
 
 /* key must be set and outlive a. */
-void hoop__auth_start(hoop__auth_t *a, const hoop__auth_key_t *key, int is_server, uint64_t context);
+void hoop__auth_start(hoop__auth_t *a, const hoop__auth_key_t *key, int is_server,
+                      uint64_t context);
 /* Moves the exchange on fd without blocking, reading no byte past its own messages.
- * HOOP_AUTH_DONE: the peer holds the key. HOOP_AUTH_MORE: call again once fd is ready for *events
- * (POLLIN / POLLOUT). HOOP_AUTH_FAILED: a->code and a sentence in err (the caller closes fd). */
+ * HOOP__AUTH_DONE: the peer holds the key. HOOP__AUTH_MORE: call again once fd is ready for *events
+ * (POLLIN / POLLOUT). HOOP__AUTH_FAILED: a->code and a sentence in err (the caller closes fd). */
 int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t errlen);
 /* Wipes the nonces. */
 void hoop__auth_clear(hoop__auth_t *a);

@@ -42,11 +42,11 @@ void hoop__log_open(hoop__log_t *l, int level, const char *file, int rank)
              * on stderr are not a surprise. */
             int e = errno;
             if (strcmp(file, path) == 0)
-                HOOP_WARN(l, "cannot open HOOP_DEBUG_FILE \"%s\": %s; logging to stderr", path,
-                          strerror(e));
+                HOOP__WARN(l, "cannot open HOOP_DEBUG_FILE \"%s\": %s; logging to stderr", path,
+                           strerror(e));
             else
-                HOOP_WARN(l, "cannot open HOOP_DEBUG_FILE \"%s\" (\"%s\"): %s; logging to stderr",
-                          file, path, strerror(e));
+                HOOP__WARN(l, "cannot open HOOP_DEBUG_FILE \"%s\" (\"%s\"): %s; logging to stderr",
+                           file, path, strerror(e));
         }
     }
 }
@@ -56,7 +56,7 @@ void hoop__log_close(hoop__log_t *l)
     if (l->own_out && l->out != NULL) fclose(l->out);
     l->out = NULL;
     l->own_out = 0;
-    l->level = HOOP_LOG_NONE;
+    l->level = HOOP__LOG_NONE;
 }
 
 void hoop__log_put(FILE *out, const char *line)

@@ -79,7 +79,7 @@ int hoop__sock_listen(const struct sockaddr *addr, socklen_t len, int flags)
 {
     int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
-    if (flags & HOOP_SOCK_FIXED_PORT) {
+    if (flags & HOOP__SOCK_FIXED_PORT) {
         const int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (addr->sa_family == AF_INET6)
@@ -112,9 +112,9 @@ int hoop__sock_accept(int lfd, char *peer, size_t cap)
 hoop__sock_io_t hoop__sock_io(int fd, void *buf, size_t n, int flags, double deadline)
 {
     uint8_t *p = buf;
-    const int sending = (flags & HOOP_SOCK_SEND) != 0;
+    const int sending = (flags & HOOP__SOCK_SEND) != 0;
     /* MSG_DONTWAIT: a caller's blocking socket must not outwait the deadline either. */
-    const int sflags = MSG_NOSIGNAL | MSG_DONTWAIT | ((flags & HOOP_SOCK_MORE) ? MSG_MORE : 0);
+    const int sflags = MSG_NOSIGNAL | MSG_DONTWAIT | ((flags & HOOP__SOCK_MORE) ? MSG_MORE : 0);
     while (n > 0) {
         ssize_t got = sending ? send(fd, p, n, sflags) : recv(fd, p, n, MSG_DONTWAIT);
         if (got > 0) {
@@ -122,18 +122,18 @@ hoop__sock_io_t hoop__sock_io(int fd, void *buf, size_t n, int flags, double dea
             n -= (size_t)got;
             continue;
         }
-        if (got == 0 && !sending) return HOOP_SOCK_CLOSED;
+        if (got == 0 && !sending) return HOOP__SOCK_CLOSED;
         if (got == 0) {
             errno = EIO; /* send() moves at least one byte of a non-empty buffer or fails */
-            return HOOP_SOCK_FAILED;
+            return HOOP__SOCK_FAILED;
         }
         if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return HOOP_SOCK_FAILED;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return HOOP__SOCK_FAILED;
         int w = hoop__sock_wait(fd, sending ? POLLOUT : POLLIN, deadline);
-        if (w == 0) return HOOP_SOCK_TIMEOUT;
-        if (w < 0) return HOOP_SOCK_WAIT_FAILED;
+        if (w == 0) return HOOP__SOCK_TIMEOUT;
+        if (w < 0) return HOOP__SOCK_WAIT_FAILED;
     }
-    return HOOP_SOCK_DONE;
+    return HOOP__SOCK_DONE;
 }
 
 int hoop__sock_gone(int err)
@@ -217,14 +217,14 @@ int hoop__sock_resolve(const char *host, int port, struct addrinfo **res)
 void hoop__sock_gate_init(hoop__sock_gate_t *g)
 {
     memset(g, 0, sizeof *g);
-    for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) g->slot[i].fd = -1;
+    for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) g->slot[i].fd = -1;
 }
 
 hoop__sock_pending_t *hoop__sock_gate_room(hoop__sock_gate_t *g, int *full)
 {
     hoop__sock_pending_t *oldest = NULL;
     *full = 0;
-    for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) {
+    for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
         hoop__sock_pending_t *p = &g->slot[i];
         if (p->fd < 0) return p;
         if (oldest == NULL || p->deadline < oldest->deadline) oldest = p;
@@ -237,7 +237,7 @@ double hoop__sock_gate_next(const hoop__sock_gate_t *g, double none)
 {
     double first = none;
     int any = 0;
-    for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) {
+    for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
         const hoop__sock_pending_t *p = &g->slot[i];
         if (p->fd < 0 || (any && p->deadline >= first)) continue;
         first = p->deadline;
@@ -275,7 +275,7 @@ static void pending_auth_free(hoop__sock_pending_t *p)
 int hoop__sock_pending_step(hoop__sock_pending_t *p, char *why, size_t whylen)
 {
     int r = hoop__auth_step(p->auth, p->fd, &p->events, why, whylen);
-    if (r == HOOP_AUTH_DONE) pending_auth_free(p);
+    if (r == HOOP__AUTH_DONE) pending_auth_free(p);
     return r;
 }
 

@@ -8,8 +8,8 @@
  *   addresses    "host:port" and "[v6addr]:port": hoop__sock_hostport, hoop__sock_format,
  *                hoop__sock_parse, hoop__sock_resolve
  *   the gate     accepted connections that must identify themselves (a key's handshake, with
- *                whatever their protocol sends first) within HOOP_SOCK_AUTH_WINDOW seconds, at most
- *                HOOP_SOCK_PENDING_MAX at once, so that strangers cannot hold a server
+ *                whatever their protocol sends first) within HOOP__SOCK_AUTH_WINDOW seconds, at most
+ *                HOOP__SOCK_PENDING_MAX at once, so that strangers cannot hold a server
  *
  * Nothing here logs or writes error sentences: callers know whom they talk to and say so.
  * Sending always passes MSG_NOSIGNAL: a peer that is gone is an EPIPE, never a SIGPIPE.
@@ -50,7 +50,7 @@ int hoop__sock_connect(int fd, const struct sockaddr *addr, socklen_t len, doubl
 /* For hoop__sock_listen: the port is a fixed, well-known one (the store's, not a kernel-chosen
  * one). SO_REUSEADDR lets a new job bind it while the last one's connections linger in TIME_WAIT,
  * and an IPv6 socket leaves the IPv4 port to a socket of its own. */
-#define HOOP_SOCK_FIXED_PORT 1
+#define HOOP__SOCK_FIXED_PORT 1
 
 /* A non-blocking, close-on-exec socket listening on addr (backlog 1024); -1 with errno. */
 int hoop__sock_listen(const struct sockaddr *addr, socklen_t len, int flags);
@@ -62,20 +62,20 @@ int hoop__sock_accept(int lfd, char *peer, size_t cap);
 
 /* hoop__sock_io's flags: send (else receive), and more follows at once (MSG_MORE: the kernel
  * may hold this part back to send it with the next). */
-#define HOOP_SOCK_SEND 1
-#define HOOP_SOCK_MORE 2
+#define HOOP__SOCK_SEND 1
+#define HOOP__SOCK_MORE 2
 
 /* Why hoop__sock_io stopped. */
 typedef enum {
-    HOOP_SOCK_DONE = 0,    /* every byte moved */
-    HOOP_SOCK_CLOSED,      /* receiving: the peer closed its end (an orderly end of stream) */
-    HOOP_SOCK_TIMEOUT,     /* the deadline passed first */
-    HOOP_SOCK_WAIT_FAILED, /* poll() failed (errno) */
-    HOOP_SOCK_FAILED       /* send() or recv() failed (errno; hoop__sock_gone tells a lost peer) */
+    HOOP__SOCK_DONE = 0,    /* every byte moved */
+    HOOP__SOCK_CLOSED,      /* receiving: the peer closed its end (an orderly end of stream) */
+    HOOP__SOCK_TIMEOUT,     /* the deadline passed first */
+    HOOP__SOCK_WAIT_FAILED, /* poll() failed (errno) */
+    HOOP__SOCK_FAILED       /* send() or recv() failed (errno; hoop__sock_gone tells a lost peer) */
 } hoop__sock_io_t;
 
 /* Sends or receives exactly n bytes of buf on fd before deadline, waiting in poll() whenever the
- * socket is full or empty. On anything but HOOP_SOCK_DONE part of buf may have moved: the stream is
+ * socket is full or empty. On anything but HOOP__SOCK_DONE part of buf may have moved: the stream is
  * out of step and the caller closes it. */
 hoop__sock_io_t hoop__sock_io(int fd, void *buf, size_t n, int flags, double deadline);
 
@@ -99,9 +99,9 @@ int hoop__sock_resolve(const char *host, int port, struct addrinfo **res);
 /* ---- the gate ---- */
 
 /* Seconds an accepted connection has to identify itself. */
-#define HOOP_SOCK_AUTH_WINDOW 10.0
+#define HOOP__SOCK_AUTH_WINDOW 10.0
 /* Accepted connections that may be identifying themselves at once; the oldest goes to make room. */
-#define HOOP_SOCK_PENDING_MAX 64
+#define HOOP__SOCK_PENDING_MAX 64
 
 /* One accepted connection until it has identified itself. */
 typedef struct hoop__sock_pending {
@@ -117,7 +117,7 @@ typedef struct hoop__sock_pending {
 } hoop__sock_pending_t;
 
 typedef struct hoop__sock_gate {
-    hoop__sock_pending_t slot[HOOP_SOCK_PENDING_MAX];
+    hoop__sock_pending_t slot[HOOP__SOCK_PENDING_MAX];
 } hoop__sock_gate_t;
 
 /* Every slot free. */
@@ -140,9 +140,9 @@ void hoop__sock_pending_admit(hoop__sock_pending_t *p, int fd, const char *peer,
 int hoop__sock_pending_auth(hoop__sock_pending_t *p, const hoop__auth_key_t *key, int is_server,
                             uint64_t context);
 
-/* Moves p's handshake on, as hoop__auth_step. HOOP_AUTH_DONE: the peer holds the key, and the
- * handshake is freed (p->auth is NULL); HOOP_AUTH_MORE: p->events says what to wait for;
- * HOOP_AUTH_FAILED: why and p->auth->code say what went wrong, and the caller closes p. */
+/* Moves p's handshake on, as hoop__auth_step. HOOP__AUTH_DONE: the peer holds the key, and the
+ * handshake is freed (p->auth is NULL); HOOP__AUTH_MORE: p->events says what to wait for;
+ * HOOP__AUTH_FAILED: why and p->auth->code say what went wrong, and the caller closes p. */
 int hoop__sock_pending_step(hoop__sock_pending_t *p, char *why, size_t whylen);
 
 /* Hands p's connection over to the caller: returns its descriptor and frees the slot. */

@@ -5,7 +5,11 @@
 #include <string.h>
 
 /* Explicit little-endian packing: the layout never depends on the compiler or the host. */
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 static void put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -30,11 +34,11 @@ static uint64_t get64(const uint8_t *p)
 
 /* Offsets: magic 0, version 4, kind 6, dtype 7, op 8, flags 9, algo 10, reserved 11, root 12,
  * src 16, comm_id 20, seq 28, count 36, payload_len 44, sched 52, reserved 56..63 (zero). */
-void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP_WIRE_HDR_SIZE])
+void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP__WIRE_HDR_SIZE])
 {
-    memset(out, 0, HOOP_WIRE_HDR_SIZE);
-    put32(out + 0, HOOP_WIRE_MAGIC);
-    put16(out + 4, HOOP_WIRE_VERSION);
+    memset(out, 0, HOOP__WIRE_HDR_SIZE);
+    put32(out + 0, HOOP__WIRE_MAGIC);
+    put16(out + 4, HOOP__WIRE_VERSION);
     out[6] = h->kind;
     out[7] = h->dtype;
     out[8] = h->op;
@@ -49,15 +53,15 @@ void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP_WIRE_HDR_SIZE
     put32(out + 52, h->sched);
 }
 
-hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t max_payload,
+hoop_result_t hoop__wire_decode(const uint8_t in[HOOP__WIRE_HDR_SIZE], uint64_t max_payload,
                                 hoop__wire_hdr_t *h)
 {
     memset(h, 0, sizeof(*h));
-    if (get32(in) != HOOP_WIRE_MAGIC || get16(in + 4) != HOOP_WIRE_VERSION)
+    if (get32(in) != HOOP__WIRE_MAGIC || get16(in + 4) != HOOP__WIRE_VERSION)
         return HOOP_ERR_MISMATCH;
     /* Reserved bytes must be zero: a later version that uses them is told apart by its version. */
     if (in[11] != 0) return HOOP_ERR_MISMATCH;
-    for (int i = 56; i < HOOP_WIRE_HDR_SIZE; i++)
+    for (int i = 56; i < HOOP__WIRE_HDR_SIZE; i++)
         if (in[i] != 0) return HOOP_ERR_MISMATCH;
     h->kind = in[6];
     h->dtype = in[7];
@@ -71,8 +75,8 @@ hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t m
     h->count = get64(in + 36);
     h->payload_len = get64(in + 44);
     h->sched = get32(in + 52);
-    if (h->kind == HOOP_K_NONE || h->kind >= HOOP_K_COUNT || h->dtype >= HOOP_DTYPE_COUNT ||
-        h->op >= HOOP_OP_COUNT || h->algo >= HOOP_WIRE_ALGO_COUNT || h->root < -1 ||
+    if (h->kind == HOOP__K_NONE || h->kind >= HOOP__K_COUNT || h->dtype >= HOOP_DTYPE_COUNT ||
+        h->op >= HOOP_OP_COUNT || h->algo >= HOOP__WIRE_ALGO_COUNT || h->root < -1 ||
         h->payload_len > max_payload) {
         memset(h, 0, sizeof(*h));
         return HOOP_ERR_MISMATCH;
@@ -95,28 +99,28 @@ hoop_result_t hoop__wire_match(const hoop__wire_hdr_t *e, const hoop__wire_hdr_t
 
 const char *hoop__wire_algo_name(int algo)
 {
-    static const char *const names[HOOP_WIRE_ALGO_COUNT] = {"auto", "ring", "rd", "ps", "ps-sharded"};
-    return algo >= 0 && algo < HOOP_WIRE_ALGO_COUNT ? names[algo] : "unknown";
+    static const char *const names[HOOP__WIRE_ALGO_COUNT] = {"auto", "ring", "rd", "ps",
+                                                             "ps-sharded"};
+    return algo >= 0 && algo < HOOP__WIRE_ALGO_COUNT ? names[algo] : "unknown";
 }
 
 const char *hoop__kind_name(int kind)
 {
-    static const char *const names[] = {"none",    "allreduce",      "broadcast", "reduce",
-                                        "allgather", "gather",       "scatter",   "reduce_scatter",
-                                        "alltoall", "barrier",       "send",      "split",
-                                        "abort"};
-    _Static_assert(sizeof(names) / sizeof(names[0]) == HOOP_K_COUNT, "a kind without a name");
-    if (kind < 0 || kind >= HOOP_K_COUNT) return "unknown";
+    static const char *const names[] = {
+        "none",           "allreduce", "broadcast", "reduce", "allgather", "gather", "scatter",
+        "reduce_scatter", "alltoall",  "barrier",   "send",   "split",     "abort"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == HOOP__K_COUNT, "a kind without a name");
+    if (kind < 0 || kind >= HOOP__K_COUNT) return "unknown";
     return names[kind];
 }
 
 const char *hoop__wire_describe(const hoop__wire_hdr_t *h, char *buf, size_t n)
 {
-    int has_op = h->kind == HOOP_K_ALLREDUCE || h->kind == HOOP_K_REDUCE ||
-                 h->kind == HOOP_K_REDUCE_SCATTER;
-    int has_root = h->kind == HOOP_K_BROADCAST || h->kind == HOOP_K_REDUCE ||
-                   h->kind == HOOP_K_GATHER || h->kind == HOOP_K_SCATTER;
-    if (h->kind == HOOP_K_BARRIER) {
+    int has_op = h->kind == HOOP__K_ALLREDUCE || h->kind == HOOP__K_REDUCE ||
+                 h->kind == HOOP__K_REDUCE_SCATTER;
+    int has_root = h->kind == HOOP__K_BROADCAST || h->kind == HOOP__K_REDUCE ||
+                   h->kind == HOOP__K_GATHER || h->kind == HOOP__K_SCATTER;
+    if (h->kind == HOOP__K_BARRIER) {
         snprintf(buf, n, "barrier()");
     } else {
         char op[32] = "", root[32] = "";
@@ -133,29 +137,33 @@ const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *e, const hoop__wire_
 {
     char mine[128], theirs[128];
     hoop__wire_describe(e, mine, sizeof(mine));
-    if (g->kind == HOOP_K_NONE) {
+    if (g->kind == HOOP__K_NONE) {
         snprintf(buf, n, "rank %d sent a malformed message during %s (call #%" PRIu64 ")", peer,
                  mine, e->seq);
     } else if (g->comm_id != e->comm_id) {
         snprintf(buf, n, "rank %d sent a message of another communicator during %s", peer, mine);
     } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
                g->dtype == e->dtype && g->op == e->op && g->root == e->root && g->algo != e->algo) {
-        snprintf(buf, n, "rank %d ran %s as call #%" PRIu64 " with the %s algorithm where rank %d "
+        snprintf(buf, n,
+                 "rank %d ran %s as call #%" PRIu64 " with the %s algorithm where rank %d "
                  "ran it with %s (hoop_comm_set_algo or HOOP_ALGO must be the same on every rank)",
                  peer, mine, e->seq, hoop__wire_algo_name(g->algo), me,
                  hoop__wire_algo_name(e->algo));
     } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
-               g->dtype == e->dtype && g->op == e->op && g->root == e->root && g->sched != e->sched) {
-        snprintf(buf, n, "rank %d ran %s as call #%" PRIu64 " with other schedule settings than "
-                 "rank %d (digest %08x against %08x)", peer, mine, e->seq, me, (unsigned)g->sched,
-                 (unsigned)e->sched);
+               g->dtype == e->dtype && g->op == e->op && g->root == e->root &&
+               g->sched != e->sched) {
+        snprintf(buf, n,
+                 "rank %d ran %s as call #%" PRIu64 " with other schedule settings than "
+                 "rank %d (digest %08x against %08x)",
+                 peer, mine, e->seq, me, (unsigned)g->sched, (unsigned)e->sched);
     } else if (g->kind == e->kind && g->seq == e->seq && g->count == e->count &&
                g->dtype == e->dtype && g->op == e->op && g->root == e->root) {
         snprintf(buf, n, "rank %d sent %" PRIu64 " bytes where %" PRIu64 " were expected in %s",
                  peer, g->payload_len, e->payload_len, mine);
     } else {
         hoop__wire_describe(g, theirs, sizeof(theirs));
-        snprintf(buf, n, "rank %d called %s as call #%" PRIu64 " where rank %d called %s as call #%" PRIu64,
+        snprintf(buf, n,
+                 "rank %d called %s as call #%" PRIu64 " where rank %d called %s as call #%" PRIu64,
                  peer, theirs, g->seq, me, mine, e->seq);
     }
     return buf;

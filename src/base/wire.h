@@ -8,36 +8,36 @@
 
 #include "hoop.h"
 
-#define HOOP_WIRE_MAGIC 0x504f4f48u /* "HOOP" */
-#define HOOP_WIRE_VERSION 2 /* 2: algo and sched in the header */
-#define HOOP_WIRE_HDR_SIZE 64
+#define HOOP__WIRE_MAGIC 0x504f4f48u /* "HOOP" */
+#define HOOP__WIRE_VERSION 2         /* 2: algo and sched in the header */
+#define HOOP__WIRE_HDR_SIZE 64
 
 /* What a message belongs to. Values travel on the wire: append only. */
 typedef enum {
-    HOOP_K_NONE = 0,
-    HOOP_K_ALLREDUCE,
-    HOOP_K_BROADCAST,
-    HOOP_K_REDUCE,
-    HOOP_K_ALLGATHER,
-    HOOP_K_GATHER,
-    HOOP_K_SCATTER,
-    HOOP_K_REDUCE_SCATTER,
-    HOOP_K_ALLTOALL,
-    HOOP_K_BARRIER,
-    HOOP_K_SEND, /* point-to-point; hoop_recv expects this kind too */
-    HOOP_K_SPLIT,
-    HOOP_K_ABORT, /* control: the sender aborted; the payload is its reason (text, no NUL) */
-    HOOP_K_COUNT
+    HOOP__K_NONE = 0,
+    HOOP__K_ALLREDUCE,
+    HOOP__K_BROADCAST,
+    HOOP__K_REDUCE,
+    HOOP__K_ALLGATHER,
+    HOOP__K_GATHER,
+    HOOP__K_SCATTER,
+    HOOP__K_REDUCE_SCATTER,
+    HOOP__K_ALLTOALL,
+    HOOP__K_BARRIER,
+    HOOP__K_SEND, /* point-to-point; hoop_recv expects this kind too */
+    HOOP__K_SPLIT,
+    HOOP__K_ABORT, /* control: the sender aborted; the payload is its reason (text, no NUL) */
+    HOOP__K_COUNT
 } hoop__kind_t;
 
 typedef struct hoop__wire_hdr {
-    uint8_t kind;         /* hoop__kind_t */
-    uint8_t dtype;        /* hoop_dtype_t */
-    uint8_t op;           /* hoop_op_t */
+    uint8_t kind;  /* hoop__kind_t */
+    uint8_t dtype; /* hoop_dtype_t */
+    uint8_t op;    /* hoop_op_t */
     uint8_t flags;
-    uint8_t algo;         /* the algorithm that shapes the call's schedule (hoop__algo_t), 0 if none */
-    int32_t root;         /* root of rooted collectives, -1 otherwise */
-    uint32_t src;         /* sender's rank */
+    uint8_t algo; /* the algorithm that shapes the call's schedule (hoop__algo_t), 0 if none */
+    int32_t root; /* root of rooted collectives, -1 otherwise */
+    uint32_t src; /* sender's rank */
     uint64_t comm_id;
     uint64_t seq;         /* call number on the communicator (per peer pair for point-to-point) */
     uint64_t count;       /* the call's count argument: part of the fingerprint */
@@ -46,9 +46,9 @@ typedef struct hoop__wire_hdr {
                            * every rank of a communicator, so a difference is a disagreement */
 } hoop__wire_hdr_t;
 
-void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP_WIRE_HDR_SIZE]);
+void hoop__wire_encode(const hoop__wire_hdr_t *h, uint8_t out[HOOP__WIRE_HDR_SIZE]);
 /* Validates magic, version, enum ranges and payload_len <= max_payload; HOOP_ERR_MISMATCH otherwise. */
-hoop_result_t hoop__wire_decode(const uint8_t in[HOOP_WIRE_HDR_SIZE], uint64_t max_payload,
+hoop_result_t hoop__wire_decode(const uint8_t in[HOOP__WIRE_HDR_SIZE], uint64_t max_payload,
                                 hoop__wire_hdr_t *h);
 /* HOOP_OK when got is the message expected (same call, same schedule, same length),
  * HOOP_ERR_MISMATCH if not. */
@@ -59,7 +59,7 @@ const char *hoop__kind_name(int kind);
 /* The algorithms' names by hdr.algo value (hoop__algo_t: "auto", "ring", "rd", ...), "unknown"
  * outside; the one table of them. */
 const char *hoop__wire_algo_name(int algo);
-#define HOOP_WIRE_ALGO_COUNT 5
+#define HOOP__WIRE_ALGO_COUNT 5
 /* The sentence for a received header that does not match the posted receive, naming both calls:
  * "rank 1 called broadcast(count=10, float32, root=0) as call #7 where rank 0 called ...". */
 const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *expect, const hoop__wire_hdr_t *got,

@@ -45,12 +45,12 @@ static hoop_result_t server(hoop__call_t *c, size_t es, size_t n)
     uint8_t *out = c->recvbuf;
     hoop_result_t rc = HOOP_OK;
 
-#define SLOT(k, w) (stage + (((k) % 2) * (size_t)(p - 1) + (size_t)(w) - 1) * cbytes)
-#define RECV(k, w) (&recvs[((k) % 2) * (size_t)(p - 1) + (size_t)(w) - 1])
+#define SLOT(k, w) (stage + (((k) % 2) * (size_t)(p - 1) + (size_t)(w)-1) * cbytes)
+#define RECV(k, w) (&recvs[((k) % 2) * (size_t)(p - 1) + (size_t)(w)-1])
 #define CHUNK(k, off, len)                                                                         \
     do {                                                                                           \
         size_t o_, l_;                                                                             \
-        o_ = (k) * chunk;                                                                          \
+        o_ = (k)*chunk;                                                                            \
         l_ = n - o_ < chunk ? n - o_ : chunk;                                                      \
         *(off) = o_ * es;                                                                          \
         *(len) = l_ * es;                                                                          \
@@ -70,8 +70,8 @@ static hoop_result_t server(hoop__call_t *c, size_t es, size_t n)
             for (int w = 1; w < p; w++) hoop__xrecv(c, RECV(k + 1, w), w, SLOT(k + 1, w), l2);
         }
         for (int w = 1; w < p && rc == HOOP_OK; w++) {
-            HOOP_TRACE_STEP(c, 0, "rank %d receives chunk %zu (%zu B) from rank %d", SERVER, k,
-                            len, w);
+            HOOP__TRACE_STEP(c, 0, "rank %d receives chunk %zu (%zu B) from rank %d", SERVER, k,
+                             len, w);
             rc = hoop__xwait1(c, RECV(k, w));
         }
         if (rc != HOOP_OK) break;
@@ -79,15 +79,14 @@ static hoop_result_t server(hoop__call_t *c, size_t es, size_t n)
         size_t cnt = len / es;
         if (p > 1) {
             hoop__mem_reduce(c, out + off, in + off, SLOT(k, 1), cnt);
-            for (int w = 2; w < p; w++)
-                hoop__mem_reduce(c, out + off, out + off, SLOT(k, w), cnt);
+            for (int w = 2; w < p; w++) hoop__mem_reduce(c, out + off, out + off, SLOT(k, w), cnt);
         }
         if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, out + off, cnt);
-        HOOP_TRACE_STEP(c, 1, "rank %d reduces chunk %zu of %d buffers (%zu elements)", SERVER, k,
-                        p, cnt);
+        HOOP__TRACE_STEP(c, 1, "rank %d reduces chunk %zu of %d buffers (%zu elements)", SERVER, k,
+                         p, cnt);
         for (int w = 1; w < p; w++) {
-            HOOP_TRACE_STEP(c, 2, "rank %d sends reduced chunk %zu (%zu B) to rank %d", SERVER, k,
-                            len, w);
+            HOOP__TRACE_STEP(c, 2, "rank %d sends reduced chunk %zu (%zu B) to rank %d", SERVER, k,
+                             len, w);
             hoop__xsend(c, &sends[k * (size_t)(p - 1) + (size_t)w - 1], w, out + off, len);
         }
     }
@@ -114,8 +113,8 @@ static hoop_result_t worker(hoop__call_t *c, size_t es, size_t n)
     for (size_t k = 0; k < nch; k++) {
         CHUNK(k, &off, &len);
         if (n == 0) off = len = 0;
-        HOOP_TRACE_STEP(c, 0, "rank %d sends chunk %zu (%zu B) to rank %d", comm->rank, k, len,
-                        SERVER);
+        HOOP__TRACE_STEP(c, 0, "rank %d sends chunk %zu (%zu B) to rank %d", comm->rank, k, len,
+                         SERVER);
         hoop__xsend(c, &x[2 * k], SERVER, in + off, len);
         hoop__xrecv(c, &x[2 * k + 1], SERVER, out + off, len);
     }
@@ -162,7 +161,7 @@ hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c)
         size_t off, len;
         hoop__part(n, p, j, &off, &len);
         hoop__xrecv(c, &rin[j], j, stage + (size_t)j * my_len * es, my_len * es);
-        HOOP_TRACE_STEP(c, 0, "rank %d sends shard %d (%zu B) to rank %d", r, j, len * es, j);
+        HOOP__TRACE_STEP(c, 0, "rank %d sends shard %d (%zu B) to rank %d", r, j, len * es, j);
         hoop__xsend(c, &sout[j], j, in + off * es, len * es);
     }
     /* The results of the other shards land in place; posted now so they never wait on us. */
@@ -187,13 +186,13 @@ hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c)
         for (int j = 2; j < p; j++)
             hoop__mem_reduce(c, acc, acc, stage + (size_t)j * my_len * es, my_len);
         if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, acc, my_len);
-        HOOP_TRACE_STEP(c, 1, "rank %d reduces shard %d of %d buffers (%zu elements)", r, r, p,
-                        my_len);
+        HOOP__TRACE_STEP(c, 1, "rank %d reduces shard %d of %d buffers (%zu elements)", r, r, p,
+                         my_len);
         /* Step 2: the reduced shard to everyone. */
         for (int j = 0; j < p; j++) {
             if (j == r) continue;
-            HOOP_TRACE_STEP(c, 2, "rank %d sends reduced shard %d (%zu B) to rank %d", r, r,
-                            my_len * es, j);
+            HOOP__TRACE_STEP(c, 2, "rank %d sends reduced shard %d (%zu B) to rank %d", r, r,
+                             my_len * es, j);
             hoop__xsend(c, &sres[j], j, acc, my_len * es);
         }
         for (int j = 0; j < p && rc == HOOP_OK; j++)

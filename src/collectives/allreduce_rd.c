@@ -35,8 +35,8 @@ hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
     int vr; /* rank among the q survivors, -1 when folded away */
     if (r < 2 * e) {
         if (r % 2 == 0) {
-            HOOP_TRACE_STEP(c, 0, "rank %d folds: sends its buffer (%zu B) to rank %d", r, bytes,
-                            r + 1);
+            HOOP__TRACE_STEP(c, 0, "rank %d folds: sends its buffer (%zu B) to rank %d", r, bytes,
+                             r + 1);
             rc = hoop__sendrecv(c, r + 1, buf, bytes, -1, NULL, 0);
             if (rc != HOOP_OK) return rc;
             vr = -1;
@@ -44,7 +44,7 @@ hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
             rc = hoop__sendrecv(c, -1, NULL, 0, r - 1, tmp, bytes);
             if (rc != HOOP_OK) return rc;
             hoop__mem_reduce(c, buf, tmp, buf, n);
-            HOOP_TRACE_STEP(c, 0, "rank %d receives rank %d's buffer and reduces", r, r - 1);
+            HOOP__TRACE_STEP(c, 0, "rank %d receives rank %d's buffer and reduces", r, r - 1);
             vr = r / 2;
         }
     } else {
@@ -54,22 +54,24 @@ hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
         for (int mask = 1; mask < q; mask <<= 1) {
             int vpeer = vr ^ mask;
             int peer = vpeer < e ? vpeer * 2 + 1 : vpeer + e;
-            HOOP_TRACE_STEP(c, 1 + __builtin_ctz((unsigned)mask),
-                            "rank %d exchanges its buffer (%zu B) with rank %d and reduces", r,
-                            bytes, peer);
+            HOOP__TRACE_STEP(c, 1 + __builtin_ctz((unsigned)mask),
+                             "rank %d exchanges its buffer (%zu B) with rank %d and reduces", r,
+                             bytes, peer);
             rc = hoop__sendrecv(c, peer, buf, bytes, peer, tmp, bytes);
             if (rc != HOOP_OK) return rc;
-            if (vpeer < vr) hoop__mem_reduce(c, buf, tmp, buf, n);
-            else hoop__mem_reduce(c, buf, buf, tmp, n);
+            if (vpeer < vr)
+                hoop__mem_reduce(c, buf, tmp, buf, n);
+            else
+                hoop__mem_reduce(c, buf, buf, tmp, n);
         }
     }
     if (r < 2 * e) {
         int last = 1 + __builtin_ctz((unsigned)q);
         if (r % 2)
-            HOOP_TRACE_STEP(c, last, "rank %d hands the result (%zu B) back to rank %d", r, bytes,
-                            r - 1);
+            HOOP__TRACE_STEP(c, last, "rank %d hands the result (%zu B) back to rank %d", r, bytes,
+                             r - 1);
         else
-            HOOP_TRACE_STEP(c, last, "rank %d receives the result from rank %d", r, r + 1);
+            HOOP__TRACE_STEP(c, last, "rank %d receives the result from rank %d", r, r + 1);
         rc = r % 2 ? hoop__sendrecv(c, r - 1, buf, bytes, -1, NULL, 0)
                    : hoop__sendrecv(c, -1, NULL, 0, r + 1, buf, bytes);
         if (rc != HOOP_OK) return rc;

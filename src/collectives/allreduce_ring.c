@@ -36,7 +36,7 @@ typedef struct ring {
     hoop__call_t *c;
     int p, r;
     size_t es, n;
-    int chunks;       /* chunks per segment */
+    int chunks; /* chunks per segment */
     const uint8_t *in;
     uint8_t *out;
 } ring_t;
@@ -66,8 +66,13 @@ static int seg_recv(const ring_t *g, int k)
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    ring_t g = {.c = c, .p = comm->size, .r = hoop__ring_pos(comm), .es = hoop__dsize(c), .n = c->count,
-                .in = c->sendbuf, .out = c->recvbuf};
+    ring_t g = {.c = c,
+                .p = comm->size,
+                .r = hoop__ring_pos(comm),
+                .es = hoop__dsize(c),
+                .n = c->count,
+                .in = c->sendbuf,
+                .out = c->recvbuf};
     if (g.p == 1) {
         if (c->sendbuf != c->recvbuf) hoop__mem_copy(c, c->recvbuf, c->sendbuf, g.n * g.es);
         return HOOP_OK;
@@ -105,8 +110,8 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
     for (int u = 0; u < window; u++) POST_RECV(u);
     for (int ch = 0; ch < g.chunks; ch++) {
         chunk_range(&g, seg_sent(&g, 0), ch, &off, &len);
-        HOOP_TRACE_STEP(c, 0, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
-                        seg_sent(&g, 0), ch, len, right);
+        HOOP__TRACE_STEP(c, 0, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
+                         seg_sent(&g, 0), ch, len, right);
         hoop__xsend(c, &sends[ch], right, g.in + off, len);
     }
 
@@ -120,21 +125,24 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c)
             /* Incoming partial first, own contribution second: a fixed order on every rank. */
             const uint8_t *slot = staging + (size_t)(u % window) * slot_bytes;
             hoop__mem_reduce(c, g.out + off, slot, g.in + off, len / g.es);
-            HOOP_TRACE_STEP(c, k, "rank %d receives segment %d chunk %d (%zu B) from rank %d and "
-                            "reduces it with its own", comm->rank, seg_recv(&g, k), ch, len, left);
-            if (k == g.p - 2 && c->op == HOOP_AVG)
-                hoop__mem_avg_finish(c, g.out + off, len / g.es);
+            HOOP__TRACE_STEP(c, k,
+                             "rank %d receives segment %d chunk %d (%zu B) from rank %d and "
+                             "reduces it with its own",
+                             comm->rank, seg_recv(&g, k), ch, len, left);
+            if (k == g.p - 2 && c->op == HOOP_AVG) hoop__mem_avg_finish(c, g.out + off, len / g.es);
         } else {
-            HOOP_TRACE_STEP(c, k, "rank %d receives finished segment %d chunk %d (%zu B) from "
-                            "rank %d", comm->rank, seg_recv(&g, k), ch, len, left);
+            HOOP__TRACE_STEP(c, k,
+                             "rank %d receives finished segment %d chunk %d (%zu B) from "
+                             "rank %d",
+                             comm->rank, seg_recv(&g, k), ch, len, left);
         }
         /* The slot is free again: keep the window full. */
         if (u + window < units) POST_RECV(u + window);
         if (k + 1 < steps) {
             size_t so, sl;
             chunk_range(&g, seg_sent(&g, k + 1), ch, &so, &sl);
-            HOOP_TRACE_STEP(c, k + 1, "rank %d sends segment %d chunk %d (%zu B) to rank %d", comm->rank,
-                            seg_sent(&g, k + 1), ch, sl, right);
+            HOOP__TRACE_STEP(c, k + 1, "rank %d sends segment %d chunk %d (%zu B) to rank %d",
+                             comm->rank, seg_sent(&g, k + 1), ch, sl, right);
             hoop__xsend(c, &sends[(k + 1) * g.chunks + ch], right, g.out + so, sl);
         }
     }

@@ -9,7 +9,7 @@
 
 /* Picks and runs the algorithm of call (select.c). */
 hoop_result_t hoop__collective_run(hoop__call_t *call);
-/* The algorithm that will run call (resolves HOOP_ALGO_AUTO by size and rank count). */
+/* The algorithm that will run call (resolves HOOP__ALGO_AUTO by size and rank count). */
 hoop__algo_t hoop__algo_choose(const hoop__call_t *call);
 const char *hoop__algo_name(int algo);
 int hoop__algo_parse(const char *s); /* -1 if unknown */
@@ -19,8 +19,9 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c);
 hoop_result_t hoop__allreduce_rd(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c);
-hoop_result_t hoop__broadcast(hoop__call_t *c);      /* binomial tree small, pipelined chain large */
-hoop_result_t hoop__reduce_coll(hoop__call_t *c);    /* binomial tree small, ring reduce-scatter + gather large */
+hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
+hoop_result_t hoop__reduce_coll(
+    hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */
 hoop_result_t hoop__allgather_ring(hoop__call_t *c);
 hoop_result_t hoop__gather(hoop__call_t *c);
 hoop_result_t hoop__scatter(hoop__call_t *c);

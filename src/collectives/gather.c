@@ -28,5 +28,5 @@ hoop_result_t hoop__gather(hoop__call_t *c)
         hoop__mem_move(c, out + (size_t)r * n, c->sendbuf, n);
     if (p == 1) return HOOP_OK;
 
-    return hoop__root_exchange(c, HOOP_XFER_RECV, out, n);
+    return hoop__root_exchange(c, HOOP__XFER_RECV, out, n);
 }

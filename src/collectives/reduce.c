@@ -25,7 +25,6 @@
 
 enum { MAX_CHILDREN = 32, ALIGN = 64, TREE_FACTOR = 256 };
 
-
 static size_t align_up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
 static hoop_result_t no_memory(hoop_comm_t *comm, size_t bytes)
@@ -133,6 +132,7 @@ hoop_result_t hoop__reduce_coll(hoop__call_t *c)
         if (out != in && n > 0) hoop__mem_move(c, out, in, n);
         return HOOP_OK; /* AVG over one rank divides by 1 */
     }
-    if ((comm->size <= 4 ? n / TREE_FACTOR : n) <= comm->agreed.small_bytes) return tree(c, in, out, n);
+    if ((comm->size <= 4 ? n / TREE_FACTOR : n) <= comm->agreed.small_bytes)
+        return tree(c, in, out, n);
     return rabenseifner(c, in, out, c->count);
 }

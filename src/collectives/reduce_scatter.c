@@ -31,15 +31,14 @@
 
 enum { WINDOW = 4, GROUP = 4, ALIGN = 64 };
 
-
 typedef struct {
-    size_t ds;      /* element size */
-    size_t ce;      /* elements per chunk */
-    size_t m;       /* chunks per block (of the largest block) */
-    size_t slot;    /* bytes per scratch slot, aligned */
-    size_t nout;    /* slots of reduced chunks */
-    int direct;     /* result written straight to out */
-    size_t outlen;  /* bytes of the result */
+    size_t ds;     /* element size */
+    size_t ce;     /* elements per chunk */
+    size_t m;      /* chunks per block (of the largest block) */
+    size_t slot;   /* bytes per scratch slot, aligned */
+    size_t nout;   /* slots of reduced chunks */
+    int direct;    /* result written straight to out */
+    size_t outlen; /* bytes of the result */
 } plan_t;
 
 static size_t align_up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
@@ -189,8 +188,10 @@ hoop_result_t hoop__reduce_scatter_ring(hoop__call_t *c)
     size_t need = hoop__rs_ring_scratch(c, in, total / ds, out);
     void *scratch = hoop__scratch(c, need);
     if (scratch == NULL) {
-        hoop__comm_fail(comm, HOOP_ERR_NO_MEMORY, "reduce_scatter: no memory for %zu bytes of "
-                        "scratch", need);
+        hoop__comm_fail(comm, HOOP_ERR_NO_MEMORY,
+                        "reduce_scatter: no memory for %zu bytes of "
+                        "scratch",
+                        need);
         return HOOP_ERR_NO_MEMORY;
     }
     return hoop__rs_ring(c, in, total / ds, out, scratch);

@@ -24,7 +24,7 @@ hoop_result_t hoop__scatter(hoop__call_t *c)
 
     const char *in = c->sendbuf;
     if (p > 1) {
-        hoop_result_t rc = hoop__root_exchange(c, HOOP_XFER_SEND, (char *)in, n);
+        hoop_result_t rc = hoop__root_exchange(c, HOOP__XFER_SEND, (char *)in, n);
         if (rc != HOOP_OK) return rc;
     }
     if (n > 0 && (char *)c->recvbuf != in + (size_t)r * n)

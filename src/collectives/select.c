@@ -7,24 +7,24 @@
 
 #include "collectives/coll.h"
 
-_Static_assert(HOOP_ALGO_COUNT == HOOP_WIRE_ALGO_COUNT, "an algorithm the wire cannot name");
+_Static_assert(HOOP__ALGO_COUNT == HOOP__WIRE_ALGO_COUNT, "an algorithm the wire cannot name");
 
 const char *hoop__algo_name(int algo) { return hoop__wire_algo_name(algo); }
 
 int hoop__algo_parse(const char *s)
 {
-    for (int i = 0; i < HOOP_ALGO_COUNT; i++)
+    for (int i = 0; i < HOOP__ALGO_COUNT; i++)
         if (strcasecmp(s, hoop__wire_algo_name(i)) == 0) return i;
     return -1;
 }
 
 hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
 {
-    if (call->kind != HOOP_K_ALLREDUCE) return HOOP_ALGO_AUTO;
+    if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;
     int forced = hoop__algo_parse(call->comm->agreed.algo);
     if (forced > 0) return (hoop__algo_t)forced;
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
-    return bytes <= call->comm->agreed.small_bytes ? HOOP_ALGO_RD : HOOP_ALGO_RING;
+    return bytes <= call->comm->agreed.small_bytes ? HOOP__ALGO_RD : HOOP__ALGO_RING;
 }
 
 static hoop_result_t dispatch(hoop__call_t *call);
@@ -42,32 +42,35 @@ static hoop_result_t dispatch(hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
     char what[128];
-    hoop__wire_hdr_t h = {.kind = (uint8_t)call->kind, .dtype = (uint8_t)call->dtype,
-                          .op = (uint8_t)call->op, .root = call->root, .count = call->count};
-    HOOP_TRACE_STEP(call, -1, "%s by rank %d of %d", hoop__wire_describe(&h, what, sizeof(what)),
-                    c->rank, c->size);
-    HOOP_TRACE(&c->log, "call #%llu: %s count=%zu %s %s root=%d algo=%s",
-               (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
-               hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
-               hoop__algo_name(call->algo));
+    hoop__wire_hdr_t h = {.kind = (uint8_t)call->kind,
+                          .dtype = (uint8_t)call->dtype,
+                          .op = (uint8_t)call->op,
+                          .root = call->root,
+                          .count = call->count};
+    HOOP__TRACE_STEP(call, -1, "%s by rank %d of %d", hoop__wire_describe(&h, what, sizeof(what)),
+                     c->rank, c->size);
+    HOOP__TRACE(&c->log, "call #%llu: %s count=%zu %s %s root=%d algo=%s",
+                (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
+                hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
+                hoop__algo_name(call->algo));
     /* count 0 still exchanges (empty) messages, so a rank that passed another count is told. */
     switch (call->kind) {
-    case HOOP_K_ALLREDUCE:
+    case HOOP__K_ALLREDUCE:
         switch (call->algo) {
-        case HOOP_ALGO_RD: return hoop__allreduce_rd(call);
-        case HOOP_ALGO_PS: return hoop__allreduce_ps(call);
-        case HOOP_ALGO_PS_SHARDED: return hoop__allreduce_ps_sharded(call);
+        case HOOP__ALGO_RD: return hoop__allreduce_rd(call);
+        case HOOP__ALGO_PS: return hoop__allreduce_ps(call);
+        case HOOP__ALGO_PS_SHARDED: return hoop__allreduce_ps_sharded(call);
         default: return hoop__allreduce_ring(call);
         }
-    case HOOP_K_BROADCAST: return hoop__broadcast(call);
-    case HOOP_K_REDUCE: return hoop__reduce_coll(call);
-    case HOOP_K_ALLGATHER:
-    case HOOP_K_SPLIT: return hoop__allgather_ring(call);
-    case HOOP_K_GATHER: return hoop__gather(call);
-    case HOOP_K_SCATTER: return hoop__scatter(call);
-    case HOOP_K_REDUCE_SCATTER: return hoop__reduce_scatter_ring(call);
-    case HOOP_K_ALLTOALL: return hoop__alltoall_pairwise(call);
-    case HOOP_K_BARRIER: return hoop__barrier_dissemination(call);
+    case HOOP__K_BROADCAST: return hoop__broadcast(call);
+    case HOOP__K_REDUCE: return hoop__reduce_coll(call);
+    case HOOP__K_ALLGATHER:
+    case HOOP__K_SPLIT: return hoop__allgather_ring(call);
+    case HOOP__K_GATHER: return hoop__gather(call);
+    case HOOP__K_SCATTER: return hoop__scatter(call);
+    case HOOP__K_REDUCE_SCATTER: return hoop__reduce_scatter_ring(call);
+    case HOOP__K_ALLTOALL: return hoop__alltoall_pairwise(call);
+    case HOOP__K_BARRIER: return hoop__barrier_dissemination(call);
     default: return HOOP_ERR_INTERNAL;
     }
 }

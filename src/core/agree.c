@@ -87,15 +87,15 @@ uint32_t hoop__agree_digest(const hoop__config_t *cfg)
     return h;
 }
 
-size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, int size,
-                         char *buf, size_t cap)
+size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, int size, char *buf,
+                         size_t cap)
 {
     size_t o = 0;
     if (cap > 0) buf[0] = '\0';
     char host[256] = "?";
     if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "?");
     host[sizeof(host) - 1] = '\0';
-    put_line(buf, cap, &o, F_VERSION, "%s/wire%d", hoop_version(), HOOP_WIRE_VERSION);
+    put_line(buf, cap, &o, F_VERSION, "%s/wire%d", hoop_version(), HOOP__WIRE_VERSION);
     put_line(buf, cap, &o, F_SIZE, "%d", size);
     put_line(buf, cap, &o, F_JOB, "%s", job != NULL && job[0] != '\0' ? job : "-");
     put_line(buf, cap, &o, "rank", "%d", rank);
@@ -148,22 +148,28 @@ int hoop__agree_compare(const char *mine, int me, const char *theirs, int them, 
         hoop__agree_field(theirs, name, b, sizeof(b));
         if (strcmp(a, b) == 0) continue;
         if (strcmp(name, F_VERSION) == 0)
-            snprintf(msg, n, "rank %d runs hoop %s where rank %d runs hoop %s: every rank must use "
-                     "the same library", them, b, me, a);
+            snprintf(msg, n,
+                     "rank %d runs hoop %s where rank %d runs hoop %s: every rank must use "
+                     "the same library",
+                     them, b, me, a);
         else if (strcmp(name, F_JOB) == 0)
-            snprintf(msg, n, "rank %d is of job %s where rank %d is of job %s (job ids come from "
-                     "HOOP_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID or Open MPI): a rank of another "
-                     "job, or a stale job still holding the rendezvous address", them, b, me, a);
+            snprintf(
+                msg, n,
+                "rank %d is of job %s where rank %d is of job %s (job ids come from "
+                "HOOP_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID or Open MPI): a rank of another "
+                "job, or a stale job still holding the rendezvous address",
+                them, b, me, a);
         else
-            snprintf(msg, n, "rank %d says %s=%s where rank %d says %s=%s: every rank must be "
-                     "started with the same %s", them, name, b, me, name, a, name);
+            snprintf(msg, n,
+                     "rank %d says %s=%s where rank %d says %s=%s: every rank must be "
+                     "started with the same %s",
+                     them, name, b, me, name, a, name);
         return 1;
     }
     return 0;
 }
 
 /* ---- the protocol ---- */
-
 
 static hoop_result_t store_failed(hoop__store_t *st, hoop_result_t rc, char *err, size_t errlen)
 {
@@ -213,12 +219,16 @@ static hoop_result_t get_or_conflict(hoop__store_t *st, const char *key, int ran
             return rc;
         }
         if (left <= slice) {
-            snprintf(msg, n, "%s %d did not reach the rendezvous within %.1f s (has every rank "
-                     "started, with the same WORLD_SIZE? did one fail?)%s",
-                     rank > 0 ? "rank" : "the verdict of rank", rank > 0 ? rank : 0,
-                     hoop__now() - start, rc == HOOP_ERR_AUTH ? "; the store turned away "
-                     "connections that failed authentication (is HOOP_AUTH_KEY the same on every "
-                     "rank?)" : "");
+            snprintf(
+                msg, n,
+                "%s %d did not reach the rendezvous within %.1f s (has every rank "
+                "started, with the same WORLD_SIZE? did one fail?)%s",
+                rank > 0 ? "rank" : "the verdict of rank", rank > 0 ? rank : 0, hoop__now() - start,
+                rc == HOOP_ERR_AUTH
+                    ? "; the store turned away "
+                      "connections that failed authentication (is HOOP_AUTH_KEY the same on every "
+                      "rank?)"
+                    : "");
             return rc;
         }
         if (hoop__agree_conflict(st, msg, n) != HOOP_OK) return HOOP_ERR_MISMATCH;
@@ -272,8 +282,10 @@ hoop_result_t hoop__agree_claim(hoop__store_t *st, hoop__agree_t *a, uint64_t *c
         hoop__agree_field(mine, "pid", mypid, sizeof(mypid));
         if (strcmp(host, myhost) == 0 && strcmp(pid, mypid) == 0) {
             *stale = 1;
-            snprintf(err, errlen, "the rendezvous store still serves this process's previous "
-                     "communicator (rank %d is claimed by it)", me);
+            snprintf(err, errlen,
+                     "the rendezvous store still serves this process's previous "
+                     "communicator (rank %d is claimed by it)",
+                     me);
             return HOOP_ERR_TIMEOUT;
         }
         char who[300], self[300];
@@ -286,12 +298,14 @@ hoop_result_t hoop__agree_claim(hoop__store_t *st, hoop__agree_t *a, uint64_t *c
             snprintf(err, errlen,
                      "rank %d is claimed by %s, which is no longer running: the rendezvous is left "
                      "from an older job (remove a file:// store's directory, or use a fresh path "
-                     "or port); this process is %s", me, who, self);
+                     "or port); this process is %s",
+                     me, who, self);
         else
             snprintf(err, errlen,
                      "rank %d is claimed twice: by %s and by this process, %s. Two processes were "
                      "given the same rank, or the rendezvous address is still held by an older "
-                     "job", me, who, self);
+                     "job",
+                     me, who, self);
         /* Rank 0 fails the whole rendezvous with it (the first conflict's sentence wins). */
         int t2 = 0;
         (void)hoop__store_claim(st, "hoop/conflict", err, strlen(err), &t2, NULL, 0, NULL);
@@ -309,7 +323,8 @@ hoop_result_t hoop__agree_claim(hoop__store_t *st, hoop__agree_t *a, uint64_t *c
     }
     if (me != 0) {
         char id[40];
-        if (!hoop__agree_field(zero, "comm", id, sizeof(id)) || sscanf(id, "%16" SCNx64, comm_id) != 1) {
+        if (!hoop__agree_field(zero, "comm", id, sizeof(id)) ||
+            sscanf(id, "%16" SCNx64, comm_id) != 1) {
             snprintf(err, errlen, "rank 0's hello in the rendezvous store has no communicator id");
             return HOOP_ERR_INTERNAL;
         }
@@ -347,7 +362,8 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
             theirs[len < sizeof(theirs) ? len : sizeof(theirs) - 1] = '\0';
             /* A rank that believes the job is larger: ranks beyond ours may be on their way. */
             char sz[32];
-            long them = hoop__agree_field(theirs, F_SIZE, sz, sizeof(sz)) ? strtol(sz, NULL, 10) : 0;
+            long them = hoop__agree_field(theirs, F_SIZE, sz, sizeof(sz)) ? strtol(sz, NULL, 10)
+                                                                          : 0;
             if (them > reach && them <= HOOP__MAX_RANKS) reach = (int)them;
             if (hoop__agree_compare(mine, 0, theirs, j, msg, sizeof(msg))) {
                 snprintf(first, sizeof(first), "%s", msg);
@@ -369,7 +385,8 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
             for (int j = 1; j < reach; j++) {
                 snprintf(key, sizeof(key), "hoop/ack/%d", j);
                 double until = j <= seen ? in->deadline : grace;
-                if (hoop__store_get(st, key, one, sizeof(one), &len, until - hoop__now()) != HOOP_OK &&
+                if (hoop__store_get(st, key, one, sizeof(one), &len, until - hoop__now()) !=
+                        HOOP_OK &&
                     j <= seen)
                     break;
             }

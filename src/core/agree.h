@@ -23,19 +23,20 @@ size_t hoop__agree_settings(const hoop__config_t *cfg, char *buf, size_t cap);
 /* A digest of those lines: equal on every rank once init has compared them (wire header sched). */
 uint32_t hoop__agree_digest(const hoop__config_t *cfg);
 /* A rank's hello (see agree.c): the fields to agree on, then who it is. Returns the length. */
-size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, int size,
-                         char *buf, size_t cap);
+size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, int size, char *buf,
+                         size_t cap);
 /* The value of field name in a hello into out; 0 (and "") when absent. */
 int hoop__agree_field(const char *hello, const char *name, char *out, size_t cap);
 /* 0 when two hellos agree; else 1 and a sentence naming both ranks and what each said:
  * "rank 1 says WORLD_SIZE=3 where rank 0 says WORLD_SIZE=2: ...". */
-int hoop__agree_compare(const char *mine, int me, const char *theirs, int them, char *msg, size_t n);
+int hoop__agree_compare(const char *mine, int me, const char *theirs, int them, char *msg,
+                        size_t n);
 
 typedef struct hoop__agree_in {
     const hoop__config_t *cfg;
-    const char *job;   /* "" when the launcher names none */
+    const char *job; /* "" when the launcher names none */
     int rank, size;
-    double deadline;   /* monotonic seconds */
+    double deadline; /* monotonic seconds */
 } hoop__agree_in_t;
 
 #define HOOP__HELLO_MAX 1024

@@ -34,8 +34,8 @@ const char *hoop_error_string(hoop_result_t r)
 
 const char *hoop_dtype_name(hoop_dtype_t dt)
 {
-    static const char *const names[] = {"int8",    "uint8",    "int32",   "uint32",  "int64",
-                                        "uint64",  "float16",  "bfloat16", "float32", "float64"};
+    static const char *const names[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
+                                        "uint64", "float16", "bfloat16", "float32", "float64"};
     return (unsigned)dt < HOOP_DTYPE_COUNT ? names[dt] : "invalid-dtype";
 }
 
@@ -86,7 +86,8 @@ hoop_result_t hoop_comm_stats(const hoop_comm_t *c, hoop_stats_t *st)
 hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
                                 hoop_dtype_t dt, hoop_op_t op)
 {
-    if ((unsigned)dt >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT) return HOOP_ERR_INVALID_ARGUMENT;
+    if ((unsigned)dt >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
+        return HOOP_ERR_INVALID_ARGUMENT;
     if (count > 0 && (out == NULL || a == NULL || b == NULL)) return HOOP_ERR_INVALID_ARGUMENT;
     if (count > SIZE_MAX / hoop_dtype_size(dt)) return HOOP_ERR_INVALID_ARGUMENT;
     hoop__reduce(out, a, b, count, dt, op);
@@ -109,7 +110,8 @@ hoop_result_t hoop_comm_set_timeout(hoop_comm_t *c, double seconds)
     if (!(seconds >= 1e-3 && seconds <= 1e7))
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "hoop_comm_set_timeout: %g is not a timeout in seconds (from 0.001 "
-                                "to 10000000)", seconds);
+                                "to 10000000)",
+                                seconds);
     c->timeout_s = seconds;
     return HOOP_OK;
 }
@@ -118,9 +120,10 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     if (algo == NULL || hoop__algo_parse(algo) < 0)
-        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
-                                "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps or ps-sharded",
-                                algo ? algo : "(null)");
+        return hoop__comm_error(
+            c, HOOP_ERR_INVALID_ARGUMENT,
+            "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps or ps-sharded",
+            algo ? algo : "(null)");
     /* Posting reads it on the posting thread; running calls already hold their choice. */
     snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(hoop__algo_parse(algo)));
     return HOOP_OK;
@@ -170,8 +173,8 @@ static hoop_result_t check_call(hoop_comm_t *c, const char *fn, const void *sbuf
                                 c->size);
     size_t es = hoop_dtype_size(dt);
     if (count > SIZE_MAX / es / mult || count * es * mult > (size_t)1 << 62)
-        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
-                                "%s: count %zu of %s is too large", fn, count, hoop_dtype_name(dt));
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: count %zu of %s is too large",
+                                fn, count, hoop_dtype_name(dt));
     if (count > 0 && sbuf == NULL)
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL", fn);
     if (count > 0 && need_rbuf && rbuf == NULL)
@@ -189,7 +192,8 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
     *newcomm = NULL;
     if (color < HOOP_SPLIT_NONE)
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
-                                "hoop_comm_split: color %d is negative (use HOOP_SPLIT_NONE)", color);
+                                "hoop_comm_split: color %d is negative (use HOOP_SPLIT_NONE)",
+                                color);
     return hoop__comm_split(c, color, key, newcomm);
 }
 
@@ -203,9 +207,9 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
     /* The memory of the buffers this rank touches (a non-root's unused one may be anything;
      * with count 0 nothing is touched): host, or CUDA device memory. */
     int nonroot = root >= 0 && root != c->rank;
-    const void *used_s = count == 0 || (nonroot && kind == HOOP_K_SCATTER) ? NULL : sbuf;
-    const void *used_r = count == 0 || (nonroot && (kind == HOOP_K_REDUCE || kind == HOOP_K_GATHER))
-                             ? NULL : rbuf;
+    const void *used_s = count == 0 || (nonroot && kind == HOOP__K_SCATTER) ? NULL : sbuf;
+    const void *used_r =
+        count == 0 || (nonroot && (kind == HOOP__K_REDUCE || kind == HOOP__K_GATHER)) ? NULL : rbuf;
     hoop__mem_type_t mem;
     hoop_result_t drc = hoop__mem_detect(c, used_s, used_r, &mem, fn);
     if (drc != HOOP_OK) return drc;
@@ -242,46 +246,46 @@ static hoop_result_t allreduce(hoop_comm_t *c, const void *s, void *r, size_t n,
                                hoop_op_t op, hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, s, r, 1, n, 1, dt, 1, op, -1);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLREDUCE, s, r, n, dt, op, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_ALLREDUCE, s, r, n, dt, op, -1, req, fn);
 }
 
 static hoop_result_t broadcast(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int root,
                                hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, b, b, 1, n, 1, dt, 0, HOOP_SUM, root < 0 ? -2 : root);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_BROADCAST, b, b, n, dt, HOOP_SUM, root, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_BROADCAST, b, b, n, dt, HOOP_SUM, root, req, fn);
 }
 
 static hoop_result_t reduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
                             hoop_op_t op, int root, hoop_request_t **req, const char *fn)
 {
-    hoop_result_t rc =
-        check_call(c, fn, s, r, is_root(c, root), n, 1, dt, 1, op, root < 0 ? -2 : root);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_REDUCE, s, r, n, dt, op, root, req, fn);
+    hoop_result_t rc = check_call(c, fn, s, r, is_root(c, root), n, 1, dt, 1, op,
+                                  root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_REDUCE, s, r, n, dt, op, root, req, fn);
 }
 
 static hoop_result_t allgather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
                                hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, -1);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLGATHER, s, r, n, dt, HOOP_SUM, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_ALLGATHER, s, r, n, dt, HOOP_SUM, -1, req, fn);
 }
 
 static hoop_result_t gather(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
                             int root, hoop_request_t **req, const char *fn)
 {
-    hoop_result_t rc = check_call(c, fn, s, r, is_root(c, root), n, c ? (size_t)c->size : 1, dt,
-                                  0, HOOP_SUM, root < 0 ? -2 : root);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_GATHER, s, r, n, dt, HOOP_SUM, root, req, fn);
+    hoop_result_t rc = check_call(c, fn, s, r, is_root(c, root), n, c ? (size_t)c->size : 1, dt, 0,
+                                  HOOP_SUM, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_GATHER, s, r, n, dt, HOOP_SUM, root, req, fn);
 }
 
 static hoop_result_t scatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
                              int root, hoop_request_t **req, const char *fn)
 {
     /* Only the root reads sendbuf; every rank writes recvbuf. */
-    hoop_result_t rc = check_call(c, fn, is_root(c, root) ? s : r, r, 1, n,
-                                  c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, root < 0 ? -2 : root);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_SCATTER, s, r, n, dt, HOOP_SUM, root, req, fn);
+    hoop_result_t rc = check_call(c, fn, is_root(c, root) ? s : r, r, 1, n, c ? (size_t)c->size : 1,
+                                  dt, 0, HOOP_SUM, root < 0 ? -2 : root);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_SCATTER, s, r, n, dt, HOOP_SUM, root, req, fn);
 }
 
 static hoop_result_t reduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
@@ -289,24 +293,26 @@ static hoop_result_t reduce_scatter(hoop_comm_t *c, const void *s, void *r, size
                                     const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 1, op, -1);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_REDUCE_SCATTER, s, r, n, dt, op, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_REDUCE_SCATTER, s, r, n, dt, op, -1, req, fn);
 }
 
 static hoop_result_t alltoall(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
                               hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, s, r, 1, n, c ? (size_t)c->size : 1, dt, 0, HOOP_SUM, -1);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_ALLTOALL, s, r, n, dt, HOOP_SUM, -1, req, fn);
+    return rc != HOOP_OK ? rc : submit(c, HOOP__K_ALLTOALL, s, r, n, dt, HOOP_SUM, -1, req, fn);
 }
 
 static hoop_result_t barrier(hoop_comm_t *c, hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_comm(c, fn);
-    return rc != HOOP_OK ? rc : submit(c, HOOP_K_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, req, fn);
+    return rc != HOOP_OK
+               ? rc
+               : submit(c, HOOP__K_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, req, fn);
 }
 
-static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, int peer, int is_recv,
-                         hoop_request_t **req, const char *fn)
+static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, int peer,
+                         int is_recv, hoop_request_t **req, const char *fn)
 {
     hoop_result_t rc = check_call(c, fn, buf, buf, 1, n, 1, dt, 0, HOOP_SUM, -1);
     if (rc != HOOP_OK) return rc;
@@ -319,7 +325,7 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
     if (rc != HOOP_OK) return rc;
     hoop__call_t call = {
         .comm = c,
-        .kind = HOOP_K_SEND,
+        .kind = HOOP__K_SEND,
         .sendbuf = is_recv ? NULL : buf,
         .recvbuf = is_recv ? buf : NULL,
         .count = n,
@@ -360,8 +366,8 @@ hoop_result_t hoop_scatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoo
 {
     return scatter(c, s, r, n, dt, root, NULL, "hoop_scatter");
 }
-hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n,
-                                  hoop_dtype_t dt, hoop_op_t op)
+hoop_result_t hoop_reduce_scatter(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
+                                  hoop_op_t op)
 {
     return reduce_scatter(c, s, r, n, dt, op, NULL, "hoop_reduce_scatter");
 }

@@ -37,8 +37,8 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     if (size < 1 || size > MAX_RANKS) {
         hoop__log_t log;
         hoop__log_open(&log, cfg->log_level, NULL, rank);
-        HOOP_WARN(&log, "a communicator of %d ranks is more than hoop supports (1 to %d)", size,
-                  MAX_RANKS);
+        HOOP__WARN(&log, "a communicator of %d ranks is more than hoop supports (1 to %d)", size,
+                   MAX_RANKS);
         hoop__log_close(&log);
         return NULL;
     }
@@ -54,8 +54,10 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     if (c->p2p_send_seq == NULL || c->p2p_recv_seq == NULL) {
         hoop__log_t log;
         hoop__log_open(&log, cfg->log_level, NULL, rank);
-        HOOP_WARN(&log, "out of memory: cannot allocate 2 x %zu bytes for the message numbers of "
-                        "%d ranks", (size_t)size * sizeof(uint64_t), size);
+        HOOP__WARN(&log,
+                   "out of memory: cannot allocate 2 x %zu bytes for the message numbers of "
+                   "%d ranks",
+                   (size_t)size * sizeof(uint64_t), size);
         hoop__log_close(&log);
         free(c->p2p_send_seq);
         free(c->p2p_recv_seq);
@@ -132,7 +134,7 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
         size_t o = 0;
         for (int i = 0; i < p && o + 12 < sizeof(line); i++)
             o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%d", i ? " " : "", c->ring[i]);
-        HOOP_INFO(&c->log, "ring order %s: each host's ranks together", line);
+        HOOP__INFO(&c->log, "ring order %s: each host's ranks together", line);
     }
     free(keys);
     free(placed);
@@ -146,14 +148,17 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
 static int oob_key(hoop__oob_ctx_t *o, char *key, size_t n, const char *tag, int from, int to)
 {
     size_t len = strlen(tag);
-    int ok = len > 0 && len <= HOOP_TP_OOB_TAG_MAX && strspn(tag, "abcdefghijklmnopqrstuvwxyz"
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == len;
+    int ok = len > 0 && len <= HOOP__TP_OOB_TAG_MAX &&
+             strspn(tag, "abcdefghijklmnopqrstuvwxyz"
+                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == len;
     if (!ok) {
         snprintf(o->err, sizeof(o->err), "out-of-band exchange: bad tag \"%.80s\"", tag);
         return -1;
     }
-    if (to < 0) snprintf(key, n, "hoop/oob/%s/%d", tag, from);
-    else snprintf(key, n, "hoop/oob/%s/%d/%d", tag, from, to);
+    if (to < 0)
+        snprintf(key, n, "hoop/oob/%s/%d", tag, from);
+    else
+        snprintf(key, n, "hoop/oob/%s/%d/%d", tag, from, to);
     return 0;
 }
 
@@ -166,7 +171,7 @@ static hoop_result_t oob_failed(hoop__oob_ctx_t *o, hoop_result_t rc)
 static hoop_result_t oob_put(void *ctx, const char *tag, int peer, const void *buf, size_t len)
 {
     hoop__oob_ctx_t *o = ctx;
-    char key[HOOP_STORE_MAX_KEY];
+    char key[HOOP__STORE_MAX_KEY];
     if (oob_key(o, key, sizeof(key), tag, o->rank, peer) != 0) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_result_t rc = hoop__store_set(o->st, key, buf, len);
     return rc == HOOP_OK ? rc : oob_failed(o, rc);
@@ -176,7 +181,7 @@ static hoop_result_t oob_get(void *ctx, const char *tag, int peer, void *buf, si
                              size_t *len, double deadline)
 {
     hoop__oob_ctx_t *o = ctx;
-    char key[HOOP_STORE_MAX_KEY];
+    char key[HOOP__STORE_MAX_KEY];
     if (oob_key(o, key, sizeof(key), tag, peer, o->rank) != 0) return HOOP_ERR_INVALID_ARGUMENT;
     double left = deadline - hoop__now();
     hoop_result_t rc = hoop__store_get(o->st, key, buf, cap, len, left > 0 ? left : 0);
@@ -187,7 +192,7 @@ static hoop_result_t oob_allgather(void *ctx, const char *tag, const void *mine,
                                    size_t len, double deadline)
 {
     hoop__oob_ctx_t *o = ctx;
-    char key[HOOP_STORE_MAX_KEY];
+    char key[HOOP__STORE_MAX_KEY];
     if (oob_key(o, key, sizeof(key), tag, o->rank, -1) != 0) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_result_t rc = hoop__store_set(o->st, key, mine, len);
     if (rc != HOOP_OK) return oob_failed(o, rc);
@@ -197,11 +202,14 @@ static hoop_result_t oob_allgather(void *ctx, const char *tag, const void *mine,
         size_t got = 0;
         double left = deadline - hoop__now();
         oob_key(o, key, sizeof(key), tag, j, -1);
-        rc = hoop__store_get(o->st, key, (char *)all + (size_t)j * len, len, &got, left > 0 ? left : 0);
+        rc = hoop__store_get(o->st, key, (char *)all + (size_t)j * len, len, &got,
+                             left > 0 ? left : 0);
         if (rc != HOOP_OK) return oob_failed(o, rc);
         if (got != len) {
-            snprintf(o->err, sizeof(o->err), "out-of-band exchange \"%s\": rank %d gave %zu bytes "
-                     "where rank %d gave %zu", tag, j, got, o->rank, len);
+            snprintf(o->err, sizeof(o->err),
+                     "out-of-band exchange \"%s\": rank %d gave %zu bytes "
+                     "where rank %d gave %zu",
+                     tag, j, got, o->rank, len);
             return HOOP_ERR_MISMATCH;
         }
     }
@@ -214,8 +222,8 @@ void hoop__oob_over_store(hoop__oob_ctx_t *ctx, hoop__store_t *st, int rank, int
                           hoop__tp_oob_t *oob)
 {
     *ctx = (hoop__oob_ctx_t){.st = st, .rank = rank, .size = size};
-    *oob = (hoop__tp_oob_t){.allgather = oob_allgather, .put = oob_put, .get = oob_get,
-                            .error = oob_error, .ctx = ctx};
+    *oob = (hoop__tp_oob_t){
+        .allgather = oob_allgather, .put = oob_put, .get = oob_get, .error = oob_error, .ctx = ctx};
 }
 
 /* oob: the out-of-band exchange for the transport, or NULL where there is none. */
@@ -242,10 +250,10 @@ static hoop_result_t open_transport(hoop_comm_t *c, char *addr, const hoop__tp_o
  * its reason in err; init_fail then undoes what the steps left. */
 typedef struct init {
     const char *method;
-    int rank, size;          /* as the caller gave them (-1: from the environment) */
-    hoop__config_t *cfg;     /* hoop__comm_init's: it wipes the key they hold, whatever happens */
+    int rank, size;      /* as the caller gave them (-1: from the environment) */
+    hoop__config_t *cfg; /* hoop__comm_init's: it wipes the key they hold, whatever happens */
     hoop__rdv_t *rdv;
-    hoop__log_t boot;        /* the log of a rank that has no communicator yet */
+    hoop__log_t boot; /* the log of a rank that has no communicator yet */
     hoop_comm_t *c;
     hoop__agree_t *ag;
     hoop__store_t *st;
@@ -266,7 +274,7 @@ static hoop_result_t init_fail(init_t *in, hoop_result_t rc, const char *msg)
     free(in->ptrs);
     hoop__store_close(in->st);
     /* No communicator reaches the caller, so the reason goes to the log (WARN is on by default). */
-    HOOP_WARN(&in->boot, "hoop_init failed: %s: %s", hoop_error_string(rc), msg);
+    HOOP__WARN(&in->boot, "hoop_init failed: %s: %s", hoop_error_string(rc), msg);
     if (in->c != NULL) comm_free(in->c);
     return rc;
 }
@@ -275,7 +283,7 @@ static hoop_result_t init_fail(init_t *in, hoop_result_t rc, const char *msg)
 static hoop_result_t load_config(init_t *in)
 {
     hoop_result_t rc = hoop__config_load(in->cfg, in->err, sizeof(in->err));
-    hoop__log_open(&in->boot, rc == HOOP_OK ? in->cfg->log_level : HOOP_LOG_WARN, NULL, in->rank);
+    hoop__log_open(&in->boot, rc == HOOP_OK ? in->cfg->log_level : HOOP__LOG_WARN, NULL, in->rank);
     return rc;
 }
 
@@ -285,8 +293,8 @@ static int standalone(const char *method, int rank, int size)
 {
     if (method != NULL && method[0] != '\0' && strcasecmp(method, "env://") != 0) return 0;
     if (rank > 0 || size > 1) return 0;
-    static const char *const vars[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                       "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+    static const char *const vars[] = {"RANK",        "WORLD_SIZE",   "MASTER_ADDR",
+                                       "MASTER_PORT", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char *v = getenv(vars[i]);
         if (v != NULL && v[0] != '\0') return 0;
@@ -335,8 +343,11 @@ static hoop_result_t agree_claim(init_t *in)
         snprintf(in->err, sizeof(in->err), "out of memory");
         return HOOP_ERR_NO_MEMORY;
     }
-    in->ag->in = (hoop__agree_in_t){.cfg = in->cfg, .job = in->rdv->job, .rank = c->rank,
-                                    .size = c->size, .deadline = in->deadline};
+    in->ag->in = (hoop__agree_in_t){.cfg = in->cfg,
+                                    .job = in->rdv->job,
+                                    .rank = c->rank,
+                                    .size = c->size,
+                                    .deadline = in->deadline};
     /* A store that goes away before this rank has claimed its number may be this process's
      * previous one closing (init, then init again at once): retry for a second before saying
      * the store was lost. */
@@ -435,7 +446,8 @@ static hoop_result_t connect_peers(init_t *in)
 {
     hoop_comm_t *c = in->c;
     hoop_result_t rc = c->tp_ops->connect(c->tp, in->ptrs, in->deadline);
-    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", hoop__comm_last(c));
+    if (rc != HOOP_OK)
+        snprintf(in->err, sizeof(in->err), "%.500s", hoop__comm_last(c));
     else if ((rc = set_ring(c, in->ptrs, in->addr)) != HOOP_OK)
         snprintf(in->err, sizeof(in->err), "out of memory");
     return rc;
@@ -474,7 +486,8 @@ static hoop_result_t init_comm(init_t *in)
 
     if (in->rdv->size == 1) {
         /* Nobody to meet: no store, no connections. */
-        if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id)) c->id = (uint64_t)getpid();
+        if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id))
+            c->id = (uint64_t)getpid();
         rc = open_transport(c, in->addr, NULL);
         return rc == HOOP_OK ? HOOP_OK : init_fail(in, rc, hoop__comm_last(c));
     }
@@ -489,13 +502,14 @@ static hoop_result_t init_comm(init_t *in)
     free(in->addrs);
     free(in->ptrs);
     hoop__store_close(in->st);
-    HOOP_INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
-              (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);
+    HOOP__INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
+               (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);
     if (hoop__algo_parse(in->cfg->algo) > 0)
-        HOOP_INFO(&c->log, "all-reduce algorithm: %s (HOOP_ALGO)", in->cfg->algo);
+        HOOP__INFO(&c->log, "all-reduce algorithm: %s (HOOP_ALGO)", in->cfg->algo);
     else
-        HOOP_INFO(&c->log, "all-reduce algorithm: rd up to %zu bytes, ring above; chunks of %zu bytes",
-                  in->cfg->small_bytes, in->cfg->chunk_bytes);
+        HOOP__INFO(&c->log,
+                   "all-reduce algorithm: rd up to %zu bytes, ring above; chunks of %zu bytes",
+                   in->cfg->small_bytes, in->cfg->chunk_bytes);
     return HOOP_OK;
 }
 
@@ -553,9 +567,16 @@ static int cmp_entry(const void *a, const void *b)
 /* An all-gather of fixed-size records over c, as part of a split. */
 static hoop_result_t split_exchange(hoop_comm_t *c, const void *mine, void *all, size_t bytes)
 {
-    hoop__call_t call = {.comm = c, .kind = HOOP_K_SPLIT, .sendbuf = mine, .recvbuf = all,
-                         .count = bytes, .dtype = HOOP_UINT8, .op = HOOP_SUM, .root = -1,
-                         .algo = HOOP_ALGO_RING, .mem = HOOP__MEM_HOST};
+    hoop__call_t call = {.comm = c,
+                         .kind = HOOP__K_SPLIT,
+                         .sendbuf = mine,
+                         .recvbuf = all,
+                         .count = bytes,
+                         .dtype = HOOP_UINT8,
+                         .op = HOOP_SUM,
+                         .root = -1,
+                         .algo = HOOP__ALGO_RING,
+                         .mem = HOOP__MEM_HOST};
     return hoop__sched_post(c, &call, NULL, "hoop_comm_split");
 }
 
@@ -570,10 +591,14 @@ static void to_parent_ranks(const char *msg, const int *parent_of, int n, char *
         const char *q = NULL;
         if (strncmp(p, "rank", 4) == 0 && (p == msg || !isalnum((unsigned char)p[-1]))) {
             q = p + 4;
-            if (strncmp(q, "(s)", 3) == 0) q += 3;
-            else if (*q == 's') q++;
-            if (*q == ' ') q++;
-            else q = NULL;
+            if (strncmp(q, "(s)", 3) == 0)
+                q += 3;
+            else if (*q == 's')
+                q++;
+            if (*q == ' ')
+                q++;
+            else
+                q = NULL;
             if (q != NULL && *q == '[') q++;
             if (q != NULL && !isdigit((unsigned char)*q)) q = NULL;
         }
@@ -586,8 +611,9 @@ static void to_parent_ranks(const char *msg, const int *parent_of, int n, char *
         for (;;) {
             char *end;
             long k = strtol(p, &end, 10);
-            int w = k >= 0 && k < n ? snprintf(out + o, cap - o, "%d (new rank %ld)", parent_of[k], k)
-                                    : snprintf(out + o, cap - o, "%.*s", (int)(end - p), p);
+            int w = k >= 0 && k < n
+                        ? snprintf(out + o, cap - o, "%d (new rank %ld)", parent_of[k], k)
+                        : snprintf(out + o, cap - o, "%.*s", (int)(end - p), p);
             o = w < 0 ? o : (size_t)w < cap - o ? o + (size_t)w : cap - 1;
             p = end;
             size_t sep = p[0] == ',' ? (p[1] == ' ' ? 2 : 1) : 0;
@@ -645,11 +671,13 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
         if (nc == NULL) {
             rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
                                   "hoop_comm_split: out of memory: cannot create the new "
-                                  "communicator of %d ranks (color %d)", n, color);
+                                  "communicator of %d ranks (color %d)",
+                                  n, color);
             /* Still take part in the second exchange so the others do not hang. */
         } else {
             /* Same id on every member, distinct per split and color. */
-            nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) + ((uint64_t)(uint32_t)color << 32);
+            nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) +
+                     ((uint64_t)(uint32_t)color << 32);
             nc->timeout_s = c->timeout_s;
             nc->sched = c->sched;
             nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
@@ -657,12 +685,13 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
             memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
             hoop_result_t orc = open_transport(nc, addr, NULL);
             if (orc != HOOP_OK) {
-                to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(orc),
+                to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc)
+                                                       : hoop_error_string(orc),
                                 parent_of, n, why, sizeof(why));
                 rc = hoop__comm_error(c, orc == HOOP_ERR_NO_MEMORY ? orc : HOOP_ERR_SYSTEM,
                                       "hoop_comm_split: rank %d of the parent communicator cannot "
-                                      "open the new communicator (color %d): %s", c->rank, color,
-                                      why);
+                                      "open the new communicator (color %d): %s",
+                                      c->rank, color, why);
                 addr[0] = '\0';
             }
         }
@@ -684,26 +713,28 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     /* The new communicator's own warnings number ranks its way: at the default level, a failure
      * is said once, below, in the parent's numbering (INFO and TRACE keep everything). */
     int level = nc->log.level;
-    if (level == HOOP_LOG_WARN) nc->log.level = HOOP_LOG_NONE;
+    if (level == HOOP__LOG_WARN) nc->log.level = HOOP__LOG_NONE;
     rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
     nc->log.level = level;
     if (rc != HOOP_OK) {
-        to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(rc), parent_of, n,
-                        why, sizeof(why));
-        rc = hoop__comm_error(c, rc,
-                              "hoop_comm_split: connecting the new communicator (color %d, %d ranks) "
-                              "failed; ranks as numbered in the parent communicator: %s",
-                              color, n, why);
-        HOOP_WARN(&c->log, "%s", hoop__comm_last(c));
+        to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(rc),
+                        parent_of, n, why, sizeof(why));
+        rc = hoop__comm_error(
+            c, rc,
+            "hoop_comm_split: connecting the new communicator (color %d, %d ranks) "
+            "failed; ranks as numbered in the parent communicator: %s",
+            color, n, why);
+        HOOP__WARN(&c->log, "%s", hoop__comm_last(c));
         goto out;
     }
     if (set_ring(nc, ptrs, addr) != HOOP_OK) {
         rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
                               "hoop_comm_split: out of memory: cannot allocate the ring order of "
-                              "%d ranks", n);
+                              "%d ranks",
+                              n);
         goto out;
     }
-    HOOP_INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, newrank, n);
+    HOOP__INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, newrank, n);
     *newcomm = nc;
     nc = NULL;
 out:

@@ -57,8 +57,8 @@ void hoop__sched_reap(hoop_comm_t *c)
         if (st == HOOP_OK && r->call.mem != HOOP__MEM_HOST) st = hoop__stage_done(&r->call, &x, 1);
         if (st != HOOP_OK && !atomic_load(&c->aborted))
             hoop__comm_fail(c, st, "%s with rank %d failed: %s",
-                            r->xfer.dir == HOOP_XFER_SEND ? "send" : "recv",
-                            r->call.root, hoop_error_string(st));
+                            r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv", r->call.root,
+                            hoop_error_string(st));
         complete(c, r, st == HOOP_OK ? HOOP_OK : (hoop_result_t)atomic_load(&c->aborted));
     }
 }
@@ -82,13 +82,13 @@ static void inflight_deadline(hoop_comm_t *c)
     if (now - c->inflight_progress < c->timeout_s) return;
     const hoop_request_t *r = c->inflight;
     hoop__comm_fail(c, HOOP_ERR_TIMEOUT, "%s(count=%zu, %s) with rank %d timed out after %.1f s",
-                    r->xfer.dir == HOOP_XFER_SEND ? "send" : "recv", r->call.count,
+                    r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv", r->call.count,
                     hoop_dtype_name(r->call.dtype), r->call.root, c->timeout_s);
     c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT, c->fatal_msg);
     hoop__sched_reap(c);
 }
 
-static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP_K_SEND; }
+static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP__K_SEND; }
 
 /* Under mu, when the engine comes free: wakes waiters, and the progress thread only if it has
  * something to take (a wake-up it does not need costs a scheduler trip on a busy machine). */
@@ -129,7 +129,7 @@ static void post_p2p(hoop_request_t *r)
     int peer = call->root;
     hoop__call_t wire = *call;
     wire.root = -1;
-    if (r->xfer.dir == HOOP_XFER_SEND) {
+    if (r->xfer.dir == HOOP__XFER_SEND) {
         wire.seq = c->p2p_send_seq[peer]++;
         hoop__xsend(&wire, &r->xfer, peer, call->sendbuf, bytes);
     } else {
@@ -204,8 +204,10 @@ static void run_head(hoop_comm_t *c)
 static int inflight_step(hoop_comm_t *c, int ms)
 {
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-    if (ab) c->tp_ops->abort(c->tp, ab, c->fatal_msg);
-    else c->tp_ops->progress(c->tp, ms);
+    if (ab)
+        c->tp_ops->abort(c->tp, ab, c->fatal_msg);
+    else
+        c->tp_ops->progress(c->tp, ms);
     hoop__sched_reap(c);
     if (!ab) inflight_deadline(c);
     return !ab;
@@ -348,8 +350,10 @@ static void req_release(hoop_comm_t *c, hoop_request_t *r)
     r->live = 0;
     r->gen++;
     r->next = NULL;
-    if (c->req_free_tail != NULL) c->req_free_tail->next = r;
-    else c->req_free = r;
+    if (c->req_free_tail != NULL)
+        c->req_free_tail->next = r;
+    else
+        c->req_free = r;
     c->req_free_tail = r;
 }
 
@@ -358,8 +362,7 @@ static void fill_request(hoop_comm_t *c, hoop_request_t *r, const hoop__call_t *
     r->call = *call;
     r->call.comm = c;
     r->blocking = blocking;
-    if (call->kind == HOOP_K_SEND)
-        r->xfer.dir = call->is_recv ? HOOP_XFER_RECV : HOOP_XFER_SEND;
+    if (call->kind == HOOP__K_SEND) r->xfer.dir = call->is_recv ? HOOP__XFER_RECV : HOOP__XFER_SEND;
 }
 
 static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)
@@ -387,11 +390,15 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
     }
     fill_request(c, r, call, out == NULL);
     if (!is_p2p(call)) r->call.seq = c->seq++;
-    if (c->tail) c->tail->next = r;
-    else c->head = r;
+    if (c->tail)
+        c->tail->next = r;
+    else
+        c->head = r;
     c->tail = r;
-    if (c->waiters > 0) pthread_cond_broadcast(&c->cv);
-    else pthread_cond_signal(&c->tcv);
+    if (c->waiters > 0)
+        pthread_cond_broadcast(&c->cv);
+    else
+        pthread_cond_signal(&c->tcv);
     int thread_polls = c->thread_polls;
     hoop_request_t *h = req_handle(r);
     pthread_mutex_unlock(&c->mu);
@@ -414,13 +421,16 @@ static hoop_result_t post_enter(hoop_comm_t *c, const char *what)
     hoop__comm_fail(c, HOOP_ERR_INVALID_ARGUMENT,
                     "%s on rank %d: another thread was posting on this communicator at the same "
                     "time; calls on one communicator must come from one thread at a time (or be "
-                    "serialized by the caller), else ranks see them in different orders", what,
-                    c->rank);
+                    "serialized by the caller), else ranks see them in different orders",
+                    what, c->rank);
     hoop__sched_abort(c, HOOP_ERR_INVALID_ARGUMENT);
     return HOOP_ERR_INVALID_ARGUMENT;
 }
 
-static void post_leave(hoop_comm_t *c) { atomic_store_explicit(&c->posting, 0, memory_order_release); }
+static void post_leave(hoop_comm_t *c)
+{
+    atomic_store_explicit(&c->posting, 0, memory_order_release);
+}
 
 hoop_result_t hoop__sched_post(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **req,
                                const char *what)

@@ -89,11 +89,17 @@ HOOP_HD double hoop_ew_f64_from(uint64_t u)
 #define HOOP_EW_F64_QNAN 0x7ff8000000000000ull
 
 HOOP_HD float hoop_ew_canon_f32(float r) { return r != r ? hoop_ew_f32_from(HOOP_EW_F32_QNAN) : r; }
-HOOP_HD double hoop_ew_canon_f64(double r) { return r != r ? hoop_ew_f64_from(HOOP_EW_F64_QNAN) : r; }
+HOOP_HD double hoop_ew_canon_f64(double r)
+{
+    return r != r ? hoop_ew_f64_from(HOOP_EW_F64_QNAN) : r;
+}
 
 /* ---- float16 / bfloat16, the CPU kernels' conversions (src/reduce/reduce.c) ---- */
 
-HOOP_HD uint32_t hoop_ew_sel(uint32_t mask, uint32_t a, uint32_t b) { return (a & mask) | (b & ~mask); }
+HOOP_HD uint32_t hoop_ew_sel(uint32_t mask, uint32_t a, uint32_t b)
+{
+    return (a & mask) | (b & ~mask);
+}
 HOOP_HD uint32_t hoop_ew_mask(int cond) { return 0u - (uint32_t)cond; }
 
 HOOP_HD float hoop_ew_h2f(uint16_t h)
@@ -150,10 +156,10 @@ HOOP_HD uint16_t hoop_ew_f2bf(float f)
 
 /* Integers: add and multiply unsigned (wrap-around is defined there and two's complement makes
  * the bits equal for signed types); uint8 through uint32, which holds any product of two. */
-#define HOOP_EW_INT(tag, T, U)                                                                   \
-    HOOP_HD T hoop_ew_sum_##tag(T a, T b) { return (T)(U)((U)a + (U)b); }                        \
-    HOOP_HD T hoop_ew_prod_##tag(T a, T b) { return (T)(U)((U)a * (U)b); }                       \
-    HOOP_HD T hoop_ew_min_##tag(T a, T b) { return b < a ? b : a; }                              \
+#define HOOP_EW_INT(tag, T, U)                                                                     \
+    HOOP_HD T hoop_ew_sum_##tag(T a, T b) { return (T)(U)((U)a + (U)b); }                          \
+    HOOP_HD T hoop_ew_prod_##tag(T a, T b) { return (T)(U)((U)a * (U)b); }                         \
+    HOOP_HD T hoop_ew_min_##tag(T a, T b) { return b < a ? b : a; }                                \
     HOOP_HD T hoop_ew_max_##tag(T a, T b) { return a < b ? b : a; }
 HOOP_EW_INT(i8, int8_t, uint32_t)
 HOOP_EW_INT(u8, uint8_t, uint32_t)
@@ -174,13 +180,22 @@ HOOP_HD float hoop_ew_sum_f32(float a, float b) { return hoop_ew_canon_f32(HOOP_
 HOOP_HD float hoop_ew_prod_f32(float a, float b) { return hoop_ew_canon_f32(HOOP_EW_FMUL(a, b)); }
 HOOP_HD float hoop_ew_min_f32(float a, float b) { return HOOP_EW_FMIN(a, b); }
 HOOP_HD float hoop_ew_max_f32(float a, float b) { return HOOP_EW_FMAX(a, b); }
-HOOP_HD float hoop_ew_div_f32(float x, int d) { return hoop_ew_canon_f32(HOOP_EW_FDIV(x, (float)d)); }
+HOOP_HD float hoop_ew_div_f32(float x, int d)
+{
+    return hoop_ew_canon_f32(HOOP_EW_FDIV(x, (float)d));
+}
 
 HOOP_HD double hoop_ew_sum_f64(double a, double b) { return hoop_ew_canon_f64(HOOP_EW_DADD(a, b)); }
-HOOP_HD double hoop_ew_prod_f64(double a, double b) { return hoop_ew_canon_f64(HOOP_EW_DMUL(a, b)); }
+HOOP_HD double hoop_ew_prod_f64(double a, double b)
+{
+    return hoop_ew_canon_f64(HOOP_EW_DMUL(a, b));
+}
 HOOP_HD double hoop_ew_min_f64(double a, double b) { return HOOP_EW_FMIN(a, b); }
 HOOP_HD double hoop_ew_max_f64(double a, double b) { return HOOP_EW_FMAX(a, b); }
-HOOP_HD double hoop_ew_div_f64(double x, int d) { return hoop_ew_canon_f64(HOOP_EW_DDIV(x, (double)d)); }
+HOOP_HD double hoop_ew_div_f64(double x, int d)
+{
+    return hoop_ew_canon_f64(HOOP_EW_DDIV(x, (double)d));
+}
 
 /* float16 and bfloat16: computed in float and rounded once on the way back, which is exactly the
  * correctly rounded 16-bit operation (float's 24 bits hold the sum or product of two 16-bit values
@@ -247,12 +262,12 @@ HOOP_HD uint16_t hoop_ew_prod_bf16(uint16_t a, uint16_t b)
 }
 
 /* The chosen operand, with the quiet bit (qbit) set if it is a NaN (magnitude above inf). */
-#define HOOP_EW_HALF_SELECT(tag, CMP, EXPR, INF, QBIT)                                           \
-    HOOP_HD uint16_t hoop_ew_##tag(uint16_t a, uint16_t b)                                       \
-    {                                                                                            \
-        float x = CMP(a), y = CMP(b);                                                            \
-        uint16_t r = (EXPR) ? a : b;                                                             \
-        return (uint16_t)(r | ((r & 0x7fff) > (INF) ? (QBIT) : 0));                              \
+#define HOOP_EW_HALF_SELECT(tag, CMP, EXPR, INF, QBIT)                                             \
+    HOOP_HD uint16_t hoop_ew_##tag(uint16_t a, uint16_t b)                                         \
+    {                                                                                              \
+        float x = CMP(a), y = CMP(b);                                                              \
+        uint16_t r = (EXPR) ? a : b;                                                               \
+        return (uint16_t)(r | ((r & 0x7fff) > (INF) ? (QBIT) : 0));                                \
     }
 HOOP_EW_HALF_SELECT(min_f16, HOOP_EW_CMP_F16, (x != x) | (x < y), 0x7c00, 0x0200)
 HOOP_EW_HALF_SELECT(max_f16, HOOP_EW_CMP_F16, (x != x) | (x > y), 0x7c00, 0x0200)
@@ -274,18 +289,17 @@ HOOP_HD uint16_t hoop_ew_div_bf16(uint16_t x, int d)
 template <hoop_dtype_t DT> struct hoop_ew;
 
 /* hoop_ew<DT>::T is the element's storage type; ::apply<OP>(a, b) and ::div(x, d) the math. */
-#define HOOP_EW_BIND(DT, T_, tag)                                                                \
-    template <> struct hoop_ew<DT> {                                                             \
-        typedef T_ T;                                                                            \
-        template <hoop_op_t OP>                                                                  \
-        HOOP_HD T apply(T a, T b)                                                                \
-        {                                                                                        \
-            return OP == HOOP_PROD  ? hoop_ew_prod_##tag(a, b)                                   \
-                   : OP == HOOP_MIN ? hoop_ew_min_##tag(a, b)                                    \
-                   : OP == HOOP_MAX ? hoop_ew_max_##tag(a, b)                                    \
-                                    : hoop_ew_sum_##tag(a, b); /* SUM, and AVG before its end */ \
-        }                                                                                        \
-        HOOP_HD T div(T x, int d) { return hoop_ew_div_##tag(x, d); }                            \
+#define HOOP_EW_BIND(DT, T_, tag)                                                                  \
+    template <> struct hoop_ew<DT> {                                                               \
+        typedef T_ T;                                                                              \
+        template <hoop_op_t OP> HOOP_HD T apply(T a, T b)                                          \
+        {                                                                                          \
+            return OP == HOOP_PROD  ? hoop_ew_prod_##tag(a, b)                                     \
+                   : OP == HOOP_MIN ? hoop_ew_min_##tag(a, b)                                      \
+                   : OP == HOOP_MAX ? hoop_ew_max_##tag(a, b)                                      \
+                                    : hoop_ew_sum_##tag(a, b); /* SUM, and AVG before its end */   \
+        }                                                                                          \
+        HOOP_HD T div(T x, int d) { return hoop_ew_div_##tag(x, d); }                              \
     };
 HOOP_EW_BIND(HOOP_INT8, int8_t, i8)
 HOOP_EW_BIND(HOOP_UINT8, uint8_t, u8)

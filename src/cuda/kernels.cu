@@ -15,7 +15,8 @@
 #include "cuda/elementwise.h"
 #include "cuda/kernels.h"
 
-namespace {
+namespace
+{
 
 constexpr int THREADS = 256;
 constexpr int UNROLL = 4;
@@ -91,8 +92,7 @@ int g_blocks(size_t work, int sms)
 
 /* Picks 16-byte packs when the buffers allow, else one element per access, and launches. */
 template <class F>
-cudaError_t launch(F f, void *out, const void *a, const void *b, size_t n, int sms,
-                   cudaStream_t s)
+cudaError_t launch(F f, void *out, const void *a, const void *b, size_t n, int sms, cudaStream_t s)
 {
     typedef typename F::T T;
     if (n == 0) return cudaSuccess;
@@ -135,16 +135,17 @@ cudaError_t avg_dt(void *buf, size_t n, int divisor, int sms, cudaStream_t s)
 
 } // namespace
 
-#define HOOP_EACH_DTYPE(X)                                                                       \
-    X(HOOP_INT8) X(HOOP_UINT8) X(HOOP_INT32) X(HOOP_UINT32) X(HOOP_INT64) X(HOOP_UINT64)         \
-        X(HOOP_FLOAT16) X(HOOP_BFLOAT16) X(HOOP_FLOAT32) X(HOOP_FLOAT64)
+#define HOOP_EACH_DTYPE(X)                                                                         \
+    X(HOOP_INT8)                                                                                   \
+    X(HOOP_UINT8) X(HOOP_INT32) X(HOOP_UINT32) X(HOOP_INT64) X(HOOP_UINT64) X(HOOP_FLOAT16)        \
+        X(HOOP_BFLOAT16) X(HOOP_FLOAT32) X(HOOP_FLOAT64)
 
 extern "C" int hoop_cuda_launch_reduce(void *out, const void *a, const void *b, size_t count,
                                        hoop_dtype_t dt, hoop_op_t op, int sms, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (dt) {
-#define CASE(DT)                                                                                 \
+#define CASE(DT)                                                                                   \
     case DT: return (int)reduce_dt<DT>(out, a, b, count, op, sms, s);
         HOOP_EACH_DTYPE(CASE)
 #undef CASE
@@ -158,7 +159,7 @@ extern "C" int hoop_cuda_launch_avg(void *buf, size_t count, hoop_dtype_t dt, in
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (divisor < 1) return (int)cudaSuccess; /* as the CPU kernel: a caller bug, data untouched */
     switch (dt) {
-#define CASE(DT)                                                                                 \
+#define CASE(DT)                                                                                   \
     case DT: return (int)avg_dt<DT>(buf, count, divisor, sms, s);
         HOOP_EACH_DTYPE(CASE)
 #undef CASE

@@ -167,8 +167,8 @@ static int move(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n)
 static size_t esize(hoop_dtype_t dt)
 {
     static const unsigned char sizes[HOOP_DTYPE_COUNT] = {
-        [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,   [HOOP_INT32] = 4,    [HOOP_UINT32] = 4,
-        [HOOP_INT64] = 8,   [HOOP_UINT64] = 8,  [HOOP_FLOAT16] = 2,  [HOOP_BFLOAT16] = 2,
+        [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,   [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
+        [HOOP_INT64] = 8,   [HOOP_UINT64] = 8,  [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
         [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8,
     };
     return (unsigned)dt < HOOP_DTYPE_COUNT ? sizes[dt] : 0;

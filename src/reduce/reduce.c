@@ -36,7 +36,10 @@ static inline uint32_t as_u32(float f)
 
 /* mask ? a : b for an all-ones or all-zero mask. Plain ?: lets the compiler sink the float work of
  * the unselected side into a branch, which blocks vectorization (float ops may trap). */
-static inline uint32_t sel(uint32_t mask, uint32_t a, uint32_t b) { return (a & mask) | (b & ~mask); }
+static inline uint32_t sel(uint32_t mask, uint32_t a, uint32_t b)
+{
+    return (a & mask) | (b & ~mask);
+}
 static inline uint32_t mask_if(int cond) { return 0u - (uint32_t)cond; }
 
 /* Magnitudes are kept in int32_t: they fit, and signed compares are single SIMD instructions. */
@@ -141,21 +144,21 @@ uint16_t hoop__float_to_bf16(float f) { return f2bf(f); }
 /* out[i] = OP(a[i], b[i]) over elements of type T, computed in type U (LOAD converts an element to
  * U, STORE converts back). In-place calls get their own loop: a vectorizer's runtime overlap check
  * may reject out == a and fall back to scalar code, while out against the other operand passes. */
-#define KERNEL_BODY(OP, U, LOAD, STORE, A, B)                                                    \
-    for (size_t i = 0; i < n; i++) {                                                             \
-        U x = LOAD(A[i]), y = LOAD(B[i]);                                                        \
-        out[i] = STORE(OP(x, y));                                                                \
+#define KERNEL_BODY(OP, U, LOAD, STORE, A, B)                                                      \
+    for (size_t i = 0; i < n; i++) {                                                               \
+        U x = LOAD(A[i]), y = LOAD(B[i]);                                                          \
+        out[i] = STORE(OP(x, y));                                                                  \
     }
-#define DEF_KERNEL_GEN(name, T, U, OP, LOAD, STORE)                                              \
-    KERNEL_ATTR static void name(T *out, const T *a, const T *b, size_t n)                       \
-    {                                                                                            \
-        if (out == a) {                                                                          \
-            KERNEL_BODY(OP, U, LOAD, STORE, out, b)                                              \
-        } else if (out == b) {                                                                   \
-            KERNEL_BODY(OP, U, LOAD, STORE, a, out)                                              \
-        } else {                                                                                 \
-            KERNEL_BODY(OP, U, LOAD, STORE, a, b)                                                \
-        }                                                                                        \
+#define DEF_KERNEL_GEN(name, T, U, OP, LOAD, STORE)                                                \
+    KERNEL_ATTR static void name(T *out, const T *a, const T *b, size_t n)                         \
+    {                                                                                              \
+        if (out == a) {                                                                            \
+            KERNEL_BODY(OP, U, LOAD, STORE, out, b)                                                \
+        } else if (out == b) {                                                                     \
+            KERNEL_BODY(OP, U, LOAD, STORE, a, out)                                                \
+        } else {                                                                                   \
+            KERNEL_BODY(OP, U, LOAD, STORE, a, b)                                                  \
+        }                                                                                          \
     }
 
 #define ID(x) (x)
@@ -164,15 +167,15 @@ uint16_t hoop__float_to_bf16(float f) { return f2bf(f); }
 
 /* Wrapping add/multiply: one unsigned kernel per width serves both signednesses. uint8 operands
  * promote to int, whose range holds any uint8 sum or product before the truncating store. */
-#define DEF_WRAP(w)                                                                              \
-    DEF_KERNEL(sum_u##w, uint##w##_t, OP_SUM)                                                    \
+#define DEF_WRAP(w)                                                                                \
+    DEF_KERNEL(sum_u##w, uint##w##_t, OP_SUM)                                                      \
     DEF_KERNEL(prod_u##w, uint##w##_t, OP_PROD)
 DEF_WRAP(8)
 DEF_WRAP(32)
 DEF_WRAP(64)
 
-#define DEF_MINMAX(tag, T)                                                                       \
-    DEF_KERNEL(min_##tag, T, OP_MIN)                                                             \
+#define DEF_MINMAX(tag, T)                                                                         \
+    DEF_KERNEL(min_##tag, T, OP_MIN)                                                               \
     DEF_KERNEL(max_##tag, T, OP_MAX)
 DEF_MINMAX(i8, int8_t)
 DEF_MINMAX(u8, uint8_t)
@@ -181,93 +184,61 @@ DEF_MINMAX(u32, uint32_t)
 DEF_MINMAX(i64, int64_t)
 DEF_MINMAX(u64, uint64_t)
 
-#define DEF_FLOAT(tag, T)                                                                        \
-    DEF_KERNEL(sum_##tag, T, OP_FSUM)                                                            \
-    DEF_KERNEL(prod_##tag, T, OP_FPROD)                                                          \
-    DEF_KERNEL(min_##tag, T, OP_FMIN)                                                            \
+#define DEF_FLOAT(tag, T)                                                                          \
+    DEF_KERNEL(sum_##tag, T, OP_FSUM)                                                              \
+    DEF_KERNEL(prod_##tag, T, OP_FPROD)                                                            \
+    DEF_KERNEL(min_##tag, T, OP_FMIN)                                                              \
     DEF_KERNEL(max_##tag, T, OP_FMAX)
 DEF_FLOAT(f32, float)
 DEF_FLOAT(f64, double)
 
-#define DEF_CONV(tag, TOF, FROMF)                                                                \
-    DEF_KERNEL_CONV(sum_##tag, OP_SUM, TOF, FROMF##_canon)                                       \
-    DEF_KERNEL_CONV(prod_##tag, OP_PROD, TOF, FROMF##_canon)                                     \
-    DEF_KERNEL_CONV(min_##tag, OP_FMIN, TOF, FROMF)                                              \
+#define DEF_CONV(tag, TOF, FROMF)                                                                  \
+    DEF_KERNEL_CONV(sum_##tag, OP_SUM, TOF, FROMF##_canon)                                         \
+    DEF_KERNEL_CONV(prod_##tag, OP_PROD, TOF, FROMF##_canon)                                       \
+    DEF_KERNEL_CONV(min_##tag, OP_FMIN, TOF, FROMF)                                                \
     DEF_KERNEL_CONV(max_##tag, OP_FMAX, TOF, FROMF)
 DEF_CONV(f16, h2f, f2h)
 DEF_CONV(bf16, bf2f, f2bf)
 
 /* Dispatch on op for one dtype: SUMK/PRODK name the add/multiply kernels, tag the min/max ones.
  * The buffers convert implicitly from void * to each kernel's element type. */
-#define DISPATCH(SUMK, PRODK, tag)                                                               \
-    do {                                                                                         \
-        switch (op) {                                                                            \
-        case HOOP_SUM:                                                                           \
-        case HOOP_AVG:                                                                           \
-            SUMK(out, a, b, n);                                                                  \
-            break;                                                                               \
-        case HOOP_PROD:                                                                          \
-            PRODK(out, a, b, n);                                                                 \
-            break;                                                                               \
-        case HOOP_MIN:                                                                           \
-            min_##tag(out, a, b, n);                                                             \
-            break;                                                                               \
-        case HOOP_MAX:                                                                           \
-            max_##tag(out, a, b, n);                                                             \
-            break;                                                                               \
-        default:                                                                                 \
-            break;                                                                               \
-        }                                                                                        \
+#define DISPATCH(SUMK, PRODK, tag)                                                                 \
+    do {                                                                                           \
+        switch (op) {                                                                              \
+        case HOOP_SUM:                                                                             \
+        case HOOP_AVG: SUMK(out, a, b, n); break;                                                  \
+        case HOOP_PROD: PRODK(out, a, b, n); break;                                                \
+        case HOOP_MIN: min_##tag(out, a, b, n); break;                                             \
+        case HOOP_MAX: max_##tag(out, a, b, n); break;                                             \
+        default: break;                                                                            \
+        }                                                                                          \
     } while (0)
 
 void hoop__reduce(void *out, const void *a, const void *b, size_t n, hoop_dtype_t dt, hoop_op_t op)
 {
     /* Invalid dtype/op are rejected by the callers; here they are a no-op rather than a crash. */
-    if (n == 0 || !out || !a || !b)
-        return;
+    if (n == 0 || !out || !a || !b) return;
     switch (dt) {
-    case HOOP_INT8:
-        DISPATCH(sum_u8, prod_u8, i8);
-        break;
-    case HOOP_UINT8:
-        DISPATCH(sum_u8, prod_u8, u8);
-        break;
-    case HOOP_INT32:
-        DISPATCH(sum_u32, prod_u32, i32);
-        break;
-    case HOOP_UINT32:
-        DISPATCH(sum_u32, prod_u32, u32);
-        break;
-    case HOOP_INT64:
-        DISPATCH(sum_u64, prod_u64, i64);
-        break;
-    case HOOP_UINT64:
-        DISPATCH(sum_u64, prod_u64, u64);
-        break;
-    case HOOP_FLOAT16:
-        DISPATCH(sum_f16, prod_f16, f16);
-        break;
-    case HOOP_BFLOAT16:
-        DISPATCH(sum_bf16, prod_bf16, bf16);
-        break;
-    case HOOP_FLOAT32:
-        DISPATCH(sum_f32, prod_f32, f32);
-        break;
-    case HOOP_FLOAT64:
-        DISPATCH(sum_f64, prod_f64, f64);
-        break;
-    default:
-        break;
+    case HOOP_INT8: DISPATCH(sum_u8, prod_u8, i8); break;
+    case HOOP_UINT8: DISPATCH(sum_u8, prod_u8, u8); break;
+    case HOOP_INT32: DISPATCH(sum_u32, prod_u32, i32); break;
+    case HOOP_UINT32: DISPATCH(sum_u32, prod_u32, u32); break;
+    case HOOP_INT64: DISPATCH(sum_u64, prod_u64, i64); break;
+    case HOOP_UINT64: DISPATCH(sum_u64, prod_u64, u64); break;
+    case HOOP_FLOAT16: DISPATCH(sum_f16, prod_f16, f16); break;
+    case HOOP_BFLOAT16: DISPATCH(sum_bf16, prod_bf16, bf16); break;
+    case HOOP_FLOAT32: DISPATCH(sum_f32, prod_f32, f32); break;
+    case HOOP_FLOAT64: DISPATCH(sum_f64, prod_f64, f64); break;
+    default: break;
     }
 }
 
 /* ---- average ---- */
 
-#define DEF_DIV(tag, T, D)                                                                       \
-    KERNEL_ATTR static void div_##tag(T *buf, size_t n, D d)                                     \
-    {                                                                                            \
-        for (size_t i = 0; i < n; i++)                                                           \
-            buf[i] = (T)(buf[i] / d);                                                            \
+#define DEF_DIV(tag, T, D)                                                                         \
+    KERNEL_ATTR static void div_##tag(T *buf, size_t n, D d)                                       \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) buf[i] = (T)(buf[i] / d);                                   \
     }
 DEF_DIV(i8, int8_t, int)
 DEF_DIV(u8, uint8_t, unsigned)
@@ -276,20 +247,18 @@ DEF_DIV(u32, uint32_t, uint32_t)
 DEF_DIV(i64, int64_t, int64_t)
 DEF_DIV(u64, uint64_t, uint64_t)
 
-#define DEF_FDIV(tag, T)                                                                         \
-    KERNEL_ATTR static void div_##tag(T *buf, size_t n, T d)                                     \
-    {                                                                                            \
-        for (size_t i = 0; i < n; i++)                                                           \
-            buf[i] = (T)CANON(buf[i] / d);                                                       \
+#define DEF_FDIV(tag, T)                                                                           \
+    KERNEL_ATTR static void div_##tag(T *buf, size_t n, T d)                                       \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) buf[i] = (T)CANON(buf[i] / d);                              \
     }
 DEF_FDIV(f32, float)
 DEF_FDIV(f64, double)
 
-#define DEF_DIV_CONV(tag, TOF, FROMF)                                                            \
-    KERNEL_ATTR static void div_##tag(uint16_t *buf, size_t n, float d)                          \
-    {                                                                                            \
-        for (size_t i = 0; i < n; i++)                                                           \
-            buf[i] = FROMF##_canon(TOF(buf[i]) / d);                                             \
+#define DEF_DIV_CONV(tag, TOF, FROMF)                                                              \
+    KERNEL_ATTR static void div_##tag(uint16_t *buf, size_t n, float d)                            \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) buf[i] = FROMF##_canon(TOF(buf[i]) / d);                    \
     }
 DEF_DIV_CONV(f16, h2f, f2h)
 DEF_DIV_CONV(bf16, bf2f, f2bf)
@@ -298,40 +267,18 @@ void hoop__reduce_avg_finish(void *buf, size_t n, hoop_dtype_t dt, int divisor)
 {
     /* The divisor is a rank count. Anything below 1 is a caller bug: leaving the data untouched
      * avoids division by zero and the INT_MIN / -1 trap. */
-    if (n == 0 || !buf || divisor < 1)
-        return;
+    if (n == 0 || !buf || divisor < 1) return;
     switch (dt) {
-    case HOOP_INT8:
-        div_i8(buf, n, divisor);
-        break;
-    case HOOP_UINT8:
-        div_u8(buf, n, (unsigned)divisor);
-        break;
-    case HOOP_INT32:
-        div_i32(buf, n, (int32_t)divisor);
-        break;
-    case HOOP_UINT32:
-        div_u32(buf, n, (uint32_t)divisor);
-        break;
-    case HOOP_INT64:
-        div_i64(buf, n, (int64_t)divisor);
-        break;
-    case HOOP_UINT64:
-        div_u64(buf, n, (uint64_t)divisor);
-        break;
-    case HOOP_FLOAT16:
-        div_f16(buf, n, (float)divisor);
-        break;
-    case HOOP_BFLOAT16:
-        div_bf16(buf, n, (float)divisor);
-        break;
-    case HOOP_FLOAT32:
-        div_f32(buf, n, (float)divisor);
-        break;
-    case HOOP_FLOAT64:
-        div_f64(buf, n, (double)divisor);
-        break;
-    default:
-        break;
+    case HOOP_INT8: div_i8(buf, n, divisor); break;
+    case HOOP_UINT8: div_u8(buf, n, (unsigned)divisor); break;
+    case HOOP_INT32: div_i32(buf, n, (int32_t)divisor); break;
+    case HOOP_UINT32: div_u32(buf, n, (uint32_t)divisor); break;
+    case HOOP_INT64: div_i64(buf, n, (int64_t)divisor); break;
+    case HOOP_UINT64: div_u64(buf, n, (uint64_t)divisor); break;
+    case HOOP_FLOAT16: div_f16(buf, n, (float)divisor); break;
+    case HOOP_BFLOAT16: div_bf16(buf, n, (float)divisor); break;
+    case HOOP_FLOAT32: div_f32(buf, n, (float)divisor); break;
+    case HOOP_FLOAT64: div_f64(buf, n, (double)divisor); break;
+    default: break;
     }
 }

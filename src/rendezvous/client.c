@@ -62,7 +62,7 @@ static hoop_result_t client_connect(hoop__store_t *st, tcp_store_t *t, double ti
                                                    : hoop__now() + EXCHANGE_GRACE;
                     char hwhy[256] = "";
                     hoop_result_t a = hoop__auth_handshake(
-                        fd, &t->auth, 0, hoop__auth_context(HOOP_STORE_AUTH_TAG, 0, 0, 0),
+                        fd, &t->auth, 0, hoop__auth_context(HOOP__STORE_AUTH_TAG, 0, 0, 0),
                         hs_deadline, hwhy, sizeof hwhy);
                     if (a == HOOP_ERR_PEER_LOST) {
                         /* Dropped after the server's hello: it may have made room for others. */
@@ -82,9 +82,9 @@ static hoop_result_t client_connect(hoop__store_t *st, tcp_store_t *t, double ti
                 if (fd >= 0) {
                     freeaddrinfo(res);
                     t->fd = fd;
-                    HOOP_TRACE(st->log,
-                               "connected to the rendezvous store at %s after %d attempt(s)",
-                               t->where, attempt + 1);
+                    HOOP__TRACE(st->log,
+                                "connected to the rendezvous store at %s after %d attempt(s)",
+                                t->where, attempt + 1);
                     return HOOP_OK;
                 }
                 snprintf(why, sizeof why, "%s", strerror(errno));
@@ -126,18 +126,18 @@ static hoop_result_t client_io(hoop__store_t *st, tcp_store_t *t, void *buf, siz
     const hoop__sock_io_t io = hoop__sock_io(t->fd, buf, len, flags, deadline);
     hoop_result_t r;
     switch (io) {
-    case HOOP_SOCK_DONE: return HOOP_OK;
-    case HOOP_SOCK_CLOSED:
+    case HOOP__SOCK_DONE: return HOOP_OK;
+    case HOOP__SOCK_CLOSED:
         r = HOOP_ERR_PEER_LOST;
         hoop__say(st->err, sizeof st->err,
                   "the rendezvous store at %s closed the connection (did rank 0 exit?)", t->where);
         break;
-    case HOOP_SOCK_TIMEOUT:
+    case HOOP__SOCK_TIMEOUT:
         r = HOOP_ERR_TIMEOUT;
         hoop__say(st->err, sizeof st->err, "the rendezvous store at %s did not answer in time",
                   t->where);
         break;
-    case HOOP_SOCK_WAIT_FAILED:
+    case HOOP__SOCK_WAIT_FAILED:
         r = HOOP_ERR_SYSTEM;
         hoop__say(st->err, sizeof st->err, "waiting on the rendezvous store at %s: %s", t->where,
                   strerror(errno));
@@ -176,18 +176,18 @@ static hoop_result_t client_request(hoop__store_t *st, uint8_t op, const char *k
         if (r != HOOP_OK) return r;
     }
     if (deadline < min_deadline) deadline = min_deadline;
-    uint8_t hdr[HOOP_STORE_REQ_HDR + HOOP_STORE_MAX_KEY];
+    uint8_t hdr[HOOP__STORE_REQ_HDR + HOOP__STORE_MAX_KEY];
     const size_t hlen = hoop__store_req_encode(hdr, op, key, keylen, vallen);
     hoop_result_t r = client_io(st, t, hdr, hlen,
-                                HOOP_SOCK_SEND | (vallen > 0 ? HOOP_SOCK_MORE : 0), deadline);
+                                HOOP__SOCK_SEND | (vallen > 0 ? HOOP__SOCK_MORE : 0), deadline);
     if (r == HOOP_OK && vallen > 0)
-        r = client_io(st, t, (void *)(uintptr_t)val, vallen, HOOP_SOCK_SEND, deadline);
-    uint8_t rep[HOOP_STORE_REP_HDR];
+        r = client_io(st, t, (void *)(uintptr_t)val, vallen, HOOP__SOCK_SEND, deadline);
+    uint8_t rep[HOOP__STORE_REP_HDR];
     if (r == HOOP_OK) r = client_io(st, t, rep, sizeof rep, 0, deadline);
     if (r != HOOP_OK) return r;
     uint32_t rlen = 0;
     const int check = hoop__store_rep_check(op, rep, &rlen);
-    if (check == HOOP_STORE_REP_AUTH) {
+    if (check == HOOP__STORE_REP_AUTH) {
         /* The server has a key and we have none. */
         hoop__say(
             st->err, sizeof st->err,
@@ -197,7 +197,7 @@ static hoop_result_t client_request(hoop__store_t *st, uint8_t op, const char *k
         client_drop(t, 1);
         return HOOP_ERR_AUTH;
     }
-    if (check != HOOP_STORE_REP_VALID) {
+    if (check != HOOP__STORE_REP_VALID) {
         hoop__say(st->err, sizeof st->err,
                   "the rendezvous store at %s sent an invalid reply (is another program listening "
                   "on that port?)",
@@ -240,12 +240,12 @@ static hoop_result_t tcp_open(hoop__store_t *st, const hoop__rdv_t *rdv, char *e
     t->port = rdv->port;
     hoop__sock_hostport(t->where, sizeof t->where, t->host, t->port);
     if (t->auth.set)
-        HOOP_INFO(st->log, "rendezvous store %s: connections are authenticated (HOOP_AUTH_KEY)",
-                  t->where);
+        HOOP__INFO(st->log, "rendezvous store %s: connections are authenticated (HOOP_AUTH_KEY)",
+                   t->where);
     else
-        HOOP_INFO(st->log,
-                  "rendezvous store %s: no HOOP_AUTH_KEY, connections are not authenticated",
-                  t->where);
+        HOOP__INFO(st->log,
+                   "rendezvous store %s: no HOOP_AUTH_KEY, connections are not authenticated",
+                   t->where);
     hoop_result_t r = HOOP_OK;
     if (rdv->rank == 0)
         r = hoop__store_server_start(t->host, t->port, &t->auth, st->log, &t->srv, err, errlen);
@@ -267,17 +267,17 @@ static hoop_result_t tcp_claim(hoop__store_t *st, const char *key, size_t keylen
     uint8_t status = 0;
     hoop_result_t r = client_request(st, 'C', key, keylen, val, len, &status, holder, cap,
                                      holder_len, hoop__now() + st->timeout_s);
-    if (r == HOOP_OK) *taken = status == HOOP_STORE_REP_TAKEN;
+    if (r == HOOP_OK) *taken = status == HOOP__STORE_REP_TAKEN;
     return r;
 }
 
 static hoop_result_t tcp_get(hoop__store_t *st, const char *key, size_t keylen, void *buf,
                              size_t cap, size_t *len, int *found, double deadline)
 {
-    uint8_t status = HOOP_STORE_REP_MISSING;
+    uint8_t status = HOOP__STORE_REP_MISSING;
     hoop_result_t r = client_request(st, 'G', key, keylen, NULL, 0, &status, buf, cap, len,
                                      deadline);
-    *found = r == HOOP_OK && status == HOOP_STORE_REP_OK;
+    *found = r == HOOP_OK && status == HOOP__STORE_REP_OK;
     return r;
 }
 

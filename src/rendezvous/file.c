@@ -169,10 +169,10 @@ static int file_try_get(hoop__store_t *st, const char *path, void *buf, size_t c
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
-        (uint64_t)sb.st_size > HOOP_STORE_MAX_VALUE) {
+        (uint64_t)sb.st_size > HOOP__STORE_MAX_VALUE) {
         hoop__say(st->err, sizeof st->err,
                   "%s is not a store value (not a regular file, or over %u bytes)", path,
-                  (unsigned)HOOP_STORE_MAX_VALUE);
+                  (unsigned)HOOP__STORE_MAX_VALUE);
         close(fd);
         return -1;
     }
@@ -266,7 +266,7 @@ static hoop_result_t file_open(hoop__store_t *st, const hoop__rdv_t *rdv, char *
         return HOOP_ERR_SYSTEM;
     }
     f->dir_ok = 1;
-    HOOP_INFO(st->log, "rendezvous through the file store %s", f->dir);
+    HOOP__INFO(st->log, "rendezvous through the file store %s", f->dir);
     return HOOP_OK;
 }
 

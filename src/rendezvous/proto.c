@@ -25,20 +25,20 @@ long hoop__store_parse(const uint8_t *buf, size_t len, hoop__store_req_t *req)
     if (op != 'S' && op != 'G' && op != 'C') return -1;
     if (len < 5) return 0;
     const uint32_t keylen = get_u32(buf + 1);
-    if (keylen == 0 || keylen > HOOP_STORE_MAX_KEY) return -1;
-    if (len < HOOP_STORE_REQ_HDR) return 0;
+    if (keylen == 0 || keylen > HOOP__STORE_MAX_KEY) return -1;
+    if (len < HOOP__STORE_REQ_HDR) return 0;
     const uint32_t vallen = get_u32(buf + 5);
-    if (vallen > HOOP_STORE_MAX_VALUE) return -1;
+    if (vallen > HOOP__STORE_MAX_VALUE) return -1;
     if (op == 'G' && vallen != 0) return -1;
-    const size_t total = (size_t)HOOP_STORE_REQ_HDR + keylen + vallen;
+    const size_t total = (size_t)HOOP__STORE_REQ_HDR + keylen + vallen;
     if (len < total) return 0;
     /* Keys are C strings on every client. */
-    if (memchr(buf + HOOP_STORE_REQ_HDR, '\0', keylen) != NULL) return -1;
+    if (memchr(buf + HOOP__STORE_REQ_HDR, '\0', keylen) != NULL) return -1;
     if (req != NULL) {
         req->op = op;
-        req->key = (const char *)(buf + HOOP_STORE_REQ_HDR);
+        req->key = (const char *)(buf + HOOP__STORE_REQ_HDR);
         req->keylen = keylen;
-        req->val = buf + HOOP_STORE_REQ_HDR + keylen;
+        req->val = buf + HOOP__STORE_REQ_HDR + keylen;
         req->vallen = vallen;
     }
     return (long)total;
@@ -46,7 +46,7 @@ long hoop__store_parse(const uint8_t *buf, size_t len, hoop__store_req_t *req)
 
 size_t hoop__store_req_len(const uint8_t *hdr)
 {
-    return (size_t)HOOP_STORE_REQ_HDR + get_u32(hdr + 1) + get_u32(hdr + 5);
+    return (size_t)HOOP__STORE_REQ_HDR + get_u32(hdr + 1) + get_u32(hdr + 5);
 }
 
 size_t hoop__store_req_encode(uint8_t *out, uint8_t op, const char *key, size_t keylen,
@@ -55,8 +55,8 @@ size_t hoop__store_req_encode(uint8_t *out, uint8_t op, const char *key, size_t 
     out[0] = op;
     put_u32(out + 1, (uint32_t)keylen);
     put_u32(out + 5, (uint32_t)vallen);
-    memcpy(out + HOOP_STORE_REQ_HDR, key, keylen);
-    return HOOP_STORE_REQ_HDR + keylen;
+    memcpy(out + HOOP__STORE_REQ_HDR, key, keylen);
+    return HOOP__STORE_REQ_HDR + keylen;
 }
 
 void hoop__store_rep_encode(uint8_t *out, uint8_t status, uint32_t vallen)
@@ -68,14 +68,14 @@ void hoop__store_rep_encode(uint8_t *out, uint8_t status, uint32_t vallen)
 int hoop__store_rep_check(uint8_t op, const uint8_t *rep, uint32_t *vallen)
 {
     /* A server with a key speaks first: its hello starts "HOOPAUTH". */
-    if (memcmp(rep, "HOOPA", HOOP_STORE_REP_HDR) == 0) return HOOP_STORE_REP_AUTH;
+    if (memcmp(rep, "HOOPA", HOOP__STORE_REP_HDR) == 0) return HOOP__STORE_REP_AUTH;
     const uint32_t rlen = get_u32(rep + 1);
     const uint8_t status = rep[0];
-    const int ok = status == HOOP_STORE_REP_OK, missing = status == HOOP_STORE_REP_MISSING;
-    const int claim_ok = op == 'C' && (status == HOOP_STORE_REP_TAKEN || (ok && rlen == 0));
-    if ((op == 'C' && !claim_ok) || (op != 'C' && !ok && !missing) || rlen > HOOP_STORE_MAX_VALUE ||
-        (missing && rlen != 0) || (op == 'S' && (!ok || rlen != 0)))
-        return HOOP_STORE_REP_INVALID;
+    const int ok = status == HOOP__STORE_REP_OK, missing = status == HOOP__STORE_REP_MISSING;
+    const int claim_ok = op == 'C' && (status == HOOP__STORE_REP_TAKEN || (ok && rlen == 0));
+    if ((op == 'C' && !claim_ok) || (op != 'C' && !ok && !missing) ||
+        rlen > HOOP__STORE_MAX_VALUE || (missing && rlen != 0) || (op == 'S' && (!ok || rlen != 0)))
+        return HOOP__STORE_REP_INVALID;
     *vallen = rlen;
-    return HOOP_STORE_REP_VALID;
+    return HOOP__STORE_REP_VALID;
 }

@@ -15,7 +15,8 @@
 /* Launcher variables in order of preference: torchrun, then Slurm, then Open MPI. */
 static const char *const rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
 static const char *const size_vars[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"};
-static const char *const lrank_vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
+static const char *const lrank_vars[] = {"LOCAL_RANK", "SLURM_LOCALID",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK"};
 static const char *const lsize_vars[] = {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
                                          "OMPI_COMM_WORLD_LOCAL_SIZE"};
 #define NVARS 3
@@ -61,14 +62,15 @@ static const char *getenv_ctx(const char *name, void *ctx)
 
 /* Reads the first set variable of vars. 1: *out holds its value and *from its name; 0: none set;
  * -1: the value is not a number in [lo, hi] (err written). */
-static int env_int(const char *const *vars, long lo, long hi, const char *what, long *out, const char **from,
-                   char *err, size_t errlen)
+static int env_int(const char *const *vars, long lo, long hi, const char *what, long *out,
+                   const char **from, char *err, size_t errlen)
 {
     for (int i = 0; i < NVARS; i++) {
         const char *v = env(vars[i]);
         if (v == NULL) continue;
         if (parse_long(v, lo, hi, out) != 0) {
-            fail(err, errlen, "%s=\"%.64s\" is not a valid %s: set %s to a whole number from %ld to %ld",
+            fail(err, errlen,
+                 "%s=\"%.64s\" is not a valid %s: set %s to a whole number from %ld to %ld",
                  vars[i], v, what, vars[i], lo, hi);
             return -1;
         }
@@ -79,15 +81,16 @@ static int env_int(const char *const *vars, long lo, long hi, const char *what, 
 }
 
 /* A host name or address: printable, no spaces, fits in host[]. IPv6 brackets are stripped. */
-static hoop_result_t copy_host(const char *s, size_t n, const char *source, char *host, size_t cap, char *err,
-                               size_t errlen)
+static hoop_result_t copy_host(const char *s, size_t n, const char *source, char *host, size_t cap,
+                               char *err, size_t errlen)
 {
     if (n >= 2 && s[0] == '[' && s[n - 1] == ']') {
         s++;
         n -= 2;
     }
     if (n == 0) return fail(err, errlen, "%s has an empty host name", source);
-    if (n >= cap) return fail(err, errlen, "%s has a host name longer than %zu characters", source, cap - 1);
+    if (n >= cap)
+        return fail(err, errlen, "%s has a host name longer than %zu characters", source, cap - 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c <= ' ' || c >= 0x7f || c == '/' || c == '[' || c == ']')
@@ -98,8 +101,8 @@ static hoop_result_t copy_host(const char *s, size_t n, const char *source, char
     return HOOP_OK;
 }
 
-static hoop_result_t parse_port(const char *s, size_t n, const char *source, const char *fix, int *port,
-                                char *err, size_t errlen)
+static hoop_result_t parse_port(const char *s, size_t n, const char *source, const char *fix,
+                                int *port, char *err, size_t errlen)
 {
     char buf[16];
     long v;
@@ -117,8 +120,8 @@ bad:
 }
 
 /* tcp://HOST:PORT or tcp://[V6ADDR]:PORT, an optional trailing '/'. */
-static hoop_result_t parse_tcp(const char *init_method, const char *rest, hoop__rdv_t *out, char *err,
-                               size_t errlen)
+static hoop_result_t parse_tcp(const char *init_method, const char *rest, hoop__rdv_t *out,
+                               char *err, size_t errlen)
 {
     size_t n = strlen(rest);
     if (n > 0 && rest[n - 1] == '/') n--;
@@ -128,7 +131,8 @@ static hoop_result_t parse_tcp(const char *init_method, const char *rest, hoop__
     if (n > 0 && rest[0] == '[') {
         const char *close = memchr(rest, ']', n);
         if (close == NULL)
-            return fail(err, errlen, "init method \"%.300s\" has no ']' after the IPv6 address", init_method);
+            return fail(err, errlen, "init method \"%.300s\" has no ']' after the IPv6 address",
+                        init_method);
         colon = close + 1;
         if (colon >= rest + n || *colon != ':')
             return fail(err, errlen, "init method \"%.300s\" has no port: use tcp://[ADDRESS]:PORT",
@@ -139,7 +143,8 @@ static hoop_result_t parse_tcp(const char *init_method, const char *rest, hoop__
         for (size_t i = 0; i < n; i++)
             if (rest[i] == ':') colon = rest + i;
         if (colon == NULL)
-            return fail(err, errlen, "init method \"%.300s\" has no port: use tcp://HOST:PORT", init_method);
+            return fail(err, errlen, "init method \"%.300s\" has no port: use tcp://HOST:PORT",
+                        init_method);
         hostlen = (size_t)(colon - rest);
         if (memchr(rest, ':', hostlen) != NULL)
             return fail(err, errlen,
@@ -147,53 +152,59 @@ static hoop_result_t parse_tcp(const char *init_method, const char *rest, hoop__
                         "use tcp://[ADDRESS]:PORT",
                         init_method);
     }
-    hoop_result_t r =
-        copy_host(host, hostlen, "the tcp:// init method", out->host, sizeof out->host, err, errlen);
+    hoop_result_t r = copy_host(host, hostlen, "the tcp:// init method", out->host,
+                                sizeof out->host, err, errlen);
     if (r != HOOP_OK) return r;
     size_t portlen = (size_t)(rest + n - (colon + 1));
-    r = parse_port(colon + 1, portlen, "the tcp:// init method", "use tcp://HOST:PORT with PORT", &out->port,
-                   err, errlen);
+    r = parse_port(colon + 1, portlen, "the tcp:// init method", "use tcp://HOST:PORT with PORT",
+                   &out->port, err, errlen);
     if (r != HOOP_OK) return r;
     snprintf(out->method, sizeof out->method, "tcp");
     return HOOP_OK;
 }
 
 /* env://: the address of rank 0's store comes from MASTER_ADDR and MASTER_PORT. */
-static hoop_result_t parse_env(const char *init_method, const char *rest, hoop__rdv_t *out, char *err,
-                               size_t errlen)
+static hoop_result_t parse_env(const char *init_method, const char *rest, hoop__rdv_t *out,
+                               char *err, size_t errlen)
 {
     if (rest[0] != '\0' && strcmp(rest, "/") != 0)
-        return fail(err, errlen,
-                    "init method \"%.300s\" has text after env://: the address comes from MASTER_ADDR and "
-                    "MASTER_PORT",
-                    init_method);
+        return fail(
+            err, errlen,
+            "init method \"%.300s\" has text after env://: the address comes from MASTER_ADDR and "
+            "MASTER_PORT",
+            init_method);
     const char *addr = env("MASTER_ADDR");
     if (addr == NULL)
-        return fail(err, errlen,
-                    "the env:// init method needs MASTER_ADDR: set MASTER_ADDR to the host name or address "
-                    "of the machine that runs rank 0");
+        return fail(
+            err, errlen,
+            "the env:// init method needs MASTER_ADDR: set MASTER_ADDR to the host name or address "
+            "of the machine that runs rank 0");
     const char *port = env("MASTER_PORT");
     if (port == NULL)
-        return fail(err, errlen,
-                    "the env:// init method needs MASTER_PORT: set MASTER_PORT to a free TCP port on the "
-                    "machine that runs rank 0 (e.g. 29500)");
-    hoop_result_t r = copy_host(addr, strlen(addr), "MASTER_ADDR", out->host, sizeof out->host, err, errlen);
+        return fail(
+            err, errlen,
+            "the env:// init method needs MASTER_PORT: set MASTER_PORT to a free TCP port on the "
+            "machine that runs rank 0 (e.g. 29500)");
+    hoop_result_t r = copy_host(addr, strlen(addr), "MASTER_ADDR", out->host, sizeof out->host, err,
+                                errlen);
     if (r != HOOP_OK) return r;
-    r = parse_port(port, strlen(port), "MASTER_PORT", "set MASTER_PORT to", &out->port, err, errlen);
+    r = parse_port(port, strlen(port), "MASTER_PORT", "set MASTER_PORT to", &out->port, err,
+                   errlen);
     if (r != HOOP_OK) return r;
     snprintf(out->method, sizeof out->method, "tcp");
     return HOOP_OK;
 }
 
-static hoop_result_t parse_file(const char *init_method, const char *rest, hoop__rdv_t *out, char *err,
-                                size_t errlen)
+static hoop_result_t parse_file(const char *init_method, const char *rest, hoop__rdv_t *out,
+                                char *err, size_t errlen)
 {
     (void)init_method;
     size_t n = strlen(rest);
     if (n == 0 || rest[0] != '/')
-        return fail(err, errlen,
-                    "the file:// init method needs an absolute path: use file:///PATH (three slashes), "
-                    "e.g. file:///shared/job42.store");
+        return fail(
+            err, errlen,
+            "the file:// init method needs an absolute path: use file:///PATH (three slashes), "
+            "e.g. file:///shared/job42.store");
     if (rest[n - 1] == '/')
         return fail(err, errlen,
                     "the file:// init method needs the path of a file, not of a directory "
@@ -201,7 +212,8 @@ static hoop_result_t parse_file(const char *init_method, const char *rest, hoop_
                     rest);
     /* The store appends ".d/" and key file names; leave them room. */
     if (n >= sizeof out->path - 8)
-        return fail(err, errlen, "the file:// path is longer than %zu characters", sizeof out->path - 9);
+        return fail(err, errlen, "the file:// path is longer than %zu characters",
+                    sizeof out->path - 9);
     memcpy(out->path, rest, n + 1);
     snprintf(out->method, sizeof out->method, "file");
     return HOOP_OK;
@@ -230,19 +242,21 @@ static hoop_result_t job_id(hoop__rdv_t *out, char *err, size_t errlen)
         const char *step = i == 2 ? env("SLURM_STEP_ID") : NULL;
         int n = snprintf(out->job, sizeof out->job, "%s%s%s", v, step ? "." : "", step ? step : "");
         if (n < 0 || (size_t)n >= sizeof out->job)
-            return fail(err, errlen, "%s is longer than %zu characters", vars[i], sizeof out->job - 1);
+            return fail(err, errlen, "%s is longer than %zu characters", vars[i],
+                        sizeof out->job - 1);
         for (const char *c = out->job; *c; c++)
             if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
                 return fail(err, errlen, "%s=\"%.64s\" has a space or an unprintable character",
                             vars[i], v);
-        snprintf(out->job_from, sizeof out->job_from, "%s%s", vars[i], step ? "+SLURM_STEP_ID" : "");
+        snprintf(out->job_from, sizeof out->job_from, "%s%s", vars[i],
+                 step ? "+SLURM_STEP_ID" : "");
         return HOOP_OK;
     }
     return HOOP_OK;
 }
 
-hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out, char *err,
-                                size_t errlen)
+hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out,
+                                char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (out == NULL) return fail(err, errlen, "internal error: no place to store the rendezvous");
@@ -252,11 +266,13 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
 
     if (rank < -1)
         return fail(err, errlen,
-                    "rank %d is invalid: pass a rank >= 0, or -1 to take it from the environment", rank);
+                    "rank %d is invalid: pass a rank >= 0, or -1 to take it from the environment",
+                    rank);
     if (size == 0 || size < -1 || size > MAX_RANKS)
         return fail(err, errlen,
                     "world size %d is invalid: pass a size from 1 to %d, or -1 to take it from the "
-                    "environment", size, MAX_RANKS);
+                    "environment",
+                    size, MAX_RANKS);
 
     const char *m = (init_method == NULL || *init_method == '\0') ? "env://" : init_method;
     size_t i = 0;
@@ -265,7 +281,8 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
         i++;
     if (i == sizeof methods / sizeof methods[0])
         return fail(err, errlen,
-                    "unknown init method \"%.300s\": use env://, tcp://HOST:PORT or file:///PATH", m);
+                    "unknown init method \"%.300s\": use env://, tcp://HOST:PORT or file:///PATH",
+                    m);
     hoop_result_t r = methods[i].parse(m, m + strlen(methods[i].scheme), out, err, errlen);
     if (r != HOOP_OK) return r;
 
@@ -288,9 +305,10 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
         int got = env_int(size_vars, 1, MAX_RANKS, "world size", &v, &size_from, err, errlen);
         if (got < 0) return HOOP_ERR_INVALID_ARGUMENT;
         if (got == 0)
-            return fail(err, errlen,
-                        "no world size was given: pass one to hoop_init or set WORLD_SIZE (as torchrun "
-                        "does); SLURM_NTASKS and OMPI_COMM_WORLD_SIZE are read too");
+            return fail(
+                err, errlen,
+                "no world size was given: pass one to hoop_init or set WORLD_SIZE (as torchrun "
+                "does); SLURM_NTASKS and OMPI_COMM_WORLD_SIZE are read too");
         out->size = (int)v;
     }
     if (out->rank >= out->size) {
@@ -303,7 +321,8 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
             snprintf(ss, sizeof ss, "%s=%d", size_from, out->size);
         else
             snprintf(ss, sizeof ss, "%d", out->size);
-        return fail(err, errlen, "rank %s is out of range for world size %s: a rank must be from 0 to size-1",
+        return fail(err, errlen,
+                    "rank %s is out of range for world size %s: a rank must be from 0 to size-1",
                     rs, ss);
     }
 
@@ -330,12 +349,14 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (ls > out->size) {
         if (strict)
-            return fail(err, errlen, "%s=%ld is larger than the world size %d", ls_from, ls, out->size);
+            return fail(err, errlen, "%s=%ld is larger than the world size %d", ls_from, ls,
+                        out->size);
         ls = lr = -1;
     }
     if (lr >= 0 && ls >= 1 && lr >= ls) {
         if (strict)
-            return fail(err, errlen, "%s=%ld is out of range for %s=%ld: a local rank must be from 0 to %ld",
+            return fail(err, errlen,
+                        "%s=%ld is out of range for %s=%ld: a local rank must be from 0 to %ld",
                         lr_from, lr, ls_from, ls, ls - 1);
         ls = lr = -1;
     }

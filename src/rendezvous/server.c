@@ -91,7 +91,7 @@ static int conn_flush(conn_t *c)
 
 static int conn_reply(conn_t *c, uint8_t status, const uint8_t *val, uint32_t vallen)
 {
-    const size_t need = HOOP_STORE_REP_HDR + (size_t)vallen;
+    const size_t need = HOOP__STORE_REP_HDR + (size_t)vallen;
     if (c->out_cap < need) {
         size_t cap = c->out_cap ? c->out_cap : 256;
         while (cap < need) cap *= 2;
@@ -101,7 +101,7 @@ static int conn_reply(conn_t *c, uint8_t status, const uint8_t *val, uint32_t va
         c->out_cap = cap;
     }
     hoop__store_rep_encode(c->out, status, vallen);
-    if (vallen > 0) memcpy(c->out + HOOP_STORE_REP_HDR, val, vallen);
+    if (vallen > 0) memcpy(c->out + HOOP__STORE_REP_HDR, val, vallen);
     c->out_off = 0;
     c->out_len = need;
     return conn_flush(c);
@@ -120,13 +120,13 @@ static int conn_process(server_t *s, conn_t *c)
         if (n < 0) {
             if (c->in[off] == 'H' && off == 0) {
                 atomic_fetch_add(&s->auth_failures, 1);
-                HOOP_WARN(s->log,
-                          "rendezvous store %s: dropping client %s, which wants to authenticate: "
-                          "this store has no key (is HOOP_AUTH_KEY set on rank 0 as on the other "
-                          "ranks?)",
-                          s->where, c->peer);
+                HOOP__WARN(s->log,
+                           "rendezvous store %s: dropping client %s, which wants to authenticate: "
+                           "this store has no key (is HOOP_AUTH_KEY set on rank 0 as on the other "
+                           "ranks?)",
+                           s->where, c->peer);
             } else {
-                HOOP_WARN(
+                HOOP__WARN(
                     s->log,
                     "rendezvous store %s: dropping client %s after a malformed request (op 0x%02x)",
                     s->where, c->peer, c->in[off]);
@@ -138,37 +138,37 @@ static int conn_process(server_t *s, conn_t *c)
         uint32_t vallen = 0;
         if (req.op == 'S') {
             if (hoop__store_table_set(&s->table, req.key, req.keylen, req.val, req.vallen) != 0) {
-                HOOP_WARN(s->log,
-                          "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s "
-                          "(out of memory or over the %llu-byte limit); dropping the client",
-                          s->where, (unsigned)req.vallen,
-                          hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer,
-                          (unsigned long long)HOOP_STORE_TABLE_MAX_BYTES);
+                HOOP__WARN(s->log,
+                           "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s "
+                           "(out of memory or over the %llu-byte limit); dropping the client",
+                           s->where, (unsigned)req.vallen,
+                           hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer,
+                           (unsigned long long)HOOP__STORE_TABLE_MAX_BYTES);
                 return -1;
             }
-            HOOP_TRACE(s->log, "rendezvous store: set \"%s\" (%u bytes) from %s",
-                       hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
-                       (unsigned)req.vallen, c->peer);
-            rc = conn_reply(c, HOOP_STORE_REP_OK, NULL, 0);
+            HOOP__TRACE(s->log, "rendezvous store: set \"%s\" (%u bytes) from %s",
+                        hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
+                        (unsigned)req.vallen, c->peer);
+            rc = conn_reply(c, HOOP__STORE_REP_OK, NULL, 0);
         } else if (req.op == 'C') {
             /* One thread serves every connection, so look-then-set is atomic. */
             if (hoop__store_table_get(&s->table, req.key, req.keylen, &val, &vallen)) {
-                rc = conn_reply(c, HOOP_STORE_REP_TAKEN, val, vallen);
+                rc = conn_reply(c, HOOP__STORE_REP_TAKEN, val, vallen);
             } else if (hoop__store_table_set(&s->table, req.key, req.keylen, req.val, req.vallen) !=
                        0) {
-                HOOP_WARN(s->log,
-                          "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s; "
-                          "dropping the client",
-                          s->where, (unsigned)req.vallen,
-                          hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer);
+                HOOP__WARN(s->log,
+                           "rendezvous store %s: cannot store %u bytes for key \"%s\" from %s; "
+                           "dropping the client",
+                           s->where, (unsigned)req.vallen,
+                           hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer);
                 return -1;
             } else {
-                rc = conn_reply(c, HOOP_STORE_REP_OK, NULL, 0);
+                rc = conn_reply(c, HOOP__STORE_REP_OK, NULL, 0);
             }
         } else {
             rc = hoop__store_table_get(&s->table, req.key, req.keylen, &val, &vallen)
-                     ? conn_reply(c, HOOP_STORE_REP_OK, val, vallen)
-                     : conn_reply(c, HOOP_STORE_REP_MISSING, NULL, 0);
+                     ? conn_reply(c, HOOP__STORE_REP_OK, val, vallen)
+                     : conn_reply(c, HOOP__STORE_REP_MISSING, NULL, 0);
         }
         off += (size_t)n;
         if (rc != 0) return -1;
@@ -187,16 +187,17 @@ static int conn_read(server_t *s, conn_t *c)
         if (c->in_len == c->in_cap) {
             /* Grow to what the pending request needs, never past the largest valid request. */
             size_t want = c->in_cap ? c->in_cap * 2 : 4096;
-            if (c->in_len >= HOOP_STORE_REQ_HDR) {
+            if (c->in_len >= HOOP__STORE_REQ_HDR) {
                 size_t total = hoop__store_req_len(c->in);
                 if (total > want) want = total;
             }
-            if (want > HOOP_STORE_MAX_REQ) want = HOOP_STORE_MAX_REQ;
+            if (want > HOOP__STORE_MAX_REQ) want = HOOP__STORE_MAX_REQ;
             if (want <= c->in_cap) return -1; /* cannot happen: parse rejects longer requests */
             uint8_t *p = realloc(c->in, want);
             if (p == NULL) {
-                HOOP_WARN(s->log, "rendezvous store %s: out of memory reading from %s; dropping it",
-                          s->where, c->peer);
+                HOOP__WARN(s->log,
+                           "rendezvous store %s: out of memory reading from %s; dropping it",
+                           s->where, c->peer);
                 return -1;
             }
             c->in = p;
@@ -223,8 +224,8 @@ static int conn_add(server_t *s, int fd, const char *peer)
         conn_t *p = realloc(s->conns, cap * sizeof *p);
         if (p == NULL) {
             close(fd);
-            HOOP_WARN(s->log, "rendezvous store %s: out of memory accepting a connection",
-                      s->where);
+            HOOP__WARN(s->log, "rendezvous store %s: out of memory accepting a connection",
+                       s->where);
             return -1;
         }
         s->conns = p;
@@ -242,36 +243,36 @@ static void pending_step(server_t *s, hoop__sock_pending_t *p)
 {
     char why[256] = "";
     int r = hoop__sock_pending_step(p, why, sizeof why);
-    if (r == HOOP_AUTH_MORE) return;
-    if (r == HOOP_AUTH_DONE) {
-        HOOP_TRACE(s->log, "rendezvous store %s: client %s authenticated", s->where, p->peer);
+    if (r == HOOP__AUTH_MORE) return;
+    if (r == HOOP__AUTH_DONE) {
+        HOOP__TRACE(s->log, "rendezvous store %s: client %s authenticated", s->where, p->peer);
         (void)conn_add(s, hoop__sock_pending_take(p), p->peer);
         return;
     }
     atomic_fetch_add(&s->auth_failures, 1);
-    HOOP_WARN(s->log, "rendezvous store %s: rejected client %s: authentication failed: %s",
-              s->where, p->peer, why);
+    HOOP__WARN(s->log, "rendezvous store %s: rejected client %s: authentication failed: %s",
+               s->where, p->peer, why);
     hoop__sock_pending_close(p);
 }
 
 /* Starts the handshake of a new connection in the gate, making room by dropping the oldest one
- * when HOOP_SOCK_PENDING_MAX are waiting. */
+ * when HOOP__SOCK_PENDING_MAX are waiting. */
 static void pending_begin(server_t *s, int fd, const char *peer)
 {
     int full;
     hoop__sock_pending_t *p = hoop__sock_gate_room(&s->gate, &full);
     if (full) {
         atomic_fetch_add(&s->auth_failures, 1);
-        HOOP_WARN(
+        HOOP__WARN(
             s->log,
             "rendezvous store %s: %zu connections are authenticating at once; dropping the oldest, "
             "from %s",
-            s->where, (size_t)HOOP_SOCK_PENDING_MAX, p->peer);
+            s->where, (size_t)HOOP__SOCK_PENDING_MAX, p->peer);
         hoop__sock_pending_close(p);
     }
-    hoop__sock_pending_admit(p, fd, peer, hoop__now() + HOOP_SOCK_AUTH_WINDOW);
+    hoop__sock_pending_admit(p, fd, peer, hoop__now() + HOOP__SOCK_AUTH_WINDOW);
     if (hoop__sock_pending_auth(p, &s->key, 1, s->auth_context) != 0) {
-        HOOP_WARN(s->log, "rendezvous store %s: out of memory accepting %s", s->where, peer);
+        HOOP__WARN(s->log, "rendezvous store %s: out of memory accepting %s", s->where, peer);
         hoop__sock_pending_close(p);
         return;
     }
@@ -285,16 +286,16 @@ static void accept_exhausted(server_t *s, int err)
     s->accept_exhausted = 1;
     struct rlimit rl;
     if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
-        HOOP_WARN(s->log,
-                  "rendezvous store %s: cannot accept a connection: %s: this process may have "
-                  "%llu open; waiting for clients to leave (raise the limit: ulimit -n)",
-                  s->where, strerror(err), (unsigned long long)rl.rlim_cur);
+        HOOP__WARN(s->log,
+                   "rendezvous store %s: cannot accept a connection: %s: this process may have "
+                   "%llu open; waiting for clients to leave (raise the limit: ulimit -n)",
+                   s->where, strerror(err), (unsigned long long)rl.rlim_cur);
     else
-        HOOP_WARN(s->log,
-                  "rendezvous store %s: cannot accept a connection: %s; waiting for clients to "
-                  "leave%s",
-                  s->where, strerror(err),
-                  err == ENFILE ? " (the system is out of file descriptors: fs.file-max)" : "");
+        HOOP__WARN(s->log,
+                   "rendezvous store %s: cannot accept a connection: %s; waiting for clients to "
+                   "leave%s",
+                   s->where, strerror(err),
+                   err == ENFILE ? " (the system is out of file descriptors: fs.file-max)" : "");
 }
 
 /* Accepts pending connections. Returns 1 when out of descriptors (the caller pauses accepting). */
@@ -314,7 +315,7 @@ static int server_accept(server_t *s, int lfd)
             return 0; /* EAGAIN, or an error of that one connection */
         }
         s->accept_exhausted = 0;
-        HOOP_TRACE(s->log, "rendezvous store %s: client %s connected", s->where, peer);
+        HOOP__TRACE(s->log, "rendezvous store %s: client %s connected", s->where, peer);
         if (s->key.set)
             pending_begin(s, fd, peer);
         else if (conn_add(s, fd, peer) != 0)
@@ -334,14 +335,14 @@ static void *server_main(void *arg)
 {
     server_t *s = arg;
     int accept_paused = 0;
-    int slot_of[HOOP_SOCK_PENDING_MAX]; /* the gate's slot behind each polled handshake */
+    int slot_of[HOOP__SOCK_PENDING_MAX]; /* the gate's slot behind each polled handshake */
     for (;;) {
-        const size_t need = 1 + (size_t)s->nlfd + HOOP_SOCK_PENDING_MAX + s->nconns;
+        const size_t need = 1 + (size_t)s->nlfd + HOOP__SOCK_PENDING_MAX + s->nconns;
         if (need > s->cap_pfds) {
             size_t cap = need * 2;
             struct pollfd *p = realloc(s->pfds, cap * sizeof *p);
             if (p == NULL) {
-                HOOP_WARN(s->log, "rendezvous store %s: out of memory; retrying", s->where);
+                HOOP__WARN(s->log, "rendezvous store %s: out of memory; retrying", s->where);
                 struct pollfd w = {.fd = s->wake_fd, .events = POLLIN};
                 if (poll(&w, 1, 50) > 0) break;
                 continue;
@@ -356,7 +357,7 @@ static void *server_main(void *arg)
             for (int i = 0; i < s->nlfd; i++)
                 s->pfds[np++] = (struct pollfd){.fd = s->lfd[i], .events = POLLIN};
         const size_t first_pending = np;
-        for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) {
+        for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
             const hoop__sock_pending_t *p = &s->gate.slot[i];
             if (p->fd < 0) continue;
             slot_of[np - first_pending] = i;
@@ -373,8 +374,8 @@ static void *server_main(void *arg)
         int n = poll(s->pfds, (nfds_t)np, auth_wait_ms(s, accept_paused ? 50 : 1000));
         if (n < 0) {
             if (errno != EINTR) {
-                HOOP_WARN(s->log, "rendezvous store %s: poll failed: %s", s->where,
-                          strerror(errno));
+                HOOP__WARN(s->log, "rendezvous store %s: poll failed: %s", s->where,
+                           strerror(errno));
                 hoop__store_sleep(0.01);
             }
             continue;
@@ -393,14 +394,14 @@ static void *server_main(void *arg)
                 pending_step(s, p);
         }
         const double now = hoop__now();
-        for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) {
+        for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
             hoop__sock_pending_t *p = &s->gate.slot[i];
             if (p->fd < 0 || now < p->deadline) continue;
             atomic_fetch_add(&s->auth_failures, 1);
-            HOOP_WARN(
+            HOOP__WARN(
                 s->log,
                 "rendezvous store %s: dropping client %s: it did not authenticate within %g s",
-                s->where, p->peer, HOOP_SOCK_AUTH_WINDOW);
+                s->where, p->peer, HOOP__SOCK_AUTH_WINDOW);
             hoop__sock_pending_close(p);
         }
         for (size_t i = 0; i < nconns; i++) {
@@ -418,8 +419,8 @@ static void *server_main(void *arg)
                 dead = conn_read(s, c) != 0;
             }
             if (dead) {
-                HOOP_TRACE(s->log, "rendezvous store %s: client %s disconnected", s->where,
-                           c->peer);
+                HOOP__TRACE(s->log, "rendezvous store %s: client %s disconnected", s->where,
+                            c->peer);
                 conn_close(c);
             }
         }
@@ -435,11 +436,11 @@ static void server_free(server_t *s)
 {
     if (s == NULL) return;
     for (int i = 0; i < s->nlfd; i++) close(s->lfd[i]);
-    for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) {
+    for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
         hoop__sock_pending_t *p = &s->gate.slot[i];
         if (p->fd < 0) continue;
-        HOOP_WARN(s->log, "rendezvous store %s: closing client %s, which never authenticated",
-                  s->where, p->peer);
+        HOOP__WARN(s->log, "rendezvous store %s: closing client %s, which never authenticated",
+                   s->where, p->peer);
         hoop__sock_pending_close(p);
     }
     for (size_t i = 0; i < s->nconns; i++) conn_close(&s->conns[i]);
@@ -477,7 +478,7 @@ static hoop_result_t server_listen(server_t *s, const char *host, int port, char
         for (const struct addrinfo *p = res; p != ai; p = p->ai_next) dup |= same_addr(p, ai);
         if (dup) continue;
         /* A v6 socket does not also claim the v4 port: the v4 address gets its own socket. */
-        int fd = hoop__sock_listen(ai->ai_addr, ai->ai_addrlen, HOOP_SOCK_FIXED_PORT);
+        int fd = hoop__sock_listen(ai->ai_addr, ai->ai_addrlen, HOOP__SOCK_FIXED_PORT);
         if (fd < 0) {
             const int e = errno;
             if (e == EADDRINUSE) {
@@ -498,10 +499,10 @@ static hoop_result_t server_listen(server_t *s, const char *host, int port, char
             (ai->ai_family == AF_INET6 &&
              IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr));
         if (wild)
-            HOOP_WARN(s->log,
-                      "rendezvous store: \"%s\" is a wildcard address: the store listens on every "
-                      "interface (give MASTER_ADDR the address of one interface to avoid that)",
-                      host);
+            HOOP__WARN(s->log,
+                       "rendezvous store: \"%s\" is a wildcard address: the store listens on every "
+                       "interface (give MASTER_ADDR the address of one interface to avoid that)",
+                       host);
     }
     freeaddrinfo(res);
     if (s->nlfd == 0) {
@@ -534,7 +535,7 @@ hoop_result_t hoop__store_server_start(const char *host, int port, const hoop__a
     s->log = log;
     if (key != NULL && key->set) {
         s->key = *key;
-        s->auth_context = hoop__auth_context(HOOP_STORE_AUTH_TAG, 0, 0, 0);
+        s->auth_context = hoop__auth_context(HOOP__STORE_AUTH_TAG, 0, 0, 0);
     }
     hoop__sock_hostport(s->where, sizeof s->where, host, port);
     if (hoop__store_table_init(&s->table) != 0) {
@@ -564,7 +565,7 @@ hoop_result_t hoop__store_server_start(const char *host, int port, const hoop__a
         server_free(s);
         return HOOP_ERR_SYSTEM;
     }
-    HOOP_INFO(log, "rendezvous store serving on %s", s->where);
+    HOOP__INFO(log, "rendezvous store serving on %s", s->where);
     *out = s;
     return HOOP_OK;
 }

@@ -105,10 +105,10 @@ static hoop_result_t check_key(hoop__store_t *st, const char *key, size_t *keyle
         hoop__say(st->err, sizeof st->err, "a store key must not be empty");
         return HOOP_ERR_INVALID_ARGUMENT;
     }
-    size_t n = strnlen(key, HOOP_STORE_MAX_KEY + 1);
-    if (n > HOOP_STORE_MAX_KEY) {
+    size_t n = strnlen(key, HOOP__STORE_MAX_KEY + 1);
+    if (n > HOOP__STORE_MAX_KEY) {
         hoop__say(st->err, sizeof st->err, "store key \"%.40s...\" is longer than %d bytes", key,
-                  HOOP_STORE_MAX_KEY);
+                  HOOP__STORE_MAX_KEY);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
     *keylen = n;
@@ -121,9 +121,9 @@ hoop_result_t hoop__store_set(hoop__store_t *st, const char *key, const void *va
     pthread_mutex_lock(&st->mu);
     size_t keylen = 0;
     hoop_result_t r = check_key(st, key, &keylen);
-    if (r == HOOP_OK && len > HOOP_STORE_MAX_VALUE) {
+    if (r == HOOP_OK && len > HOOP__STORE_MAX_VALUE) {
         hoop__say(st->err, sizeof st->err, "store value of %zu bytes is over the %u-byte limit",
-                  len, (unsigned)HOOP_STORE_MAX_VALUE);
+                  len, (unsigned)HOOP__STORE_MAX_VALUE);
         r = HOOP_ERR_INVALID_ARGUMENT;
     }
     if (r == HOOP_OK && val == NULL && len > 0) {
@@ -145,7 +145,7 @@ hoop_result_t hoop__store_claim(hoop__store_t *st, const char *key, const void *
     if (holder_len != NULL) *holder_len = 0;
     size_t keylen = 0;
     hoop_result_t r = check_key(st, key, &keylen);
-    if (r == HOOP_OK && (len > HOOP_STORE_MAX_VALUE || (val == NULL && len > 0))) {
+    if (r == HOOP_OK && (len > HOOP__STORE_MAX_VALUE || (val == NULL && len > 0))) {
         hoop__say(st->err, sizeof st->err, "invalid store value for a claim (%zu bytes)", len);
         r = HOOP_ERR_INVALID_ARGUMENT;
     }

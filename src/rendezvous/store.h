@@ -11,8 +11,8 @@
 #include "hoop.h"
 #include "rendezvous/rendezvous.h"
 
-#define HOOP_STORE_MAX_KEY 256
-#define HOOP_STORE_MAX_VALUE (1u << 20)
+#define HOOP__STORE_MAX_KEY 256
+#define HOOP__STORE_MAX_VALUE (1u << 20)
 
 typedef struct hoop__store hoop__store_t;
 

@@ -66,7 +66,7 @@ int hoop__store_table_set(hoop__store_table_t *t, const char *key, uint32_t keyl
     const uint64_t h = hash_key(key, keylen);
     entry_t *e = table_find(t, key, keylen, h);
     const uint64_t old = e != NULL ? e->vallen : 0;
-    if (t->bytes - old + vallen > HOOP_STORE_TABLE_MAX_BYTES) return -1;
+    if (t->bytes - old + vallen > HOOP__STORE_TABLE_MAX_BYTES) return -1;
     uint8_t *copy = malloc(vallen > 0 ? vallen : 1);
     if (copy == NULL) return -1;
     if (vallen > 0) memcpy(copy, val, vallen);

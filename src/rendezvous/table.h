@@ -7,7 +7,7 @@
 
 /* The table refuses to hold more than this many bytes of values: a runaway client must not take
  * rank 0's memory with it. */
-#define HOOP_STORE_TABLE_MAX_BYTES ((uint64_t)1 << 30)
+#define HOOP__STORE_TABLE_MAX_BYTES ((uint64_t)1 << 30)
 
 typedef struct hoop__store_table {
     struct hoop__store_entry **buckets;
@@ -18,7 +18,7 @@ typedef struct hoop__store_table {
 /* An empty table; -1 when out of memory (hoop__store_table_free still runs). */
 int hoop__store_table_init(hoop__store_table_t *t);
 /* Sets key (keylen bytes) to a copy of val. 0, or -1 when the value cannot be stored (no memory,
- * or over HOOP_STORE_TABLE_MAX_BYTES in all); the old value then stays. */
+ * or over HOOP__STORE_TABLE_MAX_BYTES in all); the old value then stays. */
 int hoop__store_table_set(hoop__store_table_t *t, const char *key, uint32_t keylen,
                           const uint8_t *val, uint32_t vallen);
 /* 1 with key's value in *val (the table's, valid until the next set) and *vallen, or 0 when key is

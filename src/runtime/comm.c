@@ -13,7 +13,10 @@ static void show_last(hoop_comm_t *c, const char *msg)
     atomic_store(&c->last_shown, next);
 }
 
-const char *hoop__comm_last(const hoop_comm_t *c) { return c->last_error[atomic_load(&c->last_shown)]; }
+const char *hoop__comm_last(const hoop_comm_t *c)
+{
+    return c->last_error[atomic_load(&c->last_shown)];
+}
 
 void hoop__comm_set_last(hoop_comm_t *c, const char *fmt, ...)
 {
@@ -37,7 +40,7 @@ hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *f
     pthread_mutex_lock(&c->err_mu);
     show_last(c, msg);
     pthread_mutex_unlock(&c->err_mu);
-    HOOP_INFO(&c->log, "%s: %s", hoop_error_string(code), msg);
+    HOOP__INFO(&c->log, "%s: %s", hoop_error_string(code), msg);
     return code;
 }
 
@@ -56,5 +59,6 @@ void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     }
     show_last(c, c->fatal_msg);
     pthread_mutex_unlock(&c->err_mu);
-    if (first) HOOP_WARN(&c->log, "%s: %s; the communicator is aborted", hoop_error_string(code), msg);
+    if (first)
+        HOOP__WARN(&c->log, "%s: %s; the communicator is aborted", hoop_error_string(code), msg);
 }

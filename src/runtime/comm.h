@@ -20,12 +20,12 @@
 
 /* The algorithms that have a name on the wire (hoop__wire_algo_name); select.c chooses. */
 typedef enum {
-    HOOP_ALGO_AUTO = 0,
-    HOOP_ALGO_RING,
-    HOOP_ALGO_RD,   /* recursive doubling */
-    HOOP_ALGO_PS,   /* parameter server: rank 0 reduces everything */
-    HOOP_ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
-    HOOP_ALGO_COUNT
+    HOOP__ALGO_AUTO = 0,
+    HOOP__ALGO_RING,
+    HOOP__ALGO_RD,         /* recursive doubling */
+    HOOP__ALGO_PS,         /* parameter server: rank 0 reduces everything */
+    HOOP__ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
+    HOOP__ALGO_COUNT
 } hoop__algo_t;
 
 /* One call, as an algorithm sees it. */
@@ -34,31 +34,31 @@ typedef struct hoop__call {
     hoop__kind_t kind;
     const void *sendbuf;
     void *recvbuf;
-    size_t count;        /* the caller's count argument */
+    size_t count; /* the caller's count argument */
     hoop_dtype_t dtype;
     hoop_op_t op;
-    int root;            /* root, or the peer of a send/recv; -1 if neither */
-    uint64_t seq;        /* call number on the communicator */
-    hoop__algo_t algo;   /* resolved when the call is posted */
+    int root;             /* root, or the peer of a send/recv; -1 if neither */
+    uint64_t seq;         /* call number on the communicator */
+    hoop__algo_t algo;    /* resolved when the call is posted */
     hoop__mem_type_t mem; /* where sendbuf and recvbuf live */
-    int is_recv;         /* point-to-point: a receive */
+    int is_recv;          /* point-to-point: a receive */
 } hoop__call_t;
 
 struct hoop_request {
     hoop__call_t call;
-    hoop__xfer_t xfer;              /* point-to-point requests only */
+    hoop__xfer_t xfer; /* point-to-point requests only */
     hoop_result_t status;
     atomic_int done;
-    int blocking;                   /* posted by a blocking call: freed by it */
-    struct hoop_request *next;      /* queue link; free-list link while the slot is free */
+    int blocking;              /* posted by a blocking call: freed by it */
+    struct hoop_request *next; /* queue link; free-list link while the slot is free */
     /* Slot bookkeeping (sched.c), never cleared: a request handed out lives in a slot of its
      * communicator until the communicator is freed, so a stale handle still points at memory the
      * communicator owns. Slots are 64-byte aligned; a handle is the slot's address plus its
      * generation modulo 64, so a handle outlived by its request no longer matches. */
     _Alignas(64) uint64_t magic;
     hoop_comm_t *owner;
-    uint32_t gen;                   /* bumped each time the slot is released */
-    int live;                       /* handed out, not yet waited for */
+    uint32_t gen; /* bumped each time the slot is released */
+    int live;     /* handed out, not yet waited for */
 };
 
 struct hoop_comm {
@@ -67,14 +67,15 @@ struct hoop_comm {
     hoop__config_t cfg;
     /* The settings every rank compared at init (agree.h): what algorithms read, never cfg. */
     hoop__agreed_t agreed;
-    uint32_t sched;              /* digest of the agreed settings (agree.h), in every header */
+    uint32_t sched; /* digest of the agreed settings (agree.h), in every header */
     hoop__log_t log;
     double timeout_s;
     /* Waits poll without sleeping this long first: short operations finish without a wake-up.
      * Zero when ranks outnumber cores, where spinning only steals the CPU the peer needs. */
     double spin_s;
     char host[64];
-    char route_hint[256];        /* the rendezvous host: the transport listens on the interface facing it */
+    char
+        route_hint[256]; /* the rendezvous host: the transport listens on the interface facing it */
 
     const hoop__transport_ops_t *tp_ops;
     hoop__tp_t *tp;
@@ -84,18 +85,18 @@ struct hoop_comm {
     int *ring;
     int ring_pos;
 
-    uint64_t seq;                /* next collective call number */
+    uint64_t seq; /* next collective call number */
     /* A thread is posting (or in a blocking call): the call numbers above are handed out in
      * posting order, which must be the same on every rank, so a second thread posting at the
      * same time is refused rather than allowed to reorder calls (sched.c). */
     atomic_int posting;
-    uint64_t *p2p_send_seq;      /* per peer */
+    uint64_t *p2p_send_seq; /* per peer */
     uint64_t *p2p_recv_seq;
-    uint32_t splits;             /* number of splits made from this communicator */
+    uint32_t splits; /* number of splits made from this communicator */
 
     /* Errors: the first fatal one aborts the communicator. */
     pthread_mutex_t err_mu;
-    atomic_int aborted;          /* hoop_result_t of the failure, 0 while healthy */
+    atomic_int aborted; /* hoop_result_t of the failure, 0 while healthy */
     char fatal_msg[512];
     /* The last error's sentence (hoop_comm_last_error) in two slots: a writer fills the slot not
      * shown, under err_mu, then shows it, so that a thread reading it while another thread writes
@@ -114,7 +115,7 @@ struct hoop_comm {
     int busy;                    /* a queued or blocking call is running */
     int waiters;                 /* threads in hoop_wait: they run queued calls themselves */
     int has_thread, stop;
-    int thread_polls;            /* the progress thread may be in the transport's poll, holding exec */
+    int thread_polls; /* the progress thread may be in the transport's poll, holding exec */
     pthread_t thread;
     pthread_mutex_t exec;
     /* Completes the point-to-point requests whose transfers have finished (sched.c): the runtime
@@ -150,7 +151,8 @@ void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The last error's sentence, and setting it (any thread). */
 const char *hoop__comm_last(const hoop_comm_t *c);
-void hoop__comm_set_last(hoop_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void hoop__comm_set_last(hoop_comm_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Sets the last-error detail of a call that failed without aborting (bad arguments). */
 hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -46,8 +46,8 @@ const hoop__mem_ops_t *hoop__mem_ops(hoop__mem_type_t type);
  * the loader's count of loaded objects). A device buffer that cannot be served (no CUDA module,
  * host and device buffers in one call, another device than the communicator's) fails the call
  * with HOOP_ERR_UNSUPPORTED and a sentence saying what is missing; fn names the entry point. */
-hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r,
-                               hoop__mem_type_t *type, const char *fn);
+hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoop__mem_type_t *type,
+                               const char *fn);
 
 /* HOOP_ERR_SYSTEM once an operation of this communicator on device memory has failed (it
  * aborted the communicator and said why), else HOOP_OK: how a call that ends in such operations,

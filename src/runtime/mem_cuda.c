@@ -30,19 +30,22 @@ enum { NO_DRIVER, READY, BROKEN };
 #define NO_COUNT ULLONG_MAX /* a loader that keeps no count: look every time */
 
 struct hoop__cuda {
-    pthread_mutex_t mu;  /* all but the two atomics: the posting thread's, briefly */
-    atomic_int state;    /* NO_DRIVER, READY (the module answers) or BROKEN (why says) */
-    atomic_int failed;   /* an operation on device memory failed (hoop__mem_failed) */
+    pthread_mutex_t mu; /* all but the two atomics: the posting thread's, briefly */
+    atomic_int state;   /* NO_DRIVER, READY (the module answers) or BROKEN (why says) */
+    atomic_int failed;  /* an operation on device memory failed (hoop__mem_failed) */
     _Atomic unsigned long long libs; /* NO_DRIVER: the loader's count when it was looked for */
     void *dl;
     const hoop_cuda_module_t *t;
     hoop_cuda_ctx_t *ctx; /* on the communicator's device, from its first device buffer on */
     int device;
-    char why[400];        /* BROKEN: what is missing, for the sentence of a device buffer */
+    char why[400]; /* BROKEN: what is missing, for the sentence of a device buffer */
     /* BROKEN: the driver's own cuPointerGetAttribute, so that device buffers still get the
      * sentence rather than a crash, and host buffers still work. */
     int (*cu_attr)(void *data, int attribute, unsigned long long ptr);
-    struct { uintptr_t base, end; int device; } range[RANGES];
+    struct {
+        uintptr_t base, end;
+        int device;
+    } range[RANGES];
     unsigned next;
 };
 
@@ -243,21 +246,22 @@ static hoop_result_t detect_locked(hoop_comm_t *c, struct hoop__cuda *st, const 
     int ds = s != NULL ? device_of(st, s, err, sizeof err) : IS_HOST;
     int dr = r == s ? ds : r != NULL ? device_of(st, r, err, sizeof err) : IS_HOST;
     if (ds == IS_HOST && dr == IS_HOST) return HOOP_OK;
-    const char *which = ds != IS_HOST ? (r != NULL && s != r ? "sendbuf" : "the buffer") : "recvbuf";
+    const char *which = ds != IS_HOST ? (r != NULL && s != r ? "sendbuf" : "the buffer")
+                                      : "recvbuf";
     if (atomic_load_explicit(&st->state, memory_order_relaxed) == BROKEN)
-        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED, "%s: %s is CUDA device memory, but %s",
-                                fn, which, st->why);
+        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED, "%s: %s is CUDA device memory, but %s", fn,
+                                which, st->why);
     if ((s != NULL && ds == IS_HOST) || (r != NULL && dr == IS_HOST))
         return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
                                 "%s: %s is CUDA device memory and %s host memory: a call's "
-                                "buffers must be all host or all device memory", fn,
-                                ds != IS_HOST ? "sendbuf" : "recvbuf",
+                                "buffers must be all host or all device memory",
+                                fn, ds != IS_HOST ? "sendbuf" : "recvbuf",
                                 ds != IS_HOST ? "recvbuf" : "sendbuf");
     int dev = ds != IS_HOST ? ds : dr;
     if (s != NULL && r != NULL && ds != dr)
         return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
-                                "%s: sendbuf is on CUDA device %d and recvbuf on device %d", fn,
-                                ds, dr);
+                                "%s: sendbuf is on CUDA device %d and recvbuf on device %d", fn, ds,
+                                dr);
     if (st->ctx == NULL) {
         st->ctx = st->t->open(dev, err, sizeof err);
         if (st->ctx == NULL)
@@ -273,8 +277,8 @@ static hoop_result_t detect_locked(hoop_comm_t *c, struct hoop__cuda *st, const 
     return HOOP_OK;
 }
 
-hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r,
-                               hoop__mem_type_t *type, const char *fn)
+hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoop__mem_type_t *type,
+                               const char *fn)
 {
     *type = HOOP__MEM_HOST;
     if (s == NULL && r == NULL) return HOOP_OK;
@@ -307,7 +311,10 @@ void hoop__cuda_close(hoop_comm_t *c)
 
 /* Calls reach these only after hoop__mem_detect gave their buffers this type: the module and
  * its context exist, and are not changed while the communicator lives. */
-static struct hoop__cuda *cu(hoop_comm_t *c) { return atomic_load_explicit(&c->cuda, memory_order_acquire); }
+static struct hoop__cuda *cu(hoop_comm_t *c)
+{
+    return atomic_load_explicit(&c->cuda, memory_order_acquire);
+}
 
 static void check(hoop_comm_t *c, struct hoop__cuda *st, int rc, const char *what)
 {

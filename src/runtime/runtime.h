@@ -31,7 +31,7 @@ hoop_result_t hoop__sendrecv(const hoop__call_t *call, int to, const void *sbuf,
                              int from, void *rbuf, size_t rlen);
 
 /* The root's side of gather and scatter: one transfer of n bytes with every other rank i at once,
- * received into (dir HOOP_XFER_RECV) or sent from (HOOP_XFER_SEND) base + i * n, then waits for
+ * received into (dir HOOP__XFER_RECV) or sent from (HOOP__XFER_SEND) base + i * n, then waits for
  * all. Uses the scratch space. */
 hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base, size_t n);
 
@@ -45,31 +45,39 @@ void hoop__call_describe(const hoop__call_t *call, char *buf, size_t n);
 
 static inline void hoop__mem_copy(const hoop__call_t *call, void *dst, const void *src, size_t n)
 {
-    if (call->mem == HOOP__MEM_HOST) memcpy(dst, src, n);
-    else hoop__mem_ops(call->mem)->copy(call->comm, dst, src, n);
+    if (call->mem == HOOP__MEM_HOST)
+        memcpy(dst, src, n);
+    else
+        hoop__mem_ops(call->mem)->copy(call->comm, dst, src, n);
 }
 
 /* As hoop__mem_copy, for ranges that may overlap. */
 static inline void hoop__mem_move(const hoop__call_t *call, void *dst, const void *src, size_t n)
 {
-    if (call->mem == HOOP__MEM_HOST) memmove(dst, src, n);
-    else hoop__mem_ops(call->mem)->move(call->comm, dst, src, n);
+    if (call->mem == HOOP__MEM_HOST)
+        memmove(dst, src, n);
+    else
+        hoop__mem_ops(call->mem)->move(call->comm, dst, src, n);
 }
 
 /* out[i] = a[i] op b[i] for i < count, in the call's dtype and op (see hoop__reduce). */
 static inline void hoop__mem_reduce(const hoop__call_t *call, void *out, const void *a,
                                     const void *b, size_t count)
 {
-    if (call->mem == HOOP__MEM_HOST) hoop__reduce(out, a, b, count, call->dtype, call->op);
-    else hoop__mem_ops(call->mem)->reduce(call->comm, out, a, b, count, call->dtype, call->op);
+    if (call->mem == HOOP__MEM_HOST)
+        hoop__reduce(out, a, b, count, call->dtype, call->op);
+    else
+        hoop__mem_ops(call->mem)->reduce(call->comm, out, a, b, count, call->dtype, call->op);
 }
 
 /* The last step of HOOP_AVG: buf[i] /= the communicator's size. */
 static inline void hoop__mem_avg_finish(const hoop__call_t *call, void *buf, size_t count)
 {
     int p = call->comm->size;
-    if (call->mem == HOOP__MEM_HOST) hoop__reduce_avg_finish(buf, count, call->dtype, p);
-    else hoop__mem_ops(call->mem)->avg_finish(call->comm, buf, count, call->dtype, p);
+    if (call->mem == HOOP__MEM_HOST)
+        hoop__reduce_avg_finish(buf, count, call->dtype, p);
+    else
+        hoop__mem_ops(call->mem)->avg_finish(call->comm, buf, count, call->dtype, p);
 }
 
 /* Scratch memory owned by the communicator, in the memory type of the call's buffers, aligned as
@@ -109,14 +117,17 @@ static inline int hoop__ring_rank(const hoop_comm_t *c, int pos)
     pos = ((pos % c->size) + c->size) % c->size;
     return c->ring != NULL ? c->ring[pos] : pos;
 }
-static inline int hoop__ring_pos(const hoop_comm_t *c) { return c->ring != NULL ? c->ring_pos : c->rank; }
+static inline int hoop__ring_pos(const hoop_comm_t *c)
+{
+    return c->ring != NULL ? c->ring_pos : c->rank;
+}
 
 /* ---- tracing (trace.c) ----
  * Schedule tracing (hoop_comm_set_trace): one line "<kind>#<call> <algo> step <k>: <text>".
  * The check is inline so that untraced runs pay one load and branch per event. */
 void hoop__trace_emit(const hoop__call_t *call, int step, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-#define HOOP_TRACE_STEP(call, step, ...)                                                           \
+#define HOOP__TRACE_STEP(call, step, ...)                                                          \
     do {                                                                                           \
         if ((call)->comm->trace_fn != NULL) hoop__trace_emit((call), (step), __VA_ARGS__);         \
     } while (0)

@@ -77,11 +77,12 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
     if (b == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,
                         "cannot allocate %zu bytes of host memory to stage a transfer of %s "
-                        "memory on rank %d", x->len, hoop__mem_ops(call->mem)->name, c->rank);
+                        "memory on rank %d",
+                        x->len, hoop__mem_ops(call->mem)->name, c->rank);
         complete_now(x, HOOP_ERR_NO_MEMORY);
         return -1;
     }
-    if (x->dir == HOOP_XFER_SEND) {
+    if (x->dir == HOOP__XFER_SEND) {
         hoop__mem_copy(call, b->host, x->buf, x->len);
         hoop_result_t rc = hoop__mem_failed(c);
         if (rc != HOOP_OK) { /* the copy failed and said why */
@@ -108,7 +109,8 @@ hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs
         for (int k = 0; k < st->n; k++) {
             stage_buf_t *b = &st->b[k];
             if (b->x != x) continue;
-            if (x->status == HOOP_OK && b->dst != NULL) hoop__mem_copy(call, b->dst, b->host, x->len);
+            if (x->status == HOOP_OK && b->dst != NULL)
+                hoop__mem_copy(call, b->dst, b->host, x->len);
             b->x = NULL;
             b->dst = NULL;
             break;

@@ -29,7 +29,7 @@ static void fill_hdr(const hoop__call_t *call, hoop__wire_hdr_t *h)
 void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void *buf, size_t len)
 {
     fill_hdr(call, &x->hdr);
-    x->dir = HOOP_XFER_SEND;
+    x->dir = HOOP__XFER_SEND;
     x->peer = peer;
     x->buf = (void *)buf;
     x->len = len;
@@ -44,7 +44,7 @@ void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf,
 {
     fill_hdr(call, &x->hdr);
     x->hdr.src = (uint32_t)peer;
-    x->dir = HOOP_XFER_RECV;
+    x->dir = HOOP__XFER_RECV;
     x->peer = peer;
     x->buf = buf;
     x->len = len;
@@ -61,7 +61,7 @@ void hoop__call_describe(const hoop__call_t *call, char *buf, size_t n)
     fill_hdr(call, &h);
     /* Both ends of a point-to-point message carry kind send on the wire; the receiver's own
      * call is a recv. */
-    if (call->kind == HOOP_K_SEND && call->is_recv) {
+    if (call->kind == HOOP__K_SEND && call->is_recv) {
         char d[128];
         hoop__wire_describe(&h, d, sizeof(d));
         snprintf(buf, n, "recv%s", d + strlen("send"));
@@ -206,8 +206,10 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
         ptrs[i] = NULL;
         if (i == c->rank) continue;
         char *block = n > 0 ? base + (size_t)i * n : &none;
-        if (dir == HOOP_XFER_RECV) hoop__xrecv(call, &xs[i], i, block, n);
-        else hoop__xsend(call, &xs[i], i, block, n);
+        if (dir == HOOP__XFER_RECV)
+            hoop__xrecv(call, &xs[i], i, block, n);
+        else
+            hoop__xsend(call, &xs[i], i, block, n);
         ptrs[i] = &xs[i];
     }
     hoop_result_t rc = hoop__xwait(call, ptrs, p);

@@ -24,8 +24,8 @@ static int parse_entry(const char *spec, int idx, const char *b, const char *e, 
                   "HOOP_IB_HCA=\"%s\": entry %d is empty (a device name, or name:port)", spec, idx);
         return -1;
     }
-    if (h->n == HOOP_IBV_HCA_MAX) {
-        hoop__say(err, errlen, "HOOP_IB_HCA=\"%s\": more than %d entries", spec, HOOP_IBV_HCA_MAX);
+    if (h->n == HOOP__IBV_HCA_MAX) {
+        hoop__say(err, errlen, "HOOP_IB_HCA=\"%s\": more than %d entries", spec, HOOP__IBV_HCA_MAX);
         return -1;
     }
     const char *colon = memchr(b, ':', (size_t)(e - b));
@@ -45,10 +45,10 @@ static int parse_entry(const char *spec, int idx, const char *b, const char *e, 
             return -1;
         }
     }
-    if (nlen >= HOOP_IBV_NAME_MAX) {
+    if (nlen >= HOOP__IBV_NAME_MAX) {
         hoop__say(err, errlen,
                   "HOOP_IB_HCA=\"%s\": device name \"%.*s\" is longer than %d characters", spec,
-                  nlen, b, HOOP_IBV_NAME_MAX - 1);
+                  nlen, b, HOOP__IBV_NAME_MAX - 1);
         return -1;
     }
     int port = 0;
@@ -139,10 +139,10 @@ int hoop__ibv_gid_index_parse(const char *s, int *index, char *err, size_t errle
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v >= HOOP_IBV_GID_MAX) {
+    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v >= HOOP__IBV_GID_MAX) {
         hoop__say(err, errlen,
                   "HOOP_IB_GID_INDEX=\"%s\": not a GID table index (0-%d; unset chooses one)", s,
-                  HOOP_IBV_GID_MAX - 1);
+                  HOOP__IBV_GID_MAX - 1);
         return -1;
     }
     *index = (int)v;
@@ -168,7 +168,7 @@ static int gid_link_local(const uint8_t *r) { return r[0] == 0xfe && (r[1] & 0xc
 static int gid_rank(const hoop__ibv_gid_t *g)
 {
     if (gid_empty(g->raw)) return 0;
-    if (g->type == HOOP_IBV_GID_ROCE_V2) {
+    if (g->type == HOOP__IBV_GID_ROCE_V2) {
         if (gid_ipv4(g->raw)) return 4;
         return gid_link_local(g->raw) ? 2 : 3;
     }
@@ -220,9 +220,9 @@ void hoop__ibv_gid_str(const uint8_t raw[16], char *buf, size_t len)
 const char *hoop__ibv_gid_type_str(hoop__ibv_gid_type_t type)
 {
     switch (type) {
-    case HOOP_IBV_GID_IB: return "IB";
-    case HOOP_IBV_GID_ROCE_V1: return "RoCE v1";
-    case HOOP_IBV_GID_ROCE_V2: return "RoCE v2";
+    case HOOP__IBV_GID_IB: return "IB";
+    case HOOP__IBV_GID_ROCE_V1: return "RoCE v1";
+    case HOOP__IBV_GID_ROCE_V2: return "RoCE v2";
     default: return "GID";
     }
 }
@@ -238,12 +238,12 @@ static hoop__ibv_gid_type_t sysfs_gid_type(struct ibv_device *dev, int port, int
     char path[IBV_SYSFS_PATH_MAX + 64], word[32] = "";
     snprintf(path, sizeof(path), "%s/ports/%d/gid_attrs/types/%d", dev->ibdev_path, port, index);
     FILE *f = fopen(path, "r");
-    if (f == NULL) return HOOP_IBV_GID_OTHER;
+    if (f == NULL) return HOOP__IBV_GID_OTHER;
     if (fgets(word, sizeof(word), f) == NULL) word[0] = '\0';
     fclose(f);
-    if (strncmp(word, "RoCE v2", 7) == 0) return HOOP_IBV_GID_ROCE_V2;
-    if (strncmp(word, "IB/RoCE v1", 10) == 0) return HOOP_IBV_GID_ROCE_V1;
-    return HOOP_IBV_GID_OTHER;
+    if (strncmp(word, "RoCE v2", 7) == 0) return HOOP__IBV_GID_ROCE_V2;
+    if (strncmp(word, "IB/RoCE v1", 10) == 0) return HOOP__IBV_GID_ROCE_V1;
+    return HOOP__IBV_GID_OTHER;
 }
 
 int hoop__ibv_read_gids(const hoop__ibv_t *v, struct ibv_context *ctx, int port, int tbl_len,
@@ -252,15 +252,15 @@ int hoop__ibv_read_gids(const hoop__ibv_t *v, struct ibv_context *ctx, int port,
     int n = tbl_len < max ? tbl_len : max;
     for (int i = 0; i < n; i++) {
         memset(&g[i], 0, sizeof(g[i]));
-        g[i].type = HOOP_IBV_GID_OTHER;
+        g[i].type = HOOP__IBV_GID_OTHER;
         if (v->query_gid_ex != NULL) {
             struct ibv_gid_entry e;
             /* An empty entry is an error here (ENODATA): it stays all zeros. */
             if (v->query_gid_ex(ctx, (uint32_t)port, (uint32_t)i, &e, 0, sizeof(e)) == 0) {
                 memcpy(g[i].raw, e.gid.raw, 16);
-                g[i].type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? HOOP_IBV_GID_ROCE_V2
-                            : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? HOOP_IBV_GID_ROCE_V1
-                                                                 : HOOP_IBV_GID_IB;
+                g[i].type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? HOOP__IBV_GID_ROCE_V2
+                            : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? HOOP__IBV_GID_ROCE_V1
+                                                                 : HOOP__IBV_GID_IB;
             }
             continue;
         }
@@ -299,14 +299,14 @@ static void discover_ports(const hoop__ibv_t *v, struct ibv_context *ctx, const 
 {
     struct ibv_device_attr da;
     if (v->query_device(ctx, &da) != 0) {
-        HOOP_INFO(log, "ibverbs: %s: ibv_query_device failed: %s", name, strerror(errno));
+        HOOP__INFO(log, "ibverbs: %s: ibv_query_device failed: %s", name, strerror(errno));
         seen_add(seen, seenlen, name);
         return;
     }
     for (int port = 1; port <= da.phys_port_cnt; port++) {
-        char what[HOOP_IBV_NAME_MAX + 192];
+        char what[HOOP__IBV_NAME_MAX + 192];
         if (!hoop__ibv_hca_match(hca, name, port)) {
-            HOOP_INFO(log, "ibverbs: %s:%d not used: HOOP_IB_HCA leaves it out", name, port);
+            HOOP__INFO(log, "ibverbs: %s:%d not used: HOOP_IB_HCA leaves it out", name, port);
             snprintf(what, sizeof(what), "%s:%d (HOOP_IB_HCA)", name, port);
             seen_add(seen, seenlen, what);
             continue;
@@ -315,7 +315,7 @@ static void discover_ports(const hoop__ibv_t *v, struct ibv_context *ctx, const 
         int qrc = v->query_port(ctx, (uint8_t)port, &pa);
         if (qrc != 0 || pa.state != IBV_PORT_ACTIVE) {
             const char *st = qrc != 0 ? "cannot be queried" : v->port_state_str(pa.state);
-            HOOP_INFO(log, "ibverbs: %s:%d not used: port %s", name, port, st);
+            HOOP__INFO(log, "ibverbs: %s:%d not used: port %s", name, port, st);
             snprintf(what, sizeof(what), "%s:%d (%s)", name, port, st);
             seen_add(seen, seenlen, what);
             continue;
@@ -329,14 +329,14 @@ static void discover_ports(const hoop__ibv_t *v, struct ibv_context *ctx, const 
         p->iwarp = ctx->device->transport_type == IBV_TRANSPORT_IWARP;
         p->lid = pa.lid;
         p->mtu = hoop__ibv_mtu_bytes(pa.active_mtu);
-        hoop__ibv_gid_t gids[HOOP_IBV_GID_MAX];
-        int n = hoop__ibv_read_gids(v, ctx, port, pa.gid_tbl_len, gids, HOOP_IBV_GID_MAX);
+        hoop__ibv_gid_t gids[HOOP__IBV_GID_MAX];
+        int n = hoop__ibv_read_gids(v, ctx, port, pa.gid_tbl_len, gids, HOOP__IBV_GID_MAX);
         char why[160] = "";
         /* iWARP addresses by IP through the RDMA CM; its GID is only informative. */
         p->gid_index = hoop__ibv_gid_pick(gids, n, p->ethernet && !p->iwarp,
                                           p->iwarp ? -1 : gid_index, why, sizeof(why));
         if (p->gid_index < 0) {
-            HOOP_INFO(log, "ibverbs: %s:%d not used: %s", name, port, why);
+            HOOP__INFO(log, "ibverbs: %s:%d not used: %s", name, port, why);
             snprintf(what, sizeof(what), "%s:%d (%s)", name, port, why);
             seen_add(seen, seenlen, what);
             continue;
@@ -344,7 +344,7 @@ static void discover_ports(const hoop__ibv_t *v, struct ibv_context *ctx, const 
         p->gid = gids[p->gid_index];
         char desc[160];
         hoop__ibv_port_str(p, desc, sizeof(desc));
-        HOOP_INFO(log, "ibverbs: %s would be used", desc);
+        HOOP__INFO(log, "ibverbs: %s would be used", desc);
         (*found)++;
     }
 }
@@ -371,7 +371,7 @@ int hoop__ibv_discover(const hoop__ibv_t *v, const hoop__ibv_hca_t *hca, int gid
         const char *name = v->get_device_name(list[d]);
         struct ibv_context *ctx = v->open_device(list[d]);
         if (ctx == NULL) {
-            HOOP_INFO(log, "ibverbs: %s not used: cannot open it: %s", name, strerror(errno));
+            HOOP__INFO(log, "ibverbs: %s not used: cannot open it: %s", name, strerror(errno));
             seen_add(seen, sizeof(seen), name);
             continue;
         }

@@ -10,9 +10,9 @@
 #include "base/log.h"
 #include "transport/ibv_sym.h"
 
-#define HOOP_IBV_HCA_MAX 32  /* entries in HOOP_IB_HCA */
-#define HOOP_IBV_NAME_MAX 64 /* a device name and its NUL, as the kernel bounds it */
-#define HOOP_IBV_GID_MAX 256 /* GID entries read per port (rxe has 1024, almost all empty) */
+#define HOOP__IBV_HCA_MAX 32  /* entries in HOOP_IB_HCA */
+#define HOOP__IBV_NAME_MAX 64 /* a device name and its NUL, as the kernel bounds it */
+#define HOOP__IBV_GID_MAX 256 /* GID entries read per port (rxe has 1024, almost all empty) */
 
 /* HOOP_IB_HCA, as NCCL_IB_HCA: a comma list of device[:port]. Names are prefixes ("mlx5" is every
  * mlx5_N) unless the list starts with '='; a leading '^' turns the list into what is not used
@@ -22,9 +22,9 @@ typedef struct hoop__ibv_hca {
     int exact;
     int n;
     struct {
-        char name[HOOP_IBV_NAME_MAX];
+        char name[HOOP__IBV_NAME_MAX];
         int port; /* 0 = every port */
-    } e[HOOP_IBV_HCA_MAX];
+    } e[HOOP__IBV_HCA_MAX];
 } hoop__ibv_hca_t;
 
 /* Parses spec (NULL or "" selects everything). Returns 0, or -1 with a sentence naming
@@ -33,15 +33,15 @@ int hoop__ibv_hca_parse(const char *spec, hoop__ibv_hca_t *h, char *err, size_t 
 /* 1 when port of device dev is to be used under h. */
 int hoop__ibv_hca_match(const hoop__ibv_hca_t *h, const char *dev, int port);
 
-/* HOOP_IB_GID_INDEX: NULL or "" is -1 (choose automatically), else 0..HOOP_IBV_GID_MAX-1. Returns
+/* HOOP_IB_GID_INDEX: NULL or "" is -1 (choose automatically), else 0..HOOP__IBV_GID_MAX-1. Returns
  * 0 or -1 with a sentence. */
 int hoop__ibv_gid_index_parse(const char *s, int *index, char *err, size_t errlen);
 
 typedef enum {
-    HOOP_IBV_GID_IB = 0,
-    HOOP_IBV_GID_ROCE_V1,
-    HOOP_IBV_GID_ROCE_V2,
-    HOOP_IBV_GID_OTHER, /* the library or kernel did not say */
+    HOOP__IBV_GID_IB = 0,
+    HOOP__IBV_GID_ROCE_V1,
+    HOOP__IBV_GID_ROCE_V2,
+    HOOP__IBV_GID_OTHER, /* the library or kernel did not say */
 } hoop__ibv_gid_type_t;
 
 typedef struct hoop__ibv_gid {
@@ -62,7 +62,7 @@ const char *hoop__ibv_gid_type_str(hoop__ibv_gid_type_t type);
 
 /* One port hoop may use, as discovery found it. */
 typedef struct hoop__ibv_port {
-    char dev[HOOP_IBV_NAME_MAX];
+    char dev[HOOP__IBV_NAME_MAX];
     int port;
     int ethernet; /* link layer Ethernet (RoCE, iWARP) rather than InfiniBand */
     int iwarp;    /* iWARP transport: its queue pairs connect through the RDMA CM */

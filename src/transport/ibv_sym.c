@@ -91,22 +91,22 @@ int hoop__ibv_load(hoop__ibv_t *t, char *err, size_t errlen)
     memset(t, 0, sizeof(*t));
     dlerror();
     /* RTLD_LOCAL: the providers libibverbs loads find it on their own; nothing else should. */
-    void *lib = dlopen(HOOP_IBV_SONAME, RTLD_NOW | RTLD_LOCAL);
+    void *lib = dlopen(HOOP__IBV_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) {
         const char *why = dlerror();
         if (why == NULL || strstr(why, "No such file") != NULL)
             hoop__say(err, errlen,
-                      HOOP_IBV_SONAME " not found: install rdma-core (Debian: libibverbs1 "
-                                      "ibverbs-providers)");
+                      HOOP__IBV_SONAME " not found: install rdma-core (Debian: libibverbs1 "
+                                       "ibverbs-providers)");
         else
-            hoop__say(err, errlen, "cannot load " HOOP_IBV_SONAME ": %s", why);
+            hoop__say(err, errlen, "cannot load " HOOP__IBV_SONAME ": %s", why);
         return -1;
     }
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
         dlerror();
         void *p = dlsym(lib, syms[i].name);
         if (p == NULL && syms[i].required) {
-            hoop__say(err, errlen, HOOP_IBV_SONAME " has no %s: is rdma-core installed whole?",
+            hoop__say(err, errlen, HOOP__IBV_SONAME " has no %s: is rdma-core installed whole?",
                       syms[i].name);
             dlclose(lib);
             memset(t, 0, sizeof(*t));

@@ -12,7 +12,7 @@
 
 #include <infiniband/verbs.h>
 
-#define HOOP_IBV_SONAME "libibverbs.so.1"
+#define HOOP__IBV_SONAME "libibverbs.so.1"
 
 typedef struct hoop__ibv {
     void *lib; /* dlopen handle; NULL when not loaded or for a test double */

@@ -8,12 +8,15 @@ extern const hoop__transport_ops_t hoop__shm_transport; /* shm.c */
 extern const hoop__transport_ops_t hoop__tcp_transport; /* tcp.c */
 
 const hoop__tp_row_t hoop__tp_registry[] = {
-    {.name = "shm", .what = "shared memory", .ops = &hoop__shm_transport, .reaches = hoop__tp_same_host},
+    {.name = "shm",
+     .what = "shared memory",
+     .ops = &hoop__shm_transport,
+     .reaches = hoop__tp_same_host},
     {.name = "tcp", .what = "TCP", .ops = &hoop__tcp_transport, .reaches = hoop__tp_any_host},
 };
 const int hoop__tp_registry_n = (int)(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]));
-_Static_assert(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]) <= HOOP_TP_ROWS_MAX,
-               "more transports than HOOP_TP_ROWS_MAX");
+_Static_assert(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]) <= HOOP__TP_ROWS_MAX,
+               "more transports than HOOP__TP_ROWS_MAX");
 
 int hoop__tp_same_host(const hoop__tp_pub_t *me, const hoop__tp_pub_t *peer)
 {

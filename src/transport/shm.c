@@ -35,8 +35,10 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
  * core's earlier stores visible before it looks. */
 static void publish(const peer_t *pe, _Atomic uint64_t *counter, uint64_t v)
 {
-    if (pe->cheap) atomic_store_explicit(counter, v, memory_order_release);
-    else atomic_store(counter, v);
+    if (pe->cheap)
+        atomic_store_explicit(counter, v, memory_order_release);
+    else
+        atomic_store(counter, v);
 }
 
 void hoop__shm_force_wake(const peer_t *pe)
@@ -112,8 +114,10 @@ static void op_free(hoop__tp_t *tp, op_t *o)
 static void q_push(queue_t *q, op_t *o)
 {
     o->next = NULL;
-    if (q->tail) q->tail->next = o;
-    else q->head = o;
+    if (q->tail)
+        q->tail->next = o;
+    else
+        q->head = o;
     q->tail = o;
 }
 
@@ -188,7 +192,7 @@ static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
     o->cma_pos = 0;
     o->hlen = SHDR_SIZE;
     o->cma = 0;
-    if (x->dir == HOOP_XFER_SEND) {
+    if (x->dir == HOOP__XFER_SEND) {
         x->hdr.payload_len = x->len;
         x->hdr.flags = 0;
         if (x->len >= tp->p.cfg->shm_cma_bytes && tp->p.cfg->shm_cma_bytes > 0 &&
@@ -294,7 +298,8 @@ static size_t in_avail(peer_t *pe)
 {
     uint64_t h = atomic_load_explicit(&pe->in->head, memory_order_acquire);
     if ((int64_t)(h - pe->in_head_seen) > 0) pe->in_head_seen = h;
-    return (int64_t)(pe->in_head_seen - pe->in_tail) > 0 ? (size_t)(pe->in_head_seen - pe->in_tail) : 0;
+    return (int64_t)(pe->in_head_seen - pe->in_tail) > 0 ? (size_t)(pe->in_head_seen - pe->in_tail)
+                                                         : 0;
 }
 
 /* Consumed bytes are published to the writer every PIECE and when recv_some() returns. */
@@ -344,13 +349,14 @@ static int recv_frames(hoop__tp_t *tp, int j)
         op_t *o = pe->rq.head;
         hoop__xfer_t *x = o->x;
         size_t avail = (int64_t)(pe->in_head_seen - pe->in_tail) > 0
-                           ? (size_t)(pe->in_head_seen - pe->in_tail) : 0;
+                           ? (size_t)(pe->in_head_seen - pe->in_tail)
+                           : 0;
         int whole = 0;
         if (o->pos == 0 && avail < STAMP + SHDR_SIZE) {
             /* A frame written whole shows by its stamp, in the line the reader is about to read
              * anyway: look there before head's line. */
-            if (atomic_load_explicit(stamp_at(pe->in_data, rb, pe->in_tail), memory_order_acquire) ==
-                stamp_of(pe->in_tail, tp->nonce))
+            if (atomic_load_explicit(stamp_at(pe->in_data, rb, pe->in_tail),
+                                     memory_order_acquire) == stamp_of(pe->in_tail, tp->nonce))
                 whole = 1;
             else if ((avail = in_avail(pe)) < STAMP + SHDR_SIZE)
                 break;
@@ -373,7 +379,8 @@ static int recv_frames(hoop__tp_t *tp, int j)
                 o->hlen += DESC_SIZE;
             }
             if (whole) {
-                uint64_t end = pe->in_tail + round_up(STAMP + o->hlen + (o->cma ? 0 : x->len), LINE);
+                uint64_t end = pe->in_tail +
+                               round_up(STAMP + o->hlen + (o->cma ? 0 : x->len), LINE);
                 if ((int64_t)(end - pe->in_head_seen) > 0) pe->in_head_seen = end;
                 avail = (size_t)(pe->in_head_seen - pe->in_tail);
             }
@@ -392,7 +399,8 @@ static int recv_frames(hoop__tp_t *tp, int j)
                 uint64_t l;
                 memcpy(&l, o->hdr + SHDR_SIZE + 8, 8);
                 if (l != x->len) {
-                    peer_fail(tp, j, HOOP_ERR_MISMATCH, "shm: a single-copy descriptor does not "
+                    peer_fail(tp, j, HOOP_ERR_MISMATCH,
+                              "shm: a single-copy descriptor does not "
                               "match its header");
                     return 1;
                 }
@@ -661,7 +669,8 @@ static void shm_progress(hoop__tp_t *tp, int timeout_ms)
     if (tp->sh->membarrier) syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
     /* A wake() before this point is seen here; a later one moves the doorbell past seen. */
     if (!atomic_exchange(&tp->woken, 0) && !any_ready(tp)) {
-        struct timespec ts = {.tv_sec = timeout_ms / 1000, .tv_nsec = (timeout_ms % 1000) * 1000000L};
+        struct timespec ts = {.tv_sec = timeout_ms / 1000,
+                              .tv_nsec = (timeout_ms % 1000) * 1000000L};
         futex(&tp->sh->doorbell, FUTEX_WAIT, seen, &ts);
     }
     atomic_store(&tp->sh->sleeping, 0);

@@ -45,8 +45,8 @@
 
 #define SEG_MAGIC 0x4d48535f504f4f48ull /* "HOOP_SHM" */
 #define LINE 64
-#define SHM_CAPS HOOP_TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
-#define F_CMA 0x01     /* wire header flag: a descriptor follows, the payload stays with the sender */
+#define SHM_CAPS HOOP__TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
+#define F_CMA 0x01 /* wire header flag: a descriptor follows, the payload stays with the sender */
 #define DESC_SIZE 16
 #define PIECE (64 * 1024) /* bytes copied between publications of head or tail */
 #define STAMP 8           /* a frame's first word: see send_some() */
@@ -66,10 +66,10 @@
 #endif
 
 typedef struct ring_ctl {
-    _Alignas(LINE) _Atomic uint64_t head;  /* written by the producer */
-    _Alignas(LINE) _Atomic uint64_t tail;  /* written by the consumer */
+    _Alignas(LINE) _Atomic uint64_t head;     /* written by the producer */
+    _Alignas(LINE) _Atomic uint64_t tail;     /* written by the consumer */
     _Alignas(LINE) _Atomic uint64_t cma_done; /* single-copy messages the consumer has read */
-    _Atomic uint32_t cma_ok;               /* 0 not known yet, 1 the consumer can read the producer, 2 not */
+    _Atomic uint32_t cma_ok; /* 0 not known yet, 1 the consumer can read the producer, 2 not */
 } ring_ctl_t;
 
 typedef struct seg_hdr {
@@ -78,20 +78,20 @@ typedef struct seg_hdr {
     uint64_t probe_addr; /* a word in the owner's memory holding nonce: the single-copy probe */
     _Alignas(LINE) _Atomic uint32_t doorbell; /* futex word */
     _Atomic uint32_t sleeping;                /* the owner is about to sleep on doorbell */
-    uint32_t membarrier; /* the owner is registered for, and sleeps behind, a global membarrier */
-    _Atomic uint32_t bell;  /* the owner sleeps in poll() on its bell pipe (see shm_arm) */
-    int32_t bell_wfd;       /* the owner's fd of its bell pipe's write end, -1 if none */
+    uint32_t membarrier;   /* the owner is registered for, and sleeps behind, a global membarrier */
+    _Atomic uint32_t bell; /* the owner sleeps in poll() on its bell pipe (see shm_arm) */
+    int32_t bell_wfd;      /* the owner's fd of its bell pipe's write end, -1 if none */
     _Alignas(LINE) _Atomic uint32_t aborted;
-    _Atomic uint32_t closed;                  /* the owner closed its instance */
-    _Atomic uint32_t mapped_by;               /* peers that have mapped this segment */
-    _Atomic uint32_t ready;                   /* the owner's settle(): all its transports connected */
+    _Atomic uint32_t closed;    /* the owner closed its instance */
+    _Atomic uint32_t mapped_by; /* peers that have mapped this segment */
+    _Atomic uint32_t ready;     /* the owner's settle(): all its transports connected */
     char reason[REASON_LEN];
 } seg_hdr_t;
 
 typedef struct op {
     hoop__xfer_t *x;
-    size_t pos;   /* bytes of header (+ descriptor) and payload moved through the ring */
-    size_t hlen;  /* SHDR_SIZE, plus DESC_SIZE for a single copy */
+    size_t pos;  /* bytes of header (+ descriptor) and payload moved through the ring */
+    size_t hlen; /* SHDR_SIZE, plus DESC_SIZE for a single copy */
     size_t cma_pos;
     uint64_t ticket;
     int cma;
@@ -107,20 +107,20 @@ typedef struct peer {
     int local, lost;
     pid_t pid;
     int pidfd;
-    uint8_t *map;        /* the peer's segment */
+    uint8_t *map; /* the peer's segment */
     size_t map_len;
     seg_hdr_t *sh;
-    ring_ctl_t *out;     /* in the peer's segment: our ring to it */
+    ring_ctl_t *out; /* in the peer's segment: our ring to it */
     uint8_t *out_data;
     uint64_t out_head, out_tail_seen;
-    ring_ctl_t *in;      /* in our segment: its ring to us */
+    ring_ctl_t *in; /* in our segment: its ring to us */
     uint8_t *in_data;
     uint64_t in_tail, in_head_seen, in_tail_pub;
-    queue_t sq, aq, rq;  /* sends being written, single copies awaiting the reader, receives */
+    queue_t sq, aq, rq; /* sends being written, single copies awaiting the reader, receives */
     uint64_t cma_tickets;
-    int cheap;           /* publish() without a fence: see there */
-    int bell_fd;         /* the peer's bell pipe, opened for reading and writing (see map_peer), or -1 */
-    uint64_t moved;      /* bytes written to and taken from its rings, read by single copy */
+    int cheap;      /* publish() without a fence: see there */
+    int bell_fd;    /* the peer's bell pipe, opened for reading and writing (see map_peer), or -1 */
+    uint64_t moved; /* bytes written to and taken from its rings, read by single copy */
 } peer_t;
 
 struct hoop__tp {
@@ -131,20 +131,20 @@ struct hoop__tp {
     seg_hdr_t *sh;
     ring_ctl_t *ctl;
     uint64_t nonce;
-    _Alignas(8) uint64_t probe;  /* read by peers through process_vm_readv */
+    _Alignas(8) uint64_t probe; /* read by peers through process_vm_readv */
     peer_t *peers;
     op_t *free_ops;
     hoop_result_t failed;
     int nlocal;
-    double spin_s;        /* how long progress() spins before it sleeps */
-    int oversub;          /* more local ranks than cores: yield while spinning */
-    double next_check;    /* next liveness check while spinning */
-    unsigned idle_polls;  /* progress(0) calls that found nothing */
+    double spin_s;       /* how long progress() spins before it sleeps */
+    int oversub;         /* more local ranks than cores: yield while spinning */
+    double next_check;   /* next liveness check while spinning */
+    unsigned idle_polls; /* progress(0) calls that found nothing */
     struct pollfd *pfds;
-    _Atomic int woken;    /* wake() came since progress() last looked: do not sleep */
-    int bell[2];          /* pipe that peers write a byte to while this rank is armed */
-    int epfd;             /* epoll set of the bell and every peer's pidfd: shm_wait_fd() */
-    int armed;            /* shm_arm() announced a sleep that progress() has not ended yet */
+    _Atomic int woken; /* wake() came since progress() last looked: do not sleep */
+    int bell[2];       /* pipe that peers write a byte to while this rank is armed */
+    int epfd;          /* epoll set of the bell and every peer's pidfd: shm_wait_fd() */
+    int armed;         /* shm_arm() announced a sleep that progress() has not ended yet */
 };
 
 static inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }

@@ -81,7 +81,8 @@ hoop_result_t hoop__shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     tp->sh->nonce = tp->nonce;
     long mb = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
     tp->sh->membarrier = mb > 0 && (mb & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
-                         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+                         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) ==
+                             0;
     tp->sh->ring_bytes = tp->ring_bytes;
     tp->sh->bell_wfd = tp->bell[1];
     tp->sh->rank = p->rank;
@@ -117,10 +118,12 @@ static hoop_result_t connect_failed(hoop__tp_t *tp, hoop_result_t rc, const char
 {
     tp->failed = rc;
     if (atomic_load(&tp->sh->aborted) != 0) return rc;
-    if (tp->sh->reason[0] == '\0') snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s", hoop_error_string(rc));
+    if (tp->sh->reason[0] == '\0')
+        snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s", hoop_error_string(rc));
     atomic_store(&tp->sh->aborted, (uint32_t)rc);
     uint32_t want = 0;
-    for (int j = 0; addrs != NULL && j < tp->p.size; j++) want += j != tp->p.rank && addrs[j] != NULL;
+    for (int j = 0; addrs != NULL && j < tp->p.size; j++)
+        want += j != tp->p.rank && addrs[j] != NULL;
     for (int j = 0; j < tp->p.size; j++)
         if (tp->peers[j].local) hoop__shm_force_wake(&tp->peers[j]);
     double end = hoop__now() + CONNECT_FAREWELL;
@@ -164,7 +167,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
         connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
         return HOOP_ERR_PEER_LOST;
     }
-    if (mfd < 0 && HOOP_FD_EXHAUSTED(errno)) {
+    if (mfd < 0 && HOOP__FD_EXHAUSTED(errno)) {
         char why[256];
         snprintf(msg, sizeof(msg), "shm: cannot open rank %d's segment: %s", j,
                  hoop__fd_error(errno, why, sizeof(why)));
@@ -172,9 +175,10 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
         return HOOP_ERR_SYSTEM;
     }
     if (mfd < 0) {
-        snprintf(msg, sizeof(msg), "shm: cannot open rank %d's segment (%s: %s); ranks on one "
-                 "host must run as the same user, or set HOOP_TRANSPORT=tcp", j, path,
-                 strerror(errno));
+        snprintf(msg, sizeof(msg),
+                 "shm: cannot open rank %d's segment (%s: %s); ranks on one "
+                 "host must run as the same user, or set HOOP_TRANSPORT=tcp",
+                 j, path, strerror(errno));
         connect_report(tp, HOOP_ERR_SYSTEM, j, msg);
         return HOOP_ERR_SYSTEM;
     }
@@ -237,8 +241,10 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
         ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
         ok = n == (ssize_t)sizeof(got) && got == nonce;
         if (!ok)
-            HOOP_INFO(tp->p.log, "shm: single copy from rank %d unavailable (%s): its messages "
-                      "come through the ring", j, n < 0 ? strerror(errno) : "probe mismatch");
+            HOOP__INFO(tp->p.log,
+                       "shm: single copy from rank %d unavailable (%s): its messages "
+                       "come through the ring",
+                       j, n < 0 ? strerror(errno) : "probe mismatch");
     }
     atomic_store(&pe->in->cma_ok, ok ? 1u : 2u);
     return HOOP_OK;
@@ -247,8 +253,10 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
 /* Bytes as "N MiB" or "N.N GiB". */
 static const char *human(double b, char *buf, size_t n)
 {
-    if (b >= (double)(1ull << 30)) snprintf(buf, n, "%.1f GiB", b / (double)(1ull << 30));
-    else snprintf(buf, n, "%.0f MiB", b / (double)(1ull << 20));
+    if (b >= (double)(1ull << 30))
+        snprintf(buf, n, "%.1f GiB", b / (double)(1ull << 30));
+    else
+        snprintf(buf, n, "%.0f MiB", b / (double)(1ull << 20));
     return buf;
 }
 
@@ -262,11 +270,13 @@ static void say_ring_memory(const hoop__tp_t *tp, const char *const *addrs, int 
     char r[32], m[32], h[32];
     int lowest = 1;
     for (int j = 0; j < tp->p.rank; j++) lowest &= addrs[j] == NULL;
-    int level = host > RING_WARN_BYTES && lowest ? HOOP_LOG_WARN : HOOP_LOG_INFO;
-    HOOP_LOG_AT(tp->p.log, level, "shm: %s rings (HOOP_SHM_RING_BYTES), one per peer and direction: "
-                "%s in this rank's %d inbound rings, %s on this host for its %d ranks (L(L-1) "
-                "rings), all written at connect", human(ring, r, sizeof(r)), human(mine, m, sizeof(m)),
-                nlocal, human(host, h, sizeof(h)), nlocal + 1);
+    int level = host > RING_WARN_BYTES && lowest ? HOOP__LOG_WARN : HOOP__LOG_INFO;
+    HOOP__LOG_AT(tp->p.log, level,
+                 "shm: %s rings (HOOP_SHM_RING_BYTES), one per peer and direction: "
+                 "%s in this rank's %d inbound rings, %s on this host for its %d ranks (L(L-1) "
+                 "rings), all written at connect",
+                 human(ring, r, sizeof(r)), human(mine, m, sizeof(m)), nlocal,
+                 human(host, h, sizeof(h)), nlocal + 1);
 }
 
 hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
@@ -283,7 +293,8 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
         if (rc == HOOP_OK) tp->nlocal++;
         if (rc == HOOP_OK) rc = connect_peer_aborted(tp, j);
         if (rc != HOOP_OK) return connect_failed(tp, rc, addrs);
-        if (o + 12 < sizeof(list)) o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? "," : "", j);
+        if (o + 12 < sizeof(list))
+            o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? "," : "", j);
     }
     /* Connected means both ways: our segment must outlive every peer's open of it, or a rank that
      * connects, finishes and closes at once leaves a slower peer nothing to map. A peer's
@@ -299,15 +310,19 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
             /* It may have mapped ours and gone since the load above: look once more. */
             if (pe->pidfd >= 0 && poll(&pf, 1, 1) > 0 &&
                 atomic_load_explicit(&pe->out->cma_ok, memory_order_acquire) == 0) {
-                snprintf(msg, sizeof(msg), "shm: rank %d exited before it mapped this rank's "
-                         "segment", j);
+                snprintf(msg, sizeof(msg),
+                         "shm: rank %d exited before it mapped this rank's "
+                         "segment",
+                         j);
                 connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
                 return connect_failed(tp, HOOP_ERR_PEER_LOST, addrs);
             }
             if (pe->pidfd < 0) poll(NULL, 0, 1);
             if (hoop__now() >= deadline) {
-                snprintf(msg, sizeof(msg), "shm: timed out waiting for rank %d to map this "
-                         "rank's segment", j);
+                snprintf(msg, sizeof(msg),
+                         "shm: timed out waiting for rank %d to map this "
+                         "rank's segment",
+                         j);
                 connect_report(tp, HOOP_ERR_TIMEOUT, j, msg);
                 return connect_failed(tp, HOOP_ERR_TIMEOUT, addrs);
             }
@@ -319,9 +334,10 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
     tp->oversub = tp->nlocal + 1 > cpus_available();
     tp->spin_s = tp->p.cfg->shm_spin_us * 1e-6;
     if (tp->nlocal > 0)
-        HOOP_INFO(tp->p.log, "shm: mapped the segments of rank(s) %s (%zu KiB rings, single copy from "
-                  "%zu B, spin %.0f us)", list, tp->ring_bytes >> 10, tp->p.cfg->shm_cma_bytes,
-                  tp->spin_s * 1e6);
+        HOOP__INFO(tp->p.log,
+                   "shm: mapped the segments of rank(s) %s (%zu KiB rings, single copy from "
+                   "%zu B, spin %.0f us)",
+                   list, tp->ring_bytes >> 10, tp->p.cfg->shm_cma_bytes, tp->spin_s * 1e6);
     return HOOP_OK;
 }
 
@@ -340,15 +356,18 @@ hoop_result_t hoop__shm_settle(hoop__tp_t *tp, double deadline)
             if (rc != HOOP_OK) return connect_failed(tp, rc, NULL);
             struct pollfd pf = {.fd = pe->pidfd, .events = POLLIN};
             int gone = atomic_load(&pe->sh->closed) ||
-                       (pe->pidfd >= 0 ? poll(&pf, 1, 1) > 0 : (poll(NULL, 0, 1), hoop__shm_process_gone(pe->pid)));
+                       (pe->pidfd >= 0 ? poll(&pf, 1, 1) > 0
+                                       : (poll(NULL, 0, 1), hoop__shm_process_gone(pe->pid)));
             if (gone && !atomic_load(&pe->sh->ready) && !atomic_load(&pe->sh->aborted)) {
                 snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d %s)", j,
-                         (int)pe->pid, atomic_load(&pe->sh->closed) ? "closed its connections" : "exited");
+                         (int)pe->pid,
+                         atomic_load(&pe->sh->closed) ? "closed its connections" : "exited");
                 connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
                 return connect_failed(tp, HOOP_ERR_PEER_LOST, NULL);
             }
             if (hoop__now() >= deadline) {
-                snprintf(msg, sizeof(msg), "shm: timed out waiting for rank %d to finish connecting", j);
+                snprintf(msg, sizeof(msg),
+                         "shm: timed out waiting for rank %d to finish connecting", j);
                 connect_report(tp, HOOP_ERR_TIMEOUT, j, msg);
                 return connect_failed(tp, HOOP_ERR_TIMEOUT, NULL);
             }

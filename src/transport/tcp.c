@@ -118,8 +118,8 @@ static void peer_lost(hoop__tp_t *tp, int peer, const char *why)
  * report; without a goodbye it died, and is lost at once, as with any end while a receive waits. */
 static int fill_hdr(hoop__tp_t *tp, int peer, sock_t *so, int idle)
 {
-    while (so->hb_len < HOOP_WIRE_HDR_SIZE) {
-        ssize_t r = recv(so->fd, so->hb + so->hb_len, HOOP_WIRE_HDR_SIZE - so->hb_len, 0);
+    while (so->hb_len < HOOP__WIRE_HDR_SIZE) {
+        ssize_t r = recv(so->fd, so->hb + so->hb_len, HOOP__WIRE_HDR_SIZE - so->hb_len, 0);
         if (r > 0) {
             so->hb_len += (size_t)r;
             tp->peers[peer].moved += (uint64_t)r;
@@ -141,7 +141,7 @@ static int fill_hdr(hoop__tp_t *tp, int peer, sock_t *so, int idle)
 /* The header in hb is an abort notice from peer to this communicator. */
 static int is_abort(const hoop__tp_t *tp, int peer, const uint8_t *hb, hoop__wire_hdr_t *h)
 {
-    return hoop__wire_decode(hb, UINT64_MAX, h) == HOOP_OK && h->kind == HOOP_K_ABORT &&
+    return hoop__wire_decode(hb, UINT64_MAX, h) == HOOP_OK && h->kind == HOOP__K_ABORT &&
            h->comm_id == tp->p.comm_id && h->src == (uint32_t)peer;
 }
 
@@ -163,7 +163,8 @@ static void finish_abort(hoop__tp_t *tp, int peer)
         const peer_t *q = &tp->peers[j];
         if (j == peer || q->lost || q->socks == NULL) continue;
         int busy = 0;
-        for (int k = 0; k < tp->nsock; k++) busy |= q->socks[k].rq != NULL || q->socks[k].sq != NULL;
+        for (int k = 0; k < tp->nsock; k++)
+            busy |= q->socks[k].rq != NULL || q->socks[k].sq != NULL;
         if (busy) o += (size_t)snprintf(waiting + o, sizeof(waiting) - o, "%s%d", o ? "," : "", j);
     }
     char msg[400];
@@ -236,7 +237,7 @@ void hoop__tcp_idle_read(hoop__tp_t *tp, int peer)
         read_abort(tp, peer);
         return;
     }
-    if (so->hb_len == HOOP_WIRE_HDR_SIZE || fill_hdr(tp, peer, so, 1) != 1) return;
+    if (so->hb_len == HOOP__WIRE_HDR_SIZE || fill_hdr(tp, peer, so, 1) != 1) return;
     hoop__wire_hdr_t h;
     /* A ready notice (read while connecting) is held for settle(). */
     if (is_abort(tp, peer, so->hb, &h) && !hoop__tcp_is_ready(&h)) start_abort(tp, peer, &h);
@@ -281,17 +282,19 @@ static void tcp_post(hoop__tp_t *tp, hoop__xfer_t *x)
         s->off = off;
         s->len = len;
         s->pos = 0;
-        s->hlen = k == 0 ? HOOP_WIRE_HDR_SIZE : 0;
+        s->hlen = k == 0 ? HOOP__WIRE_HDR_SIZE : 0;
         s->next = NULL;
-        if (k == 0 && x->dir == HOOP_XFER_SEND) {
+        if (k == 0 && x->dir == HOOP__XFER_SEND) {
             x->hdr.payload_len = x->len;
             hoop__wire_encode(&x->hdr, s->hdr);
         }
         sock_t *so = &pe->socks[k];
-        seg_t **head = x->dir == HOOP_XFER_SEND ? &so->sq : &so->rq;
-        seg_t **tail = x->dir == HOOP_XFER_SEND ? &so->sq_tail : &so->rq_tail;
-        if (*tail) (*tail)->next = s;
-        else *head = s;
+        seg_t **head = x->dir == HOOP__XFER_SEND ? &so->sq : &so->rq;
+        seg_t **tail = x->dir == HOOP__XFER_SEND ? &so->sq_tail : &so->rq_tail;
+        if (*tail)
+            (*tail)->next = s;
+        else
+            *head = s;
         *tail = s;
     }
 }
@@ -353,7 +356,7 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
                 start_abort(tp, peer, &ab);
                 return 1;
             }
-            memcpy(s->hdr, so->hb, HOOP_WIRE_HDR_SIZE);
+            memcpy(s->hdr, so->hb, HOOP__WIRE_HDR_SIZE);
             so->hb_len = 0;
             r = (ssize_t)(s->hlen - s->pos);
         } else {
@@ -426,11 +429,15 @@ static short sock_events(const hoop__tp_t *tp, int j, int k)
     if (pe->lost || so->fd < 0) return 0;
     short ev = 0;
     if (so->sq != NULL) ev |= POLLOUT;
-    if (k == 0 && pe->ab_active) ev |= POLLIN;
-    else if (so->rq != NULL && (so->rq->hlen > 0 || *tcp_hdr_ok(so->rq->x))) ev |= POLLIN;
+    if (k == 0 && pe->ab_active)
+        ev |= POLLIN;
+    else if (so->rq != NULL && (so->rq->hlen > 0 || *tcp_hdr_ok(so->rq->x)))
+        ev |= POLLIN;
     /* Idle socket 0: watch for an abort notice (and take the next header in early). */
-    else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP_WIRE_HDR_SIZE) ev |= POLLIN;
-    else if (!so->hup) ev |= POLLRDHUP;
+    else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP__WIRE_HDR_SIZE)
+        ev |= POLLIN;
+    else if (!so->hup)
+        ev |= POLLRDHUP;
     return ev;
 }
 
@@ -525,8 +532,10 @@ static int tcp_wait_fd(hoop__tp_t *tp)
         return tp->epfd;
     }
     if (tp->epfd >= 0) close(tp->epfd);
-    HOOP_INFO(tp->p.log, "tcp: no epoll set for sleeping beside other transports (%s): they look "
-              "every millisecond", strerror(errno));
+    HOOP__INFO(tp->p.log,
+               "tcp: no epoll set for sleeping beside other transports (%s): they look "
+               "every millisecond",
+               strerror(errno));
     return -1;
 }
 
@@ -544,8 +553,10 @@ static int tcp_arm(hoop__tp_t *tp)
             int op = ev == 0 ? EPOLL_CTL_DEL : so->ep_ev == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
             if (epoll_ctl(tp->epfd, op, so->fd, &e) != 0) {
                 /* Out of watches or memory: sleep without the set from now on. */
-                HOOP_INFO(tp->p.log, "tcp: epoll_ctl: %s: other transports' sleeps look every "
-                          "millisecond", strerror(errno));
+                HOOP__INFO(tp->p.log,
+                           "tcp: epoll_ctl: %s: other transports' sleeps look every "
+                           "millisecond",
+                           strerror(errno));
                 close(tp->epfd);
                 tp->ep_state = -1;
                 return 1;
@@ -572,7 +583,7 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
 {
     if (tp->failed) return tp->failed;
     int n = tp->p.size, waiting = 0;
-    uint8_t b[HOOP_WIRE_HDR_SIZE];
+    uint8_t b[HOOP__WIRE_HDR_SIZE];
     ready_notice(tp, b);
     char *ready = calloc((size_t)n, 1);
     struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
@@ -581,7 +592,8 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
         free(ready);
         free(pf);
         free(who);
-        hoop__tcp_connect_report(tp, HOOP_ERR_NO_MEMORY, -1, "out of memory settling the connections");
+        hoop__tcp_connect_report(tp, HOOP_ERR_NO_MEMORY, -1,
+                                 "out of memory settling the connections");
         return hoop__tcp_connect_failed(tp, NULL, HOOP_ERR_NO_MEMORY, NULL);
     }
     hoop_result_t rc = HOOP_OK;
@@ -593,7 +605,7 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
             continue;
         }
         waiting++;
-        if (hoop__sock_io(so->fd, b, sizeof(b), HOOP_SOCK_SEND, deadline) != HOOP_SOCK_DONE) {
+        if (hoop__sock_io(so->fd, b, sizeof(b), HOOP__SOCK_SEND, deadline) != HOOP__SOCK_DONE) {
             snprintf(msg, sizeof(msg), "lost connection to rank %d while connecting (%s)", j,
                      strerror(errno));
             hoop__tcp_connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
@@ -606,8 +618,11 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
             char missing[128] = "";
             size_t o = 0;
             for (int j = 0; j < n && o + 12 < sizeof(missing); j++)
-                if (!ready[j]) o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "", j);
-            snprintf(msg, sizeof(msg), "timed out waiting for rank(s) %s to finish connecting", missing);
+                if (!ready[j])
+                    o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "",
+                                          j);
+            snprintf(msg, sizeof(msg), "timed out waiting for rank(s) %s to finish connecting",
+                     missing);
             hoop__tcp_connect_report(tp, HOOP_ERR_TIMEOUT, -1, msg);
             rc = HOOP_ERR_TIMEOUT;
             break;
@@ -617,10 +632,14 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
             if (!ready[j]) {
                 pf[m].fd = tp->peers[j].socks[0].fd;
                 pf[m].events = POLLIN;
-                held |= tp->peers[j].socks[0].hb_len == HOOP_WIRE_HDR_SIZE;
+                held |= tp->peers[j].socks[0].hb_len == HOOP__WIRE_HDR_SIZE;
                 who[m++] = j;
             }
-        if (poll(pf, (nfds_t)m, held ? 0 : left > 1.0 ? 1000 : (int)(left * 1000) + 1) < 0 && errno != EINTR) {
+        if (poll(pf, (nfds_t)m,
+                 held         ? 0
+                 : left > 1.0 ? 1000
+                              : (int)(left * 1000) + 1) < 0 &&
+            errno != EINTR) {
             snprintf(msg, sizeof(msg), "settling the connections: poll: %s", strerror(errno));
             hoop__tcp_connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
             rc = HOOP_ERR_SYSTEM;
@@ -628,7 +647,7 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
         }
         for (int i = 0; i < m && !tp->failed; i++) {
             int j = who[i];
-            if (pf[i].revents == 0 && tp->peers[j].socks[0].hb_len < HOOP_WIRE_HDR_SIZE) continue;
+            if (pf[i].revents == 0 && tp->peers[j].socks[0].hb_len < HOOP__WIRE_HDR_SIZE) continue;
             peer_t *pe = &tp->peers[j];
             sock_t *so = &pe->socks[0];
             if (pe->ab_active) {
@@ -636,7 +655,7 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
                 continue;
             }
             /* The header may be in already (read while connecting, see hoop__tcp_idle_read). */
-            if (so->hb_len < HOOP_WIRE_HDR_SIZE && fill_hdr(tp, j, so, 0) != 1) continue;
+            if (so->hb_len < HOOP__WIRE_HDR_SIZE && fill_hdr(tp, j, so, 0) != 1) continue;
             hoop__wire_hdr_t h;
             if (is_abort(tp, j, so->hb, &h) && hoop__tcp_is_ready(&h)) {
                 so->hb_len = 0;
@@ -645,7 +664,8 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
             } else if (is_abort(tp, j, so->hb, &h)) {
                 start_abort(tp, j, &h); /* it failed to connect: its reason */
             } else {
-                snprintf(msg, sizeof(msg), "rank %d sent a message before it finished connecting", j);
+                snprintf(msg, sizeof(msg), "rank %d sent a message before it finished connecting",
+                         j);
                 hoop__tcp_connect_report(tp, HOOP_ERR_INTERNAL, j, msg);
                 rc = HOOP_ERR_INTERNAL;
                 break;
@@ -677,10 +697,11 @@ static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *te
 {
     sock_t *so = &tp->peers[j].socks[0];
     if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) return;
-    uint8_t msg[HOOP_WIRE_HDR_SIZE + ABORT_MAX];
+    uint8_t msg[HOOP__WIRE_HDR_SIZE + ABORT_MAX];
     hoop__tcp_notice_hdr(tp, code, len, len, msg);
-    memcpy(msg + HOOP_WIRE_HDR_SIZE, text, len);
-    if (send(so->fd, msg, HOOP_WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */
+    memcpy(msg + HOOP__WIRE_HDR_SIZE, text, len);
+    if (send(so->fd, msg, HOOP__WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL) <
+        0) { /* best effort */
     }
 }
 
@@ -711,7 +732,7 @@ void hoop__tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
 static void send_goodbyes(hoop__tp_t *tp)
 {
     if (tp->failed) return;
-    uint8_t b[HOOP_WIRE_HDR_SIZE];
+    uint8_t b[HOOP__WIRE_HDR_SIZE];
     hoop__tcp_notice_hdr(tp, HOOP_OK, 0, 0, b);
     double deadline = hoop__now() + GOODBYE_WAIT;
     for (int j = 0; j < tp->p.size; j++) {
@@ -720,7 +741,7 @@ static void send_goodbyes(hoop__tp_t *tp)
         const sock_t *so = &pe->socks[0];
         if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) continue;
         /* Its peer normally reads whatever fills the socket; one that does not gets a bare close. */
-        (void)hoop__sock_io(so->fd, b, sizeof(b), HOOP_SOCK_SEND, deadline);
+        (void)hoop__sock_io(so->fd, b, sizeof(b), HOOP__SOCK_SEND, deadline);
     }
 }
 
@@ -732,8 +753,14 @@ static void tcp_close(hoop__tp_t *tp)
         if (tp->peers[j].socks == NULL) continue;
         for (int k = 0; k < tp->nsock; k++) {
             sock_t *so = &tp->peers[j].socks[k];
-            for (seg_t *s = so->sq, *n; s != NULL; s = n) { n = s->next; free(s); }
-            for (seg_t *s = so->rq, *n; s != NULL; s = n) { n = s->next; free(s); }
+            for (seg_t *s = so->sq, *n; s != NULL; s = n) {
+                n = s->next;
+                free(s);
+            }
+            for (seg_t *s = so->rq, *n; s != NULL; s = n) {
+                n = s->next;
+                free(s);
+            }
             if (so->fd >= 0) close(so->fd);
         }
         free(tp->peers[j].socks);
@@ -767,4 +794,3 @@ const hoop__transport_ops_t hoop__tcp_transport = {
     .wait_fd = tcp_wait_fd,
     .arm = tcp_arm,
 };
-

@@ -12,13 +12,13 @@
  * cycle. Each new socket starts with a hello (magic, communicator id, rank, socket index) and, with
  * a key (HOOP_AUTH_KEY), the handshake of auth.h bound to (communicator, both ranks, socket index).
  * Accepted connections identify themselves concurrently in the gate of base/sock.h, each within
- * HOOP_SOCK_AUTH_WINDOW seconds and at most HOOP_SOCK_PENDING_MAX at once: one that sends garbage,
+ * HOOP__SOCK_AUTH_WINDOW seconds and at most HOOP__SOCK_PENDING_MAX at once: one that sends garbage,
  * a wrong hello or a wrong proof, or stays silent, is dropped with a warning naming its address,
  * and a socket slot is only given to a connection that has passed. Once every peer is connected the
  * listener closes.
  *
  * Abort: the first abort() sends every peer, on socket 0 and only between two messages (never into
- * the middle of one), a header of kind HOOP_K_ABORT whose payload is the reason, without waiting.
+ * the middle of one), a header of kind HOOP__K_ABORT whose payload is the reason, without waiting.
  * A receiver reads headers on socket 0 even while it has no receive posted from that peer (a header
  * that is not an abort is held for the receive that will take it), so it fails with
  * "rank j aborted: <reason>" instead of a bare lost connection.
@@ -51,7 +51,7 @@
 #include "transport/transport.h"
 
 #define STRIPE_MIN (64 * 1024)
-#define TCP_CAPS HOOP_TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
+#define TCP_CAPS HOOP__TP_MEM(HOOP__MEM_HOST) /* host memory only, unregistered */
 #define HELLO_SIZE 24
 #define HELLO_MAGIC 0x4f4c4548504f4f48ull /* "HOOPHELO" */
 /* Longest abort reason sent (it ends up in a 400-byte error sentence with "rank N aborted: "). */
@@ -65,10 +65,10 @@
 
 typedef struct seg {
     hoop__xfer_t *x;
-    size_t off, len;  /* payload range carried on this socket */
-    size_t pos;       /* bytes moved so far, header included */
-    size_t hlen;      /* HOOP_WIRE_HDR_SIZE on stripe 0, 0 on the others */
-    uint8_t hdr[HOOP_WIRE_HDR_SIZE];
+    size_t off, len; /* payload range carried on this socket */
+    size_t pos;      /* bytes moved so far, header included */
+    size_t hlen;     /* HOOP__WIRE_HDR_SIZE on stripe 0, 0 on the others */
+    uint8_t hdr[HOOP__WIRE_HDR_SIZE];
     struct seg *next;
 } seg_t;
 
@@ -78,20 +78,20 @@ typedef struct sock {
     seg_t *rq, *rq_tail; /* receives in order */
     int hup;             /* peer hung up while we had nothing to read: stop polling for it */
     /* Socket 0: the next header, read ahead of (or for) the receive it belongs to. */
-    uint8_t hb[HOOP_WIRE_HDR_SIZE];
+    uint8_t hb[HOOP__WIRE_HDR_SIZE];
     size_t hb_len;
-    uint32_t ep_ev;      /* the events it is in the epoll set with (tcp_arm), 0: not in it */
+    uint32_t ep_ev; /* the events it is in the epoll set with (tcp_arm), 0: not in it */
 } sock_t;
 
 typedef struct peer {
     sock_t *socks;
     int lost;
-    int salvaging;            /* reading a last abort notice before declaring the peer lost */
-    int bye;                  /* it said goodbye: it closed its communicator normally */
-    uint64_t moved;           /* bytes sent to and received from it (see moved() in transport.h) */
-    int ab_active;            /* reading the reason of an abort notice */
+    int salvaging;  /* reading a last abort notice before declaring the peer lost */
+    int bye;        /* it said goodbye: it closed its communicator normally */
+    uint64_t moved; /* bytes sent to and received from it (see moved() in transport.h) */
+    int ab_active;  /* reading the reason of an abort notice */
     size_t ab_need, ab_got;
-    hoop_result_t ab_code;    /* HOOP_ERR_MISMATCH when the peer aborted on a disagreement */
+    hoop_result_t ab_code; /* HOOP_ERR_MISMATCH when the peer aborted on a disagreement */
     char ab_text[ABORT_MAX + 1];
 } peer_t;
 
@@ -108,10 +108,10 @@ struct hoop__tp {
     int abort_sent;
     char conn_err[ABORT_MAX + 1]; /* why connect() failed, for the peers connected so far */
     /* Sleeping in another poll() (wait_fd, arm): the epoll set, made at the first such sleep. */
-    int ep_state;                 /* 0 not made yet, 1 epfd is the set, -1 there is none */
+    int ep_state; /* 0 not made yet, 1 epfd is the set, -1 there is none */
     int epfd;
-    int armed;                    /* arm() announced a sleep that progress() has not taken yet */
-    struct epoll_event *evs;      /* nevs: every socket and the wake fd */
+    int armed;               /* arm() announced a sleep that progress() has not taken yet */
+    struct epoll_event *evs; /* nevs: every socket and the wake fd */
     int nevs;
 };
 
@@ -128,7 +128,7 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
                                size_t addrlen);
 void hoop__tcp_connect_report(hoop__tp_t *tp, hoop_result_t code, int peer, const char *msg);
 void hoop__tcp_notice_hdr(const hoop__tp_t *tp, hoop_result_t code, uint64_t count, uint64_t len,
-                          uint8_t b[HOOP_WIRE_HDR_SIZE]);
+                          uint8_t b[HOOP__WIRE_HDR_SIZE]);
 hoop_result_t hoop__tcp_connect_failed(hoop__tp_t *tp, const char *const *addrs, hoop_result_t rc,
                                        hoop__sock_gate_t *gate);
 hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double deadline);

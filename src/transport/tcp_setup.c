@@ -26,8 +26,14 @@ static int ifname_matches(const char *spec, const char *name)
 {
     /* NCCL-style: "eth,ib" prefixes; "^docker,lo" excludes; "=eth0" exact names. */
     int exclude = 0, exact = 0;
-    if (*spec == '^') { exclude = 1; spec++; }
-    if (*spec == '=') { exact = 1; spec++; }
+    if (*spec == '^') {
+        exclude = 1;
+        spec++;
+    }
+    if (*spec == '=') {
+        exact = 1;
+        spec++;
+    }
     int hit = 0;
     char buf[128];
     snprintf(buf, sizeof(buf), "%s", spec);
@@ -52,8 +58,8 @@ static int pick_by_ifname(const char *spec, struct sockaddr_storage *ss, char *i
                 IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
                 continue;
             memset(ss, 0, sizeof(*ss));
-            memcpy(ss, i->ifa_addr, want == AF_INET ? sizeof(struct sockaddr_in)
-                                                    : sizeof(struct sockaddr_in6));
+            memcpy(ss, i->ifa_addr,
+                   want == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
             snprintf(ifout, iflen, "%s", i->ifa_name);
             found = 0;
             break;
@@ -83,7 +89,7 @@ static int pick_by_route(const char *host, struct sockaddr_storage *ss)
 /* ---- listen / connect ---- */
 
 hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, char *addr,
-                                size_t addrlen)
+                               size_t addrlen)
 {
     hoop__tp_t *tp = calloc(1, sizeof(*tp));
     if (tp == NULL) return HOOP_ERR_NO_MEMORY;
@@ -122,7 +128,7 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     char ifname[64] = "";
     if (p->cfg->ifname[0] != '\0') {
         if (pick_by_ifname(p->cfg->ifname, &ss, ifname, sizeof(ifname)) != 0) {
-            HOOP_WARN(p->log, "no usable interface matches HOOP_SOCKET_IFNAME=%s", p->cfg->ifname);
+            HOOP__WARN(p->log, "no usable interface matches HOOP_SOCKET_IFNAME=%s", p->cfg->ifname);
             p->report(p->report_ctx, HOOP_ERR_INVALID_ARGUMENT, -1,
                       "no network interface matches HOOP_SOCKET_IFNAME");
             tp->failed = HOOP_ERR_INVALID_ARGUMENT;
@@ -143,11 +149,13 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     else
         ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
 
-    socklen_t sl = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    socklen_t sl = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                           : sizeof(struct sockaddr_in6);
     int fd = hoop__sock_listen((struct sockaddr *)&ss, sl, 0);
     char msg[320], why[256];
     if (fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-        snprintf(msg, sizeof(msg), "cannot listen for peers: %s", hoop__fd_error(errno, why, sizeof(why)));
+        snprintf(msg, sizeof(msg), "cannot listen for peers: %s",
+                 hoop__fd_error(errno, why, sizeof(why)));
         if (fd >= 0) close(fd);
         p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
         tp->failed = HOOP_ERR_SYSTEM;
@@ -156,12 +164,12 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     }
     tp->listen_fd = fd;
     hoop__sock_format(&ss, addr, addrlen);
-    HOOP_INFO(p->log, "tcp: listening on %s%s%s, %d socket(s) per peer, communicator %016" PRIx64, addr,
-              ifname[0] ? " interface " : "", ifname, tp->nsock, p->comm_id);
+    HOOP__INFO(p->log, "tcp: listening on %s%s%s, %d socket(s) per peer, communicator %016" PRIx64,
+               addr, ifname[0] ? " interface " : "", ifname, tp->nsock, p->comm_id);
     if (p->cfg->auth.set)
-        HOOP_INFO(p->log, "tcp: peer connections are authenticated (HOOP_AUTH_KEY)");
+        HOOP__INFO(p->log, "tcp: peer connections are authenticated (HOOP_AUTH_KEY)");
     else
-        HOOP_INFO(p->log, "tcp: no HOOP_AUTH_KEY, peer connections are not authenticated");
+        HOOP__INFO(p->log, "tcp: no HOOP_AUTH_KEY, peer connections are not authenticated");
     *out = tp;
     return HOOP_OK;
 }
@@ -217,15 +225,16 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
         if (rc == 0) {
             uint8_t hello[HELLO_SIZE];
             put_hello(hello, tp->p.comm_id, (uint32_t)tp->p.rank, (uint32_t)k);
-            if (hoop__sock_io(fd, hello, sizeof(hello), HOOP_SOCK_SEND, deadline) == HOOP_SOCK_DONE) {
+            if (hoop__sock_io(fd, hello, sizeof(hello), HOOP__SOCK_SEND, deadline) ==
+                HOOP__SOCK_DONE) {
                 if (!key->set) {
                     tp->peers[peer].socks[k].fd = fd;
                     return HOOP_OK;
                 }
                 char why[256] = "";
                 hoop_result_t a = hoop__auth_handshake(
-                    fd, key, 0, auth_ctx(tp, (uint32_t)tp->p.rank, (uint32_t)peer, (uint32_t)k), deadline,
-                    why, sizeof(why));
+                    fd, key, 0, auth_ctx(tp, (uint32_t)tp->p.rank, (uint32_t)peer, (uint32_t)k),
+                    deadline, why, sizeof(why));
                 if (a == HOOP_OK) {
                     tp->peers[peer].socks[k].fd = fd;
                     return HOOP_OK;
@@ -234,8 +243,8 @@ static hoop_result_t connect_one(hoop__tp_t *tp, int peer, int k, const char *ad
                  * key is final. */
                 if (a != HOOP_ERR_PEER_LOST) {
                     close(fd);
-                    snprintf(msg, sizeof(msg), "authentication with rank %d at %s failed: %s", peer, addr,
-                             why);
+                    snprintf(msg, sizeof(msg), "authentication with rank %d at %s failed: %s", peer,
+                             addr, why);
                     if (a != HOOP_ERR_TIMEOUT) a = HOOP_ERR_AUTH;
                     hoop__tcp_connect_report(tp, a, peer, msg);
                     return a;
@@ -276,13 +285,14 @@ static void pending_drop(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *f
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    HOOP_WARN(tp->p.log, "tcp: dropped a connection from %s: %s", pd->peer, why);
+    HOOP__WARN(tp->p.log, "tcp: dropped a connection from %s: %s", pd->peer, why);
     hoop__sock_pending_close(pd);
 }
 
 /* Moves pd on. 1: it is a peer's socket now; 0: not yet; -1: dropped. *auth_failed counts proofs
  * that failed after a hello of this communicator (most likely a peer with another key). */
-static int pending_step(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *const *addrs, int *auth_failed)
+static int pending_step(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *const *addrs,
+                        int *auth_failed)
 {
     const uint32_t me = (uint32_t)tp->p.rank;
     int hello_now = 0;
@@ -310,12 +320,14 @@ static int pending_step(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *co
             return -1;
         }
         if (cid != tp->p.comm_id) {
-            pending_drop(tp, pd, "its hello is for communicator %016" PRIx64 ", not %016" PRIx64, cid,
-                         tp->p.comm_id);
+            pending_drop(tp, pd, "its hello is for communicator %016" PRIx64 ", not %016" PRIx64,
+                         cid, tp->p.comm_id);
             return -1;
         }
-        if (rank <= me || rank >= (uint32_t)tp->p.size || k >= (uint32_t)tp->nsock || addrs[rank] == NULL) {
-            pending_drop(tp, pd, "its hello names rank %u socket %u, which does not connect here", rank, k);
+        if (rank <= me || rank >= (uint32_t)tp->p.size || k >= (uint32_t)tp->nsock ||
+            addrs[rank] == NULL) {
+            pending_drop(tp, pd, "its hello names rank %u socket %u, which does not connect here",
+                         rank, k);
             return -1;
         }
         if (tp->p.cfg->auth.set &&
@@ -327,10 +339,11 @@ static int pending_step(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *co
     if (pd->auth != NULL) {
         char why[256] = "";
         int st = hoop__sock_pending_step(pd, why, sizeof(why));
-        if (st == HOOP_AUTH_MORE) return 0;
-        if (st == HOOP_AUTH_FAILED) {
+        if (st == HOOP__AUTH_MORE) return 0;
+        if (st == HOOP__AUTH_FAILED) {
             if (pd->auth->code == HOOP_ERR_AUTH) (*auth_failed)++;
-            pending_drop(tp, pd, "it claims to be rank %u but failed authentication: %s", rank, why);
+            pending_drop(tp, pd, "it claims to be rank %u but failed authentication: %s", rank,
+                         why);
             return -1;
         }
     }
@@ -343,9 +356,9 @@ static int pending_step(hoop__tp_t *tp, hoop__sock_pending_t *pd, const char *co
     return 1;
 }
 
-
 /* Connects to lower rank j just to tell it why this rank gives up (notice: an abort notice). */
-static void tell_one(hoop__tp_t *tp, int j, const char *addr, uint8_t *notice, size_t len, double end)
+static void tell_one(hoop__tp_t *tp, int j, const char *addr, uint8_t *notice, size_t len,
+                     double end)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
@@ -357,45 +370,49 @@ static void tell_one(hoop__tp_t *tp, int j, const char *addr, uint8_t *notice, s
     char why[256];
     put_hello(hello, tp->p.comm_id, (uint32_t)tp->p.rank, 0);
     const hoop__auth_key_t *key = &tp->p.cfg->auth;
-    if (rc == 0 && hoop__sock_io(fd, hello, sizeof(hello), HOOP_SOCK_SEND, end) == HOOP_SOCK_DONE &&
-        (!key->set || hoop__auth_handshake(fd, key, 0, auth_ctx(tp, (uint32_t)tp->p.rank, (uint32_t)j, 0),
-                                           end, why, sizeof(why)) == HOOP_OK))
-        (void)hoop__sock_io(fd, notice, len, HOOP_SOCK_SEND, end);
+    if (rc == 0 &&
+        hoop__sock_io(fd, hello, sizeof(hello), HOOP__SOCK_SEND, end) == HOOP__SOCK_DONE &&
+        (!key->set ||
+         hoop__auth_handshake(fd, key, 0, auth_ctx(tp, (uint32_t)tp->p.rank, (uint32_t)j, 0), end,
+                              why, sizeof(why)) == HOOP_OK))
+        (void)hoop__sock_io(fd, notice, len, HOOP__SOCK_SEND, end);
     close(fd);
 }
 
 /* Finishes the identification of an accepted connection (the rest of its hello, then the
  * handshake, or the rest of the one under way), sends it the notice and closes it. */
-static void tell_accepted(hoop__tp_t *tp, hoop__sock_pending_t *pd, uint8_t *notice, size_t len, double end)
+static void tell_accepted(hoop__tp_t *tp, hoop__sock_pending_t *pd, uint8_t *notice, size_t len,
+                          double end)
 {
     char why[256];
     const int fd = pd->fd;
     int ok = pd->pre_got == HELLO_SIZE ||
-             hoop__sock_io(fd, pd->pre + pd->pre_got, HELLO_SIZE - pd->pre_got, 0, end) == HOOP_SOCK_DONE;
+             hoop__sock_io(fd, pd->pre + pd->pre_got, HELLO_SIZE - pd->pre_got, 0, end) ==
+                 HOOP__SOCK_DONE;
     ok = ok && get_le(pd->pre, 8) == HELLO_MAGIC && get_le(pd->pre + 8, 8) == tp->p.comm_id;
     uint32_t r = hello_rank(pd->pre), k = hello_sock(pd->pre);
     ok = ok && r < (uint32_t)tp->p.size && k < (uint32_t)tp->nsock;
     if (ok && pd->auth != NULL) {
         int st;
-        while ((st = hoop__sock_pending_step(pd, why, sizeof(why))) == HOOP_AUTH_MORE)
+        while ((st = hoop__sock_pending_step(pd, why, sizeof(why))) == HOOP__AUTH_MORE)
             if (pd->events == 0 || hoop__sock_wait(fd, pd->events, end) <= 0) break;
-        ok = st == HOOP_AUTH_DONE;
+        ok = st == HOOP__AUTH_DONE;
     } else if (ok && tp->p.cfg->auth.set) {
         ok = hoop__auth_handshake(fd, &tp->p.cfg->auth, 1, auth_ctx(tp, r, (uint32_t)tp->p.rank, k),
                                   end, why, sizeof(why)) == HOOP_OK;
     }
-    if (ok) (void)hoop__sock_io(fd, notice, len, HOOP_SOCK_SEND, end);
+    if (ok) (void)hoop__sock_io(fd, notice, len, HOOP__SOCK_SEND, end);
     hoop__sock_pending_close(pd);
 }
 
-/* The header of a control notice on socket 0 (kind HOOP_K_ABORT): an abort with its code and a
+/* The header of a control notice on socket 0 (kind HOOP__K_ABORT): an abort with its code and a
  * reason of len bytes, settle()'s ready notice (count 1), or close()'s goodbye (all zero). */
 void hoop__tcp_notice_hdr(const hoop__tp_t *tp, hoop_result_t code, uint64_t count, uint64_t len,
-                       uint8_t b[HOOP_WIRE_HDR_SIZE])
+                          uint8_t b[HOOP__WIRE_HDR_SIZE])
 {
     hoop__wire_hdr_t h;
     memset(&h, 0, sizeof(h));
-    h.kind = HOOP_K_ABORT;
+    h.kind = HOOP__K_ABORT;
     h.flags = (uint8_t)code;
     h.root = -1;
     h.src = (uint32_t)tp->p.rank;
@@ -412,7 +429,8 @@ void hoop__tcp_notice_hdr(const hoop__tp_t *tp, hoop_result_t code, uint64_t cou
  * own; higher ones identifying themselves (in gate, or NULL) or queued on the
  * listener are let finish and told, until none has come for FAREWELL_GAP seconds, FAREWELL_MAX in
  * all. A connection closed without a word would read as a peer without the key. */
-static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reason, hoop__sock_gate_t *gate)
+static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reason,
+                     hoop__sock_gate_t *gate)
 {
     if (tp->listen_fd < 0) return;
     uint8_t *told = calloc((size_t)tp->p.size, 1);
@@ -424,26 +442,28 @@ static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reaso
                 tp->peers[j].socks[k].fd = -1;
             }
     size_t len = strlen(reason) < ABORT_MAX ? strlen(reason) : ABORT_MAX;
-    uint8_t notice[HOOP_WIRE_HDR_SIZE + ABORT_MAX];
+    uint8_t notice[HOOP__WIRE_HDR_SIZE + ABORT_MAX];
     hoop__tcp_notice_hdr(tp, tp->failed, len, len, notice);
-    memcpy(notice + HOOP_WIRE_HDR_SIZE, reason, len);
+    memcpy(notice + HOOP__WIRE_HDR_SIZE, reason, len);
     double end = hoop__now() + FAREWELL_MAX;
     for (int j = 0; told != NULL && addrs != NULL && j < tp->p.rank; j++)
-        if (!told[j] && addrs[j] != NULL) tell_one(tp, j, addrs[j], notice, HOOP_WIRE_HDR_SIZE + len, end);
+        if (!told[j] && addrs[j] != NULL)
+            tell_one(tp, j, addrs[j], notice, HOOP__WIRE_HDR_SIZE + len, end);
     free(told);
-    for (int i = 0; gate != NULL && i < HOOP_SOCK_PENDING_MAX; i++)
-        if (gate->slot[i].fd >= 0) tell_accepted(tp, &gate->slot[i], notice, HOOP_WIRE_HDR_SIZE + len, end);
+    for (int i = 0; gate != NULL && i < HOOP__SOCK_PENDING_MAX; i++)
+        if (gate->slot[i].fd >= 0)
+            tell_accepted(tp, &gate->slot[i], notice, HOOP__WIRE_HDR_SIZE + len, end);
     for (;;) {
         double now = hoop__now(), left = end - now;
-        if (left <= 0 ||
-            hoop__sock_wait(tp->listen_fd, POLLIN, now + (left < FAREWELL_GAP ? left : FAREWELL_GAP)) <= 0)
+        if (left <= 0 || hoop__sock_wait(tp->listen_fd, POLLIN,
+                                         now + (left < FAREWELL_GAP ? left : FAREWELL_GAP)) <= 0)
             break;
         int fd = hoop__sock_accept(tp->listen_fd, NULL, 0);
         if (fd < 0 && errno == ECONNABORTED) continue;
         if (fd < 0) break;
         hoop__sock_pending_t fresh;
         hoop__sock_pending_admit(&fresh, fd, NULL, end);
-        tell_accepted(tp, &fresh, notice, HOOP_WIRE_HDR_SIZE + len, end);
+        tell_accepted(tp, &fresh, notice, HOOP__WIRE_HDR_SIZE + len, end);
     }
 }
 
@@ -451,7 +471,7 @@ static void farewell(hoop__tp_t *tp, const char *const *addrs, const char *reaso
  * and the others (farewell), so that they fail now with this rank's reason rather than time out
  * on its missing connections. */
 hoop_result_t hoop__tcp_connect_failed(hoop__tp_t *tp, const char *const *addrs, hoop_result_t rc,
-                                    hoop__sock_gate_t *gate)
+                                       hoop__sock_gate_t *gate)
 {
     if (!tp->failed) hoop__tcp_abort(tp, rc, tp->conn_err[0] ? tp->conn_err : NULL);
     tp->failed = rc;
@@ -476,7 +496,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
     }
     /* Polled: the listener, the connections still identifying themselves, and socket 0 of the
      * peers connected already, whose abort notice or end fails this connect at once. */
-    const int npf = 1 + HOOP_SOCK_PENDING_MAX + tp->p.size;
+    const int npf = 1 + HOOP__SOCK_PENDING_MAX + tp->p.size;
     hoop__sock_gate_t *gate = expected > 0 ? malloc(sizeof(*gate)) : NULL;
     struct pollfd *pf = expected > 0 ? calloc((size_t)npf, sizeof(*pf)) : NULL;
     int *who = expected > 0 ? calloc((size_t)npf, sizeof(*who)) : NULL;
@@ -492,10 +512,11 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
     hoop_result_t rc = HOOP_OK;
     while (expected > 0) {
         double now = hoop__now();
-        for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++)
+        for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++)
             if (gate->slot[i].fd >= 0 && now >= gate->slot[i].deadline)
                 pending_drop(tp, &gate->slot[i], "it did not identify itself%s within %g s",
-                             tp->p.cfg->auth.set ? " and authenticate" : "", HOOP_SOCK_AUTH_WINDOW);
+                             tp->p.cfg->auth.set ? " and authenticate" : "",
+                             HOOP__SOCK_AUTH_WINDOW);
         double wake = hoop__sock_gate_next(gate, deadline);
         if (wake > deadline) wake = deadline;
         if (now >= deadline) {
@@ -506,7 +527,8 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
                 int in = 0;
                 for (int k = 0; k < tp->nsock; k++) in += tp->peers[j].socks[k].fd >= 0;
                 if (addrs[j] != NULL && in < tp->nsock) {
-                    o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "", j);
+                    o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "",
+                                          j);
                     nmissing++;
                 }
             }
@@ -515,10 +537,11 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
                              nmissing == 1 ? "" : "(s)", missing);
             if (auth_failed > 0 && n > 0 && (size_t)n < sizeof(msg)) {
                 /* Connections that named a missing rank but had the wrong key: say that. */
-                snprintf(msg + n, sizeof(msg) - (size_t)n,
-                         "; %d connection(s) failed authentication (is HOOP_AUTH_KEY the same on every "
-                         "rank?)",
-                         auth_failed);
+                snprintf(
+                    msg + n, sizeof(msg) - (size_t)n,
+                    "; %d connection(s) failed authentication (is HOOP_AUTH_KEY the same on every "
+                    "rank?)",
+                    auth_failed);
                 rc = HOOP_ERR_AUTH;
             }
             hoop__tcp_connect_report(tp, rc, -1, msg);
@@ -528,7 +551,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
         pf[n].fd = tp->listen_fd;
         pf[n].events = POLLIN;
         who[n++] = -1;
-        for (int i = 0; i < HOOP_SOCK_PENDING_MAX; i++) {
+        for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
             if (gate->slot[i].fd < 0) continue;
             pf[n].fd = gate->slot[i].fd;
             pf[n].events = gate->slot[i].events;
@@ -537,7 +560,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
         const int first_peer = n;
         for (int j = 0; j < tp->p.size; j++) {
             const sock_t *so = &tp->peers[j].socks[0];
-            if (j == me || so->fd < 0 || so->hup || so->hb_len == HOOP_WIRE_HDR_SIZE) continue;
+            if (j == me || so->fd < 0 || so->hup || so->hb_len == HOOP__WIRE_HDR_SIZE) continue;
             pf[n].fd = so->fd;
             pf[n].events = POLLIN;
             who[n++] = j;
@@ -567,7 +590,7 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
             char from[64];
             int fd = hoop__sock_accept(tp->listen_fd, from, sizeof(from));
             if (fd < 0 && errno == ECONNABORTED) continue;
-            if (fd < 0 && HOOP_FD_EXHAUSTED(errno)) {
+            if (fd < 0 && HOOP__FD_EXHAUSTED(errno)) {
                 /* The connection stays queued and the listener readable: retrying would spin. */
                 char msg[400], why[256];
                 snprintf(msg, sizeof(msg), "tcp: cannot accept the connections of its peers: %s",
@@ -579,19 +602,21 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
             int full;
             hoop__sock_pending_t *pd = hoop__sock_gate_room(gate, &full);
             if (full)
-                pending_drop(tp, pd,
-                             "%d connections were identifying themselves at once; this was the oldest",
-                             HOOP_SOCK_PENDING_MAX);
-            const double window_end = hoop__now() + HOOP_SOCK_AUTH_WINDOW;
+                pending_drop(
+                    tp, pd,
+                    "%d connections were identifying themselves at once; this was the oldest",
+                    HOOP__SOCK_PENDING_MAX);
+            const double window_end = hoop__now() + HOOP__SOCK_AUTH_WINDOW;
             hoop__sock_pending_admit(pd, fd, from, window_end < deadline ? window_end : deadline);
             if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
         }
         if (rc != HOOP_OK) break;
     }
     if (rc != HOOP_OK) hoop__tcp_connect_failed(tp, addrs, rc, gate);
-    for (int i = 0; gate != NULL && i < HOOP_SOCK_PENDING_MAX; i++)
+    for (int i = 0; gate != NULL && i < HOOP__SOCK_PENDING_MAX; i++)
         if (gate->slot[i].fd >= 0)
-            pending_drop(tp, &gate->slot[i], "it had not identified itself when every peer was connected");
+            pending_drop(tp, &gate->slot[i],
+                         "it had not identified itself when every peer was connected");
     free(gate);
     free(pf);
     free(who);
@@ -601,7 +626,6 @@ hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double
     tp->listen_fd = -1;
     int npeers = 0;
     for (int j = 0; j < tp->p.size; j++) npeers += j != me && addrs[j] != NULL;
-    HOOP_INFO(tp->p.log, "tcp: connected to %d peer(s)", npeers);
+    HOOP__INFO(tp->p.log, "tcp: connected to %d peer(s)", npeers);
     return HOOP_OK;
 }
-

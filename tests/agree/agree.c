@@ -59,11 +59,11 @@
 #include "core/agree.h"
 #include "../common/testing.h"
 
-#define INIT_TIMEOUT "3"   /* HOOP_TIMEOUT of every rank: init waits no longer */
-#define CALL_TIMEOUT 1.5   /* per call on a case's communicator: the cases that can only time out */
-#define SMALL_EL 512       /* HOOP_SMALL_BYTES=2K in uint32 */
-#define CHUNK_EL 1024      /* HOOP_CHUNK_BYTES=4K in uint32 */
-#define TREE_EL 131072     /* reduce: binomial tree up to 256 x HOOP_SMALL_BYTES on up to 4 ranks */
+#define INIT_TIMEOUT "3" /* HOOP_TIMEOUT of every rank: init waits no longer */
+#define CALL_TIMEOUT 1.5 /* per call on a case's communicator: the cases that can only time out */
+#define SMALL_EL 512     /* HOOP_SMALL_BYTES=2K in uint32 */
+#define CHUNK_EL 1024    /* HOOP_CHUNK_BYTES=4K in uint32 */
+#define TREE_EL 131072   /* reduce: binomial tree up to 256 x HOOP_SMALL_BYTES on up to 4 ranks */
 
 /* ================================================================================================
  * The settings every rank must agree on, from the library's own list.
@@ -152,12 +152,12 @@ typedef struct icase {
     int rank[AG_MAXPROC], size[AG_MAXPROC];
     ienv_t env[AG_MAXPROC][4];
     int nenv[AG_MAXPROC];
-    int own_jobid;  /* every slot gets the case's HOOP_JOB_ID before its own variables */
-    int expect_ok;  /* a control: every rank must succeed */
-    unsigned odd;   /* the processes that differ (both claimants of a duplicated rank) */
-    int complete;   /* the others form a whole job: they may pass init, with right results */
-    int dupx;       /* an extra process claims a rank of a whole job: one claimant may pass */
-    int job_v;      /* job id: the odd process; those with rank 0's id may time out */
+    int own_jobid; /* every slot gets the case's HOOP_JOB_ID before its own variables */
+    int expect_ok; /* a control: every rank must succeed */
+    unsigned odd;  /* the processes that differ (both claimants of a duplicated rank) */
+    int complete;  /* the others form a whole job: they may pass init, with right results */
+    int dupx;      /* an extra process claims a rank of a whole job: one claimant may pass */
+    int job_v;     /* job id: the odd process; those with rank 0's id may time out */
     char needle[3][64];
     int nneedle;
     char jobid[48];
@@ -180,8 +180,10 @@ static void init_env(void *ctx, int slot)
     setenv("WORLD_SIZE", v, 1);
     if (c->own_jobid) setenv("HOOP_JOB_ID", c->jobid, 1);
     for (int e = 0; e < c->nenv[slot]; e++) {
-        if (c->env[slot][e].unset) unsetenv(c->env[slot][e].name);
-        else setenv(c->env[slot][e].name, c->env[slot][e].val, 1);
+        if (c->env[slot][e].unset)
+            unsetenv(c->env[slot][e].name);
+        else
+            setenv(c->env[slot][e].name, c->env[slot][e].val, 1);
     }
 }
 
@@ -196,8 +198,13 @@ static int init_rank(void *ctx, int slot, int fd)
     hoop_comm_set_timeout(c, 3);
     /* What it computes if it got through: rd (at most HOOP_SMALL_BYTES=2K), then the ring in
      * several chunks. */
-    ag_spec_t s = {.coll = AG_ALLREDUCE, .dtype = HOOP_UINT32, .op = HOOP_SUM, .algo = -1,
-                   .count = 100, .vk = AG_VK_FULL, .salt = ag_job_salt()};
+    ag_spec_t s = {.coll = AG_ALLREDUCE,
+                   .dtype = HOOP_UINT32,
+                   .op = HOOP_SUM,
+                   .algo = -1,
+                   .count = 100,
+                   .vk = AG_VK_FULL,
+                   .salt = ag_job_salt()};
     ag_outcome_t o;
     for (int k = 0; k < 2; k++) {
         if (k == 1) {
@@ -215,8 +222,10 @@ static ienv_t *add_env(icase_t *c, int slot, const char *name, const char *val)
 {
     ienv_t *e = &c->env[slot][c->nenv[slot]++];
     e->name = name;
-    if (val == NULL) e->unset = 1;
-    else snprintf(e->val, sizeof e->val, "%s", val);
+    if (val == NULL)
+        e->unset = 1;
+    else
+        snprintf(e->val, sizeof e->val, "%s", val);
     return e;
 }
 
@@ -275,7 +284,8 @@ static int build_init_cases(const opts_t *o, icase_t *cs, int cap)
         int vs[2] = {0, p - 1};
         for (int k = 0; k < 2; k++) {
             int v = vs[k];
-            icase_t *c = new_case(cs, &n, IP_SIZE, p, p, "p=%d rank %d says WORLD_SIZE=%d", p, v, p + 1);
+            icase_t *c = new_case(cs, &n, IP_SIZE, p, p, "p=%d rank %d says WORLD_SIZE=%d", p, v,
+                                  p + 1);
             c->size[v] = p + 1;
             c->odd = 1u << v;
             snprintf(a, sizeof a, "%d", p + 1);
@@ -291,7 +301,8 @@ static int build_init_cases(const opts_t *o, icase_t *cs, int cap)
         }
         {
             icase_t *c = new_case(cs, &n, IP_SIZE, p, p + 1,
-                                  "p=%d and an extra process: rank %d says WORLD_SIZE=%d", p, p, p + 1);
+                                  "p=%d and an extra process: rank %d says WORLD_SIZE=%d", p, p,
+                                  p + 1);
             c->size[p] = p + 1;
             c->odd = 1u << p;
             c->complete = 1;
@@ -338,7 +349,8 @@ static int build_init_cases(const opts_t *o, icase_t *cs, int cap)
                 v = (v + 1) % p;
             }
             /* Slurm: job and step. */
-            icase_t *c = new_case(cs, &n, IP_JOB, p, p, "p=%d rank %d has another SLURM_JOB_ID", p, v);
+            icase_t *c = new_case(cs, &n, IP_JOB, p, p, "p=%d rank %d has another SLURM_JOB_ID", p,
+                                  v);
             c->own_jobid = 0;
             c->job_v = v;
             c->odd = 1u << v;
@@ -405,13 +417,16 @@ static int build_init_cases(const opts_t *o, icase_t *cs, int cap)
             }
             for (int k = 0; k < 2; k++) {
                 int v = k == 0 ? 0 : p - 1;
-                icase_t *c = new_case(cs, &n, IP_SETTING, p, p, "p=%d rank %d has %s=%s, the others %s",
-                                      p, v, t->env, vb, va);
+                icase_t *c = new_case(cs, &n, IP_SETTING, p, p,
+                                      "p=%d rank %d has %s=%s, the others %s", p, v, t->env, vb,
+                                      va);
                 for (int q = 0; q < p; q++) add_env(c, q, t->env, q == v ? vb : va);
                 c->odd = 1u << v;
                 char na[64], nb[64];
-                snprintf(na, sizeof na, "%s%s%s", va, t->a_num ? "|" : "", t->a_num ? t->a_num : "");
-                snprintf(nb, sizeof nb, "%s%s%s", vb, t->b_num ? "|" : "", t->b_num ? t->b_num : "");
+                snprintf(na, sizeof na, "%s%s%s", va, t->a_num ? "|" : "",
+                         t->a_num ? t->a_num : "");
+                snprintf(nb, sizeof nb, "%s%s%s", vb, t->b_num ? "|" : "",
+                         t->b_num ? t->b_num : "");
                 needles(c, t->env, na, nb);
             }
             icase_t *c = new_case(cs, &n, IP_CONTROL, p, p, "p=%d rank %d spells %s=%s as %s", p,
@@ -467,8 +482,8 @@ static void check_init_case(const opts_t *o, irun_t *r)
             bad++;
         }
         if (!got_i[q]) {
-            fail("init case '%s': process %d (RANK=%d) did not report hoop_init's result",
-                 c->name, q, c->rank[q]);
+            fail("init case '%s': process %d (RANK=%d) did not report hoop_init's result", c->name,
+                 q, c->rank[q]);
             bad++;
             continue;
         }
@@ -490,8 +505,8 @@ static void check_init_case(const opts_t *o, irun_t *r)
                 for (int k = 0; k < 2; k++)
                     if (crc[q][k] != HOOP_OK || cw[q][k]) {
                         fail("init case '%s' (a control): process %d: all-reduce %d: %s%s %s",
-                             c->name, q, k, ag_code_name(crc[q][k]), cw[q][k] ? " with WRONG data:" : "",
-                             cmsg[q][k]);
+                             c->name, q, k, ag_code_name(crc[q][k]),
+                             cw[q][k] ? " with WRONG data:" : "", cmsg[q][k]);
                         bad++;
                     }
             }
@@ -520,7 +535,8 @@ static void check_init_case(const opts_t *o, irun_t *r)
             while (bl > 0 && (unsigned char)buf[bl - 1] <= ' ') buf[--bl] = '\0';
             if (bl == 0 || buf[bl - 1] == ':') {
                 fail("init case '%s': process %d failed hoop_init (%s) without a reason in its "
-                     "log: '%s'", c->name, q, ag_code_name(rc), buf);
+                     "log: '%s'",
+                     c->name, q, ag_code_name(rc), buf);
                 bad++;
             }
         }
@@ -603,7 +619,8 @@ static int run_init(const opts_t *o)
             if (ag_job_done(&r->job) || now_s() > r->deadline) {
                 if (!ag_job_done(&r->job)) {
                     fail("init case '%s': the processes were still running %0.f s after they "
-                         "started; killed", cs[r->idx].name, 20.0);
+                         "started; killed",
+                         cs[r->idx].name, 20.0);
                     ag_job_kill(&r->job);
                 }
                 /* A port someone else took between our probe and rank 0's bind: start again. */
@@ -687,13 +704,19 @@ static int odd_of(const cbuild_t *b)
 static int build_combos(int p, combo_t *out, int cap)
 {
     cbuild_t b = {.c = out, .cap = cap, .p = p};
-    const ag_spec_t def = {.coll = AG_ALLREDUCE, .dtype = HOOP_UINT32, .op = HOOP_SUM, .root = 0,
-                           .algo = -1, .count = 8, .vk = AG_VK_FULL};
+    const ag_spec_t def = {.coll = AG_ALLREDUCE,
+                           .dtype = HOOP_UINT32,
+                           .op = HOOP_SUM,
+                           .root = 0,
+                           .algo = -1,
+                           .count = 8,
+                           .vk = AG_VK_FULL};
     size_t seg1 = (size_t)CHUNK_EL * (size_t)p; /* ring: one chunk per segment up to here */
 
     /* Algorithms: every ordered pair, at counts where their messages can coincide. */
-    const size_t acounts[] = {0, 1, 5, 8, 1000, SMALL_EL, SMALL_EL + 1, CHUNK_EL, CHUNK_EL + 1,
-                              seg1, seg1 + 1, 3 * seg1 + 7};
+    const size_t acounts[] = {
+        0,    1,        5,           8, 1000, SMALL_EL, SMALL_EL + 1, CHUNK_EL, CHUNK_EL + 1,
+        seg1, seg1 + 1, 3 * seg1 + 7};
     for (int a = 0; a < AG_NALGO; a++)
         for (int x = 0; x < AG_NALGO; x++) {
             if (a == x) continue;
@@ -709,10 +732,10 @@ static int build_combos(int p, combo_t *out, int cap)
 
     /* Dtypes: same element size (only the header can tell), then different sizes. */
     static const hoop_dtype_t dpairs[][2] = {
-        {HOOP_INT32, HOOP_UINT32}, {HOOP_INT32, HOOP_FLOAT32}, {HOOP_UINT32, HOOP_FLOAT32},
-        {HOOP_INT64, HOOP_UINT64}, {HOOP_INT64, HOOP_FLOAT64}, {HOOP_UINT64, HOOP_FLOAT64},
-        {HOOP_FLOAT16, HOOP_BFLOAT16}, {HOOP_INT8, HOOP_UINT8}, {HOOP_INT32, HOOP_INT64},
-        {HOOP_UINT8, HOOP_FLOAT16}, {HOOP_FLOAT32, HOOP_FLOAT64}};
+        {HOOP_INT32, HOOP_UINT32},     {HOOP_INT32, HOOP_FLOAT32},  {HOOP_UINT32, HOOP_FLOAT32},
+        {HOOP_INT64, HOOP_UINT64},     {HOOP_INT64, HOOP_FLOAT64},  {HOOP_UINT64, HOOP_FLOAT64},
+        {HOOP_FLOAT16, HOOP_BFLOAT16}, {HOOP_INT8, HOOP_UINT8},     {HOOP_INT32, HOOP_INT64},
+        {HOOP_UINT8, HOOP_FLOAT16},    {HOOP_FLOAT32, HOOP_FLOAT64}};
     const size_t dcounts[] = {0, 1, 8, 1000, seg1 + 1};
     for (size_t d = 0; d < sizeof dpairs / sizeof dpairs[0]; d++)
         for (size_t i = 0; i < sizeof dcounts / sizeof dcounts[0]; i++) {
@@ -724,8 +747,8 @@ static int build_combos(int p, combo_t *out, int cap)
             t.dtype = dpairs[d][1];
             add_combo(&b, CP_DTYPE, s, t, odd_of(&b));
         }
-    const int dcolls[] = {AG_BROADCAST, AG_REDUCE, AG_ALLGATHER, AG_GATHER, AG_SCATTER,
-                          AG_REDUCE_SCATTER, AG_ALLTOALL};
+    const int dcolls[] = {AG_BROADCAST, AG_REDUCE,         AG_ALLGATHER, AG_GATHER,
+                          AG_SCATTER,   AG_REDUCE_SCATTER, AG_ALLTOALL};
     const size_t dcounts2[] = {1, 1000, seg1 + 1};
     for (size_t k = 0; k < sizeof dcolls / sizeof dcolls[0]; k++)
         for (size_t d = 0; d < 3; d++) {
@@ -773,8 +796,14 @@ static int build_combos(int p, combo_t *out, int cap)
             }
 
     /* Counts, across each threshold. */
-    const size_t cpairs[][2] = {{0, 1}, {1, 0}, {5, 8}, {8, 5}, {SMALL_EL, SMALL_EL + 1},
-                                {1000, 1001}, {CHUNK_EL, CHUNK_EL + 1}, {seg1, seg1 + 1}};
+    const size_t cpairs[][2] = {{0, 1},
+                                {1, 0},
+                                {5, 8},
+                                {8, 5},
+                                {SMALL_EL, SMALL_EL + 1},
+                                {1000, 1001},
+                                {CHUNK_EL, CHUNK_EL + 1},
+                                {seg1, seg1 + 1}};
     for (size_t i = 0; i < sizeof cpairs / sizeof cpairs[0]; i++) {
         ag_spec_t s = def, t;
         s.count = cpairs[i][0];
@@ -885,15 +914,20 @@ static int call_rank(void *ctx, int slot, int fd)
          * rank hears from every other, so that a stray message of the call before, from
          * whichever peer, is in the way; then another, for a bystander that raced ahead. */
         hoop_comm_set_algo(c, "auto");
-        ag_spec_t nx = {.coll = AG_ALLTOALL, .dtype = HOOP_UINT32, .op = HOOP_SUM, .algo = -1,
-                        .count = 4, .vk = AG_VK_FULL, .salt = s->salt ^ 0x5bd1e995u};
+        ag_spec_t nx = {.coll = AG_ALLTOALL,
+                        .dtype = HOOP_UINT32,
+                        .op = HOOP_SUM,
+                        .algo = -1,
+                        .count = 4,
+                        .vk = AG_VK_FULL,
+                        .salt = s->salt ^ 0x5bd1e995u};
         ag_run(c, &nx, &o2);
         ag_outcome_t o3;
         nx.salt ^= 0x27d4eb2du;
         ag_run(c, &nx, &o3);
         ag_say(fd, "R %d %d %d %d %d %d %.1f %.1f %d %d |%s|%s", i, slot, (int)o1.rc, o1.wrong,
-               (int)o2.rc, o2.wrong, o1.ms, o2.ms, (int)o3.rc, o3.wrong,
-               o1.wrong ? o1.why : o1.msg, o2.wrong ? o2.why : o2.msg);
+               (int)o2.rc, o2.wrong, o1.ms, o2.ms, (int)o3.rc, o3.wrong, o1.wrong ? o1.why : o1.msg,
+               o2.wrong ? o2.why : o2.msg);
         /* No rank may tear the case down while another is still in it: its next call would then
          * fail because the peers left, not because anything was detected. */
         rc = hoop_barrier(parent);
@@ -943,8 +977,13 @@ static void check_combo(const opts_t *o, const combo_t *cb, int idx, cres_t *res
         if (r->w1 || r->w2 || r->w3) {
             c_wrong++;
             fail("case #%d (%s): rank %d: %s returned %s with WRONG data: %s", idx, d, q,
-                 r->w1 ? "the call" : r->w2 ? "the next call" : "the call after next",
-                 ag_code_name(r->w1 ? r->rc1 : r->w2 ? r->rc2 : r->rc3), r->msg);
+                 r->w1   ? "the call"
+                 : r->w2 ? "the next call"
+                         : "the call after next",
+                 ag_code_name(r->w1   ? r->rc1
+                              : r->w2 ? r->rc2
+                                      : r->rc3),
+                 r->msg);
             bad++;
         }
         if (r->rc1 == HOOP_OK && r->rc2 == HOOP_OK) {
@@ -960,15 +999,16 @@ static void check_combo(const opts_t *o, const combo_t *cb, int idx, cres_t *res
                 late3++;
                 if (o->strict) {
                     fail("case #%d (%s): rank %d: the call and the next one both returned HOOP_OK "
-                         "(the one after: %s)", idx, d, q, ag_code_name(r->rc3));
+                         "(the one after: %s)",
+                         idx, d, q, ag_code_name(r->rc3));
                     bad++;
                 }
             }
             continue;
         }
         if ((r->rc1 != HOOP_OK && r->rc2 == HOOP_OK) || (r->rc2 != HOOP_OK && r->rc3 == HOOP_OK)) {
-            fail("case #%d (%s): rank %d: a call after a failure succeeded (%s, %s, %s)", idx, d,
-                 q, ag_code_name(r->rc1), ag_code_name(r->rc2), ag_code_name(r->rc3));
+            fail("case #%d (%s): rank %d: a call after a failure succeeded (%s, %s, %s)", idx, d, q,
+                 ag_code_name(r->rc1), ag_code_name(r->rc2), ag_code_name(r->rc3));
             bad++;
         }
         if (r->rc1 == HOOP_OK) c_late++;
@@ -976,7 +1016,8 @@ static void check_combo(const opts_t *o, const combo_t *cb, int idx, cres_t *res
         if (code != HOOP_ERR_MISMATCH && code != HOOP_ERR_ABORTED && code != HOOP_ERR_TIMEOUT &&
             code != HOOP_ERR_PEER_LOST) {
             fail("case #%d (%s): rank %d: %s, want HOOP_ERR_MISMATCH (or the abort it causes, or "
-                 "a timeout where nothing is sent): %s", idx, d, q, ag_code_name(code), r->msg);
+                 "a timeout where nothing is sent): %s",
+                 idx, d, q, ag_code_name(code), r->msg);
             bad++;
         }
     }
@@ -987,7 +1028,9 @@ static void check_combo(const opts_t *o, const combo_t *cb, int idx, cres_t *res
     if (!bad) c_detected++;
     if (bad || o->verbose || late3) {
         printf("  case #%d (%s)%s\n", idx, d,
-               bad ? "" : late3 ? ": a bystander failed only in the call after next" : ": every rank failed");
+               bad     ? ""
+               : late3 ? ": a bystander failed only in the call after next"
+                       : ": every rank failed");
         for (int q = 0; q < p; q++)
             printf("    rank %d: %s (%.1f ms), then %s (%.1f ms), then %s: %s\n", q,
                    ag_code_name(res[q].rc1), res[q].ms1, ag_code_name(res[q].rc2), res[q].ms2,
@@ -1063,11 +1106,18 @@ static int run_call(const opts_t *o)
                 int idx, slot, rc1, w1, rc2, w2, rc3, w3, off = 0;
                 double m1, m2;
                 if (sscanf(line, "R %d %d %d %d %d %d %lf %lf %d %d %n", &idx, &slot, &rc1, &w1,
-                           &rc2, &w2, &m1, &m2, &rc3, &w3, &off) == 10 && idx >= 0 && idx < nsel &&
-                    slot >= 0 && slot < p) {
+                           &rc2, &w2, &m1, &m2, &rc3, &w3, &off) == 10 &&
+                    idx >= 0 && idx < nsel && slot >= 0 && slot < p) {
                     cres_t *c = &res[idx][slot];
-                    *c = (cres_t){.got = 1, .rc1 = rc1, .w1 = w1, .rc2 = rc2, .w2 = w2, .rc3 = rc3,
-                                  .w3 = w3, .ms1 = m1, .ms2 = m2};
+                    *c = (cres_t){.got = 1,
+                                  .rc1 = rc1,
+                                  .w1 = w1,
+                                  .rc2 = rc2,
+                                  .w2 = w2,
+                                  .rc3 = rc3,
+                                  .w3 = w3,
+                                  .ms1 = m1,
+                                  .ms2 = m2};
                     snprintf(c->msg, sizeof c->msg, "%s", line + off);
                     int all = 1;
                     for (int q = 0; q < p; q++) all &= res[idx][q].got;
@@ -1078,8 +1128,7 @@ static int run_call(const opts_t *o)
                 } else if (sscanf(line, "S %d %d %d %n", &idx, &slot, &rc1, &off) == 3 &&
                            idx >= 0 && idx < nsel) {
                     fail("case #%d: rank %d: hoop_comm_split failed: %s: %s",
-                         idx + (o->only >= 0 ? o->only : 0), slot,
-                         ag_code_name(rc1), line + off);
+                         idx + (o->only >= 0 ? o->only : 0), slot, ag_code_name(rc1), line + off);
                     if (!done[idx]) {
                         done[idx] = 2;
                         c_lost++;
@@ -1099,9 +1148,12 @@ static int run_call(const opts_t *o)
                 continue;
             }
             const char *why = NULL;
-            if (init_failed) why = "hoop_init of a job failed";
-            else if (finished) why = "the job ended before its cases were done";
-            else if (now_s() - j->t_last > idle_max) why = "no rank reported for too long";
+            if (init_failed)
+                why = "hoop_init of a job failed";
+            else if (finished)
+                why = "the job ended before its cases were done";
+            else if (now_s() - j->t_last > idle_max)
+                why = "no rank reported for too long";
             if (why == NULL && restart_at < 0) continue;
             /* Start again after the case that broke the job (or at it, if init failed). */
             ag_job_kill(j);
@@ -1161,12 +1213,13 @@ static int run_call(const opts_t *o)
         for (int i = 0; i < k; i++) jobs[i] = runs[i].active ? &runs[i].job : NULL;
         ag_jobs_pump(jobs, k, 20);
     }
-    printf("SUMMARY call HOOP_TRANSPORT=%s ranks=%d: %d combinations, disagreements detected on "
-           "every rank %d, HOOP_OK with wrong data %d (rank-calls), ranks that never failed %d, ranks "
-           "that failed only in the next call %d, bystanders that failed only in the call after "
-           "next %d, hung or crashed %d, %.1f s\n",
-           o->tp, p, c_tried, c_detected, c_wrong, c_undetected, c_late, c_third, c_lost,
-           now_s() - t0);
+    printf(
+        "SUMMARY call HOOP_TRANSPORT=%s ranks=%d: %d combinations, disagreements detected on "
+        "every rank %d, HOOP_OK with wrong data %d (rank-calls), ranks that never failed %d, ranks "
+        "that failed only in the next call %d, bystanders that failed only in the call after "
+        "next %d, hung or crashed %d, %.1f s\n",
+        o->tp, p, c_tried, c_detected, c_wrong, c_undetected, c_late, c_third, c_lost,
+        now_s() - t0);
     for (int pm = 0; pm < CP_N; pm++) {
         printf("  first failure per rank, %s:", CP_NAME[pm]);
         for (int rc = 0; rc <= HOOP_ERR_INTERNAL; rc++)
@@ -1217,15 +1270,23 @@ int main(int argc, char **argv)
     o.nranks = 3;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--verbose") == 0) o.verbose = 1;
-        else if (strcmp(a, "--list") == 0) o.list = 1;
-        else if (strcmp(a, "--strict") == 0) o.strict = 1;
-        else if (v == NULL) return usage();
+        if (strcmp(a, "--verbose") == 0)
+            o.verbose = 1;
+        else if (strcmp(a, "--list") == 0)
+            o.list = 1;
+        else if (strcmp(a, "--strict") == 0)
+            o.strict = 1;
+        else if (v == NULL)
+            return usage();
         else if (i++, strcmp(a, "--mode") == 0) {
-            if (strcmp(v, "init") == 0) o.mode = 0;
-            else if (strcmp(v, "call") == 0) o.mode = 1;
-            else return usage();
-        } else if (strcmp(a, "--transport") == 0) o.tp = v;
+            if (strcmp(v, "init") == 0)
+                o.mode = 0;
+            else if (strcmp(v, "call") == 0)
+                o.mode = 1;
+            else
+                return usage();
+        } else if (strcmp(a, "--transport") == 0)
+            o.tp = v;
         else if (strcmp(a, "--ranks") == 0) {
             o.nranks = 0;
             for (const char *s = v; *s && o.nranks < 8;) {
@@ -1236,16 +1297,18 @@ int main(int argc, char **argv)
                 if (s == NULL) break;
                 s++;
             }
-        } else if (strcmp(a, "--jobs") == 0) o.jobs = atoi(v);
+        } else if (strcmp(a, "--jobs") == 0)
+            o.jobs = atoi(v);
         else if (strcmp(a, "--only") == 0) {
             /* N, or a range N-M */
             o.only = o.only_last = atoi(v);
             const char *dash = strchr(v, '-');
             if (dash != NULL) o.only_last = atoi(dash + 1);
             if (o.only < 0 || o.only_last < o.only) return usage();
-        }
-        else if (strcmp(a, "--deadline") == 0) o.deadline = atof(v);
-        else return usage();
+        } else if (strcmp(a, "--deadline") == 0)
+            o.deadline = atof(v);
+        else
+            return usage();
     }
     if (o.mode < 0 || o.nranks < 1 || o.jobs > 16) return usage();
     setvbuf(stdout, NULL, _IOLBF, 0);

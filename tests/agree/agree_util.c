@@ -25,10 +25,17 @@ int ag_free_port(void) { return test_free_port(); }
 
 const char *ag_code_name(int code)
 {
-    static const char *const names[] = {
-        "HOOP_OK", "HOOP_ERR_INVALID_ARGUMENT", "HOOP_ERR_SYSTEM", "HOOP_ERR_TIMEOUT",
-        "HOOP_ERR_PEER_LOST", "HOOP_ERR_MISMATCH", "HOOP_ERR_AUTH", "HOOP_ERR_UNSUPPORTED",
-        "HOOP_ERR_ABORTED", "HOOP_ERR_NO_MEMORY", "HOOP_ERR_INTERNAL"};
+    static const char *const names[] = {"HOOP_OK",
+                                        "HOOP_ERR_INVALID_ARGUMENT",
+                                        "HOOP_ERR_SYSTEM",
+                                        "HOOP_ERR_TIMEOUT",
+                                        "HOOP_ERR_PEER_LOST",
+                                        "HOOP_ERR_MISMATCH",
+                                        "HOOP_ERR_AUTH",
+                                        "HOOP_ERR_UNSUPPORTED",
+                                        "HOOP_ERR_ABORTED",
+                                        "HOOP_ERR_NO_MEMORY",
+                                        "HOOP_ERR_INTERNAL"};
     return code >= 0 && code <= HOOP_ERR_INTERNAL ? names[code] : "unknown";
 }
 
@@ -49,15 +56,40 @@ void ag_say(int fd, const char *fmt, ...)
 
 void ag_clean_environment(void)
 {
-    static const char *const vars[] = {
-        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-        "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-        "HOOP_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE",
-        "OMPI_MCA_ess_base_jobid", "HOOP_AUTH_KEY", "HOOP_AUTH_KEY_FILE", "HOOP_ALGO",
-        "HOOP_SMALL_BYTES", "HOOP_CHUNK_BYTES", "HOOP_TRANSPORT", "HOOP_SOCKETS_PER_PEER",
-        "HOOP_SHM_RING_BYTES", "HOOP_SHM_CMA_BYTES", "HOOP_SHM_SPIN_US", "HOOP_HOSTID",
-        "HOOP_DEBUG", "HOOP_DEBUG_FILE", "HOOP_TRACE", "HOOP_TIMEOUT", "HOOP_SOCKET_IFNAME",
-        "HOOP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"};
+    static const char *const vars[] = {"RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "SLURM_PROCID",
+                                       "SLURM_NTASKS",
+                                       "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE",
+                                       "HOOP_JOB_ID",
+                                       "TORCHELASTIC_RUN_ID",
+                                       "SLURM_JOB_ID",
+                                       "SLURM_STEP_ID",
+                                       "PMIX_NAMESPACE",
+                                       "OMPI_MCA_ess_base_jobid",
+                                       "HOOP_AUTH_KEY",
+                                       "HOOP_AUTH_KEY_FILE",
+                                       "HOOP_ALGO",
+                                       "HOOP_SMALL_BYTES",
+                                       "HOOP_CHUNK_BYTES",
+                                       "HOOP_TRANSPORT",
+                                       "HOOP_SOCKETS_PER_PEER",
+                                       "HOOP_SHM_RING_BYTES",
+                                       "HOOP_SHM_CMA_BYTES",
+                                       "HOOP_SHM_SPIN_US",
+                                       "HOOP_HOSTID",
+                                       "HOOP_DEBUG",
+                                       "HOOP_DEBUG_FILE",
+                                       "HOOP_TRACE",
+                                       "HOOP_TIMEOUT",
+                                       "HOOP_SOCKET_IFNAME",
+                                       "HOOP_RESTART_COUNT",
+                                       "TORCHELASTIC_RESTART_COUNT"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
@@ -68,11 +100,16 @@ uint32_t ag_job_salt(void)
     const char *h = getenv("HOOP_JOB_ID"), *t = getenv("TORCHELASTIC_RUN_ID");
     const char *sj = getenv("SLURM_JOB_ID"), *ss = getenv("SLURM_STEP_ID");
     const char *px = getenv("PMIX_NAMESPACE"), *om = getenv("OMPI_MCA_ess_base_jobid");
-    if (h != NULL && h[0]) snprintf(id, sizeof id, "%s", h);
-    else if (t != NULL && t[0]) snprintf(id, sizeof id, "%s", t);
-    else if (sj != NULL && sj[0]) snprintf(id, sizeof id, "%s.%s", sj, ss != NULL ? ss : "");
-    else if (px != NULL && px[0]) snprintf(id, sizeof id, "%s", px);
-    else if (om != NULL && om[0]) snprintf(id, sizeof id, "%s", om);
+    if (h != NULL && h[0])
+        snprintf(id, sizeof id, "%s", h);
+    else if (t != NULL && t[0])
+        snprintf(id, sizeof id, "%s", t);
+    else if (sj != NULL && sj[0])
+        snprintf(id, sizeof id, "%s.%s", sj, ss != NULL ? ss : "");
+    else if (px != NULL && px[0])
+        snprintf(id, sizeof id, "%s", px);
+    else if (om != NULL && om[0])
+        snprintf(id, sizeof id, "%s", om);
     uint32_t x = 2166136261u;
     for (const char *p = id; *p; p++) x = (x ^ (uint8_t)*p) * 16777619u;
     return x;
@@ -289,9 +326,9 @@ int ag_log_line(const char *path, const char *needle, char *buf, size_t n)
 
 /* ---- values and references ---- */
 
-const char *const ag_coll_names[AG_NCOLL] = {"allreduce", "broadcast", "reduce", "allgather",
-                                             "gather", "scatter", "reduce_scatter", "alltoall",
-                                             "barrier"};
+const char *const ag_coll_names[AG_NCOLL] = {"allreduce",      "broadcast", "reduce",
+                                             "allgather",      "gather",    "scatter",
+                                             "reduce_scatter", "alltoall",  "barrier"};
 const char *const ag_algo_names[AG_NALGO] = {"ring", "rd", "ps", "ps-sharded"};
 
 static uint32_t mix(uint32_t a, uint32_t b, uint32_t c)
@@ -403,13 +440,28 @@ static void send_recv_elems(int coll, size_t n, int p, size_t *ns, size_t *nr)
     size_t pn = n * (size_t)p;
     switch (coll) {
     case AG_ALLREDUCE:
-    case AG_REDUCE: *ns = n; *nr = n; break;
-    case AG_BROADCAST: *ns = 0; *nr = n; break;
+    case AG_REDUCE:
+        *ns = n;
+        *nr = n;
+        break;
+    case AG_BROADCAST:
+        *ns = 0;
+        *nr = n;
+        break;
     case AG_ALLGATHER:
-    case AG_GATHER: *ns = n; *nr = pn; break;
+    case AG_GATHER:
+        *ns = n;
+        *nr = pn;
+        break;
     case AG_SCATTER:
-    case AG_REDUCE_SCATTER: *ns = pn; *nr = n; break;
-    case AG_ALLTOALL: *ns = pn; *nr = pn; break;
+    case AG_REDUCE_SCATTER:
+        *ns = pn;
+        *nr = n;
+        break;
+    case AG_ALLTOALL:
+        *ns = pn;
+        *nr = pn;
+        break;
     default: *ns = *nr = 0; break;
     }
 }
@@ -424,8 +476,8 @@ const char *ag_spec_describe(const ag_spec_t *s, char *buf, size_t n)
     if (k < 0 || (size_t)k >= n) return buf;
     if (s->coll == AG_ALLREDUCE || s->coll == AG_REDUCE || s->coll == AG_REDUCE_SCATTER)
         k += snprintf(buf + k, n - (size_t)k, ", %s", hoop_op_name(s->op));
-    if ((size_t)k < n && (s->coll == AG_BROADCAST || s->coll == AG_REDUCE ||
-                          s->coll == AG_GATHER || s->coll == AG_SCATTER))
+    if ((size_t)k < n && (s->coll == AG_BROADCAST || s->coll == AG_REDUCE || s->coll == AG_GATHER ||
+                          s->coll == AG_SCATTER))
         k += snprintf(buf + k, n - (size_t)k, ", root=%d", s->root);
     if ((size_t)k < n && s->algo >= 0)
         k += snprintf(buf + k, n - (size_t)k, ", algo=%s", ag_algo_names[s->algo]);
@@ -442,10 +494,12 @@ static hoop_result_t post(hoop_comm_t *c, const ag_spec_t *s, const void *sb, vo
     int nb = s->nonblocking;
     switch (s->coll) {
     case AG_ALLREDUCE:
-        rc = nb ? hoop_iallreduce(c, sb, rb, n, dt, s->op, &rq) : hoop_allreduce(c, sb, rb, n, dt, s->op);
+        rc = nb ? hoop_iallreduce(c, sb, rb, n, dt, s->op, &rq)
+                : hoop_allreduce(c, sb, rb, n, dt, s->op);
         break;
     case AG_BROADCAST:
-        rc = nb ? hoop_ibroadcast(c, rb, n, dt, s->root, &rq) : hoop_broadcast(c, rb, n, dt, s->root);
+        rc = nb ? hoop_ibroadcast(c, rb, n, dt, s->root, &rq)
+                : hoop_broadcast(c, rb, n, dt, s->root);
         break;
     case AG_REDUCE:
         rc = nb ? hoop_ireduce(c, sb, rb, n, dt, s->op, s->root, &rq)
@@ -455,10 +509,12 @@ static hoop_result_t post(hoop_comm_t *c, const ag_spec_t *s, const void *sb, vo
         rc = nb ? hoop_iallgather(c, sb, rb, n, dt, &rq) : hoop_allgather(c, sb, rb, n, dt);
         break;
     case AG_GATHER:
-        rc = nb ? hoop_igather(c, sb, rb, n, dt, s->root, &rq) : hoop_gather(c, sb, rb, n, dt, s->root);
+        rc = nb ? hoop_igather(c, sb, rb, n, dt, s->root, &rq)
+                : hoop_gather(c, sb, rb, n, dt, s->root);
         break;
     case AG_SCATTER:
-        rc = nb ? hoop_iscatter(c, sb, rb, n, dt, s->root, &rq) : hoop_scatter(c, sb, rb, n, dt, s->root);
+        rc = nb ? hoop_iscatter(c, sb, rb, n, dt, s->root, &rq)
+                : hoop_scatter(c, sb, rb, n, dt, s->root);
         break;
     case AG_REDUCE_SCATTER:
         rc = nb ? hoop_ireduce_scatter(c, sb, rb, n, dt, s->op, &rq)
@@ -479,13 +535,31 @@ static void source_of(const ag_spec_t *s, int me, size_t k, int *rank, size_t *j
 {
     size_t n = s->count;
     switch (s->coll) {
-    case AG_BROADCAST: *rank = s->root; *j = k; break;
+    case AG_BROADCAST:
+        *rank = s->root;
+        *j = k;
+        break;
     case AG_ALLGATHER:
-    case AG_GATHER: *rank = (int)(k / n); *j = k % n; break;
-    case AG_SCATTER: *rank = s->root; *j = (size_t)me * n + k; break;
-    case AG_REDUCE_SCATTER: *rank = -1; *j = (size_t)me * n + k; break;
-    case AG_ALLTOALL: *rank = (int)(k / n); *j = (size_t)me * n + k % n; break;
-    default: *rank = -1; *j = k; break;
+    case AG_GATHER:
+        *rank = (int)(k / n);
+        *j = k % n;
+        break;
+    case AG_SCATTER:
+        *rank = s->root;
+        *j = (size_t)me * n + k;
+        break;
+    case AG_REDUCE_SCATTER:
+        *rank = -1;
+        *j = (size_t)me * n + k;
+        break;
+    case AG_ALLTOALL:
+        *rank = (int)(k / n);
+        *j = (size_t)me * n + k % n;
+        break;
+    default:
+        *rank = -1;
+        *j = k;
+        break;
     }
 }
 
@@ -523,7 +597,8 @@ hoop_result_t ag_run(hoop_comm_t *c, const ag_spec_t *s, ag_outcome_t *o)
         enc(s->dtype, ag_val(s->vk, src, j, s->salt), sb + GUARD + j * es);
     }
     if (s->coll == AG_BROADCAST && me == s->root)
-        for (size_t j = 0; j < nr; j++) enc(s->dtype, ag_val(s->vk, me, j, s->salt), rb + GUARD + j * es);
+        for (size_t j = 0; j < nr; j++)
+            enc(s->dtype, ag_val(s->vk, me, j, s->salt), rb + GUARD + j * es);
     memcpy(sref, sb + GUARD, sbytes);
 
     if (s->algo >= 0 && s->algo < AG_NALGO) {
@@ -563,9 +638,8 @@ hoop_result_t ag_run(hoop_comm_t *c, const ag_spec_t *s, ag_outcome_t *o)
             uint64_t got = 0, w = 0;
             memcpy(&got, rb + GUARD + k * es, es < 8 ? es : 8);
             memcpy(&w, want, es < 8 ? es : 8);
-            snprintf(o->why, sizeof o->why,
-                     "element %zu of %zu is 0x%llx, want 0x%llx", k, nr, (unsigned long long)got,
-                     (unsigned long long)w);
+            snprintf(o->why, sizeof o->why, "element %zu of %zu is 0x%llx, want 0x%llx", k, nr,
+                     (unsigned long long)got, (unsigned long long)w);
             o->wrong = 1;
             check = 0;
         }

@@ -41,12 +41,12 @@ typedef struct ag_job {
     int nproc, port;
     pid_t pid[AG_MAXPROC];
     int exited[AG_MAXPROC], wstatus[AG_MAXPROC];
-    int rfd;        /* read end of the report pipe; -1 once every writer is gone */
-    char *out;      /* every report line so far */
+    int rfd;   /* read end of the report pipe; -1 once every writer is gone */
+    char *out; /* every report line so far */
     size_t len, cap;
-    size_t used;    /* how far a consumer has read out */
+    size_t used;            /* how far a consumer has read out */
     double t_start, t_last; /* start, last report line */
-    char dir[64];   /* slotN.log: each process's stderr (the library's log) */
+    char dir[64];           /* slotN.log: each process's stderr (the library's log) */
 } ag_job_t;
 
 /* Forks nproc processes with MASTER_ADDR=127.0.0.1, MASTER_PORT=port, then env(ctx, slot), then
@@ -71,8 +71,16 @@ int ag_log_line(const char *path, const char *needle, char *buf, size_t n);
 /* ---- calls ---- */
 
 enum ag_coll {
-    AG_ALLREDUCE, AG_BROADCAST, AG_REDUCE, AG_ALLGATHER, AG_GATHER, AG_SCATTER,
-    AG_REDUCE_SCATTER, AG_ALLTOALL, AG_BARRIER, AG_NCOLL
+    AG_ALLREDUCE,
+    AG_BROADCAST,
+    AG_REDUCE,
+    AG_ALLGATHER,
+    AG_GATHER,
+    AG_SCATTER,
+    AG_REDUCE_SCATTER,
+    AG_ALLTOALL,
+    AG_BARRIER,
+    AG_NCOLL
 };
 extern const char *const ag_coll_names[AG_NCOLL];
 enum { AG_NALGO = 4 };
@@ -83,24 +91,24 @@ extern const char *const ag_algo_names[AG_NALGO]; /* ring, rd, ps, ps-sharded */
 enum ag_vk { AG_VK_FULL, AG_VK_SMALL, AG_VK_SIGNED, AG_VK_MED };
 
 typedef struct ag_spec {
-    int coll;            /* enum ag_coll */
+    int coll; /* enum ag_coll */
     hoop_dtype_t dtype;
     hoop_op_t op;
     int root;
-    int algo;            /* index into ag_algo_names, or -1: leave the communicator's choice */
+    int algo; /* index into ag_algo_names, or -1: leave the communicator's choice */
     size_t count;
-    int vk;              /* enum ag_vk */
-    uint32_t salt;       /* varies the inputs from call to call */
-    int nonblocking;     /* the i-variant and hoop_wait */
+    int vk;          /* enum ag_vk */
+    uint32_t salt;   /* varies the inputs from call to call */
+    int nonblocking; /* the i-variant and hoop_wait */
 } ag_spec_t;
 
 typedef struct ag_outcome {
     hoop_result_t rc;
-    int wrong;           /* HOOP_OK with a result that differs from the view's reference, or a
+    int wrong; /* HOOP_OK with a result that differs from the view's reference, or a
                           * send buffer or a guard byte changed (whatever rc says) */
     double ms;
-    char why[200];       /* what was wrong */
-    char msg[600];       /* hoop_comm_last_error() when rc != HOOP_OK */
+    char why[200]; /* what was wrong */
+    char msg[600]; /* hoop_comm_last_error() when rc != HOOP_OK */
 } ag_outcome_t;
 
 int64_t ag_val(int vk, int rank, size_t j, uint32_t salt);

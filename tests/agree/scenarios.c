@@ -101,15 +101,21 @@ static void fifty_allreduces(hoop_comm_t *c, int slot, int fd)
     hoop_comm_set_timeout(c, 2);
     uint32_t job = ag_job_salt();
     for (int it = 0; it < 50; it++) {
-        ag_spec_t s = {.coll = AG_ALLREDUCE, .dtype = HOOP_INT32, .op = HOOP_SUM, .algo = -1,
-                       .count = 1000, .vk = AG_VK_MED, .salt = job + (uint32_t)it};
+        ag_spec_t s = {.coll = AG_ALLREDUCE,
+                       .dtype = HOOP_INT32,
+                       .op = HOOP_SUM,
+                       .algo = -1,
+                       .count = 1000,
+                       .vk = AG_VK_MED,
+                       .salt = job + (uint32_t)it};
         ag_outcome_t o;
         ag_run(c, &s, &o);
         if (o.wrong) {
             if (!wrong) snprintf(why, sizeof why, "call %d: %.200s", it, o.why);
             wrong++;
         }
-        if (o.rc == HOOP_OK) ok++;
+        if (o.rc == HOOP_OK)
+            ok++;
         else {
             first = o.rc;
             snprintf(why + strlen(why), sizeof why - strlen(why), " then %.600s", o.msg);
@@ -208,7 +214,8 @@ static int scenario_size(const opts_t *o)
                ag_code_name(res[q].rc), res[q].secs, line[0] ? ": " : "", line);
         if (res[q].rc == HOOP_OK)
             fail("process %d passed hoop_init; then %d of 50 all-reduces returned HOOP_OK, %d with "
-                 "WRONG data (%s)", q, res[q].ok, res[q].wrong, res[q].why);
+                 "WRONG data (%s)",
+                 q, res[q].ok, res[q].wrong, res[q].why);
         else if (res[q].rc != HOOP_ERR_MISMATCH)
             fail("process %d: hoop_init %s, want HOOP_ERR_MISMATCH", q, ag_code_name(res[q].rc));
         if (res[q].secs > 3 + 2) fail("process %d took %.1f s to fail", q, res[q].secs);
@@ -267,14 +274,23 @@ static int algo_rank(void *ctx, int slot, int fd)
         return 0;
     }
     hoop_comm_set_timeout(c, 2);
-    ag_spec_t s = {.coll = AG_ALLREDUCE, .dtype = HOOP_INT32, .op = HOOP_SUM,
-                   .algo = slot == x->odd ? x->b : x->a, .count = x->o->count, .vk = AG_VK_MED,
+    ag_spec_t s = {.coll = AG_ALLREDUCE,
+                   .dtype = HOOP_INT32,
+                   .op = HOOP_SUM,
+                   .algo = slot == x->odd ? x->b : x->a,
+                   .count = x->o->count,
+                   .vk = AG_VK_MED,
                    .salt = 7};
     ag_outcome_t o1, o2;
     ag_run(c, &s, &o1);
     hoop_comm_set_algo(c, "auto");
-    ag_spec_t nx = {.coll = AG_ALLTOALL, .dtype = HOOP_UINT32, .op = HOOP_SUM, .algo = -1,
-                    .count = 4, .vk = AG_VK_FULL, .salt = 8};
+    ag_spec_t nx = {.coll = AG_ALLTOALL,
+                    .dtype = HOOP_UINT32,
+                    .op = HOOP_SUM,
+                    .algo = -1,
+                    .count = 4,
+                    .vk = AG_VK_FULL,
+                    .salt = 8};
     ag_run(c, &nx, &o2);
     ag_say(fd, "R %d %d %d %d %d |%s|%s", slot, (int)o1.rc, o1.wrong, (int)o2.rc, o2.wrong,
            o1.wrong ? o1.why : o1.msg, o2.wrong ? o2.why : o2.msg);
@@ -325,12 +341,14 @@ static int scenario_algo(const opts_t *o)
                 if (w1 || w2) {
                     wrong++;
                     fail("p=%d, rank %d ran %s where the others ran %s, count %zu: rank %d: "
-                         "HOOP_OK with WRONG data: %s", p, odd, b, a, o->count, slot, line + off);
+                         "HOOP_OK with WRONG data: %s",
+                         p, odd, b, a, o->count, slot, line + off);
                 }
                 if (r1 == HOOP_OK && r2 == HOOP_OK) {
                     undetected++;
                     fail("p=%d, rank %d ran %s where the others ran %s, count %zu: rank %d: the "
-                         "call and the next one both returned HOOP_OK", p, odd, b, a, o->count, slot);
+                         "call and the next one both returned HOOP_OK",
+                         p, odd, b, a, o->count, slot);
                 }
                 int code = r1 != HOOP_OK ? r1 : r2;
                 if (code == HOOP_ERR_MISMATCH) mismatch = 1;
@@ -390,7 +408,8 @@ static void stale_env(void *ctx, int slot)
 static int port_listening(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
     if (fd >= 0) close(fd);
@@ -444,14 +463,16 @@ static int scenario_stale(const opts_t *o)
                 fail("%s rank %d reported nothing", who, q);
                 continue;
             }
-            printf("  %s rank %d: hoop_init %s after %.2f s%s%s\n", who, q,
-                   ag_code_name(res[q].rc), res[q].secs, line[0] ? ": " : "", line);
+            printf("  %s rank %d: hoop_init %s after %.2f s%s%s\n", who, q, ag_code_name(res[q].rc),
+                   res[q].secs, line[0] ? ": " : "", line);
             if (res[q].rc == HOOP_OK) {
                 fail("%s rank %d passed hoop_init; then %d of 50 all-reduces returned HOOP_OK, %d "
-                     "with WRONG data (%s)", who, q, res[q].ok, res[q].wrong, res[q].why);
+                     "with WRONG data (%s)",
+                     who, q, res[q].ok, res[q].wrong, res[q].why);
                 continue;
             }
-            if (pass == 0 || q == 0) continue; /* the old ranks still miss rank 2; the new rank 0
+            if (pass == 0 || q == 0)
+                continue; /* the old ranks still miss rank 2; the new rank 0
                                                 * finds its port taken */
             int want = res[q].rc == HOOP_ERR_MISMATCH || (o->key && res[q].rc == HOOP_ERR_AUTH);
             if (!want)
@@ -505,14 +526,16 @@ static void *poster(void *arg)
         size_t n = TCOUNTS[round % 3];
         /* Element 0 says which thread of each rank the result came from. */
         s[0] = (uint32_t)(a->t + 1) << (8 * me);
-        for (size_t j = 1; j < n; j++) s[j] = (uint32_t)ag_val(AG_VK_FULL, me, j, tsalt(round, a->t));
+        for (size_t j = 1; j < n; j++)
+            s[j] = (uint32_t)ag_val(AG_VK_FULL, me, j, tsalt(round, a->t));
         memset(r, 0xEE, n * 4);
         hoop_result_t rc = hoop_allreduce(sh->c, s, r, n, HOOP_UINT32, HOOP_SUM);
         sh->out[a->t].rc = rc;
         sh->out[a->t].wrong = sh->out[a->t].crossed = 0;
         sh->out[a->t].msg[0] = sh->out[a->t].why[0] = '\0';
         if (rc != HOOP_OK) {
-            snprintf(sh->out[a->t].msg, sizeof sh->out[a->t].msg, "%s", hoop_comm_last_error(sh->c));
+            snprintf(sh->out[a->t].msg, sizeof sh->out[a->t].msg, "%s",
+                     hoop_comm_last_error(sh->c));
         } else {
             int tr[2], okt = 1;
             for (int q = 0; q < 2; q++) {
@@ -524,16 +547,19 @@ static void *poster(void *arg)
                 sh->out[a->t].wrong = 1;
                 snprintf(sh->out[a->t].why, sizeof sh->out[a->t].why,
                          "element 0 is %#x: not the sum of one thread's tag per rank, with this "
-                         "thread's own", r[0]);
+                         "thread's own",
+                         r[0]);
             }
             for (size_t j = 1; j < n && !sh->out[a->t].wrong; j++) {
                 uint32_t want = 0;
-                for (int q = 0; q < 2; q++) want += (uint32_t)ag_val(AG_VK_FULL, q, j, tsalt(round, tr[q]));
+                for (int q = 0; q < 2; q++)
+                    want += (uint32_t)ag_val(AG_VK_FULL, q, j, tsalt(round, tr[q]));
                 if (r[j] != want) {
                     sh->out[a->t].wrong = 1;
                     snprintf(sh->out[a->t].why, sizeof sh->out[a->t].why,
                              "element %zu of %zu is %#x, want %#x (rank 0 thread %d with rank 1 "
-                             "thread %d)", j, n, r[j], want, tr[0], tr[1]);
+                             "thread %d)",
+                             j, n, r[j], want, tr[0], tr[1]);
                 }
             }
         }
@@ -611,14 +637,16 @@ static int threads_rank(void *ctx, int slot, int fd)
             if (sh.out[t].wrong) {
                 okwrong++;
                 if (!first_wrong[0])
-                    snprintf(first_wrong, sizeof first_wrong, "round %d thread %d: %s%s%s", round, t,
-                             ag_code_name(sh.out[t].rc), sh.out[t].why[0] ? ": " : "", sh.out[t].why);
+                    snprintf(first_wrong, sizeof first_wrong, "round %d thread %d: %s%s%s", round,
+                             t, ag_code_name(sh.out[t].rc), sh.out[t].why[0] ? ": " : "",
+                             sh.out[t].why);
             } else if (sh.out[t].rc == HOOP_OK) {
                 okright++;
                 crossed += sh.out[t].crossed;
             } else if (sh.out[t].rc == HOOP_ERR_INVALID_ARGUMENT) {
                 refused++;
-                if (named_misuse(sh.out[t].msg)) named++;
+                if (named_misuse(sh.out[t].msg))
+                    named++;
                 else if (!first_unnamed[0])
                     snprintf(first_unnamed, sizeof first_unnamed, "'%.280s'", sh.out[t].msg);
                 if (!first_refusal[0])
@@ -648,7 +676,8 @@ static int scenario_threads(const opts_t *o)
     thctx_t x = {.o = o};
     snprintf(x.jobid, sizeof x.jobid, "agree-threads-%d", (int)getpid());
     printf("threads: 2 ranks, HOOP_TRANSPORT=%s, two threads per rank post an all-reduce on one "
-           "communicator at once, %d rounds\n", o->tp, o->rounds);
+           "communicator at once, %d rounds\n",
+           o->tp, o->rounds);
     ag_job_t j;
     if (ag_job_start(&j, 2, ag_free_port(), threads_env, threads_rank, &x) != 0) return 2;
     if (!run_job(&j, 55)) fail("the ranks were still running after 55 s");
@@ -686,8 +715,9 @@ static int scenario_threads(const opts_t *o)
             printf("    %d refusal(s) without the sentence in hoop_comm_last_error (first: %s)\n",
                    refused - named, f[3] ? f[3] : "");
         if (named * 10 < refused * 9)
-            fail("rank %d: %d of %d refusals do not say that two threads posted at once (first: %s)",
-                 slot, refused - named, refused, f[3] ? f[3] : "");
+            fail(
+                "rank %d: %d of %d refusals do not say that two threads posted at once (first: %s)",
+                slot, refused - named, refused, f[3] ? f[3] : "");
         if (rounds < 50) fail("rank %d: only %d rounds ran", slot, rounds);
     }
     if (got != 2) fail("%d of 2 ranks reported", got);
@@ -719,8 +749,13 @@ static void reinit_env(void *ctx, int slot)
 
 static int checked(hoop_comm_t *c, uint32_t salt, size_t count, ag_outcome_t *o)
 {
-    ag_spec_t s = {.coll = AG_ALLREDUCE, .dtype = HOOP_UINT32, .op = HOOP_SUM, .algo = -1,
-                   .count = count, .vk = AG_VK_FULL, .salt = salt};
+    ag_spec_t s = {.coll = AG_ALLREDUCE,
+                   .dtype = HOOP_UINT32,
+                   .op = HOOP_SUM,
+                   .algo = -1,
+                   .count = count,
+                   .vk = AG_VK_FULL,
+                   .salt = salt};
     ag_run(c, &s, o);
     return o->rc == HOOP_OK && !o->wrong;
 }
@@ -774,7 +809,8 @@ static int scenario_reinit(const opts_t *o)
     rctx_t x = {.o = o};
     snprintf(x.jobid, sizeof x.jobid, "agree-reinit-%d", (int)getpid());
     printf("reinit: 3 ranks, HOOP_TRANSPORT=%s, %d rounds of init / all-reduce / destroy on one "
-           "MASTER_PORT, then two inits back to back\n", o->tp, o->rounds);
+           "MASTER_PORT, then two inits back to back\n",
+           o->tp, o->rounds);
     ag_job_t j;
     if (ag_job_start(&j, 3, ag_free_port(), reinit_env, reinit_rank, &x) != 0) return 2;
     if (!run_job(&j, 55)) fail("the ranks were still running after 55 s");
@@ -789,8 +825,8 @@ static int scenario_reinit(const opts_t *o)
             rounds_seen++;
             if (ti > tmax) tmax = ti;
             if (rc != HOOP_OK)
-                fail("rank %d round %d: hoop_init %s (after %.2f s)", slot, round,
-                     ag_code_name(rc), ti);
+                fail("rank %d round %d: hoop_init %s (after %.2f s)", slot, round, ag_code_name(rc),
+                     ti);
             else if (orc != HOOP_OK || w)
                 fail("rank %d round %d: all-reduce %s%s: %s", slot, round, ag_code_name(orc),
                      w ? " with WRONG data" : "", line + off);
@@ -808,14 +844,18 @@ static int scenario_reinit(const opts_t *o)
                      w2 ? " WRONG data" : "", line + off);
         }
     }
-    printf("  %d of %d rank-rounds initialised and all-reduced right (slowest init %.3f s); %d of 3 "
-           "ranks reported the back-to-back inits\n", rounds_ok, 3 * o->rounds, tmax, back);
-    if (rounds_seen != 3 * o->rounds) fail("%d of %d rank-rounds reported", rounds_seen, 3 * o->rounds);
+    printf(
+        "  %d of %d rank-rounds initialised and all-reduced right (slowest init %.3f s); %d of 3 "
+        "ranks reported the back-to-back inits\n",
+        rounds_ok, 3 * o->rounds, tmax, back);
+    if (rounds_seen != 3 * o->rounds)
+        fail("%d of %d rank-rounds reported", rounds_seen, 3 * o->rounds);
     if (back != 3) fail("%d of 3 ranks reported the back-to-back inits", back);
     char path[128], l2[1200];
     for (int q = 0; q < 3; q++) {
         ag_job_log_path(&j, q, path, sizeof path);
-        if (ag_log_line(path, " hoop WARN ", l2, sizeof l2)) printf("  rank %d logged: %s\n", q, l2);
+        if (ag_log_line(path, " hoop WARN ", l2, sizeof l2))
+            printf("  rank %d logged: %s\n", q, l2);
     }
     ag_job_dump_logs(&j, failures > 0 || o->verbose);
     ag_job_free(&j);
@@ -899,8 +939,8 @@ static int scenario_hooprun(const opts_t *o, const char *self)
     char ids[2][4][80];
     char out[16384];
     for (int k = 0; k < 2; k++) {
-        char *argv[] = {(char *)o->hooprun, "--timeout", "60", "-n", "2", (char *)self,
-                        "--as-hooprun-rank", NULL};
+        char *argv[] = {(char *)o->hooprun, "--timeout",         "60", "-n", "2",
+                        (char *)self,       "--as-hooprun-rank", NULL};
         pid_t pid;
         int fd = spawn_out(argv, &pid);
         if (fd < 0) return 2;
@@ -908,10 +948,11 @@ static int scenario_hooprun(const opts_t *o, const char *self)
         int st;
         waitpid(pid, &st, 0);
         int n, good = parse_jobids(out, ids[k], 4, &n);
-        printf("  hooprun -n 2, launch %d: exit status %#x, ids %s %s\n", k, st, n > 0 ? ids[k][0] : "-",
-               n > 1 ? ids[k][1] : "-");
+        printf("  hooprun -n 2, launch %d: exit status %#x, ids %s %s\n", k, st,
+               n > 0 ? ids[k][0] : "-", n > 1 ? ids[k][1] : "-");
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) || good != 2) {
-            fail("hooprun -n 2, launch %d: %d of 2 ranks initialised and all-reduced right", k, good);
+            fail("hooprun -n 2, launch %d: %d of 2 ranks initialised and all-reduced right", k,
+                 good);
             printf("%s", out);
         }
         if (n == 2 && (strcmp(ids[k][0], "(none)") == 0 || strcmp(ids[k][0], ids[k][1]) != 0))
@@ -929,9 +970,22 @@ static int scenario_hooprun(const opts_t *o, const char *self)
     for (int k = 0; k < 2; k++) {
         char nr[4];
         snprintf(nr, sizeof nr, "%d", k);
-        char *argv[] = {(char *)o->hooprun, "--timeout", "60", "-n", "1", "--nnodes", "2",
-                        "--node-rank", nr, "--master-addr", "127.0.0.1", "--master-port", port,
-                        (char *)self, "--as-hooprun-rank", NULL};
+        char *argv[] = {(char *)o->hooprun,
+                        "--timeout",
+                        "60",
+                        "-n",
+                        "1",
+                        "--nnodes",
+                        "2",
+                        "--node-rank",
+                        nr,
+                        "--master-addr",
+                        "127.0.0.1",
+                        "--master-port",
+                        port,
+                        (char *)self,
+                        "--as-hooprun-rank",
+                        NULL};
         fd[k] = spawn_out(argv, &pid[k]);
         if (fd[k] < 0) return 2;
     }
@@ -951,7 +1005,8 @@ static int scenario_hooprun(const opts_t *o, const char *self)
     }
     if (good != 2)
         fail("a job of two hooprun launches (--nnodes 2): %d of 2 ranks initialised and "
-             "all-reduced right", good);
+             "all-reduced right",
+             good);
     return failures ? 1 : 0;
 }
 
@@ -959,9 +1014,10 @@ static int scenario_hooprun(const opts_t *o, const char *self)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: scenarios --scenario size|algo|stale|threads|reinit|hooprun "
-                    "[--transport T] [--sizes A,B,C] [--algos A,B] [--count N] [--key K | --no-key] "
-                    "[--rounds R] [--hooprun PATH] [--verbose]\n");
+    fprintf(stderr,
+            "usage: scenarios --scenario size|algo|stale|threads|reinit|hooprun "
+            "[--transport T] [--sizes A,B,C] [--algos A,B] [--count N] [--key K | --no-key] "
+            "[--rounds R] [--hooprun PATH] [--verbose]\n");
     return 2;
 }
 
@@ -971,23 +1027,34 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--as-hooprun-rank") == 0) return hooprun_rank();
-        if (strcmp(a, "--verbose") == 0) o.verbose = 1;
-        else if (strcmp(a, "--no-key") == 0) o.no_key = 1;
-        else if (v == NULL) return usage();
-        else if (i++, strcmp(a, "--scenario") == 0) o.scenario = v;
-        else if (strcmp(a, "--transport") == 0) o.tp = v;
-        else if (strcmp(a, "--algos") == 0) o.algos = v;
-        else if (strcmp(a, "--count") == 0) o.count = (size_t)strtoull(v, NULL, 10);
-        else if (strcmp(a, "--key") == 0) o.key = v;
-        else if (strcmp(a, "--rounds") == 0) o.rounds = atoi(v);
-        else if (strcmp(a, "--hooprun") == 0) o.hooprun = v;
+        if (strcmp(a, "--verbose") == 0)
+            o.verbose = 1;
+        else if (strcmp(a, "--no-key") == 0)
+            o.no_key = 1;
+        else if (v == NULL)
+            return usage();
+        else if (i++, strcmp(a, "--scenario") == 0)
+            o.scenario = v;
+        else if (strcmp(a, "--transport") == 0)
+            o.tp = v;
+        else if (strcmp(a, "--algos") == 0)
+            o.algos = v;
+        else if (strcmp(a, "--count") == 0)
+            o.count = (size_t)strtoull(v, NULL, 10);
+        else if (strcmp(a, "--key") == 0)
+            o.key = v;
+        else if (strcmp(a, "--rounds") == 0)
+            o.rounds = atoi(v);
+        else if (strcmp(a, "--hooprun") == 0)
+            o.hooprun = v;
         else if (strcmp(a, "--sizes") == 0) {
             o.nsizes = 0;
             for (const char *s = v; s != NULL && o.nsizes < AG_MAXPROC; s = strchr(s, ',')) {
                 if (*s == ',') s++;
                 o.sizes[o.nsizes++] = atoi(s);
             }
-        } else return usage();
+        } else
+            return usage();
     }
     if (o.scenario == NULL) return usage();
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -998,17 +1065,22 @@ int main(int argc, char **argv)
     self[sl] = '\0';
     int rc;
     double t0 = now_s();
-    if (strcmp(o.scenario, "size") == 0 && o.nsizes >= 2) rc = scenario_size(&o);
-    else if (strcmp(o.scenario, "algo") == 0 && o.algos != NULL) rc = scenario_algo(&o);
-    else if (strcmp(o.scenario, "stale") == 0 && (o.key != NULL || o.no_key)) rc = scenario_stale(&o);
+    if (strcmp(o.scenario, "size") == 0 && o.nsizes >= 2)
+        rc = scenario_size(&o);
+    else if (strcmp(o.scenario, "algo") == 0 && o.algos != NULL)
+        rc = scenario_algo(&o);
+    else if (strcmp(o.scenario, "stale") == 0 && (o.key != NULL || o.no_key))
+        rc = scenario_stale(&o);
     else if (strcmp(o.scenario, "threads") == 0) {
         if (o.rounds <= 0) o.rounds = 250;
         rc = scenario_threads(&o);
     } else if (strcmp(o.scenario, "reinit") == 0) {
         if (o.rounds <= 0) o.rounds = 20;
         rc = scenario_reinit(&o);
-    } else if (strcmp(o.scenario, "hooprun") == 0 && o.hooprun != NULL) rc = scenario_hooprun(&o, self);
-    else return usage();
+    } else if (strcmp(o.scenario, "hooprun") == 0 && o.hooprun != NULL)
+        rc = scenario_hooprun(&o, self);
+    else
+        return usage();
     printf("%s (%.1f s)\n", rc == 0 ? "PASSED" : "FAILED", now_s() - t0);
     return rc;
 }

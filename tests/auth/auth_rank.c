@@ -30,9 +30,9 @@
 
 static const char *result_name(hoop_result_t r)
 {
-    static const char *const names[] = {"OK",         "INVALID_ARGUMENT", "SYSTEM",   "TIMEOUT",
-                                        "PEER_LOST",  "MISMATCH",         "AUTH",     "UNSUPPORTED",
-                                        "ABORTED",    "NO_MEMORY",        "INTERNAL"};
+    static const char *const names[] = {"OK",        "INVALID_ARGUMENT", "SYSTEM",  "TIMEOUT",
+                                        "PEER_LOST", "MISMATCH",         "AUTH",    "UNSUPPORTED",
+                                        "ABORTED",   "NO_MEMORY",        "INTERNAL"};
     return (unsigned)r < sizeof(names) / sizeof(names[0]) ? names[r] : "?";
 }
 

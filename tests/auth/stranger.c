@@ -60,11 +60,13 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: stranger random|wrongkey|huge|storehuge|silent PORT [COMM_ID RANK]\n");
+        fprintf(stderr,
+                "usage: stranger random|wrongkey|huge|storehuge|silent PORT [COMM_ID RANK]\n");
         return 2;
     }
     const char *mode = argv[1];
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[2])),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)atoi(argv[2])),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
@@ -92,19 +94,20 @@ int main(int argc, char **argv)
     if (strcmp(mode, "huge") == 0) {
         hoop__wire_hdr_t h;
         memset(&h, 0, sizeof(h));
-        h.kind = HOOP_K_ALLREDUCE;
+        h.kind = HOOP__K_ALLREDUCE;
         h.dtype = HOOP_FLOAT32;
         h.root = -1;
         h.count = 1;
         h.payload_len = (uint64_t)1 << 60;
-        uint8_t b[HOOP_WIRE_HDR_SIZE + 32];
+        uint8_t b[HOOP__WIRE_HDR_SIZE + 32];
         memset(b, 0x11, sizeof(b));
         hoop__wire_encode(&h, b);
         if (send_all(fd, b, sizeof(b)) != 0) return 1;
         return wait_closed(fd, t0);
     }
     if (strcmp(mode, "storehuge") == 0) {
-        uint8_t b[9 + 8] = {'S', 8, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 'h', 'o', 'o', 'p', '/', 'i', 'd', 'x'};
+        uint8_t b[9 + 8] = {'S', 8,   0,   0,   0,   0xff, 0xff, 0xff, 0xff,
+                            'h', 'o', 'o', 'p', '/', 'i',  'd',  'x'};
         if (send_all(fd, b, sizeof(b)) != 0) return 1;
         return wait_closed(fd, t0);
     }
@@ -114,7 +117,8 @@ int main(int argc, char **argv)
         uint32_t rank = 0, k = 0;
         hoop__auth_key_t key;
         char err[256] = "";
-        if (hoop__auth_key_from_string(&key, "not the job's key", err, sizeof(err)) != HOOP_OK) return 1;
+        if (hoop__auth_key_from_string(&key, "not the job's key", err, sizeof(err)) != HOOP_OK)
+            return 1;
         if (argc >= 5) {
             comm = strtoull(argv[3], NULL, 16);
             rank = (uint32_t)strtoul(argv[4], NULL, 10);
@@ -129,14 +133,15 @@ int main(int argc, char **argv)
             /* A transport listener serves strangers only while it waits for the last peer, which
              * may come within milliseconds: everything goes out at once, the authentication hello
              * and a proof made with the wrong key, so the listener judges the proof before that. */
-            uint8_t out[HOOP_AUTH_HELLO_BYTES + HOOP_AUTH_MAC_BYTES] = {0};
+            uint8_t out[HOOP__AUTH_HELLO_BYTES + HOOP__AUTH_MAC_BYTES] = {0};
             memcpy(out, "HOOPAUTH", 8);
             out[8] = 1; /* version; role 0: client */
-            randombytes_buf(out + 16, HOOP_AUTH_NONCE_BYTES);
-            crypto_auth_hmacsha256(out + HOOP_AUTH_HELLO_BYTES, out + 16, HOOP_AUTH_NONCE_BYTES, key.bytes);
+            randombytes_buf(out + 16, HOOP__AUTH_NONCE_BYTES);
+            crypto_auth_hmacsha256(out + HOOP__AUTH_HELLO_BYTES, out + 16, HOOP__AUTH_NONCE_BYTES,
+                                   key.bytes);
             hoop__auth_key_wipe(&key);
             if (send_all(fd, out, sizeof(out)) != 0) return 1;
-            uint8_t in[HOOP_AUTH_HELLO_BYTES + 1];
+            uint8_t in[HOOP__AUTH_HELLO_BYTES + 1];
             size_t got = 0;
             while (got < sizeof(in) && now_s() - t0 < WAIT_S) {
                 struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -145,9 +150,10 @@ int main(int argc, char **argv)
                 if (r <= 0) break;
                 got += (size_t)r;
             }
-            int rejected = got == sizeof(in) && memcmp(in, "HOOPAUTH", 8) == 0 && in[HOOP_AUTH_HELLO_BYTES] == 1;
-            printf("handshake: %s after %.1f s\n", rejected ? "the listener rejected our key" : "no verdict",
-                   now_s() - t0);
+            int rejected = got == sizeof(in) && memcmp(in, "HOOPAUTH", 8) == 0 &&
+                           in[HOOP__AUTH_HELLO_BYTES] == 1;
+            printf("handshake: %s after %.1f s\n",
+                   rejected ? "the listener rejected our key" : "no verdict", now_s() - t0);
             return rejected ? 0 : 1;
         }
         hoop_result_t rc = hoop__auth_handshake(fd, &key, 0, 0, now_s() + WAIT_S, err, sizeof(err));

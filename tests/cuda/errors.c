@@ -22,14 +22,14 @@
 
 static int fails;
 
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fails++;                                                                             \
-            printf("rank %d: FAIL %s: ", rank, #cond);                                           \
-            printf(__VA_ARGS__);                                                                 \
-            printf("\n");                                                                        \
-        }                                                                                        \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fails++;                                                                               \
+            printf("rank %d: FAIL %s: ", rank, #cond);                                             \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
     } while (0)
 
 static int rank;
@@ -112,7 +112,7 @@ int main(int argc, char **argv)
         CHECK(rank != 0 || b == HOOP_OK, "barrier: %s", hoop_comm_last_error(c));
         if (rank == 0) {
             void (*fail_in)(long) = (void (*)(long))dlsym(dlopen(dbl, RTLD_NOW | RTLD_NOLOAD),
-                                                           "hoop_cuda_double_fail_in");
+                                                          "hoop_cuda_double_fail_in");
             CHECK(fail_in != NULL, "the double has no hoop_cuda_double_fail_in");
             if (fail_in != NULL) fail_in(1);
         }
@@ -124,8 +124,9 @@ int main(int argc, char **argv)
         rc = hoop_allreduce(c, host, host, 16, HOOP_FLOAT32, HOOP_SUM);
         CHECK(rc != HOOP_OK, "a call after the failure returned OK");
     } else {
-        fprintf(stderr, "usage: errors --case host-only|mixed|no-module|no-driver|built-without|failure "
-                        "[DOUBLE]\n");
+        fprintf(stderr,
+                "usage: errors --case host-only|mixed|no-module|no-driver|built-without|failure "
+                "[DOUBLE]\n");
         return 2;
     }
     devbuf_free(dev);

@@ -130,7 +130,8 @@ template <hoop_dtype_t DT> static void check_div(const std::vector<uint64_t> &a)
         hoop__reduce_avg_finish(buf.data(), buf.size(), DT, d);
         for (size_t i = 0; i < a.size(); i++) {
             uint64_t got = raw(hoop_ew<DT>::div(from_raw<T>(a[i]), d));
-            if (got != raw(buf[i])) fail("avg_finish", DT, HOOP_AVG, a[i], (uint64_t)d, got, raw(buf[i]));
+            if (got != raw(buf[i]))
+                fail("avg_finish", DT, HOOP_AVG, a[i], (uint64_t)d, got, raw(buf[i]));
         }
     }
 }

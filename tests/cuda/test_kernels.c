@@ -54,7 +54,7 @@ static void must(int rc, const char *what)
 }
 
 typedef struct bufs {
-    unsigned char *da, *db, *dout; /* device: a, b, and the output with its guards */
+    unsigned char *da, *db, *dout;       /* device: a, b, and the output with its guards */
     unsigned char *hout, *ref, *ta, *tb; /* host */
     size_t cap;                          /* bytes each holds beyond the guards */
 } bufs_t;
@@ -82,8 +82,10 @@ static void run_case(bufs_t *w, hoop_dtype_t dt, int op, const unsigned char *a,
     const void *da = mode == 1 ? out : w->da + oa, *db = mode == 2 ? out : w->db + ob;
     if (mode != 1 && op >= 0) must(mod->copy(ctx, w->da + oa, a, bytes), "copy to device");
     if (mode != 2 && op >= 0) must(mod->copy(ctx, w->db + ob, b, bytes), "copy to device");
-    if (op < 0) must(mod->avg_finish(ctx, out, n, dt, -op), "avg_finish");
-    else must(mod->reduce(ctx, out, da, db, n, dt, (hoop_op_t)op), "reduce");
+    if (op < 0)
+        must(mod->avg_finish(ctx, out, n, dt, -op), "avg_finish");
+    else
+        must(mod->reduce(ctx, out, da, db, n, dt, (hoop_op_t)op), "reduce");
     must(mod->copy(ctx, w->hout, w->dout, span), "copy from device");
     checks++;
     long wrong = 0;
@@ -91,10 +93,13 @@ static void run_case(bufs_t *w, hoop_dtype_t dt, int op, const unsigned char *a,
         uint64_t got = ld(w->hout + GUARD + oo + i * es, es), want = ld(w->ref + i * es, es);
         if (got != want && wrong++ < 3)
             fail("%s %s%s n=%zu offsets out %zu a %zu b %zu%s: element %zu: a=0x%llx b=0x%llx: "
-                 "got 0x%llx, CPU 0x%llx", hoop_dtype_name(dt),
-                 op < 0 ? "avg_finish /" : hoop_op_name((hoop_op_t)op), op < 0 ? "" : "", n, oo,
-                 oa, ob, mode == 1 ? " out=a" : mode == 2 ? " out=b" : "", i,
-                 (unsigned long long)ld(a + i * es, es), (unsigned long long)ld(b + i * es, es),
+                 "got 0x%llx, CPU 0x%llx",
+                 hoop_dtype_name(dt), op < 0 ? "avg_finish /" : hoop_op_name((hoop_op_t)op),
+                 op < 0 ? "" : "", n, oo, oa, ob,
+                 mode == 1   ? " out=a"
+                 : mode == 2 ? " out=b"
+                             : "",
+                 i, (unsigned long long)ld(a + i * es, es), (unsigned long long)ld(b + i * es, es),
                  (unsigned long long)got, (unsigned long long)want);
     }
     for (size_t i = 0; i < span; i++)
@@ -132,7 +137,7 @@ static void check_dtype(bufs_t *w, hoop_dtype_t dt, uint64_t *rng)
         st(b + k * es, es, hoop_test_next(rng));
     }
     unsigned char *ra = a + npairs * es, *rb = b + npairs * es;
-    static const size_t sizes[] = {0,  1,  2,  3,  5,   7,   8,   15,   16,   17,    31, 33,
+    static const size_t sizes[] = {0,  1,  2,  3,   5,   7,   8,   15,   16,   17,   31,   33,
                                    63, 64, 65, 127, 129, 255, 257, 1000, 4095, 4097, 65537};
     /* (out, a, b) offsets in elements: one alignment for all, then three different ones. */
     static const size_t offs[][3] = {{0, 0, 0}, {1, 1, 1}, {3, 3, 3}, {0, 1, 2},
@@ -186,7 +191,8 @@ int main(int argc, char **argv)
     ctx = devbuf_ctx();
     printf("module: %s\n", mod->name);
     bufs_t w;
-    size_t pairs_max = 65536 * HOOP_TEST_MAX_SPECIALS + HOOP_TEST_MAX_SPECIALS * HOOP_TEST_MAX_SPECIALS;
+    size_t pairs_max = 65536 * HOOP_TEST_MAX_SPECIALS +
+                       HOOP_TEST_MAX_SPECIALS * HOOP_TEST_MAX_SPECIALS;
     w.cap = (pairs_max > BIG ? pairs_max : BIG) * 8 + 64;
     w.da = devbuf_alloc(w.cap);
     w.db = devbuf_alloc(w.cap);

@@ -36,7 +36,8 @@ static float *load(const char *path, size_t *n)
     int tail = fgetc(f) != EOF;
     fclose(f);
     if (v == NULL || tail) {
-        fprintf(stderr, "wcmp: cannot read %s (out of memory, or not a whole number of floats)\n", path);
+        fprintf(stderr, "wcmp: cannot read %s (out of memory, or not a whole number of floats)\n",
+                path);
         exit(2);
     }
     *n = len;
@@ -62,7 +63,8 @@ int main(int argc, char **argv)
     size_t at = 0, bits_differ = 0;
     for (size_t k = 0; k < na; k++) {
         if (!isfinite(a[k]) || !isfinite(b[k])) {
-            fprintf(stderr, "wcmp: value %zu is not finite (%g, %g)\n", k, (double)a[k], (double)b[k]);
+            fprintf(stderr, "wcmp: value %zu is not finite (%g, %g)\n", k, (double)a[k],
+                    (double)b[k]);
             return 1;
         }
         double d = fabs((double)a[k] - (double)b[k]);

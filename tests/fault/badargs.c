@@ -68,7 +68,8 @@ static void expect_at(int line, const char *text, hoop_comm_t *c, hoop_result_t 
         return;
     }
     if (c == NULL) return; /* no communicator to name the call: only the generic sentence */
-    if (fn != NULL && strstr(m, fn) == NULL) fail(line, "%s: message '%s' does not name %s", text, m, fn);
+    if (fn != NULL && strstr(m, fn) == NULL)
+        fail(line, "%s: message '%s' does not name %s", text, m, fn);
     if (key != NULL && strstr(m, key) == NULL)
         fail(line, "%s: message '%s' does not mention '%s'", text, m, key);
 }
@@ -77,7 +78,7 @@ static void expect_at(int line, const char *text, hoop_comm_t *c, hoop_result_t 
     do {                                                                                           \
         double t0_ = now_s();                                                                      \
         hoop_result_t r_ = (call);                                                                 \
-        expect_at(__LINE__, #call, (c), r_, now_s() - t0_, (want), (fn), (key));                  \
+        expect_at(__LINE__, #call, (c), r_, now_s() - t0_, (want), (fn), (key));                   \
     } while (0)
 
 #define CHECK(cond)                                                                                \
@@ -132,7 +133,8 @@ static void init_case(int line, const char *method, int rank, int size, hoop_res
     capture_end(log, sizeof log);
     tried++;
     char what[160];
-    snprintf(what, sizeof what, "hoop_init(\"%s\", %d, %d)", method ? method : "(null)", rank, size);
+    snprintf(what, sizeof what, "hoop_init(\"%s\", %d, %d)", method ? method : "(null)", rank,
+             size);
     if (rc != want) {
         fail(line, "%s returned %s, want %s", what, hoop_error_string(rc), hoop_error_string(want));
         if (rc == HOOP_OK && c != NULL) hoop_comm_destroy(c);
@@ -208,15 +210,24 @@ static void free_functions(void)
 
     /* hoop_reduce_local has no communicator: the code alone. */
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1}, out[4];
-    EXPECT(NULL, hoop_reduce_local(out, a, b, 4, BAD_DT1, HOOP_SUM), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_reduce_local(out, a, b, 4, BAD_DT2, HOOP_SUM), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_reduce_local(out, a, b, 4, HOOP_FLOAT32, BAD_OP1), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_reduce_local(out, a, b, 4, HOOP_FLOAT32, BAD_OP2), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_reduce_local(NULL, a, b, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_reduce_local(out, NULL, b, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_reduce_local(out, a, NULL, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_reduce_local(out, a, b, SIZE_MAX / 2, HOOP_FLOAT32, HOOP_SUM), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_reduce_local(NULL, NULL, NULL, 0, HOOP_FLOAT32, HOOP_SUM), HOOP_OK, NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(out, a, b, 4, BAD_DT1, HOOP_SUM), HOOP_ERR_INVALID_ARGUMENT,
+           NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(out, a, b, 4, BAD_DT2, HOOP_SUM), HOOP_ERR_INVALID_ARGUMENT,
+           NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(out, a, b, 4, HOOP_FLOAT32, BAD_OP1), HOOP_ERR_INVALID_ARGUMENT,
+           NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(out, a, b, 4, HOOP_FLOAT32, BAD_OP2), HOOP_ERR_INVALID_ARGUMENT,
+           NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(NULL, a, b, 4, HOOP_FLOAT32, HOOP_SUM),
+           HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(out, NULL, b, 4, HOOP_FLOAT32, HOOP_SUM),
+           HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(out, a, NULL, 4, HOOP_FLOAT32, HOOP_SUM),
+           HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(out, a, b, SIZE_MAX / 2, HOOP_FLOAT32, HOOP_SUM),
+           HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
+    EXPECT(NULL, hoop_reduce_local(NULL, NULL, NULL, 0, HOOP_FLOAT32, HOOP_SUM), HOOP_OK, NULL,
+           NULL);
     EXPECT(NULL, hoop_reduce_local(out, a, b, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_OK, NULL, NULL);
     CHECK(out[0] == 2 && out[1] == 3 && out[2] == 4 && out[3] == 5);
 
@@ -225,7 +236,8 @@ static void free_functions(void)
     EXPECT(NULL, hoop_test(NULL, &done), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
     hoop_stats_t st;
     EXPECT(NULL, hoop_comm_stats(NULL, &st), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
-    EXPECT(NULL, hoop_comm_set_trace(NULL, trace_sink, NULL), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
+    EXPECT(NULL, hoop_comm_set_trace(NULL, trace_sink, NULL), HOOP_ERR_INVALID_ARGUMENT, NULL,
+           NULL);
     EXPECT(NULL, hoop_comm_destroy(NULL), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
     EXPECT(NULL, hoop_comm_abort(NULL), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
     EXPECT(NULL, hoop_comm_set_algo(NULL, "ring"), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
@@ -274,7 +286,7 @@ static void collectives(hoop_comm_t *c, int extra)
     int p = hoop_comm_size(c), me = hoop_comm_rank(c);
     float s[64] = {0}, r[64 * 8] = {0};
     hoop_request_t *q = NULL;
-    size_t huge = SIZE_MAX / 2 + 1;              /* overflows in bytes for every dtype but 1-byte */
+    size_t huge = SIZE_MAX / 2 + 1; /* overflows in bytes for every dtype but 1-byte */
     /* Fits alone, overflows once multiplied by the rank count (alone: simply too large). */
     size_t per_rank = p > 1 ? SIZE_MAX / (size_t)p + 1 : SIZE_MAX;
 
@@ -297,7 +309,8 @@ static void collectives(hoop_comm_t *c, int extra)
         EXPECT(NULL, hoop_iallgather(NULL, s, r, 4, HOOP_FLOAT32, &q), INV, NULL, NULL);
         EXPECT(NULL, hoop_igather(NULL, s, r, 4, HOOP_FLOAT32, 0, &q), INV, NULL, NULL);
         EXPECT(NULL, hoop_iscatter(NULL, s, r, 4, HOOP_FLOAT32, 0, &q), INV, NULL, NULL);
-        EXPECT(NULL, hoop_ireduce_scatter(NULL, s, r, 4, HOOP_FLOAT32, HOOP_SUM, &q), INV, NULL, NULL);
+        EXPECT(NULL, hoop_ireduce_scatter(NULL, s, r, 4, HOOP_FLOAT32, HOOP_SUM, &q), INV, NULL,
+               NULL);
         EXPECT(NULL, hoop_ialltoall(NULL, s, r, 4, HOOP_FLOAT32, &q), INV, NULL, NULL);
         EXPECT(NULL, hoop_ibarrier(NULL, &q), INV, NULL, NULL);
         EXPECT(NULL, hoop_isend(NULL, s, 4, HOOP_FLOAT32, 0, &q), INV, NULL, NULL);
@@ -309,14 +322,22 @@ static void collectives(hoop_comm_t *c, int extra)
         EXPECT(c, hoop_allreduce(c, s, r, 4, HOOP_FLOAT32, BAD_OP1), INV, "hoop_allreduce", "op");
         EXPECT(c, hoop_allreduce(c, s, r, 4, BAD_DT2, HOOP_SUM), INV, "hoop_allreduce", "dtype");
         EXPECT(c, hoop_allreduce(c, s, r, 4, HOOP_FLOAT32, BAD_OP2), INV, "hoop_allreduce", "op");
-        EXPECT(c, hoop_allreduce(c, NULL, r, 4, HOOP_FLOAT32, HOOP_SUM), INV, "hoop_allreduce", "sendbuf");
-        EXPECT(c, hoop_allreduce(c, s, NULL, 4, HOOP_FLOAT32, HOOP_SUM), INV, "hoop_allreduce", "recvbuf");
-        EXPECT(c, hoop_allreduce(c, s, r, huge, HOOP_FLOAT32, HOOP_SUM), INV, "hoop_allreduce", "count");
-        EXPECT(c, hoop_allreduce(c, s, r, SIZE_MAX, HOOP_UINT8, HOOP_SUM), INV, "hoop_allreduce", "count");
-        EXPECT(c, hoop_iallreduce(c, s, r, 4, HOOP_FLOAT32, HOOP_SUM, NULL), INV, "hoop_iallreduce", "req");
-        EXPECT(c, hoop_iallreduce(c, s, r, 4, BAD_DT2, HOOP_SUM, &q), INV, "hoop_iallreduce", "dtype");
-        EXPECT(c, hoop_iallreduce(c, NULL, r, 4, HOOP_FLOAT32, HOOP_SUM, &q), INV, "hoop_iallreduce", "sendbuf");
-        EXPECT(c, hoop_iallreduce(c, s, r, 4, HOOP_FLOAT32, BAD_OP2, &q), INV, "hoop_iallreduce", "op");
+        EXPECT(c, hoop_allreduce(c, NULL, r, 4, HOOP_FLOAT32, HOOP_SUM), INV, "hoop_allreduce",
+               "sendbuf");
+        EXPECT(c, hoop_allreduce(c, s, NULL, 4, HOOP_FLOAT32, HOOP_SUM), INV, "hoop_allreduce",
+               "recvbuf");
+        EXPECT(c, hoop_allreduce(c, s, r, huge, HOOP_FLOAT32, HOOP_SUM), INV, "hoop_allreduce",
+               "count");
+        EXPECT(c, hoop_allreduce(c, s, r, SIZE_MAX, HOOP_UINT8, HOOP_SUM), INV, "hoop_allreduce",
+               "count");
+        EXPECT(c, hoop_iallreduce(c, s, r, 4, HOOP_FLOAT32, HOOP_SUM, NULL), INV, "hoop_iallreduce",
+               "req");
+        EXPECT(c, hoop_iallreduce(c, s, r, 4, BAD_DT2, HOOP_SUM, &q), INV, "hoop_iallreduce",
+               "dtype");
+        EXPECT(c, hoop_iallreduce(c, NULL, r, 4, HOOP_FLOAT32, HOOP_SUM, &q), INV,
+               "hoop_iallreduce", "sendbuf");
+        EXPECT(c, hoop_iallreduce(c, s, r, 4, HOOP_FLOAT32, BAD_OP2, &q), INV, "hoop_iallreduce",
+               "op");
 
         EXPECT(c, hoop_broadcast(c, s, 4, HOOP_FLOAT32, -1), INV, "hoop_broadcast", "root");
         EXPECT(c, hoop_broadcast(c, s, 4, BAD_DT1, 0), INV, "hoop_broadcast", "dtype");
@@ -332,18 +353,22 @@ static void collectives(hoop_comm_t *c, int extra)
         EXPECT(c, hoop_reduce(c, s, r, 4, HOOP_FLOAT32, BAD_OP1, 0), INV, "hoop_reduce", "op");
         EXPECT(c, hoop_reduce(c, s, r, 4, HOOP_FLOAT32, HOOP_SUM, p), INV, "hoop_reduce", "root");
         EXPECT(c, hoop_reduce(c, s, r, 4, BAD_DT2, HOOP_SUM, 0), INV, "hoop_reduce", "dtype");
-        EXPECT(c, hoop_reduce(c, NULL, r, 4, HOOP_FLOAT32, HOOP_SUM, 0), INV, "hoop_reduce", "sendbuf");
-        EXPECT(c, hoop_reduce(c, s, r, huge, HOOP_FLOAT64, HOOP_SUM, 0), INV, "hoop_reduce", "count");
+        EXPECT(c, hoop_reduce(c, NULL, r, 4, HOOP_FLOAT32, HOOP_SUM, 0), INV, "hoop_reduce",
+               "sendbuf");
+        EXPECT(c, hoop_reduce(c, s, r, huge, HOOP_FLOAT64, HOOP_SUM, 0), INV, "hoop_reduce",
+               "count");
         if (me == 0) /* only the root needs recvbuf */
-            EXPECT(c, hoop_reduce(c, s, NULL, 4, HOOP_FLOAT32, HOOP_SUM, 0), INV, "hoop_reduce", "recvbuf");
-        EXPECT(c, hoop_ireduce(c, s, r, 4, HOOP_FLOAT32, HOOP_SUM, 0, NULL), INV, "hoop_ireduce", "req");
-        EXPECT(c, hoop_ireduce(c, s, r, 4, HOOP_FLOAT32, BAD_OP2, 0, &q), INV, "hoop_ireduce", "op");
+            EXPECT(c, hoop_reduce(c, s, NULL, 4, HOOP_FLOAT32, HOOP_SUM, 0), INV, "hoop_reduce",
+                   "recvbuf");
+        EXPECT(c, hoop_ireduce(c, s, r, 4, HOOP_FLOAT32, HOOP_SUM, 0, NULL), INV, "hoop_ireduce",
+               "req");
+        EXPECT(c, hoop_ireduce(c, s, r, 4, HOOP_FLOAT32, BAD_OP2, 0, &q), INV, "hoop_ireduce",
+               "op");
 
         EXPECT(c, hoop_allgather(c, NULL, r, 4, HOOP_FLOAT32), INV, "hoop_allgather", "sendbuf");
         EXPECT(c, hoop_allgather(c, s, r, 4, BAD_DT1), INV, "hoop_allgather", "dtype");
         EXPECT(c, hoop_allgather(c, s, NULL, 4, HOOP_FLOAT32), INV, "hoop_allgather", "recvbuf");
-        EXPECT(c, hoop_allgather(c, s, r, per_rank, HOOP_UINT8), INV, "hoop_allgather",
-               "count");
+        EXPECT(c, hoop_allgather(c, s, r, per_rank, HOOP_UINT8), INV, "hoop_allgather", "count");
         EXPECT(c, hoop_iallgather(c, s, r, 4, HOOP_FLOAT32, NULL), INV, "hoop_iallgather", "req");
         EXPECT(c, hoop_iallgather(c, s, r, 4, BAD_DT2, &q), INV, "hoop_iallgather", "dtype");
 
@@ -367,15 +392,22 @@ static void collectives(hoop_comm_t *c, int extra)
         EXPECT(c, hoop_iscatter(c, s, r, 4, HOOP_FLOAT32, 0, NULL), INV, "hoop_iscatter", "req");
         EXPECT(c, hoop_iscatter(c, s, r, 4, HOOP_FLOAT32, -1, &q), INV, "hoop_iscatter", "root");
 
-        EXPECT(c, hoop_reduce_scatter(c, s, r, 4, HOOP_FLOAT32, BAD_OP1), INV, "hoop_reduce_scatter", "op");
-        EXPECT(c, hoop_reduce_scatter(c, NULL, r, 4, HOOP_FLOAT32, HOOP_SUM), INV, "hoop_reduce_scatter", "sendbuf");
-        EXPECT(c, hoop_reduce_scatter(c, s, r, 4, BAD_DT1, HOOP_SUM), INV, "hoop_reduce_scatter", "dtype");
-        EXPECT(c, hoop_reduce_scatter(c, s, NULL, 4, HOOP_FLOAT32, HOOP_SUM), INV, "hoop_reduce_scatter", "recvbuf");
-        EXPECT(c, hoop_reduce_scatter(c, s, r, 4, HOOP_FLOAT32, BAD_OP2), INV, "hoop_reduce_scatter", "op");
-        EXPECT(c, hoop_reduce_scatter(c, s, r, per_rank, HOOP_UINT8, HOOP_SUM), INV, "hoop_reduce_scatter",
-               "count");
-        EXPECT(c, hoop_ireduce_scatter(c, s, r, 4, HOOP_FLOAT32, HOOP_SUM, NULL), INV, "hoop_ireduce_scatter", "req");
-        EXPECT(c, hoop_ireduce_scatter(c, s, r, 4, HOOP_FLOAT32, BAD_OP1, &q), INV, "hoop_ireduce_scatter", "op");
+        EXPECT(c, hoop_reduce_scatter(c, s, r, 4, HOOP_FLOAT32, BAD_OP1), INV,
+               "hoop_reduce_scatter", "op");
+        EXPECT(c, hoop_reduce_scatter(c, NULL, r, 4, HOOP_FLOAT32, HOOP_SUM), INV,
+               "hoop_reduce_scatter", "sendbuf");
+        EXPECT(c, hoop_reduce_scatter(c, s, r, 4, BAD_DT1, HOOP_SUM), INV, "hoop_reduce_scatter",
+               "dtype");
+        EXPECT(c, hoop_reduce_scatter(c, s, NULL, 4, HOOP_FLOAT32, HOOP_SUM), INV,
+               "hoop_reduce_scatter", "recvbuf");
+        EXPECT(c, hoop_reduce_scatter(c, s, r, 4, HOOP_FLOAT32, BAD_OP2), INV,
+               "hoop_reduce_scatter", "op");
+        EXPECT(c, hoop_reduce_scatter(c, s, r, per_rank, HOOP_UINT8, HOOP_SUM), INV,
+               "hoop_reduce_scatter", "count");
+        EXPECT(c, hoop_ireduce_scatter(c, s, r, 4, HOOP_FLOAT32, HOOP_SUM, NULL), INV,
+               "hoop_ireduce_scatter", "req");
+        EXPECT(c, hoop_ireduce_scatter(c, s, r, 4, HOOP_FLOAT32, BAD_OP1, &q), INV,
+               "hoop_ireduce_scatter", "op");
 
         EXPECT(c, hoop_alltoall(c, NULL, r, 4, HOOP_FLOAT32), INV, "hoop_alltoall", "sendbuf");
         EXPECT(c, hoop_alltoall(c, s, r, 4, BAD_DT2), INV, "hoop_alltoall", "dtype");
@@ -441,18 +473,21 @@ static void works(hoop_comm_t *c, int line, const char *when)
     hoop_result_t rc = hoop_allreduce(c, v, v, 7, HOOP_INT64, HOOP_SUM);
     tried++;
     if (rc != HOOP_OK) {
-        fail(line, "%s: allreduce failed: %s: %s", when, hoop_error_string(rc), hoop_comm_last_error(c));
+        fail(line, "%s: allreduce failed: %s: %s", when, hoop_error_string(rc),
+             hoop_comm_last_error(c));
         return;
     }
     for (int i = 0; i < 7; i++)
-        if (v[i] != want + (int64_t)i * p) fail(line, "%s: allreduce element %d is %lld", when, i, (long long)v[i]);
+        if (v[i] != want + (int64_t)i * p)
+            fail(line, "%s: allreduce element %d is %lld", when, i, (long long)v[i]);
     uint32_t b[5];
     for (int i = 0; i < 5; i++) b[i] = me == p - 1 ? 0xC0DE0000u + (uint32_t)i : 0;
     rc = hoop_broadcast(c, b, 5, HOOP_UINT32, p - 1);
     tried++;
     if (rc != HOOP_OK) fail(line, "%s: broadcast failed: %s", when, hoop_comm_last_error(c));
     for (int i = 0; i < 5 && rc == HOOP_OK; i++)
-        if (b[i] != 0xC0DE0000u + (uint32_t)i) fail(line, "%s: broadcast element %d is %#x", when, i, b[i]);
+        if (b[i] != 0xC0DE0000u + (uint32_t)i)
+            fail(line, "%s: broadcast element %d is %#x", when, i, b[i]);
     rc = hoop_barrier(c);
     tried++;
     if (rc != HOOP_OK) fail(line, "%s: barrier failed: %s", when, hoop_comm_last_error(c));
@@ -487,7 +522,8 @@ static void aborted_calls(hoop_comm_t *a, hoop_result_t want)
     EXPECT(a, hoop_allgather(a, s, r, 4, HOOP_FLOAT32), want, "hoop_allgather", k);
     EXPECT(a, hoop_gather(a, s, r, 4, HOOP_FLOAT32, 0), want, "hoop_gather", k);
     EXPECT(a, hoop_scatter(a, s, r, 4, HOOP_FLOAT32, 0), want, "hoop_scatter", k);
-    EXPECT(a, hoop_reduce_scatter(a, s, r, 4, HOOP_FLOAT32, HOOP_SUM), want, "hoop_reduce_scatter", k);
+    EXPECT(a, hoop_reduce_scatter(a, s, r, 4, HOOP_FLOAT32, HOOP_SUM), want, "hoop_reduce_scatter",
+           k);
     EXPECT(a, hoop_alltoall(a, s, r, 4, HOOP_FLOAT32), want, "hoop_alltoall", k);
     EXPECT(a, hoop_barrier(a), want, "hoop_barrier", k);
     EXPECT(a, hoop_send(a, s, 4, HOOP_FLOAT32, peer), want, "hoop_send", k);
@@ -498,7 +534,8 @@ static void aborted_calls(hoop_comm_t *a, hoop_result_t want)
     EXPECT(a, hoop_iallgather(a, s, r, 4, HOOP_FLOAT32, &q), want, "hoop_iallgather", k);
     EXPECT(a, hoop_igather(a, s, r, 4, HOOP_FLOAT32, 0, &q), want, "hoop_igather", k);
     EXPECT(a, hoop_iscatter(a, s, r, 4, HOOP_FLOAT32, 0, &q), want, "hoop_iscatter", k);
-    EXPECT(a, hoop_ireduce_scatter(a, s, r, 4, HOOP_FLOAT32, HOOP_SUM, &q), want, "hoop_ireduce_scatter", k);
+    EXPECT(a, hoop_ireduce_scatter(a, s, r, 4, HOOP_FLOAT32, HOOP_SUM, &q), want,
+           "hoop_ireduce_scatter", k);
     EXPECT(a, hoop_ialltoall(a, s, r, 4, HOOP_FLOAT32, &q), want, "hoop_ialltoall", k);
     EXPECT(a, hoop_ibarrier(a, &q), want, "hoop_ibarrier", k);
     EXPECT(a, hoop_isend(a, s, 4, HOOP_FLOAT32, peer, &q), want, "hoop_isend", k);
@@ -547,7 +584,8 @@ static void abort_section(hoop_comm_t *c)
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) setenv("HOOP_TRANSPORT", argv[++i], 1);
+        if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc)
+            setenv("HOOP_TRANSPORT", argv[++i], 1);
         else {
             fprintf(stderr, "usage: [hooprun -n N] badargs [--transport T]\n");
             return 2;
@@ -580,7 +618,8 @@ int main(int argc, char **argv)
     works(c, __LINE__, "after a split communicator was aborted");
 
     EXPECT(NULL, hoop_comm_destroy(c), HOOP_OK, NULL, NULL);
-    printf("rank %d of %d: %ld checks, %ld failed (%.2f s)\n", rank_, size_, tried, failed, now_s() - t0);
+    printf("rank %d of %d: %ld checks, %ld failed (%.2f s)\n", rank_, size_, tried, failed,
+           now_s() - t0);
     printf("FIGURES badargs ranks=%d checks=%ld failed=%ld\n", size_, tried, failed);
     return failed ? 1 : 0;
 }

@@ -18,11 +18,12 @@
 #include "hoop.h"
 
 #define ROUNDS 20
-#define COUNT  (256 * 1024 + 7)
+#define COUNT (256 * 1024 + 7)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--transport") == 0) setenv("HOOP_TRANSPORT", argv[2], 1);
+    if (argc == 3 && strcmp(argv[1], "--transport") == 0)
+        setenv("HOOP_TRANSPORT", argv[2], 1);
     else if (argc != 1) {
         fprintf(stderr, "usage: hooprun --max-restarts 1 -n N elastic [--transport T]\n");
         return 2;
@@ -50,7 +51,8 @@ int main(int argc, char **argv)
     if (v == NULL) return 1;
     for (int it = 0; it < ROUNDS; it++) {
         if (attempt == 0 && me == 1 && it == ROUNDS / 2) raise(SIGKILL);
-        for (size_t i = 0; i < COUNT; i++) v[i] = (uint32_t)(i * 2654435761u) + (uint32_t)(me * 977 + it);
+        for (size_t i = 0; i < COUNT; i++)
+            v[i] = (uint32_t)(i * 2654435761u) + (uint32_t)(me * 977 + it);
         rc = hoop_allreduce(c, v, v, COUNT, HOOP_UINT32, HOOP_SUM);
         if (rc != HOOP_OK) {
             /* In the first attempt the survivors may get here before hooprun stops them. */
@@ -62,10 +64,11 @@ int main(int argc, char **argv)
         }
         for (size_t i = 0; i < COUNT; i++) {
             uint32_t want = 0;
-            for (int q = 0; q < p; q++) want += (uint32_t)(i * 2654435761u) + (uint32_t)(q * 977 + it);
+            for (int q = 0; q < p; q++)
+                want += (uint32_t)(i * 2654435761u) + (uint32_t)(q * 977 + it);
             if (v[i] != want) {
-                printf("FAIL: attempt %d rank %d round %d: element %zu is %u, want %u\n", attempt, me,
-                       it, i, v[i], want);
+                printf("FAIL: attempt %d rank %d round %d: element %zu is %u, want %u\n", attempt,
+                       me, it, i, v[i], want);
                 return 1;
             }
         }

@@ -19,7 +19,8 @@ int main(void)
     hoop_result_t rc = hoop_init_from_env(&c);
     dup2(saved, 2);
     if (rc != HOOP_ERR_INVALID_ARGUMENT) {
-        fprintf(stderr, "FAIL: hoop_init returned %s, expected invalid argument\n", hoop_error_string(rc));
+        fprintf(stderr, "FAIL: hoop_init returned %s, expected invalid argument\n",
+                hoop_error_string(rc));
         return 1;
     }
     /* A SIGPIPE of the program's own, blocked and pending, is left alone by the log. */

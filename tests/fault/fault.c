@@ -75,20 +75,29 @@
 #include "hoop.h"
 #include "../common/testing.h"
 
-#define MAX_RANKS  16
+#define MAX_RANKS 16
 #define DETECT_MAX 5.0 /* seconds from the fault to every survivor's failure */
-#define LOOP_MAX   60.0
+#define LOOP_MAX 60.0
 
 enum mode { M_KILL, M_STOP, M_EARLY, M_INITKILL, M_MISMATCH };
 static const char *const MODE_NAME[] = {"kill", "stop", "early-exit", "init-kill", "mismatch"};
 
 enum coll {
-    C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_GATHER, C_SCATTER,
-    C_REDUCE_SCATTER, C_ALLTOALL, C_BARRIER, C_SENDRECV, C_COUNT
+    C_ALLREDUCE,
+    C_BROADCAST,
+    C_REDUCE,
+    C_ALLGATHER,
+    C_GATHER,
+    C_SCATTER,
+    C_REDUCE_SCATTER,
+    C_ALLTOALL,
+    C_BARRIER,
+    C_SENDRECV,
+    C_COUNT
 };
-static const char *const COLL_NAME[] = {"allreduce", "broadcast", "reduce", "allgather", "gather",
-                                        "scatter", "reduce_scatter", "alltoall", "barrier",
-                                        "sendrecv"};
+static const char *const COLL_NAME[] = {"allreduce", "broadcast", "reduce",         "allgather",
+                                        "gather",    "scatter",   "reduce_scatter", "alltoall",
+                                        "barrier",   "sendrecv"};
 
 enum { NAMES_DIRECT, NAMES_CHAIN, NAMES_ANY };
 static const char *const NAMES_NAME[] = {"direct", "chain", "any"};
@@ -107,10 +116,10 @@ typedef struct opts {
     uint64_t seed;
     int seed_given;
     double mib;
-    size_t count;   /* mismatch: elements of the mismatched call */
-    double timeout; /* stop: collective timeout; early-exit/init-kill: init timeout */
-    int names; /* NAMES_* */
-    int calls; /* CALLS_* */
+    size_t count;       /* mismatch: elements of the mismatched call */
+    double timeout;     /* stop: collective timeout; early-exit/init-kill: init timeout */
+    int names;          /* NAMES_* */
+    int calls;          /* CALLS_* */
     int expect_timeout; /* mismatch: the calls wait on each other, nothing is sent */
     int verbose;
     double detect;           /* kill: seconds from the kill to every survivor's failure */
@@ -180,7 +189,8 @@ static void say(const char *fmt, ...)
 /* The element i of rank r's input in round it: any 32-bit pattern; sums wrap. */
 static uint32_t val(int r, size_t i, int it)
 {
-    uint32_t x = (uint32_t)i * 2654435761u ^ ((uint32_t)r * 0x9e3779b9u + (uint32_t)it * 0x85ebca6bu);
+    uint32_t x = (uint32_t)i * 2654435761u ^
+                 ((uint32_t)r * 0x9e3779b9u + (uint32_t)it * 0x85ebca6bu);
     return x ^ (x >> 15);
 }
 
@@ -194,8 +204,8 @@ static uint32_t sum_val(int n, size_t i, int it)
 typedef struct rank_ctx {
     hoop_comm_t *c;
     int rank, size;
-    int calls; /* CALLS_* */
-    int sleeper; /* this rank sleeps before round 2 */
+    int calls;           /* CALLS_* */
+    int sleeper;         /* this rank sleeps before round 2 */
     size_t total, block; /* elements per buffer, per rank block */
     uint32_t *s, *r;
 } rank_ctx_t;
@@ -207,7 +217,7 @@ typedef struct rank_ctx {
             size_t i = i_;                                                                         \
             uint32_t w_ = (want_expr);                                                             \
             if ((got)[i_] != w_) {                                                                 \
-                say("bad %d %s round %d: element %zu is %" PRIu32 ", want %" PRIu32, (ctx)->rank, \
+                say("bad %d %s round %d: element %zu is %" PRIu32 ", want %" PRIu32, (ctx)->rank,  \
                     what, it, i_, (got)[i_], w_);                                                  \
                 return 0;                                                                          \
             }                                                                                      \
@@ -269,9 +279,7 @@ static hoop_result_t one_round(rank_ctx_t *x, enum coll k, int it)
         rc = nb ? hoop_ialltoall(c, s, r, m, HOOP_UINT32, &rq[0])
                 : hoop_alltoall(c, s, r, m, HOOP_UINT32);
         break;
-    case C_BARRIER:
-        rc = nb ? hoop_ibarrier(c, &rq[0]) : hoop_barrier(c);
-        break;
+    case C_BARRIER: rc = nb ? hoop_ibarrier(c, &rq[0]) : hoop_barrier(c); break;
     case C_SENDRECV: {
         /* A ring shift: even ranks send first, odd ranks receive first, so blocking calls meet. */
         int to = (me + 1) % p, from = (me + p - 1) % p;
@@ -310,7 +318,9 @@ static int check_round(rank_ctx_t *x, enum coll k, int it)
     case C_REDUCE:
         if (me == root) CHECK_RANGE(x, "reduce", r, n, sum_val(p, i, it));
         break;
-    case C_ALLGATHER: CHECK_RANGE(x, "allgather", r, m * (size_t)p, val((int)(i / m), i % m, it)); break;
+    case C_ALLGATHER:
+        CHECK_RANGE(x, "allgather", r, m * (size_t)p, val((int)(i / m), i % m, it));
+        break;
     case C_GATHER:
         if (me == root) CHECK_RANGE(x, "gather", r, m * (size_t)p, val((int)(i / m), i % m, it));
         break;
@@ -491,7 +501,7 @@ typedef struct rstate {
     int code, after_code;
     double t, after_dt, t_exit, t_woke;
     char msg[1024], after_msg[1024];
-    int good; /* its message traces back to the faulty rank */
+    int good;             /* its message traces back to the faulty rank */
     int reaped_by_driver; /* it hung and the driver killed it (reported as such) */
 } rstate_t;
 
@@ -519,10 +529,17 @@ static void fail(job_t *j, const char *fmt, ...)
 
 static const char *code_name(int code)
 {
-    static const char *const names[] = {
-        "HOOP_OK", "HOOP_ERR_INVALID_ARGUMENT", "HOOP_ERR_SYSTEM", "HOOP_ERR_TIMEOUT",
-        "HOOP_ERR_PEER_LOST", "HOOP_ERR_MISMATCH", "HOOP_ERR_AUTH", "HOOP_ERR_UNSUPPORTED",
-        "HOOP_ERR_ABORTED", "HOOP_ERR_NO_MEMORY", "HOOP_ERR_INTERNAL"};
+    static const char *const names[] = {"HOOP_OK",
+                                        "HOOP_ERR_INVALID_ARGUMENT",
+                                        "HOOP_ERR_SYSTEM",
+                                        "HOOP_ERR_TIMEOUT",
+                                        "HOOP_ERR_PEER_LOST",
+                                        "HOOP_ERR_MISMATCH",
+                                        "HOOP_ERR_AUTH",
+                                        "HOOP_ERR_UNSUPPORTED",
+                                        "HOOP_ERR_ABORTED",
+                                        "HOOP_ERR_NO_MEMORY",
+                                        "HOOP_ERR_INTERNAL"};
     return code >= 0 && code <= HOOP_ERR_INTERNAL ? names[code] : "unknown";
 }
 
@@ -792,7 +809,8 @@ static int spawn(job_t *j, char **argv_self, int wfd, int port)
 static void trace_names(job_t *j, int faulty)
 {
     for (int q = 0; q < j->n; q++)
-        j->r[q].good = q != faulty && j->r[q].has_result && (named_ranks(j->r[q].msg) >> faulty & 1);
+        j->r[q].good = q != faulty && j->r[q].has_result &&
+                       (named_ranks(j->r[q].msg) >> faulty & 1);
     for (int changed = 1; changed;) {
         changed = 0;
         for (int q = 0; q < j->n; q++) {
@@ -843,7 +861,8 @@ static void check_faulty(job_t *j, int q)
     const opts_t *o = j->o;
     rstate_t *r = &j->r[q];
     int st = r->wstatus;
-    if ((o->mode == M_KILL || o->mode == M_INITKILL) && !(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL))
+    if ((o->mode == M_KILL || o->mode == M_INITKILL) &&
+        !(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL))
         fail(j, "rank %d was to die by SIGKILL; wait status %#x", q, st);
     if (o->mode == M_EARLY && !(WIFEXITED(st) && WEXITSTATUS(st) == 3))
         fail(j, "rank %d was to exit with status 3; wait status %#x", q, st);
@@ -881,12 +900,18 @@ static int check_mismatch(job_t *j, double *detect, int *by_signal)
     int none = o->expect_timeout;
     char want[2][32], alt[32] = "";
     switch (o->what) {
-    case W_COLL: strcpy(want[0], "broadcast("); strcpy(want[1], "allreduce("); break;
+    case W_COLL:
+        strcpy(want[0], "broadcast(");
+        strcpy(want[1], "allreduce(");
+        break;
     case W_COUNT:
         snprintf(want[0], 32, "count=%zu,", o->count + 1);
         snprintf(want[1], 32, "count=%zu,", o->count);
         break;
-    case W_DTYPE: strcpy(want[0], "float32"); strcpy(want[1], "uint32"); break;
+    case W_DTYPE:
+        strcpy(want[0], "float32");
+        strcpy(want[1], "uint32");
+        break;
     case W_ROOT:
         /* Both roots only send: every rank may finish the broadcast, and the stray messages
          * show at the next call, beside that call rather than beside the other root. Whichever
@@ -895,7 +920,10 @@ static int check_mismatch(job_t *j, double *detect, int *by_signal)
         snprintf(alt, sizeof(alt), "root=%d)", (v + 1) % p);
         strcpy(want[1], "broadcast(");
         break;
-    case W_OP: strcpy(want[0], "max)"); strcpy(want[1], "sum)"); break;
+    case W_OP:
+        strcpy(want[0], "max)");
+        strcpy(want[1], "sum)");
+        break;
     case W_ROOT_NONE:
     case W_N: break;
     }
@@ -936,7 +964,8 @@ static int check_mismatch(job_t *j, double *detect, int *by_signal)
             code != (none ? HOOP_ERR_TIMEOUT : HOOP_ERR_MISMATCH))
             fail(j, "rank %d: %s, want %s (or the abort it causes)", q, code_name(code),
                  none ? "HOOP_ERR_TIMEOUT" : "HOOP_ERR_MISMATCH");
-        if (dt > limit) fail(j, "rank %d failed %.3f s after the call (limit %.1f s)", q, dt, limit);
+        if (dt > limit)
+            fail(j, "rank %d failed %.3f s after the call (limit %.1f s)", q, dt, limit);
         if (none && code == HOOP_ERR_TIMEOUT && dt < o->timeout - 0.5)
             fail(j, "rank %d timed out after %.3f s, before its %.1f s timeout", q, dt, o->timeout);
         const char *m = r->code == HOOP_OK ? r->after_msg : r->msg;
@@ -944,8 +973,7 @@ static int check_mismatch(job_t *j, double *detect, int *by_signal)
             strstr(m, want[1]) != NULL)
             named++;
     }
-    if (named == 0)
-        fail(j, "no rank's message shows both '%s' and '%s'", want[0], want[1]);
+    if (named == 0) fail(j, "no rank's message shows both '%s' and '%s'", want[0], want[1]);
     printf("  %d of %d ranks failed in the mismatched call (or the one before), the others in the "
            "next call\n",
            in_call, p);
@@ -980,7 +1008,8 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     if (tp == NULL || tp[0] == '\0') tp = "auto";
     if (!transport_accepted()) {
         printf("SKIP: this build of hoop does not accept HOOP_TRANSPORT=%s (hoop_init says so "
-               "above); the test runs once the transport exists\n", tp);
+               "above); the test runs once the transport exists\n",
+               tp);
         return 77;
     }
     if (!o.seed_given) o.seed = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
@@ -1031,8 +1060,9 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     int port = test_free_port();
     printf("fault %s%s%s, %d ranks, HOOP_TRANSPORT=%s, seed %" PRIu64 ": faulty rank %d",
            MODE_NAME[o.mode], o.mode == M_MISMATCH ? " of " : " ",
-           o.mode == M_MISMATCH ? WHAT_NAME[o.what] : (o.mode == M_KILL || o.mode == M_STOP)
-                                                          ? COLL_NAME[o.coll] : "",
+           o.mode == M_MISMATCH                     ? WHAT_NAME[o.what]
+           : (o.mode == M_KILL || o.mode == M_STOP) ? COLL_NAME[o.coll]
+                                                    : "",
            o.ranks, tp, o.seed, o.victim);
     if (o.mode == M_KILL || o.mode == M_STOP || o.mode == M_INITKILL)
         printf(", delay %d ms", o.delay_ms);
@@ -1078,8 +1108,8 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     }
     for (int q = 0; q < j->n; q++) {
         if (!j->r[q].exited) {
-            fail(j, "rank %d (pid %d) is still running after the reports were due; killing it",
-                 q, (int)j->r[q].pid);
+            fail(j, "rank %d (pid %d) is still running after the reports were due; killing it", q,
+                 (int)j->r[q].pid);
             kill(j->r[q].pid, SIGKILL);
             waitpid(j->r[q].pid, &j->r[q].wstatus, 0);
             j->r[q].exited = 1;
@@ -1094,8 +1124,10 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     for (int q = 0; q < j->n; q++)
         if (j->r[q].has_result && strncmp(j->r[q].msg, "hoop_init failed", 16) == 0)
             add_init_reason(j, q);
-    if (o.mode == M_MISMATCH) nd = check_mismatch(j, detect, &by_signal);
-    else trace_names(j, faulty);
+    if (o.mode == M_MISMATCH)
+        nd = check_mismatch(j, detect, &by_signal);
+    else
+        trace_names(j, faulty);
     for (int q = 0; q < j->n && o.mode != M_MISMATCH; q++) {
         rstate_t *r = &j->r[q];
         if (q == faulty) {
@@ -1151,14 +1183,17 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
                 fail(j, "rank %d: hoop_init failed without a line in its log", q);
             continue;
         }
-        if (named_ranks(r->msg) >> faulty & 1) direct++;
+        if (named_ranks(r->msg) >> faulty & 1)
+            direct++;
         else if (o.names == NAMES_DIRECT)
             fail(j, "rank %d: the message does not name rank %d", q, faulty);
         if ((named_ranks(r->msg) & ~(1u << q)) == 0)
             fail(j, "rank %d: the message names no other rank", q);
         if (!r->good && o.names == NAMES_CHAIN)
-            fail(j, "rank %d: the message leads back neither to rank %d nor to a survivor that "
-                    "names it", q, faulty);
+            fail(j,
+                 "rank %d: the message leads back neither to rank %d nor to a survivor that "
+                 "names it",
+                 q, faulty);
         check_after(j, q, 1.0);
     }
     if (o.mode == M_EARLY || o.mode == M_INITKILL) check_init_names(j, faulty);
@@ -1177,11 +1212,13 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
                "detect_ms_median=%.1f detect_ms_max=%.1f named_directly=%d by_signal=%d "
                "failures=%d\n",
                MODE_NAME[o.mode],
-               o.mode == M_MISMATCH ? WHAT_NAME[o.what] : (o.mode == M_KILL || o.mode == M_STOP)
-                                                               ? COLL_NAME[o.coll] : "-",
-               tp, j->n, faulty, nd, detect[nd / 2] * 1e3, detect[nd - 1] * 1e3, direct,
-               by_signal, j->failures);
-    if (j->failures > 0 || o.verbose) print_rank_logs(j);
+               o.mode == M_MISMATCH                     ? WHAT_NAME[o.what]
+               : (o.mode == M_KILL || o.mode == M_STOP) ? COLL_NAME[o.coll]
+                                                        : "-",
+               tp, j->n, faulty, nd, detect[nd / 2] * 1e3, detect[nd - 1] * 1e3, direct, by_signal,
+               j->failures);
+    if (j->failures > 0 || o.verbose)
+        print_rank_logs(j);
     else {
         for (int q = 0; q < j->n; q++) {
             char path[128];
@@ -1210,15 +1247,25 @@ static int usage(void)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.mode = M_KILL, .ranks = 4, .mib = 4, .count = 1000, .timeout = 2, .victim = -1,
-                .names = NAMES_CHAIN, .detect = DETECT_MAX, .sleeper = -1};
+    opts_t o = {.mode = M_KILL,
+                .ranks = 4,
+                .mib = 4,
+                .count = 1000,
+                .timeout = 2,
+                .victim = -1,
+                .names = NAMES_CHAIN,
+                .detect = DETECT_MAX,
+                .sleeper = -1};
     int as_rank = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int k;
-        if (strcmp(a, "--as-rank") == 0) as_rank = 1;
-        else if (strcmp(a, "--verbose") == 0) o.verbose = 1;
-        else if (v == NULL) return usage();
+        if (strcmp(a, "--as-rank") == 0)
+            as_rank = 1;
+        else if (strcmp(a, "--verbose") == 0)
+            o.verbose = 1;
+        else if (v == NULL)
+            return usage();
         else if (i++, strcmp(a, "--mode") == 0) {
             if ((k = lookup(MODE_NAME, 5, v)) < 0) return usage();
             o.mode = (enum mode)k;
@@ -1238,26 +1285,38 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--calls") == 0) {
             if ((k = lookup(CALLS_NAME, 3, v)) < 0) return usage();
             o.calls = k;
-        } else if (strcmp(a, "--ranks") == 0) o.ranks = atoi(v);
-        else if (strcmp(a, "--transport") == 0) o.transport = v;
+        } else if (strcmp(a, "--ranks") == 0)
+            o.ranks = atoi(v);
+        else if (strcmp(a, "--transport") == 0)
+            o.transport = v;
         else if (strcmp(a, "--seed") == 0) {
             o.seed = strtoull(v, NULL, 10);
             o.seed_given = 1;
-        } else if (strcmp(a, "--mib") == 0) o.mib = atof(v);
-        else if (strcmp(a, "--count") == 0) o.count = (size_t)strtoull(v, NULL, 10);
-        else if (strcmp(a, "--timeout") == 0) o.timeout = atof(v);
-        else if (strcmp(a, "--victim") == 0) o.victim = atoi(v);
-        else if (strcmp(a, "--delay-ms") == 0) o.delay_ms = atoi(v);
-        else if (strcmp(a, "--detect") == 0) o.detect = atof(v);
-        else if (strcmp(a, "--hosts") == 0) o.hosts = v;
-        else if (strcmp(a, "--netns") == 0) o.netns = v;
-        else if (strcmp(a, "--master-addr") == 0) o.master_addr = v;
-        else if (strcmp(a, "--sleeper-rank") == 0) o.sleeper = atoi(v);
+        } else if (strcmp(a, "--mib") == 0)
+            o.mib = atof(v);
+        else if (strcmp(a, "--count") == 0)
+            o.count = (size_t)strtoull(v, NULL, 10);
+        else if (strcmp(a, "--timeout") == 0)
+            o.timeout = atof(v);
+        else if (strcmp(a, "--victim") == 0)
+            o.victim = atoi(v);
+        else if (strcmp(a, "--delay-ms") == 0)
+            o.delay_ms = atoi(v);
+        else if (strcmp(a, "--detect") == 0)
+            o.detect = atof(v);
+        else if (strcmp(a, "--hosts") == 0)
+            o.hosts = v;
+        else if (strcmp(a, "--netns") == 0)
+            o.netns = v;
+        else if (strcmp(a, "--master-addr") == 0)
+            o.master_addr = v;
+        else if (strcmp(a, "--sleeper-rank") == 0)
+            o.sleeper = atoi(v);
         else if (strcmp(a, "--sleeper") == 0) {
             if (strcmp(v, "partner") != 0) return usage();
             o.sleep_partner = 1;
-        }
-        else return usage();
+        } else
+            return usage();
     }
     if (o.what == W_ROOT_NONE) o.expect_timeout = 1;
     char item[8];

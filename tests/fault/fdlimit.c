@@ -98,11 +98,16 @@ int main(int argc, char **argv)
     long limit = 64;
     const char *transport = "auto", *hosts = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--ranks") == 0) ranks = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--limit") == 0) limit = atol(argv[i + 1]);
-        else if (strcmp(argv[i], "--transport") == 0) transport = argv[i + 1];
-        else if (strcmp(argv[i], "--hosts") == 0) hosts = argv[i + 1];
-        else return fprintf(stderr, "fdlimit: unknown option %s\n", argv[i]), 2;
+        if (strcmp(argv[i], "--ranks") == 0)
+            ranks = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--limit") == 0)
+            limit = atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--transport") == 0)
+            transport = argv[i + 1];
+        else if (strcmp(argv[i], "--hosts") == 0)
+            hosts = argv[i + 1];
+        else
+            return fprintf(stderr, "fdlimit: unknown option %s\n", argv[i]), 2;
     }
     if (ranks < 2 || ranks > MAX_RANKS || limit < 16) return 2;
     char dir[] = "/tmp/hoop-fdlimit-XXXXXX", v[64];
@@ -120,7 +125,8 @@ int main(int argc, char **argv)
         char out[128], err[128];
         snprintf(out, sizeof out, "%s/rank%d.out", dir, q);
         snprintf(err, sizeof err, "%s/rank%d.log", dir, q);
-        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600),
+            e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(126);
         close(o);
         close(e);
@@ -209,6 +215,7 @@ int main(int argc, char **argv)
         unlink(path);
     }
     rmdir(dir);
-    printf("%s: the last rank ended %.2f s after the start\n", failures ? "FAILED" : "PASSED", last);
+    printf("%s: the last rank ended %.2f s after the start\n", failures ? "FAILED" : "PASSED",
+           last);
     return failures ? 1 : 0;
 }

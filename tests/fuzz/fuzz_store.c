@@ -17,11 +17,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         long n = hoop__store_parse(data + off, size - off, &req);
         if (n <= 0) break;
         if ((size_t)n > size - off) __builtin_trap();
-        if (req.keylen > HOOP_STORE_MAX_KEY || req.vallen > HOOP_STORE_MAX_VALUE) __builtin_trap();
+        if (req.keylen > HOOP__STORE_MAX_KEY || req.vallen > HOOP__STORE_MAX_VALUE)
+            __builtin_trap();
         const uint8_t *end = data + off + (size_t)n;
         if ((const uint8_t *)req.key < data + off || (const uint8_t *)req.key + req.keylen > end)
             __builtin_trap();
-        if (req.vallen > 0 && (req.val < data + off || req.val + req.vallen > end)) __builtin_trap();
+        if (req.vallen > 0 && (req.val < data + off || req.val + req.vallen > end))
+            __builtin_trap();
         off += (size_t)n;
     }
     return 0;

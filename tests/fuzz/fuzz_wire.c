@@ -10,16 +10,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint8_t buf[HOOP_WIRE_HDR_SIZE] = {0};
+    uint8_t buf[HOOP__WIRE_HDR_SIZE] = {0};
     memcpy(buf, data, size < sizeof(buf) ? size : sizeof(buf));
-    uint64_t max_payload = size > HOOP_WIRE_HDR_SIZE ? (uint64_t)data[HOOP_WIRE_HDR_SIZE] << 20 : 1u << 20;
+    uint64_t max_payload = size > HOOP__WIRE_HDR_SIZE ? (uint64_t)data[HOOP__WIRE_HDR_SIZE] << 20
+                                                      : 1u << 20;
     hoop__wire_hdr_t got;
     if (hoop__wire_decode(buf, max_payload, &got) != HOOP_OK) return 0;
     /* Accepted: every field is in range, and re-encoding gives back the same bytes. */
-    if (got.kind == HOOP_K_NONE || got.kind >= HOOP_K_COUNT || got.dtype >= HOOP_DTYPE_COUNT ||
+    if (got.kind == HOOP__K_NONE || got.kind >= HOOP__K_COUNT || got.dtype >= HOOP_DTYPE_COUNT ||
         got.op >= HOOP_OP_COUNT || got.payload_len > max_payload || got.root < -1)
         __builtin_trap();
-    uint8_t again[HOOP_WIRE_HDR_SIZE];
+    uint8_t again[HOOP__WIRE_HDR_SIZE];
     hoop__wire_encode(&got, again);
     if (memcmp(again, buf, sizeof(again)) != 0) __builtin_trap();
     hoop__wire_hdr_t expect = got;

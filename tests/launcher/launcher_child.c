@@ -42,23 +42,20 @@ static void out(int fd, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
+    if (n < 0) return;
     size_t len = (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(fd, buf + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            exit(90);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) exit(90);
         off += (size_t)w;
     }
 }
 
 static void sleep_ms(long ms)
 {
-    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
@@ -77,18 +74,16 @@ static const char *var(const char *name)
 
 static int mode_env(void)
 {
-    static const char *const names[] = { "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                         "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                         "HOOP_LAUNCHER" };
+    static const char *const names[] = {
+        "RANK",      "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE", "GROUP_RANK",
+        "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "HOOP_LAUNCHER"};
     int dups = 0;
     for (size_t v = 0; v < sizeof names / sizeof names[0]; v++) {
         int seen = 0;
         size_t len = strlen(names[v]);
         for (char **e = environ; *e != NULL; e++)
-            if (strncmp(*e, names[v], len) == 0 && (*e)[len] == '=')
-                seen++;
-        if (seen > 1)
-            dups += seen - 1;
+            if (strncmp(*e, names[v], len) == 0 && (*e)[len] == '=') seen++;
+        if (seen > 1) dups += seen - 1;
     }
     out(1,
         "RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s NODE_RANK=%s "
@@ -122,10 +117,8 @@ static int mode_long(long bytes)
     for (long done = 0; done < bytes;) {
         long n = bytes - done < (long)sizeof chunk ? bytes - done : (long)sizeof chunk;
         ssize_t w = write(1, chunk, (size_t)n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return 90;
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return 90;
         done += w;
     }
     out(1, "\nafter\n");
@@ -138,12 +131,10 @@ static int mode_fail(int bad, int code, int how)
     out(1, "rank %d pid %ld\n", r, (long)getpid());
     if (r == bad) {
         sleep_ms(300);
-        if (how == 1)
-            raise(SIGKILL);
+        if (how == 1) raise(SIGKILL);
         return code;
     }
-    if (how == 2)
-        signal(SIGTERM, SIG_IGN);
+    if (how == 2) signal(SIGTERM, SIG_IGN);
     sleep_ms(60000);
     return 0;
 }
@@ -158,7 +149,7 @@ static int mode_wait_signal(void)
     sigaddset(&set, SIGINT);
     sigprocmask(SIG_BLOCK, &set, NULL);
     out(1, "rank %d ready pid %ld\n", r, (long)getpid());
-    struct timespec limit = { .tv_sec = 30, .tv_nsec = 0 };
+    struct timespec limit = {.tv_sec = 30, .tv_nsec = 0};
     int sig;
     do {
         sig = sigtimedwait(&set, NULL, &limit);
@@ -175,11 +166,10 @@ static int mode_wait_signal(void)
 static int listen_master_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
+    if (fd < 0) return -1;
     int one = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
+    struct sockaddr_in sa = {.sin_family = AF_INET};
     sa.sin_port = htons((uint16_t)atoi(var("MASTER_PORT")));
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 8) != 0) {
@@ -217,8 +207,7 @@ static int mode_flaky(int bad, long hold_ms)
             }
         }
     }
-    if (attempt >= 2)
-        return 0;
+    if (attempt >= 2) return 0;
     if (r == bad) {
         sleep_ms(200);
         return 3;
@@ -234,41 +223,32 @@ int main(int argc, char **argv)
         return 99;
     }
     const char *m = argv[1];
-    if (strcmp(m, "env") == 0)
-        return mode_env();
+    if (strcmp(m, "env") == 0) return mode_env();
     if (strcmp(m, "args") == 0) {
-        for (int i = 2; i < argc; i++)
-            out(1, "arg=%s\n", argv[i]);
+        for (int i = 2; i < argc; i++) out(1, "arg=%s\n", argv[i]);
         return 0;
     }
     if (strcmp(m, "pgrp") == 0) {
         out(1, "rank %d pid %ld pgid %ld\n", my_rank(), (long)getpid(), (long)getpgid(0));
         return 0;
     }
-    if (strcmp(m, "lines") == 0 && argc == 3)
-        return mode_lines(atoi(argv[2]));
+    if (strcmp(m, "lines") == 0 && argc == 3) return mode_lines(atoi(argv[2]));
     if (strcmp(m, "partial") == 0) {
         out(1, "rank %d tail", my_rank());
         out(2, "rank %d errtail", my_rank());
         return 0;
     }
-    if (strcmp(m, "long") == 0 && argc == 3)
-        return mode_long(atol(argv[2]));
-    if (strcmp(m, "fail") == 0 && argc == 4)
-        return mode_fail(atoi(argv[2]), atoi(argv[3]), 0);
-    if (strcmp(m, "selfkill") == 0 && argc == 3)
-        return mode_fail(atoi(argv[2]), 0, 1);
-    if (strcmp(m, "stubborn") == 0 && argc == 4)
-        return mode_fail(atoi(argv[2]), atoi(argv[3]), 2);
-    if (strcmp(m, "wait-signal") == 0)
-        return mode_wait_signal();
+    if (strcmp(m, "long") == 0 && argc == 3) return mode_long(atol(argv[2]));
+    if (strcmp(m, "fail") == 0 && argc == 4) return mode_fail(atoi(argv[2]), atoi(argv[3]), 0);
+    if (strcmp(m, "selfkill") == 0 && argc == 3) return mode_fail(atoi(argv[2]), 0, 1);
+    if (strcmp(m, "stubborn") == 0 && argc == 4) return mode_fail(atoi(argv[2]), atoi(argv[3]), 2);
+    if (strcmp(m, "wait-signal") == 0) return mode_wait_signal();
     if (strcmp(m, "sleep") == 0 && argc == 3) {
         out(1, "rank %d ready pid %ld\n", my_rank(), (long)getpid());
         sleep_ms(atol(argv[2]) * 1000);
         return 0;
     }
-    if (strcmp(m, "flaky") == 0 && argc == 4)
-        return mode_flaky(atoi(argv[2]), atol(argv[3]));
+    if (strcmp(m, "flaky") == 0 && argc == 4) return mode_flaky(atoi(argv[2]), atol(argv[3]));
     fprintf(stderr, "launcher_child: bad mode '%s'\n", m);
     return 99;
 }

@@ -40,11 +40,11 @@
 #error "the reference encodes elements little-endian"
 #endif
 
-#define GUARD       16    /* sentinel elements after every receive buffer, to catch overruns */
-#define SENTINEL    0xA5u /* byte pattern of buffers that must not be written */
-#define MAX_SHOWN   12    /* mismatch lines printed per communicator */
+#define GUARD 16       /* sentinel elements after every receive buffer, to catch overruns */
+#define SENTINEL 0xA5u /* byte pattern of buffers that must not be written */
+#define MAX_SHOWN 12   /* mismatch lines printed per communicator */
 #define LARGE_COUNT ((size_t)1048579) /* 1 MiB + 3 elements */
-#define MAX_NREQ    256               /* nonblocking calls outstanding at once, at most */
+#define MAX_NREQ 256                  /* nonblocking calls outstanding at once, at most */
 
 /* ---- dtypes, independent of the library's tables ---- */
 
@@ -99,10 +99,10 @@ static const coll_info_t COLL[C_COUNT] = {
     [C_SENDRECV] = {"sendrecv", 0, 0, 1},
 };
 
-#define ALL_COLLS  ((1u << C_COUNT) - 1)
+#define ALL_COLLS ((1u << C_COUNT) - 1)
 #define ALL_DTYPES ((1u << HOOP_DTYPE_COUNT) - 1)
-#define ALL_OPS    ((1u << HOOP_OP_COUNT) - 1)
-#define BIT(x)     (1u << (x))
+#define ALL_OPS ((1u << HOOP_OP_COUNT) - 1)
+#define BIT(x) (1u << (x))
 
 static uint64_t sentinel(size_t es) { return 0xA5A5A5A5A5A5A5A5ull & rc_width_mask(es); }
 
@@ -234,7 +234,7 @@ typedef struct tcase {
     const void *sarg;
     void *rarg;
     hoop_request_t *req[2];
-    uint64_t *seeds; /* per rank of the communicator */
+    uint64_t *seeds;              /* per rank of the communicator */
     unsigned char *dsbuf, *dobuf; /* --device: the twins of sbuf and obuf */
 } tcase_t;
 
@@ -591,8 +591,7 @@ static void show_value(const tcase_t *tc, uint64_t raw, char *out, size_t len)
 {
     const dt_info_t *d = &DT[tc->dt];
     if (rc_is_float(tc->dt))
-        snprintf(out, len, "0x%0*" PRIx64 " (%.9g)", (int)(2 * d->size), raw,
-                 rc_fdec(tc->dt, raw));
+        snprintf(out, len, "0x%0*" PRIx64 " (%.9g)", (int)(2 * d->size), raw, rc_fdec(tc->dt, raw));
     else if (rc_is_signed_int(tc->dt))
         snprintf(out, len, "0x%0*" PRIx64 " (%" PRId64 ")", (int)(2 * d->size), raw,
                  rc_sign_extend(raw, d->size));
@@ -820,8 +819,8 @@ static void run_nonblocking(tctx_t *t, int nreq)
         tc->op = (hoop_op_t)((i / 3) % HOOP_OP_COUNT);
         tc->count = counts[(i / 2) % 6];
         tc->root = COLL[tc->coll].has_root ? (i / ncolls) % t->size : -1;
-        tc->inplace =
-            (COLL[tc->coll].variants == 2) || ((COLL[tc->coll].variants & 2) && (i / ncolls) % 2);
+        tc->inplace = (COLL[tc->coll].variants == 2) ||
+                      ((COLL[tc->coll].variants & 2) && (i / ncolls) % 2);
         tc->call = t->call++;
         if (!tcase_prepare(t, tc)) {
             check(t, 0, "out of memory preparing call %" PRIu64, tc->call);
@@ -1116,8 +1115,8 @@ static void run_split(tctx_t *world, const opts_t *o)
                  0};
 
     /* Even and odd ranks; one group in reverse order; all but the last rank; a split of a split. */
-    hoop_comm_t *eo =
-        split_checked(world, r % 2, r, r / 2, r % 2 ? n / 2 : (n + 1) / 2, "even/odd");
+    hoop_comm_t *eo = split_checked(world, r % 2, r, r / 2, r % 2 ? n / 2 : (n + 1) / 2,
+                                    "even/odd");
     hoop_comm_t *rev = split_checked(world, 0, n - 1 - r, n - 1 - r, n, "reversed");
     int excluded = n > 1 && r == n - 1;
     hoop_comm_t *most = split_checked(world, excluded ? HOOP_SPLIT_NONE : 3, 0, r,
@@ -1136,8 +1135,8 @@ static void run_split(tctx_t *world, const opts_t *o)
     ctx_init(&trev, rev, r, "split-reversed", world);
     int rr = n - 1 - r;
     snprintf(label, sizeof label, "split-nested-%d", rr % 2);
-    hoop_comm_t *nest =
-        split_checked(&trev, rr % 2, 0, rr / 2, rr % 2 ? n / 2 : (n + 1) / 2, "nested");
+    hoop_comm_t *nest = split_checked(&trev, rr % 2, 0, rr / 2, rr % 2 ? n / 2 : (n + 1) / 2,
+                                      "nested");
     if (!nest) {
         world->broken = 1;
         hoop_comm_destroy(eo);
@@ -1352,8 +1351,8 @@ int main(int argc, char **argv)
 {
     opts_t o = {.mode = "colls",
                 .colls = ALL_COLLS,
-                .large_dtypes =
-                    BIT(HOOP_FLOAT32) | BIT(HOOP_FLOAT16) | BIT(HOOP_INT8) | BIT(HOOP_FLOAT64),
+                .large_dtypes = BIT(HOOP_FLOAT32) | BIT(HOOP_FLOAT16) | BIT(HOOP_INT8) |
+                                BIT(HOOP_FLOAT64),
                 .large_ops = BIT(HOOP_SUM) | BIT(HOOP_MAX),
                 .large_roots = ROOTS_ENDS,
                 .roots = ROOTS_ALL,

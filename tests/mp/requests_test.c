@@ -159,8 +159,8 @@ static void handles(hoop_comm_t *w)
                   hoop_error_string(rc), done);
             if (j % 4 == 0) {
                 rc = hoop_wait(old[j]);
-                CHECK(rc == HOOP_ERR_INVALID_ARGUMENT, "hoop_wait of request %d while %d is live: %s",
-                      j, i, hoop_error_string(rc));
+                CHECK(rc == HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_wait of request %d while %d is live: %s", j, i, hoop_error_string(rc));
             }
             stale_calls++;
         }
@@ -184,8 +184,8 @@ static void handles(hoop_comm_t *w)
           hoop_error_string(two[0].rc), hoop_error_string(two[1].rc), (int)y);
 
     CHECK(hoop_wait(NULL) == HOOP_ERR_INVALID_ARGUMENT, "hoop_wait(NULL)");
-    printf("rank %d: handles: %d stale calls on live slots refused, the live requests right\n", rank_,
-           stale_calls);
+    printf("rank %d: handles: %d stale calls on live slots refused, the live requests right\n",
+           rank_, stale_calls);
 }
 
 /* ---- destroy with calls pending ---- */
@@ -241,8 +241,9 @@ static void destroy_pending(hoop_comm_t *w, int what, int with_waiter)
         double t0 = now_s();
         rc = hoop_barrier(sub);
         double dt = now_s() - t0;
-        CHECK(rc != HOOP_OK && dt < 5.0, "barrier with a peer that destroyed its side: %s after %.3f s",
-              hoop_error_string(rc), dt);
+        CHECK(rc != HOOP_OK && dt < 5.0,
+              "barrier with a peer that destroyed its side: %s after %.3f s", hoop_error_string(rc),
+              dt);
         if (what == P_BCAST)
             printf("rank 1: the peer's side is gone: %s after %.3f ms: %s\n", hoop_error_string(rc),
                    dt * 1e3, hoop_comm_last_error(sub));
@@ -267,7 +268,8 @@ static void split_numbering(hoop_comm_t *w)
     char want[64];
     snprintf(want, sizeof(want), "rank %d (new rank %d)", 1 - rank_, rank_);
     const char *m = hoop_comm_last_error(w);
-    CHECK(rc != HOOP_OK && sub == NULL, "split with refused connections: %s", hoop_error_string(rc));
+    CHECK(rc != HOOP_OK && sub == NULL, "split with refused connections: %s",
+          hoop_error_string(rc));
     CHECK(strstr(m, want) != NULL && strstr(m, "parent") != NULL,
           "split error '%s' does not name the peer as '%s'", m, want);
     CHECK(dt < 10, "the failed split took %.1f s", dt);
@@ -377,7 +379,8 @@ int main(void)
     hoop_comm_set_timeout(w, 30);
     handles(w);
     for (int what = P_BCAST; what <= P_MIX; what++)
-        for (int with_waiter = 0; with_waiter < 2; with_waiter++) destroy_pending(w, what, with_waiter);
+        for (int with_waiter = 0; with_waiter < 2; with_waiter++)
+            destroy_pending(w, what, with_waiter);
     split_numbering(w);
     out_of_memory(w);
     hoop_result_t rc = hoop_barrier(w);

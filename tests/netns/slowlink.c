@@ -18,7 +18,10 @@
 #include "hoop.h"
 #include "../common/testing.h"
 
-static uint32_t val(int rank, size_t i) { return (uint32_t)i * 2654435761u ^ (uint32_t)rank * 0x9e3779b9u; }
+static uint32_t val(int rank, size_t i)
+{
+    return (uint32_t)i * 2654435761u ^ (uint32_t)rank * 0x9e3779b9u;
+}
 
 int main(int argc, char **argv)
 {
@@ -39,9 +42,11 @@ int main(int argc, char **argv)
     hoop_result_t rc = hoop_barrier(c);
     double t0 = now_s();
     hoop_request_t *rq = NULL;
-    if (rc == HOOP_OK && gather) rc = hoop_gather(c, s, r, n, HOOP_UINT32, 0);
+    if (rc == HOOP_OK && gather)
+        rc = hoop_gather(c, s, r, n, HOOP_UINT32, 0);
     else if (rc == HOOP_OK && me == 0)
-        rc = nb ? hoop_isend(c, s, n, HOOP_UINT32, last, &rq) : hoop_send(c, s, n, HOOP_UINT32, last);
+        rc = nb ? hoop_isend(c, s, n, HOOP_UINT32, last, &rq)
+                : hoop_send(c, s, n, HOOP_UINT32, last);
     else if (rc == HOOP_OK && me == last)
         rc = nb ? hoop_irecv(c, r, n, HOOP_UINT32, 0, &rq) : hoop_recv(c, r, n, HOOP_UINT32, 0);
     if (rc == HOOP_OK && rq != NULL) rc = hoop_wait(rq);

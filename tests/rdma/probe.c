@@ -85,8 +85,8 @@ static void list_devices(const hoop__ibv_t *v)
                 pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
                 hoop__ibv_mtu_bytes(pa.active_mtu), hoop__ibv_mtu_bytes(pa.max_mtu), pa.lid,
                 pa.gid_tbl_len);
-            hoop__ibv_gid_t g[HOOP_IBV_GID_MAX];
-            int ng = hoop__ibv_read_gids(v, ctx, p, pa.gid_tbl_len, g, HOOP_IBV_GID_MAX);
+            hoop__ibv_gid_t g[HOOP__IBV_GID_MAX];
+            int ng = hoop__ibv_read_gids(v, ctx, p, pa.gid_tbl_len, g, HOOP__IBV_GID_MAX);
             for (int i = 0; i < ng; i++) {
                 static const uint8_t zero[16];
                 if (memcmp(g[i].raw, zero, 16) == 0) continue;
@@ -391,7 +391,7 @@ int main(int argc, char **argv)
 
     /* Discovery says at INFO which port, GID and MTU hoop would use: always, here. */
     hoop__log_t log;
-    hoop__log_open(&log, HOOP_LOG_INFO, "", -1);
+    hoop__log_open(&log, HOOP__LOG_INFO, "", -1);
     hoop__ibv_port_t ports[16];
     int n = hoop__ibv_discover(&p.v, &hca, gid_index, ports, 16, &log, err, sizeof(err));
     hoop__log_close(&log);

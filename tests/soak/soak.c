@@ -29,27 +29,38 @@
 #error "the reference encodes elements little-endian"
 #endif
 
-#define GUARD     8
+#define GUARD 8
 #define SENT_BYTE 0xA5
 #define MAX_BATCH 4
 #define MAX_SHOWN 10
 
-enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_GATHER, K_SCATTER, K_REDUCE_SCATTER,
-       K_ALLTOALL, K_BARRIER, K_SENDRECV, K_COUNT };
-static const char *const KIND[K_COUNT] = {"allreduce", "broadcast", "reduce", "allgather",
-                                          "gather", "scatter", "reduce_scatter", "alltoall",
-                                          "barrier", "sendrecv"};
+enum {
+    K_ALLREDUCE,
+    K_BROADCAST,
+    K_REDUCE,
+    K_ALLGATHER,
+    K_GATHER,
+    K_SCATTER,
+    K_REDUCE_SCATTER,
+    K_ALLTOALL,
+    K_BARRIER,
+    K_SENDRECV,
+    K_COUNT
+};
+static const char *const KIND[K_COUNT] = {"allreduce", "broadcast", "reduce",         "allgather",
+                                          "gather",    "scatter",   "reduce_scatter", "alltoall",
+                                          "barrier",   "sendrecv"};
 static const char *const ALGO[] = {"auto", "ring", "rd", "ps", "ps-sharded"};
 
 /* Element sizes and names of our own, not the library's. */
 static const size_t ES[HOOP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
-static const char *const DTN[HOOP_DTYPE_COUNT] = {"int8", "uint8", "int32", "uint32", "int64",
-                                                  "uint64", "float16", "bfloat16", "float32",
-                                                  "float64"};
+static const char *const DTN[HOOP_DTYPE_COUNT] = {"int8",    "uint8",  "int32",   "uint32",
+                                                  "int64",   "uint64", "float16", "bfloat16",
+                                                  "float32", "float64"};
 static const char *const OPN[HOOP_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
 
 typedef struct call {
-    uint64_t no;          /* position in the sequence */
+    uint64_t no; /* position in the sequence */
     int kind, root, inplace, null_unused, shift, algo;
     hoop_dtype_t dt;
     hoop_op_t op;
@@ -131,13 +142,14 @@ static uint64_t sentinel(size_t es) { return 0xA5A5A5A5A5A5A5A5ull & rc_width_ma
 
 static void describe(const call_t *k, char *out, size_t len)
 {
-    snprintf(out, len, "call %" PRIu64 " %s %s %s count %zu root %d%s%s%s%s", k->no,
-             KIND[k->kind], DTN[k->dt], reducing(k->kind) ? OPN[k->op] : "-", k->n, k->root,
+    snprintf(out, len, "call %" PRIu64 " %s %s %s count %zu root %d%s%s%s%s", k->no, KIND[k->kind],
+             DTN[k->dt], reducing(k->kind) ? OPN[k->op] : "-", k->n, k->root,
              k->inplace ? " in-place" : "", k->null_unused ? " null-unused" : "",
              k->kind == K_ALLREDUCE ? " algo " : "", k->kind == K_ALLREDUCE ? ALGO[k->algo] : "");
 }
 
-static void wrong(soak_t *s, const call_t *k, const char *what, size_t i, uint64_t got, uint64_t want)
+static void wrong(soak_t *s, const call_t *k, const char *what, size_t i, uint64_t got,
+                  uint64_t want)
 {
     s->wrong++;
     if (s->shown++ >= MAX_SHOWN) return;
@@ -151,8 +163,8 @@ static void wrong(soak_t *s, const call_t *k, const char *what, size_t i, uint64
 /* Draws the next call and prepares its buffers. Returns 0 when out of memory. */
 static int draw_call(soak_t *s, call_t *k, uint64_t no)
 {
-    static const size_t primes[] = {2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093,
-                                    8191, 16381, 32749, 65521, 65537};
+    static const size_t primes[] = {2,   3,    5,    7,    13,   31,    61,    127,   251,
+                                    509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 65537};
     int p = s->p, me = s->me;
     memset(k, 0, sizeof *k);
     k->no = no;
@@ -191,10 +203,23 @@ static int draw_call(soak_t *s, call_t *k, uint64_t no)
     int root_me = me == k->root;
     size_t in_elems = 0, out_elems = 0; /* sizes of the send and receive buffers */
     switch (k->kind) {
-    case K_ALLREDUCE: case K_REDUCE: case K_BROADCAST: case K_SENDRECV: in_elems = out_elems = n; break;
-    case K_ALLGATHER: case K_GATHER: in_elems = n; out_elems = pn; break;
-    case K_SCATTER: in_elems = pn; out_elems = n; break;
-    case K_REDUCE_SCATTER: in_elems = pn; out_elems = n; break;
+    case K_ALLREDUCE:
+    case K_REDUCE:
+    case K_BROADCAST:
+    case K_SENDRECV: in_elems = out_elems = n; break;
+    case K_ALLGATHER:
+    case K_GATHER:
+        in_elems = n;
+        out_elems = pn;
+        break;
+    case K_SCATTER:
+        in_elems = pn;
+        out_elems = n;
+        break;
+    case K_REDUCE_SCATTER:
+        in_elems = pn;
+        out_elems = n;
+        break;
     case K_ALLTOALL: in_elems = out_elems = pn; break;
     }
     if (k->kind == K_BROADCAST || k->kind == K_SENDRECV) k->inplace = k->kind == K_BROADCAST;
@@ -227,7 +252,8 @@ static int draw_call(soak_t *s, call_t *k, uint64_t no)
                 for (size_t i = 0; i < pn; i++) rc_st(k->b, i, es, input(s, k, me, i));
                 k->rarg = k->b + (size_t)me * n * es;
             } else {
-                k->sarg = k->null_unused ? NULL : k->b; /* in place only means something at the root */
+                k->sarg = k->null_unused ? NULL
+                                         : k->b; /* in place only means something at the root */
             }
             break;
         default:
@@ -316,7 +342,7 @@ static hoop_result_t post(soak_t *s, call_t *k, int nb)
 #define EXPECT_RANGE(s, k, what, buf, first, count, want_expr)                                     \
     do {                                                                                           \
         for (size_t i = 0; i < (count); i++) {                                                     \
-            uint64_t got_ = rc_ld((buf), (first) + i, (k)->es), want_ = (want_expr);              \
+            uint64_t got_ = rc_ld((buf), (first) + i, (k)->es), want_ = (want_expr);               \
             if (got_ != want_) wrong((s), (k), (what), (first) + i, got_, want_);                  \
         }                                                                                          \
         (s)->elements += (long)(count);                                                            \
@@ -332,14 +358,20 @@ static void check(soak_t *s, const call_t *k)
     switch (k->kind) {
     case K_ALLREDUCE: EXPECT_RANGE(s, k, "result", b, 0, n, reduced(s, k, i)); break;
     case K_REDUCE:
-        if (root_me) EXPECT_RANGE(s, k, "result", b, 0, n, reduced(s, k, i));
-        else if (!k->inplace && k->rarg != NULL) EXPECT_RANGE(s, k, "unused recvbuf", b, 0, n, sent);
+        if (root_me)
+            EXPECT_RANGE(s, k, "result", b, 0, n, reduced(s, k, i));
+        else if (!k->inplace && k->rarg != NULL)
+            EXPECT_RANGE(s, k, "unused recvbuf", b, 0, n, sent);
         break;
     case K_BROADCAST: EXPECT_RANGE(s, k, "result", b, 0, n, input(s, k, k->root, i)); break;
-    case K_ALLGATHER: EXPECT_RANGE(s, k, "result", b, 0, pn, input(s, k, (int)(i / n), i % n)); break;
+    case K_ALLGATHER:
+        EXPECT_RANGE(s, k, "result", b, 0, pn, input(s, k, (int)(i / n), i % n));
+        break;
     case K_GATHER:
-        if (root_me) EXPECT_RANGE(s, k, "result", b, 0, pn, input(s, k, (int)(i / n), i % n));
-        else if (!k->inplace && k->rarg != NULL) EXPECT_RANGE(s, k, "unused recvbuf", b, 0, pn, sent);
+        if (root_me)
+            EXPECT_RANGE(s, k, "result", b, 0, pn, input(s, k, (int)(i / n), i % n));
+        else if (!k->inplace && k->rarg != NULL)
+            EXPECT_RANGE(s, k, "unused recvbuf", b, 0, pn, sent);
         break;
     case K_SCATTER:
         if (k->inplace && root_me) /* the whole send buffer, its own block included, unchanged */
@@ -375,7 +407,8 @@ static int failed_call(soak_t *s, const call_t *k, hoop_result_t rc)
 {
     char d[200];
     describe(k, d, sizeof d);
-    printf("rank %d: FAIL %s: %s: %s\n", s->me, d, hoop_error_string(rc), hoop_comm_last_error(s->c));
+    printf("rank %d: FAIL %s: %s: %s\n", s->me, d, hoop_error_string(rc),
+           hoop_comm_last_error(s->c));
     fflush(stdout);
     return 1;
 }
@@ -387,13 +420,20 @@ int main(int argc, char **argv)
     soak_t s = {.max_count = 65537};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--verbose") == 0) s.verbose = 1;
-        else if (v == NULL) goto usage;
-        else if (strcmp(a, "--calls") == 0) ncalls = atol(argv[++i]);
-        else if (strcmp(a, "--seed") == 0) seed = strtoull(argv[++i], NULL, 10);
-        else if (strcmp(a, "--max-count") == 0) s.max_count = (size_t)strtoull(argv[++i], NULL, 10);
-        else if (strcmp(a, "--transport") == 0) setenv("HOOP_TRANSPORT", argv[++i], 1);
-        else goto usage;
+        if (strcmp(a, "--verbose") == 0)
+            s.verbose = 1;
+        else if (v == NULL)
+            goto usage;
+        else if (strcmp(a, "--calls") == 0)
+            ncalls = atol(argv[++i]);
+        else if (strcmp(a, "--seed") == 0)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(a, "--max-count") == 0)
+            s.max_count = (size_t)strtoull(argv[++i], NULL, 10);
+        else if (strcmp(a, "--transport") == 0)
+            setenv("HOOP_TRANSPORT", argv[++i], 1);
+        else
+            goto usage;
     }
     if (ncalls < 0 || s.max_count == 0) goto usage;
 
@@ -465,11 +505,12 @@ int main(int argc, char **argv)
         printf("rank %d of %d: %ld calls (", s.me, s.p, s.calls);
         for (int k = 0; k < K_COUNT; k++) printf("%s%s %ld", k ? ", " : "", KIND[k], s.per_kind[k]);
         printf("), %ld nonblocking, %ld in place; %ld elements checked, %ld wrong; %.1f MB sent; "
-               "%.1f s\n", s.nonblocking, s.inplace, s.elements, s.wrong,
-               (double)st.bytes_sent / 1e6, dt);
+               "%.1f s\n",
+               s.nonblocking, s.inplace, s.elements, s.wrong, (double)st.bytes_sent / 1e6, dt);
         printf("FIGURES soak ranks=%d seed=%" PRIu64 " calls=%ld elements=%ld wrong=%ld "
-               "mb_sent=%.1f seconds=%.1f%s\n", s.p, seed, s.calls, s.elements, s.wrong,
-               (double)st.bytes_sent / 1e6, dt, broken ? " BROKEN" : "");
+               "mb_sent=%.1f seconds=%.1f%s\n",
+               s.p, seed, s.calls, s.elements, s.wrong, (double)st.bytes_sent / 1e6, dt,
+               broken ? " BROKEN" : "");
     }
     return s.wrong > 0 || broken;
 usage:

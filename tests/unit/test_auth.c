@@ -104,8 +104,10 @@ static void right_key(void **state)
     for (int nb = 0; nb < 2; nb++) {
         int sv[2];
         pair(sv, nb);
-        side_t c = {.fd = sv[0], .key = &k, .is_server = 0, .ctx = 42, .timeout = 5, .tail = "from-c"};
-        side_t s = {.fd = sv[1], .key = &k, .is_server = 1, .ctx = 42, .timeout = 5, .tail = "from-s"};
+        side_t c = {
+            .fd = sv[0], .key = &k, .is_server = 0, .ctx = 42, .timeout = 5, .tail = "from-c"};
+        side_t s = {
+            .fd = sv[1], .key = &k, .is_server = 1, .ctx = 42, .timeout = 5, .tail = "from-s"};
         run_pair(&c, &s);
         assert_int_equal(c.rc, HOOP_OK);
         assert_int_equal(s.rc, HOOP_OK);
@@ -161,13 +163,13 @@ static pthread_t start_server(side_t *s, int fd, const hoop__auth_key_t *k, doub
     return t;
 }
 
-static void make_hello(uint8_t h[HOOP_AUTH_HELLO_BYTES], int role)
+static void make_hello(uint8_t h[HOOP__AUTH_HELLO_BYTES], int role)
 {
-    memset(h, 0, HOOP_AUTH_HELLO_BYTES);
+    memset(h, 0, HOOP__AUTH_HELLO_BYTES);
     memcpy(h, "HOOPAUTH", 8);
     h[8] = 1;
     h[9] = (uint8_t)role;
-    for (int i = 16; i < HOOP_AUTH_HELLO_BYTES; i++) h[i] = (uint8_t)(i * 37 + 11);
+    for (int i = 16; i < HOOP__AUTH_HELLO_BYTES; i++) h[i] = (uint8_t)(i * 37 + 11);
 }
 
 static void garbage_and_truncation(void **state)
@@ -194,7 +196,7 @@ static void garbage_and_truncation(void **state)
     /* The right magic, a bad version. */
     pair(sv, 0);
     t = start_server(&s, sv[1], &k, 5);
-    uint8_t h[HOOP_AUTH_HELLO_BYTES];
+    uint8_t h[HOOP__AUTH_HELLO_BYTES];
     make_hello(h, 0);
     h[8] = 9;
     assert_int_equal(send(sv[0], h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
@@ -208,7 +210,7 @@ static void garbage_and_truncation(void **state)
     pair(sv, 0);
     t = start_server(&s, sv[1], &k, 5);
     make_hello(h, 0);
-    uint8_t fake[HOOP_AUTH_MAC_BYTES];
+    uint8_t fake[HOOP__AUTH_MAC_BYTES];
     memset(fake, 0x5a, sizeof(fake));
     assert_int_equal(send(sv[0], h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
     assert_int_equal(send(sv[0], fake, sizeof(fake), MSG_NOSIGNAL), (ssize_t)sizeof(fake));
@@ -216,8 +218,8 @@ static void garbage_and_truncation(void **state)
     close(sv[1]);
     assert_int_equal(s.rc, HOOP_ERR_AUTH);
     size_t n = drain(sv[0], buf, sizeof(buf), 500);
-    assert_int_equal(n, HOOP_AUTH_HELLO_BYTES + 1); /* its hello, then the verdict: no proof */
-    assert_int_equal(buf[HOOP_AUTH_HELLO_BYTES], 1);
+    assert_int_equal(n, HOOP__AUTH_HELLO_BYTES + 1); /* its hello, then the verdict: no proof */
+    assert_int_equal(buf[HOOP__AUTH_HELLO_BYTES], 1);
     close(sv[0]);
 
     /* Half a hello, then the connection closes: no key on that side, as far as anyone can tell. */
@@ -234,7 +236,7 @@ static void garbage_and_truncation(void **state)
     pair(sv, 0);
     side_t c0 = {.fd = sv[0], .key = &k, .is_server = 0, .ctx = 1, .timeout = 5};
     pthread_create(&t, NULL, side_main, &c0);
-    assert_true(drain(sv[1], buf, HOOP_AUTH_HELLO_BYTES, 2000) == HOOP_AUTH_HELLO_BYTES);
+    assert_true(drain(sv[1], buf, HOOP__AUTH_HELLO_BYTES, 2000) == HOOP__AUTH_HELLO_BYTES);
     close(sv[1]);
     pthread_join(t, NULL);
     assert_int_equal(c0.rc, HOOP_ERR_AUTH);
@@ -246,8 +248,8 @@ static void garbage_and_truncation(void **state)
     pthread_create(&t, NULL, side_main, &c1);
     make_hello(h, 1);
     assert_int_equal(send(sv[1], h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
-    assert_true(drain(sv[1], buf, HOOP_AUTH_HELLO_BYTES + HOOP_AUTH_MAC_BYTES, 2000) ==
-                HOOP_AUTH_HELLO_BYTES + HOOP_AUTH_MAC_BYTES);
+    assert_true(drain(sv[1], buf, HOOP__AUTH_HELLO_BYTES + HOOP__AUTH_MAC_BYTES, 2000) ==
+                HOOP__AUTH_HELLO_BYTES + HOOP__AUTH_MAC_BYTES);
     close(sv[1]);
     pthread_join(t, NULL);
     assert_int_equal(c1.rc, HOOP_ERR_PEER_LOST);
@@ -270,8 +272,8 @@ static void garbage_and_truncation(void **state)
     pthread_create(&t, NULL, side_main, &c);
     make_hello(h, 1);
     assert_int_equal(send(sv[1], h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
-    assert_true(drain(sv[1], buf, HOOP_AUTH_HELLO_BYTES + HOOP_AUTH_MAC_BYTES, 2000) ==
-                HOOP_AUTH_HELLO_BYTES + HOOP_AUTH_MAC_BYTES);
+    assert_true(drain(sv[1], buf, HOOP__AUTH_HELLO_BYTES + HOOP__AUTH_MAC_BYTES, 2000) ==
+                HOOP__AUTH_HELLO_BYTES + HOOP__AUTH_MAC_BYTES);
     uint8_t v = 0x77;
     assert_int_equal(send(sv[1], &v, 1, MSG_NOSIGNAL), 1);
     pthread_join(t, NULL);
@@ -289,7 +291,7 @@ static void reflection(void **state)
     key_of(&k, "the key");
     int sv[2];
     side_t s;
-    uint8_t h[HOOP_AUTH_HELLO_BYTES];
+    uint8_t h[HOOP__AUTH_HELLO_BYTES];
 
     /* The server's own hello sent back to it. */
     pair(sv, 0);
@@ -355,19 +357,19 @@ static void replay(void **state)
     hoop__auth_start(&sa, &k, 1, 5);
     uint8_t from_client[256], from_server[256];
     size_t nc = 0, ns = 0;
-    int cdone = HOOP_AUTH_MORE, sdone = HOOP_AUTH_MORE;
+    int cdone = HOOP__AUTH_MORE, sdone = HOOP__AUTH_MORE;
     char err[256];
-    for (int i = 0; i < 1000 && (cdone == HOOP_AUTH_MORE || sdone == HOOP_AUTH_MORE); i++) {
+    for (int i = 0; i < 1000 && (cdone == HOOP__AUTH_MORE || sdone == HOOP__AUTH_MORE); i++) {
         short ev;
-        if (cdone == HOOP_AUTH_MORE) cdone = hoop__auth_step(&ca, cs[0], &ev, err, sizeof(err));
+        if (cdone == HOOP__AUTH_MORE) cdone = hoop__auth_step(&ca, cs[0], &ev, err, sizeof(err));
         relay(cs[1], ss[0], from_client, &nc, sizeof(from_client));
-        if (sdone == HOOP_AUTH_MORE) sdone = hoop__auth_step(&sa, ss[1], &ev, err, sizeof(err));
+        if (sdone == HOOP__AUTH_MORE) sdone = hoop__auth_step(&sa, ss[1], &ev, err, sizeof(err));
         relay(ss[0], cs[1], from_server, &ns, sizeof(from_server));
     }
-    assert_int_equal(cdone, HOOP_AUTH_DONE);
-    assert_int_equal(sdone, HOOP_AUTH_DONE);
-    assert_int_equal(nc, HOOP_AUTH_HELLO_BYTES + HOOP_AUTH_MAC_BYTES);
-    assert_int_equal(ns, HOOP_AUTH_HELLO_BYTES + 1 + HOOP_AUTH_MAC_BYTES);
+    assert_int_equal(cdone, HOOP__AUTH_DONE);
+    assert_int_equal(sdone, HOOP__AUTH_DONE);
+    assert_int_equal(nc, HOOP__AUTH_HELLO_BYTES + HOOP__AUTH_MAC_BYTES);
+    assert_int_equal(ns, HOOP__AUTH_HELLO_BYTES + 1 + HOOP__AUTH_MAC_BYTES);
     hoop__auth_clear(&ca);
     hoop__auth_clear(&sa);
     for (int i = 0; i < 2; i++) {
@@ -385,8 +387,8 @@ static void replay(void **state)
     assert_int_equal(s.rc, HOOP_ERR_AUTH);
     uint8_t buf[128];
     size_t n = drain(sv[0], buf, sizeof(buf), 500);
-    assert_int_equal(n, HOOP_AUTH_HELLO_BYTES + 1);
-    assert_int_equal(buf[HOOP_AUTH_HELLO_BYTES], 1);
+    assert_int_equal(n, HOOP__AUTH_HELLO_BYTES + 1);
+    assert_int_equal(buf[HOOP__AUTH_HELLO_BYTES], 1);
     close(sv[0]);
     close(sv[1]);
 
@@ -414,7 +416,7 @@ static void deadline(void **state)
             int sv[2];
             pair(sv, role);
             if (say_hello) {
-                uint8_t h[HOOP_AUTH_HELLO_BYTES];
+                uint8_t h[HOOP__AUTH_HELLO_BYTES];
                 make_hello(h, !role);
                 assert_int_equal(send(sv[0], h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
             }
@@ -446,21 +448,22 @@ static void key_strings(void **state)
     char err[256];
     key_of(&a, "passphrase");
     key_of(&b, "passphrase");
-    assert_memory_equal(a.bytes, b.bytes, HOOP_AUTH_KEY_BYTES);
+    assert_memory_equal(a.bytes, b.bytes, HOOP__AUTH_KEY_BYTES);
     key_of(&b, "passphrasf");
-    assert_memory_not_equal(a.bytes, b.bytes, HOOP_AUTH_KEY_BYTES);
+    assert_memory_not_equal(a.bytes, b.bytes, HOOP__AUTH_KEY_BYTES);
 
     /* 64 hex digits are the key itself, in either case. */
     const char *hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
     key_of(&a, hex);
-    for (int i = 0; i < HOOP_AUTH_KEY_BYTES; i++) assert_int_equal(a.bytes[i], i);
+    for (int i = 0; i < HOOP__AUTH_KEY_BYTES; i++) assert_int_equal(a.bytes[i], i);
     key_of(&b, "000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F");
-    assert_memory_equal(a.bytes, b.bytes, HOOP_AUTH_KEY_BYTES);
+    assert_memory_equal(a.bytes, b.bytes, HOOP__AUTH_KEY_BYTES);
     /* Anything else is a passphrase, 63 hex digits too. */
     key_of(&b, "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1");
-    assert_memory_not_equal(a.bytes, b.bytes, HOOP_AUTH_KEY_BYTES);
+    assert_memory_not_equal(a.bytes, b.bytes, HOOP__AUTH_KEY_BYTES);
 
-    assert_int_equal(hoop__auth_key_from_string(&a, "", err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_string(&a, "", err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_int_equal(a.set, 0);
     assert_non_null(strstr(err, "empty"));
 }
@@ -501,7 +504,7 @@ static void key_files(void **state)
     write_file(path, "  passphrase\n", 0600);
     assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)), HOOP_OK);
     key_of(&b, "passphrase");
-    assert_memory_equal(a.bytes, b.bytes, HOOP_AUTH_KEY_BYTES);
+    assert_memory_equal(a.bytes, b.bytes, HOOP__AUTH_KEY_BYTES);
     write_file(path, "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n", 0400);
     assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)), HOOP_OK);
     assert_int_equal(a.bytes[31], 31);
@@ -511,7 +514,8 @@ static void key_files(void **state)
     for (size_t i = 0; i < sizeof(open_modes) / sizeof(open_modes[0]); i++) {
         assert_int_equal(chmod(path, open_modes[i]), 0);
         err[0] = '\0';
-        assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+        assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)),
+                         HOOP_ERR_INVALID_ARGUMENT);
         assert_int_equal(a.set, 0);
         assert_non_null(strstr(err, "accessible by group or others"));
         assert_non_null(strstr(err, "chmod 600"));
@@ -520,15 +524,18 @@ static void key_files(void **state)
 
     char missing[160];
     snprintf(missing, sizeof(missing), "%s/no-such-key", tmpdir);
-    assert_int_equal(hoop__auth_key_from_file(&a, missing, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_file(&a, missing, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "No such file"));
     assert_non_null(strstr(err, "no-such-key"));
 
-    assert_int_equal(hoop__auth_key_from_file(&a, tmpdir, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_file(&a, tmpdir, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "not a regular file"));
 
     write_file(path, " \n\t\n", 0600);
-    assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "holds no key"));
 
     /* Something that is too large to be a key file. */
@@ -536,7 +543,8 @@ static void key_files(void **state)
     assert_non_null(f);
     for (int i = 0; i < 5000; i++) fputc('k', f);
     fclose(f);
-    assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__auth_key_from_file(&a, path, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "larger than"));
 }
 
@@ -570,12 +578,12 @@ static void key_environment(void **state)
     env_t text = {{{"HOOP_AUTH_KEY", "s3cret"}}};
     assert_int_equal(hoop__auth_key_from_env(&k, lookup, &text, err, sizeof(err)), HOOP_OK);
     key_of(&ref, "s3cret");
-    assert_memory_equal(k.bytes, ref.bytes, HOOP_AUTH_KEY_BYTES);
+    assert_memory_equal(k.bytes, ref.bytes, HOOP__AUTH_KEY_BYTES);
 
     env_t file = {{{"HOOP_AUTH_KEY_FILE", path}}};
     assert_int_equal(hoop__auth_key_from_env(&k, lookup, &file, err, sizeof(err)), HOOP_OK);
     key_of(&ref, "from a file");
-    assert_memory_equal(k.bytes, ref.bytes, HOOP_AUTH_KEY_BYTES);
+    assert_memory_equal(k.bytes, ref.bytes, HOOP__AUTH_KEY_BYTES);
 
     env_t both = {{{"HOOP_AUTH_KEY", "s3cret"}, {"HOOP_AUTH_KEY_FILE", path}}};
     assert_int_equal(hoop__auth_key_from_env(&k, lookup, &both, err, sizeof(err)),
@@ -587,17 +595,18 @@ static void key_environment(void **state)
     assert_int_equal(hoop__config_parse(&c, lookup, &text, err, sizeof(err)), HOOP_OK);
     assert_true(c.auth.set);
     key_of(&ref, "s3cret");
-    assert_memory_equal(c.auth.bytes, ref.bytes, HOOP_AUTH_KEY_BYTES);
+    assert_memory_equal(c.auth.bytes, ref.bytes, HOOP__AUTH_KEY_BYTES);
     hoop__config_wipe(&c);
     assert_int_equal(c.auth.set, 0);
-    static const unsigned char zero[HOOP_AUTH_KEY_BYTES];
-    assert_memory_equal(c.auth.bytes, zero, HOOP_AUTH_KEY_BYTES);
+    static const unsigned char zero[HOOP__AUTH_KEY_BYTES];
+    assert_memory_equal(c.auth.bytes, zero, HOOP__AUTH_KEY_BYTES);
 
     assert_int_equal(hoop__config_parse(&c, lookup, &none, err, sizeof(err)), HOOP_OK);
     assert_int_equal(c.auth.set, 0);
 
     assert_int_equal(chmod(path, 0644), 0);
-    assert_int_equal(hoop__config_parse(&c, lookup, &file, err, sizeof(err)), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__config_parse(&c, lookup, &file, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "HOOP_AUTH_KEY_FILE"));
     assert_non_null(strstr(err, "chmod 600"));
 }

@@ -38,7 +38,7 @@ static void defaults(void **state)
     char err[256];
     env_t e = {{{NULL, NULL}}};
     assert_int_equal(hoop__config_parse(&c, lookup, &e, err, sizeof(err)), HOOP_OK);
-    assert_int_equal(c.log_level, HOOP_LOG_WARN);
+    assert_int_equal(c.log_level, HOOP__LOG_WARN);
     assert_string_equal(c.transport, "auto");
     assert_string_equal(c.algo, "auto");
     assert_int_equal(c.sockets_per_peer, 1);
@@ -61,7 +61,7 @@ static void every_variable(void **state)
                 {"HOOP_SMALL_BYTES", "64K"},
                 {"HOOP_TIMEOUT", "2.5"}}};
     assert_int_equal(hoop__config_parse(&c, lookup, &e, err, sizeof(err)), HOOP_OK);
-    assert_int_equal(c.log_level, HOOP_LOG_TRACE);
+    assert_int_equal(c.log_level, HOOP__LOG_TRACE);
     assert_string_equal(c.log_file, "/tmp/hoop.%h.%p.log");
     assert_string_equal(c.transport, "tcp");
     assert_string_equal(c.algo, "ring");
@@ -76,22 +76,36 @@ static void bad_values_name_the_variable(void **state)
 {
     (void)state;
     static const char *const cases[][2] = {
-        {"HOOP_DEBUG", "LOUD"},          {"HOOP_TRANSPORT", "carrier-pigeon"},
-        {"HOOP_ALGO", "bogo"},           {"HOOP_SOCKETS_PER_PEER", "0"},
-        {"HOOP_SOCKETS_PER_PEER", "17"}, {"HOOP_SOCKETS_PER_PEER", "2x"},
-        {"HOOP_CHUNK_BYTES", "1K"},      {"HOOP_CHUNK_BYTES", "12Q"},
-        {"HOOP_CHUNK_BYTES", "-5"},      {"HOOP_TIMEOUT", "0"},
-        {"HOOP_TIMEOUT", "-1"},          {"HOOP_TIMEOUT", "soon"},
-        {"HOOP_TIMEOUT", "nan"},         {"HOOP_SMALL_BYTES", "2G"},
-        {"HOOP_TIMEOUT", "1e-300"},      {"HOOP_TIMEOUT", "0.0009"},
-        {"HOOP_TIMEOUT", "1e-400"},      {"HOOP_TIMEOUT", "-nan"},
-        {"HOOP_TIMEOUT", "inf"},         {"HOOP_TIMEOUT", "1e8"},
-        {"HOOP_TIMEOUT", "1e400"},       {"HOOP_TIMEOUT", "5 s"},
+        {"HOOP_DEBUG", "LOUD"},
+        {"HOOP_TRANSPORT", "carrier-pigeon"},
+        {"HOOP_ALGO", "bogo"},
+        {"HOOP_SOCKETS_PER_PEER", "0"},
+        {"HOOP_SOCKETS_PER_PEER", "17"},
+        {"HOOP_SOCKETS_PER_PEER", "2x"},
+        {"HOOP_CHUNK_BYTES", "1K"},
+        {"HOOP_CHUNK_BYTES", "12Q"},
+        {"HOOP_CHUNK_BYTES", "-5"},
+        {"HOOP_TIMEOUT", "0"},
+        {"HOOP_TIMEOUT", "-1"},
+        {"HOOP_TIMEOUT", "soon"},
+        {"HOOP_TIMEOUT", "nan"},
+        {"HOOP_SMALL_BYTES", "2G"},
+        {"HOOP_TIMEOUT", "1e-300"},
+        {"HOOP_TIMEOUT", "0.0009"},
+        {"HOOP_TIMEOUT", "1e-400"},
+        {"HOOP_TIMEOUT", "-nan"},
+        {"HOOP_TIMEOUT", "inf"},
+        {"HOOP_TIMEOUT", "1e8"},
+        {"HOOP_TIMEOUT", "1e400"},
+        {"HOOP_TIMEOUT", "5 s"},
         {"HOOP_SHM_SPIN_US", "99999999999999999999"},
-        {"HOOP_SHM_SPIN_US", "-1"},      {"HOOP_SHM_SPIN_US", "1e3"},
+        {"HOOP_SHM_SPIN_US", "-1"},
+        {"HOOP_SHM_SPIN_US", "1e3"},
         {"HOOP_SOCKETS_PER_PEER", "99999999999999999999"},
-        {"HOOP_SHM_RING_BYTES", "3K"},   {"HOOP_SHM_RING_BYTES", "2G"},
-        {"HOOP_SHM_CMA_BYTES", "1.5M"},  {"HOOP_SMALL_BYTES", "99999999999999999999"},
+        {"HOOP_SHM_RING_BYTES", "3K"},
+        {"HOOP_SHM_RING_BYTES", "2G"},
+        {"HOOP_SHM_CMA_BYTES", "1.5M"},
+        {"HOOP_SMALL_BYTES", "99999999999999999999"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hoop__config_t c;
@@ -148,7 +162,7 @@ static void unopenable_debug_file(void **state)
     (void)state;
     hoop__log_t l;
     char got[1024];
-    log_open_capturing(&l, HOOP_LOG_WARN, "/nonexistent-hoop-dir/log.%p", got, sizeof(got));
+    log_open_capturing(&l, HOOP__LOG_WARN, "/nonexistent-hoop-dir/log.%p", got, sizeof(got));
     assert_ptr_equal(l.out, stderr);
     assert_non_null(strstr(got, "HOOP_DEBUG_FILE"));
     assert_non_null(strstr(got, "/nonexistent-hoop-dir/log.%p"));
@@ -157,7 +171,7 @@ static void unopenable_debug_file(void **state)
     assert_null(strstr(strstr(got, "HOOP_DEBUG_FILE") + 1, "HOOP_DEBUG_FILE")); /* one line */
     hoop__log_close(&l);
     /* HOOP_DEBUG=NONE asked for silence. */
-    log_open_capturing(&l, HOOP_LOG_NONE, "/nonexistent-hoop-dir/log", got, sizeof(got));
+    log_open_capturing(&l, HOOP__LOG_NONE, "/nonexistent-hoop-dir/log", got, sizeof(got));
     assert_string_equal(got, "");
     hoop__log_close(&l);
     /* A file that opens: nothing said. */
@@ -165,7 +179,7 @@ static void unopenable_debug_file(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    log_open_capturing(&l, HOOP_LOG_WARN, path, got, sizeof(got));
+    log_open_capturing(&l, HOOP__LOG_WARN, path, got, sizeof(got));
     assert_ptr_not_equal(l.out, stderr);
     assert_string_equal(got, "");
     hoop__log_close(&l);

@@ -162,7 +162,7 @@ static void hca_bad(void **state)
     parse_bad(name, "longer than 63 characters");
 
     char many[400] = "";
-    for (int i = 0; i <= HOOP_IBV_HCA_MAX; i++)
+    for (int i = 0; i <= HOOP__IBV_HCA_MAX; i++)
         snprintf(many + strlen(many), sizeof(many) - strlen(many), "%sd%d", i ? "," : "", i);
     parse_bad(many, "more than 32 entries");
 }
@@ -205,26 +205,26 @@ static void gid_choice(void **state)
     (void)state;
     char err[256];
     /* What rxe shows: a link-local RoCE v2 entry, then the IPv4 one. */
-    hoop__ibv_gid_t rxe[] = {gid("fe80::fcc9:74ff:fe58:d048", HOOP_IBV_GID_ROCE_V2),
-                             gid("::ffff:10.11.0.1", HOOP_IBV_GID_ROCE_V2)};
+    hoop__ibv_gid_t rxe[] = {gid("fe80::fcc9:74ff:fe58:d048", HOOP__IBV_GID_ROCE_V2),
+                             gid("::ffff:10.11.0.1", HOOP__IBV_GID_ROCE_V2)};
     assert_int_equal(hoop__ibv_gid_pick(rxe, 2, 1, -1, err, sizeof(err)), 1);
     assert_int_equal(hoop__ibv_gid_pick(rxe, 2, 1, 0, err, sizeof(err)), 0);
 
     /* A ConnectX port: v1 and v2 of each address; v2 of the IPv4 address wins, then a global v6. */
-    hoop__ibv_gid_t cx[] = {gid("fe80::1", HOOP_IBV_GID_ROCE_V1),
-                            gid("fe80::1", HOOP_IBV_GID_ROCE_V2),
-                            gid("2001:db8::5", HOOP_IBV_GID_ROCE_V1),
-                            gid("2001:db8::5", HOOP_IBV_GID_ROCE_V2),
-                            gid("::ffff:192.168.1.5", HOOP_IBV_GID_ROCE_V1),
-                            gid("::ffff:192.168.1.5", HOOP_IBV_GID_ROCE_V2)};
+    hoop__ibv_gid_t cx[] = {gid("fe80::1", HOOP__IBV_GID_ROCE_V1),
+                            gid("fe80::1", HOOP__IBV_GID_ROCE_V2),
+                            gid("2001:db8::5", HOOP__IBV_GID_ROCE_V1),
+                            gid("2001:db8::5", HOOP__IBV_GID_ROCE_V2),
+                            gid("::ffff:192.168.1.5", HOOP__IBV_GID_ROCE_V1),
+                            gid("::ffff:192.168.1.5", HOOP__IBV_GID_ROCE_V2)};
     assert_int_equal(hoop__ibv_gid_pick(cx, 6, 1, -1, err, sizeof(err)), 5);
     assert_int_equal(hoop__ibv_gid_pick(cx, 5, 1, -1, err, sizeof(err)), 3);
     assert_int_equal(hoop__ibv_gid_pick(cx, 3, 1, -1, err, sizeof(err)), 1);
     assert_int_equal(hoop__ibv_gid_pick(cx, 1, 1, -1, err, sizeof(err)), 0); /* v1 only: taken */
 
     /* Empty entries are skipped; all empty is an error that says what to do. */
-    hoop__ibv_gid_t holes[] = {gid(NULL, HOOP_IBV_GID_ROCE_V2), gid(NULL, HOOP_IBV_GID_OTHER),
-                               gid("::ffff:10.0.0.2", HOOP_IBV_GID_ROCE_V2)};
+    hoop__ibv_gid_t holes[] = {gid(NULL, HOOP__IBV_GID_ROCE_V2), gid(NULL, HOOP__IBV_GID_OTHER),
+                               gid("::ffff:10.0.0.2", HOOP__IBV_GID_ROCE_V2)};
     assert_int_equal(hoop__ibv_gid_pick(holes, 3, 1, -1, err, sizeof(err)), 2);
     err[0] = '\0';
     assert_int_equal(hoop__ibv_gid_pick(holes, 2, 1, -1, err, sizeof(err)), -1);
@@ -240,14 +240,14 @@ static void gid_choice(void **state)
     assert_non_null(strstr(err, "HOOP_IB_GID_INDEX=3, but the port's GID table has 3 entries"));
 
     /* InfiniBand: index 0, whatever else is there. */
-    hoop__ibv_gid_t ib[] = {gid("fe80::2:c903:0:1", HOOP_IBV_GID_IB),
-                            gid("::ffff:10.0.0.9", HOOP_IBV_GID_ROCE_V2)};
+    hoop__ibv_gid_t ib[] = {gid("fe80::2:c903:0:1", HOOP__IBV_GID_IB),
+                            gid("::ffff:10.0.0.9", HOOP__IBV_GID_ROCE_V2)};
     assert_int_equal(hoop__ibv_gid_pick(ib, 2, 0, -1, err, sizeof(err)), 0);
 
     char text[64];
     hoop__ibv_gid_str(rxe[1].raw, text, sizeof(text));
     assert_string_equal(text, "::ffff:10.11.0.1");
-    assert_string_equal(hoop__ibv_gid_type_str(HOOP_IBV_GID_ROCE_V2), "RoCE v2");
+    assert_string_equal(hoop__ibv_gid_type_str(HOOP__IBV_GID_ROCE_V2), "RoCE v2");
     assert_int_equal(hoop__ibv_mtu_bytes(IBV_MTU_1024), 1024);
     assert_int_equal(hoop__ibv_mtu_bytes(IBV_MTU_4096), 4096);
     assert_int_equal(hoop__ibv_mtu_bytes(0), 0);
@@ -337,7 +337,7 @@ static int double_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t in
     memcpy(e->gid.raw, g->raw, 16);
     e->gid_index = index;
     e->port_num = port;
-    e->gid_type = g->type == HOOP_IBV_GID_ROCE_V2 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
+    e->gid_type = g->type == HOOP__IBV_GID_ROCE_V2 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
     return 0;
 }
 
@@ -366,15 +366,15 @@ static hoop__ibv_t double_table(void)
     fakes[0].state[0] = IBV_PORT_ACTIVE;
     fakes[0].state[1] = IBV_PORT_DOWN;
     fakes[0].ngid = 2;
-    fakes[0].gids[0] = gid("fe80::1", HOOP_IBV_GID_ROCE_V2);
-    fakes[0].gids[1] = gid("::ffff:10.1.0.1", HOOP_IBV_GID_ROCE_V2);
+    fakes[0].gids[0] = gid("fe80::1", HOOP__IBV_GID_ROCE_V2);
+    fakes[0].gids[1] = gid("::ffff:10.1.0.1", HOOP__IBV_GID_ROCE_V2);
     fakes[1].name = "roce_b";
     fakes[1].nports = 1;
     fakes[1].state[0] = IBV_PORT_ACTIVE;
     fakes[1].ngid = 3;
-    fakes[1].gids[0] = gid("fe80::2", HOOP_IBV_GID_ROCE_V1);
-    fakes[1].gids[1] = gid("fe80::2", HOOP_IBV_GID_ROCE_V2);
-    fakes[1].gids[2] = gid("::ffff:10.2.0.1", HOOP_IBV_GID_ROCE_V2);
+    fakes[1].gids[0] = gid("fe80::2", HOOP__IBV_GID_ROCE_V1);
+    fakes[1].gids[1] = gid("fe80::2", HOOP__IBV_GID_ROCE_V2);
+    fakes[1].gids[2] = gid("::ffff:10.2.0.1", HOOP__IBV_GID_ROCE_V2);
     return v;
 }
 

@@ -42,7 +42,10 @@ static void failf(int rank, const char *fmt, ...)
         }                                                                                          \
     } while (0)
 
-static uint8_t byte_of(int from, int to, size_t i) { return (uint8_t)(from * 31 + to * 7 + i * 13); }
+static uint8_t byte_of(int from, int to, size_t i)
+{
+    return (uint8_t)(from * 31 + to * 7 + i * 13);
+}
 
 /* One rank's part. Returns 0 when every check held. */
 static int rank_main(hoop__rdv_t rdv)
@@ -65,7 +68,8 @@ static int rank_main(hoop__rdv_t rdv)
         snprintf(tag, sizeof tag, "test.all-%d", k);
         for (size_t i = 0; i < lens[k]; i++) mine[i] = byte_of(rank, k, i);
         rc = oob.allgather(oob.ctx, tag, mine, all, lens[k], deadline);
-        CHECK(rc == HOOP_OK, "allgather %s: %s: %s", tag, hoop_error_string(rc), oob.error(oob.ctx));
+        CHECK(rc == HOOP_OK, "allgather %s: %s: %s", tag, hoop_error_string(rc),
+              oob.error(oob.ctx));
         for (int j = 0; j < RANKS; j++)
             for (size_t i = 0; i < lens[k]; i++)
                 CHECK(all[(size_t)j * lens[k] + i] == byte_of(j, k, i),
@@ -103,7 +107,8 @@ static int rank_main(hoop__rdv_t rdv)
           "a tag with a slash: %s: \"%s\"", hoop_error_string(rc), oob.error(oob.ctx));
     /* Rank 1 gives 3 bytes where the others give 4: everyone fails, naming a rank that differs. */
     rc = oob.allgather(oob.ctx, "test.uneven", mine, all, rank == 1 ? 3 : 4, deadline);
-    CHECK(rc == HOOP_ERR_MISMATCH && strstr(oob.error(oob.ctx), rank == 1 ? "rank 0" : "rank 1") != NULL,
+    CHECK(rc == HOOP_ERR_MISMATCH &&
+              strstr(oob.error(oob.ctx), rank == 1 ? "rank 0" : "rank 1") != NULL,
           "an uneven allgather: %s: \"%s\"", hoop_error_string(rc), oob.error(oob.ctx));
 
     /* Rank 0's store goes when it closes: it waits for everyone to say they are through. */

@@ -20,13 +20,16 @@
 
 /* Restated here instead of taken from the library, so a wrong table there cannot hide. */
 static const size_t DSIZE[HOOP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
-static const char *const DNAME[HOOP_DTYPE_COUNT] = {"int8",    "uint8",    "int32",   "uint32",
-                                                    "int64",   "uint64",   "float16", "bfloat16",
+static const char *const DNAME[HOOP_DTYPE_COUNT] = {"int8",    "uint8",  "int32",   "uint32",
+                                                    "int64",   "uint64", "float16", "bfloat16",
                                                     "float32", "float64"};
 static const char *const ONAME[HOOP_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
 
 static int is_int(hoop_dtype_t dt) { return dt <= HOOP_UINT64; }
-static int is_signed_int(hoop_dtype_t dt) { return dt == HOOP_INT8 || dt == HOOP_INT32 || dt == HOOP_INT64; }
+static int is_signed_int(hoop_dtype_t dt)
+{
+    return dt == HOOP_INT8 || dt == HOOP_INT32 || dt == HOOP_INT64;
+}
 
 /* ---- deterministic random numbers (xorshift64*) ---- */
 
@@ -67,26 +70,20 @@ static uint32_t ref_encode(double v, int mant, int ebits)
     uint32_t sign = signbit(v) ? 1u << (mant + ebits) : 0u;
     uint32_t inf = ((1u << ebits) - 1u) << mant;
     double a = fabs(v);
-    if (isnan(v))
-        return sign | inf | (1u << (mant - 1));
-    if (isinf(a))
-        return sign | inf;
-    if (a == 0.0)
-        return sign;
+    if (isnan(v)) return sign | inf | (1u << (mant - 1));
+    if (isinf(a)) return sign | inf;
+    if (a == 0.0) return sign;
     int e2;
     (void)frexp(a, &e2);
-    int ex = e2 - 1; /* a = 1.xxx * 2^ex */
-    if (ex < 1 - bias)
-        ex = 1 - bias; /* subnormal: fixed ulp */
+    int ex = e2 - 1;                      /* a = 1.xxx * 2^ex */
+    if (ex < 1 - bias) ex = 1 - bias;     /* subnormal: fixed ulp */
     double m = rint(ldexp(a, mant - ex)); /* significand in ulps; rint rounds half to even */
     if (m >= ldexp(1.0, mant + 1)) {      /* rounding carried into the next binade */
         m = ldexp(m, -1);
         ex++;
     }
-    if (ex > bias)
-        return sign | inf;
-    if (m < ldexp(1.0, mant))
-        return sign | (uint32_t)m; /* subnormal */
+    if (ex > bias) return sign | inf;
+    if (m < ldexp(1.0, mant)) return sign | (uint32_t)m; /* subnormal */
     return sign | ((uint32_t)(ex + bias) << mant) | ((uint32_t)m - (1u << mant));
 }
 
@@ -160,21 +157,21 @@ static void store_u(void *p, size_t i, size_t w, uint64_t v)
         memcpy(c, &x, 4);
         break;
     }
-    default:
-        memcpy(c, &v, 8);
-        break;
+    default: memcpy(c, &v, 8); break;
     }
 }
 
-static uint64_t width_mask(size_t w) { return w == 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * w)) - 1u; }
+static uint64_t width_mask(size_t w)
+{
+    return w == 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * w)) - 1u;
+}
 
 /* Two's complement value of the low 8*w bits of u. */
 static int64_t sext(uint64_t u, size_t w)
 {
     uint64_t m = width_mask(w);
     u &= m;
-    if ((u >> (8 * w - 1)) & 1u)
-        return -(int64_t)(~u & m) - 1;
+    if ((u >> (8 * w - 1)) & 1u) return -(int64_t)(~u & m) - 1;
     return (int64_t)u;
 }
 
@@ -182,12 +179,9 @@ static double load_f(hoop_dtype_t dt, const void *p, size_t i)
 {
     uint64_t u = load_u(p, i, DSIZE[dt]);
     switch (dt) {
-    case HOOP_FLOAT16:
-        return half_val((uint16_t)u);
-    case HOOP_BFLOAT16:
-        return bf16_val((uint16_t)u);
-    case HOOP_FLOAT32:
-        return (double)f32_from_bits((uint32_t)u);
+    case HOOP_FLOAT16: return half_val((uint16_t)u);
+    case HOOP_BFLOAT16: return bf16_val((uint16_t)u);
+    case HOOP_FLOAT32: return (double)f32_from_bits((uint32_t)u);
     default: {
         double d;
         memcpy(&d, &u, sizeof d);
@@ -199,15 +193,9 @@ static double load_f(hoop_dtype_t dt, const void *p, size_t i)
 static void store_f(hoop_dtype_t dt, void *p, size_t i, double v)
 {
     switch (dt) {
-    case HOOP_FLOAT16:
-        store_u(p, i, 2, half_of(v));
-        break;
-    case HOOP_BFLOAT16:
-        store_u(p, i, 2, bf16_of(v));
-        break;
-    case HOOP_FLOAT32:
-        store_u(p, i, 4, bits_of_f32((float)v));
-        break;
+    case HOOP_FLOAT16: store_u(p, i, 2, half_of(v)); break;
+    case HOOP_BFLOAT16: store_u(p, i, 2, bf16_of(v)); break;
+    case HOOP_FLOAT32: store_u(p, i, 4, bits_of_f32((float)v)); break;
     default: {
         uint64_t u;
         memcpy(&u, &v, sizeof u);
@@ -219,7 +207,8 @@ static void store_f(hoop_dtype_t dt, void *p, size_t i, double v)
 
 /* ---- the reference reduction ---- */
 
-static void ref_elem(hoop_dtype_t dt, hoop_op_t op, const void *a, const void *b, size_t i, void *out)
+static void ref_elem(hoop_dtype_t dt, hoop_op_t op, const void *a, const void *b, size_t i,
+                     void *out)
 {
     size_t w = DSIZE[dt];
     if (is_int(dt)) {
@@ -227,18 +216,12 @@ static void ref_elem(hoop_dtype_t dt, hoop_op_t op, const void *a, const void *b
         int lt = is_signed_int(dt) ? sext(ua, w) < sext(ub, w) : ua < ub;
         switch (op) {
         case HOOP_SUM:
-        case HOOP_AVG:
-            r = ua + ub;
-            break;
+        case HOOP_AVG: r = ua + ub; break;
         case HOOP_PROD:
             r = ua * ub; /* the low bits of a product do not depend on the high bits */
             break;
-        case HOOP_MIN:
-            r = lt ? ua : ub;
-            break;
-        default:
-            r = lt ? ub : ua;
-            break;
+        case HOOP_MIN: r = lt ? ua : ub; break;
+        default: r = lt ? ub : ua; break;
         }
         store_u(out, i, w, r & width_mask(w));
         return;
@@ -246,18 +229,10 @@ static void ref_elem(hoop_dtype_t dt, hoop_op_t op, const void *a, const void *b
     double x = load_f(dt, a, i), y = load_f(dt, b, i), r;
     switch (op) {
     case HOOP_SUM:
-    case HOOP_AVG:
-        r = x + y;
-        break;
-    case HOOP_PROD:
-        r = x * y;
-        break;
-    case HOOP_MIN:
-        r = (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y);
-        break;
-    default:
-        r = (isnan(x) || isnan(y)) ? NAN : (x > y ? x : y);
-        break;
+    case HOOP_AVG: r = x + y; break;
+    case HOOP_PROD: r = x * y; break;
+    case HOOP_MIN: r = (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y); break;
+    default: r = (isnan(x) || isnan(y)) ? NAN : (x > y ? x : y); break;
     }
     store_f(dt, out, i, r);
 }
@@ -268,18 +243,14 @@ static int elem_ok(hoop_dtype_t dt, hoop_op_t op, const void *got, const void *w
 {
     size_t w = DSIZE[dt];
     uint64_t g = load_u(got, i, w), x = load_u(want, i, w);
-    if (is_int(dt))
-        return g == x;
+    if (is_int(dt)) return g == x;
     double gv = load_f(dt, got, i), wv = load_f(dt, want, i);
     if (isnan(wv)) {
-        if (dt == HOOP_FLOAT16)
-            return half_is_nan((uint16_t)g) && (g & 0x0200u);
-        if (dt == HOOP_BFLOAT16)
-            return bf16_is_nan((uint16_t)g) && (g & 0x0040u);
+        if (dt == HOOP_FLOAT16) return half_is_nan((uint16_t)g) && (g & 0x0200u);
+        if (dt == HOOP_BFLOAT16) return bf16_is_nan((uint16_t)g) && (g & 0x0040u);
         return isnan(gv);
     }
-    if ((op == HOOP_MIN || op == HOOP_MAX) && wv == 0.0)
-        return gv == 0.0;
+    if ((op == HOOP_MIN || op == HOOP_MAX) && wv == 0.0) return gv == 0.0;
     return g == x;
 }
 
@@ -318,8 +289,9 @@ static void fill(hoop_dtype_t dt, void *buf, size_t n, rng_t *r)
             continue;
         }
         if (kind == 0) {
-            static const double special[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e-310,
-                                             -1e-310, 1e-40, 3.4e38, -3.4e38, 1.7e308};
+            static const double special[] = {NAN,   -NAN,   INFINITY, -INFINITY,
+                                             0.0,   -0.0,   1e-310,   -1e-310,
+                                             1e-40, 3.4e38, -3.4e38,  1.7e308};
             store_f(dt, buf, i, special[(k >> 8) % 12]);
         } else if (kind < 3) {
             store_u(buf, i, w, bits & width_mask(w));
@@ -356,13 +328,10 @@ static void check_case(hoop_dtype_t dt, hoop_op_t op, size_t n, int mode, size_t
     fill(dt, pb, n, r);
     memcpy(a0, a, total);
     memcpy(b0, b, total);
-    for (size_t i = 0; i < n; i++)
-        ref_elem(dt, op, pa, pb, i, want);
+    for (size_t i = 0; i < n; i++) ref_elem(dt, op, pa, pb, i, want);
 
     switch (mode) {
-    case MODE_SEPARATE:
-        hoop__reduce(po, pa, pb, n, dt, op);
-        break;
+    case MODE_SEPARATE: hoop__reduce(po, pa, pb, n, dt, op); break;
     case MODE_OUT_IS_A:
         memcpy(o, a, total);
         hoop__reduce(po, po, pb, n, dt, op);
@@ -386,8 +355,7 @@ static void check_case(hoop_dtype_t dt, hoop_op_t op, size_t n, int mode, size_t
     }
     /* Nothing written outside [0, n), and inputs not touched (except the aliased one). */
     const unsigned char *exp_o = mode == MODE_OUT_IS_A ? a0 : mode == MODE_OUT_IS_B ? b0 : NULL;
-    for (size_t j = 0; j < off * w; j++)
-        assert_int_equal(o[j], exp_o ? exp_o[j] : SENTINEL);
+    for (size_t j = 0; j < off * w; j++) assert_int_equal(o[j], exp_o ? exp_o[j] : SENTINEL);
     for (size_t j = (off + n) * w; j < total; j++)
         assert_int_equal(o[j], exp_o ? exp_o[j] : SENTINEL);
     if (mode == MODE_SEPARATE) {
@@ -430,8 +398,7 @@ static void pairs_16bit(hoop_dtype_t dt)
     assert_non_null(want);
     rng_t r = {12345};
     for (int round = 0; round < 3; round++) {
-        for (uint32_t i = 0; i < N; i++)
-            a[i] = b[i] = (uint16_t)i;
+        for (uint32_t i = 0; i < N; i++) a[i] = b[i] = (uint16_t)i;
         for (uint32_t i = N - 1; i > 0; i--) { /* Fisher-Yates on b */
             uint32_t j = (uint32_t)(rnd(&r) % (i + 1));
             uint16_t t = b[i];
@@ -440,12 +407,11 @@ static void pairs_16bit(hoop_dtype_t dt)
         }
         for (int op = 0; op < HOOP_OP_COUNT; op++) {
             hoop__reduce(o, a, b, N, dt, (hoop_op_t)op);
-            for (size_t i = 0; i < N; i++)
-                ref_elem(dt, (hoop_op_t)op, a, b, i, want);
+            for (size_t i = 0; i < N; i++) ref_elem(dt, (hoop_op_t)op, a, b, i, want);
             for (size_t i = 0; i < N; i++)
                 if (!elem_ok(dt, (hoop_op_t)op, o, want, i))
-                    fail_msg("%s %s: 0x%04x op 0x%04x gave 0x%04x, want 0x%04x", DNAME[dt], ONAME[op],
-                             a[i], b[i], o[i], want[i]);
+                    fail_msg("%s %s: 0x%04x op 0x%04x gave 0x%04x, want 0x%04x", DNAME[dt],
+                             ONAME[op], a[i], b[i], o[i], want[i]);
         }
     }
     free(a);
@@ -476,16 +442,15 @@ static void test_half_roundtrip_exhaustive(void **state)
         uint16_t back = hoop__float_to_half(f);
         if (half_is_nan((uint16_t)h)) {
             /* Quiet on the way out and back; sign and payload survive, only the quiet bit is added. */
-            if (!isnan(f) || !(bits_of_f32(f) & 0x00400000u) || !half_is_nan(back) || !(back & 0x0200u) ||
-                (back | 0x0200u) != (h | 0x0200u))
+            if (!isnan(f) || !(bits_of_f32(f) & 0x00400000u) || !half_is_nan(back) ||
+                !(back & 0x0200u) || (back | 0x0200u) != (h | 0x0200u))
                 fail_msg("half NaN 0x%04x -> %a -> 0x%04x", h, (double)f, back);
             continue;
         }
         double want = half_val((uint16_t)h);
         if ((double)f != want || !signbit(f) != !signbit(want))
             fail_msg("half 0x%04x -> %a, want %a", h, (double)f, want);
-        if (back != h)
-            fail_msg("half 0x%04x -> %a -> 0x%04x", h, (double)f, back);
+        if (back != h) fail_msg("half 0x%04x -> %a -> 0x%04x", h, (double)f, back);
     }
 }
 
@@ -496,16 +461,15 @@ static void test_bf16_roundtrip_exhaustive(void **state)
         float f = hoop__bf16_to_float((uint16_t)h);
         uint16_t back = hoop__float_to_bf16(f);
         if (bf16_is_nan((uint16_t)h)) {
-            if (!isnan(f) || !(bits_of_f32(f) & 0x00400000u) || !bf16_is_nan(back) || !(back & 0x0040u) ||
-                (back | 0x0040u) != (h | 0x0040u))
+            if (!isnan(f) || !(bits_of_f32(f) & 0x00400000u) || !bf16_is_nan(back) ||
+                !(back & 0x0040u) || (back | 0x0040u) != (h | 0x0040u))
                 fail_msg("bf16 NaN 0x%04x -> %a -> 0x%04x", h, (double)f, back);
             continue;
         }
         double want = bf16_val((uint16_t)h);
         if ((double)f != want || !signbit(f) != !signbit(want))
             fail_msg("bf16 0x%04x -> %a, want %a", h, (double)f, want);
-        if (back != h)
-            fail_msg("bf16 0x%04x -> %a -> 0x%04x", h, (double)f, back);
+        if (back != h) fail_msg("bf16 0x%04x -> %a -> 0x%04x", h, (double)f, back);
     }
 }
 
@@ -517,8 +481,9 @@ static void ties_16bit(int is_half)
     uint32_t inf = is_half ? 0x7c00u : 0x7f80u;
     for (uint32_t h = 0; h < inf; h++) {
         double lo = is_half ? half_val((uint16_t)h) : bf16_val((uint16_t)h);
-        double hi = h + 1 == inf ? (is_half ? 65536.0 : ldexp(1.0, 128))
-                                 : (is_half ? half_val((uint16_t)(h + 1)) : bf16_val((uint16_t)(h + 1)));
+        double hi = h + 1 == inf
+                        ? (is_half ? 65536.0 : ldexp(1.0, 128))
+                        : (is_half ? half_val((uint16_t)(h + 1)) : bf16_val((uint16_t)(h + 1)));
         float mid = (float)((lo + hi) / 2); /* exact: needs one bit more than the format has */
         assert_true((double)mid == (lo + hi) / 2);
         uint32_t even = (h & 1u) ? h + 1 : h;
@@ -530,7 +495,8 @@ static void ties_16bit(int is_half)
             uint16_t gb = is_half ? hoop__float_to_half(bl) : hoop__float_to_bf16(bl);
             uint16_t ga = is_half ? hoop__float_to_half(ab) : hoop__float_to_bf16(ab);
             if (gm != (s | even) || gb != (s | h) || ga != (s | (h + 1)))
-                fail_msg("%s ties near 0x%04x (sign %d): mid %a -> 0x%04x, below -> 0x%04x, above -> 0x%04x",
+                fail_msg("%s ties near 0x%04x (sign %d): mid %a -> 0x%04x, below -> 0x%04x, above "
+                         "-> 0x%04x",
                          is_half ? "half" : "bf16", h, neg, (double)m, gm, gb, ga);
         }
     }
@@ -559,8 +525,8 @@ static void test_half_constructed(void **state)
     const conv_case_t cases[] = {
         {1.0f, 0x3c00},
         {-2.0f, 0xc000},
-        {1.0f + 0x1p-11f, 0x3c00},          /* tie, even is down */
-        {1.0f + 3 * 0x1p-11f, 0x3c02},      /* tie, even is up */
+        {1.0f + 0x1p-11f, 0x3c00},            /* tie, even is down */
+        {1.0f + 3 * 0x1p-11f, 0x3c02},        /* tie, even is up */
         {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01}, /* just past the tie */
         {65504.0f, 0x7bff},
         {65519.0f, 0x7bff},
@@ -569,14 +535,14 @@ static void test_half_constructed(void **state)
         {-1e6f, 0xfc00},
         {INFINITY, 0x7c00},
         {-INFINITY, 0xfc00},
-        {0x1p-14f, 0x0400},                  /* smallest normal */
-        {0x1p-14f - 0x1p-26f, 0x0400},       /* rounds up into the normals */
-        {0x1p-24f, 0x0001},                  /* smallest subnormal */
-        {0x1p-25f, 0x0000},                  /* tie to even zero */
+        {0x1p-14f, 0x0400},            /* smallest normal */
+        {0x1p-14f - 0x1p-26f, 0x0400}, /* rounds up into the normals */
+        {0x1p-24f, 0x0001},            /* smallest subnormal */
+        {0x1p-25f, 0x0000},            /* tie to even zero */
         {0x1p-25f + 0x1p-40f, 0x0001},
-        {3 * 0x1p-25f, 0x0002},              /* tie to even 2 */
-        {5 * 0x1p-25f, 0x0002},              /* tie to even 2 */
-        {0x3ffp-24f, 0x03ff},                /* largest subnormal */
+        {3 * 0x1p-25f, 0x0002}, /* tie to even 2 */
+        {5 * 0x1p-25f, 0x0002}, /* tie to even 2 */
+        {0x3ffp-24f, 0x03ff},   /* largest subnormal */
         {-0x1p-24f, 0x8001},
         {0x1p-30f, 0x0000},
         {-0x1p-30f, 0x8000},
@@ -589,10 +555,12 @@ static void test_half_constructed(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t got = hoop__float_to_half(cases[i].in);
         if (got != cases[i].want)
-            fail_msg("float_to_half(%a) = 0x%04x, want 0x%04x", (double)cases[i].in, got, cases[i].want);
+            fail_msg("float_to_half(%a) = 0x%04x, want 0x%04x", (double)cases[i].in, got,
+                     cases[i].want);
     }
     /* Signalling and payload-only NaNs must stay NaN, never collapse into infinity. */
-    const uint32_t nans[] = {0x7f800001u, 0xff800001u, 0x7fc00000u, 0x7f801fffu, 0x7fffffffu, 0xffc00000u};
+    const uint32_t nans[] = {0x7f800001u, 0xff800001u, 0x7fc00000u,
+                             0x7f801fffu, 0x7fffffffu, 0xffc00000u};
     for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
         uint16_t h = hoop__float_to_half(f32_from_bits(nans[i]));
         assert_true(half_is_nan(h));
@@ -607,8 +575,8 @@ static void test_bf16_constructed(void **state)
     const conv_case_t cases[] = {
         {1.0f, 0x3f80},
         {-2.0f, 0xc000},
-        {1.0f + 0x1p-8f, 0x3f80},           /* tie, even is down */
-        {1.0f + 3 * 0x1p-8f, 0x3f82},       /* tie, even is up */
+        {1.0f + 0x1p-8f, 0x3f80},     /* tie, even is down */
+        {1.0f + 3 * 0x1p-8f, 0x3f82}, /* tie, even is up */
         {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81},
         {f32_from_bits(0x7f7f7fffu), 0x7f7f},
         {f32_from_bits(0x7f7f8000u), 0x7f80}, /* tie at the top rounds to infinity */
@@ -626,7 +594,8 @@ static void test_bf16_constructed(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t got = hoop__float_to_bf16(cases[i].in);
         if (got != cases[i].want)
-            fail_msg("float_to_bf16(%a) = 0x%04x, want 0x%04x", (double)cases[i].in, got, cases[i].want);
+            fail_msg("float_to_bf16(%a) = 0x%04x, want 0x%04x", (double)cases[i].in, got,
+                     cases[i].want);
     }
     const uint32_t nans[] = {0x7f800001u, 0xff800001u, 0x7fc00000u, 0x7f80ffffu, 0x7fffffffu};
     for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
@@ -671,33 +640,34 @@ static void test_half_overflow_subnormal(void **state)
 {
     (void)state;
     const hoop_dtype_t H = HOOP_FLOAT16;
-    assert_int_equal(red16(H, HOOP_SUM, 0x7bff, 0x7bff), 0x7c00);   /* 65504 + 65504 */
-    assert_int_equal(red16(H, HOOP_SUM, 0x7bff, 0x4c00), 0x7c00);   /* 65504 + 16 = 65520: tie to inf */
-    assert_int_equal(red16(H, HOOP_SUM, 0x7bff, 0x4bfc), 0x7bff);   /* 65504 + 15.97 */
+    assert_int_equal(red16(H, HOOP_SUM, 0x7bff, 0x7bff), 0x7c00); /* 65504 + 65504 */
+    assert_int_equal(red16(H, HOOP_SUM, 0x7bff, 0x4c00),
+                     0x7c00); /* 65504 + 16 = 65520: tie to inf */
+    assert_int_equal(red16(H, HOOP_SUM, 0x7bff, 0x4bfc), 0x7bff); /* 65504 + 15.97 */
     assert_int_equal(red16(H, HOOP_SUM, 0xfbff, 0xfbff), 0xfc00);
-    assert_int_equal(red16(H, HOOP_PROD, 0x5c00, 0x5c00), 0x7c00);  /* 256 * 256 */
+    assert_int_equal(red16(H, HOOP_PROD, 0x5c00, 0x5c00), 0x7c00); /* 256 * 256 */
     assert_int_equal(red16(H, HOOP_PROD, 0x5c00, 0xdc00), 0xfc00);
-    assert_int_equal(red16(H, HOOP_SUM, 0x0001, 0x0001), 0x0002);   /* subnormals add exactly */
-    assert_int_equal(red16(H, HOOP_SUM, 0x03ff, 0x0001), 0x0400);   /* into the normals */
-    assert_int_equal(red16(H, HOOP_SUM, 0x0400, 0x8001), 0x03ff);   /* and back out */
-    assert_int_equal(red16(H, HOOP_PROD, 0x0c00, 0x0c00), 0x0001);  /* 2^-12 * 2^-12 = 2^-24 */
-    assert_int_equal(red16(H, HOOP_PROD, 0x0800, 0x0c00), 0x0000);  /* 2^-25: tie to even zero */
-    assert_int_equal(red16(H, HOOP_PROD, 0x0e00, 0x0c00), 0x0002);  /* 1.5 * 2^-24: tie to even 2 */
+    assert_int_equal(red16(H, HOOP_SUM, 0x0001, 0x0001), 0x0002);  /* subnormals add exactly */
+    assert_int_equal(red16(H, HOOP_SUM, 0x03ff, 0x0001), 0x0400);  /* into the normals */
+    assert_int_equal(red16(H, HOOP_SUM, 0x0400, 0x8001), 0x03ff);  /* and back out */
+    assert_int_equal(red16(H, HOOP_PROD, 0x0c00, 0x0c00), 0x0001); /* 2^-12 * 2^-12 = 2^-24 */
+    assert_int_equal(red16(H, HOOP_PROD, 0x0800, 0x0c00), 0x0000); /* 2^-25: tie to even zero */
+    assert_int_equal(red16(H, HOOP_PROD, 0x0e00, 0x0c00), 0x0002); /* 1.5 * 2^-24: tie to even 2 */
     assert_int_equal(red16(H, HOOP_PROD, 0x0e00, 0x8c00), 0x8002);
-    assert_int_equal(red16(H, HOOP_PROD, 0x0a00, 0x0c00), 0x0001);  /* 0.75 * 2^-24 rounds up */
-    assert_int_equal(red16(H, HOOP_PROD, 0x0001, 0x3800), 0x0000);  /* 2^-24 * 0.5: tie to zero */
-    assert_int_equal(red16(H, HOOP_SUM, 0x3c00, 0x1000), 0x3c00);   /* 1 + 2^-11: tie to even */
-    assert_int_equal(red16(H, HOOP_SUM, 0x3c01, 0x1000), 0x3c02);   /* (1 + 2^-10) + 2^-11 */
+    assert_int_equal(red16(H, HOOP_PROD, 0x0a00, 0x0c00), 0x0001); /* 0.75 * 2^-24 rounds up */
+    assert_int_equal(red16(H, HOOP_PROD, 0x0001, 0x3800), 0x0000); /* 2^-24 * 0.5: tie to zero */
+    assert_int_equal(red16(H, HOOP_SUM, 0x3c00, 0x1000), 0x3c00);  /* 1 + 2^-11: tie to even */
+    assert_int_equal(red16(H, HOOP_SUM, 0x3c01, 0x1000), 0x3c02);  /* (1 + 2^-10) + 2^-11 */
     assert_int_equal(red16(H, HOOP_SUM, 0x7c00, 0xfc00) & 0x7e00, 0x7e00); /* inf - inf: NaN */
-    assert_true(half_is_nan(red16(H, HOOP_SUM, 0x7c01, 0x3c00)));   /* signalling NaN stays NaN */
+    assert_true(half_is_nan(red16(H, HOOP_SUM, 0x7c01, 0x3c00))); /* signalling NaN stays NaN */
     assert_true(half_is_nan(red16(H, HOOP_PROD, 0x3c00, 0x7d00)));
 
     const hoop_dtype_t B = HOOP_BFLOAT16;
     assert_int_equal(red16(B, HOOP_SUM, 0x7f7f, 0x7f7f), 0x7f80);
-    assert_int_equal(red16(B, HOOP_PROD, 0x5f80, 0x5f80), 0x7f80);   /* 2^64 * 2^64 */
+    assert_int_equal(red16(B, HOOP_PROD, 0x5f80, 0x5f80), 0x7f80); /* 2^64 * 2^64 */
     assert_int_equal(red16(B, HOOP_SUM, 0x0001, 0x0001), 0x0002);
     assert_int_equal(red16(B, HOOP_SUM, 0x007f, 0x0001), 0x0080);
-    assert_int_equal(red16(B, HOOP_SUM, 0x3f80, 0x3b80), 0x3f80);   /* 1 + 2^-8: tie to even */
+    assert_int_equal(red16(B, HOOP_SUM, 0x3f80, 0x3b80), 0x3f80); /* 1 + 2^-8: tie to even */
     assert_int_equal(red16(B, HOOP_SUM, 0x3f81, 0x3b80), 0x3f82);
     assert_true(bf16_is_nan(red16(B, HOOP_SUM, 0x7f81, 0x3f80)));
 }
@@ -711,12 +681,12 @@ static void test_int_wraparound(void **state)
         uint64_t a, b, want; /* bit patterns, low bytes used */
     } wcase_t;
     const wcase_t cases[] = {
-        {HOOP_INT8, HOOP_SUM, 127, 1, 0x80},              /* 127 + 1 = -128 */
-        {HOOP_INT8, HOOP_SUM, 0x80, 0xff, 0x7f},          /* -128 + -1 = 127 */
-        {HOOP_INT8, HOOP_PROD, 16, 16, 0},                /* 256 */
-        {HOOP_INT8, HOOP_PROD, 0x80, 0xff, 0x80},         /* -128 * -1 = -128 */
-        {HOOP_INT8, HOOP_PROD, 100, 3, 44},               /* 300 - 256 */
-        {HOOP_INT8, HOOP_PROD, 0x9c, 3, 0xd4},            /* -100 * 3 = -300 = -44 */
+        {HOOP_INT8, HOOP_SUM, 127, 1, 0x80},      /* 127 + 1 = -128 */
+        {HOOP_INT8, HOOP_SUM, 0x80, 0xff, 0x7f},  /* -128 + -1 = 127 */
+        {HOOP_INT8, HOOP_PROD, 16, 16, 0},        /* 256 */
+        {HOOP_INT8, HOOP_PROD, 0x80, 0xff, 0x80}, /* -128 * -1 = -128 */
+        {HOOP_INT8, HOOP_PROD, 100, 3, 44},       /* 300 - 256 */
+        {HOOP_INT8, HOOP_PROD, 0x9c, 3, 0xd4},    /* -100 * 3 = -300 = -44 */
         {HOOP_UINT8, HOOP_SUM, 255, 1, 0},
         {HOOP_UINT8, HOOP_SUM, 200, 100, 44},
         {HOOP_UINT8, HOOP_PROD, 255, 255, 1},
@@ -764,8 +734,10 @@ static void test_minmax_nan_inf(void **state)
 {
     (void)state;
     const double pairs[][2] = {
-        {NAN, 1.0}, {1.0, NAN}, {NAN, NAN}, {-INFINITY, 1.0}, {1.0, INFINITY}, {INFINITY, -INFINITY},
-        {INFINITY, NAN}, {NAN, -INFINITY}, {-0.0, 0.0}, {2.0, -3.0},
+        {NAN, 1.0},       {1.0, NAN},       {NAN, NAN},
+        {-INFINITY, 1.0}, {1.0, INFINITY},  {INFINITY, -INFINITY},
+        {INFINITY, NAN},  {NAN, -INFINITY}, {-0.0, 0.0},
+        {2.0, -3.0},
     };
     enum { NP = sizeof pairs / sizeof pairs[0], REP = 5 };
     const hoop_dtype_t fdt[] = {HOOP_FLOAT16, HOOP_BFLOAT16, HOOP_FLOAT32, HOOP_FLOAT64};
@@ -787,7 +759,8 @@ static void test_minmax_nan_inf(void **state)
                 } else {
                     double want = op == HOOP_MIN ? fmin(x, y) : fmax(x, y);
                     if (got != want)
-                        fail_msg("%s %s(%g, %g) = %g, want %g", DNAME[dt], ONAME[op], x, y, got, want);
+                        fail_msg("%s %s(%g, %g) = %g, want %g", DNAME[dt], ONAME[op], x, y, got,
+                                 want);
                 }
             }
         }
@@ -830,16 +803,15 @@ static void test_avg_finish_random(void **state)
             memset(buf, SENTINEL, (N + GUARD) * w);
             fill((hoop_dtype_t)dt, buf, N, &r);
             memcpy(want, buf, (N + GUARD) * w);
-            for (size_t i = 0; i < N; i++)
-                ref_avg((hoop_dtype_t)dt, want, i, divisors[k]);
+            for (size_t i = 0; i < N; i++) ref_avg((hoop_dtype_t)dt, want, i, divisors[k]);
             hoop__reduce_avg_finish(buf, N, (hoop_dtype_t)dt, divisors[k]);
             for (size_t i = 0; i < N; i++) {
                 if (!elem_ok((hoop_dtype_t)dt, HOOP_SUM, buf, want, i)) {
                     char sg[64], sw[64];
                     describe(sg, sizeof sg, (hoop_dtype_t)dt, buf, i);
                     describe(sw, sizeof sw, (hoop_dtype_t)dt, want, i);
-                    fail_msg("%s avg_finish /%d element %zu: got %s, want %s", DNAME[dt], divisors[k], i,
-                             sg, sw);
+                    fail_msg("%s avg_finish /%d element %zu: got %s, want %s", DNAME[dt],
+                             divisors[k], i, sg, sw);
                 }
             }
             assert_memory_equal(buf + N * w, want + N * w, GUARD * w);
@@ -910,10 +882,10 @@ static void test_avg_finish_constructed(void **state)
     {
         uint16_t v[] = {0x3c00, 0xc700, 0x0001, 0x0003, 0x7c00}; /* 1, -7, 2^-24, 3*2^-24, inf */
         hoop__reduce_avg_finish(v, 5, HOOP_FLOAT16, 2);
-        assert_int_equal(v[0], 0x3800);  /* 0.5 */
-        assert_int_equal(v[1], 0xc300);  /* -3.5 */
-        assert_int_equal(v[2], 0x0000);  /* 2^-25: tie to even zero */
-        assert_int_equal(v[3], 0x0002);  /* 1.5 * 2^-24: tie to even 2 */
+        assert_int_equal(v[0], 0x3800); /* 0.5 */
+        assert_int_equal(v[1], 0xc300); /* -3.5 */
+        assert_int_equal(v[2], 0x0000); /* 2^-25: tie to even zero */
+        assert_int_equal(v[3], 0x0002); /* 1.5 * 2^-24: tie to even 2 */
         assert_int_equal(v[4], 0x7c00);
         uint16_t t = 0x3c00;
         hoop__reduce_avg_finish(&t, 1, HOOP_FLOAT16, 3);
@@ -991,7 +963,8 @@ static void test_nan_canonical(void **state)
     const uint16_t hn[] = {0x7c01, 0xfe55, 0x7fff, 0x7c00};
     const uint16_t bn[] = {0x7f81, 0xffc5, 0x7fff, 0x7f80};
     for (size_t i = 0; i < 4; i++) {
-        uint16_t a[2] = {hn[i], 0x3c00}, b[2] = {(uint16_t)(i == 3 ? 0xfc00 : 0x4000), hn[i]}, o16[2];
+        uint16_t a[2] = {hn[i], 0x3c00}, b[2] = {(uint16_t)(i == 3 ? 0xfc00 : 0x4000), hn[i]},
+                 o16[2];
         hoop__reduce(o16, a, b, 2, HOOP_FLOAT16, HOOP_SUM);
         assert_int_equal(o16[0], 0x7e00);
         if (i < 3) assert_int_equal(o16[1], 0x7e00);

@@ -77,7 +77,8 @@ static int free_port(int family)
         sl = sizeof *a;
     }
     int port = -1;
-    if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+    if (bind(fd, (struct sockaddr *)&ss, sl) == 0 &&
+        getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
         port = family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
                                  : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     close(fd);
@@ -254,7 +255,8 @@ static void test_resolve_tcp_and_file(void **state)
     hoop__rdv_t r;
     char err[256];
     /* tcp:// needs neither MASTER_ADDR nor MASTER_PORT. */
-    assert_int_equal(hoop__rdv_resolve("tcp://node1.cluster:1234", 1, 2, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__rdv_resolve("tcp://node1.cluster:1234", 1, 2, &r, err, sizeof err),
+                     HOOP_OK);
     assert_string_equal(r.method, "tcp");
     assert_string_equal(r.host, "node1.cluster");
     assert_int_equal(r.port, 1234);
@@ -265,7 +267,8 @@ static void test_resolve_tcp_and_file(void **state)
     assert_string_equal(r.host, "::1");
     assert_int_equal(r.port, 29500);
 
-    assert_int_equal(hoop__rdv_resolve("tcp://[fe80::1%eth0]:7/", 0, 1, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__rdv_resolve("tcp://[fe80::1%eth0]:7/", 0, 1, &r, err, sizeof err),
+                     HOOP_OK);
     assert_string_equal(r.host, "fe80::1%eth0");
     assert_int_equal(r.port, 7);
 
@@ -275,7 +278,8 @@ static void test_resolve_tcp_and_file(void **state)
 
     setenv("RANK", "1", 1);
     setenv("WORLD_SIZE", "3", 1);
-    assert_int_equal(hoop__rdv_resolve("file:///shared/jobs/42.store", -1, -1, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__rdv_resolve("file:///shared/jobs/42.store", -1, -1, &r, err, sizeof err),
+                     HOOP_OK);
     assert_string_equal(r.method, "file");
     assert_string_equal(r.path, "/shared/jobs/42.store");
     assert_int_equal(r.rank, 1);
@@ -341,8 +345,10 @@ static void test_resolve_errors(void **state)
         {"tcp://h:5", -1, -1, "RANK=;SLURM_PROCID=1x;WORLD_SIZE=2", "SLURM_PROCID"},
         {"tcp://h:5", -1, -1, "RANK=0;WORLD_SIZE=0", "WORLD_SIZE"},
         {"tcp://h:5", -1, -1, "RANK=5;WORLD_SIZE=4", "RANK=5"},
-        {"tcp://h:5", -1, -1, "OMPI_COMM_WORLD_RANK=3;OMPI_COMM_WORLD_SIZE=3", "OMPI_COMM_WORLD_RANK=3"},
-        {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_RANK=2;LOCAL_WORLD_SIZE=2", "LOCAL_RANK=2"},
+        {"tcp://h:5", -1, -1, "OMPI_COMM_WORLD_RANK=3;OMPI_COMM_WORLD_SIZE=3",
+         "OMPI_COMM_WORLD_RANK=3"},
+        {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_RANK=2;LOCAL_WORLD_SIZE=2",
+         "LOCAL_RANK=2"},
         {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_WORLD_SIZE=8", "LOCAL_WORLD_SIZE=8"},
         {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_RANK=one", "LOCAL_RANK"},
     };
@@ -355,8 +361,8 @@ static void test_resolve_errors(void **state)
         hoop_result_t res = hoop__rdv_resolve(c->method, c->rank, c->size, &r, err, sizeof err);
         if (res != HOOP_ERR_INVALID_ARGUMENT || strstr(err, c->expect) == NULL)
             fail_msg("case %zu (%s, %d, %d, %s): got %d \"%s\", want \"%s\"", i,
-                     c->method ? c->method : "NULL", c->rank, c->size, c->env ? c->env : "", (int)res, err,
-                     c->expect);
+                     c->method ? c->method : "NULL", c->rank, c->size, c->env ? c->env : "",
+                     (int)res, err, c->expect);
         /* One sentence: no line breaks, no trailing period doubled, not empty. */
         assert_null(strchr(err, '\n'));
         assert_true(strlen(err) > 20);
@@ -370,7 +376,8 @@ static void test_resolve_errors(void **state)
     }
     clear_env();
     char err[64];
-    assert_int_equal(hoop__rdv_resolve("tcp://h:5", 0, 1, NULL, err, sizeof err), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__rdv_resolve("tcp://h:5", 0, 1, NULL, err, sizeof err),
+                     HOOP_ERR_INVALID_ARGUMENT);
     /* A host name that does not fit. */
     char longm[400];
     memset(longm, 'a', sizeof longm);
@@ -378,7 +385,8 @@ static void test_resolve_errors(void **state)
     memcpy(longm + sizeof longm - 4, ":80", 4);
     hoop__rdv_t r;
     char err2[512];
-    assert_int_equal(hoop__rdv_resolve(longm, 0, 1, &r, err2, sizeof err2), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__rdv_resolve(longm, 0, 1, &r, err2, sizeof err2),
+                     HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err2, "longer than"));
 }
 
@@ -423,14 +431,14 @@ static void test_parse_valid_and_partial(void **state)
     assert_int_equal(hoop__store_parse(NULL, 0, &req), 0);
     /* req may be NULL. */
     assert_int_equal(hoop__store_parse(buf, n, NULL), 19);
-    /* Bounds are inclusive: a key of exactly HOOP_STORE_MAX_KEY bytes is fine. */
-    uint8_t big[9 + HOOP_STORE_MAX_KEY];
-    char key[HOOP_STORE_MAX_KEY];
+    /* Bounds are inclusive: a key of exactly HOOP__STORE_MAX_KEY bytes is fine. */
+    uint8_t big[9 + HOOP__STORE_MAX_KEY];
+    char key[HOOP__STORE_MAX_KEY];
     memset(key, 'k', sizeof key);
-    n = build_req(big, 'G', HOOP_STORE_MAX_KEY, 0, key, NULL);
+    n = build_req(big, 'G', HOOP__STORE_MAX_KEY, 0, key, NULL);
     assert_int_equal(hoop__store_parse(big, n, &req), (long)n);
-    /* A value of exactly HOOP_STORE_MAX_VALUE: the header alone asks for more. */
-    n = build_req(buf, 'S', 1, HOOP_STORE_MAX_VALUE, "k", NULL);
+    /* A value of exactly HOOP__STORE_MAX_VALUE: the header alone asks for more. */
+    n = build_req(buf, 'S', 1, HOOP__STORE_MAX_VALUE, "k", NULL);
     assert_int_equal(hoop__store_parse(buf, 10, &req), 0);
 }
 
@@ -450,12 +458,12 @@ static void test_parse_malformed(void **state)
     /* Key length 0 or over the bound: known once the length is in. */
     build_req(buf, 'G', 0, 0, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 5, &req), -1);
-    build_req(buf, 'S', HOOP_STORE_MAX_KEY + 1, 0, NULL, NULL);
+    build_req(buf, 'S', HOOP__STORE_MAX_KEY + 1, 0, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 5, &req), -1);
     build_req(buf, 'S', 0xffffffffu, 0, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
     /* Value length over the bound. */
-    build_req(buf, 'S', 1, HOOP_STORE_MAX_VALUE + 1, NULL, NULL);
+    build_req(buf, 'S', 1, HOOP__STORE_MAX_VALUE + 1, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
     build_req(buf, 'S', 1, 0xffffffffu, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
@@ -483,11 +491,13 @@ static long parse_reference(const uint8_t *b, size_t len)
     if (len == 0) return 0;
     if (b[0] != 'S' && b[0] != 'G' && b[0] != 'C') return -1;
     if (len < 5) return 0;
-    uint64_t kl = (uint64_t)b[1] | (uint64_t)b[2] << 8 | (uint64_t)b[3] << 16 | (uint64_t)b[4] << 24;
-    if (kl < 1 || kl > HOOP_STORE_MAX_KEY) return -1;
+    uint64_t kl = (uint64_t)b[1] | (uint64_t)b[2] << 8 | (uint64_t)b[3] << 16 |
+                  (uint64_t)b[4] << 24;
+    if (kl < 1 || kl > HOOP__STORE_MAX_KEY) return -1;
     if (len < 9) return 0;
-    uint64_t vl = (uint64_t)b[5] | (uint64_t)b[6] << 8 | (uint64_t)b[7] << 16 | (uint64_t)b[8] << 24;
-    if (vl > HOOP_STORE_MAX_VALUE) return -1;
+    uint64_t vl = (uint64_t)b[5] | (uint64_t)b[6] << 8 | (uint64_t)b[7] << 16 |
+                  (uint64_t)b[8] << 24;
+    if (vl > HOOP__STORE_MAX_VALUE) return -1;
     if (b[0] == 'G' && vl > 0) return -1;
     if (len < 9 + kl + vl) return 0;
     for (uint64_t i = 0; i < kl; i++)
@@ -522,7 +532,8 @@ static void test_parse_random(void **state)
         long got = hoop__store_parse(b, len, &req);
         long want = parse_reference(b, len);
         if (got != want)
-            fail_msg("iteration %d, length %zu: parse gave %ld, reference %ld", iter, len, got, want);
+            fail_msg("iteration %d, length %zu: parse gave %ld, reference %ld", iter, len, got,
+                     want);
         if (got > 0) {
             complete++;
             assert_ptr_equal(req.key, (const char *)b + 9);
@@ -571,7 +582,8 @@ static void *exchange_main(void *arg)
         snprintf(key, sizeof key, "peer/%d/%d", j->rdv.rank, k);
         size_t n = make_value(j->rdv.rank, k, val, sizeof val);
         j->result = hoop__store_set(st, key, val, n);
-        if (j->result != HOOP_OK) snprintf(j->what, sizeof j->what, "set %s: %s", key, hoop__store_error(st));
+        if (j->result != HOOP_OK)
+            snprintf(j->what, sizeof j->what, "set %s: %s", key, hoop__store_error(st));
     }
     for (int r = 0; r < j->nranks && j->result == HOOP_OK; r++) {
         for (int k = 0; k < NKEYS && j->result == HOOP_OK; k++) {
@@ -586,8 +598,9 @@ static void *exchange_main(void *arg)
             size_t n = make_value(r, k, val, sizeof val);
             if (len != n || memcmp(got, val, n) != 0) {
                 j->result = HOOP_ERR_INTERNAL;
-                snprintf(j->what, sizeof j->what, "rank %d read a wrong value for %s (%zu bytes, want %zu)",
-                         j->rdv.rank, key, len, n);
+                snprintf(j->what, sizeof j->what,
+                         "rank %d read a wrong value for %s (%zu bytes, want %zu)", j->rdv.rank,
+                         key, len, n);
             }
         }
     }
@@ -725,20 +738,21 @@ static void test_tcp_get_waits_and_times_out(void **state)
 
     assert_int_equal(hoop__store_set(s1, "", "x", 1), HOOP_ERR_INVALID_ARGUMENT);
     assert_int_equal(hoop__store_set(s1, NULL, "x", 1), HOOP_ERR_INVALID_ARGUMENT);
-    char longkey[HOOP_STORE_MAX_KEY + 2];
+    char longkey[HOOP__STORE_MAX_KEY + 2];
     memset(longkey, 'q', sizeof longkey - 1);
     longkey[sizeof longkey - 1] = '\0';
     assert_int_equal(hoop__store_set(s1, longkey, "x", 1), HOOP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(hoop__store_error(s1), "longer than"));
-    longkey[HOOP_STORE_MAX_KEY] = '\0'; /* exactly the bound: fine */
+    longkey[HOOP__STORE_MAX_KEY] = '\0'; /* exactly the bound: fine */
     assert_int_equal(hoop__store_set(s1, longkey, "y", 1), HOOP_OK);
     assert_int_equal(hoop__store_get(s0, longkey, buf, sizeof buf, &len, 1.0), HOOP_OK);
     assert_int_equal(len, 1);
     assert_int_equal(buf[0], 'y');
     assert_int_equal(hoop__store_set(s1, "k", NULL, 3), HOOP_ERR_INVALID_ARGUMENT);
-    assert_int_equal(hoop__store_set(s1, "k", "x", (size_t)HOOP_STORE_MAX_VALUE + 1),
+    assert_int_equal(hoop__store_set(s1, "k", "x", (size_t)HOOP__STORE_MAX_VALUE + 1),
                      HOOP_ERR_INVALID_ARGUMENT);
-    assert_int_equal(hoop__store_get(s1, "k", buf, sizeof buf, &len, NAN), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__store_get(s1, "k", buf, sizeof buf, &len, NAN),
+                     HOOP_ERR_INVALID_ARGUMENT);
     /* A deadline that has just passed: one look, no wait. */
     const double t2 = now_s();
     assert_int_equal(hoop__store_get(s1, "k", buf, sizeof buf, &len, -0.5), HOOP_ERR_TIMEOUT);
@@ -746,17 +760,17 @@ static void test_tcp_get_waits_and_times_out(void **state)
     assert_true(now_s() - t2 < 0.5);
 
     /* The largest value goes through whole, and the connection stays in step after a short read. */
-    uint8_t *big = malloc(HOOP_STORE_MAX_VALUE), *back = malloc(HOOP_STORE_MAX_VALUE);
+    uint8_t *big = malloc(HOOP__STORE_MAX_VALUE), *back = malloc(HOOP__STORE_MAX_VALUE);
     assert_non_null(big);
     assert_non_null(back);
-    for (size_t i = 0; i < HOOP_STORE_MAX_VALUE; i++) big[i] = (uint8_t)(i * 7 + (i >> 11));
-    assert_int_equal(hoop__store_set(s1, "big", big, HOOP_STORE_MAX_VALUE), HOOP_OK);
+    for (size_t i = 0; i < HOOP__STORE_MAX_VALUE; i++) big[i] = (uint8_t)(i * 7 + (i >> 11));
+    assert_int_equal(hoop__store_set(s1, "big", big, HOOP__STORE_MAX_VALUE), HOOP_OK);
     assert_int_equal(hoop__store_get(s0, "big", buf, 10, &len, 2.0), HOOP_OK);
-    assert_int_equal(len, HOOP_STORE_MAX_VALUE);
+    assert_int_equal(len, HOOP__STORE_MAX_VALUE);
     assert_memory_equal(buf, big, 10);
-    assert_int_equal(hoop__store_get(s0, "big", back, HOOP_STORE_MAX_VALUE, &len, 2.0), HOOP_OK);
-    assert_int_equal(len, HOOP_STORE_MAX_VALUE);
-    assert_memory_equal(back, big, HOOP_STORE_MAX_VALUE);
+    assert_int_equal(hoop__store_get(s0, "big", back, HOOP__STORE_MAX_VALUE, &len, 2.0), HOOP_OK);
+    assert_int_equal(len, HOOP__STORE_MAX_VALUE);
+    assert_memory_equal(back, big, HOOP__STORE_MAX_VALUE);
     free(big);
     free(back);
 
@@ -772,7 +786,8 @@ static void test_tcp_late_starters(void **state)
 {
     (void)state;
     int port = free_port(AF_INET);
-    client_job_t early = {.rdv = tcp_rdv("127.0.0.1", port, 1, 3), .nranks = 1, .open_timeout = 5.0};
+    client_job_t early = {
+        .rdv = tcp_rdv("127.0.0.1", port, 1, 3), .nranks = 1, .open_timeout = 5.0};
     pthread_t th_early, th_late;
     assert_int_equal(pthread_create(&th_early, NULL, exchange_main, &early), 0);
     sleep_ms(500); /* the client is retrying against a closed port */
@@ -791,8 +806,10 @@ static void test_tcp_late_starters(void **state)
     pthread_join(th_early, NULL);
     if (early.result != HOOP_OK) fail_msg("early client: %s", early.what);
 
-    client_job_t late = {
-        .rdv = tcp_rdv("127.0.0.1", port, 2, 3), .nranks = 2, .open_timeout = 2.0, .delay_ms = 1000};
+    client_job_t late = {.rdv = tcp_rdv("127.0.0.1", port, 2, 3),
+                         .nranks = 2,
+                         .open_timeout = 2.0,
+                         .delay_ms = 1000};
     assert_int_equal(pthread_create(&th_late, NULL, exchange_main, &late), 0);
     pthread_join(th_late, NULL);
     if (late.result != HOOP_OK) fail_msg("late client: %s", late.what);
@@ -815,7 +832,8 @@ static void test_tcp_nothing_listens(void **state)
     assert_true(took >= 0.5);
     assert_true(took < 1.5);
     char want[128];
-    snprintf(want, sizeof want, "could not reach the rendezvous store at 127.0.0.1:%d after 0.5 s (", port);
+    snprintf(want, sizeof want,
+             "could not reach the rendezvous store at 127.0.0.1:%d after 0.5 s (", port);
     if (strstr(err, want) == NULL || strstr(err, "refused") == NULL) fail_msg("message: %s", err);
 }
 
@@ -843,7 +861,8 @@ static void test_tcp_port_in_use(void **state)
     assert_null(st);
     char want[160];
     snprintf(want, sizeof want,
-             "port %d on 127.0.0.1 is already in use (is another job running? set MASTER_PORT)", port);
+             "port %d on 127.0.0.1 is already in use (is another job running? set MASTER_PORT)",
+             port);
     assert_string_equal(err, want);
     close(fd);
 
@@ -855,7 +874,8 @@ static void test_tcp_port_in_use(void **state)
     hoop__rdv_t bad = tcp_rdv("no-such-host.invalid", port, 1, 2);
     const double t1 = now_s();
     hoop_result_t r = hoop__store_open(&bad, 1.0, NULL, &st, err, sizeof err);
-    assert_true(r == HOOP_ERR_SYSTEM || r == HOOP_ERR_TIMEOUT); /* TIMEOUT where no resolver answers */
+    assert_true(r == HOOP_ERR_SYSTEM ||
+                r == HOOP_ERR_TIMEOUT); /* TIMEOUT where no resolver answers */
     if (r == HOOP_ERR_SYSTEM) {
         assert_true(now_s() - t1 < 0.9);
         assert_non_null(strstr(err, "no-such-host.invalid"));
@@ -923,7 +943,7 @@ static void test_tcp_malformed_client(void **state)
     assert_true(lfd >= 0);
     close(lfd);
     hoop__log_t log;
-    hoop__log_open(&log, HOOP_LOG_WARN, logpath, 0);
+    hoop__log_open(&log, HOOP__LOG_WARN, logpath, 0);
 
     int port = free_port(AF_INET);
     hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
@@ -937,9 +957,9 @@ static void test_tcp_malformed_client(void **state)
     const size_t lens[3] = {1, 5, 9};
     build_req(req, 'Q', 1, 0, NULL, NULL);
     uint8_t req2[16];
-    build_req(req2, 'S', HOOP_STORE_MAX_KEY + 1, 0, NULL, NULL);
+    build_req(req2, 'S', HOOP__STORE_MAX_KEY + 1, 0, NULL, NULL);
     uint8_t req3[16];
-    build_req(req3, 'S', 4, HOOP_STORE_MAX_VALUE + 1, NULL, NULL);
+    build_req(req3, 'S', 4, HOOP__STORE_MAX_VALUE + 1, NULL, NULL);
     const uint8_t *reqs[3] = {req, req2, req3};
     for (int i = 0; i < 3; i++) {
         int fd = raw_connect(port);
@@ -1091,7 +1111,8 @@ static void claim_once(hoop__rdv_t (*mk)(const char *, int, int, int, const char
     }
     char winner[64];
     size_t len = 0;
-    assert_int_equal(hoop__store_get(s0, "hoop/rank/1", winner, sizeof winner - 1, &len, 5.0), HOOP_OK);
+    assert_int_equal(hoop__store_get(s0, "hoop/rank/1", winner, sizeof winner - 1, &len, 5.0),
+                     HOOP_OK);
     winner[len] = '\0';
     assert_int_equal(hoop__store_set(s0, "done", "1", 1), HOOP_OK);
     int won = 0;
@@ -1175,15 +1196,15 @@ static void test_file_exchange(void **state)
     wait_all_done(s0, 1, NCLIENTS);
 
     /* Keys that are not file names: they stay inside PATH.d and come back unchanged. */
-    char k256[HOOP_STORE_MAX_KEY + 1];
-    memset(k256, '/', HOOP_STORE_MAX_KEY);
-    k256[HOOP_STORE_MAX_KEY] = '\0';
-    char kdots[HOOP_STORE_MAX_KEY + 1];
-    memset(kdots, '.', HOOP_STORE_MAX_KEY);
-    kdots[HOOP_STORE_MAX_KEY] = '\0';
-    char kplain[HOOP_STORE_MAX_KEY + 1];
-    memset(kplain, 'p', HOOP_STORE_MAX_KEY);
-    kplain[HOOP_STORE_MAX_KEY] = '\0';
+    char k256[HOOP__STORE_MAX_KEY + 1];
+    memset(k256, '/', HOOP__STORE_MAX_KEY);
+    k256[HOOP__STORE_MAX_KEY] = '\0';
+    char kdots[HOOP__STORE_MAX_KEY + 1];
+    memset(kdots, '.', HOOP__STORE_MAX_KEY);
+    kdots[HOOP__STORE_MAX_KEY] = '\0';
+    char kplain[HOOP__STORE_MAX_KEY + 1];
+    memset(kplain, 'p', HOOP__STORE_MAX_KEY);
+    kplain[HOOP__STORE_MAX_KEY] = '\0';
     char kprefix[201]; /* a prefix of kplain that ends exactly where a long name is split */
     memset(kprefix, 'p', 200);
     kprefix[200] = '\0';
@@ -1344,10 +1365,13 @@ static void test_file_open_errors(void **state)
     /* Bad rendezvous descriptions. */
     hoop__rdv_t bad = file_rdv(path, 0, 1);
     snprintf(bad.method, sizeof bad.method, "udp");
-    assert_int_equal(hoop__store_open(&bad, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__store_open(&bad, 1.0, NULL, &st, err, sizeof err),
+                     HOOP_ERR_INVALID_ARGUMENT);
     bad = tcp_rdv("127.0.0.1", 0, 0, 1);
-    assert_int_equal(hoop__store_open(&bad, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_INVALID_ARGUMENT);
-    assert_int_equal(hoop__store_open(NULL, 1.0, NULL, &st, err, sizeof err), HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__store_open(&bad, 1.0, NULL, &st, err, sizeof err),
+                     HOOP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hoop__store_open(NULL, 1.0, NULL, &st, err, sizeof err),
+                     HOOP_ERR_INVALID_ARGUMENT);
     /* NULL handles are harmless. */
     hoop__store_close(NULL);
     assert_string_equal(hoop__store_error(NULL), "");

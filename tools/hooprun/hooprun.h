@@ -20,18 +20,18 @@
 #include <sys/types.h>
 
 enum {
-    LINE_CAP = 64 * 1024,       /* longest line kept whole; longer ones are split */
-    SINK_CAP = 2 * LINE_CAP,    /* one prefixed line always fits after a flush */
+    LINE_CAP = 64 * 1024,    /* longest line kept whole; longer ones are split */
+    SINK_CAP = 2 * LINE_CAP, /* one prefixed line always fits after a flush */
     MAX_NPROC = 4096,
-    GRACE_MS = 3000,            /* SIGTERM -> SIGKILL */
-    KILL_WAIT_MS = 5000,        /* after SIGKILL, how long to wait for the kernel to reap */
-    EXEC_WAIT_MS = 10000,       /* fork -> exec */
-    DRAIN_MS = 2000,            /* after the last rank exits, for output still in the pipes */
-    WRITE_STALL_MS = 30000,     /* our own stdout/stderr refusing data */
+    GRACE_MS = 3000,        /* SIGTERM -> SIGKILL */
+    KILL_WAIT_MS = 5000,    /* after SIGKILL, how long to wait for the kernel to reap */
+    EXEC_WAIT_MS = 10000,   /* fork -> exec */
+    DRAIN_MS = 2000,        /* after the last rank exits, for output still in the pipes */
+    WRITE_STALL_MS = 30000, /* our own stdout/stderr refusing data */
     POLL_CAP_MS = 1000,
-    PORT_WAIT_MS = 10000,       /* before a restart, for a given master port to be free again */
+    PORT_WAIT_MS = 10000, /* before a restart, for a given master port to be free again */
     MAX_RESTARTS = 1000000,
-    READS_PER_ROUND = 8,        /* fairness between chatty and quiet ranks */
+    READS_PER_ROUND = 8, /* fairness between chatty and quiet ranks */
 };
 
 /* ---- options.c ---------------------------------------------------------------------------- */
@@ -60,14 +60,14 @@ int parse_args(int argc, char **argv, struct opts *o);
 /* One of our own output streams. Whole lines are appended, so ranks never interleave mid-line. */
 struct sink {
     int fd;
-    bool broken;  /* the reader went away: output is dropped, the job goes on */
+    bool broken; /* the reader went away: output is dropped, the job goes on */
     size_t len;
     char buf[SINK_CAP];
 };
 
 /* One pipe from a rank (its stdout or its stderr). */
 struct stream {
-    int fd;  /* -1 once closed */
+    int fd; /* -1 once closed */
     struct sink *sink;
     const char *prefix;
     size_t plen;
@@ -107,24 +107,24 @@ struct job {
     int sigfd;
     int devnull;
     sigset_t orig_mask;
-    sigset_t forward;  /* forwarded signals that were not ignored when we started */
+    sigset_t forward; /* forwarded signals that were not ignored when we started */
     struct sigaction orig_chld;
     struct rlimit orig_nofile;
     bool nofile_raised;
     enum phase phase;
     int64_t phase_deadline;
-    int64_t timeout_deadline;  /* -1: none */
-    bool ending;               /* a failure, a timeout or a start error decided the status */
+    int64_t timeout_deadline; /* -1: none */
+    bool ending;              /* a failure, a timeout or a start error decided the status */
     int status;
-    int failed_rank;           /* the rank whose failure ended this attempt; -1: none */
+    int failed_rank; /* the rank whose failure ended this attempt; -1: none */
     bool timed_out;
-    bool interrupted;          /* a signal came to us: the user wants the job over */
-    long restart;              /* restarts made so far */
-    char master_port[8];       /* of this attempt */
+    bool interrupted;    /* a signal came to us: the user wants the job over */
+    long restart;        /* restarts made so far */
+    char master_port[8]; /* of this attempt */
     struct sink *out, *err;
-    bool strip_auth;           /* leave HOOP_AUTH_KEY(_FILE) of our environment out of the ranks' */
-    char *auth_env;            /* "HOOP_AUTH_KEY=<64 hex digits>" made for this job, or NULL */
-    char job_env[64];          /* "HOOP_JOB_ID=hooprun-<16 hex digits>", or "" */
+    bool strip_auth;  /* leave HOOP_AUTH_KEY(_FILE) of our environment out of the ranks' */
+    char *auth_env;   /* "HOOP_AUTH_KEY=<64 hex digits>" made for this job, or NULL */
+    char job_env[64]; /* "HOOP_JOB_ID=hooprun-<16 hex digits>", or "" */
 };
 
 /* ---- spawn.c ------------------------------------------------------------------------------ */

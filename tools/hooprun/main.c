@@ -24,25 +24,26 @@ int main(int argc, char **argv)
 {
     /* With 0, 1 or 2 closed, a pipe could land there and be clobbered by the child's dup2. */
     for (int fd = 0; fd <= 2; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd)
-            return 1;
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) return 1;
 
     struct opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc >= 0)
-        return rc;
+    if (rc >= 0) return rc;
 
     int status = 1;
     char *prog_path = resolve_program(o.prog_argv[0], &status);
-    if (prog_path == NULL)
-        return status;
+    if (prog_path == NULL) return status;
     if (!o.port_given && !find_free_port(o.master_addr, o.master_port)) {
         free(prog_path);
         return 1;
     }
 
-    struct job j = { .o = &o, .prog_path = prog_path, .sigfd = -1, .devnull = -1,
-                     .timeout_deadline = -1, .failed_rank = -1 };
+    struct job j = {.o = &o,
+                    .prog_path = prog_path,
+                    .sigfd = -1,
+                    .devnull = -1,
+                    .timeout_deadline = -1,
+                    .failed_rank = -1};
     j.ranks = calloc((size_t)o.nproc, sizeof *j.ranks);
     j.out = malloc(sizeof *j.out);
     j.err = malloc(sizeof *j.err);
@@ -85,14 +86,14 @@ int main(int argc, char **argv)
         rlim_t need = (rlim_t)o.nproc * 3 + 64;
         if (j.orig_nofile.rlim_cur != RLIM_INFINITY && j.orig_nofile.rlim_cur < need) {
             struct rlimit raised = j.orig_nofile;
-            raised.rlim_cur = j.orig_nofile.rlim_max == RLIM_INFINITY || j.orig_nofile.rlim_max > need
+            raised.rlim_cur = j.orig_nofile.rlim_max == RLIM_INFINITY ||
+                                      j.orig_nofile.rlim_max > need
                                   ? need
                                   : j.orig_nofile.rlim_max;
             j.nofile_raised = setrlimit(RLIMIT_NOFILE, &raised) == 0;
         }
     }
-    if (o.has_timeout)
-        j.timeout_deadline = now_ms() + (int64_t)(o.timeout_s * 1000.0 + 0.999);
+    if (o.has_timeout) j.timeout_deadline = now_ms() + (int64_t)(o.timeout_s * 1000.0 + 0.999);
 
     for (;;) {
         for (int local = 0; local < o.nproc; local++) {
@@ -113,10 +114,8 @@ out:
         explicit_bzero(j.auth_env, strlen(j.auth_env));
         free(j.auth_env);
     }
-    if (j.sigfd >= 0)
-        close(j.sigfd);
-    if (j.devnull >= 0)
-        close(j.devnull);
+    if (j.sigfd >= 0) close(j.sigfd);
+    if (j.devnull >= 0) close(j.devnull);
     free(j.ranks);
     free(j.out);
     free(j.err);

@@ -13,46 +13,48 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: hooprun [options] -n N PROGRAM [ARGS...]\n"
-          "\n"
-          "Start N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
-          "GROUP_RANK, GROUP_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT set as torchrun\n"
-          "sets them, and HOOP_LAUNCHER=hooprun.\n"
-          "\n"
-          "options:\n"
-          "  -n, --nproc-per-node N  ranks to start on this node (required)\n"
-          "  --nnodes M              nodes in the job (default 1)\n"
-          "  --node-rank K           index of this node, 0..M-1 (default 0)\n"
-          "  --master-addr A         address of the node of rank 0 (default 127.0.0.1)\n"
-          "  --master-port P         port on the master (default: a free port; required if M > 1)\n"
-          "  --max-restarts N        times to restart all ranks after a failure (default 0)\n"
-          "  --timeout S             stop the job after S seconds, restarts included, and exit\n"
-          "                          with status 124\n"
-          "  --no-prefix             do not prefix output lines with \"[RANK] \"\n"
-          "  --no-auth               no authentication key: the ranks get neither HOOP_AUTH_KEY nor\n"
-          "                          HOOP_AUTH_KEY_FILE, and their connections are not authenticated\n"
-          "  -h, --help              show this help and exit\n"
-          "  --version               show the version and exit\n"
-          "\n"
-          "Options end at PROGRAM or after \"--\". The standard input of the ranks is /dev/null.\n"
-          "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank. When a rank fails the\n"
-          "others get SIGTERM, then SIGKILL after 3 s.\n"
-          "\n"
-          "Unless HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE is set (then it is passed on as it is), a\n"
-          "single-node job gets a fresh random key in HOOP_AUTH_KEY, so that every connection\n"
-          "between its ranks proves that it belongs to the job. With --nnodes > 1 the nodes cannot\n"
-          "share such a key: set the same HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE on every node.\n"
-          "\n"
-          "With --max-restarts, once the ranks of a failed attempt are gone all ranks start again\n"
-          "with a fresh rendezvous: a new free MASTER_PORT (a given --master-port is kept, after\n"
-          "waiting up to 10 s for it to be free), and HOOP_RESTART_COUNT and\n"
-          "TORCHELASTIC_RESTART_COUNT set to the number of restarts so far (0 at first). A job\n"
-          "stopped by a signal to hooprun, or by --timeout, is not restarted.\n"
-          "\n"
-          "exit status: 0 if every rank of the last attempt exits 0; else the status of the first\n"
-          "rank that failed in the last attempt (128+S if it was killed by signal S); 124 on\n"
-          "timeout; 126 or 127 if PROGRAM cannot be run; 2 on bad usage.\n",
-          f);
+    fputs(
+        "usage: hooprun [options] -n N PROGRAM [ARGS...]\n"
+        "\n"
+        "Start N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+        "GROUP_RANK, GROUP_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT set as torchrun\n"
+        "sets them, and HOOP_LAUNCHER=hooprun.\n"
+        "\n"
+        "options:\n"
+        "  -n, --nproc-per-node N  ranks to start on this node (required)\n"
+        "  --nnodes M              nodes in the job (default 1)\n"
+        "  --node-rank K           index of this node, 0..M-1 (default 0)\n"
+        "  --master-addr A         address of the node of rank 0 (default 127.0.0.1)\n"
+        "  --master-port P         port on the master (default: a free port; required if M > 1)\n"
+        "  --max-restarts N        times to restart all ranks after a failure (default 0)\n"
+        "  --timeout S             stop the job after S seconds, restarts included, and exit\n"
+        "                          with status 124\n"
+        "  --no-prefix             do not prefix output lines with \"[RANK] \"\n"
+        "  --no-auth               no authentication key: the ranks get neither HOOP_AUTH_KEY nor\n"
+        "                          HOOP_AUTH_KEY_FILE, and their connections are not "
+        "authenticated\n"
+        "  -h, --help              show this help and exit\n"
+        "  --version               show the version and exit\n"
+        "\n"
+        "Options end at PROGRAM or after \"--\". The standard input of the ranks is /dev/null.\n"
+        "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank. When a rank fails the\n"
+        "others get SIGTERM, then SIGKILL after 3 s.\n"
+        "\n"
+        "Unless HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE is set (then it is passed on as it is), a\n"
+        "single-node job gets a fresh random key in HOOP_AUTH_KEY, so that every connection\n"
+        "between its ranks proves that it belongs to the job. With --nnodes > 1 the nodes cannot\n"
+        "share such a key: set the same HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE on every node.\n"
+        "\n"
+        "With --max-restarts, once the ranks of a failed attempt are gone all ranks start again\n"
+        "with a fresh rendezvous: a new free MASTER_PORT (a given --master-port is kept, after\n"
+        "waiting up to 10 s for it to be free), and HOOP_RESTART_COUNT and\n"
+        "TORCHELASTIC_RESTART_COUNT set to the number of restarts so far (0 at first). A job\n"
+        "stopped by a signal to hooprun, or by --timeout, is not restarted.\n"
+        "\n"
+        "exit status: 0 if every rank of the last attempt exits 0; else the status of the first\n"
+        "rank that failed in the last attempt (128+S if it was killed by signal S); 124 on\n"
+        "timeout; 126 or 127 if PROGRAM cannot be run; 2 on bad usage.\n",
+        f);
 }
 
 static int usage_error(const char *fmt, ...)
@@ -69,13 +71,11 @@ static int usage_error(const char *fmt, ...)
 
 static bool parse_long(const char *s, long min, long max, long *out)
 {
-    if (s == NULL || *s == '\0')
-        return false;
+    if (s == NULL || *s == '\0') return false;
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        return false;
+    if (errno != 0 || *end != '\0' || v < min || v > max) return false;
     *out = v;
     return true;
 }
@@ -83,20 +83,18 @@ static bool parse_long(const char *s, long min, long max, long *out)
 /* Option names compare with '_' and '-' equivalent, so torchrun spellings (--nproc_per_node) work. */
 static bool opt_is(const char *name, size_t len, const char *want)
 {
-    if (strlen(want) != len)
-        return false;
+    if (strlen(want) != len) return false;
     for (size_t i = 0; i < len; i++) {
         char c = name[i] == '_' ? '-' : name[i];
-        if (c != want[i])
-            return false;
+        if (c != want[i]) return false;
     }
     return true;
 }
 
 int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){ .nproc = -1, .nnodes = 1, .node_rank = 0, .master_addr = "127.0.0.1",
-                        .prefix = true };
+    *o = (struct opts){
+        .nproc = -1, .nnodes = 1, .node_rank = 0, .master_addr = "127.0.0.1", .prefix = true};
     bool have_nproc = false;
     int i = 1;
     while (i < argc) {
@@ -105,8 +103,7 @@ int parse_args(int argc, char **argv, struct opts *o)
             i++;
             break;
         }
-        if (a[0] != '-' || a[1] == '\0')
-            break;
+        if (a[0] != '-' || a[1] == '\0') break;
 
         const char *name, *val = NULL;
         size_t nlen;
@@ -129,8 +126,20 @@ int parse_args(int argc, char **argv, struct opts *o)
             }
         }
 
-        enum { O_NPROC, O_NNODES, O_NODE_RANK, O_ADDR, O_PORT, O_RESTARTS, O_TIMEOUT, O_NOPREFIX,
-               O_NOAUTH, O_HELP, O_VERSION, O_UNKNOWN } id = O_UNKNOWN;
+        enum {
+            O_NPROC,
+            O_NNODES,
+            O_NODE_RANK,
+            O_ADDR,
+            O_PORT,
+            O_RESTARTS,
+            O_TIMEOUT,
+            O_NOPREFIX,
+            O_NOAUTH,
+            O_HELP,
+            O_VERSION,
+            O_UNKNOWN
+        } id = O_UNKNOWN;
         bool is_short = a[1] != '-';
         if (is_short) {
             if (name[0] == 'n')
@@ -142,23 +151,20 @@ int parse_args(int argc, char **argv, struct opts *o)
                 const char *name;
                 int id;
             } longs[] = {{"nproc-per-node", O_NPROC}, {"nnodes", O_NNODES},
-                         {"node-rank", O_NODE_RANK},   {"master-addr", O_ADDR},
-                         {"master-port", O_PORT},      {"max-restarts", O_RESTARTS},
-                         {"timeout", O_TIMEOUT},       {"no-prefix", O_NOPREFIX},
-                         {"no-auth", O_NOAUTH},        {"help", O_HELP},
+                         {"node-rank", O_NODE_RANK},  {"master-addr", O_ADDR},
+                         {"master-port", O_PORT},     {"max-restarts", O_RESTARTS},
+                         {"timeout", O_TIMEOUT},      {"no-prefix", O_NOPREFIX},
+                         {"no-auth", O_NOAUTH},       {"help", O_HELP},
                          {"version", O_VERSION}};
             for (size_t k = 0; k < sizeof(longs) / sizeof(longs[0]); k++)
                 if (opt_is(name, nlen, longs[k].name)) id = longs[k].id;
         }
-        if (id == O_UNKNOWN)
-            return usage_error("unknown option '%s'", a);
+        if (id == O_UNKNOWN) return usage_error("unknown option '%s'", a);
 
         bool takes_value = id != O_NOPREFIX && id != O_NOAUTH && id != O_HELP && id != O_VERSION;
-        if (!takes_value && inline_val)
-            return usage_error("option '%s' takes no value", a);
+        if (!takes_value && inline_val) return usage_error("option '%s' takes no value", a);
         if (takes_value && !inline_val) {
-            if (i + 1 >= argc)
-                return usage_error("option '%s' needs a value", a);
+            if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
             val = argv[++i];
         }
         i++;
@@ -183,8 +189,7 @@ int parse_args(int argc, char **argv, struct opts *o)
             o->node_rank = v;
             break;
         case O_ADDR:
-            if (*val == '\0')
-                return usage_error("empty master address");
+            if (*val == '\0') return usage_error("empty master address");
             o->master_addr = val;
             break;
         case O_PORT:
@@ -209,33 +214,23 @@ int parse_args(int argc, char **argv, struct opts *o)
             o->has_timeout = true;
             break;
         }
-        case O_NOPREFIX:
-            o->prefix = false;
-            break;
-        case O_NOAUTH:
-            o->no_auth = true;
-            break;
-        case O_HELP:
-            usage(stdout);
-            return 0;
-        case O_VERSION:
-            printf("hooprun (hoop) %s\n", HOOP_VERSION_STRING);
-            return 0;
-        case O_UNKNOWN:
-            break;
+        case O_NOPREFIX: o->prefix = false; break;
+        case O_NOAUTH: o->no_auth = true; break;
+        case O_HELP: usage(stdout); return 0;
+        case O_VERSION: printf("hooprun (hoop) %s\n", HOOP_VERSION_STRING); return 0;
+        case O_UNKNOWN: break;
         }
     }
 
     if (!have_nproc)
         return usage_error("the number of processes is required (-n N or --nproc-per-node N)");
-    if (i >= argc)
-        return usage_error("no program to run");
+    if (i >= argc) return usage_error("no program to run");
     if (o->node_rank >= o->nnodes)
-        return usage_error("node rank %ld is out of range for %ld node(s)", o->node_rank, o->nnodes);
+        return usage_error("node rank %ld is out of range for %ld node(s)", o->node_rank,
+                           o->nnodes);
     if (o->nnodes > 1 && !o->port_given)
         return usage_error("--master-port is required when --nnodes is more than 1");
-    if (o->nnodes * o->nproc > INT_MAX)
-        return usage_error("job too large");
+    if (o->nnodes * o->nproc > INT_MAX) return usage_error("job too large");
     o->prog_argv = argv + i;
     return -1;
 }

@@ -29,13 +29,12 @@ void sink_flush(struct sink *s)
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             /* Our stdout may be non-blocking when shared with another program. */
             int64_t t = now_ms();
-            if (stall_start < 0)
-                stall_start = t;
+            if (stall_start < 0) stall_start = t;
             if (t - stall_start > WRITE_STALL_MS) {
                 s->broken = true;
                 break;
             }
-            struct pollfd p = { .fd = s->fd, .events = POLLOUT };
+            struct pollfd p = {.fd = s->fd, .events = POLLOUT};
             (void)poll(&p, 1, 100);
         } else {
             s->broken = true;
@@ -45,20 +44,18 @@ void sink_flush(struct sink *s)
 }
 
 void sink_put(struct sink *s, const char *prefix, size_t plen, const char *data, size_t dlen,
-                     bool add_newline)
+              bool add_newline)
 {
     size_t need = plen + dlen + (add_newline ? 1 : 0);
-    if (s->len + need > SINK_CAP)
-        sink_flush(s);
-    if (need > SINK_CAP) {  /* cannot happen with LINE_CAP lines; keep the bound anyway */
+    if (s->len + need > SINK_CAP) sink_flush(s);
+    if (need > SINK_CAP) { /* cannot happen with LINE_CAP lines; keep the bound anyway */
         dlen = SINK_CAP - plen - 1;
         add_newline = true;
     }
     memcpy(s->buf + s->len, prefix, plen);
     memcpy(s->buf + s->len + plen, data, dlen);
     s->len += plen + dlen;
-    if (add_newline)
-        s->buf[s->len++] = '\n';
+    if (add_newline) s->buf[s->len++] = '\n';
 }
 
 void say(struct sink *err, const char *fmt, ...)
@@ -68,8 +65,7 @@ void say(struct sink *err, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
+    if (n < 0) return;
     size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
     sink_put(err, "hooprun: ", 9, line, len, true);
     sink_flush(err);
@@ -77,7 +73,7 @@ void say(struct sink *err, const char *fmt, ...)
 
 void stream_init(struct stream *st, int fd, struct sink *sink, const char *prefix, size_t plen)
 {
-    *st = (struct stream){ .fd = fd, .sink = sink, .prefix = prefix, .plen = plen };
+    *st = (struct stream){.fd = fd, .sink = sink, .prefix = prefix, .plen = plen};
 }
 
 static void stream_emit_lines(struct stream *st)
@@ -99,9 +95,8 @@ static void stream_emit_lines(struct stream *st)
 
 void stream_close(struct stream *st)
 {
-    if (st->fd < 0)
-        return;
-    if (st->len > 0)  /* a last line without its newline */
+    if (st->fd < 0) return;
+    if (st->len > 0) /* a last line without its newline */
         sink_put(st->sink, st->prefix, st->plen, st->buf, st->len, true);
     st->len = st->scanned = 0;
     close(st->fd);
@@ -118,8 +113,7 @@ bool stream_pump(struct stream *st, int max_reads)
             if (st->cap < LINE_CAP) {
                 size_t ncap = st->cap ? st->cap * 2 : 4096;
                 char *nb = realloc(st->buf, ncap);
-                if (nb == NULL)
-                    return false;
+                if (nb == NULL) return false;
                 st->buf = nb;
                 st->cap = ncap;
             } else {

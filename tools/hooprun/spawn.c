@@ -53,8 +53,7 @@ char *resolve_program(const char *prog, int *status)
 {
     int err = ENOENT;
     if (strchr(prog, '/') != NULL) {
-        if (is_exec_file(prog, &err))
-            return strdup(prog);
+        if (is_exec_file(prog, &err)) return strdup(prog);
         fprintf(stderr, "hooprun: cannot run '%s': %s\n", prog, strerror(err));
         *status = err == ENOENT || err == ENOTDIR ? 127 : 126;
         return NULL;
@@ -67,14 +66,13 @@ char *resolve_program(const char *prog, int *status)
         path = n > 0 && n <= sizeof defpath ? defpath : "/bin:/usr/bin";
     }
     size_t plen = strlen(prog);
-    int found_err = 0;  /* a match that exists but cannot be executed */
+    int found_err = 0; /* a match that exists but cannot be executed */
     for (const char *p = path;; p++) {
         const char *end = strchr(p, ':');
         size_t dlen = end ? (size_t)(end - p) : strlen(p);
         /* An empty entry means the current directory. */
         const char *dir = dlen ? p : ".";
-        if (!dlen)
-            dlen = 1;
+        if (!dlen) dlen = 1;
         char *cand = malloc(dlen + 1 + plen + 1);
         if (cand == NULL) {
             fprintf(stderr, "hooprun: out of memory\n");
@@ -84,13 +82,10 @@ char *resolve_program(const char *prog, int *status)
         memcpy(cand, dir, dlen);
         cand[dlen] = '/';
         memcpy(cand + dlen + 1, prog, plen + 1);
-        if (is_exec_file(cand, &err))
-            return cand;
+        if (is_exec_file(cand, &err)) return cand;
         free(cand);
-        if (err != ENOENT && err != ENOTDIR && found_err == 0)
-            found_err = err;
-        if (end == NULL)
-            break;
+        if (err != ENOENT && err != ENOTDIR && found_err == 0) found_err = err;
+        if (end == NULL) break;
         p = end;
     }
     if (found_err != 0) {
@@ -105,8 +100,9 @@ char *resolve_program(const char *prog, int *status)
 
 bool find_free_port(const char *addr, char out[8])
 {
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                              .ai_flags = AI_NUMERICSERV | AI_PASSIVE };
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(addr, "0", &hints, &res);
     if (rc != 0) {
@@ -128,7 +124,8 @@ bool find_free_port(const char *addr, char out[8])
             getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
             char serv[NI_MAXSERV];
             if (getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, serv, sizeof serv,
-                            NI_NUMERICSERV) == 0 && strlen(serv) < 8) {
+                            NI_NUMERICSERV) == 0 &&
+                strlen(serv) < 8) {
                 memcpy(out, serv, strlen(serv) + 1);
                 ok = true;
             }
@@ -151,16 +148,15 @@ bool find_free_port(const char *addr, char out[8])
  */
 int port_bindable(const char *addr, const char *port)
 {
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                              .ai_flags = AI_NUMERICSERV | AI_PASSIVE };
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
     struct addrinfo *res = NULL;
-    if (getaddrinfo(addr, port, &hints, &res) != 0)
-        return -1;
+    if (getaddrinfo(addr, port, &hints, &res) != 0) return -1;
     int result = -1;
     for (struct addrinfo *ai = res; ai != NULL && result != 1; ai = ai->ai_next) {
         int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0)
-            continue;
+        if (fd < 0) continue;
         int one = 1;
         (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1) == 0)
@@ -188,11 +184,11 @@ bool setup_auth(struct job *j)
         j->strip_auth = true;
         return true;
     }
-    if (env_set("HOOP_AUTH_KEY") || env_set("HOOP_AUTH_KEY_FILE"))
-        return true;
+    if (env_set("HOOP_AUTH_KEY") || env_set("HOOP_AUTH_KEY_FILE")) return true;
     if (o->nnodes > 1) {
-        fprintf(stderr, "hooprun: note: no HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE: the ranks' connections "
-                        "are not authenticated (set the same key on every node)\n");
+        fprintf(stderr,
+                "hooprun: note: no HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE: the ranks' connections "
+                "are not authenticated (set the same key on every node)\n");
         return true;
     }
     /* The kernel's CSPRNG, as libsodium's randombytes_buf uses on Linux. */
@@ -200,8 +196,7 @@ bool setup_auth(struct job *j)
     size_t got = 0;
     while (got < sizeof key) {
         ssize_t r = getrandom(key + got, sizeof key - got, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             fprintf(stderr, "hooprun: cannot make an authentication key: getrandom: %s\n",
                     strerror(errno));
@@ -235,27 +230,25 @@ bool setup_auth(struct job *j)
 void setup_job_id(struct job *j)
 {
     uint64_t id = 0;
-    if (env_set("HOOP_JOB_ID") || j->o->nnodes > 1 || getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
+    if (env_set("HOOP_JOB_ID") || j->o->nnodes > 1 ||
+        getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
         return;
     snprintf(j->job_env, sizeof j->job_env, "HOOP_JOB_ID=hooprun-%016llx", (unsigned long long)id);
 }
 
 /* ---- the environment and the start ---- */
 
-static const char *const launcher_vars[] = { "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                              "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                                              "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                              "HOOP_LAUNCHER", "HOOP_RESTART_COUNT",
-                                              "TORCHELASTIC_RESTART_COUNT" };
+static const char *const launcher_vars[] = {
+    "RANK",        "WORLD_SIZE",       "LOCAL_RANK",         "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",  "GROUP_WORLD_SIZE", "NODE_RANK",          "MASTER_ADDR",
+    "MASTER_PORT", "HOOP_LAUNCHER",    "HOOP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"};
 enum { NVARS = sizeof launcher_vars / sizeof launcher_vars[0] };
 
 static void free_env(char **env)
 {
-    if (env == NULL)
-        return;
+    if (env == NULL) return;
     /* Only the first NVARS entries are ours; the rest belong to environ. */
-    for (size_t i = 0; i < NVARS && env[i] != NULL; i++)
-        free(env[i]);
+    for (size_t i = 0; i < NVARS && env[i] != NULL; i++) free(env[i]);
     free(env);
 }
 
@@ -263,16 +256,19 @@ static void free_env(char **env)
 static char **rank_env(const struct job *j, int local)
 {
     const struct opts *o = j->o;
-    const long nums[] = { o->node_rank * o->nproc + local, o->nnodes * o->nproc, local, o->nproc,
-                          o->node_rank, o->nnodes, o->node_rank };
+    const long nums[] = {o->node_rank * o->nproc + local,
+                         o->nnodes * o->nproc,
+                         local,
+                         o->nproc,
+                         o->node_rank,
+                         o->nnodes,
+                         o->node_rank};
     enum { NNUMS = sizeof nums / sizeof nums[0] };
 
     size_t n = 0;
-    while (environ != NULL && environ[n] != NULL)
-        n++;
+    while (environ != NULL && environ[n] != NULL) n++;
     char **env = calloc(n + NVARS + 3, sizeof *env);
-    if (env == NULL)
-        return NULL;
+    if (env == NULL) return NULL;
     for (size_t v = 0; v < NVARS; v++) {
         char num[32];
         const char *val = num;
@@ -304,13 +300,10 @@ static char **rank_env(const struct job *j, int local)
         if (!ours && j->strip_auth)
             ours = strncmp(environ[i], "HOOP_AUTH_KEY=", 14) == 0 ||
                    strncmp(environ[i], "HOOP_AUTH_KEY_FILE=", 19) == 0;
-        if (!ours)
-            env[k++] = environ[i];
+        if (!ours) env[k++] = environ[i];
     }
-    if (j->auth_env != NULL)
-        env[k++] = j->auth_env;
-    if (j->job_env[0] != '\0')
-        env[k++] = (char *)j->job_env;
+    if (j->auth_env != NULL) env[k++] = j->auth_env;
+    if (j->job_env[0] != '\0') env[k++] = (char *)j->job_env;
     env[k] = NULL;
     return env;
 }
@@ -323,8 +316,7 @@ static void child_exec(const struct job *j, pid_t parent, int out_w, int err_w, 
 #ifdef PR_SET_PDEATHSIG
     /* If the launcher is killed outright, the ranks must not run on unsupervised. */
     (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(127);
+    if (getppid() != parent) _exit(127);
 #else
     (void)parent;
 #endif
@@ -333,8 +325,7 @@ static void child_exec(const struct job *j, pid_t parent, int out_w, int err_w, 
         dup2(err_w, STDERR_FILENO) < 0)
         e = errno;
     if (e == 0) {
-        if (j->nofile_raised)
-            (void)setrlimit(RLIMIT_NOFILE, &j->orig_nofile);
+        if (j->nofile_raised) (void)setrlimit(RLIMIT_NOFILE, &j->orig_nofile);
         (void)sigaction(SIGCHLD, &j->orig_chld, NULL);
         (void)sigprocmask(SIG_SETMASK, &j->orig_mask, NULL);
         execvpe(j->prog_path, j->o->prog_argv, env);
@@ -343,7 +334,7 @@ static void child_exec(const struct job *j, pid_t parent, int out_w, int err_w, 
     /* The launcher stops reading this pipe after EXEC_WAIT_MS: a late failure must still exit
      * with 126/127, not die of SIGPIPE (the mask was restored above). Every other write of the
      * launcher goes to its own output with SIGPIPE blocked (see the signal set-up). */
-    struct sigaction ign = { .sa_handler = SIG_IGN };
+    struct sigaction ign = {.sa_handler = SIG_IGN};
     sigemptyset(&ign.sa_mask);
     (void)sigaction(SIGPIPE, &ign, NULL);
     ssize_t w;
@@ -358,11 +349,10 @@ bool start_rank(struct job *j, int local)
     struct rank *rk = &j->ranks[local];
     const struct opts *o = j->o;
     rk->rank = (int)(o->node_rank * o->nproc + local);
-    if (o->prefix)
-        snprintf(rk->prefix, sizeof rk->prefix, "[%d] ", rk->rank);
+    if (o->prefix) snprintf(rk->prefix, sizeof rk->prefix, "[%d] ", rk->rank);
     size_t plen = strlen(rk->prefix);
 
-    int outp[2] = { -1, -1 }, errp[2] = { -1, -1 }, exp[2] = { -1, -1 };
+    int outp[2] = {-1, -1}, errp[2] = {-1, -1}, exp[2] = {-1, -1};
     char **env = NULL;
     const char *what = "pipe";
     if (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 || pipe2(exp, O_CLOEXEC) != 0)
@@ -376,13 +366,10 @@ bool start_rank(struct job *j, int local)
     what = "fork";
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid < 0)
-        goto fail;
-    if (pid == 0)
-        child_exec(j, parent, outp[1], errp[1], exp[1], env);
+    if (pid < 0) goto fail;
+    if (pid == 0) child_exec(j, parent, outp[1], errp[1], exp[1], env);
 
-    if (j->pgid == 0)
-        j->pgid = pid;
+    if (j->pgid == 0) j->pgid = pid;
     /* Also done by the child; whichever runs first wins, so no signal can miss the rank. */
     (void)setpgid(pid, j->pgid);
     rk->pid = pid;
@@ -401,22 +388,18 @@ bool start_rank(struct job *j, int local)
 
     /* The error pipe closes on a successful exec, or carries errno if it failed. */
     int child_err = 0;
-    struct pollfd p = { .fd = exp[0], .events = POLLIN };
+    struct pollfd p = {.fd = exp[0], .events = POLLIN};
     int64_t deadline = now_ms() + EXEC_WAIT_MS;
     for (;;) {
         int64_t left = deadline - now_ms();
         if (left <= 0)
-            break;  /* very slow start: carry on, a failure will still show as its exit status */
+            break; /* very slow start: carry on, a failure will still show as its exit status */
         int pr = poll(&p, 1, (int)left);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            break;
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr <= 0) break;
         ssize_t n = read(exp[0], &child_err, sizeof child_err);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n != (ssize_t)sizeof child_err)
-            child_err = 0;
+        if (n < 0 && errno == EINTR) continue;
+        if (n != (ssize_t)sizeof child_err) child_err = 0;
         break;
     }
     close(exp[0]);
@@ -434,12 +417,9 @@ fail:;
     say(j->err, "cannot start rank %d: %s: %s", rk->rank, what, strerror(e));
     free_env(env);
     for (int i = 0; i < 2; i++) {
-        if (outp[i] >= 0)
-            close(outp[i]);
-        if (errp[i] >= 0)
-            close(errp[i]);
-        if (exp[i] >= 0)
-            close(exp[i]);
+        if (outp[i] >= 0) close(outp[i]);
+        if (errp[i] >= 0) close(errp[i]);
+        if (exp[i] >= 0) close(exp[i]);
     }
     j->ending = true;
     j->status = 1;

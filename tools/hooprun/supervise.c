@@ -26,20 +26,19 @@ struct signame {
 };
 
 static const struct signame signames[] = {
-    { SIGHUP, "SIGHUP" },   { SIGINT, "SIGINT" },   { SIGQUIT, "SIGQUIT" }, { SIGILL, "SIGILL" },
-    { SIGTRAP, "SIGTRAP" }, { SIGABRT, "SIGABRT" }, { SIGBUS, "SIGBUS" },   { SIGFPE, "SIGFPE" },
-    { SIGKILL, "SIGKILL" }, { SIGUSR1, "SIGUSR1" }, { SIGSEGV, "SIGSEGV" }, { SIGUSR2, "SIGUSR2" },
-    { SIGPIPE, "SIGPIPE" }, { SIGALRM, "SIGALRM" }, { SIGTERM, "SIGTERM" }, { SIGCHLD, "SIGCHLD" },
-    { SIGCONT, "SIGCONT" }, { SIGSTOP, "SIGSTOP" }, { SIGTSTP, "SIGTSTP" }, { SIGTTIN, "SIGTTIN" },
-    { SIGTTOU, "SIGTTOU" }, { SIGURG, "SIGURG" },   { SIGXCPU, "SIGXCPU" }, { SIGXFSZ, "SIGXFSZ" },
-    { SIGVTALRM, "SIGVTALRM" }, { SIGPROF, "SIGPROF" }, { SIGSYS, "SIGSYS" },
+    {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+    {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+    {SIGKILL, "SIGKILL"},     {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+    {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGTTIN, "SIGTTIN"},
+    {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
+    {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGSYS, "SIGSYS"},
 };
 
 static const char *signal_name(int sig)
 {
     for (size_t i = 0; i < sizeof signames / sizeof signames[0]; i++)
-        if (signames[i].sig == sig)
-            return signames[i].name;
+        if (signames[i].sig == sig) return signames[i].name;
     return NULL;
 }
 
@@ -54,19 +53,16 @@ static void signal_all(struct job *j, int sig)
     bool group_alive = false;
     for (int r = 0; r < j->started && !group_alive; r++)
         group_alive = j->ranks[r].running && getpgid(j->ranks[r].pid) == j->pgid;
-    if (group_alive)
-        (void)kill(-j->pgid, sig);
+    if (group_alive) (void)kill(-j->pgid, sig);
     for (int r = 0; r < j->started; r++) {
         struct rank *rk = &j->ranks[r];
-        if (rk->running && (!group_alive || getpgid(rk->pid) != j->pgid))
-            (void)kill(rk->pid, sig);
+        if (rk->running && (!group_alive || getpgid(rk->pid) != j->pgid)) (void)kill(rk->pid, sig);
     }
 }
 
 void begin_stop(struct job *j)
 {
-    if (j->phase != RUNNING)
-        return;
+    if (j->phase != RUNNING) return;
     j->phase = STOPPING;
     j->phase_deadline = now_ms() + GRACE_MS;
     signal_all(j, SIGTERM);
@@ -78,8 +74,8 @@ static void begin_kill(struct job *j, bool interrupted)
         if (interrupted)
             say(j->err, "interrupted while stopping; sending SIGKILL to %d rank(s)", j->nrunning);
         else
-            say(j->err, "%d rank(s) still running %d s after SIGTERM; sending SIGKILL",
-                j->nrunning, GRACE_MS / 1000);
+            say(j->err, "%d rank(s) still running %d s after SIGTERM; sending SIGKILL", j->nrunning,
+                GRACE_MS / 1000);
     }
     j->phase = KILLING;
     j->phase_deadline = now_ms() + KILL_WAIT_MS;
@@ -96,8 +92,7 @@ static void rank_exited(struct job *j, struct rank *rk, int wstatus)
     sink_flush(j->out);
 
     bool failed = !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
-    if (!failed || j->ending)
-        return;
+    if (!failed || j->ending) return;
     j->ending = true;
     j->failed_rank = rk->rank;
     if (WIFSIGNALED(wstatus)) {
@@ -105,15 +100,14 @@ static void rank_exited(struct job *j, struct rank *rk, int wstatus)
         const char *name = signal_name(sig);
         const char *core = "";
 #ifdef WCOREDUMP
-        if (WCOREDUMP(wstatus))
-            core = " (core dumped)";
+        if (WCOREDUMP(wstatus)) core = " (core dumped)";
 #endif
         if (name != NULL)
-            say(j->err, "rank %d (pid %ld) was killed by signal %d (%s)%s", rk->rank,
-                (long)rk->pid, sig, name, core);
+            say(j->err, "rank %d (pid %ld) was killed by signal %d (%s)%s", rk->rank, (long)rk->pid,
+                sig, name, core);
         else
-            say(j->err, "rank %d (pid %ld) was killed by signal %d%s", rk->rank, (long)rk->pid,
-                sig, core);
+            say(j->err, "rank %d (pid %ld) was killed by signal %d%s", rk->rank, (long)rk->pid, sig,
+                core);
         j->status = 128 + sig;
     } else {
         int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
@@ -128,10 +122,8 @@ static void reap(struct job *j)
     for (;;) {
         int ws;
         pid_t pid = waitpid(-1, &ws, WNOHANG);
-        if (pid < 0 && errno == EINTR)
-            continue;
-        if (pid <= 0)
-            return;
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid <= 0) return;
         for (int r = 0; r < j->started; r++) {
             if (j->ranks[r].pid == pid && j->ranks[r].running) {
                 rank_exited(j, &j->ranks[r], ws);
@@ -146,13 +138,10 @@ static void handle_signals(struct job *j)
     struct signalfd_siginfo si;
     for (;;) {
         ssize_t n = read(j->sigfd, &si, sizeof si);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n != (ssize_t)sizeof si)
-            return;
+        if (n < 0 && errno == EINTR) continue;
+        if (n != (ssize_t)sizeof si) return;
         int sig = (int)si.ssi_signo;
-        if (sig == SIGCHLD || sig == SIGPIPE || !sigismember(&j->forward, sig))
-            continue;
+        if (sig == SIGCHLD || sig == SIGPIPE || !sigismember(&j->forward, sig)) continue;
         j->interrupted = true;
         /* Once the job is being stopped, another interrupt means "now". */
         if (j->phase != RUNNING && (sig == SIGINT || sig == SIGTERM))
@@ -167,11 +156,11 @@ static void handle_signals(struct job *j)
 static int poll_streams(const struct job *j, struct pollfd *pfd, struct stream **map, int np)
 {
     for (int r = 0; r < j->started; r++) {
-        struct stream *s2[2] = { &j->ranks[r].out, &j->ranks[r].err };
+        struct stream *s2[2] = {&j->ranks[r].out, &j->ranks[r].err};
         for (int k = 0; k < 2; k++) {
             if (s2[k]->fd >= 0) {
                 map[np] = s2[k];
-                pfd[np++] = (struct pollfd){ .fd = s2[k]->fd, .events = POLLIN };
+                pfd[np++] = (struct pollfd){.fd = s2[k]->fd, .events = POLLIN};
             }
         }
     }
@@ -183,8 +172,7 @@ static void pump_ready(const struct pollfd *pfd, struct stream **map, int from, 
 {
     for (int i = from; i < np; i++)
         if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
-            if (!stream_pump(map[i], READS_PER_ROUND))
-                stream_close(map[i]);
+            if (!stream_pump(map[i], READS_PER_ROUND)) stream_close(map[i]);
 }
 
 void run_loop(struct job *j)
@@ -203,8 +191,7 @@ void run_loop(struct job *j)
 
     for (;;) {
         reap(j);
-        if (j->nrunning == 0)
-            break;
+        if (j->nrunning == 0) break;
         int64_t now = now_ms();
         if (j->timeout_deadline >= 0 && now >= j->timeout_deadline && j->phase == RUNNING) {
             say(j->err, "timeout: the job is still running after %s s; stopping all ranks",
@@ -214,8 +201,7 @@ void run_loop(struct job *j)
             j->timed_out = true;
             begin_stop(j);
         }
-        if (j->phase == STOPPING && now >= j->phase_deadline)
-            begin_kill(j, false);
+        if (j->phase == STOPPING && now >= j->phase_deadline) begin_kill(j, false);
         if (j->phase == KILLING && now >= j->phase_deadline) {
             say(j->err, "%d rank(s) did not exit after SIGKILL; giving up on them", j->nrunning);
             break;
@@ -224,30 +210,26 @@ void run_loop(struct job *j)
         int64_t wait = POLL_CAP_MS;
         if (j->phase == RUNNING && j->timeout_deadline >= 0 && j->timeout_deadline - now < wait)
             wait = j->timeout_deadline - now;
-        if (j->phase != RUNNING && j->phase_deadline - now < wait)
-            wait = j->phase_deadline - now;
-        if (wait < 0)
-            wait = 0;
+        if (j->phase != RUNNING && j->phase_deadline - now < wait) wait = j->phase_deadline - now;
+        if (wait < 0) wait = 0;
 
         if (pfd == NULL || map == NULL) {
-            struct timespec ts = { .tv_sec = 0, .tv_nsec = 100 * 1000000L };
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000000L};
             nanosleep(&ts, NULL);
             continue;
         }
         int np = 0;
-        pfd[np++] = (struct pollfd){ .fd = j->sigfd, .events = POLLIN };
+        pfd[np++] = (struct pollfd){.fd = j->sigfd, .events = POLLIN};
         np = poll_streams(j, pfd, map, np);
         int pr = poll(pfd, (nfds_t)np, (int)wait);
         if (pr < 0 && errno != EINTR) {
             say(j->err, "poll: %s", strerror(errno));
-            struct timespec ts = { .tv_sec = 0, .tv_nsec = 100 * 1000000L };
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000000L};
             nanosleep(&ts, NULL);
             continue;
         }
-        if (pr <= 0)
-            continue;
-        if (pfd[0].revents & POLLIN)
-            handle_signals(j);
+        if (pr <= 0) continue;
+        if (pfd[0].revents & POLLIN) handle_signals(j);
         pump_ready(pfd, map, 1, np);
         sink_flush(j->out);
         sink_flush(j->err);
@@ -260,13 +242,11 @@ void run_loop(struct job *j)
         for (;;) {
             int np = poll_streams(j, pfd, map, 0);
             int64_t left = end - now_ms();
-            if (np == 0 || left <= 0)
-                break;
+            if (np == 0 || left <= 0) break;
             int pr = poll(pfd, (nfds_t)np, left > 100 ? 100 : (int)left);
-            if (pr < 0 && errno == EINTR)
-                continue;
+            if (pr < 0 && errno == EINTR) continue;
             if (pr <= 0)
-                break;  /* nothing more is coming right now: whoever holds the pipe is not us */
+                break; /* nothing more is coming right now: whoever holds the pipe is not us */
             pump_ready(pfd, map, 0, np);
         }
     }
@@ -302,10 +282,9 @@ static bool timeout_over(const struct job *j)
 /* Sleeps up to ms, waking early for a signal to us. Returns false if one came. */
 static bool pause_ms(struct job *j, int ms)
 {
-    struct pollfd p = { .fd = j->sigfd, .events = POLLIN };
+    struct pollfd p = {.fd = j->sigfd, .events = POLLIN};
     int pr = poll(&p, 1, ms);
-    if (pr > 0)
-        handle_signals(j);
+    if (pr > 0) handle_signals(j);
     return !j->interrupted;
 }
 
@@ -322,8 +301,7 @@ bool prepare_restart(struct job *j)
         char port[8];
         bool ok = false;
         for (int tries = 0; tries < 16 && !ok; tries++) {
-            if (!find_free_port(o->master_addr, port))
-                return false;
+            if (!find_free_port(o->master_addr, port)) return false;
             ok = strcmp(port, j->master_port) != 0;
         }
         if (!ok) {
@@ -338,32 +316,27 @@ bool prepare_restart(struct job *j)
             deadline = j->timeout_deadline;
         bool said = false;
         for (;;) {
-            if (port_bindable(o->master_addr, j->master_port) != 0)
-                break;
+            if (port_bindable(o->master_addr, j->master_port) != 0) break;
             int64_t left = deadline - now_ms();
             if (left <= 0 && !timeout_over(j)) {
                 say(j->err, "not restarting: master port %s is still in use", j->master_port);
                 return false;
             }
-            if (left <= 0)
-                break;  /* said below */
+            if (left <= 0) break; /* said below */
             if (!said) {
                 say(j->err, "waiting for master port %s to be free before restarting",
                     j->master_port);
                 said = true;
             }
-            if (!pause_ms(j, left < 100 ? (int)left : 100))
-                return false;
+            if (!pause_ms(j, left < 100 ? (int)left : 100)) return false;
         }
     }
     if (timeout_over(j)) {
-        say(j->err, "timeout: the job is past its %s s; not restarting",
-            o->timeout_text);
+        say(j->err, "timeout: the job is past its %s s; not restarting", o->timeout_text);
         j->status = 124;
         return false;
     }
-    if (j->interrupted)
-        return false;
+    if (j->interrupted) return false;
 
     j->restart++;
     say(j->err, "restarting all ranks (restart %ld of %ld) after rank %d failed; MASTER_PORT=%s",
@@ -382,15 +355,14 @@ bool prepare_restart(struct job *j)
 
 bool setup_signals(struct job *j)
 {
-    static const int fwd[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+    static const int fwd[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
     sigset_t block;
     sigemptyset(&block);
     sigemptyset(&j->forward);
     for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; i++) {
         struct sigaction cur;
         /* An ignored signal (nohup, a background job of a script) stays ignored for everyone. */
-        if (sigaction(fwd[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN)
-            continue;
+        if (sigaction(fwd[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN) continue;
         sigaddset(&block, fwd[i]);
         sigaddset(&j->forward, fwd[i]);
     }
@@ -399,12 +371,10 @@ bool setup_signals(struct job *j)
     sigaddset(&block, SIGPIPE);
 
     /* An inherited SIG_IGN on SIGCHLD would make the kernel reap the ranks behind our back. */
-    struct sigaction dfl = { .sa_handler = SIG_DFL };
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigemptyset(&dfl.sa_mask);
-    if (sigaction(SIGCHLD, &dfl, &j->orig_chld) != 0)
-        return false;
-    if (sigprocmask(SIG_BLOCK, &block, &j->orig_mask) != 0)
-        return false;
+    if (sigaction(SIGCHLD, &dfl, &j->orig_chld) != 0) return false;
+    if (sigprocmask(SIG_BLOCK, &block, &j->orig_mask) != 0) return false;
     j->sigfd = signalfd(-1, &block, SFD_NONBLOCK | SFD_CLOEXEC);
     return j->sigfd >= 0;
 }

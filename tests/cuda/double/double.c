@@ -94,9 +94,12 @@ static int find(const void *p, size_t n)
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
         const block_t *k = &g.blocks[mid];
-        if (off < k->off) hi = mid - 1;
-        else if (off >= k->off + (k->size ? k->size : 1)) lo = mid + 1;
-        else return off + n <= k->off + k->size || n == 0 ? mid : -1;
+        if (off < k->off)
+            hi = mid - 1;
+        else if (off >= k->off + (k->size ? k->size : 1))
+            lo = mid + 1;
+        else
+            return off + n <= k->off + k->size || n == 0 ? mid : -1;
     }
     return -1;
 }
@@ -263,7 +266,8 @@ static void dfree(hoop_cuda_ctx_t *ctx, void *p)
     if (!in_arena(p)) die("free of %p, which is not device memory", p);
     pthread_mutex_lock(&g.mu);
     int k = find(p, 0);
-    if (k < 0 || g.dev + g.blocks[k].off != (char *)p) die("free of %p, which is not an allocation", p);
+    if (k < 0 || g.dev + g.blocks[k].off != (char *)p)
+        die("free of %p, which is not an allocation", p);
     block_t b = g.blocks[k];
     /* Give the pages back while the block is still taken: once it is not, another thread may
      * allocate it and write there. */
