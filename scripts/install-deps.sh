@@ -2,10 +2,12 @@
 # Installs what hoop needs to build and test on Debian 12 (as root, or through sudo).
 set -eu
 # openmpi-bin and python3-torch are the peers the benchmarks compare against; libsodium does the
-# authentication; libopenblas0 gives torch a realistic BLAS. libibverbs-dev gives the verbs headers
-# (the library is opened at run time); qemu-system-x86, debootstrap and e2fsprogs build and boot
-# the guest with a soft-RDMA kernel stack that tests/rdma/vm.sh runs the RDMA tests in.
-pkgs="meson ninja-build gcc clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2
+# authentication; libopenblas0 gives torch a realistic BLAS; g++ checks the GPU kernels' math on
+# the host (tests/cuda). The CUDA toolkit is optional: found where installed, skipped otherwise.
+# libibverbs-dev gives the verbs headers (the library is opened at run time); qemu-system-x86,
+# debootstrap and e2fsprogs build and boot the guest with a soft-RDMA kernel stack that
+# tests/rdma/vm.sh runs the RDMA tests in.
+pkgs="meson ninja-build gcc g++ clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2
       libsodium-dev openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch libopenblas0
       libibverbs-dev qemu-system-x86 debootstrap e2fsprogs"
 missing=""

@@ -6,7 +6,7 @@
 
 typedef enum {
     HOOP__MEM_HOST = 0, /* zero: a call or transfer built without saying lives in host memory */
-    HOOP__MEM_CUDA,     /* no implementation yet */
+    HOOP__MEM_CUDA,     /* CUDA device memory, through the CUDA module (runtime/mem_cuda.c) */
     HOOP__MEM_COUNT
 } hoop__mem_type_t;
 

@@ -19,6 +19,8 @@
  * In place at the root (sendbuf == recvbuf): the root's segment is reduced over its own input
  * chunk by chunk, and the other segments arrive only after the reduce-scatter is done.
  */
+#include <stdlib.h>
+
 #include "collectives/coll.h"
 
 enum { MAX_CHILDREN = 32, ALIGN = 64, TREE_FACTOR = 256 };
@@ -84,8 +86,11 @@ static hoop_result_t rabenseifner(const hoop__call_t *c, const char *in, char *o
     /* Non-roots reduce their segment into scratch; the root straight into recvbuf. */
     char *seg_out = r == root ? out + off * ds : NULL;
     size_t core = align_up(hoop__rs_ring_scratch(c, in, count, seg_out));
-    size_t extra = r == root ? (size_t)p * (sizeof(hoop__xfer_t) + sizeof(hoop__xfer_t *))
-                             : len * ds;
+    /* The root's transfers are host structures: in the scratch space only when that is host
+     * memory, else apart. */
+    size_t xbytes = (size_t)p * (sizeof(hoop__xfer_t) + sizeof(hoop__xfer_t *));
+    int host = c->mem == HOOP__MEM_HOST;
+    size_t extra = r == root ? (host ? xbytes : 0) : len * ds;
     char *s = hoop__scratch(c, core + extra);
     if (s == NULL) return no_memory(comm, core + extra);
     if (seg_out == NULL) seg_out = s + core;
@@ -97,8 +102,10 @@ static hoop_result_t rabenseifner(const hoop__call_t *c, const char *in, char *o
         hoop__xsend(c, &x, root, seg_out, len * ds);
         return hoop__xwait1(c, &x);
     }
-    hoop__xfer_t *xs = (hoop__xfer_t *)(void *)(s + core);
-    hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(s + core + (size_t)p * sizeof(hoop__xfer_t));
+    char *xm = host ? s + core : malloc(xbytes);
+    if (xm == NULL) return no_memory(comm, xbytes);
+    hoop__xfer_t *xs = (hoop__xfer_t *)(void *)xm;
+    hoop__xfer_t **ptrs = (hoop__xfer_t **)(void *)(xm + (size_t)p * sizeof(hoop__xfer_t));
     for (int i = 0; i < p; i++) {
         ptrs[i] = NULL;
         if (i == r) continue;
@@ -106,7 +113,9 @@ static hoop_result_t rabenseifner(const hoop__call_t *c, const char *in, char *o
         hoop__xrecv(c, &xs[i], i, out + off * ds, len * ds);
         ptrs[i] = &xs[i];
     }
-    return hoop__xwait(c, ptrs, p);
+    rc = hoop__xwait(c, ptrs, p);
+    if (!host) free(xm);
+    return rc;
 }
 
 hoop_result_t hoop__reduce_coll(hoop__call_t *c)

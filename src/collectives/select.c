@@ -27,7 +27,18 @@ hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
     return bytes <= call->comm->agreed.small_bytes ? HOOP__ALGO_RD : HOOP__ALGO_RING;
 }
 
+static hoop_result_t dispatch(hoop__call_t *call);
+
 hoop_result_t hoop__collective_run(hoop__call_t *call)
+{
+    hoop_result_t st = dispatch(call);
+    /* A failed copy or kernel of device memory aborted the communicator with its sentence; a
+     * call whose last steps were such operations has no wait after them to notice. */
+    if (st == HOOP_OK && call->mem != HOOP__MEM_HOST) st = hoop__mem_failed(call->comm);
+    return st;
+}
+
+static hoop_result_t dispatch(hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
     char what[128];

@@ -204,6 +204,15 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
                             size_t count, hoop_dtype_t dt, hoop_op_t op, int root,
                             hoop_request_t **req, const char *fn)
 {
+    /* The memory of the buffers this rank touches (a non-root's unused one may be anything;
+     * with count 0 nothing is touched): host, or CUDA device memory. */
+    int nonroot = root >= 0 && root != c->rank;
+    const void *used_s = count == 0 || (nonroot && kind == HOOP__K_SCATTER) ? NULL : sbuf;
+    const void *used_r =
+        count == 0 || (nonroot && (kind == HOOP__K_REDUCE || kind == HOOP__K_GATHER)) ? NULL : rbuf;
+    hoop__mem_type_t mem;
+    hoop_result_t drc = hoop__mem_detect(c, used_s, used_r, &mem, fn);
+    if (drc != HOOP_OK) return drc;
     hoop__call_t call = {
         .comm = c,
         .kind = kind,
@@ -213,7 +222,7 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
         .dtype = dt,
         .op = op,
         .root = root,
-        .mem = hoop__mem_detect(sbuf != NULL ? sbuf : rbuf), /* one type for both buffers */
+        .mem = mem,
     };
     call.algo = hoop__algo_choose(&call);
     hoop_result_t rc = hoop__sched_post(c, &call, req, fn);
@@ -311,6 +320,9 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "%s: peer %d is not another rank of the communicator (size %d)", fn,
                                 peer, c->size);
+    hoop__mem_type_t mem;
+    rc = hoop__mem_detect(c, n > 0 ? buf : NULL, NULL, &mem, fn);
+    if (rc != HOOP_OK) return rc;
     hoop__call_t call = {
         .comm = c,
         .kind = HOOP__K_SEND,
@@ -320,7 +332,7 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
         .dtype = dt,
         .op = HOOP_SUM,
         .root = peer,
-        .mem = hoop__mem_detect(buf),
+        .mem = mem,
         .is_recv = is_recv,
     };
     return hoop__sched_post(c, &call, req, fn);

@@ -53,6 +53,8 @@ void hoop__sched_reap(hoop_comm_t *c)
         atomic_fetch_sub(&c->n_inflight, 1);
         c->inflight_progress = hoop__now();
         hoop_result_t st = r->xfer.status;
+        hoop__xfer_t *x = &r->xfer; /* a staged receive reaches its device buffer (stage.c) */
+        if (st == HOOP_OK && r->call.mem != HOOP__MEM_HOST) st = hoop__stage_done(&r->call, &x, 1);
         if (st != HOOP_OK && !atomic_load(&c->aborted))
             hoop__comm_fail(c, st, "%s with rank %d failed: %s",
                             r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv", r->call.root,

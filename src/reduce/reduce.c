@@ -6,9 +6,16 @@
  *
  * Signed integers add and multiply through their unsigned counterparts: two's complement wrap-around
  * is bit-identical and unsigned overflow is defined. float16 and bfloat16 convert with integer bit
- * manipulation and selects (no per-element branches, no _Float16), which also vectorizes. */
+ * manipulation and selects (no per-element branches, no _Float16), which also vectorizes.
+ *
+ * A NaN that a sum, product or average produces is the canonical quiet NaN of its dtype (positive,
+ * quiet bit only): which NaN the hardware returns depends on the processor (x86 gives the first
+ * operand's, or 0xffc00000 for inf - inf; GPUs 0x7fffffff) and on the compiler's operand order, and
+ * replicas that reduced on different devices must still agree bit for bit. The GPU kernels'
+ * element-wise math (src/cuda/elementwise.h) does the same. */
 #include "reduce/reduce.h"
 
+#include <math.h>
 #include <string.h>
 
 static inline float as_float(uint32_t u)
@@ -86,6 +93,21 @@ static inline uint16_t f2bf(float f)
     return (uint16_t)sel(mask_if((int32_t)(x & 0x7fffffffu) > 0x7f800000), nan, rounded);
 }
 
+/* The canonical NaN of an arithmetic result (see the top), applied to the 16-bit value: it is what
+ * converting the canonical float NaN gives (0x7e00, 0x7fc0), and an integer select vectorizes
+ * where a float one between the conversions does not. */
+static inline uint16_t f2h_canon(float f)
+{
+    uint16_t h = f2h(f);
+    return (uint16_t)sel(mask_if((h & 0x7fff) > 0x7c00), 0x7e00u, h);
+}
+
+static inline uint16_t f2bf_canon(float f)
+{
+    uint16_t h = f2bf(f);
+    return (uint16_t)sel(mask_if((h & 0x7fff) > 0x7f80), 0x7fc0u, h);
+}
+
 float hoop__half_to_float(uint16_t h) { return h2f(h); }
 uint16_t hoop__float_to_half(float f) { return f2h(f); }
 float hoop__bf16_to_float(uint16_t h) { return bf2f(h); }
@@ -95,6 +117,11 @@ uint16_t hoop__float_to_bf16(float f) { return f2bf(f); }
 
 #define OP_SUM(x, y) ((x) + (y))
 #define OP_PROD(x, y) ((x) * (y))
+/* Float arithmetic: a NaN result becomes the canonical one (NAN, converted to the operand type:
+ * 0x7fc00000 or 0x7ff8000000000000). A compare and a blend, which vectorize. */
+#define CANON(r) ((r) != (r) ? NAN : (r))
+#define OP_FSUM(x, y) CANON((x) + (y))
+#define OP_FPROD(x, y) CANON((x) * (y))
 #define OP_MIN(x, y) ((y) < (x) ? (y) : (x))
 #define OP_MAX(x, y) ((x) < (y) ? (y) : (x))
 /* NaN-propagating: a NaN x is returned as is; a NaN y fails the comparison and is returned. Both
@@ -158,16 +185,16 @@ DEF_MINMAX(i64, int64_t)
 DEF_MINMAX(u64, uint64_t)
 
 #define DEF_FLOAT(tag, T)                                                                          \
-    DEF_KERNEL(sum_##tag, T, OP_SUM)                                                               \
-    DEF_KERNEL(prod_##tag, T, OP_PROD)                                                             \
+    DEF_KERNEL(sum_##tag, T, OP_FSUM)                                                              \
+    DEF_KERNEL(prod_##tag, T, OP_FPROD)                                                            \
     DEF_KERNEL(min_##tag, T, OP_FMIN)                                                              \
     DEF_KERNEL(max_##tag, T, OP_FMAX)
 DEF_FLOAT(f32, float)
 DEF_FLOAT(f64, double)
 
 #define DEF_CONV(tag, TOF, FROMF)                                                                  \
-    DEF_KERNEL_CONV(sum_##tag, OP_SUM, TOF, FROMF)                                                 \
-    DEF_KERNEL_CONV(prod_##tag, OP_PROD, TOF, FROMF)                                               \
+    DEF_KERNEL_CONV(sum_##tag, OP_SUM, TOF, FROMF##_canon)                                         \
+    DEF_KERNEL_CONV(prod_##tag, OP_PROD, TOF, FROMF##_canon)                                       \
     DEF_KERNEL_CONV(min_##tag, OP_FMIN, TOF, FROMF)                                                \
     DEF_KERNEL_CONV(max_##tag, OP_FMAX, TOF, FROMF)
 DEF_CONV(f16, h2f, f2h)
@@ -219,13 +246,19 @@ DEF_DIV(i32, int32_t, int32_t)
 DEF_DIV(u32, uint32_t, uint32_t)
 DEF_DIV(i64, int64_t, int64_t)
 DEF_DIV(u64, uint64_t, uint64_t)
-DEF_DIV(f32, float, float)
-DEF_DIV(f64, double, double)
+
+#define DEF_FDIV(tag, T)                                                                           \
+    KERNEL_ATTR static void div_##tag(T *buf, size_t n, T d)                                       \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) buf[i] = (T)CANON(buf[i] / d);                              \
+    }
+DEF_FDIV(f32, float)
+DEF_FDIV(f64, double)
 
 #define DEF_DIV_CONV(tag, TOF, FROMF)                                                              \
     KERNEL_ATTR static void div_##tag(uint16_t *buf, size_t n, float d)                            \
     {                                                                                              \
-        for (size_t i = 0; i < n; i++) buf[i] = FROMF(TOF(buf[i]) / d);                            \
+        for (size_t i = 0; i < n; i++) buf[i] = FROMF##_canon(TOF(buf[i]) / d);                    \
     }
 DEF_DIV_CONV(f16, h2f, f2h)
 DEF_DIV_CONV(bf16, bf2f, f2bf)

@@ -10,8 +10,11 @@
 /* out[i] = a[i] op b[i] for i < n. out may alias a or b (exactly, not partially).
  * HOOP_AVG reduces as HOOP_SUM; the owner of the final value calls hoop__reduce_avg_finish.
  * Integers wrap around (computed unsigned). float16/bfloat16 compute in float and round to nearest
- * even. MIN/MAX propagate NaN. The kernel is deterministic in the order of (a, b): callers that need
- * bit-identical results across ranks always pass operands in the same order. */
+ * even. MIN/MAX propagate NaN (the NaN operand; float16/bfloat16 ones quieted). A NaN that SUM,
+ * PROD or the average produce is the dtype's canonical quiet NaN (0x7fc00000, 0x7ff8000000000000,
+ * 0x7e00, 0x7fc0) whatever NaN went in, as on the GPU (src/cuda/elementwise.h). The kernel is
+ * deterministic in the order of (a, b): callers that need bit-identical results across ranks
+ * always pass operands in the same order. */
 void hoop__reduce(void *out, const void *a, const void *b, size_t n, hoop_dtype_t dt, hoop_op_t op);
 
 /* buf[i] = buf[i] / divisor: the last step of HOOP_AVG. Integers truncate toward zero. */

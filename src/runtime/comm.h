@@ -133,6 +133,11 @@ struct hoop_comm {
     void *scratch;
     size_t scratch_len;
     hoop__mem_type_t scratch_mem;
+    /* Device memory (runtime/mem_cuda.c): the CUDA module's state, made by the first call that
+     * looks for the driver (any thread that posts; atomic for that); NULL before. */
+    _Atomic(struct hoop__cuda *) cuda;
+    /* Host buffers that transfers of device memory go through (runtime/stage.c, under exec). */
+    struct hoop__stage *stage;
 
     /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */

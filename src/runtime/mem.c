@@ -6,25 +6,55 @@
 
 #include "runtime/runtime.h"
 
-static void host_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
-static void host_move(void *dst, const void *src, size_t n) { memmove(dst, src, n); }
-static void *host_alloc(size_t bytes) { return malloc(bytes); }
-static void host_free(void *p) { free(p); }
+static void host_copy(hoop_comm_t *c, void *dst, const void *src, size_t n)
+{
+    (void)c;
+    memcpy(dst, src, n);
+}
+static void host_move(hoop_comm_t *c, void *dst, const void *src, size_t n)
+{
+    (void)c;
+    memmove(dst, src, n);
+}
+static void host_reduce(hoop_comm_t *c, void *out, const void *a, const void *b, size_t count,
+                        hoop_dtype_t dt, hoop_op_t op)
+{
+    (void)c;
+    hoop__reduce(out, a, b, count, dt, op);
+}
+static void host_avg_finish(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int divisor)
+{
+    (void)c;
+    hoop__reduce_avg_finish(buf, count, dt, divisor);
+}
+static void *host_alloc(hoop_comm_t *c, size_t bytes)
+{
+    (void)c;
+    return malloc(bytes);
+}
+static void host_free(hoop_comm_t *c, void *p)
+{
+    (void)c;
+    free(p);
+}
 
 const hoop__mem_ops_t hoop__mem_host = {
     .name = "host",
     .copy = host_copy,
     .move = host_move,
-    .reduce = hoop__reduce,
-    .avg_finish = hoop__reduce_avg_finish,
+    .reduce = host_reduce,
+    .avg_finish = host_avg_finish,
     .alloc = host_alloc,
     .free = host_free,
+    .host_alloc = host_alloc,
+    .host_free = host_free,
 };
 
 const hoop__mem_ops_t *hoop__mem_ops(hoop__mem_type_t type)
 {
     switch (type) {
     case HOOP__MEM_HOST: return &hoop__mem_host;
+    case HOOP__MEM_CUDA: return &hoop__mem_cuda;
     default: return NULL;
     }
 }
@@ -41,8 +71,8 @@ void *hoop__scratch(const hoop__call_t *call, size_t bytes)
     size_t want = same && c->scratch_len > 0 ? c->scratch_len : 4096;
     while (want < bytes && want <= SIZE_MAX / 2) want *= 2;
     if (want < bytes) want = bytes;
-    void *p = mo->alloc(want);
-    if (p == NULL) p = mo->alloc(want = bytes);
+    void *p = mo->alloc(c, want);
+    if (p == NULL) p = mo->alloc(c, want = bytes);
     if (p == NULL) {
         /* Asked for in the middle of a collective: its peers are in the call too, so the
          * communicator cannot go on. */
@@ -60,7 +90,15 @@ void *hoop__scratch(const hoop__call_t *call, size_t bytes)
 
 void hoop__scratch_free(hoop_comm_t *c)
 {
-    if (c->scratch != NULL) hoop__mem_ops(c->scratch_mem)->free(c->scratch);
+    if (c->scratch != NULL) hoop__mem_ops(c->scratch_mem)->free(c, c->scratch);
     c->scratch = NULL;
     c->scratch_len = 0;
+}
+
+void hoop__mem_close(hoop_comm_t *c)
+{
+    /* Scratch and staging may be device memory: before the module's context goes. */
+    hoop__scratch_free(c);
+    hoop__stage_free(c);
+    hoop__cuda_close(c);
 }

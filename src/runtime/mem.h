@@ -1,7 +1,8 @@
-/* Memory types: what a kind of memory (host, later CUDA devices) provides so that algorithms can
+/* Memory types: what a kind of memory (host, CUDA devices) provides so that algorithms can
  * copy, reduce and stage data in it without knowing which one they hold. One ops table per type;
  * a new memory type is one new file with its table and one entry in hoop__mem_ops(). Algorithms
- * reach these through the call-level helpers of runtime.h. */
+ * reach these through the call-level helpers of runtime.h; a call's transfers of device memory
+ * are staged through host memory (stage.c). */
 #ifndef HOOP_RUNTIME_MEM_H
 #define HOOP_RUNTIME_MEM_H
 
@@ -10,33 +11,52 @@
 #include "base/memtype.h"
 #include "hoop.h"
 
+/* Every operation takes the communicator, whose state the type may need (the CUDA module's
+ * context). One that fails aborts the communicator with its sentence (hoop__comm_fail): the
+ * algorithm notices at its next wait, the call's end at the latest (select.c). */
 typedef struct hoop__mem_ops {
     const char *name;
-    /* dst and src do not overlap. */
-    void (*copy)(void *dst, const void *src, size_t n);
+    /* dst and src do not overlap; either may also be host memory. */
+    void (*copy)(hoop_comm_t *c, void *dst, const void *src, size_t n);
     /* dst and src may overlap. */
-    void (*move)(void *dst, const void *src, size_t n);
+    void (*move)(hoop_comm_t *c, void *dst, const void *src, size_t n);
     /* out[i] = a[i] op b[i], with the guarantees of hoop__reduce (reduce/reduce.h): out may alias
      * a or b exactly, and the result depends only on the order of (a, b). */
-    void (*reduce)(void *out, const void *a, const void *b, size_t count, hoop_dtype_t dt,
-                   hoop_op_t op);
+    void (*reduce)(hoop_comm_t *c, void *out, const void *a, const void *b, size_t count,
+                   hoop_dtype_t dt, hoop_op_t op);
     /* buf[i] /= divisor: the last step of HOOP_AVG. */
-    void (*avg_finish)(void *buf, size_t count, hoop_dtype_t dt, int divisor);
+    void (*avg_finish)(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int divisor);
     /* Scratch space in this memory; NULL when none is left. */
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *p);
+    void *(*alloc)(hoop_comm_t *c, size_t bytes);
+    void (*free)(hoop_comm_t *c, void *p);
+    /* Host memory that this type's copies reach fastest (pinned, for CUDA): where transfers of
+     * its buffers are staged for the transports, which read and write host memory only. */
+    void *(*host_alloc)(hoop_comm_t *c, size_t bytes);
+    void (*host_free)(hoop_comm_t *c, void *p);
 } hoop__mem_ops_t;
 
 extern const hoop__mem_ops_t hoop__mem_host;
+extern const hoop__mem_ops_t hoop__mem_cuda;
 
 /* The table of a memory type, NULL for one that has no implementation in this build. */
 const hoop__mem_ops_t *hoop__mem_ops(hoop__mem_type_t type);
 
-/* The memory type of the buffer at p. Host only for now: a build with CUDA asks the driver here. */
-static inline hoop__mem_type_t hoop__mem_detect(const void *p)
-{
-    (void)p;
-    return HOOP__MEM_HOST;
-}
+/* The memory type of a call's buffers: s and r are the ones this rank reads and writes (NULL for
+ * none). Host unless the CUDA driver is in the process (mem_cuda.c: until then it costs a look at
+ * the loader's count of loaded objects). A device buffer that cannot be served (no CUDA module,
+ * host and device buffers in one call, another device than the communicator's) fails the call
+ * with HOOP_ERR_UNSUPPORTED and a sentence saying what is missing; fn names the entry point. */
+hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoop__mem_type_t *type,
+                               const char *fn);
+
+/* HOOP_ERR_SYSTEM once an operation of this communicator on device memory has failed (it
+ * aborted the communicator and said why), else HOOP_OK: how a call that ends in such operations,
+ * with no wait after them, learns of it. A peer's abort is not counted: a call whose own work
+ * completed succeeded. */
+hoop_result_t hoop__mem_failed(hoop_comm_t *c);
+
+/* Frees what the memory types hold for c (scratch, staging buffers, the CUDA module's context),
+ * as the communicator goes. */
+void hoop__mem_close(hoop_comm_t *c);
 
 #endif

@@ -1,5 +1,6 @@
 /* The algorithms' runtime: what a schedule in src/collectives uses to move, copy and reduce bytes.
- * Transfers to peers (xfer.c), scratch space and the memory layer (mem.c), tracing (trace.c).
+ * Transfers to peers (xfer.c), scratch space and the memory layer (mem.c, mem_cuda.c), staging of
+ * device buffers through host memory (stage.c), tracing (trace.c).
  * Below it only the transports; the scheduler above hands it one call at a time, under exec. */
 #ifndef HOOP_RUNTIME_H
 #define HOOP_RUNTIME_H
@@ -47,7 +48,7 @@ static inline void hoop__mem_copy(const hoop__call_t *call, void *dst, const voi
     if (call->mem == HOOP__MEM_HOST)
         memcpy(dst, src, n);
     else
-        hoop__mem_ops(call->mem)->copy(dst, src, n);
+        hoop__mem_ops(call->mem)->copy(call->comm, dst, src, n);
 }
 
 /* As hoop__mem_copy, for ranges that may overlap. */
@@ -56,7 +57,7 @@ static inline void hoop__mem_move(const hoop__call_t *call, void *dst, const voi
     if (call->mem == HOOP__MEM_HOST)
         memmove(dst, src, n);
     else
-        hoop__mem_ops(call->mem)->move(dst, src, n);
+        hoop__mem_ops(call->mem)->move(call->comm, dst, src, n);
 }
 
 /* out[i] = a[i] op b[i] for i < count, in the call's dtype and op (see hoop__reduce). */
@@ -66,7 +67,7 @@ static inline void hoop__mem_reduce(const hoop__call_t *call, void *out, const v
     if (call->mem == HOOP__MEM_HOST)
         hoop__reduce(out, a, b, count, call->dtype, call->op);
     else
-        hoop__mem_ops(call->mem)->reduce(out, a, b, count, call->dtype, call->op);
+        hoop__mem_ops(call->mem)->reduce(call->comm, out, a, b, count, call->dtype, call->op);
 }
 
 /* The last step of HOOP_AVG: buf[i] /= the communicator's size. */
@@ -76,15 +77,34 @@ static inline void hoop__mem_avg_finish(const hoop__call_t *call, void *buf, siz
     if (call->mem == HOOP__MEM_HOST)
         hoop__reduce_avg_finish(buf, count, call->dtype, p);
     else
-        hoop__mem_ops(call->mem)->avg_finish(buf, count, call->dtype, p);
+        hoop__mem_ops(call->mem)->avg_finish(call->comm, buf, count, call->dtype, p);
 }
 
 /* Scratch memory owned by the communicator, in the memory type of the call's buffers, aligned as
  * malloc aligns and valid until the call returns; NULL if out of memory (the communicator is then
  * failed with the size it could not have). */
 void *hoop__scratch(const hoop__call_t *call, size_t bytes);
-/* Frees the scratch space, as the communicator goes. */
+/* Frees the scratch space (hoop__mem_close, and a scratch space that grows). */
 void hoop__scratch_free(hoop_comm_t *c);
+
+/* ---- staging (stage.c) ----
+ * The transports read and write host memory only. A transfer of a call in another memory type
+ * goes through a host buffer of the communicator's (the type's host_alloc: pinned for CUDA): a
+ * send's bytes are copied there as it is posted, a receive's copied out when a wait sees it done
+ * (hoop__xwait, and the scheduler's reap for point-to-point requests). */
+
+/* Called by hoop__xsend/xrecv for a call not in host memory, x filled in: points x->buf at the
+ * staging buffer. Returns 0, or -1 having completed x at once with the communicator's error (out
+ * of memory, a failed copy). */
+int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x);
+/* For the done transfers among xs (NULL entries skipped) of a call not in host memory: a received
+ * payload goes to its buffer and the staging buffer is free again; transfers seen before are
+ * left alone. Returns HOOP_ERR_SYSTEM if a copy failed (hoop__mem_failed). */
+hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs, int n);
+/* Frees the staging buffers (hoop__mem_close). */
+void hoop__stage_free(hoop_comm_t *c);
+/* The CUDA module's context and handle (mem_cuda.c; hoop__mem_close). */
+void hoop__cuda_close(hoop_comm_t *c);
 
 /* ---- shapes of a schedule ---- */
 

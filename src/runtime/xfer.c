@@ -5,6 +5,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
@@ -35,6 +36,7 @@ void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void
     x->mem = (hoop__mem_desc_t){.type = call->mem};
     atomic_fetch_add_explicit(&call->comm->bytes_sent, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
+    if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return; /* x failed */
     call->comm->tp_ops->post(call->comm->tp, x);
 }
 
@@ -49,6 +51,7 @@ void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf,
     x->mem = (hoop__mem_desc_t){.type = call->mem};
     atomic_fetch_add_explicit(&call->comm->bytes_received, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_received, 1, memory_order_relaxed);
+    if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return; /* x failed */
     call->comm->tp_ops->post(call->comm->tp, x);
 }
 
@@ -99,6 +102,14 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
                     c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
                     return rc;
                 }
+            }
+        }
+        /* Staged receives reach their device buffer before anyone reads them. */
+        if (call->mem != HOOP__MEM_HOST && ndone != last_done) {
+            hoop_result_t rc = hoop__stage_done(call, xs, n);
+            if (rc != HOOP_OK) {
+                c->tp_ops->abort(c->tp, rc, c->fatal_msg);
+                return rc;
             }
         }
         if (ndone == n) return HOOP_OK;
@@ -180,7 +191,9 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
     hoop_comm_t *c = call->comm;
     int p = c->size;
     size_t xbytes = (size_t)p * sizeof(hoop__xfer_t), pbytes = (size_t)p * sizeof(hoop__xfer_t *);
-    char *s = hoop__scratch(call, xbytes + pbytes);
+    /* The transfers are host structures: in the scratch space only when that is host memory. */
+    int host = call->mem == HOOP__MEM_HOST;
+    char *s = host ? hoop__scratch(call, xbytes + pbytes) : malloc(xbytes + pbytes);
     if (s == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "%s: no memory for %d transfers",
                         hoop__kind_name(call->kind), p);
@@ -199,5 +212,7 @@ hoop_result_t hoop__root_exchange(const hoop__call_t *call, int dir, char *base,
             hoop__xsend(call, &xs[i], i, block, n);
         ptrs[i] = &xs[i];
     }
-    return hoop__xwait(call, ptrs, p);
+    hoop_result_t rc = hoop__xwait(call, ptrs, p);
+    if (!host) free(s);
+    return rc;
 }

@@ -3,7 +3,7 @@
  *
  *   hooprun -n N coll_test [--mode MODE] [--colls LIST] [--roots all|ends]
  *                          [--large-dtypes LIST|none] [--large-ops LIST] [--large-roots ends|last]
- *                          [--nreq K] [--late-rank R] [--quick] [--verbose]
+ *                          [--nreq K] [--late-rank R] [--device MODULE] [--quick] [--verbose]
  *
  * MODE: colls (default: every collective x dtype x op x root x count x in/out of place), split,
  * nonblocking, init-env, init-tcp, init-file, late.
@@ -13,6 +13,10 @@
  * for bit. Inputs are chosen so that results are exact in every dtype whatever the reduction order:
  * small integers for SUM/AVG on floats, powers of two for PROD on floats, anything for integers
  * (the reference wraps around explicitly) and for MIN/MAX.
+ *
+ * --device MODULE: the collectives' buffers are device memory of that CUDA module (the test double
+ * tests/cuda/double, or libhoop-cuda.so on a GPU): each call's inputs are filled on the host and
+ * copied to device twins, the outputs copied back before they are checked.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -30,6 +34,7 @@
 #include "hoop.h"
 #include "../../common/refcheck.h"
 #include "../common/testing.h"
+#include "../cuda/devbuf.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the reference encodes elements little-endian"
@@ -229,8 +234,11 @@ typedef struct tcase {
     const void *sarg;
     void *rarg;
     hoop_request_t *req[2];
-    uint64_t *seeds; /* per rank of the communicator */
+    uint64_t *seeds;              /* per rank of the communicator */
+    unsigned char *dsbuf, *dobuf; /* --device: the twins of sbuf and obuf */
 } tcase_t;
+
+static int g_device; /* --device: buffers in device memory (devbuf.h) */
 
 static void describe(const tcase_t *tc, char *out, size_t len)
 {
@@ -274,7 +282,7 @@ static void barrier_marker(const tctx_t *t, const tcase_t *tc, int rank, char *o
 }
 
 /* Allocates and fills the buffers of tc; returns 0 when out of memory. */
-static int tcase_prepare(tctx_t *t, tcase_t *tc)
+static int tcase_prepare_host(tctx_t *t, tcase_t *tc)
 {
     int n = t->size, r = t->rank;
     size_t c = tc->count, nc = (size_t)n * c, es = DT[tc->dt].size;
@@ -396,8 +404,49 @@ static int tcase_prepare(tctx_t *t, tcase_t *tc)
     }
 }
 
+/* The device address of host address p inside sbuf or obuf (rbuf is NULL or obuf). */
+static void *twin(const tcase_t *tc, const void *p)
+{
+    const unsigned char *q = p;
+    if (q == NULL) return NULL;
+    if (tc->obuf && q >= tc->obuf && q <= tc->obuf + tc->o_elems * tc->es)
+        return tc->dobuf + (q - tc->obuf);
+    if (tc->sbuf && q >= tc->sbuf && q <= tc->sbuf + tc->s_elems * tc->es)
+        return tc->dsbuf + (q - tc->sbuf);
+    return (void *)p;
+}
+
+static int tcase_prepare(tctx_t *t, tcase_t *tc)
+{
+    tc->dsbuf = tc->dobuf = NULL;
+    if (!tcase_prepare_host(t, tc)) return 0;
+    if (!g_device || tc->coll == C_BARRIER) return 1;
+    /* Sentinels and guards travel too: the device copy is checked whole when it comes back. */
+    if (tc->sbuf) {
+        tc->dsbuf = devbuf_alloc(tc->s_elems * tc->es);
+        devbuf_copy(tc->dsbuf, tc->sbuf, tc->s_elems * tc->es);
+    }
+    if (tc->obuf) {
+        tc->dobuf = devbuf_alloc(tc->o_elems * tc->es);
+        devbuf_copy(tc->dobuf, tc->obuf, tc->o_elems * tc->es);
+    }
+    tc->sarg = twin(tc, tc->sarg);
+    tc->rarg = twin(tc, tc->rarg);
+    return 1;
+}
+
+/* --device: what the call left in device memory, back into the host buffers checked. */
+static void tcase_from_device(tcase_t *tc)
+{
+    if (tc->dsbuf) devbuf_copy(tc->sbuf, tc->dsbuf, tc->s_elems * tc->es);
+    if (tc->dobuf) devbuf_copy(tc->obuf, tc->dobuf, tc->o_elems * tc->es);
+}
+
 static void tcase_free(tcase_t *tc)
 {
+    devbuf_free(tc->dsbuf);
+    devbuf_free(tc->dobuf);
+    tc->dsbuf = tc->dobuf = NULL;
     if (tc->obuf != tc->rbuf) free(tc->obuf);
     free(tc->sbuf);
     free(tc->rbuf);
@@ -594,6 +643,7 @@ static void check_region(tctx_t *t, const tcase_t *tc, const char *what, const u
 
 static void tcase_verify(tctx_t *t, tcase_t *tc)
 {
+    tcase_from_device(tc);
     if (tc->coll == C_BARRIER) {
         if (!t->marker_dir[0]) return;
         for (int q = 0; q < t->size; q++) {
@@ -1202,7 +1252,8 @@ static void usage(void)
             "usage: coll_test [--mode colls|split|nonblocking|init-env|init-tcp|init-file|late]\n"
             "                 [--colls LIST] [--roots all|ends] [--large-dtypes LIST|none]\n"
             "                 [--large-ops LIST] [--large-roots ends|last] [--nreq K]\n"
-            "                 [--late-rank R] [--fake-hosts K] [--quick] [--verbose]\n");
+            "                 [--late-rank R] [--fake-hosts K] [--device MODULE] [--quick]\n"
+            "                 [--verbose]\n");
 }
 
 static const char *dt_name(int i) { return DT[i].name; }
@@ -1270,6 +1321,11 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             bad = parse_int_arg(v, 1, MAX_NREQ, &o->nreq);
         } else if (!strcmp(a, "--late-rank")) {
             bad = parse_int_arg(v, 0, 1 << 20, &o->late_rank);
+        } else if (!strcmp(a, "--device")) {
+            char err[512];
+            bad = devbuf_open(v, err, sizeof err);
+            if (bad) fprintf(stderr, "coll_test: --device %s: %s\n", v, err);
+            g_device = !bad;
         } else if (!strcmp(a, "--fake-hosts")) {
             /* Rank r claims host r % K: shared memory inside a fake host, TCP across, and a ring
              * that has to be reordered to keep each host's ranks together. */

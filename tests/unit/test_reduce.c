@@ -928,6 +928,57 @@ static void test_invalid_args(void **state)
     assert_int_equal(v[1], 7);
 }
 
+/* A NaN that arithmetic produces is the canonical quiet NaN, whatever NaN went in and on which
+ * side, so that CPU and GPU kernels agree bit for bit; min/max return the NaN operand (quieted). */
+static void test_nan_canonical(void **state)
+{
+    (void)state;
+    const uint32_t f32n[] = {0x7fc00001u, 0xffc00000u, 0x7f800001u, 0xffbfffffu};
+    for (size_t i = 0; i < sizeof f32n / sizeof f32n[0]; i++) {
+        for (int op = 0; op < HOOP_OP_COUNT; op++) {
+            uint32_t a[2] = {f32n[i], bits_of_f32(1.5f)}, b[2] = {bits_of_f32(2.0f), f32n[i]}, o[2];
+            hoop__reduce(o, a, b, 2, HOOP_FLOAT32, (hoop_op_t)op);
+            int minmax = op == HOOP_MIN || op == HOOP_MAX;
+            for (int k = 0; k < 2; k++)
+                assert_int_equal(o[k], minmax ? f32n[i] : 0x7fc00000u); /* min/max: as is */
+        }
+    }
+    uint32_t inf[2] = {0x7f800000u, 0x00000000u}, ninf[2] = {0xff800000u, 0x7f800000u}, o[2];
+    hoop__reduce(o, inf, ninf, 2, HOOP_FLOAT32, HOOP_SUM); /* inf - inf; 0 + inf */
+    assert_int_equal(o[0], 0x7fc00000u);
+    assert_int_equal(o[1], 0x7f800000u);
+    hoop__reduce(o, inf, ninf, 2, HOOP_FLOAT32, HOOP_PROD); /* inf * -inf; 0 * inf */
+    assert_int_equal(o[0], 0xff800000u);
+    assert_int_equal(o[1], 0x7fc00000u);
+    uint64_t d[2] = {0xfff0000000000001ull, 0x7ff0000000000000ull};
+    uint64_t e[2] = {0x3ff0000000000000ull, 0xfff0000000000000ull}, od[2];
+    hoop__reduce(od, d, e, 2, HOOP_FLOAT64, HOOP_SUM);
+    assert_true(od[0] == 0x7ff8000000000000ull && od[1] == 0x7ff8000000000000ull);
+    hoop__reduce_avg_finish(d, 2, HOOP_FLOAT64, 3);
+    assert_true(d[0] == 0x7ff8000000000000ull && d[1] == 0x7ff0000000000000ull);
+    float f[1] = {f32_from_bits(0xffc12345u)};
+    hoop__reduce_avg_finish(f, 1, HOOP_FLOAT32, 2);
+    assert_int_equal(bits_of_f32(f[0]), 0x7fc00000u);
+    /* 16-bit: NaN of either sign and payload, signalling or quiet, and inf - inf. */
+    const uint16_t hn[] = {0x7c01, 0xfe55, 0x7fff, 0x7c00};
+    const uint16_t bn[] = {0x7f81, 0xffc5, 0x7fff, 0x7f80};
+    for (size_t i = 0; i < 4; i++) {
+        uint16_t a[2] = {hn[i], 0x3c00}, b[2] = {(uint16_t)(i == 3 ? 0xfc00 : 0x4000), hn[i]},
+                 o16[2];
+        hoop__reduce(o16, a, b, 2, HOOP_FLOAT16, HOOP_SUM);
+        assert_int_equal(o16[0], 0x7e00);
+        if (i < 3) assert_int_equal(o16[1], 0x7e00);
+        uint16_t c[2] = {bn[i], 0x3f80}, e16[2] = {(uint16_t)(i == 3 ? 0xff80 : 0x4000), bn[i]};
+        hoop__reduce(o16, c, e16, 2, HOOP_BFLOAT16, HOOP_SUM);
+        assert_int_equal(o16[0], 0x7fc0);
+        if (i < 3) assert_int_equal(o16[1], 0x7fc0);
+        hoop__reduce(o16, c, e16, 2, HOOP_BFLOAT16, HOOP_MAX);
+        if (i < 3) assert_int_equal(o16[0], bn[i] | 0x0040);
+        hoop__reduce_avg_finish(a, 1, HOOP_FLOAT16, 2);
+        assert_int_equal(a[0], i < 3 ? 0x7e00 : 0x7c00);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -944,6 +995,7 @@ int main(void)
         cmocka_unit_test(test_half_overflow_subnormal),
         cmocka_unit_test(test_int_wraparound),
         cmocka_unit_test(test_minmax_nan_inf),
+        cmocka_unit_test(test_nan_canonical),
         cmocka_unit_test(test_avg_finish_random),
         cmocka_unit_test(test_avg_finish_constructed),
         cmocka_unit_test(test_invalid_args),

@@ -1,0 +1,392 @@
+/* CUDA device memory in the memory layer: whether a call's buffers are device memory, the CUDA
+ * module (libhoop-cuda.so) loaded the first time they may be, and HOOP__MEM_CUDA's table, which
+ * calls the module. libhoop links no CUDA library, so it loads and runs where there is none.
+ *
+ * Device memory exists only through the CUDA driver, libcuda.so.1, which the CUDA runtime opens
+ * at its first call. Until the driver is in the process no pointer can be device memory, and a
+ * call pays one look at the loader's count of loaded objects (dl_iterate_phdr, stopped at the
+ * first object: tens of nanoseconds); the objects' names are searched for the driver only when
+ * that count has changed. Once the driver is there, the module is loaded and asked about each
+ * call's buffers (cudaPointerGetAttributes), with a small cache of device allocations.
+ *
+ * The state is per communicator (hoop_comm.cuda), made on first need. Testing only (docs/cuda.md):
+ * HOOP_CUDA_MODULE names another module (the test double), HOOP_CUDA_DRIVER the library that
+ * counts as the driver. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda/module.h"
+#include "runtime/runtime.h"
+
+enum { NO_DRIVER, READY, BROKEN };
+#define RANGES 8
+#define NO_COUNT ULLONG_MAX /* a loader that keeps no count: look every time */
+
+struct hoop__cuda {
+    pthread_mutex_t mu; /* all but the two atomics: the posting thread's, briefly */
+    atomic_int state;   /* NO_DRIVER, READY (the module answers) or BROKEN (why says) */
+    atomic_int failed;  /* an operation on device memory failed (hoop__mem_failed) */
+    _Atomic unsigned long long libs; /* NO_DRIVER: the loader's count when it was looked for */
+    void *dl;
+    const hoop_cuda_module_t *t;
+    hoop_cuda_ctx_t *ctx; /* on the communicator's device, from its first device buffer on */
+    int device;
+    char why[400]; /* BROKEN: what is missing, for the sentence of a device buffer */
+    /* BROKEN: the driver's own cuPointerGetAttribute, so that device buffers still get the
+     * sentence rather than a crash, and host buffers still work. */
+    int (*cu_attr)(void *data, int attribute, unsigned long long ptr);
+    struct {
+        uintptr_t base, end;
+        int device;
+    } range[RANGES];
+    unsigned next;
+};
+
+/* ---- is the driver in the process? ---- */
+
+static int count_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    size_t need = offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds;
+    *(unsigned long long *)data = size >= need ? info->dlpi_adds : NO_COUNT;
+    return 1;
+}
+
+static unsigned long long loaded_count(void)
+{
+    unsigned long long n = NO_COUNT;
+    dl_iterate_phdr(count_cb, &n);
+    return n;
+}
+
+typedef struct {
+    const char *base; /* the file name looked for */
+    char path[PATH_MAX];
+} find_t;
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s != NULL ? s + 1 : p;
+}
+
+static int find_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    find_t *f = data;
+    if (info->dlpi_name == NULL || strcmp(base_name(info->dlpi_name), f->base) != 0) return 0;
+    snprintf(f->path, sizeof f->path, "%s", info->dlpi_name);
+    return 1;
+}
+
+static const char *driver_name(void)
+{
+    const char *d = getenv("HOOP_CUDA_DRIVER");
+    return d != NULL && d[0] != '\0' ? d : "libcuda.so.1";
+}
+
+/* ---- loading the module ---- */
+
+/* libhoop-cuda.so beside the libhoop this code is in, else the loader's search. */
+static void module_path(char *out, size_t n)
+{
+    const char *m = getenv("HOOP_CUDA_MODULE");
+    if (m != NULL && m[0] != '\0') {
+        snprintf(out, n, "%s", m);
+        return;
+    }
+    Dl_info di;
+    if (dladdr((void *)hoop__mem_detect, &di) != 0 && di.dli_fname != NULL &&
+        strchr(di.dli_fname, '/') != NULL) {
+        int dir = (int)(base_name(di.dli_fname) - di.dli_fname);
+        snprintf(out, n, "%.*slibhoop-cuda.so", dir, di.dli_fname);
+        if (access(out, F_OK) == 0) return;
+    }
+    snprintf(out, n, "libhoop-cuda.so");
+}
+
+/* Leaves st READY, or BROKEN with the reason in why. Under mu. */
+static void load_module(struct hoop__cuda *st, const char *driver)
+{
+    char path[PATH_MAX];
+    const char *m = getenv("HOOP_CUDA_MODULE");
+#ifndef HOOP_CUDA_BUILT
+    if (m == NULL || m[0] == '\0') {
+        snprintf(st->why, sizeof st->why,
+                 "this libhoop was built without CUDA (no nvcc at build time: rebuild with "
+                 "-Dcuda=enabled)");
+        goto broken;
+    }
+#else
+    (void)m;
+#endif
+    module_path(path, sizeof path);
+    /* Never unloaded (RTLD_NODELETE): its CUDA runtime does not survive being unloaded and
+     * loaded again in one process; a communicator's dlclose only drops its reference. */
+    st->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (st->dl == NULL) {
+        snprintf(st->why, sizeof st->why, "the CUDA module cannot be loaded: %.360s", dlerror());
+        goto broken;
+    }
+    hoop_cuda_entry_fn entry = (hoop_cuda_entry_fn)dlsym(st->dl, HOOP_CUDA_ENTRY);
+    const hoop_cuda_module_t *t = entry != NULL ? entry() : NULL;
+    if (t == NULL || t->abi != HOOP_CUDA_ABI || t->size < sizeof(hoop_cuda_module_t)) {
+        snprintf(st->why, sizeof st->why,
+                 "%.250s is not a CUDA module of this libhoop (interface %u, this libhoop's is %u)",
+                 path, t != NULL ? t->abi : 0, HOOP_CUDA_ABI);
+        goto broken;
+    }
+    st->t = t;
+    atomic_store_explicit(&st->state, READY, memory_order_release);
+    return;
+broken:;
+    /* The driver's own classification, from the copy already loaded. */
+    void *drv = dlopen(driver, RTLD_LAZY | RTLD_NOLOAD);
+    if (drv != NULL) {
+        *(void **)&st->cu_attr = dlsym(drv, "cuPointerGetAttribute");
+        dlclose(drv); /* RTLD_NOLOAD took a reference; the driver stays loaded by its user */
+    }
+    atomic_store_explicit(&st->state, BROKEN, memory_order_release);
+}
+
+/* A module whose runtime cannot classify (a driver older than the runtime, say) is as good as
+ * none: the driver's classification takes over. Under mu. */
+static void module_failed(struct hoop__cuda *st, const char *err)
+{
+    /* t stays: calls already given device memory may still be queued and use it. */
+    snprintf(st->why, sizeof st->why, "%.60s: %.330s", st->t->name, err);
+    void *drv = dlopen(driver_name(), RTLD_LAZY | RTLD_NOLOAD);
+    if (drv != NULL) {
+        *(void **)&st->cu_attr = dlsym(drv, "cuPointerGetAttribute");
+        dlclose(drv);
+    }
+    atomic_store_explicit(&st->state, BROKEN, memory_order_release);
+}
+
+/* NO_DRIVER: looks for the driver among the loaded objects once their count has changed, and
+ * loads the module if it is there. Under mu. */
+static void probe(struct hoop__cuda *st)
+{
+    unsigned long long now = loaded_count();
+    if (now != NO_COUNT && now == atomic_load_explicit(&st->libs, memory_order_relaxed)) return;
+    find_t f = {.base = base_name(driver_name())};
+    if (dl_iterate_phdr(find_cb, &f) == 0) {
+        atomic_store_explicit(&st->libs, now, memory_order_relaxed);
+        return;
+    }
+    load_module(st, f.path);
+}
+
+/* ---- classification ---- */
+
+enum { IS_HOST = -1, UNKNOWN = -2 };
+
+/* The device of the allocation holding p, IS_HOST, or UNKNOWN (err says why). Under mu. */
+static int device_of(struct hoop__cuda *st, const void *p, char *err, size_t errlen)
+{
+    uintptr_t a = (uintptr_t)p;
+    for (int i = 0; i < RANGES; i++)
+        if (a >= st->range[i].base && a < st->range[i].end) return st->range[i].device;
+    if (atomic_load_explicit(&st->state, memory_order_relaxed) == READY) {
+        hoop_cuda_ptr_t info;
+        if (st->t->classify(p, &info, err, errlen) != 0) {
+            module_failed(st, err);
+            return device_of(st, p, err, errlen); /* BROKEN now: the driver says */
+        }
+        if (info.type != HOOP_CUDA_PTR_DEVICE) return IS_HOST;
+        /* Device allocations are cached by extent: the driver keeps their address ranges
+         * reserved, so an address it called device memory does not turn into host memory. */
+        if (info.size > 0) {
+            unsigned k = st->next++ % RANGES;
+            st->range[k].base = info.base;
+            st->range[k].end = info.base + info.size;
+            st->range[k].device = info.device;
+        }
+        return info.device;
+    }
+    /* BROKEN: the driver says (CU_POINTER_ATTRIBUTE_MEMORY_TYPE); an error (host memory it
+     * does not know, a driver never initialized) means host. */
+    unsigned type = 0;
+    if (st->cu_attr == NULL) return IS_HOST;
+    if (st->cu_attr(&type, 2, (unsigned long long)a) != 0) return IS_HOST;
+    return type == 2 /* CU_MEMORYTYPE_DEVICE */ || type == 4 /* UNIFIED */ ? 0 : IS_HOST;
+}
+
+static struct hoop__cuda *state_of(hoop_comm_t *c)
+{
+    struct hoop__cuda *st = atomic_load_explicit(&c->cuda, memory_order_acquire);
+    if (st != NULL) return st;
+    st = calloc(1, sizeof *st);
+    if (st == NULL) return NULL;
+    pthread_mutex_init(&st->mu, NULL);
+    atomic_init(&st->state, NO_DRIVER);
+    atomic_init(&st->failed, 0);
+    atomic_init(&st->libs, NO_COUNT);
+    struct hoop__cuda *none = NULL;
+    if (!atomic_compare_exchange_strong(&c->cuda, &none, st)) { /* another thread was first */
+        pthread_mutex_destroy(&st->mu);
+        free(st);
+        return none;
+    }
+    return st;
+}
+
+static hoop_result_t detect_locked(hoop_comm_t *c, struct hoop__cuda *st, const void *s,
+                                   const void *r, hoop__mem_type_t *type, const char *fn)
+{
+    if (atomic_load_explicit(&st->state, memory_order_relaxed) == NO_DRIVER) probe(st);
+    if (atomic_load_explicit(&st->state, memory_order_relaxed) == NO_DRIVER) return HOOP_OK;
+    char err[400] = "";
+    int ds = s != NULL ? device_of(st, s, err, sizeof err) : IS_HOST;
+    int dr = r == s ? ds : r != NULL ? device_of(st, r, err, sizeof err) : IS_HOST;
+    if (ds == IS_HOST && dr == IS_HOST) return HOOP_OK;
+    const char *which = ds != IS_HOST ? (r != NULL && s != r ? "sendbuf" : "the buffer")
+                                      : "recvbuf";
+    if (atomic_load_explicit(&st->state, memory_order_relaxed) == BROKEN)
+        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED, "%s: %s is CUDA device memory, but %s", fn,
+                                which, st->why);
+    if ((s != NULL && ds == IS_HOST) || (r != NULL && dr == IS_HOST))
+        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                                "%s: %s is CUDA device memory and %s host memory: a call's "
+                                "buffers must be all host or all device memory",
+                                fn, ds != IS_HOST ? "sendbuf" : "recvbuf",
+                                ds != IS_HOST ? "recvbuf" : "sendbuf");
+    int dev = ds != IS_HOST ? ds : dr;
+    if (s != NULL && r != NULL && ds != dr)
+        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                                "%s: sendbuf is on CUDA device %d and recvbuf on device %d", fn, ds,
+                                dr);
+    if (st->ctx == NULL) {
+        st->ctx = st->t->open(dev, err, sizeof err);
+        if (st->ctx == NULL)
+            return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED, "%s: %s: %s", fn, st->t->name, err);
+        st->device = dev;
+    } else if (dev != st->device) {
+        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                                "%s: %s is on CUDA device %d, and this communicator's device "
+                                "buffers so far were on device %d (one device per communicator)",
+                                fn, which, dev, st->device);
+    }
+    *type = HOOP__MEM_CUDA;
+    return HOOP_OK;
+}
+
+hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoop__mem_type_t *type,
+                               const char *fn)
+{
+    *type = HOOP__MEM_HOST;
+    if (s == NULL && r == NULL) return HOOP_OK;
+    struct hoop__cuda *st = state_of(c);
+    if (st == NULL) return HOOP_OK; /* no memory for the state: nothing was loaded either */
+    /* The fast path of every host call: no driver, and nothing loaded since it was missed. */
+    if (atomic_load_explicit(&st->state, memory_order_acquire) == NO_DRIVER) {
+        unsigned long long now = loaded_count();
+        if (now != NO_COUNT && now == atomic_load_explicit(&st->libs, memory_order_relaxed))
+            return HOOP_OK;
+    }
+    pthread_mutex_lock(&st->mu);
+    hoop_result_t rc = detect_locked(c, st, s, r, type, fn);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+void hoop__cuda_close(hoop_comm_t *c)
+{
+    struct hoop__cuda *st = atomic_load(&c->cuda);
+    if (st == NULL) return;
+    if (st->ctx != NULL) st->t->close(st->ctx);
+    if (st->dl != NULL) dlclose(st->dl);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+    atomic_store(&c->cuda, NULL);
+}
+
+/* ---- HOOP__MEM_CUDA: the memory layer's table over the module ---- */
+
+/* Calls reach these only after hoop__mem_detect gave their buffers this type: the module and
+ * its context exist, and are not changed while the communicator lives. */
+static struct hoop__cuda *cu(hoop_comm_t *c)
+{
+    return atomic_load_explicit(&c->cuda, memory_order_acquire);
+}
+
+static void check(hoop_comm_t *c, struct hoop__cuda *st, int rc, const char *what)
+{
+    if (rc == 0) return;
+    atomic_store(&st->failed, 1);
+    hoop__comm_fail(c, HOOP_ERR_SYSTEM, "CUDA %s on rank %d failed: %s", what, c->rank,
+                    st->t->error(st->ctx));
+}
+
+hoop_result_t hoop__mem_failed(hoop_comm_t *c)
+{
+    struct hoop__cuda *st = atomic_load_explicit(&c->cuda, memory_order_acquire);
+    return st != NULL && atomic_load(&st->failed) ? HOOP_ERR_SYSTEM : HOOP_OK;
+}
+
+static void cuda_copy(hoop_comm_t *c, void *dst, const void *src, size_t n)
+{
+    struct hoop__cuda *st = cu(c);
+    check(c, st, st->t->copy(st->ctx, dst, src, n), "copy");
+}
+
+static void cuda_move(hoop_comm_t *c, void *dst, const void *src, size_t n)
+{
+    struct hoop__cuda *st = cu(c);
+    check(c, st, st->t->move(st->ctx, dst, src, n), "copy");
+}
+
+static void cuda_reduce(hoop_comm_t *c, void *out, const void *a, const void *b, size_t count,
+                        hoop_dtype_t dt, hoop_op_t op)
+{
+    struct hoop__cuda *st = cu(c);
+    check(c, st, st->t->reduce(st->ctx, out, a, b, count, dt, op), "reduction");
+}
+
+static void cuda_avg_finish(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int divisor)
+{
+    struct hoop__cuda *st = cu(c);
+    check(c, st, st->t->avg_finish(st->ctx, buf, count, dt, divisor), "average");
+}
+
+static void *cuda_alloc(hoop_comm_t *c, size_t bytes)
+{
+    struct hoop__cuda *st = cu(c);
+    return st->t->alloc(st->ctx, bytes);
+}
+
+static void cuda_free(hoop_comm_t *c, void *p)
+{
+    struct hoop__cuda *st = cu(c);
+    st->t->free(st->ctx, p);
+}
+
+static void *cuda_host_alloc(hoop_comm_t *c, size_t bytes)
+{
+    struct hoop__cuda *st = cu(c);
+    return st->t->host_alloc(st->ctx, bytes);
+}
+
+static void cuda_host_free(hoop_comm_t *c, void *p)
+{
+    struct hoop__cuda *st = cu(c);
+    st->t->host_free(st->ctx, p);
+}
+
+const hoop__mem_ops_t hoop__mem_cuda = {
+    .name = "CUDA device",
+    .copy = cuda_copy,
+    .move = cuda_move,
+    .reduce = cuda_reduce,
+    .avg_finish = cuda_avg_finish,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+};

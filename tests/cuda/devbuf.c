@@ -1,0 +1,52 @@
+/* Device buffers for tests through a CUDA module's table (devbuf.h). */
+#include "devbuf.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const hoop_cuda_module_t *mod;
+static hoop_cuda_ctx_t *ctx;
+
+int devbuf_open(const char *path, char *err, size_t errlen)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (h == NULL) {
+        snprintf(err, errlen, "%s", dlerror());
+        return -1;
+    }
+    hoop_cuda_entry_fn entry = (hoop_cuda_entry_fn)dlsym(h, HOOP_CUDA_ENTRY);
+    mod = entry != NULL ? entry() : NULL;
+    if (mod == NULL || mod->abi != HOOP_CUDA_ABI) {
+        snprintf(err, errlen, "%s is not a CUDA module of this build", path);
+        return -1;
+    }
+    ctx = mod->open(0, err, errlen);
+    return ctx != NULL ? 0 : -1;
+}
+
+const hoop_cuda_module_t *devbuf_module(void) { return mod; }
+hoop_cuda_ctx_t *devbuf_ctx(void) { return ctx; }
+
+void *devbuf_alloc(size_t bytes)
+{
+    void *p = mod->alloc(ctx, bytes ? bytes : 1);
+    if (p == NULL) {
+        fprintf(stderr, "device allocation of %zu bytes: %s\n", bytes, mod->error(ctx));
+        exit(1);
+    }
+    return p;
+}
+
+void devbuf_free(void *p)
+{
+    if (p != NULL) mod->free(ctx, p);
+}
+
+void devbuf_copy(void *dst, const void *src, size_t n)
+{
+    if (mod->copy(ctx, dst, src, n) != 0) {
+        fprintf(stderr, "device copy of %zu bytes: %s\n", n, mod->error(ctx));
+        exit(1);
+    }
+}

@@ -1,0 +1,22 @@
+/* Device buffers for tests: allocated, filled and read back through a CUDA module's table (the
+ * test double, or libhoop-cuda.so on a GPU), as an application would with cudaMalloc and
+ * cudaMemcpy. The module is the one libhoop loads too (the same path, so the same copy). */
+#ifndef HOOP_TESTS_DEVBUF_H
+#define HOOP_TESTS_DEVBUF_H
+
+#include <stddef.h>
+
+#include "cuda/module.h"
+
+/* Loads the module at path and opens device 0. 0, or -1 with a sentence in err. */
+int devbuf_open(const char *path, char *err, size_t errlen);
+/* The loaded module's table and context (after devbuf_open), for tests that call it directly. */
+const hoop_cuda_module_t *devbuf_module(void);
+hoop_cuda_ctx_t *devbuf_ctx(void);
+/* Device memory of bytes (at least 1); exits the test when there is none. */
+void *devbuf_alloc(size_t bytes);
+void devbuf_free(void *p);
+/* A copy either way (host to device, device to host); exits the test on failure. */
+void devbuf_copy(void *dst, const void *src, size_t n);
+
+#endif

@@ -1,0 +1,136 @@
+/* Device buffers that cannot be served, and failing device operations, run as every rank under
+ * hooprun with the CUDA test double (HOOP_CUDA_DRIVER names it; HOOP_CUDA_MODULE as each case
+ * needs):
+ *   errors --case host-only        no driver in the process: host calls load nothing
+ *   errors --case mixed DOUBLE     host sendbuf, device recvbuf: HOOP_ERR_UNSUPPORTED, and the
+ *                                  communicator goes on
+ *   errors --case no-module DOUBLE the module cannot be loaded: a device buffer is refused with
+ *                                  the loader's reason; host buffers still work
+ *   errors --case no-driver DOUBLE the module's runtime finds no usable driver: likewise
+ *   errors --case built-without DOUBLE  a libhoop built without CUDA: likewise
+ *   errors --case failure DOUBLE   rank 0's device operation fails: both ranks' calls fail with
+ *                                  its sentence and the communicator is aborted
+ * Exit 0 when every check held. */
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devbuf.h"
+#include "hoop.h"
+
+static int fails;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fails++;                                                                               \
+            printf("rank %d: FAIL %s: ", rank, #cond);                                             \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
+static int rank;
+
+static int cuda_lib_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    return info->dlpi_name != NULL && strstr(info->dlpi_name, "hoop-cuda") != NULL;
+}
+
+/* An all-reduce of 4 floats on host buffers, checked. */
+static int host_allreduce(hoop_comm_t *c, int size)
+{
+    float a[4] = {1, 2, 3, 4}, b[4] = {0};
+    if (hoop_allreduce(c, a, b, 4, HOOP_FLOAT32, HOOP_SUM) != HOOP_OK) return 0;
+    return b[0] == (float)size && b[3] == 4.0f * (float)size;
+}
+
+int main(int argc, char **argv)
+{
+    const char *which = argc >= 3 && !strcmp(argv[1], "--case") ? argv[2] : "";
+    const char *dbl = argc >= 4 ? argv[3] : NULL;
+    hoop_comm_t *c;
+    hoop_result_t rc = hoop_init_from_env(&c);
+    if (rc != HOOP_OK) {
+        fprintf(stderr, "errors: hoop_init_from_env: %s\n", hoop_error_string(rc));
+        return 1;
+    }
+    rank = hoop_comm_rank(c);
+    int size = hoop_comm_size(c);
+    char err[512];
+    float *dev = NULL;
+    if (dbl != NULL) {
+        if (devbuf_open(dbl, err, sizeof err) != 0) {
+            fprintf(stderr, "errors: %s: %s\n", dbl, err);
+            return 1;
+        }
+        dev = devbuf_alloc(16 * sizeof(float));
+    }
+    float host[16] = {0};
+
+    if (!strcmp(which, "host-only")) {
+        CHECK(host_allreduce(c, size), "all-reduce of host buffers");
+        CHECK(dl_iterate_phdr(cuda_lib_cb, NULL) == 0,
+              "a CUDA module was loaded though no driver is in the process");
+    } else if (!strcmp(which, "mixed")) {
+        rc = hoop_allreduce(c, host, dev, 16, HOOP_FLOAT32, HOOP_SUM);
+        const char *le = hoop_comm_last_error(c);
+        CHECK(rc == HOOP_ERR_UNSUPPORTED, "returned %s", hoop_error_string(rc));
+        CHECK(strstr(le, "recvbuf is CUDA device memory and sendbuf host memory") != NULL,
+              "last error: %s", le);
+        CHECK(host_allreduce(c, size), "the communicator is still usable");
+        CHECK(hoop_allreduce(c, dev, dev, 16, HOOP_FLOAT32, HOOP_SUM) == HOOP_OK,
+              "in-place device all-reduce: %s", hoop_comm_last_error(c));
+    } else if (!strcmp(which, "no-module") || !strcmp(which, "no-driver") ||
+               !strcmp(which, "built-without")) {
+        /* no-module: HOOP_CUDA_MODULE names no file. no-driver: the module's runtime cannot
+         * classify (HOOP_CUDA_DOUBLE_NODRIVER). built-without: a libhoop built without CUDA,
+         * no HOOP_CUDA_MODULE. Each time the driver's classification stands in, so that the
+         * sentence is given and host buffers work. */
+        const char *want = !strcmp(which, "no-module")   ? "the CUDA module cannot be loaded: "
+                           : !strcmp(which, "no-driver") ? "no usable CUDA driver"
+                                                         : "this libhoop was built without CUDA";
+        rc = hoop_allreduce(c, dev, dev, 16, HOOP_FLOAT32, HOOP_SUM);
+        const char *le = hoop_comm_last_error(c);
+        CHECK(rc == HOOP_ERR_UNSUPPORTED, "returned %s", hoop_error_string(rc));
+        CHECK(strstr(le, "hoop_allreduce: the buffer is CUDA device memory, but ") != NULL &&
+                  strstr(le, want) != NULL,
+              "last error: %s", le);
+        rc = hoop_send(c, dev, 16, HOOP_FLOAT32, (rank + 1) % size);
+        CHECK(rc == HOOP_ERR_UNSUPPORTED, "send returned %s", hoop_error_string(rc));
+        CHECK(host_allreduce(c, size), "host buffers still work");
+    } else if (!strcmp(which, "failure")) {
+        CHECK(hoop_allreduce(c, dev, dev, 16, HOOP_FLOAT32, HOOP_SUM) == HOOP_OK,
+              "a device all-reduce before the failure: %s", hoop_comm_last_error(c));
+        /* Rank 1's call is complete before rank 0 leaves the barrier: the failure cannot reach
+         * it (rank 1's own barrier may see the abort). */
+        hoop_result_t b = hoop_barrier(c);
+        CHECK(rank != 0 || b == HOOP_OK, "barrier: %s", hoop_comm_last_error(c));
+        if (rank == 0) {
+            void (*fail_in)(long) = (void (*)(long))dlsym(dlopen(dbl, RTLD_NOW | RTLD_NOLOAD),
+                                                          "hoop_cuda_double_fail_in");
+            CHECK(fail_in != NULL, "the double has no hoop_cuda_double_fail_in");
+            if (fail_in != NULL) fail_in(1);
+        }
+        rc = hoop_allreduce(c, dev, dev, 16, HOOP_FLOAT32, HOOP_SUM);
+        const char *le = hoop_comm_last_error(c);
+        CHECK(rc != HOOP_OK, "the call with a failed device operation returned OK");
+        CHECK(rank != 0 || rc == HOOP_ERR_SYSTEM, "returned %s", hoop_error_string(rc));
+        CHECK(strstr(le, "injected failure") != NULL, "last error: %s", le);
+        rc = hoop_allreduce(c, host, host, 16, HOOP_FLOAT32, HOOP_SUM);
+        CHECK(rc != HOOP_OK, "a call after the failure returned OK");
+    } else {
+        fprintf(stderr,
+                "usage: errors --case host-only|mixed|no-module|no-driver|built-without|failure "
+                "[DOUBLE]\n");
+        return 2;
+    }
+    devbuf_free(dev);
+    hoop_comm_destroy(c);
+    printf("rank %d: %s: %s\n", rank, which, fails ? "FAILED" : "ok");
+    return fails ? 1 : 0;
+}
