@@ -23,21 +23,7 @@
 
 int ag_free_port(void) { return test_free_port(); }
 
-const char *ag_code_name(int code)
-{
-    static const char *const names[] = {"HOOP_OK",
-                                        "HOOP_ERR_INVALID_ARGUMENT",
-                                        "HOOP_ERR_SYSTEM",
-                                        "HOOP_ERR_TIMEOUT",
-                                        "HOOP_ERR_PEER_LOST",
-                                        "HOOP_ERR_MISMATCH",
-                                        "HOOP_ERR_AUTH",
-                                        "HOOP_ERR_UNSUPPORTED",
-                                        "HOOP_ERR_ABORTED",
-                                        "HOOP_ERR_NO_MEMORY",
-                                        "HOOP_ERR_INTERNAL"};
-    return code >= 0 && code <= HOOP_ERR_INTERNAL ? names[code] : "unknown";
-}
+const char *ag_code_name(int code) { return test_code_name(code); }
 
 void ag_say(int fd, const char *fmt, ...)
 {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../../common/clock.h" /* now_s(), for deadlines and the times tests report */
+#include "hoop.h"
 
 /* A loopback TCP port that was free a moment ago (for MASTER_PORT), or -1. */
 static inline int test_free_port(void)
@@ -24,6 +25,23 @@ static inline int test_free_port(void)
         port = ntohs(a.sin_port);
     close(fd);
     return port;
+}
+
+/* "HOOP_ERR_TIMEOUT": a result code by its name in hoop.h, for messages that quote it. */
+static inline const char *test_code_name(int code)
+{
+    static const char *const names[] = {"HOOP_OK",
+                                        "HOOP_ERR_INVALID_ARGUMENT",
+                                        "HOOP_ERR_SYSTEM",
+                                        "HOOP_ERR_TIMEOUT",
+                                        "HOOP_ERR_PEER_LOST",
+                                        "HOOP_ERR_MISMATCH",
+                                        "HOOP_ERR_AUTH",
+                                        "HOOP_ERR_UNSUPPORTED",
+                                        "HOOP_ERR_ABORTED",
+                                        "HOOP_ERR_NO_MEMORY",
+                                        "HOOP_ERR_INTERNAL"};
+    return code >= 0 && code <= HOOP_ERR_INTERNAL ? names[code] : "unknown";
 }
 
 /* "FAIL: <message>" on stdout, flushed at once (children of a test print there too). */

@@ -527,22 +527,6 @@ static void fail(job_t *j, const char *fmt, ...)
     j->failures++;
 }
 
-static const char *code_name(int code)
-{
-    static const char *const names[] = {"HOOP_OK",
-                                        "HOOP_ERR_INVALID_ARGUMENT",
-                                        "HOOP_ERR_SYSTEM",
-                                        "HOOP_ERR_TIMEOUT",
-                                        "HOOP_ERR_PEER_LOST",
-                                        "HOOP_ERR_MISMATCH",
-                                        "HOOP_ERR_AUTH",
-                                        "HOOP_ERR_UNSUPPORTED",
-                                        "HOOP_ERR_ABORTED",
-                                        "HOOP_ERR_NO_MEMORY",
-                                        "HOOP_ERR_INTERNAL"};
-    return code >= 0 && code <= HOOP_ERR_INTERNAL ? names[code] : "unknown";
-}
-
 static void handle_line(job_t *j, char *line)
 {
     char kind[16];
@@ -870,7 +854,8 @@ static void check_faulty(job_t *j, int q)
         if (!r->has_result || r->code == HOOP_OK)
             fail(j, "the stopped rank %d did not report a failure after SIGCONT", q);
         else
-            printf("  rank %d (stopped, then continued): %s: %s\n", q, code_name(r->code), r->msg);
+            printf("  rank %d (stopped, then continued): %s: %s\n", q, test_code_name(r->code),
+                   r->msg);
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
             fail(j, "the stopped rank %d exited with wait status %#x", q, st);
     }
@@ -942,13 +927,13 @@ static int check_mismatch(job_t *j, double *detect, int *by_signal)
         }
         double dt = r->t - j->t_fault;
         printf("  rank %d%s: %s after %.1f ms%s%s\n", q, q == v ? " (the odd one)" : "",
-               code_name(r->code), dt * 1e3, r->code ? ": " : "", r->msg);
+               test_code_name(r->code), dt * 1e3, r->code ? ": " : "", r->msg);
         int code = r->code;
         double limit = DETECT_MAX + (none ? o->timeout : 0);
         if (code == HOOP_OK) {
             /* Its part is done; the next call must fail, once the others have told it. */
             if (r->has_after)
-                printf("  rank %d: then %s after %.1f ms: %s\n", q, code_name(r->after_code),
+                printf("  rank %d: then %s after %.1f ms: %s\n", q, test_code_name(r->after_code),
                        r->after_dt * 1e3, r->after_msg);
             code = r->after_code;
             dt = r->t + r->after_dt - j->t_fault;
@@ -962,7 +947,7 @@ static int check_mismatch(job_t *j, double *detect, int *by_signal)
         detect[nd++] = dt;
         if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED &&
             code != (none ? HOOP_ERR_TIMEOUT : HOOP_ERR_MISMATCH))
-            fail(j, "rank %d: %s, want %s (or the abort it causes)", q, code_name(code),
+            fail(j, "rank %d: %s, want %s (or the abort it causes)", q, test_code_name(code),
                  none ? "HOOP_ERR_TIMEOUT" : "HOOP_ERR_MISMATCH");
         if (dt > limit)
             fail(j, "rank %d failed %.3f s after the call (limit %.1f s)", q, dt, limit);
@@ -1143,7 +1128,7 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
         double from = q == o.sleeper && r->t_woke > j->t_fault ? r->t_woke : j->t_fault;
         double dt = r->t - from;
         int code = r->code;
-        printf("  rank %d: %s after %.1f ms%s: %s\n", q, code_name(code), dt * 1e3,
+        printf("  rank %d: %s after %.1f ms%s: %s\n", q, test_code_name(code), dt * 1e3,
                from > j->t_fault ? " (from its wake-up)" : "", r->msg);
         if (code == HOOP_OK) {
             fail(j, "rank %d: the call succeeded", q);
@@ -1155,13 +1140,13 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
         case M_KILL:
             if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED)
                 fail(j, "rank %d: %s, want HOOP_ERR_PEER_LOST or HOOP_ERR_ABORTED", q,
-                     code_name(code));
+                     test_code_name(code));
             if (dt > o.detect)
                 fail(j, "rank %d failed %.3f s after the kill (limit %.1f s)", q, dt, o.detect);
             break;
         case M_STOP:
             if (code != HOOP_ERR_TIMEOUT && code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED)
-                fail(j, "rank %d: %s, want a timeout or its consequence", q, code_name(code));
+                fail(j, "rank %d: %s, want a timeout or its consequence", q, test_code_name(code));
             if (dt < o.timeout - 0.5)
                 fail(j, "rank %d failed %.3f s after the stop, before its %.1f s timeout", q, dt,
                      o.timeout);
@@ -1171,7 +1156,7 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
             break;
         default: /* early-exit, init-kill */
             if (code != HOOP_ERR_TIMEOUT && code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED)
-                fail(j, "rank %d: %s, want a timeout or a lost peer", q, code_name(code));
+                fail(j, "rank %d: %s, want a timeout or a lost peer", q, test_code_name(code));
             if (dt > o.timeout + DETECT_MAX)
                 fail(j, "rank %d failed %.3f s after rank %d left (limit %.1f s)", q, dt, faulty,
                      o.timeout + DETECT_MAX);
