@@ -520,6 +520,7 @@ static void ibt_post(hoop__tp_t *tp, hoop__xfer_t *x)
     *ibt_off(x) = 0;
     *ibt_hdr(x) = 0;
     if (x->dir == HOOP_XFER_SEND) {
+        x->hdr.payload_len = x->len;
         if (pe->bye && pe->gone) {
             x->status = HOOP_ERR_PEER_LOST;
             x->done = 1;
