@@ -337,6 +337,7 @@ static const case_def_t cases[] = {
     {"close-queued", case_close, 2, 1, 1, -1, 0, 30, 0},
     {"bad-peer", case_badpeer, 2, 1, 1, -1, 0, 30, 0},
     {"memory", case_memory, 2, 1, 1, -1, 0, 30, 0},
+    {"realloc", case_realloc, 2, 1, 1, -1, 0, 30, 0},
     {"late-connect", case_late, 2, 1, 1, -1, 0, 30, 1},
 };
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))

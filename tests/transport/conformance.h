@@ -184,6 +184,7 @@ int case_three(ctx_t *c);
 int case_mismatch(ctx_t *c);
 int case_badpeer(ctx_t *c);
 int case_memory(ctx_t *c);
+int case_realloc(ctx_t *c);
 int case_peer_exit(ctx_t *c);
 int case_peer_close(ctx_t *c);
 int case_abort(ctx_t *c);
