@@ -205,7 +205,7 @@ static void match(hoop__tp_t *tp, int j)
             protocol_error(tp, j, "more payload than its header announced");
             return;
         }
-        memcpy((uint8_t *)x->buf + *ibt_off(x), data, len);
+        if (len > 0) memcpy((uint8_t *)x->buf + *ibt_off(x), data, len);
         *ibt_off(x) += len;
         if (release_slot(tp, j) != 0) return;
         if (*ibt_off(x) == x->len) {
@@ -428,6 +428,34 @@ static int step(hoop__tp_t *tp, double *probe_at)
     return moved;
 }
 
+/* The device's asynchronous events (its descriptor is non-blocking), read when a sleep finds it
+ * readable: a queue pair gone to error fails its peer, a port or device gone fails them all. */
+static void take_async(hoop__tp_t *tp)
+{
+    struct ibv_async_event ev;
+    while (tp->v.get_async_event(tp->ctx, &ev) == 0) {
+        enum ibv_event_type t = ev.event_type;
+        struct ibv_qp *qp = ev.element.qp;
+        tp->v.ack_async_event(&ev);
+        char why[200];
+        snprintf(why, sizeof(why), "%s: %s", tp->where, tp->v.event_type_str(t));
+        if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR) {
+            for (int j = 0; j < tp->p.size; j++)
+                if (tp->peers[j].qp == qp && !tp->peers[j].lost) peer_lost(tp, j, why);
+        } else if (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL) {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "the RDMA port is gone (%s)", why);
+            for (int j = 0; j < tp->p.size; j++)
+                if (tp->peers[j].up && !tp->peers[j].lost) {
+                    peer_fail(tp, j, HOOP_ERR_SYSTEM, msg);
+                    break; /* the first failure aborts the rest */
+                }
+        } else {
+            HOOP_INFO(tp->p.log, "ibverbs: %s", why);
+        }
+    }
+}
+
 /* Takes the channel's events (the descriptor is non-blocking) and the wake-ups. */
 static void take_events(hoop__tp_t *tp)
 {
@@ -456,6 +484,8 @@ void hoop__ibt_progress(hoop__tp_t *tp, int timeout_ms)
     if (tp->armed) {
         tp->armed = 0;
         take_events(tp);
+        struct pollfd pa = {.fd = tp->ctx != NULL ? tp->ctx->async_fd : -1, .events = POLLIN};
+        if (tp->ctx != NULL && poll(&pa, 1, 0) == 1) take_async(tp);
     }
     if (tp->cq == NULL) {
         if (timeout_ms > 0) {
@@ -477,9 +507,12 @@ void hoop__ibt_progress(hoop__tp_t *tp, int timeout_ms)
         int until = (int)((probe_at - hoop__now()) * 1000) + 1;
         if (until < ms) ms = until < 0 ? 0 : until;
     }
-    struct pollfd pf[2] = {{.fd = tp->ch->fd, .events = POLLIN}, {.fd = tp->wake_fd, .events = POLLIN}};
-    (void)poll(pf, 2, ms);
+    struct pollfd pf[3] = {{.fd = tp->ch->fd, .events = POLLIN},
+                           {.fd = tp->wake_fd, .events = POLLIN},
+                           {.fd = tp->ctx->async_fd, .events = POLLIN}};
+    (void)poll(pf, 3, ms);
     take_events(tp);
+    if (pf[2].revents & POLLIN) take_async(tp);
     step(tp, NULL);
 }
 

@@ -77,7 +77,9 @@ static int open_port(hoop__tp_t *tp, char *err, size_t errlen)
     if ((tp->ctx = open_by_name(&tp->v, tp->port.dev)) == NULL) what = "ibv_open_device";
     else if ((tp->pd = tp->v.alloc_pd(tp->ctx)) == NULL) what = "ibv_alloc_pd";
     else if ((tp->ch = tp->v.create_comp_channel(tp->ctx)) == NULL) what = "ibv_create_comp_channel";
-    else if (fcntl(tp->ch->fd, F_SETFL, fcntl(tp->ch->fd, F_GETFL) | O_NONBLOCK) != 0) what = "fcntl";
+    else if (fcntl(tp->ch->fd, F_SETFL, fcntl(tp->ch->fd, F_GETFL) | O_NONBLOCK) != 0 ||
+             fcntl(tp->ctx->async_fd, F_SETFL, fcntl(tp->ctx->async_fd, F_GETFL) | O_NONBLOCK) != 0)
+        what = "fcntl";
     if (what[0] != '\0') {
         snprintf(err, errlen, "%s: %s: %s", tp->where, what, strerror(errno));
         return -1;
@@ -122,7 +124,9 @@ hoop_result_t hoop__ibt_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
         snprintf(err, sizeof(err), "no RDMA device on this host");
     else if (p->size > 1 && open_port(tp, err, sizeof(err)) == 0) {
         ev.data.u32 = 1;
-        if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->ch->fd, &ev) != 0) {
+        int e = epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->ch->fd, &ev);
+        ev.data.u32 = 2;
+        if (e != 0 || epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->ctx->async_fd, &ev) != 0) {
             p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, "ibverbs: epoll_ctl failed");
             return HOOP_ERR_SYSTEM;
         }
@@ -389,6 +393,12 @@ static void goodbyes(hoop__tp_t *tp)
 void hoop__ibt_close(hoop__tp_t *tp)
 {
     if (tp == NULL) return;
+    /* Queued transfers are dropped without completion: their memory may be gone already. */
+    for (int j = 0; tp->peers != NULL && j < tp->p.size; j++) {
+        peer_t *pe = &tp->peers[j];
+        pe->sq = pe->sq_tail = pe->rq = pe->rq_tail = NULL;
+        memset(pe->sx, 0, sizeof(pe->sx));
+    }
     goodbyes(tp);
     const hoop__ibv_t *v = &tp->v;
     for (int j = 0; tp->peers != NULL && j < tp->p.size; j++) {
