@@ -403,10 +403,12 @@ static void probe(hoop__tp_t *tp, int j)
 }
 
 /* Polls, sends, gives credits back and probes where due: 1 if anything moved. *probe_at is the
- * earliest probe still to come (0: none). */
+ * earliest probe still to come (0: none). While any transfer waits, every peer with nothing in
+ * flight is probed, not only those waited on: a dead peer must fail the communicator even when
+ * this rank waits on another (which may itself be waiting on the dead one). */
 static int step(hoop__tp_t *tp, double *probe_at)
 {
-    int moved = hoop__ibt_poll(tp);
+    int moved = hoop__ibt_poll(tp), busy = 0;
     double now = 0;
     if (probe_at != NULL) *probe_at = 0;
     for (int j = 0; j < tp->p.size && !tp->failed; j++) {
@@ -415,8 +417,13 @@ static int step(hoop__tp_t *tp, double *probe_at)
         moved |= move_sends(tp, j);
         if (pe->owed >= CREDIT_BATCH && pe->nsfree > 2)
             moved |= hoop__ibt_send_ctrl(tp, j, F_CREDIT, 0, NULL, 0) == 0;
-        if (pe->rq == NULL || pe->bye || pe->probing || pe->inflight > 0) {
-            if (pe->rq == NULL) pe->next_probe = 0;
+        busy |= pe->rq != NULL || pe->sq != NULL;
+    }
+    for (int j = 0; j < tp->p.size && !tp->failed; j++) {
+        peer_t *pe = &tp->peers[j];
+        if (!pe->up || pe->lost) continue;
+        if (!busy || pe->bye || pe->probing || pe->inflight > 0) {
+            if (!busy) pe->next_probe = 0;
             continue;
         }
         if (now == 0) now = hoop__now();

@@ -29,10 +29,11 @@
  *
  * Failures: a completion with an error (retry or RNR retry exceeded, a flush after the queue pair
  * went to error) fails the peer with HOOP_ERR_PEER_LOST and the status text. A peer that died
- * leaves no completion behind on a rank that only receives from it, so while a receive waits on a
- * peer and nothing is in flight to it, an 8-byte RDMA WRITE to its probe word goes out every
- * PROBE_S seconds; the dead peer's is answered with retry exceeded. abort() sends every peer its
- * reason (best effort, without waiting), settle() a ready notice, close() a goodbye, as tcp does.
+ * leaves no completion behind on a rank that only receives from it, or waits on another rank, so
+ * while any transfer waits, every peer with nothing in flight gets an 8-byte RDMA WRITE to its
+ * probe word every PROBE_S seconds; the dead peer's is answered with retry exceeded. abort()
+ * sends every peer its reason (best effort, without waiting), settle() a ready notice, close() a
+ * goodbye, as tcp does.
  *
  * ibverbs_setup.c holds listen, connect, settle and close; ibverbs.c the data path, completions,
  * waiting and abort; this header their shared state. Nothing else includes it.
@@ -54,7 +55,7 @@
 #define FRAG_HDR 16
 #define CREDIT_BATCH (NSLOTS / 2)  /* credits owed that are worth a message of their own */
 #define SPIN_US 50                 /* polling before sleeping on the channel */
-#define PROBE_S 0.5                /* liveness probe of a peer a receive waits on */
+#define PROBE_S 0.25               /* liveness probe of the peers while a transfer waits */
 #define ABORT_MAX 360
 #define GOODBYE_WAIT 0.5           /* seconds close() waits for the goodbyes to leave */
 #define IBV_CAPS HOOP_TP_MEM(HOOP__MEM_HOST)
@@ -105,8 +106,6 @@ typedef struct peer {
     hoop__xfer_t *sq, *sq_tail, *rq, *rq_tail;
     int probing;
     double next_probe;
-    uint64_t probe_addr;
-    uint32_t probe_rkey;
     conn_info_t remote;
 } peer_t;
 
