@@ -1,12 +1,14 @@
 #!/bin/sh
 # The verbs transport on a real RDMA stack, as meson runs it (suite rdma).
 #
-#   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST
+#   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST FAULT
 #       in one boot of the test guest (VM_SH), on soft-RoCE rxe0, every rank sharing that one
 #       device: the transport conformance suite over HOOP_TRANSPORT=ibverbs, the multi-process
 #       collective suite at small sizes over it (every collective, dtype and op; 2, 3 and 4 ranks,
 #       blocking and nonblocking), and HOOP_TRANSPORT=auto with two hosts faked by HOOP_HOSTID,
-#       which must take verbs between the hosts and shared memory inside each. On a host with an
+#       which must take verbs between the hosts and shared memory inside each; and faults: a rank
+#       killed mid-collective (survivors fail naming it, also while the dead rank's partner sleeps
+#       outside the library), a mismatched call. On a host with an
 #       active RDMA port the same runs happen here instead. Skipped (77) where neither can be had.
 #   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF
 #       hoop's point-to-point bandwidth over verbs (hoop-perf sendrecv, 2 ranks) beside
@@ -20,7 +22,7 @@ abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 
 case $mode in
 suites)
-    vm=$1 conf=$(abspath "$2") run=$(abspath "$3") coll=$(abspath "$4")
+    vm=$1 conf=$(abspath "$2") run=$(abspath "$3") coll=$(abspath "$4") fault=$(abspath "$5")
     script="
         set -e
         export HOOP_TIMEOUT=60
@@ -41,6 +43,13 @@ suites)
         grep -q 'ibverbs: rank [0-9] over rxe0:1 RoCE v2 GID 1 ::ffff:10.11.0.1 MTU 1024 (GID index 1)' out.auto
         grep 'checks passed' out.auto
         rm -f out.auto
+        echo '--- faults over ibverbs'
+        for c in allreduce alltoall sendrecv; do
+            '$fault' --transport ibverbs --mode kill --coll \$c --ranks 4 --mib 1 --names chain
+        done
+        '$fault' --transport ibverbs --mode kill --coll allreduce --ranks 4 --mib 1 --names chain \
+            --detect 1 --sleeper partner
+        '$fault' --transport ibverbs --mode mismatch --coll allreduce --ranks 3
         echo '--- every verbs run passed'
     "
     if grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
