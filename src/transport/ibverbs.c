@@ -5,7 +5,9 @@
  * fragment's slot back as soon as it polls it. Between two of its polls it can learn of no new
  * credit, so it sends at most NSLOTS data fragments, and its peer answers them with at most
  * NSLOTS / CREDIT_BATCH credit messages; with one ready notice, one goodbye and one abort notice
- * per peer, fewer than NCTRL control fragments ever wait in slots not yet posted again. */
+ * per peer, and one zero-copy answer and one end (a sender starts no zero-copy message before the
+ * last one's answer came, nor the next before it sent the end), fewer than NCTRL control
+ * fragments ever wait in slots not yet posted again. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -81,6 +83,14 @@ int hoop__ibt_send_ctrl(hoop__tp_t *tp, int j, int type, int flags, const void *
     return 0;
 }
 
+void hoop__ibt_zc_drop(hoop__tp_t *tp, int j)
+{
+    peer_t *pe = &tp->peers[j];
+    if (pe->zx_mr != NULL) tp->v.dereg_mr(pe->zx_mr);
+    if (pe->zr_mr != NULL) tp->v.dereg_mr(pe->zr_mr);
+    pe->zx_mr = pe->zr_mr = NULL;
+}
+
 static void fail_list(hoop__xfer_t **head, hoop__xfer_t **tail, hoop_result_t code)
 {
     for (hoop__xfer_t *x = *head, *n; x != NULL; x = n) {
@@ -95,6 +105,14 @@ static void fail_list(hoop__xfer_t **head, hoop__xfer_t **tail, hoop_result_t co
 static void fail_peer_xfers(hoop__tp_t *tp, int j, hoop_result_t code)
 {
     peer_t *pe = &tp->peers[j];
+    /* Registrations of user memory go before their transfers complete: once a buffer is handed
+     * back, no late RDMA WRITE of the peer's may land in it. */
+    hoop__ibt_zc_drop(tp, j);
+    if (pe->zx != NULL) {
+        if (pe->zx->status == HOOP_OK) pe->zx->status = code;
+        pe->zx->done = 1;
+        pe->zx = NULL;
+    }
     fail_list(&pe->sq, &pe->sq_tail, code);
     fail_list(&pe->rq, &pe->rq_tail, code);
     for (int i = 0; i < NSEND; i++) {
@@ -171,17 +189,85 @@ static int release_slot(hoop__tp_t *tp, int j)
     return 0;
 }
 
+static void match(hoop__tp_t *tp, int j);
+
+/* A zero-copy request for receive x: its buffer registered and offered to the sender (F_CTS), or,
+ * where it cannot be registered, an offer of nothing, and the payload comes eagerly after all. */
+static void zc_accept(hoop__tp_t *tp, int j, hoop__xfer_t *x)
+{
+    peer_t *pe = &tp->peers[j];
+    uint8_t body[16] = {0};
+    pe->zr_mr = tp->v.reg_mr(tp->pd, x->buf, x->len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (pe->zr_mr != NULL) {
+        uint64_t a = (uintptr_t)x->buf;
+        uint32_t k = pe->zr_mr->rkey;
+        for (int i = 0; i < 8; i++) body[i] = (uint8_t)(a >> (8 * i));
+        for (int i = 0; i < 4; i++) body[8 + i] = (uint8_t)(k >> (8 * i));
+    } else {
+        HOOP_INFO(tp->p.log, "ibverbs: %zu bytes from rank %d come by copy: ibv_reg_mr: %s", x->len,
+                  j, strerror(errno));
+    }
+    if (hoop__ibt_send_ctrl(tp, j, F_CTS, 0, body, sizeof(body)) != 0 && !pe->lost)
+        protocol_error(tp, j, "a zero-copy request with no buffer left to answer it");
+}
+
+/* F_FIN: the zero-copy message at the head of peer j's receives is in. */
+static void zc_fin(hoop__tp_t *tp, int j)
+{
+    peer_t *pe = &tp->peers[j];
+    if (pe->zr_mr == NULL || pe->rq == NULL) {
+        protocol_error(tp, j, "the end of a zero-copy message it was not sending");
+        return;
+    }
+    tp->v.dereg_mr(pe->zr_mr);
+    pe->zr_mr = NULL;
+    hoop__xfer_t *x = pop(&pe->rq, &pe->rq_tail);
+    *ibt_off(x) = x->len;
+    pe->moved += x->len;
+    x->done = 1;
+    match(tp, j);
+}
+
+/* F_CTS: where the receiver wants zx's payload (address 0: by copy after all). */
+static void zc_cts(hoop__tp_t *tp, int j, const uint8_t *body, size_t len)
+{
+    peer_t *pe = &tp->peers[j];
+    if (pe->zx == NULL || pe->zx_state != 0 || len != 16) {
+        protocol_error(tp, j, "a zero-copy answer to no request");
+        return;
+    }
+    uint64_t a = 0;
+    uint32_t k = 0;
+    for (int i = 0; i < 8; i++) a |= (uint64_t)body[i] << (8 * i);
+    for (int i = 0; i < 4; i++) k |= (uint32_t)body[8 + i] << (8 * i);
+    if (a == 0) {
+        /* Eagerly after all, ahead of everything queued: its header went already. */
+        hoop__xfer_t *x = pe->zx;
+        pe->zx = NULL;
+        tp->v.dereg_mr(pe->zx_mr);
+        pe->zx_mr = NULL;
+        *ibt_next(x) = pe->sq;
+        pe->sq = x;
+        if (pe->sq_tail == NULL) pe->sq_tail = x;
+        return;
+    }
+    pe->zx_addr = a;
+    pe->zx_rkey = k;
+    pe->zx_off = 0;
+    pe->zx_state = 1;
+}
+
 /* Copies arrived fragments of peer j into its posted receives, in order. */
 static void match(hoop__tp_t *tp, int j)
 {
     peer_t *pe = &tp->peers[j];
-    while (!pe->lost && pe->rq != NULL && pe->arr_n > 0) {
+    while (!pe->lost && pe->rq != NULL && pe->arr_n > 0 && pe->zr_mr == NULL) {
         hoop__xfer_t *x = pe->rq;
         const uint8_t *b = pe->rbuf + (size_t)pe->arr[pe->arr_head] * SLOT_BYTES;
         size_t len = frag_u32(b + 8);
         const uint8_t *data = b + FRAG_HDR;
         if (!*ibt_hdr(x)) {
-            if (!b[1]) {
+            if (!(b[1] & FL_FIRST)) {
                 protocol_error(tp, j, "a fragment without a header where a message starts");
                 return;
             }
@@ -197,6 +283,15 @@ static void match(hoop__tp_t *tp, int j)
             }
             *ibt_hdr(x) = 1;
             data += HOOP_WIRE_HDR_SIZE;
+            if (b[1] & FL_ZC) {
+                if (len != 0) {
+                    protocol_error(tp, j, "payload with a zero-copy request");
+                    return;
+                }
+                if (release_slot(tp, j) != 0) return;
+                zc_accept(tp, j, x);
+                continue;
+            }
         } else if (b[1]) {
             protocol_error(tp, j, "a new message in the middle of one");
             return;
@@ -213,7 +308,7 @@ static void match(hoop__tp_t *tp, int j)
             x->done = 1;
         }
     }
-    if (!pe->lost && pe->rq != NULL && pe->arr_n == 0 && pe->bye)
+    if (!pe->lost && pe->rq != NULL && pe->arr_n == 0 && pe->zr_mr == NULL && pe->bye)
         peer_lost(tp, j, "it closed its communicator");
 }
 
@@ -240,7 +335,7 @@ static void frag_in(hoop__tp_t *tp, int j, int i, uint32_t bytes)
     pe->moved += bytes;
     if (pe->lost) return;
     uint32_t len = frag_u32(b + 8);
-    if (bytes < FRAG_HDR || (uint64_t)len + FRAG_HDR + (b[0] == F_DATA && b[1] ? HOOP_WIRE_HDR_SIZE : 0) != bytes) {
+    if (bytes < FRAG_HDR || (uint64_t)len + FRAG_HDR + (b[0] == F_DATA && (b[1] & FL_FIRST) ? HOOP_WIRE_HDR_SIZE : 0) != bytes) {
         protocol_error(tp, j, "a malformed fragment");
         return;
     }
@@ -260,7 +355,7 @@ static void frag_in(hoop__tp_t *tp, int j, int i, uint32_t bytes)
         abort_in(tp, j, b[1], b + FRAG_HDR, len);
         return;
     }
-    if (type != F_CREDIT && type != F_READY && type != F_BYE) {
+    if (type != F_CREDIT && type != F_READY && type != F_BYE && type != F_CTS && type != F_FIN) {
         protocol_error(tp, j, "a fragment of unknown type");
         return;
     }
@@ -272,6 +367,8 @@ static void frag_in(hoop__tp_t *tp, int j, int i, uint32_t bytes)
         return;
     }
     if (type == F_READY) pe->ready = 1;
+    if (type == F_CTS) zc_cts(tp, j, b + FRAG_HDR, len); /* read before the slot is reused: */
+    if (type == F_FIN) zc_fin(tp, j);                    /* the CQ is polled by this thread only */
     if (type == F_BYE) {
         pe->bye = 1;
         match(tp, j);
@@ -321,6 +418,14 @@ int hoop__ibt_poll(hoop__tp_t *tp)
                 pe->sfree[pe->nsfree++] = i;
                 x = pe->sx[i];
                 pe->sx[i] = NULL;
+                if (x != NULL && x == pe->zx) { /* its F_FIN: every write before it is done */
+                    tp->v.dereg_mr(pe->zx_mr);
+                    pe->zx_mr = NULL;
+                    pe->zx = NULL;
+                }
+            } else if (what == W_WRITE) {
+                pe->inflight--;
+                pe->zx_wr--;
             } else if (what == W_PROBE) {
                 pe->inflight--;
                 pe->probing = 0;
@@ -341,15 +446,84 @@ int hoop__ibt_poll(hoop__tp_t *tp)
     return any;
 }
 
+/* Asks for zero copy of send x (at the head of sq): its buffer registered, a fragment with the
+ * header and FL_ZC. 0, or -1 to send it by copy (the registration failed). */
+static int zc_request(hoop__tp_t *tp, int j, hoop__xfer_t *x)
+{
+    peer_t *pe = &tp->peers[j];
+    pe->zx_mr = tp->v.reg_mr(tp->pd, x->buf, x->len, 0);
+    if (pe->zx_mr == NULL) {
+        HOOP_INFO(tp->p.log, "ibverbs: %zu bytes to rank %d go by copy: ibv_reg_mr: %s", x->len, j,
+                  strerror(errno));
+        return -1;
+    }
+    pop(&pe->sq, &pe->sq_tail);
+    pe->zx = x;
+    pe->zx_state = 0;
+    *ibt_hdr(x) = 1;
+    int i = pe->sfree[--pe->nsfree];
+    uint8_t *b = pe->sbuf + (size_t)i * SLOT_BYTES;
+    frag_put(b, F_DATA, FL_FIRST | FL_ZC, (uint32_t)pe->owed, 0);
+    hoop__wire_encode(&x->hdr, b + FRAG_HDR);
+    pe->sx[i] = NULL;
+    int owed = pe->owed;
+    pe->owed = 0;
+    pe->credits--;
+    if (post_buf(tp, j, i, FRAG_HDR + HOOP_WIRE_HDR_SIZE) != 0) pe->owed = owed;
+    return 0;
+}
+
+/* Writes zx's payload into the buffer the receiver offered, ZC_CHUNK at a time, then F_FIN, which
+ * RC delivers after every write. 1 if anything was posted. */
+static int zc_write(hoop__tp_t *tp, int j)
+{
+    peer_t *pe = &tp->peers[j];
+    hoop__xfer_t *x = pe->zx;
+    int moved = 0;
+    while (pe->zx_off < x->len && pe->zx_wr < ZC_WR) {
+        size_t n = x->len - pe->zx_off < ZC_CHUNK ? x->len - pe->zx_off : ZC_CHUNK;
+        struct ibv_sge sge = {.addr = (uintptr_t)x->buf + pe->zx_off, .length = (uint32_t)n,
+                              .lkey = pe->zx_mr->lkey};
+        struct ibv_send_wr wr = {.wr_id = WR_ID(j, W_WRITE, 0), .sg_list = &sge, .num_sge = 1,
+                                 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+        wr.wr.rdma.remote_addr = pe->zx_addr + pe->zx_off;
+        wr.wr.rdma.rkey = pe->zx_rkey;
+        int rc = tp->v.post_send(pe->qp, &wr, &bad);
+        if (rc != 0) {
+            char why[160];
+            snprintf(why, sizeof(why), "%s: ibv_post_send: %s", hoop__ibt_where(tp), strerror(rc));
+            peer_lost(tp, j, why);
+            return 1;
+        }
+        pe->zx_off += n;
+        pe->zx_wr++;
+        pe->inflight++;
+        pe->moved += n;
+        moved = 1;
+    }
+    if (pe->zx_off == x->len && pe->nsfree > 0) {
+        int i = pe->sfree[--pe->nsfree];
+        frag_put(pe->sbuf + (size_t)i * SLOT_BYTES, F_FIN, 0, (uint32_t)pe->owed, 0);
+        pe->sx[i] = x;
+        int owed = pe->owed;
+        pe->owed = 0;
+        pe->zx_state = 2;
+        if (post_buf(tp, j, i, FRAG_HDR) != 0) pe->owed = owed;
+        moved = 1;
+    }
+    return moved;
+}
+
 /* Sends what peer j's credits and buffers allow, in order: 1 if a fragment went. NCTRL buffers
  * stay for control messages. */
 static int move_sends(hoop__tp_t *tp, int j)
 {
     peer_t *pe = &tp->peers[j];
     int moved = 0;
-    while (!pe->lost && pe->sq != NULL && pe->credits > 0 && pe->nsfree > NCTRL) {
+    while (!pe->lost && pe->zx == NULL && pe->sq != NULL && pe->credits > 0 && pe->nsfree > NCTRL) {
         hoop__xfer_t *x = pe->sq;
         int first = !*ibt_hdr(x);
+        if (first && x->len >= ZC_MIN && zc_request(tp, j, x) == 0) return 1;
         size_t off = *ibt_off(x), room = SLOT_BYTES - FRAG_HDR - (first ? HOOP_WIRE_HDR_SIZE : 0);
         size_t n = x->len - off < room ? x->len - off : room;
         int i = pe->sfree[--pe->nsfree];
@@ -414,10 +588,12 @@ static int step(hoop__tp_t *tp, double *probe_at)
     for (int j = 0; j < tp->p.size && !tp->failed; j++) {
         peer_t *pe = &tp->peers[j];
         if (!pe->up || pe->lost) continue;
+        if (pe->zx != NULL && pe->zx_state == 1) moved |= zc_write(tp, j);
+        if (pe->lost) continue;
         moved |= move_sends(tp, j);
         if (pe->owed >= CREDIT_BATCH && pe->nsfree > 2)
             moved |= hoop__ibt_send_ctrl(tp, j, F_CREDIT, 0, NULL, 0) == 0;
-        busy |= pe->rq != NULL || pe->sq != NULL;
+        busy |= pe->rq != NULL || pe->sq != NULL || pe->zx != NULL;
     }
     for (int j = 0; j < tp->p.size && !tp->failed; j++) {
         peer_t *pe = &tp->peers[j];

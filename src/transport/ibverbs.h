@@ -12,16 +12,26 @@
  * ready. Without an out-of-band exchange (a communicator of one rank or made by split) the
  * address is empty and no peer is reached this way.
  *
- * Data path: every message is cut into fragments of at most SLOT_BYTES, each one SEND into one of
- * the peer's pre-posted receive slots; the first fragment carries the wire header. Payload is
- * copied through the registered buffers both ways, so user memory is never registered (no
- * registration can go stale; the cost is one copy on each side). Flow control: a sender holds one
+ * Data path: a message below ZC_MIN is cut into fragments of at most SLOT_BYTES, each one SEND
+ * into one of the peer's pre-posted receive slots; the first fragment carries the wire header. Its
+ * payload is copied through the registered buffers both ways. Flow control: a sender holds one
  * credit per data slot of the peer (NSLOTS) and spends one per data fragment; the receiver gives a
  * credit back once it has copied a fragment out and posted the slot again, in the next fragment it
  * sends or, past CREDIT_BATCH owed, in a credit message. A fragment that arrives before its receive
- * is posted waits in its slot. Control messages (credits, ready, goodbye, abort) need no credit:
- * NCTRL more slots are posted for them and taken back at once, which bounds them (see ibverbs.c),
- * so a receiver that is slow never makes a sender hit receiver-not-ready.
+ * is posted waits in its slot. Control messages (credits, ready, goodbye, abort, and zero copy's
+ * answer and end) need no credit: NCTRL more slots are posted for them and taken back at once,
+ * which bounds them (see ibverbs.c), so a receiver that is slow never makes a sender hit
+ * receiver-not-ready.
+ *
+ * Zero copy, from ZC_MIN: the sender registers its buffer and sends only the header (FL_ZC); the
+ * receiver, once that header matches its posted receive, registers the receive buffer and answers
+ * with its address and key (F_CTS); the sender RDMA-writes the payload into it ZC_CHUNK at a time
+ * and ends with F_FIN, which RC delivers after the writes. Registrations are per transfer and
+ * dropped when it completes or fails, before the buffer is handed back, so none can outlive its
+ * memory or be served for another buffer at the same address (the cost: a registration and a
+ * deregistration per large message on each side, and one round trip before the payload moves).
+ * Nothing else goes to that peer until F_FIN is posted, which keeps the order; where a buffer
+ * cannot be registered the payload comes by copy instead (the receiver answers address 0).
  *
  * Completions: progress() polls the CQ, spins a little, then arms it (ibv_req_notify_cq), polls
  * again and sleeps in poll() on the channel's descriptor and the wake eventfd. wait_fd() is an
@@ -48,7 +58,7 @@
 #include "transport/transport.h"
 
 #define NSLOTS 16                  /* data slots per peer: the credits a sender starts with */
-#define NCTRL 8                    /* slots for control messages, beyond the credits */
+#define NCTRL 10                   /* slots for control messages, beyond the credits */
 #define NRECV (NSLOTS + NCTRL)     /* receive slots per peer */
 #define NSEND (NSLOTS + NCTRL)     /* send buffers per peer */
 #define SLOT_BYTES (32 * 1024)     /* one fragment, its header included */
@@ -59,12 +69,18 @@
 #define ABORT_MAX 360
 #define GOODBYE_WAIT 0.5           /* seconds close() waits for the goodbyes to leave */
 #define IBV_CAPS HOOP_TP_MEM(HOOP__MEM_HOST)
+#define ZC_MIN (256 * 1024)        /* messages from this size go zero copy */
+#define ZC_CHUNK (1024 * 1024)     /* one RDMA WRITE of a zero-copy message */
+#define ZC_WR 8                    /* RDMA WRITEs in flight per peer */
 
 /* Fragment types (the first byte of a slot). */
-enum { F_DATA = 1, F_CREDIT, F_READY, F_BYE, F_ABORT };
+enum { F_DATA = 1, F_CREDIT, F_READY, F_BYE, F_ABORT, F_CTS, F_FIN };
+/* Flags of a data fragment: it starts a message (the wire header follows), and that message comes
+ * zero copy (no payload here: the receiver answers with F_CTS, the sender writes and sends F_FIN). */
+enum { FL_FIRST = 1, FL_ZC = 2 };
 
 /* wr_id: peer << 32 | what << 24 | index. */
-enum { W_RECV = 0, W_SEND = 1, W_PROBE = 2 };
+enum { W_RECV = 0, W_SEND = 1, W_PROBE = 2, W_WRITE = 3 };
 #define WR_ID(peer, what, i) (((uint64_t)(peer) << 32) | ((uint64_t)(what) << 24) | (uint64_t)(i))
 
 /* What each end of a pair leaves the other through the out-of-band exchange. */
@@ -106,6 +122,16 @@ typedef struct peer {
     hoop__xfer_t *sq, *sq_tail, *rq, *rq_tail;
     int probing;
     double next_probe;
+    /* zero copy, sending: zx waits for the receiver's buffer (zx_state 0), is being written
+     * (1) or waits for its F_FIN to complete (2); nothing else goes to this peer meanwhile */
+    hoop__xfer_t *zx;
+    struct ibv_mr *zx_mr;
+    int zx_state, zx_wr;
+    size_t zx_off;
+    uint64_t zx_addr;
+    uint32_t zx_rkey;
+    /* zero copy, receiving: the head of rq waits for F_FIN, its buffer registered as zr_mr */
+    struct ibv_mr *zr_mr;
     conn_info_t remote;
 } peer_t;
 
@@ -163,6 +189,8 @@ void hoop__ibt_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason);
 int hoop__ibt_post_slot(hoop__tp_t *tp, int j, int i);
 /* Sends a control fragment (no credit needed): 0, or -1 with no buffer or a failed post. */
 int hoop__ibt_send_ctrl(hoop__tp_t *tp, int j, int type, int flags, const void *body, size_t len);
+/* Deregisters the user memory of peer j's zero-copy transfers. */
+void hoop__ibt_zc_drop(hoop__tp_t *tp, int j);
 /* Polls the CQ once and handles what came: 1 if anything did. */
 int hoop__ibt_poll(hoop__tp_t *tp);
 void hoop__ibt_report(hoop__tp_t *tp, hoop_result_t code, int peer, const char *msg);

@@ -172,7 +172,7 @@ static hoop_result_t make_peer(hoop__tp_t *tp, int j, conn_info_t *mine)
     }
     struct ibv_qp_init_attr qia = {
         .send_cq = tp->cq, .recv_cq = tp->cq, .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = NSEND + 2, .max_recv_wr = NRECV, .max_send_sge = 1, .max_recv_sge = 1},
+        .cap = {.max_send_wr = NSEND + ZC_WR + 2, .max_recv_wr = NRECV, .max_send_sge = 1, .max_recv_sge = 1},
     };
     pe->qp = v->create_qp(tp->pd, &qia);
     if (pe->qp == NULL) {
@@ -299,7 +299,7 @@ hoop_result_t hoop__ibt_connect(hoop__tp_t *tp, const char *const *addrs, double
         hoop__ibt_report(tp, HOOP_ERR_INTERNAL, -1, "ibverbs: peers to connect but no RDMA port");
         return HOOP_ERR_INTERNAL;
     }
-    tp->cq = tp->v.create_cq(tp->ctx, tp->npeers * (NSEND + 2 + NRECV) + 16, NULL, tp->ch, 0);
+    tp->cq = tp->v.create_cq(tp->ctx, tp->npeers * (NSEND + ZC_WR + 2 + NRECV) + 16, NULL, tp->ch, 0);
     if (tp->cq == NULL) {
         char msg[200];
         snprintf(msg, sizeof(msg), "ibverbs: %s: ibv_create_cq: %s", tp->where, strerror(errno));
@@ -396,7 +396,7 @@ void hoop__ibt_close(hoop__tp_t *tp)
     /* Queued transfers are dropped without completion: their memory may be gone already. */
     for (int j = 0; tp->peers != NULL && j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
-        pe->sq = pe->sq_tail = pe->rq = pe->rq_tail = NULL;
+        pe->sq = pe->sq_tail = pe->rq = pe->rq_tail = pe->zx = NULL;
         memset(pe->sx, 0, sizeof(pe->sx));
     }
     goodbyes(tp);
@@ -404,6 +404,7 @@ void hoop__ibt_close(hoop__tp_t *tp)
     for (int j = 0; tp->peers != NULL && j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
         if (pe->qp != NULL) v->destroy_qp(pe->qp);
+        hoop__ibt_zc_drop(tp, j);
         if (pe->rmr != NULL) v->dereg_mr(pe->rmr);
         if (pe->smr != NULL) v->dereg_mr(pe->smr);
         free(pe->rbuf);
