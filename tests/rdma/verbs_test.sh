@@ -8,7 +8,7 @@
 #       blocking and nonblocking), and HOOP_TRANSPORT=auto with two hosts faked by HOOP_HOSTID,
 #       which must take verbs between the hosts and shared memory inside each; and faults: a rank
 #       killed mid-collective (survivors fail naming it, also while the dead rank's partner sleeps
-#       outside the library), a mismatched call. On a host with an
+#       outside the library), mismatched calls (a short one, and a long one that goes zero copy). On a host with an
 #       active RDMA port the same runs happen here instead. Skipped (77) where neither can be had.
 #   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF
 #       hoop's point-to-point bandwidth over verbs (hoop-perf sendrecv, 2 ranks) beside
@@ -49,7 +49,10 @@ suites)
         done
         '$fault' --transport ibverbs --mode kill --coll allreduce --ranks 4 --mib 1 --names chain \
             --detect 1 --sleeper partner
-        '$fault' --transport ibverbs --mode mismatch --coll allreduce --ranks 3
+        '$fault' --transport ibverbs --mode mismatch --what coll --count 1000 --victim 0 --ranks 3 \
+            --timeout 2
+        '$fault' --transport ibverbs --mode mismatch --what count --count 100003 --victim 2 --ranks 3 \
+            --timeout 2
         echo '--- every verbs run passed'
     "
     if grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
