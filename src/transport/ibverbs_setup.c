@@ -105,16 +105,9 @@ hoop_result_t hoop__ibt_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     *out = tp;
     addr[0] = '\0';
     tp->peers = calloc((size_t)p->size, sizeof(peer_t));
-    tp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    tp->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (tp->peers == NULL || tp->wake_fd < 0 || tp->epfd < 0) {
-        p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, "ibverbs: out of memory or descriptors");
-        return HOOP_ERR_SYSTEM;
-    }
-    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = 0};
-    if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wake_fd, &ev) != 0) {
-        p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, "ibverbs: epoll_ctl failed");
-        return HOOP_ERR_SYSTEM;
+    if (tp->peers == NULL) {
+        p->report(p->report_ctx, HOOP_ERR_NO_MEMORY, -1, "ibverbs: out of memory");
+        return HOOP_ERR_NO_MEMORY;
     }
     const int forced = strcmp(p->cfg->transport, "ibverbs") == 0;
     char err[400] = "";
@@ -123,8 +116,20 @@ hoop_result_t hoop__ibt_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     else if (p->size > 1 && !forced && !any_device())
         snprintf(err, sizeof(err), "no RDMA device on this host");
     else if (p->size > 1 && open_port(tp, err, sizeof(err)) == 0) {
+        /* Descriptors only for an instance that can have peers: under auto every communicator
+         * makes one, and most reach nobody this way. */
+        char why[300];
+        tp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        tp->epfd = tp->wake_fd < 0 ? -1 : epoll_create1(EPOLL_CLOEXEC);
+        if (tp->epfd < 0) {
+            snprintf(err, sizeof(err), "ibverbs: %s", hoop__fd_error(errno, why, sizeof(why)));
+            p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, err);
+            return HOOP_ERR_SYSTEM;
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = 0};
+        int e = epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wake_fd, &ev);
         ev.data.u32 = 1;
-        int e = epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->ch->fd, &ev);
+        e = e != 0 ? e : epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->ch->fd, &ev);
         ev.data.u32 = 2;
         if (e != 0 || epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->ctx->async_fd, &ev) != 0) {
             p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, "ibverbs: epoll_ctl failed");
