@@ -381,7 +381,7 @@ static void wc_error(hoop__tp_t *tp, int j, const struct ibv_wc *wc)
     peer_t *pe = &tp->peers[j];
     if (pe->lost || pe->gone) return;
     /* A peer that said goodbye may be gone already: only the transfers that need it fail. */
-    if (pe->bye && pe->sq == NULL && pe->rq == NULL) {
+    if (pe->bye && pe->sq == NULL && pe->rq == NULL && pe->zx == NULL) {
         pe->gone = 1;
         return;
     }
