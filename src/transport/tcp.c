@@ -593,7 +593,7 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
             continue;
         }
         waiting++;
-        if (hoop__tcp_io_full(so->fd, b, sizeof(b), 1, deadline) != 0) {
+        if (hoop__sock_io(so->fd, b, sizeof(b), HOOP_SOCK_SEND, deadline) != HOOP_SOCK_DONE) {
             snprintf(msg, sizeof(msg), "lost connection to rank %d while connecting (%s)", j,
                      strerror(errno));
             hoop__tcp_connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
@@ -720,7 +720,7 @@ static void send_goodbyes(hoop__tp_t *tp)
         const sock_t *so = &pe->socks[0];
         if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) continue;
         /* Its peer normally reads whatever fills the socket; one that does not gets a bare close. */
-        (void)hoop__tcp_io_full(so->fd, b, sizeof(b), 1, deadline);
+        (void)hoop__sock_io(so->fd, b, sizeof(b), HOOP_SOCK_SEND, deadline);
     }
 }
 

@@ -133,11 +133,4 @@ hoop_result_t hoop__tcp_connect_failed(hoop__tp_t *tp, const char *const *addrs,
                                        hoop__sock_gate_t *gate);
 hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double deadline);
 
-/* Writes (writing) or reads exactly n bytes on fd before the deadline: 0, or -1 when the
- * connection failed, closed or ran out of time (hoop__sock_io tells which). */
-static inline int hoop__tcp_io_full(int fd, uint8_t *buf, size_t n, int writing, double deadline)
-{
-    return hoop__sock_io(fd, buf, n, writing ? HOOP_SOCK_SEND : 0, deadline) == HOOP_SOCK_DONE ? 0 : -1;
-}
-
 #endif
