@@ -12,7 +12,7 @@
 void hoop__config_defaults(hoop__config_t *c)
 {
     memset(c, 0, sizeof(*c));
-    c->log_level = HOOP_LOG_WARN;
+    c->log_level = HOOP__LOG_WARN;
     strcpy(c->transport, "auto");
     strcpy(c->algo, "auto");
     c->sockets_per_peer = 1;
@@ -37,10 +37,22 @@ int hoop__parse_size(const char *s, size_t *out)
     if (errno != 0) return -1;
     unsigned long long mul = 1;
     switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1ull << 10; end++; break;
-    case 'M': mul = 1ull << 20; end++; break;
-    case 'G': mul = 1ull << 30; end++; break;
-    case 'T': mul = 1ull << 40; end++; break;
+    case 'K':
+        mul = 1ull << 10;
+        end++;
+        break;
+    case 'M':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'G':
+        mul = 1ull << 30;
+        end++;
+        break;
+    case 'T':
+        mul = 1ull << 40;
+        end++;
+        break;
     default: break;
     }
     if (toupper((unsigned char)*end) == 'B' || toupper((unsigned char)*end) == 'I') end++;
@@ -81,7 +93,7 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
         int lvl = -1;
         for (int i = 0; i < 4; i++)
             if (strcasecmp(v, names[i]) == 0) lvl = i;
-        if (strcasecmp(v, "VERSION") == 0 || strcasecmp(v, "ERROR") == 0) lvl = HOOP_LOG_WARN;
+        if (strcasecmp(v, "VERSION") == 0 || strcasecmp(v, "ERROR") == 0) lvl = HOOP__LOG_WARN;
         if (lvl < 0) return bad(err, errlen, "HOOP_DEBUG", v, "NONE, WARN, INFO or TRACE");
         c->log_level = lvl;
     }

@@ -8,22 +8,22 @@
 #include "hoop.h"
 
 typedef struct hoop__config {
-    int log_level;            /* HOOP_DEBUG: WARN (default), INFO, TRACE, NONE */
-    char log_file[256];       /* HOOP_DEBUG_FILE: "" = stderr */
-    char transport[16];       /* HOOP_TRANSPORT: auto (default), tcp, shm, ibverbs */
-    char algo[16];            /* HOOP_ALGO: auto (default), ring, rd, ps, ps-sharded */
-    char ifname[128];         /* HOOP_SOCKET_IFNAME: "" = automatic; prefix list, '^' excludes, '=' exact */
-    int sockets_per_peer;     /* HOOP_SOCKETS_PER_PEER: 1..16 */
-    size_t chunk_bytes;       /* HOOP_CHUNK_BYTES: pipelining unit of large collectives */
-    size_t small_bytes;       /* HOOP_SMALL_BYTES: at or below, latency-bound algorithms are chosen */
-    double timeout_s;         /* HOOP_TIMEOUT: seconds, every blocking wait */
-    int trace;                /* HOOP_TRACE: 1 = log every collective's schedule */
-    size_t shm_ring_bytes;    /* HOOP_SHM_RING_BYTES: per peer and direction, a power of two */
-    size_t shm_cma_bytes;     /* HOOP_SHM_CMA_BYTES: single copy from this size up; 0 = never */
+    int log_level;      /* HOOP_DEBUG: WARN (default), INFO, TRACE, NONE */
+    char log_file[256]; /* HOOP_DEBUG_FILE: "" = stderr */
+    char transport[16]; /* HOOP_TRANSPORT: auto (default), tcp, shm, ibverbs */
+    char algo[16];      /* HOOP_ALGO: auto (default), ring, rd, ps, ps-sharded */
+    char ifname[128]; /* HOOP_SOCKET_IFNAME: "" = automatic; prefix list, '^' excludes, '=' exact */
+    int sockets_per_peer;  /* HOOP_SOCKETS_PER_PEER: 1..16 */
+    size_t chunk_bytes;    /* HOOP_CHUNK_BYTES: pipelining unit of large collectives */
+    size_t small_bytes;    /* HOOP_SMALL_BYTES: at or below, latency-bound algorithms are chosen */
+    double timeout_s;      /* HOOP_TIMEOUT: seconds, every blocking wait */
+    int trace;             /* HOOP_TRACE: 1 = log every collective's schedule */
+    size_t shm_ring_bytes; /* HOOP_SHM_RING_BYTES: per peer and direction, a power of two */
+    size_t shm_cma_bytes;  /* HOOP_SHM_CMA_BYTES: single copy from this size up; 0 = never */
     int shm_spin_us;
     char host_id[64];         /* HOOP_HOSTID: overrides the host identity ("" = hostname, boot id and
                                * namespaces); ranks with equal ids are on one host */          /* HOOP_SHM_SPIN_US: spin before sleeping (when cores allow) */
-    hoop__auth_key_t auth;    /* HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE; auth.set = 0 when neither */
+    hoop__auth_key_t auth; /* HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE; auth.set = 0 when neither */
 } hoop__config_t;
 
 /* Looks a variable up; returns NULL when unset. */

@@ -36,7 +36,8 @@ int hoop__ibt_post_slot(hoop__tp_t *tp, int j, int i)
 {
     peer_t *pe = &tp->peers[j];
     struct ibv_sge sge = {.addr = (uintptr_t)(pe->rbuf + (size_t)i * SLOT_BYTES),
-                          .length = SLOT_BYTES, .lkey = pe->rmr->lkey};
+                          .length = SLOT_BYTES,
+                          .lkey = pe->rmr->lkey};
     struct ibv_recv_wr wr = {.wr_id = WR_ID(j, W_RECV, i), .sg_list = &sge, .num_sge = 1}, *bad;
     return tp->v.post_recv(pe->qp, &wr, &bad);
 }
@@ -48,9 +49,14 @@ static int post_buf(hoop__tp_t *tp, int j, int i, size_t bytes)
 {
     peer_t *pe = &tp->peers[j];
     struct ibv_sge sge = {.addr = (uintptr_t)(pe->sbuf + (size_t)i * SLOT_BYTES),
-                          .length = (uint32_t)bytes, .lkey = pe->smr->lkey};
-    struct ibv_send_wr wr = {.wr_id = WR_ID(j, W_SEND, i), .sg_list = &sge, .num_sge = 1,
-                             .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED}, *bad;
+                          .length = (uint32_t)bytes,
+                          .lkey = pe->smr->lkey};
+    struct ibv_send_wr wr = {.wr_id = WR_ID(j, W_SEND, i),
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
     int rc = tp->v.post_send(pe->qp, &wr, &bad);
     if (rc != 0) {
         pe->sfree[pe->nsfree++] = i;
@@ -134,7 +140,8 @@ static void peer_fail(hoop__tp_t *tp, int j, hoop_result_t code, const char *msg
     pe->lost = 1;
     if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED && pe->ab_code == HOOP_OK) {
         size_t len = strlen(msg);
-        (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)code, msg, len < ABORT_MAX ? len : ABORT_MAX);
+        (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)code, msg,
+                                  len < ABORT_MAX ? len : ABORT_MAX);
     }
     fail_peer_xfers(tp, j, code);
     tp->p.report(tp->p.report_ctx, code, j, msg);
@@ -158,8 +165,10 @@ static void protocol_error(hoop__tp_t *tp, int j, const char *what)
 static void push(hoop__xfer_t **head, hoop__xfer_t **tail, hoop__xfer_t *x)
 {
     *ibt_next(x) = NULL;
-    if (*tail != NULL) *ibt_next(*tail) = x;
-    else *head = x;
+    if (*tail != NULL)
+        *ibt_next(*tail) = x;
+    else
+        *head = x;
     *tail = x;
 }
 
@@ -197,15 +206,16 @@ static void zc_accept(hoop__tp_t *tp, int j, hoop__xfer_t *x)
 {
     peer_t *pe = &tp->peers[j];
     uint8_t body[16] = {0};
-    pe->zr_mr = tp->v.reg_mr(tp->pd, x->buf, x->len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    pe->zr_mr = tp->v.reg_mr(tp->pd, x->buf, x->len,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (pe->zr_mr != NULL) {
         uint64_t a = (uintptr_t)x->buf;
         uint32_t k = pe->zr_mr->rkey;
         for (int i = 0; i < 8; i++) body[i] = (uint8_t)(a >> (8 * i));
         for (int i = 0; i < 4; i++) body[8 + i] = (uint8_t)(k >> (8 * i));
     } else {
-        HOOP_INFO(tp->p.log, "ibverbs: %zu bytes from rank %d come by copy: ibv_reg_mr: %s", x->len,
-                  j, strerror(errno));
+        HOOP__INFO(tp->p.log, "ibverbs: %zu bytes from rank %d come by copy: ibv_reg_mr: %s",
+                   x->len, j, strerror(errno));
     }
     if (hoop__ibt_send_ctrl(tp, j, F_CTS, 0, body, sizeof(body)) != 0 && !pe->lost)
         protocol_error(tp, j, "a zero-copy request with no buffer left to answer it");
@@ -282,7 +292,7 @@ static void match(hoop__tp_t *tp, int j)
                 return;
             }
             *ibt_hdr(x) = 1;
-            data += HOOP_WIRE_HDR_SIZE;
+            data += HOOP__WIRE_HDR_SIZE;
             if (b[1] & FL_ZC) {
                 if (len != 0) {
                     protocol_error(tp, j, "payload with a zero-copy request");
@@ -335,7 +345,10 @@ static void frag_in(hoop__tp_t *tp, int j, int i, uint32_t bytes)
     pe->moved += bytes;
     if (pe->lost) return;
     uint32_t len = frag_u32(b + 8);
-    if (bytes < FRAG_HDR || (uint64_t)len + FRAG_HDR + (b[0] == F_DATA && (b[1] & FL_FIRST) ? HOOP_WIRE_HDR_SIZE : 0) != bytes) {
+    if (bytes < FRAG_HDR ||
+        (uint64_t)len + FRAG_HDR +
+                (b[0] == F_DATA && (b[1] & FL_FIRST) ? HOOP__WIRE_HDR_SIZE : 0) !=
+            bytes) {
         protocol_error(tp, j, "a malformed fragment");
         return;
     }
@@ -386,7 +399,8 @@ static void wc_error(hoop__tp_t *tp, int j, const struct ibv_wc *wc)
         return;
     }
     char why[200];
-    int o = snprintf(why, sizeof(why), "%s: %s", hoop__ibt_where(tp), tp->v.wc_status_str(wc->status));
+    int o = snprintf(why, sizeof(why), "%s: %s", hoop__ibt_where(tp),
+                     tp->v.wc_status_str(wc->status));
     if (wc->vendor_err != 0 && o > 0 && (size_t)o < sizeof(why))
         snprintf(why + o, sizeof(why) - (size_t)o, " (vendor error 0x%x)", wc->vendor_err);
     peer_lost(tp, j, why);
@@ -453,8 +467,8 @@ static int zc_request(hoop__tp_t *tp, int j, hoop__xfer_t *x)
     peer_t *pe = &tp->peers[j];
     pe->zx_mr = tp->v.reg_mr(tp->pd, x->buf, x->len, 0);
     if (pe->zx_mr == NULL) {
-        HOOP_INFO(tp->p.log, "ibverbs: %zu bytes to rank %d go by copy: ibv_reg_mr: %s", x->len, j,
-                  strerror(errno));
+        HOOP__INFO(tp->p.log, "ibverbs: %zu bytes to rank %d go by copy: ibv_reg_mr: %s", x->len, j,
+                   strerror(errno));
         return -1;
     }
     pop(&pe->sq, &pe->sq_tail);
@@ -469,7 +483,7 @@ static int zc_request(hoop__tp_t *tp, int j, hoop__xfer_t *x)
     int owed = pe->owed;
     pe->owed = 0;
     pe->credits--;
-    if (post_buf(tp, j, i, FRAG_HDR + HOOP_WIRE_HDR_SIZE) != 0) pe->owed = owed;
+    if (post_buf(tp, j, i, FRAG_HDR + HOOP__WIRE_HDR_SIZE) != 0) pe->owed = owed;
     return 0;
 }
 
@@ -482,10 +496,14 @@ static int zc_write(hoop__tp_t *tp, int j)
     int moved = 0;
     while (pe->zx_off < x->len && pe->zx_wr < ZC_WR) {
         size_t n = x->len - pe->zx_off < ZC_CHUNK ? x->len - pe->zx_off : ZC_CHUNK;
-        struct ibv_sge sge = {.addr = (uintptr_t)x->buf + pe->zx_off, .length = (uint32_t)n,
-                              .lkey = pe->zx_mr->lkey};
-        struct ibv_send_wr wr = {.wr_id = WR_ID(j, W_WRITE, 0), .sg_list = &sge, .num_sge = 1,
-                                 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+        struct ibv_sge sge = {
+            .addr = (uintptr_t)x->buf + pe->zx_off, .length = (uint32_t)n, .lkey = pe->zx_mr->lkey};
+        struct ibv_send_wr wr = {.wr_id = WR_ID(j, W_WRITE, 0),
+                                 .sg_list = &sge,
+                                 .num_sge = 1,
+                                 .opcode = IBV_WR_RDMA_WRITE,
+                                 .send_flags = IBV_SEND_SIGNALED},
+                           *bad;
         wr.wr.rdma.remote_addr = pe->zx_addr + pe->zx_off;
         wr.wr.rdma.rkey = pe->zx_rkey;
         int rc = tp->v.post_send(pe->qp, &wr, &bad);
@@ -524,14 +542,14 @@ static int move_sends(hoop__tp_t *tp, int j)
         hoop__xfer_t *x = pe->sq;
         int first = !*ibt_hdr(x);
         if (first && x->len >= ZC_MIN && zc_request(tp, j, x) == 0) return 1;
-        size_t off = *ibt_off(x), room = SLOT_BYTES - FRAG_HDR - (first ? HOOP_WIRE_HDR_SIZE : 0);
+        size_t off = *ibt_off(x), room = SLOT_BYTES - FRAG_HDR - (first ? HOOP__WIRE_HDR_SIZE : 0);
         size_t n = x->len - off < room ? x->len - off : room;
         int i = pe->sfree[--pe->nsfree];
         uint8_t *b = pe->sbuf + (size_t)i * SLOT_BYTES, *d = b + FRAG_HDR;
         frag_put(b, F_DATA, first, (uint32_t)pe->owed, (uint32_t)n);
         if (first) {
             hoop__wire_encode(&x->hdr, d);
-            d += HOOP_WIRE_HDR_SIZE;
+            d += HOOP__WIRE_HDR_SIZE;
         }
         if (n > 0) memcpy(d, (const uint8_t *)x->buf + off, n);
         *ibt_hdr(x) = 1;
@@ -560,9 +578,14 @@ static int move_sends(hoop__tp_t *tp, int j)
 static void probe(hoop__tp_t *tp, int j)
 {
     peer_t *pe = &tp->peers[j];
-    struct ibv_sge sge = {.addr = (uintptr_t)tp->probe_word, .length = 8, .lkey = tp->probe_mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = WR_ID(j, W_PROBE, 0), .sg_list = &sge, .num_sge = 1,
-                             .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)tp->probe_word, .length = 8, .lkey = tp->probe_mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = WR_ID(j, W_PROBE, 0),
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_WRITE,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
     wr.wr.rdma.remote_addr = pe->remote.probe_addr;
     wr.wr.rdma.rkey = pe->remote.probe_rkey;
     int rc = tp->v.post_send(pe->qp, &wr, &bad);
@@ -604,7 +627,8 @@ static int step(hoop__tp_t *tp, double *probe_at)
         }
         if (now == 0) now = hoop__now();
         if (pe->next_probe == 0) pe->next_probe = now + PROBE_S;
-        if (now >= pe->next_probe) probe(tp, j);
+        if (now >= pe->next_probe)
+            probe(tp, j);
         else if (probe_at != NULL && (*probe_at == 0 || pe->next_probe < *probe_at))
             *probe_at = pe->next_probe;
     }
@@ -634,7 +658,7 @@ static void take_async(hoop__tp_t *tp)
                     break; /* the first failure aborts the rest */
                 }
         } else {
-            HOOP_INFO(tp->p.log, "ibverbs: %s", why);
+            HOOP__INFO(tp->p.log, "ibverbs: %s", why);
         }
     }
 }
@@ -727,7 +751,9 @@ static void ibt_post(hoop__tp_t *tp, hoop__xfer_t *x)
     int j = x->peer;
     peer_t *pe = j >= 0 && j < tp->p.size ? &tp->peers[j] : NULL;
     if (tp->failed || pe == NULL || !pe->up || pe->lost) {
-        x->status = tp->failed ? tp->failed : pe != NULL && pe->up ? HOOP_ERR_PEER_LOST : HOOP_ERR_INTERNAL;
+        x->status = tp->failed             ? tp->failed
+                    : pe != NULL && pe->up ? HOOP_ERR_PEER_LOST
+                                           : HOOP_ERR_INTERNAL;
         x->done = 1;
         return;
     }
@@ -735,7 +761,7 @@ static void ibt_post(hoop__tp_t *tp, hoop__xfer_t *x)
     x->status = HOOP_OK;
     *ibt_off(x) = 0;
     *ibt_hdr(x) = 0;
-    if (x->dir == HOOP_XFER_SEND) {
+    if (x->dir == HOOP__XFER_SEND) {
         x->hdr.payload_len = x->len;
         if (pe->bye && pe->gone) {
             x->status = HOOP_ERR_PEER_LOST;
@@ -762,7 +788,8 @@ void hoop__ibt_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
         peer_t *pe = &tp->peers[j];
         if (!pe->used) continue;
         /* The queue pairs stay up until close(), so that the notice leaves. */
-        if (first && !pe->lost && pe->up) (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)code, text, len);
+        if (first && !pe->lost && pe->up)
+            (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)code, text, len);
         fail_peer_xfers(tp, j, code);
         pe->lost = 1;
     }

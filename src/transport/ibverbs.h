@@ -57,21 +57,21 @@
 #include "transport/ibv_sym.h"
 #include "transport/transport.h"
 
-#define NSLOTS 16                  /* data slots per peer: the credits a sender starts with */
-#define NCTRL 10                   /* slots for control messages, beyond the credits */
-#define NRECV (NSLOTS + NCTRL)     /* receive slots per peer */
-#define NSEND (NSLOTS + NCTRL)     /* send buffers per peer */
-#define SLOT_BYTES (32 * 1024)     /* one fragment, its header included */
+#define NSLOTS 16              /* data slots per peer: the credits a sender starts with */
+#define NCTRL 10               /* slots for control messages, beyond the credits */
+#define NRECV (NSLOTS + NCTRL) /* receive slots per peer */
+#define NSEND (NSLOTS + NCTRL) /* send buffers per peer */
+#define SLOT_BYTES (32 * 1024) /* one fragment, its header included */
 #define FRAG_HDR 16
-#define CREDIT_BATCH (NSLOTS / 2)  /* credits owed that are worth a message of their own */
-#define SPIN_US 50                 /* polling before sleeping on the channel */
-#define PROBE_S 0.25               /* liveness probe of the peers while a transfer waits */
+#define CREDIT_BATCH (NSLOTS / 2) /* credits owed that are worth a message of their own */
+#define SPIN_US 50                /* polling before sleeping on the channel */
+#define PROBE_S 0.25              /* liveness probe of the peers while a transfer waits */
 #define ABORT_MAX 360
-#define GOODBYE_WAIT 0.5           /* seconds close() waits for the goodbyes to leave */
-#define IBV_CAPS HOOP_TP_MEM(HOOP__MEM_HOST)
-#define ZC_MIN (256 * 1024)        /* messages from this size go zero copy */
-#define ZC_CHUNK (1024 * 1024)     /* one RDMA WRITE of a zero-copy message */
-#define ZC_WR 8                    /* RDMA WRITEs in flight per peer */
+#define GOODBYE_WAIT 0.5 /* seconds close() waits for the goodbyes to leave */
+#define IBV_CAPS HOOP__TP_MEM(HOOP__MEM_HOST)
+#define ZC_MIN (256 * 1024)    /* messages from this size go zero copy */
+#define ZC_CHUNK (1024 * 1024) /* one RDMA WRITE of a zero-copy message */
+#define ZC_WR 8                /* RDMA WRITEs in flight per peer */
 
 /* Fragment types (the first byte of a slot). */
 enum { F_DATA = 1, F_CREDIT, F_READY, F_BYE, F_ABORT, F_CTS, F_FIN };
@@ -99,10 +99,10 @@ typedef struct conn_info {
 
 typedef struct peer {
     struct ibv_qp *qp;
-    int used;                 /* connect() was given an address for it */
-    int up;                   /* its queue pair is in RTS */
+    int used; /* connect() was given an address for it */
+    int up;   /* its queue pair is in RTS */
     int lost, bye, ready, gone;
-    hoop_result_t ab_code;    /* set once its abort notice came */
+    hoop_result_t ab_code; /* set once its abort notice came */
     uint64_t moved;
     /* receive slots: rbuf[i * SLOT_BYTES]; arrived data fragments in order, not yet taken */
     uint8_t *rbuf;
@@ -115,9 +115,9 @@ typedef struct peer {
     int sfree[NSEND];
     int nsfree;
     hoop__xfer_t *sx[NSEND];
-    int credits;              /* data fragments it can take now */
-    int owed;                 /* credits to give back */
-    int inflight;             /* send work requests posted, not completed */
+    int credits;  /* data fragments it can take now */
+    int owed;     /* credits to give back */
+    int inflight; /* send work requests posted, not completed */
     /* transfers in order; a send leaves sq once its last fragment is posted */
     hoop__xfer_t *sq, *sq_tail, *rq, *rq_tail;
     int probing;
@@ -140,18 +140,18 @@ struct hoop__tp {
     hoop__ibv_t v;
     int loaded;
     hoop__ibv_port_t port;
-    char where[HOOP_IBV_NAME_MAX + 8]; /* "rxe0:1", for sentences */
+    char where[HOOP__IBV_NAME_MAX + 8]; /* "rxe0:1", for sentences */
     struct ibv_context *ctx;
     struct ibv_pd *pd;
     struct ibv_comp_channel *ch;
     struct ibv_cq *cq;
-    uint64_t *probe_word;     /* the word peers' probes write into */
+    uint64_t *probe_word; /* the word peers' probes write into */
     struct ibv_mr *probe_mr;
     peer_t *peers;
-    int npeers;               /* peers with a queue pair in use */
+    int npeers; /* peers with a queue pair in use */
     int wake_fd, epfd;
-    int armed;                /* arm() announced a sleep; the next progress() ends it */
-    int notify;               /* the CQ is armed: its next completion is an event on ch */
+    int armed;  /* arm() announced a sleep; the next progress() ends it */
+    int notify; /* the CQ is armed: its next completion is an event on ch */
     int abort_sent;
     hoop_result_t failed;
     char conn_err[ABORT_MAX + 1];
@@ -160,7 +160,10 @@ struct hoop__tp {
 /* ibverbs' scratch in a transfer: payload bytes done, whether the header went or came, the link. */
 static inline uint64_t *ibt_off(hoop__xfer_t *x) { return &x->tp_priv.u64[0]; }
 static inline int32_t *ibt_hdr(hoop__xfer_t *x) { return &x->tp_priv.i32[2]; }
-static inline hoop__xfer_t **ibt_next(hoop__xfer_t *x) { return (hoop__xfer_t **)&x->tp_priv.ptr[3]; }
+static inline hoop__xfer_t **ibt_next(hoop__xfer_t *x)
+{
+    return (hoop__xfer_t **)&x->tp_priv.ptr[3];
+}
 
 /* Little-endian fragment header: type, flags (an abort's code), credits, payload bytes. */
 static inline void frag_put(uint8_t *b, int type, int flags, uint32_t credits, uint32_t len)
@@ -174,7 +177,8 @@ static inline void frag_put(uint8_t *b, int type, int flags, uint32_t credits, u
         b[12 + i] = 0;
     }
 }
-static inline uint32_t frag_u32(const uint8_t *b) {
+static inline uint32_t frag_u32(const uint8_t *b)
+{
     return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 

@@ -67,16 +67,21 @@ static int open_port(hoop__tp_t *tp, char *err, size_t errlen)
     int k = 0;
     while (k < n && ports[k].iwarp) k++; /* iWARP connects through the RDMA CM: not here yet */
     if (k == n) {
-        snprintf(err, errlen, "the only usable RDMA ports are iWARP (%s:%d), which this transport "
-                 "cannot connect yet", ports[0].dev, ports[0].port);
+        snprintf(err, errlen,
+                 "the only usable RDMA ports are iWARP (%s:%d), which this transport "
+                 "cannot connect yet",
+                 ports[0].dev, ports[0].port);
         return -1;
     }
     tp->port = ports[k];
     snprintf(tp->where, sizeof(tp->where), "%s:%d", tp->port.dev, tp->port.port);
     const char *what = "";
-    if ((tp->ctx = open_by_name(&tp->v, tp->port.dev)) == NULL) what = "ibv_open_device";
-    else if ((tp->pd = tp->v.alloc_pd(tp->ctx)) == NULL) what = "ibv_alloc_pd";
-    else if ((tp->ch = tp->v.create_comp_channel(tp->ctx)) == NULL) what = "ibv_create_comp_channel";
+    if ((tp->ctx = open_by_name(&tp->v, tp->port.dev)) == NULL)
+        what = "ibv_open_device";
+    else if ((tp->pd = tp->v.alloc_pd(tp->ctx)) == NULL)
+        what = "ibv_alloc_pd";
+    else if ((tp->ch = tp->v.create_comp_channel(tp->ctx)) == NULL)
+        what = "ibv_create_comp_channel";
     else if (fcntl(tp->ch->fd, F_SETFL, fcntl(tp->ch->fd, F_GETFL) | O_NONBLOCK) != 0 ||
              fcntl(tp->ctx->async_fd, F_SETFL, fcntl(tp->ctx->async_fd, F_GETFL) | O_NONBLOCK) != 0)
         what = "fcntl";
@@ -85,9 +90,10 @@ static int open_port(hoop__tp_t *tp, char *err, size_t errlen)
         return -1;
     }
     tp->probe_word = calloc(1, 64);
-    tp->probe_mr = tp->probe_word == NULL ? NULL
-                   : tp->v.reg_mr(tp->pd, tp->probe_word, 64,
-                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    tp->probe_mr = tp->probe_word == NULL
+                       ? NULL
+                       : tp->v.reg_mr(tp->pd, tp->probe_word, 64,
+                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (tp->probe_mr == NULL) {
         snprintf(err, errlen, "%s: ibv_reg_mr: %s", tp->where, strerror(errno));
         return -1;
@@ -148,7 +154,7 @@ hoop_result_t hoop__ibt_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
         p->report(p->report_ctx, HOOP_ERR_UNSUPPORTED, -1, msg);
         return HOOP_ERR_UNSUPPORTED;
     }
-    HOOP_INFO(p->log, "%s: not used", msg);
+    HOOP__INFO(p->log, "%s: not used", msg);
     return HOOP_OK;
 }
 
@@ -169,25 +175,33 @@ static hoop_result_t make_peer(hoop__tp_t *tp, int j, conn_info_t *mine)
     pe->rmr = v->reg_mr(tp->pd, pe->rbuf, (size_t)NRECV * SLOT_BYTES, IBV_ACCESS_LOCAL_WRITE);
     pe->smr = pe->rmr == NULL ? NULL : v->reg_mr(tp->pd, pe->sbuf, (size_t)NSEND * SLOT_BYTES, 0);
     if (pe->smr == NULL) {
-        snprintf(msg, sizeof(msg), "ibverbs: %s: ibv_reg_mr of %d KiB for rank %d: %s (is the "
-                 "locked-memory limit, ulimit -l, large enough?)", tp->where,
-                 (NRECV + NSEND) * SLOT_BYTES / 1024, j, strerror(errno));
+        snprintf(msg, sizeof(msg),
+                 "ibverbs: %s: ibv_reg_mr of %d KiB for rank %d: %s (is the "
+                 "locked-memory limit, ulimit -l, large enough?)",
+                 tp->where, (NRECV + NSEND) * SLOT_BYTES / 1024, j, strerror(errno));
         hoop__ibt_report(tp, HOOP_ERR_SYSTEM, j, msg);
         return HOOP_ERR_SYSTEM;
     }
     struct ibv_qp_init_attr qia = {
-        .send_cq = tp->cq, .recv_cq = tp->cq, .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = NSEND + ZC_WR + 2, .max_recv_wr = NRECV, .max_send_sge = 1, .max_recv_sge = 1},
+        .send_cq = tp->cq,
+        .recv_cq = tp->cq,
+        .qp_type = IBV_QPT_RC,
+        .cap = {.max_send_wr = NSEND + ZC_WR + 2,
+                .max_recv_wr = NRECV,
+                .max_send_sge = 1,
+                .max_recv_sge = 1},
     };
     pe->qp = v->create_qp(tp->pd, &qia);
     if (pe->qp == NULL) {
         rc = errno;
         what = "ibv_create_qp";
     } else {
-        struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0,
+        struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
+                                .pkey_index = 0,
                                 .port_num = (uint8_t)tp->port.port,
                                 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
-        rc = v->modify_qp(pe->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+        rc = v->modify_qp(pe->qp, &a,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
         what = "queue pair to INIT";
         for (int i = 0; i < NRECV && rc == 0; i++) {
             rc = hoop__ibt_post_slot(tp, j, i);
@@ -196,23 +210,30 @@ static hoop_result_t make_peer(hoop__tp_t *tp, int j, conn_info_t *mine)
         if (rc == 0) what = NULL;
     }
     if (what != NULL) {
-        snprintf(msg, sizeof(msg), "ibverbs: %s: %s for rank %d: %s", tp->where, what, j, strerror(rc));
+        snprintf(msg, sizeof(msg), "ibverbs: %s: %s for rank %d: %s", tp->where, what, j,
+                 strerror(rc));
         hoop__ibt_report(tp, HOOP_ERR_SYSTEM, j, msg);
         return HOOP_ERR_SYSTEM;
     }
     pe->nsfree = NSEND;
     for (int i = 0; i < NSEND; i++) pe->sfree[i] = NSEND - 1 - i;
     pe->credits = NSLOTS;
-    uint64_t h = tp->p.comm_id ^ ((uint64_t)tp->p.rank << 40) ^ ((uint64_t)j << 20) ^ (uint64_t)pe->qp->qp_num;
+    uint64_t h = tp->p.comm_id ^ ((uint64_t)tp->p.rank << 40) ^ ((uint64_t)j << 20) ^
+                 (uint64_t)pe->qp->qp_num;
     h = (h ^ (h >> 31)) * 0x9e3779b97f4a7c15ull;
-    *mine = (conn_info_t){.magic = CONN_MAGIC, .comm_id = tp->p.comm_id,
-                          .probe_addr = (uintptr_t)tp->probe_word, .rank = (uint32_t)tp->p.rank,
-                          .qpn = pe->qp->qp_num, .psn = (uint32_t)(h >> 40) & 0xffffff,
-                          .probe_rkey = tp->probe_mr->rkey, .nslots = NSLOTS,
-                          .slot_bytes = SLOT_BYTES, .lid = tp->port.lid};
+    *mine = (conn_info_t){.magic = CONN_MAGIC,
+                          .comm_id = tp->p.comm_id,
+                          .probe_addr = (uintptr_t)tp->probe_word,
+                          .rank = (uint32_t)tp->p.rank,
+                          .qpn = pe->qp->qp_num,
+                          .psn = (uint32_t)(h >> 40) & 0xffffff,
+                          .probe_rkey = tp->probe_mr->rkey,
+                          .nslots = NSLOTS,
+                          .slot_bytes = SLOT_BYTES,
+                          .lid = tp->port.lid};
     struct ibv_port_attr pa;
     mine->mtu = tp->v.query_port(tp->ctx, (uint8_t)tp->port.port, &pa) == 0 ? (uint8_t)pa.active_mtu
-                                                                             : (uint8_t)IBV_MTU_1024;
+                                                                            : (uint8_t)IBV_MTU_1024;
     memcpy(mine->gid, tp->port.gid.raw, 16);
     return HOOP_OK;
 }
@@ -225,14 +246,20 @@ static hoop_result_t join_peer(hoop__tp_t *tp, int j, const conn_info_t *mine)
     char msg[400];
     if (r->magic != CONN_MAGIC || r->comm_id != tp->p.comm_id || r->rank != (uint32_t)j ||
         r->nslots != NSLOTS || r->slot_bytes != SLOT_BYTES) {
-        snprintf(msg, sizeof(msg), "ibverbs: rank %d left connection data that is not this "
-                 "communicator's or this version's (%u slots of %u bytes)", j, r->nslots, r->slot_bytes);
+        snprintf(msg, sizeof(msg),
+                 "ibverbs: rank %d left connection data that is not this "
+                 "communicator's or this version's (%u slots of %u bytes)",
+                 j, r->nslots, r->slot_bytes);
         hoop__ibt_report(tp, HOOP_ERR_INTERNAL, j, msg);
         return HOOP_ERR_INTERNAL;
     }
     enum ibv_mtu mtu = r->mtu < mine->mtu ? (enum ibv_mtu)r->mtu : (enum ibv_mtu)mine->mtu;
-    struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = mtu, .dest_qp_num = r->qpn,
-                            .rq_psn = r->psn, .max_dest_rd_atomic = 1, .min_rnr_timer = MIN_RNR_TIMER};
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+                            .path_mtu = mtu,
+                            .dest_qp_num = r->qpn,
+                            .rq_psn = r->psn,
+                            .max_dest_rd_atomic = 1,
+                            .min_rnr_timer = MIN_RNR_TIMER};
     a.ah_attr.port_num = (uint8_t)tp->port.port;
     if (tp->port.ethernet) {
         a.ah_attr.is_global = 1;
@@ -242,9 +269,9 @@ static hoop_result_t join_peer(hoop__tp_t *tp, int j, const conn_info_t *mine)
     } else {
         a.ah_attr.dlid = r->lid;
     }
-    int rc = tp->v.modify_qp(pe->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                             IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                             IBV_QP_MIN_RNR_TIMER);
+    int rc = tp->v.modify_qp(pe->qp, &a,
+                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     const char *what = "RTR";
     if (rc == 0) {
         memset(&a, 0, sizeof(a));
@@ -254,24 +281,27 @@ static hoop_result_t join_peer(hoop__tp_t *tp, int j, const conn_info_t *mine)
         a.rnr_retry = QP_RNR_RETRY;
         a.sq_psn = mine->psn;
         a.max_rd_atomic = 1;
-        rc = tp->v.modify_qp(pe->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                             IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+        rc = tp->v.modify_qp(pe->qp, &a,
+                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
         what = "RTS";
     }
     char gid[64];
     hoop__ibv_gid_str(r->gid, gid, sizeof(gid));
     if (rc != 0) {
-        snprintf(msg, sizeof(msg), "ibverbs: %s: queue pair for rank %d (its QP %u, GID %s) to %s: %s",
-                 tp->where, j, r->qpn, gid, what, strerror(rc));
+        snprintf(msg, sizeof(msg),
+                 "ibverbs: %s: queue pair for rank %d (its QP %u, GID %s) to %s: %s", tp->where, j,
+                 r->qpn, gid, what, strerror(rc));
         hoop__ibt_report(tp, HOOP_ERR_SYSTEM, j, msg);
         return HOOP_ERR_SYSTEM;
     }
     pe->up = 1;
     char port[160];
     hoop__ibv_port_str(&tp->port, port, sizeof(port));
-    HOOP_INFO(tp->p.log, "ibverbs: rank %d over %s (GID index %d), QP %u to its QP %u at GID %s, "
-              "path MTU %d", j, port, tp->port.gid_index, pe->qp->qp_num, r->qpn, gid,
-              hoop__ibv_mtu_bytes(mtu));
+    HOOP__INFO(tp->p.log,
+               "ibverbs: rank %d over %s (GID index %d), QP %u to its QP %u at GID %s, "
+               "path MTU %d",
+               j, port, tp->port.gid_index, pe->qp->qp_num, r->qpn, gid, hoop__ibv_mtu_bytes(mtu));
     return HOOP_OK;
 }
 
@@ -304,7 +334,8 @@ hoop_result_t hoop__ibt_connect(hoop__tp_t *tp, const char *const *addrs, double
         hoop__ibt_report(tp, HOOP_ERR_INTERNAL, -1, "ibverbs: peers to connect but no RDMA port");
         return HOOP_ERR_INTERNAL;
     }
-    tp->cq = tp->v.create_cq(tp->ctx, tp->npeers * (NSEND + ZC_WR + 2 + NRECV) + 16, NULL, tp->ch, 0);
+    tp->cq = tp->v.create_cq(tp->ctx, tp->npeers * (NSEND + ZC_WR + 2 + NRECV) + 16, NULL, tp->ch,
+                             0);
     if (tp->cq == NULL) {
         char msg[200];
         snprintf(msg, sizeof(msg), "ibverbs: %s: ibv_create_cq: %s", tp->where, strerror(errno));
@@ -328,8 +359,10 @@ hoop_result_t hoop__ibt_connect(hoop__tp_t *tp, const char *const *addrs, double
         size_t len = 0;
         rc = tp->p.oob.get(tp->p.oob.ctx, "ibverbs-qp", j, &tp->peers[j].remote,
                            sizeof(conn_info_t), &len, deadline);
-        if (rc != HOOP_OK) oob_failed(tp, rc, j, "waiting for connection data");
-        else if (len != sizeof(conn_info_t)) memset(&tp->peers[j].remote, 0, sizeof(conn_info_t));
+        if (rc != HOOP_OK)
+            oob_failed(tp, rc, j, "waiting for connection data");
+        else if (len != sizeof(conn_info_t))
+            memset(&tp->peers[j].remote, 0, sizeof(conn_info_t));
         if (rc == HOOP_OK) rc = join_peer(tp, j, &mine[j]);
     }
     free(mine);
@@ -354,7 +387,8 @@ hoop_result_t hoop__ibt_settle(hoop__tp_t *tp, double deadline)
 {
     if (tp->failed) return tp->failed;
     for (int j = 0; j < tp->p.size; j++)
-        if (tp->peers[j].up && hoop__ibt_send_ctrl(tp, j, F_READY, 0, NULL, 0) != 0 && !tp->failed) {
+        if (tp->peers[j].up && hoop__ibt_send_ctrl(tp, j, F_READY, 0, NULL, 0) != 0 &&
+            !tp->failed) {
             char msg[200];
             snprintf(msg, sizeof(msg), "ibverbs: cannot send rank %d the ready notice", j);
             hoop__ibt_report(tp, HOOP_ERR_SYSTEM, j, msg);
@@ -371,7 +405,8 @@ hoop_result_t hoop__ibt_settle(hoop__tp_t *tp, double deadline)
         double left = deadline - hoop__now();
         if (left <= 0) {
             char msg[200];
-            snprintf(msg, sizeof(msg), "timed out waiting for rank(s) %s to finish connecting", missing);
+            snprintf(msg, sizeof(msg), "timed out waiting for rank(s) %s to finish connecting",
+                     missing);
             hoop__ibt_report(tp, HOOP_ERR_TIMEOUT, -1, msg);
             return connect_failed(tp, HOOP_ERR_TIMEOUT);
         }
@@ -420,7 +455,8 @@ void hoop__ibt_close(hoop__tp_t *tp)
             struct pollfd pf = {.fd = tp->ch->fd, .events = POLLIN};
             struct ibv_cq *cq;
             void *ctx;
-            if (poll(&pf, 1, 0) == 1 && v->get_cq_event(tp->ch, &cq, &ctx) == 0) v->ack_cq_events(cq, 1);
+            if (poll(&pf, 1, 0) == 1 && v->get_cq_event(tp->ch, &cq, &ctx) == 0)
+                v->ack_cq_events(cq, 1);
         }
         v->destroy_cq(tp->cq);
     }

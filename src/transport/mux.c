@@ -37,21 +37,21 @@
 
 struct hoop__tp {
     hoop__tp_params_t p;
-    hoop__tp_t *sub[HOOP_TP_ROWS_MAX];   /* per row; NULL where this rank does not use it */
-    int npeers[HOOP_TP_ROWS_MAX];
-    int active[HOOP_TP_ROWS_MAX];        /* the rows with peers, in table order */
+    hoop__tp_t *sub[HOOP__TP_ROWS_MAX]; /* per row; NULL where this rank does not use it */
+    int npeers[HOOP__TP_ROWS_MAX];
+    int active[HOOP__TP_ROWS_MAX]; /* the rows with peers, in table order */
     int nactive;
-    uint8_t *route;                      /* per peer: its row, or T_SELF */
+    uint8_t *route; /* per peer: its row, or T_SELF */
     char key[17];
-    char own[HOOP_TP_ROWS_MAX][160];     /* this rank's address of each row it uses */
-    struct pollfd pfd[HOOP_TP_ROWS_MAX]; /* the one sleep's, and which row each is */
-    int pfd_row[HOOP_TP_ROWS_MAX];
-    char last[400];                      /* the last failure any transport reported */
+    char own[HOOP__TP_ROWS_MAX][160];     /* this rank's address of each row it uses */
+    struct pollfd pfd[HOOP__TP_ROWS_MAX]; /* the one sleep's, and which row each is */
+    int pfd_row[HOOP__TP_ROWS_MAX];
+    char last[400]; /* the last failure any transport reported */
 };
 
 /* mux's registration: one per row that registers memory. */
 typedef struct mux_reg {
-    void *sub[HOOP_TP_ROWS_MAX];
+    void *sub[HOOP__TP_ROWS_MAX];
 } mux_reg_t;
 
 /* Every transport reports through here: mux keeps the sentence, to tell the peers of the other
@@ -95,18 +95,18 @@ static int host_key(const hoop__config_t *cfg, const hoop__log_t *log, char out[
     char host[256] = "", boot[64], net[64], pid[64];
     if (cfg->host_id[0] != '\0') {
         snprintf(out, 17, "%016" PRIx64, fnv(0xcbf29ce484222325ull, cfg->host_id));
-        HOOP_INFO(log, "host identity %s: HOOP_HOSTID=%s", out, cfg->host_id);
+        HOOP__INFO(log, "host identity %s: HOOP_HOSTID=%s", out, cfg->host_id);
         return 0;
     }
     gethostname(host, sizeof(host) - 1);
     int e = read_small("/proc/sys/kernel/random/boot_id", boot, sizeof(boot), 0);
-    if (HOOP_FD_EXHAUSTED(e)) return e;
+    if (HOOP__FD_EXHAUSTED(e)) return e;
     read_small("/proc/self/ns/net", net, sizeof(net), 1);
     read_small("/proc/self/ns/pid", pid, sizeof(pid), 1);
     uint64_t h = 0xcbf29ce484222325ull;
     h = fnv(fnv(fnv(fnv(h, host), boot), net), pid);
     snprintf(out, 17, "%016" PRIx64, h);
-    HOOP_INFO(log, "host identity %s: host %s, boot %s, %s, %s", out, host, boot, net, pid);
+    HOOP__INFO(log, "host identity %s: host %s, boot %s, %s, %s", out, host, boot, net, pid);
     return 0;
 }
 
@@ -149,11 +149,12 @@ static hoop_result_t mux_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
     int e = host_key(p->cfg, p->log, tp->key);
     if (e != 0) {
         char why[300];
-        snprintf(msg, sizeof(msg), "cannot read this host's identity: %s", hoop__fd_error(e, why, sizeof(why)));
+        snprintf(msg, sizeof(msg), "cannot read this host's identity: %s",
+                 hoop__fd_error(e, why, sizeof(why)));
         p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
         return HOOP_ERR_SYSTEM;
     }
-    const char *own[HOOP_TP_ROWS_MAX] = {NULL};
+    const char *own[HOOP__TP_ROWS_MAX] = {NULL};
     for (int t = 0; t < hoop__tp_registry_n; t++) {
         own[t] = tp->own[t];
         if (!used(p, t)) continue;
@@ -183,9 +184,9 @@ int hoop__mux_addr(const char *host, const char *const addrs[], char *out, size_
 }
 
 int hoop__mux_addr_split(const char *addr, char *buf, size_t n, const char **host,
-                         const char *addrs[HOOP_TP_ROWS_MAX])
+                         const char *addrs[HOOP__TP_ROWS_MAX])
 {
-    for (int t = 0; t < HOOP_TP_ROWS_MAX; t++) addrs[t] = "";
+    for (int t = 0; t < HOOP__TP_ROWS_MAX; t++) addrs[t] = "";
     if (addr == NULL || strncmp(addr, "h=", 2) != 0 || strlen(addr) >= n) return -1;
     strcpy(buf, addr);
     char *save = NULL, *tok = strtok_r(buf, " ", &save);
@@ -237,7 +238,8 @@ static int choose(const hoop__tp_t *tp, int j, const char *host, const char *con
             if (ROW(t).reaches(&me, &peer))
                 o += (size_t)snprintf(names + o, sizeof(names) - o, " or %s", ROW(t).name);
         }
-        snprintf(msg, n, "HOOP_TRANSPORT=%s but rank %d is on another host: use auto%s", mode, j, names);
+        snprintf(msg, n, "HOOP_TRANSPORT=%s but rank %d is on another host: use auto%s", mode, j,
+                 names);
     } else {
         int f = hoop__tp_find(mode);
         snprintf(msg, n, "HOOP_TRANSPORT=%s but rank %d is not using %s", mode, j,
@@ -256,10 +258,11 @@ static hoop_result_t route_peers(hoop__tp_t *tp, const char *const *addrs, char 
     for (int j = 0; j < size; j++) {
         tp->route[j] = T_SELF;
         if (j == tp->p.rank || addrs[j] == NULL) continue;
-        const char *host, *parts[HOOP_TP_ROWS_MAX];
+        const char *host, *parts[HOOP__TP_ROWS_MAX];
         size_t len = strlen(addrs[j]) + 1;
         copies[j] = malloc(len);
-        if (copies[j] == NULL || hoop__mux_addr_split(addrs[j], copies[j], len, &host, parts) != 0) {
+        if (copies[j] == NULL ||
+            hoop__mux_addr_split(addrs[j], copies[j], len, &host, parts) != 0) {
             snprintf(msg, sizeof(msg), "rank %d published a bad address \"%s\"", j, addrs[j]);
             tp->p.report(tp->p.report_ctx, HOOP_ERR_INTERNAL, j, msg);
             return HOOP_ERR_INTERNAL;
@@ -281,8 +284,8 @@ static hoop_result_t mux_connect(hoop__tp_t *tp, const char *const *addrs, doubl
 {
     const int size = tp->p.size, nrows = hoop__tp_registry_n;
     char **copies = calloc((size_t)size, sizeof(char *));
-    const char **sub[HOOP_TP_ROWS_MAX] = {NULL};
-    char lists[HOOP_TP_ROWS_MAX][200] = {""};
+    const char **sub[HOOP__TP_ROWS_MAX] = {NULL};
+    char lists[HOOP__TP_ROWS_MAX][200] = {""};
     hoop_result_t rc = copies != NULL ? HOOP_OK : HOOP_ERR_NO_MEMORY;
     for (int t = 0; t < nrows && rc == HOOP_OK; t++)
         if ((sub[t] = calloc((size_t)size, sizeof(char *))) == NULL) rc = HOOP_ERR_NO_MEMORY;
@@ -292,7 +295,7 @@ static hoop_result_t mux_connect(hoop__tp_t *tp, const char *const *addrs, doubl
      * own (TCP closes its listener then, which nobody else may then knock on), and even after
      * an earlier one failed: its peers would otherwise wait for this rank until the deadline;
      * they are told why instead. */
-    int connected[HOOP_TP_ROWS_MAX] = {0}, failed = rc != HOOP_OK;
+    int connected[HOOP__TP_ROWS_MAX] = {0}, failed = rc != HOOP_OK;
     char why[sizeof(tp->last)] = "";
     for (int t = 0; t < nrows && !failed; t++) {
         if (tp->sub[t] == NULL) continue;
@@ -318,14 +321,14 @@ static hoop_result_t mux_connect(hoop__tp_t *tp, const char *const *addrs, doubl
     for (int t = 0; t < nrows && rc != HOOP_OK; t++)
         if (connected[t]) ROW(t).ops->abort(tp->sub[t], rc, tp->last);
     if (rc == HOOP_OK) {
-        char line[HOOP_TP_ROWS_MAX * 220] = "";
+        char line[HOOP__TP_ROWS_MAX * 220] = "";
         size_t o = 0;
         for (int t = 0; t < nrows; t++) {
             o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%s to rank(s) [%s]", t ? ", " : "",
                                   ROW(t).name, lists[t]);
             if (tp->npeers[t] > 0) tp->active[tp->nactive++] = t;
         }
-        HOOP_INFO(tp->p.log, "transport per peer: %s", line);
+        HOOP__INFO(tp->p.log, "transport per peer: %s", line);
     }
     if (copies != NULL)
         for (int j = 0; j < size; j++) free(copies[j]);
@@ -353,7 +356,7 @@ static void mux_post(hoop__tp_t *tp, hoop__xfer_t *x)
  * its announcement. A transport without a descriptor is looked at a millisecond at a time. */
 static void sleep_all(hoop__tp_t *tp, int timeout_ms)
 {
-    int n = 0, ready = 0, nblind = 0, blind[HOOP_TP_ROWS_MAX];
+    int n = 0, ready = 0, nblind = 0, blind[HOOP__TP_ROWS_MAX];
     for (int i = 0; i < tp->nactive; i++) {
         int t = tp->active[i];
         const hoop__transport_ops_t *ops = ROW(t).ops;
@@ -420,7 +423,8 @@ static void mux_dereg(hoop__tp_t *tp, void *reg)
 
 /* Registers the memory with every transport of this rank that registers memory: a transfer may
  * go to any of them. */
-static hoop_result_t mux_reg(hoop__tp_t *tp, void *buf, size_t len, hoop__mem_type_t type, void **reg)
+static hoop_result_t mux_reg(hoop__tp_t *tp, void *buf, size_t len, hoop__mem_type_t type,
+                             void **reg)
 {
     *reg = NULL;
     mux_reg_t *r = NULL;
@@ -439,7 +443,7 @@ static hoop_result_t mux_reg(hoop__tp_t *tp, void *buf, size_t len, hoop__mem_ty
 
 const hoop__transport_ops_t hoop__mux_transport = {
     .name = "auto",
-    .caps = HOOP_TP_MEM(HOOP__MEM_HOST), /* what every transport of the table takes */
+    .caps = HOOP__TP_MEM(HOOP__MEM_HOST), /* what every transport of the table takes */
     .listen = mux_listen,
     .connect = mux_connect,
     .post = mux_post,

@@ -11,15 +11,21 @@ extern const hoop__transport_ops_t hoop__ibverbs_transport; /* ibverbs.c */
 #endif
 
 const hoop__tp_row_t hoop__tp_registry[] = {
-    {.name = "shm", .what = "shared memory", .ops = &hoop__shm_transport, .reaches = hoop__tp_same_host},
+    {.name = "shm",
+     .what = "shared memory",
+     .ops = &hoop__shm_transport,
+     .reaches = hoop__tp_same_host},
 #ifdef HOOP_HAVE_IBVERBS
-    {.name = "ibverbs", .what = "RDMA verbs", .ops = &hoop__ibverbs_transport, .reaches = hoop__tp_both_published},
+    {.name = "ibverbs",
+     .what = "RDMA verbs",
+     .ops = &hoop__ibverbs_transport,
+     .reaches = hoop__tp_both_published},
 #endif
     {.name = "tcp", .what = "TCP", .ops = &hoop__tcp_transport, .reaches = hoop__tp_any_host},
 };
 const int hoop__tp_registry_n = (int)(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]));
-_Static_assert(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]) <= HOOP_TP_ROWS_MAX,
-               "more transports than HOOP_TP_ROWS_MAX");
+_Static_assert(sizeof(hoop__tp_registry) / sizeof(hoop__tp_registry[0]) <= HOOP__TP_ROWS_MAX,
+               "more transports than HOOP__TP_ROWS_MAX");
 
 int hoop__tp_same_host(const hoop__tp_pub_t *me, const hoop__tp_pub_t *peer)
 {

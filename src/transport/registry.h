@@ -11,7 +11,7 @@
 
 #include "transport/transport.h"
 
-#define HOOP_TP_ROWS_MAX 8
+#define HOOP__TP_ROWS_MAX 8
 
 /* What one rank published for one transport: its host identity and its address there ("" where
  * it does not use that transport). */
@@ -48,6 +48,6 @@ int hoop__mux_addr(const char *host, const char *const addrs[], char *out, size_
 /* Splits such an address, copied into buf (n bytes): *host and addrs[row] point into buf ("" for a
  * row it does not name). 0, or -1 if it is not one. */
 int hoop__mux_addr_split(const char *addr, char *buf, size_t n, const char **host,
-                         const char *addrs[HOOP_TP_ROWS_MAX]);
+                         const char *addrs[HOOP__TP_ROWS_MAX]);
 
 #endif

@@ -18,14 +18,15 @@
 #include "base/wire.h"
 #include "hoop.h"
 
-enum { HOOP_XFER_SEND = 1, HOOP_XFER_RECV = 2 };
+enum { HOOP__XFER_SEND = 1, HOOP__XFER_RECV = 2 };
 
 /* Where a transfer's buffer lives: its memory type, and the registration of the memory that holds
  * it with the transport it is posted to (see reg in hoop__transport_ops_t). A zeroed descriptor is
  * host memory, unregistered. */
 typedef struct hoop__mem_desc {
     hoop__mem_type_t type;
-    void *reg; /* NULL, or what the reg() of this transport returned for a range holding the buffer */
+    void *
+        reg; /* NULL, or what the reg() of this transport returned for a range holding the buffer */
 } hoop__mem_desc_t;
 
 /* Scratch of the transport a transfer is posted to, from post() until done, for its own
@@ -40,15 +41,15 @@ typedef union hoop__tp_scratch {
 /* One posted send or receive. The caller owns it and its buffer until done is set. */
 typedef struct hoop__xfer {
     /* Set by the poster. */
-    int dir;                /* HOOP_XFER_SEND or HOOP_XFER_RECV */
+    int dir; /* HOOP__XFER_SEND or HOOP__XFER_RECV */
     int peer;
-    hoop__wire_hdr_t hdr;   /* send: the header to send; recv: the header expected */
-    void *buf;              /* payload (read-only for a send), in memory of type mem.type */
-    size_t len;             /* payload bytes */
-    hoop__mem_desc_t mem;   /* where buf lives: a transport that cannot take its type refuses x */
+    hoop__wire_hdr_t hdr; /* send: the header to send; recv: the header expected */
+    void *buf;            /* payload (read-only for a send), in memory of type mem.type */
+    size_t len;           /* payload bytes */
+    hoop__mem_desc_t mem; /* where buf lives: a transport that cannot take its type refuses x */
     /* Set by the transport. */
-    hoop__wire_hdr_t got;   /* recv: the header that arrived (valid once done, also on mismatch) */
-    hoop_result_t status;   /* valid once done */
+    hoop__wire_hdr_t got; /* recv: the header that arrived (valid once done, also on mismatch) */
+    hoop_result_t status; /* valid once done */
     int done;
     /* The waiter's (transports leave it alone): moved(peer) when it last looked. */
     uint64_t seen;
@@ -57,8 +58,8 @@ typedef struct hoop__xfer {
 } hoop__xfer_t;
 
 /* Capability bits of a transport (hoop__transport_ops_t.caps). */
-#define HOOP_TP_MEM(type) (1u << (type)) /* moves buffers of this memory type directly */
-#define HOOP_TP_WANTS_REG (1u << 16)     /* moves memory registered with reg() (faster, or only) */
+#define HOOP__TP_MEM(type) (1u << (type)) /* moves buffers of this memory type directly */
+#define HOOP__TP_WANTS_REG (1u << 16)     /* moves memory registered with reg() (faster, or only) */
 
 typedef struct hoop__tp hoop__tp_t;
 
@@ -68,9 +69,9 @@ typedef struct hoop__tp hoop__tp_t;
  * NULL where there is none (a communicator of one rank, one made by split). Rank 0 closes the
  * store only once its own connect() is through, and that waits for every peer's settle(): a
  * transport that uses this implements settle. Tags are unique per exchange within the
- * communicator (start them with the transport's name), at most HOOP_TP_OOB_TAG_MAX bytes, of
+ * communicator (start them with the transport's name), at most HOOP__TP_OOB_TAG_MAX bytes, of
  * letters, digits, '-', '_' and '.'. A failure returns its code with the sentence in error(). */
-#define HOOP_TP_OOB_TAG_MAX 64
+#define HOOP__TP_OOB_TAG_MAX 64
 typedef struct hoop__tp_oob {
     /* Every rank calls it with the same tag and len (at most 1 MiB): all receives size * len
      * bytes, rank r's at r * len, this rank's copied from mine. Waits for the others until the
@@ -94,7 +95,7 @@ typedef struct hoop__tp_params {
     uint64_t comm_id;
     const hoop__config_t *cfg;
     const hoop__log_t *log;
-    const char *route_hint;   /* an address peers are known to reach (the store's host), or NULL */
+    const char *route_hint; /* an address peers are known to reach (the store's host), or NULL */
     /* Called (on the progressing thread) with the first failure of a peer, and with each transfer
      * refused at post() (a memory type the transport cannot take): code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
@@ -104,12 +105,13 @@ typedef struct hoop__tp_params {
 
 typedef struct hoop__transport_ops {
     const char *name;
-    /* HOOP_TP_MEM(type) for every memory type post() takes, and HOOP_TP_WANTS_REG where reg()
+    /* HOOP__TP_MEM(type) for every memory type post() takes, and HOOP__TP_WANTS_REG where reg()
      * should be called for the buffers of its transfers. */
     uint32_t caps;
     /* Creates the instance and starts listening; writes the address peers connect to (published
      * through the store) into addr. Blocks on nothing remote. */
-    hoop_result_t (*listen)(const hoop__tp_params_t *p, hoop__tp_t **tp, char *addr, size_t addrlen);
+    hoop_result_t (*listen)(const hoop__tp_params_t *p, hoop__tp_t **tp, char *addr,
+                            size_t addrlen);
     /* Connects to every peer whose addrs[peer] is not NULL. Blocks until all are connected or the
      * deadline (monotonic seconds) passes: HOOP_ERR_TIMEOUT naming the missing peers. */
     hoop_result_t (*connect)(hoop__tp_t *tp, const char *const *addrs, double deadline);
@@ -170,7 +172,7 @@ int hoop__tp_refuse(const char *name, uint32_t caps, const hoop__tp_params_t *p,
 static inline int hoop__tp_refuse_mem(const char *name, uint32_t caps, const hoop__tp_params_t *p,
                                       hoop__xfer_t *x)
 {
-    if (x->mem.type == HOOP__MEM_HOST && (caps & HOOP_TP_MEM(HOOP__MEM_HOST))) return 0;
+    if (x->mem.type == HOOP__MEM_HOST && (caps & HOOP__TP_MEM(HOOP__MEM_HOST))) return 0;
     return hoop__tp_refuse(name, caps, p, x);
 }
 
@@ -183,6 +185,6 @@ extern const hoop__transport_ops_t hoop__mux_transport;
  * into buf and returns it. */
 const char *hoop__fd_error(int err, char *buf, size_t n);
 /* err is running out of descriptors (EMFILE, ENFILE). */
-#define HOOP_FD_EXHAUSTED(err) ((err) == EMFILE || (err) == ENFILE)
+#define HOOP__FD_EXHAUSTED(err) ((err) == EMFILE || (err) == ENFILE)
 
 #endif

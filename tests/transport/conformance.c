@@ -142,7 +142,7 @@ hoop__wire_hdr_t mkhdr(const ctx_t *c, int src, uint64_t seq, uint64_t i, size_t
 {
     hoop__wire_hdr_t h;
     memset(&h, 0, sizeof(h));
-    h.kind = (uint8_t)(1 + i % HOOP_K_SPLIT);
+    h.kind = (uint8_t)(1 + i % HOOP__K_SPLIT);
     h.dtype = (uint8_t)(i % HOOP_DTYPE_COUNT);
     h.op = (uint8_t)((i / 3) % HOOP_OP_COUNT);
     h.root = (int32_t)(i % 5) - 1;
@@ -154,8 +154,7 @@ hoop__wire_hdr_t mkhdr(const ctx_t *c, int src, uint64_t seq, uint64_t i, size_t
     return h;
 }
 
-void xinit(hoop__xfer_t *x, int dir, int peer, const hoop__wire_hdr_t *h, void *buf,
-                  size_t len)
+void xinit(hoop__xfer_t *x, int dir, int peer, const hoop__wire_hdr_t *h, void *buf, size_t len)
 {
     memset(x, 0, sizeof(*x));
     x->dir = dir;
@@ -182,10 +181,12 @@ int drive(ctx_t *c, hoop__xfer_t *const *xs, int n, double limit_s, const char *
         if (now_s() > end) {
             for (int i = 0; i < n; i++)
                 if (!xs[i]->done) {
-                    failf(c, __LINE__, "%s: %d of %d transfer(s) not done after %.1f s; first: "
-                          "%s of %zu bytes with rank %d, seq %" PRIu64, what, pending, n,
-                          lim(c, limit_s), xs[i]->dir == HOOP_XFER_SEND ? "send" : "recv",
-                          xs[i]->len, xs[i]->peer, xs[i]->hdr.seq);
+                    failf(c, __LINE__,
+                          "%s: %d of %d transfer(s) not done after %.1f s; first: "
+                          "%s of %zu bytes with rank %d, seq %" PRIu64,
+                          what, pending, n, lim(c, limit_s),
+                          xs[i]->dir == HOOP__XFER_SEND ? "send" : "recv", xs[i]->len, xs[i]->peer,
+                          xs[i]->hdr.seq);
                     break;
                 }
             return 1;
@@ -201,19 +202,20 @@ int drive1(ctx_t *c, hoop__xfer_t *x, double limit_s, const char *what)
 
 /* A completed receive: status, every header field, the payload and the guard. */
 int check_recv(ctx_t *c, const hoop__xfer_t *x, const hoop__wire_hdr_t *sent, uint64_t seed,
-                      const char *what)
+               const char *what)
 {
     CHECK(c, x->done, "%s: not done", what);
     CHECK(c, x->status == HOOP_OK, "%s (%zu bytes from rank %d): %s", what, x->len, x->peer,
           hoop_error_string(x->status));
     const hoop__wire_hdr_t *g = &x->got;
-    CHECK(c, g->kind == sent->kind && g->dtype == sent->dtype && g->op == sent->op &&
-                 g->root == sent->root && g->src == sent->src && g->comm_id == sent->comm_id &&
-                 g->seq == sent->seq && g->count == sent->count &&
-                 g->payload_len == sent->payload_len,
-          "%s: header arrived as kind %d dtype %d op %d root %d src %u comm %" PRIx64 " seq %" PRIu64
-          " count %" PRIx64 " len %" PRIu64 ", sent kind %d dtype %d op %d root %d src %u comm %"
-          PRIx64 " seq %" PRIu64 " count %" PRIx64 " len %" PRIu64,
+    CHECK(c,
+          g->kind == sent->kind && g->dtype == sent->dtype && g->op == sent->op &&
+              g->root == sent->root && g->src == sent->src && g->comm_id == sent->comm_id &&
+              g->seq == sent->seq && g->count == sent->count && g->payload_len == sent->payload_len,
+          "%s: header arrived as kind %d dtype %d op %d root %d src %u comm %" PRIx64
+          " seq %" PRIu64 " count %" PRIx64 " len %" PRIu64
+          ", sent kind %d dtype %d op %d root %d src %u comm %" PRIx64 " seq %" PRIu64
+          " count %" PRIx64 " len %" PRIu64,
           what, g->kind, g->dtype, g->op, g->root, g->src, g->comm_id, g->seq, g->count,
           g->payload_len, sent->kind, sent->dtype, sent->op, sent->root, sent->src, sent->comm_id,
           sent->seq, sent->count, sent->payload_len);
@@ -233,7 +235,7 @@ int is_fail_code(hoop_result_t r) { return r == HOOP_ERR_PEER_LOST || r == HOOP_
 
 static hoop_result_t oob_put_to(ctx_t *c, const char *tag, int to, const void *buf, size_t len)
 {
-    if (len > OOB_DATA || strlen(tag) > HOOP_TP_OOB_TAG_MAX) {
+    if (len > OOB_DATA || strlen(tag) > HOOP__TP_OOB_TAG_MAX) {
         snprintf(c->oob_err, sizeof(c->oob_err), "out-of-band entry \"%s\" too large", tag);
         return HOOP_ERR_INVALID_ARGUMENT;
     }
@@ -267,8 +269,8 @@ static hoop_result_t oob_get_from(ctx_t *c, const char *tag, int from, int to, v
             return HOOP_OK;
         }
         if (now_s() > deadline) {
-            snprintf(c->oob_err, sizeof(c->oob_err), "timed out waiting for rank %d's \"%s\"",
-                     from, tag);
+            snprintf(c->oob_err, sizeof(c->oob_err), "timed out waiting for rank %d's \"%s\"", from,
+                     tag);
             return HOOP_ERR_TIMEOUT;
         }
         sleep_s(0.001);
@@ -303,8 +305,8 @@ static const char *oob_error(void *ctx) { return ((ctx_t *)ctx)->oob_err; }
 
 void oob_over_board(ctx_t *c)
 {
-    c->p.oob = (hoop__tp_oob_t){.allgather = oob_allgather, .put = oob_put, .get = oob_get,
-                                .error = oob_error, .ctx = c};
+    c->p.oob = (hoop__tp_oob_t){
+        .allgather = oob_allgather, .put = oob_put, .get = oob_get, .error = oob_error, .ctx = c};
 }
 
 /* ---- the driver ---- */
@@ -314,11 +316,11 @@ typedef struct case_def {
     int (*fn)(ctx_t *);
     int ranks;
     int variants;
-    int connect;      /* 0: the case sets up its own instances */
-    int dies;         /* this rank ends by _exit(0) or SIGKILL on purpose */
-    int spin0;        /* run with shm_spin_us = 0 */
+    int connect; /* 0: the case sets up its own instances */
+    int dies;    /* this rank ends by _exit(0) or SIGKILL on purpose */
+    int spin0;   /* run with shm_spin_us = 0 */
     double limit_s;
-    int late;         /* rank 1 connects late, and the ranks do not wait for each other after */
+    int late; /* rank 1 connects late, and the ranks do not wait for each other after */
 } case_def_t;
 
 static const case_def_t cases[] = {
@@ -389,7 +391,7 @@ static void make_cfg(const opts_t *o, const case_def_t *cd, hoop__config_t *cfg)
     if (o->ring >= 0) cfg->shm_ring_bytes = (size_t)o->ring;
     if (o->cma >= 0) cfg->shm_cma_bytes = (size_t)o->cma;
     if (cd->spin0) cfg->shm_spin_us = 0;
-    if (o->verbose) cfg->log_level = HOOP_LOG_INFO;
+    if (o->verbose) cfg->log_level = HOOP__LOG_INFO;
 }
 
 static int rank_main(const opts_t *o, const case_def_t *cd, int variant, int rank, board_t *board,
@@ -538,8 +540,8 @@ static int run_one(const opts_t *o, const case_def_t *cd, int variant, int index
         if (left == 0) break;
         if (failed || now_s() > deadline) {
             if (!failed)
-                fprintf(stderr, "  FAIL [%s %s]: still running after %.0f s: killed\n", o->transport,
-                        cd->name, cd->limit_s * o->scale);
+                fprintf(stderr, "  FAIL [%s %s]: still running after %.0f s: killed\n",
+                        o->transport, cd->name, cd->limit_s * o->scale);
             failed = 1;
             for (int i = 0; i < n; i++)
                 if (!done[i]) kill(pids[i], SIGKILL);
@@ -577,7 +579,7 @@ static void usage(void)
     fprintf(stderr, "usage: conformance --transport ");
     for (int t = 0; t < hoop__tp_registry_n; t++) fprintf(stderr, "%s|", hoop__tp_registry[t].name);
     fprintf(stderr, "auto [--sockets N] [--ring BYTES] [--cma BYTES]\n       [--case NAME[,...]] "
-            "[--skip NAME[,...]] [--time-scale F] [--seed S] [--verbose] [--list]\n");
+                    "[--skip NAME[,...]] [--time-scale F] [--seed S] [--verbose] [--list]\n");
 }
 
 static int selected(const char *list, const char *name)
@@ -640,9 +642,12 @@ int main(int argc, char **argv)
     }
     if (o.transport == NULL) return usage(), 2;
     int row = hoop__tp_find(o.transport);
-    if (row >= 0) o.ops = hoop__tp_registry[row].ops;
-    else if (strcmp(o.transport, "auto") == 0) o.ops = &hoop__mux_transport;
-    else return usage(), 2;
+    if (row >= 0)
+        o.ops = hoop__tp_registry[row].ops;
+    else if (strcmp(o.transport, "auto") == 0)
+        o.ops = &hoop__mux_transport;
+    else
+        return usage(), 2;
     /* A dead peer must not take the test down with it. */
     signal(SIGPIPE, SIG_IGN);
 

@@ -60,22 +60,22 @@
 typedef struct opts {
     const char *transport;
     const hoop__transport_ops_t *ops;
-    int sockets;   /* 0: default */
-    long ring;     /* -1: default */
-    long cma;      /* -1: default */
+    int sockets; /* 0: default */
+    long ring;   /* -1: default */
+    long cma;    /* -1: default */
     double scale;
     uint64_t seed;
     int verbose;
 } opts_t;
 
 enum {
-    B_POSTED,      /* a rank has posted what the other waits on */
-    B_STEP_DONE,   /* a rank finished the step the other waits for (bit per rank) */
-    B_RELEASE,     /* the waiting rank may go on */
-    B_T_EVENT,     /* monotonic ns of the fault (death, abort) */
-    B_SENT_DONE,   /* the dying rank's send had completed before it died */
-    B_FAILED,      /* a rank has failed: the others stop waiting for it */
-    B_CONNECTED,   /* connect() has returned (bit per rank) */
+    B_POSTED,    /* a rank has posted what the other waits on */
+    B_STEP_DONE, /* a rank finished the step the other waits for (bit per rank) */
+    B_RELEASE,   /* the waiting rank may go on */
+    B_T_EVENT,   /* monotonic ns of the fault (death, abort) */
+    B_SENT_DONE, /* the dying rank's send had completed before it died */
+    B_FAILED,    /* a rank has failed: the others stop waiting for it */
+    B_CONNECTED, /* connect() has returned (bit per rank) */
     B_N = 16
 };
 
@@ -86,7 +86,7 @@ enum {
 typedef struct oob_entry {
     _Atomic int state; /* 0 free, 1 being written, 2 ready */
     int from, to;
-    char tag[HOOP_TP_OOB_TAG_MAX + 1];
+    char tag[HOOP__TP_OOB_TAG_MAX + 1];
     size_t len;
     uint8_t data[OOB_DATA];
 } oob_entry_t;
@@ -138,8 +138,7 @@ typedef struct ctx {
 int64_t now_ns(void);
 double cpu_s(void);
 void sleep_s(double s);
-void failf(const ctx_t *c, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void failf(const ctx_t *c, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void notef(const ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void on_report(void *ctx, hoop_result_t code, int peer, const char *msg);
 double lim(const ctx_t *c, double s);
@@ -160,14 +159,13 @@ int guard_ok(const uint8_t *b, size_t len);
 /* A header whose every field varies with i, so that a field lost on the way shows. Never the
  * abort kind, which a transport may treat as control. */
 hoop__wire_hdr_t mkhdr(const ctx_t *c, int src, uint64_t seq, uint64_t i, size_t len);
-void xinit(hoop__xfer_t *x, int dir, int peer, const hoop__wire_hdr_t *h, void *buf,
-    size_t len);
+void xinit(hoop__xfer_t *x, int dir, int peer, const hoop__wire_hdr_t *h, void *buf, size_t len);
 /* Progresses until every transfer is done, or fails naming the ones that are not. */
 int drive(ctx_t *c, hoop__xfer_t *const *xs, int n, double limit_s, const char *what);
 int drive1(ctx_t *c, hoop__xfer_t *x, double limit_s, const char *what);
 /* A completed receive: status, every header field, the payload and the guard. */
 int check_recv(ctx_t *c, const hoop__xfer_t *x, const hoop__wire_hdr_t *sent, uint64_t seed,
-    const char *what);
+               const char *what);
 int is_fail_code(hoop_result_t r);
 /* The out-of-band exchange of rank c->p.rank (of c->p.size) over the board, for c->p.oob. */
 void oob_over_board(ctx_t *c);

@@ -3,8 +3,8 @@
 
 /* Both directions at once, odd lengths around every boundary (header size, page, striping and
  * single-copy thresholds); all posted together, then again one pair at a time, largest first. */
-static const size_t exch_lens[] = {0, 1, 63, 64, 65, 4095, 4096 + 7, 65536, 262143, 262144,
-                                   1 * MIB + 13};
+static const size_t exch_lens[] = {0,        1,     63,     64,     65,          4095,
+                                   4096 + 7, 65536, 262143, 262144, 1 * MIB + 13};
 #define NEXCH ((int)(sizeof(exch_lens) / sizeof(exch_lens[0])))
 
 int case_exchange(ctx_t *c)
@@ -25,8 +25,8 @@ int case_exchange(ctx_t *c)
             if (sb[i] != NULL) fill(sb[i], len, seed_of(c, me, peer, seq));
             hoop__wire_hdr_t hs = mkhdr(c, me, seq, (uint64_t)i, len);
             hoop__wire_hdr_t hr = mkhdr(c, peer, seq, (uint64_t)i, len);
-            xinit(&xs[i], HOOP_XFER_SEND, peer, &hs, sb[i], len);
-            xinit(&xr[i], HOOP_XFER_RECV, peer, &hr, rb[i], len);
+            xinit(&xs[i], HOOP__XFER_SEND, peer, &hs, sb[i], len);
+            xinit(&xr[i], HOOP__XFER_RECV, peer, &hr, rb[i], len);
         }
         if (round == 0) {
             /* Rank 0 posts its receives first, rank 1 its sends. */
@@ -70,13 +70,13 @@ int case_huge(ctx_t *c)
         CHECK(c, out != NULL && back != NULL, "out of memory");
         fill(out, len, seed_of(c, 0, 1, 1));
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 7, len);
-        xinit(&x, HOOP_XFER_SEND, peer, &h, out, len);
+        xinit(&x, HOOP__XFER_SEND, peer, &h, out, len);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 30, "huge send"));
         CHECK(c, x.status == HOOP_OK, "huge send: %s", hoop_error_string(x.status));
         free(out);
         h = mkhdr(c, 1, 2, 8, len);
-        xinit(&x, HOOP_XFER_RECV, peer, &h, back, len);
+        xinit(&x, HOOP__XFER_RECV, peer, &h, back, len);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 30, "huge receive of the echo"));
         /* The echo carries rank 0's own pattern, recomputed here rather than compared with a copy. */
@@ -86,12 +86,12 @@ int case_huge(ctx_t *c)
         uint8_t *in = rbuf_new(len);
         CHECK(c, in != NULL, "out of memory");
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 7, len);
-        xinit(&x, HOOP_XFER_RECV, peer, &h, in, len);
+        xinit(&x, HOOP__XFER_RECV, peer, &h, in, len);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 30, "huge receive"));
         TRY(check_recv(c, &x, &h, seed_of(c, 0, 1, 1), "huge"));
         h = mkhdr(c, 1, 2, 8, len);
-        xinit(&x, HOOP_XFER_SEND, peer, &h, in, len);
+        xinit(&x, HOOP__XFER_SEND, peer, &h, in, len);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 30, "huge echo send"));
         CHECK(c, x.status == HOOP_OK, "huge echo send: %s", hoop_error_string(x.status));
@@ -131,8 +131,8 @@ int case_many(ctx_t *c)
             size_t len = small_len(c, me, s_post);
             uint64_t seq = 1000 + (uint64_t)s_post;
             fill(s->buf, len, seed_of(c, me, peer, seq));
-            hoop__wire_hdr_t h = mkhdr(c, me, seq, HOOP_K_SEND - 1, len);
-            xinit(&s->x, HOOP_XFER_SEND, peer, &h, s->buf, len);
+            hoop__wire_hdr_t h = mkhdr(c, me, seq, HOOP__K_SEND - 1, len);
+            xinit(&s->x, HOOP__XFER_SEND, peer, &h, s->buf, len);
             s->k = s_post++;
             c->ops->post(c->tp, &s->x);
         }
@@ -140,8 +140,8 @@ int case_many(ctx_t *c)
             slot_t *s = &rs[r_post % WR];
             size_t len = small_len(c, peer, r_post);
             memset(s->buf, GUARD_BYTE, sizeof(s->buf));
-            hoop__wire_hdr_t h = mkhdr(c, peer, 1000 + (uint64_t)r_post, HOOP_K_SEND - 1, len);
-            xinit(&s->x, HOOP_XFER_RECV, peer, &h, s->buf, len);
+            hoop__wire_hdr_t h = mkhdr(c, peer, 1000 + (uint64_t)r_post, HOOP__K_SEND - 1, len);
+            xinit(&s->x, HOOP__XFER_RECV, peer, &h, s->buf, len);
             s->k = r_post++;
             c->ops->post(c->tp, &s->x);
         }
@@ -158,7 +158,7 @@ int case_many(ctx_t *c)
             slot_t *s = &rs[r_done % WR];
             char what[64];
             snprintf(what, sizeof(what), "small message #%ld", s->k);
-            hoop__wire_hdr_t sent = mkhdr(c, peer, 1000 + (uint64_t)s->k, HOOP_K_SEND - 1,
+            hoop__wire_hdr_t sent = mkhdr(c, peer, 1000 + (uint64_t)s->k, HOOP__K_SEND - 1,
                                           small_len(c, peer, s->k));
             TRY(check_recv(c, &s->x, &sent, seed_of(c, peer, me, sent.seq), what));
             CHECK(c, guard_ok(s->buf, s->x.len), "%s: written past its end", what);
@@ -178,9 +178,9 @@ int case_many(ctx_t *c)
  * rank 1 will not serve until rank 2 says so, and rank 2 says so only after its own exchange with
  * rank 0 is through: one peer's stalled traffic must not hold up another's. Phase 2: every pair
  * exchanges in both directions at once. */
-static const size_t three_a[] = {0, 77, 300000, 2 * MIB + 1};   /* 0 -> 2 */
-static const size_t three_b[] = {5, 65536, 4 * MIB + 3, 1};     /* 2 -> 0 */
-static const size_t three_all[] = {0, 13, 65537, 3 * MIB + 7};  /* every pair, phase 2 */
+static const size_t three_a[] = {0, 77, 300000, 2 * MIB + 1};  /* 0 -> 2 */
+static const size_t three_b[] = {5, 65536, 4 * MIB + 3, 1};    /* 2 -> 0 */
+static const size_t three_all[] = {0, 13, 65537, 3 * MIB + 7}; /* every pair, phase 2 */
 #define N3 4
 
 static int post_set(ctx_t *c, hoop__xfer_t *x, uint8_t **bufs, int dir, int peer,
@@ -189,10 +189,10 @@ static int post_set(ctx_t *c, hoop__xfer_t *x, uint8_t **bufs, int dir, int peer
     int me = c->rank;
     for (int i = 0; i < n; i++) {
         uint64_t seq = seq0 + (uint64_t)i;
-        int src = dir == HOOP_XFER_SEND ? me : peer;
-        bufs[i] = dir == HOOP_XFER_SEND ? malloc(lens[i] + 1) : rbuf_new(lens[i]);
+        int src = dir == HOOP__XFER_SEND ? me : peer;
+        bufs[i] = dir == HOOP__XFER_SEND ? malloc(lens[i] + 1) : rbuf_new(lens[i]);
         CHECK(c, bufs[i] != NULL, "out of memory");
-        if (dir == HOOP_XFER_SEND) fill(bufs[i], lens[i], seed_of(c, me, peer, seq));
+        if (dir == HOOP__XFER_SEND) fill(bufs[i], lens[i], seed_of(c, me, peer, seq));
         hoop__wire_hdr_t h = mkhdr(c, src, seq, (uint64_t)(i + 3), lens[i]);
         xinit(&x[i], dir, peer, &h, bufs[i], lens[i]);
         c->ops->post(c->tp, &x[i]);
@@ -207,8 +207,8 @@ static int check_set(ctx_t *c, hoop__xfer_t *x, uint8_t **bufs, int dir, int pee
         uint64_t seq = seq0 + (uint64_t)i;
         char w[96];
         snprintf(w, sizeof(w), "%s, %zu bytes %s rank %d", what, lens[i],
-                 dir == HOOP_XFER_SEND ? "to" : "from", peer);
-        if (dir == HOOP_XFER_SEND) {
+                 dir == HOOP__XFER_SEND ? "to" : "from", peer);
+        if (dir == HOOP__XFER_SEND) {
             CHECK(c, x[i].done && x[i].status == HOOP_OK, "%s: %s", w,
                   x[i].done ? hoop_error_string(x[i].status) : "not done");
         } else {
@@ -232,13 +232,13 @@ int case_three(ctx_t *c)
         CHECK(c, b01 != NULL && b10 != NULL, "out of memory");
         fill(b01, big01, seed_of(c, 0, 1, 1));
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 1, big01);
-        xinit(&s01, HOOP_XFER_SEND, 1, &h, b01, big01);
+        xinit(&s01, HOOP__XFER_SEND, 1, &h, b01, big01);
         h = mkhdr(c, 1, 2, 2, big10);
-        xinit(&r10, HOOP_XFER_RECV, 1, &h, b10, big10);
+        xinit(&r10, HOOP__XFER_RECV, 1, &h, b10, big10);
         c->ops->post(c->tp, &s01);
         c->ops->post(c->tp, &r10);
-        TRY(post_set(c, xa, ba, HOOP_XFER_SEND, 2, three_a, N3, 10));
-        TRY(post_set(c, xb, bb, HOOP_XFER_RECV, 2, three_b, N3, 20));
+        TRY(post_set(c, xa, ba, HOOP__XFER_SEND, 2, three_a, N3, 10));
+        TRY(post_set(c, xb, bb, HOOP__XFER_RECV, 2, three_b, N3, 20));
         hoop__xfer_t *with2[2 * N3];
         for (int i = 0; i < N3; i++) {
             with2[i] = &xa[i];
@@ -246,8 +246,8 @@ int case_three(ctx_t *c)
         }
         TRY(drive(c, with2, 2 * N3, 20, "exchange with rank 2 while rank 1 holds back"));
         CHECK(c, !r10.done, "the receive from rank 1 completed before rank 1 sent anything");
-        TRY(check_set(c, xa, ba, HOOP_XFER_SEND, 2, three_a, N3, 10, "phase 1"));
-        TRY(check_set(c, xb, bb, HOOP_XFER_RECV, 2, three_b, N3, 20, "phase 1"));
+        TRY(check_set(c, xa, ba, HOOP__XFER_SEND, 2, three_a, N3, 10, "phase 1"));
+        TRY(check_set(c, xb, bb, HOOP__XFER_RECV, 2, three_b, N3, 20, "phase 1"));
         hoop__xfer_t *with1[2] = {&s01, &r10};
         TRY(drive(c, with1, 2, 30, "the held-back exchange with rank 1"));
         CHECK(c, s01.status == HOOP_OK, "send to rank 1: %s", hoop_error_string(s01.status));
@@ -256,26 +256,26 @@ int case_three(ctx_t *c)
         free(b01);
         free(b10);
     } else if (me == 2) {
-        TRY(post_set(c, xb, bb, HOOP_XFER_SEND, 0, three_b, N3, 20));
-        TRY(post_set(c, xa, ba, HOOP_XFER_RECV, 0, three_a, N3, 10));
+        TRY(post_set(c, xb, bb, HOOP__XFER_SEND, 0, three_b, N3, 20));
+        TRY(post_set(c, xa, ba, HOOP__XFER_RECV, 0, three_a, N3, 10));
         hoop__xfer_t *with0[2 * N3];
         for (int i = 0; i < N3; i++) {
             with0[i] = &xa[i];
             with0[N3 + i] = &xb[i];
         }
         TRY(drive(c, with0, 2 * N3, 20, "exchange with rank 0"));
-        TRY(check_set(c, xb, bb, HOOP_XFER_SEND, 0, three_b, N3, 20, "phase 1"));
-        TRY(check_set(c, xa, ba, HOOP_XFER_RECV, 0, three_a, N3, 10, "phase 1"));
+        TRY(check_set(c, xb, bb, HOOP__XFER_SEND, 0, three_b, N3, 20, "phase 1"));
+        TRY(check_set(c, xa, ba, HOOP__XFER_RECV, 0, three_a, N3, 10, "phase 1"));
         fill(gobuf, 16, seed_of(c, 2, 1, 30));
         hoop__wire_hdr_t h = mkhdr(c, 2, 30, 4, 16);
-        xinit(&go, HOOP_XFER_SEND, 1, &h, gobuf, 16);
+        xinit(&go, HOOP__XFER_SEND, 1, &h, gobuf, 16);
         c->ops->post(c->tp, &go);
         TRY(drive1(c, &go, 10, "the go-ahead to rank 1"));
         CHECK(c, go.status == HOOP_OK, "go-ahead: %s", hoop_error_string(go.status));
     } else {
         memset(gobuf, GUARD_BYTE, sizeof(gobuf));
         hoop__wire_hdr_t h = mkhdr(c, 2, 30, 4, 16);
-        xinit(&go, HOOP_XFER_RECV, 2, &h, gobuf, 16);
+        xinit(&go, HOOP__XFER_RECV, 2, &h, gobuf, 16);
         c->ops->post(c->tp, &go);
         TRY(drive1(c, &go, 30, "the go-ahead from rank 2"));
         TRY(check_recv(c, &go, &h, seed_of(c, 2, 1, 30), "go-ahead"));
@@ -284,9 +284,9 @@ int case_three(ctx_t *c)
         CHECK(c, b01 != NULL && b10 != NULL, "out of memory");
         fill(b10, big10, seed_of(c, 1, 0, 2));
         h = mkhdr(c, 0, 1, 1, big01);
-        xinit(&s01, HOOP_XFER_RECV, 0, &h, b01, big01);
+        xinit(&s01, HOOP__XFER_RECV, 0, &h, b01, big01);
         hoop__wire_hdr_t h2 = mkhdr(c, 1, 2, 2, big10);
-        xinit(&r10, HOOP_XFER_SEND, 0, &h2, b10, big10);
+        xinit(&r10, HOOP__XFER_SEND, 0, &h2, b10, big10);
         c->ops->post(c->tp, &s01);
         c->ops->post(c->tp, &r10);
         hoop__xfer_t *with0[2] = {&s01, &r10};
@@ -305,11 +305,11 @@ int case_three(ctx_t *c)
     for (int d = 1; d < c->size; d++) {
         int q = (me + (me == 1 ? c->size - d : d)) % c->size;
         if (me == 2) {
-            TRY(post_set(c, xr[q], br[q], HOOP_XFER_RECV, q, three_all, N3, 100));
-            TRY(post_set(c, xs[q], bs[q], HOOP_XFER_SEND, q, three_all, N3, 100));
+            TRY(post_set(c, xr[q], br[q], HOOP__XFER_RECV, q, three_all, N3, 100));
+            TRY(post_set(c, xs[q], bs[q], HOOP__XFER_SEND, q, three_all, N3, 100));
         } else {
-            TRY(post_set(c, xs[q], bs[q], HOOP_XFER_SEND, q, three_all, N3, 100));
-            TRY(post_set(c, xr[q], br[q], HOOP_XFER_RECV, q, three_all, N3, 100));
+            TRY(post_set(c, xs[q], bs[q], HOOP__XFER_SEND, q, three_all, N3, 100));
+            TRY(post_set(c, xr[q], br[q], HOOP__XFER_RECV, q, three_all, N3, 100));
         }
         for (int i = 0; i < N3; i++) {
             all[n++] = &xs[q][i];
@@ -319,8 +319,8 @@ int case_three(ctx_t *c)
     TRY(drive(c, all, n, 30, "all pairs at once"));
     for (int q = 0; q < c->size; q++) {
         if (q == me) continue;
-        TRY(check_set(c, xs[q], bs[q], HOOP_XFER_SEND, q, three_all, N3, 100, "all pairs"));
-        TRY(check_set(c, xr[q], br[q], HOOP_XFER_RECV, q, three_all, N3, 100, "all pairs"));
+        TRY(check_set(c, xs[q], bs[q], HOOP__XFER_SEND, q, three_all, N3, 100, "all pairs"));
+        TRY(check_set(c, xr[q], br[q], HOOP__XFER_RECV, q, three_all, N3, 100, "all pairs"));
     }
     return 0;
 }
@@ -333,7 +333,7 @@ int case_mismatch(ctx_t *c)
 {
     hoop__wire_hdr_t h;
     memset(&h, 0, sizeof(h));
-    h.kind = HOOP_K_BROADCAST;
+    h.kind = HOOP__K_BROADCAST;
     h.dtype = HOOP_FLOAT32;
     h.root = 0;
     h.src = 0;
@@ -345,13 +345,13 @@ int case_mismatch(ctx_t *c)
         uint8_t out[40], in[8 + GUARD];
         fill(out, len, seed_of(c, 0, 1, 7));
         hoop__xfer_t x, y;
-        xinit(&x, HOOP_XFER_SEND, 1, &h, out, len);
+        xinit(&x, HOOP__XFER_SEND, 1, &h, out, len);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 10, "the send that rank 1 does not expect"));
         CHECK(c, x.status == HOOP_OK, "send: %s", hoop_error_string(x.status));
         hoop__wire_hdr_t hy = mkhdr(c, 1, 8, 1, 8);
         memset(in, GUARD_BYTE, sizeof(in));
-        xinit(&y, HOOP_XFER_RECV, 1, &hy, in, 8);
+        xinit(&y, HOOP__XFER_RECV, 1, &hy, in, 8);
         c->ops->post(c->tp, &y);
         TRY(drive1(c, &y, 5, "a receive from rank 1 after it failed on a mismatch"));
         /* A disagreement stays one on the rank that is told of it. */
@@ -374,7 +374,7 @@ int case_mismatch(ctx_t *c)
         mine = "rank 1 called broadcast(count=10, float32, root=0) as call #8";
         break;
     case MM_KIND:
-        e.kind = HOOP_K_ALLGATHER;
+        e.kind = HOOP__K_ALLGATHER;
         e.root = -1;
         mine = "rank 1 called allgather(count=10, float32) as call #7";
         break;
@@ -391,15 +391,17 @@ int case_mismatch(ctx_t *c)
     uint8_t *in = rbuf_new(elen);
     CHECK(c, in != NULL, "out of memory");
     hoop__xfer_t x;
-    xinit(&x, HOOP_XFER_RECV, 0, &e, in, elen);
+    xinit(&x, HOOP__XFER_RECV, 0, &e, in, elen);
     c->ops->post(c->tp, &x);
     TRY(drive1(c, &x, 10, "the mismatched receive"));
     CHECK(c, x.status == HOOP_ERR_MISMATCH, "mismatched %s: status %s, expected %s",
           mm_name[c->variant], hoop_error_string(x.status), hoop_error_string(HOOP_ERR_MISMATCH));
-    CHECK(c, x.got.kind == h.kind && x.got.seq == h.seq && x.got.count == h.count &&
-                 x.got.payload_len == len && x.got.comm_id == h.comm_id,
+    CHECK(c,
+          x.got.kind == h.kind && x.got.seq == h.seq && x.got.count == h.count &&
+              x.got.payload_len == len && x.got.comm_id == h.comm_id,
           "got should hold the header that arrived: kind %d seq %" PRIu64 " count %" PRIu64
-          " len %" PRIu64, x.got.kind, x.got.seq, x.got.count, x.got.payload_len);
+          " len %" PRIu64,
+          x.got.kind, x.got.seq, x.got.count, x.got.payload_len);
     CHECK(c, guard_ok(in, elen), "bytes written past the end of the receive buffer");
     CHECK(c, c->rep.n > 0, "report() was not called");
     CHECK(c, c->rep.code == HOOP_ERR_MISMATCH && c->rep.peer == 0,
@@ -412,7 +414,7 @@ int case_mismatch(ctx_t *c)
     hoop__wire_hdr_t hz = mkhdr(c, 0, 9, 2, 8);
     uint8_t z[8 + GUARD];
     hoop__xfer_t y;
-    xinit(&y, HOOP_XFER_RECV, 0, &hz, z, 8);
+    xinit(&y, HOOP__XFER_RECV, 0, &hz, z, 8);
     c->ops->post(c->tp, &y);
     TRY(drive1(c, &y, 2, "a receive after the mismatch"));
     CHECK(c, y.status != HOOP_OK, "a receive after the mismatch succeeded");
@@ -429,15 +431,16 @@ static int exchange_ok(ctx_t *c, uint64_t seq, const char *what, int registered)
     uint8_t in[16 + GUARD], out[16];
     void *rin = NULL, *rout = NULL;
     if (registered)
-        CHECK(c, ops->reg(c->tp, in, sizeof(in), HOOP__MEM_HOST, &rin) == HOOP_OK &&
-                     ops->reg(c->tp, out, sizeof(out), HOOP__MEM_HOST, &rout) == HOOP_OK,
+        CHECK(c,
+              ops->reg(c->tp, in, sizeof(in), HOOP__MEM_HOST, &rin) == HOOP_OK &&
+                  ops->reg(c->tp, out, sizeof(out), HOOP__MEM_HOST, &rout) == HOOP_OK,
               "reg: %s", c->rep.msg);
     memset(in, GUARD_BYTE, sizeof(in));
     fill(out, 16, seed_of(c, me, peer, seq));
     hoop__xfer_t r, s;
     hoop__wire_hdr_t hr = mkhdr(c, peer, seq, seq, 16), hs = mkhdr(c, me, seq, seq, 16);
-    xinit(&r, HOOP_XFER_RECV, peer, &hr, in, 16);
-    xinit(&s, HOOP_XFER_SEND, peer, &hs, out, 16);
+    xinit(&r, HOOP__XFER_RECV, peer, &hr, in, 16);
+    xinit(&s, HOOP__XFER_SEND, peer, &hs, out, 16);
     r.mem.reg = rin;
     s.mem.reg = rout;
     ops->post(c->tp, &s);
@@ -462,7 +465,7 @@ int case_badpeer(ctx_t *c)
     const int bad[3] = {-1, c->size, me};
     static const char *const name[3] = {"-1", "size", "itself"};
     for (int i = 0; i < 3; i++) {
-        for (int dir = HOOP_XFER_SEND; dir <= HOOP_XFER_RECV; dir++) {
+        for (int dir = HOOP__XFER_SEND; dir <= HOOP__XFER_RECV; dir++) {
             uint8_t b[16];
             memset(b, 0, sizeof(b));
             hoop__xfer_t x;
@@ -470,8 +473,8 @@ int case_badpeer(ctx_t *c)
             xinit(&x, dir, bad[i], &h, b, 16);
             c->ops->post(c->tp, &x);
             char what[80];
-            snprintf(what, sizeof(what), "a %s to peer %s", dir == HOOP_XFER_SEND ? "send" : "receive",
-                     name[i]);
+            snprintf(what, sizeof(what), "a %s to peer %s",
+                     dir == HOOP__XFER_SEND ? "send" : "receive", name[i]);
             TRY(drive1(c, &x, 1, what));
             CHECK(c, x.status != HOOP_OK, "%s succeeded", what);
         }
@@ -486,7 +489,7 @@ static int untaken_type(void)
     for (int t = 0; t < HOOP__MEM_COUNT; t++) {
         int taken = 0;
         for (int i = 0; i < hoop__tp_registry_n; i++)
-            taken |= (hoop__tp_registry[i].ops->caps & HOOP_TP_MEM(t)) != 0;
+            taken |= (hoop__tp_registry[i].ops->caps & HOOP__TP_MEM(t)) != 0;
         if (!taken) return t;
     }
     return HOOP__MEM_COUNT;
@@ -499,9 +502,9 @@ static int untaken_type(void)
 int case_memory(ctx_t *c)
 {
     const hoop__transport_ops_t *ops = c->ops;
-    CHECK(c, ops->caps & HOOP_TP_MEM(HOOP__MEM_HOST), "%s does not take host memory", ops->name);
+    CHECK(c, ops->caps & HOOP__TP_MEM(HOOP__MEM_HOST), "%s does not take host memory", ops->name);
     CHECK(c, (ops->reg == NULL) == (ops->dereg == NULL), "reg() and dereg() come together");
-    CHECK(c, !(ops->caps & HOOP_TP_WANTS_REG) || ops->reg != NULL,
+    CHECK(c, !(ops->caps & HOOP__TP_WANTS_REG) || ops->reg != NULL,
           "the caps ask for registration but there is no reg()");
     int me = c->rank, peer = 1 - me;
     const int types[2] = {untaken_type(), HOOP__MEM_COUNT + 3};
@@ -509,24 +512,28 @@ int case_memory(ctx_t *c)
         int known = types[i] < HOOP__MEM_COUNT;
         hoop_result_t want = known ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_INVALID_ARGUMENT;
         char text[64], peer_s[24];
-        if (known) snprintf(text, sizeof(text), "cannot move %s memory", hoop__mem_type_name(types[i]));
-        else snprintf(text, sizeof(text), "memory type %d, which does not exist", types[i]);
+        if (known)
+            snprintf(text, sizeof(text), "cannot move %s memory", hoop__mem_type_name(types[i]));
+        else
+            snprintf(text, sizeof(text), "memory type %d, which does not exist", types[i]);
         snprintf(peer_s, sizeof(peer_s), "rank %d", peer);
-        for (int dir = HOOP_XFER_SEND; dir <= HOOP_XFER_RECV; dir++) {
+        for (int dir = HOOP__XFER_SEND; dir <= HOOP__XFER_RECV; dir++) {
             uint8_t b[16] = {0};
             hoop__xfer_t x;
-            hoop__wire_hdr_t h = mkhdr(c, dir == HOOP_XFER_SEND ? me : peer, 1, 1, 16);
+            hoop__wire_hdr_t h = mkhdr(c, dir == HOOP__XFER_SEND ? me : peer, 1, 1, 16);
             xinit(&x, dir, peer, &h, b, 16);
             x.mem.type = (hoop__mem_type_t)types[i];
             memset(&c->rep, 0, sizeof(c->rep));
             ops->post(c->tp, &x);
             CHECK(c, x.done && x.status == want, "a %s of memory type %d: %s, expected %s at once",
-                  dir == HOOP_XFER_SEND ? "send" : "receive", types[i],
+                  dir == HOOP__XFER_SEND ? "send" : "receive", types[i],
                   x.done ? hoop_error_string(x.status) : "not done", hoop_error_string(want));
-            CHECK(c, c->rep.n > 0 && c->rep.code == want && strstr(c->rep.msg, text) != NULL &&
-                         strstr(c->rep.msg, peer_s) != NULL,
+            CHECK(c,
+                  c->rep.n > 0 && c->rep.code == want && strstr(c->rep.msg, text) != NULL &&
+                      strstr(c->rep.msg, peer_s) != NULL,
                   "report: %d call(s), %s, \"%s\" (expected %s, \"%s\" and \"%s\")", c->rep.n,
-                  hoop_error_string(c->rep.code), c->rep.msg, hoop_error_string(want), text, peer_s);
+                  hoop_error_string(c->rep.code), c->rep.msg, hoop_error_string(want), text,
+                  peer_s);
         }
     }
     TRY(exchange_ok(c, 2, "after the refused posts", 0));
@@ -555,20 +562,24 @@ int case_realloc(ctx_t *c)
             prev = b;
             void *reg = NULL;
             if (c->ops->reg != NULL)
-                CHECK(c, c->ops->reg(c->tp, b, len + (me == 0 ? 0 : GUARD), HOOP__MEM_HOST, &reg) == HOOP_OK,
+                CHECK(c,
+                      c->ops->reg(c->tp, b, len + (me == 0 ? 0 : GUARD), HOOP__MEM_HOST, &reg) ==
+                          HOOP_OK,
                       "reg of %zu bytes: %s", len, c->rep.msg);
             hoop__xfer_t x;
             hoop__wire_hdr_t h = mkhdr(c, 0, seq, (uint64_t)round, len);
             if (me == 0) fill(b, len, seed_of(c, 0, 1, seq));
-            xinit(&x, me == 0 ? HOOP_XFER_SEND : HOOP_XFER_RECV, peer, &h, b, len);
+            xinit(&x, me == 0 ? HOOP__XFER_SEND : HOOP__XFER_RECV, peer, &h, b, len);
             x.mem.reg = reg;
             c->ops->post(c->tp, &x);
             TRY(drive1(c, &x, 10, "a transfer from a reallocated buffer"));
             char what[96];
             snprintf(what, sizeof(what), "%zu bytes, round %d (same address as before: %s)", len,
                      round, again ? "yes" : "no");
-            if (me == 0) CHECK(c, x.status == HOOP_OK, "%s: send: %s", what, hoop_error_string(x.status));
-            else TRY(check_recv(c, &x, &h, seed_of(c, 0, 1, seq), what));
+            if (me == 0)
+                CHECK(c, x.status == HOOP_OK, "%s: send: %s", what, hoop_error_string(x.status));
+            else
+                TRY(check_recv(c, &x, &h, seed_of(c, 0, 1, seq), what));
             if (reg != NULL) c->ops->dereg(c->tp, reg);
             free(b);
         }

@@ -13,9 +13,9 @@ int case_peer_exit(ctx_t *c)
         fill(out, big, seed_of(c, 0, 1, 1));
         hoop__xfer_t x, y;
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 1, big);
-        xinit(&x, HOOP_XFER_SEND, 1, &h, out, big);
+        xinit(&x, HOOP__XFER_SEND, 1, &h, out, big);
         h = mkhdr(c, 1, 3, 3, big);
-        xinit(&y, HOOP_XFER_RECV, 1, &h, in, big);
+        xinit(&y, HOOP__XFER_RECV, 1, &h, in, big);
         CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 1 never posted");
         c->ops->post(c->tp, &x);
         c->ops->post(c->tp, &y);
@@ -33,9 +33,9 @@ int case_peer_exit(ctx_t *c)
     hoop__xfer_t xa, xb, xs;
     hoop__wire_hdr_t ha = mkhdr(c, 0, 1, 1, big), hb = mkhdr(c, 0, 2, 2, second);
     hoop__wire_hdr_t hs = mkhdr(c, 1, 3, 3, big);
-    xinit(&xa, HOOP_XFER_RECV, 0, &ha, a, big);
-    xinit(&xb, HOOP_XFER_RECV, 0, &hb, b, second);
-    xinit(&xs, HOOP_XFER_SEND, 0, &hs, s, big);
+    xinit(&xa, HOOP__XFER_RECV, 0, &ha, a, big);
+    xinit(&xb, HOOP__XFER_RECV, 0, &hb, b, second);
+    xinit(&xs, HOOP__XFER_SEND, 0, &hs, s, big);
     c->ops->post(c->tp, &xa);
     c->ops->post(c->tp, &xb);
     c->ops->post(c->tp, &xs);
@@ -68,13 +68,15 @@ int case_peer_exit(ctx_t *c)
           "report should name rank 0: %d report(s), peer %d, \"%s\"", c->rep.n, c->rep.peer,
           c->rep.msg);
     if (c->o->verbose)
-        notef(c, "failed %.3f s after the death; large send %s before it; large receive %s; "
-              "report: %s", late, atomic_load(&c->board->v[B_SENT_DONE]) ? "done" : "not done",
+        notef(c,
+              "failed %.3f s after the death; large send %s before it; large receive %s; "
+              "report: %s",
+              late, atomic_load(&c->board->v[B_SENT_DONE]) ? "done" : "not done",
               hoop_error_string(xa.status), c->rep.msg);
     /* Later transfers to the dead rank fail too, without waiting. */
     hoop__xfer_t z;
     hoop__wire_hdr_t hz = mkhdr(c, 1, 4, 4, 8);
-    xinit(&z, HOOP_XFER_SEND, 0, &hz, s, 8);
+    xinit(&z, HOOP__XFER_SEND, 0, &hz, s, 8);
     c->ops->post(c->tp, &z);
     TRY(drive1(c, &z, 1, "a send posted after the peer died"));
     CHECK(c, z.status != HOOP_OK, "a send to the dead rank succeeded");
@@ -94,7 +96,7 @@ int case_peer_close(ctx_t *c)
         CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 1 never posted");
         fill(b, 100, seed_of(c, 0, 1, 1));
         hoop__xfer_t x;
-        xinit(&x, HOOP_XFER_SEND, 1, &h1, b, 100);
+        xinit(&x, HOOP__XFER_SEND, 1, &h1, b, 100);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 10, "the last send"));
         CHECK(c, x.status == HOOP_OK, "the last send: %s", hoop_error_string(x.status));
@@ -111,8 +113,8 @@ int case_peer_close(ctx_t *c)
     memset(b, GUARD_BYTE, sizeof(b));
     hoop__xfer_t x1, x2;
     hoop__wire_hdr_t h2 = mkhdr(c, 0, 2, 2, len);
-    xinit(&x1, HOOP_XFER_RECV, 0, &h1, b, 100);
-    xinit(&x2, HOOP_XFER_RECV, 0, &h2, r, len);
+    xinit(&x1, HOOP__XFER_RECV, 0, &h1, b, 100);
+    xinit(&x2, HOOP__XFER_RECV, 0, &h2, r, len);
     c->ops->post(c->tp, &x1);
     c->ops->post(c->tp, &x2);
     atomic_store(&c->board->v[B_POSTED], 1);
@@ -146,7 +148,7 @@ int case_abort(ctx_t *c)
         CHECK(c, q != NULL, "out of memory");
         hoop__xfer_t x, y;
         hoop__wire_hdr_t h = mkhdr(c, 0, 2, 2, slen);
-        xinit(&x, HOOP_XFER_RECV, 0, &h, q, slen);
+        xinit(&x, HOOP__XFER_RECV, 0, &h, q, slen);
         c->ops->post(c->tp, &x);
         CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 0 never posted");
         sleep_s(0.1); /* rank 0 is asleep in progress() by now */
@@ -158,7 +160,7 @@ int case_abort(ctx_t *c)
               hoop_error_string(HOOP_ERR_ABORTED));
         c->ops->abort(c->tp, HOOP_ERR_TIMEOUT, "a second reason");
         h = mkhdr(c, 1, 1, 1, 16);
-        xinit(&y, HOOP_XFER_SEND, 0, &h, q, 16);
+        xinit(&y, HOOP__XFER_SEND, 0, &h, q, 16);
         c->ops->post(c->tp, &y);
         CHECK(c, y.done && y.status == HOOP_ERR_ABORTED,
               "a send posted after abort(): %s, expected %s at once",
@@ -174,8 +176,8 @@ int case_abort(ctx_t *c)
     fill(s, slen, seed_of(c, 0, 1, 2));
     hoop__xfer_t xr, xs;
     hoop__wire_hdr_t hr = mkhdr(c, 1, 1, 1, rlen), hs = mkhdr(c, 0, 2, 2, slen);
-    xinit(&xr, HOOP_XFER_RECV, 1, &hr, r, rlen);
-    xinit(&xs, HOOP_XFER_SEND, 1, &hs, s, slen);
+    xinit(&xr, HOOP__XFER_RECV, 1, &hr, r, rlen);
+    xinit(&xs, HOOP__XFER_SEND, 1, &hs, s, slen);
     c->ops->post(c->tp, &xr);
     c->ops->post(c->tp, &xs);
     atomic_store(&c->board->v[B_POSTED], 1);
@@ -225,9 +227,10 @@ static int try_connect(ctx_t *c, int me, const char *peer_addr, hoop_result_t wa
     double dt = now_s() - t0;
     if (rc != want || dt > deadline_s + lim(c, 1.0) || c->rep.n == 0 ||
         strstr(c->rep.msg, want_text) == NULL) {
-        failf(c, __LINE__, "%s: connect returned %s after %.2f s (expected %s within %.1f s), "
-              "report: %d call(s), \"%s\" (expected to contain \"%s\")", what,
-              hoop_error_string(rc), dt, hoop_error_string(want), deadline_s, c->rep.n,
+        failf(c, __LINE__,
+              "%s: connect returned %s after %.2f s (expected %s within %.1f s), "
+              "report: %d call(s), \"%s\" (expected to contain \"%s\")",
+              what, hoop_error_string(rc), dt, hoop_error_string(want), deadline_s, c->rep.n,
               c->rep.msg, want_text);
         c->ops->close(tp);
         return 1;
@@ -235,7 +238,7 @@ static int try_connect(ctx_t *c, int me, const char *peer_addr, hoop_result_t wa
     uint8_t b[8 + GUARD];
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, 1 - me, 1, 1, 8);
-    xinit(&x, HOOP_XFER_RECV, 1 - me, &h, b, 8);
+    xinit(&x, HOOP__XFER_RECV, 1 - me, &h, b, 8);
     c->ops->post(c->tp = tp, &x);
     int r = drive1(c, &x, 1, "a receive on an instance that failed to connect");
     c->tp = NULL;
@@ -244,7 +247,8 @@ static int try_connect(ctx_t *c, int me, const char *peer_addr, hoop_result_t wa
         r = 1;
     }
     c->ops->close(tp);
-    if (c->o->verbose) notef(c, "%s: %s in %.2f s: %s", what, hoop_error_string(want), dt, c->rep.msg);
+    if (c->o->verbose)
+        notef(c, "%s: %s in %.2f s: %s", what, hoop_error_string(want), dt, c->rep.msg);
     return r;
 }
 
@@ -277,7 +281,7 @@ typedef struct bad_addr {
     char addr[ADDR_MAX];
     int me;
     hoop_result_t code;
-    const char *text;  /* the report contains it */
+    const char *text; /* the report contains it */
     double deadline_s;
     const char *what;
 } bad_addr_t;
@@ -329,7 +333,8 @@ static int shm_bad_addrs(ctx_t *c, bad_addr_t *bad, int *n)
     snprintf(b[1].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", dead_pid(), 3, nonce, len);
     snprintf(b[2].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), memfd, nonce, len);
     snprintf(b[3].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), 1000, nonce, len);
-    snprintf(b[4].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), memfd, nonce, len + 4096);
+    snprintf(b[4].addr, ADDR_MAX, "%d:%d:%016" PRIx64 ":%zu", (int)getpid(), memfd, nonce,
+             len + 4096);
     *n = (int)(sizeof(b) / sizeof(b[0]));
     memcpy(bad, b, sizeof(b));
     return 0;
@@ -374,18 +379,18 @@ static int noconnect_mux(ctx_t *c)
     CHECK(c, key[0] != '\0', "no host identity in \"%s\"", own);
     /* A row this rank publishes nothing for (verbs without an RDMA port) cannot be chosen. */
     char split[ADDR_MAX];
-    const char *own_host, *own_parts[HOOP_TP_ROWS_MAX];
+    const char *own_host, *own_parts[HOOP__TP_ROWS_MAX];
     CHECK(c, hoop__mux_addr_split(own, split, sizeof(split), &own_host, own_parts) == 0,
           "cannot split \"%s\"", own);
     TRY(try_connect(c, 1, "garbage", HOOP_ERR_INTERNAL, "rank 0", 1.0, "a malformed address"));
-    static bad_addr_t bad[HOOP_TP_ROWS_MAX][BAD_MAX];
-    int nbad[HOOP_TP_ROWS_MAX], far = -1;
-    const char *parts[HOOP_TP_ROWS_MAX] = {NULL};
+    static bad_addr_t bad[HOOP__TP_ROWS_MAX][BAD_MAX];
+    int nbad[HOOP__TP_ROWS_MAX], far = -1;
+    const char *parts[HOOP__TP_ROWS_MAX] = {NULL};
     for (int t = 0; t < hoop__tp_registry_n; t++) {
         nbad[t] = 0;
         if (own_parts[t][0] != '\0') TRY(bad_addrs(c, hoop__tp_registry[t].name, bad[t], &nbad[t]));
         for (int i = 0; i < nbad[t]; i++) {
-            const char *one[HOOP_TP_ROWS_MAX] = {NULL};
+            const char *one[HOOP__TP_ROWS_MAX] = {NULL};
             one[t] = bad[t][i].addr;
             CHECK(c, hoop__mux_addr(key, one, addr, sizeof(addr)) == 0, "address too long");
             TRY(try_connect(c, bad[t][i].me, addr, bad[t][i].code, bad[t][i].text,
@@ -398,11 +403,13 @@ static int noconnect_mux(ctx_t *c)
     if (far < 0) return 0;
     CHECK(c, bad[far][0].me == 1, "the first bad address of %s is not for rank 1",
           hoop__tp_registry[far].name);
-    CHECK(c, hoop__mux_addr("0000000000005eed", parts, addr, sizeof(addr)) == 0, "address too long");
+    CHECK(c, hoop__mux_addr("0000000000005eed", parts, addr, sizeof(addr)) == 0,
+          "address too long");
     char what[96];
     snprintf(what, sizeof(what), "another host, through %s: %s", hoop__tp_registry[far].name,
              bad[far][0].what);
-    return try_connect(c, 1, addr, bad[far][0].code, bad[far][0].text, bad[far][0].deadline_s, what);
+    return try_connect(c, 1, addr, bad[far][0].code, bad[far][0].text, bad[far][0].deadline_s,
+                       what);
 }
 
 int case_noconnect(ctx_t *c)
@@ -454,7 +461,8 @@ static int wake_round(ctx_t *c, double delay, const char *what)
     double late = t_end - (double)at * 1e-9;
     CHECK(c, late < lim(c, 1.0), "%s: progress(5000) returned %.2f s after wake()", what, late);
     if (c->o->verbose)
-        notef(c, "%s: returned %.1f ms after wake() (%d progress call(s))", what, late * 1e3, calls);
+        notef(c, "%s: returned %.1f ms after wake() (%d progress call(s))", what, late * 1e3,
+              calls);
     return 0;
 }
 
@@ -466,7 +474,7 @@ int case_wake_pending(ctx_t *c)
     uint8_t b[32 + GUARD];
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, 1, 1, 1, 32);
-    xinit(&x, HOOP_XFER_RECV, 1, &h, b, 32);
+    xinit(&x, HOOP__XFER_RECV, 1, &h, b, 32);
     for (int posted = 0; posted < 2; posted++) {
         if (posted) c->ops->post(c->tp, &x);
         for (int i = 0; i < 3; i++) {
@@ -474,8 +482,10 @@ int case_wake_pending(ctx_t *c)
             double t0 = now_s();
             c->ops->progress(c->tp, 2000);
             double dt = now_s() - t0;
-            CHECK(c, dt < lim(c, 1.0), "progress(2000) right after wake() slept %.2f s with %s: "
-                  "the wake-up was lost", dt, posted ? "a receive waiting" : "nothing posted");
+            CHECK(c, dt < lim(c, 1.0),
+                  "progress(2000) right after wake() slept %.2f s with %s: "
+                  "the wake-up was lost",
+                  dt, posted ? "a receive waiting" : "nothing posted");
         }
     }
     atomic_store(&c->board->v[B_STEP_DONE], 1);
@@ -490,7 +500,7 @@ int case_wake(ctx_t *c)
         fill(b, 32, seed_of(c, 1, 0, 1));
         hoop__xfer_t x;
         hoop__wire_hdr_t h = mkhdr(c, 1, 1, 1, 32);
-        xinit(&x, HOOP_XFER_SEND, 0, &h, b, 32);
+        xinit(&x, HOOP__XFER_SEND, 0, &h, b, 32);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 10, "send after the wake tests"));
         CHECK(c, x.status == HOOP_OK, "send: %s", hoop_error_string(x.status));
@@ -501,7 +511,7 @@ int case_wake(ctx_t *c)
     memset(b, GUARD_BYTE, sizeof(b));
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, 1, 1, 1, 32);
-    xinit(&x, HOOP_XFER_RECV, 1, &h, b, 32);
+    xinit(&x, HOOP__XFER_RECV, 1, &h, b, 32);
     c->ops->post(c->tp, &x);
     for (int i = 0; i < 3; i++) TRY(wake_round(c, 0.05 + 0.05 * i, "a receive waiting"));
     CHECK(c, !x.done, "the receive completed before rank 1 sent");
@@ -528,11 +538,13 @@ static int idle_round(ctx_t *c, const char *what)
     double wall = now_s() - wall0, cpu = cpu_s() - cpu0;
     CHECK(c, worst < t_ms * 1e-3 + lim(c, 0.25), "%s: progress(%d) took %.0f ms", what, t_ms,
           worst * 1e3);
-    CHECK(c, cpu < 0.1 * wall + lim(c, 0.03), "%s: %.0f ms of CPU in %.0f ms of progress(%d) "
-          "(%d calls): it spins", what, cpu * 1e3, wall * 1e3, t_ms, calls);
+    CHECK(c, cpu < 0.1 * wall + lim(c, 0.03),
+          "%s: %.0f ms of CPU in %.0f ms of progress(%d) "
+          "(%d calls): it spins",
+          what, cpu * 1e3, wall * 1e3, t_ms, calls);
     if (c->o->verbose)
-        notef(c, "%s: %d call(s) in %.0f ms, longest %.0f ms, CPU %.1f ms", what, calls,
-              wall * 1e3, worst * 1e3, cpu * 1e3);
+        notef(c, "%s: %d call(s) in %.0f ms, longest %.0f ms, CPU %.1f ms", what, calls, wall * 1e3,
+              worst * 1e3, cpu * 1e3);
     return 0;
 }
 
@@ -549,8 +561,8 @@ int case_idle(ctx_t *c)
     fill(out, 100, seed_of(c, me, peer, 1));
     hoop__xfer_t r, s;
     hoop__wire_hdr_t hr = mkhdr(c, peer, 1, 1, 100), hs = mkhdr(c, me, 1, 1, 100);
-    xinit(&r, HOOP_XFER_RECV, peer, &hr, in, 100);
-    xinit(&s, HOOP_XFER_SEND, peer, &hs, out, 100);
+    xinit(&r, HOOP__XFER_RECV, peer, &hr, in, 100);
+    xinit(&s, HOOP__XFER_SEND, peer, &hs, out, 100);
     c->ops->post(c->tp, &r);
     TRY(idle_round(c, "a receive waiting"));
     CHECK(c, !r.done, "the receive completed before the peer sent");
@@ -580,12 +592,12 @@ int case_close(ctx_t *c)
         int send = (i % 2) == me;
         /* Receives expect other sequence numbers than the peer sends: nothing finishes cleanly. */
         hoop__wire_hdr_t h = mkhdr(c, send ? me : peer, (uint64_t)(send ? i : 100 + i), 1, big);
-        xinit(&xb[i], send ? HOOP_XFER_SEND : HOOP_XFER_RECV, peer, &h, bufs[i], big);
+        xinit(&xb[i], send ? HOOP__XFER_SEND : HOOP__XFER_RECV, peer, &h, bufs[i], big);
         c->ops->post(c->tp, &xb[i]);
     }
     for (int i = 0; i < NS; i++) {
         hoop__wire_hdr_t h = mkhdr(c, me, 500 + (uint64_t)i, 1, 64);
-        xinit(&xsm[i], HOOP_XFER_SEND, peer, &h, small[i], 64);
+        xinit(&xsm[i], HOOP__XFER_SEND, peer, &h, small[i], 64);
         memset(small[i], i, 64);
         c->ops->post(c->tp, &xsm[i]);
     }
@@ -607,7 +619,7 @@ int case_close(ctx_t *c)
     uint8_t b[8];
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, peer, 1, 1, 8);
-    xinit(&x, HOOP_XFER_RECV, peer, &h, b, 8);
+    xinit(&x, HOOP__XFER_RECV, peer, &h, b, 8);
     c->ops->post(tp, &x);
     c->ops->abort(tp, HOOP_ERR_ABORTED, "closing");
     CHECK(c, x.done && x.status != HOOP_OK, "a receive posted before connect survived abort()");
