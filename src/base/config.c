@@ -103,9 +103,9 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
         strcpy(c->log_file, v);
     }
     if ((v = get("HOOP_TRANSPORT", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto", "tcp", "shm", NULL};
+        static const char *const names[] = {"auto", "tcp", "shm", "ibverbs", NULL};
         if (copy_word(c->transport, sizeof(c->transport), v, names) != 0)
-            return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp or shm");
+            return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp, shm or ibverbs");
     }
     if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
         static const char *const names[] = {"auto", "ring", "rd", "ps", "ps-sharded", NULL};

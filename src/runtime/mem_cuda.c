@@ -116,7 +116,7 @@ static void load_module(struct hoop__cuda *st, const char *driver)
 {
     char path[PATH_MAX];
     const char *m = getenv("HOOP_CUDA_MODULE");
-#ifndef HOOP_CUDA_BUILT
+#ifndef HOOP__CUDA_BUILT
     if (m == NULL || m[0] == '\0') {
         snprintf(st->why, sizeof st->why,
                  "this libhoop was built without CUDA (no nvcc at build time: rebuild with "

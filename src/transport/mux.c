@@ -1,7 +1,8 @@
 /*
  * The per-peer transport choice, over the registry's table (registry.h): each peer gets the first
  * transport both ends use whose reach test passes. With the table as it is, that is shared memory
- * to ranks on the same host and TCP to the others.
+ * to ranks on the same host, and RDMA verbs (in a build with it, where both ends published a verbs
+ * address) or else TCP to the others.
  *
  * "Same host" means the same hostname, boot id, network namespace and pid namespace: two network
  * namespaces on one machine are treated as two hosts (they cannot reach each other's loopback, and

@@ -36,6 +36,9 @@ extern const int hoop__tp_registry_n;
 int hoop__tp_same_host(const hoop__tp_pub_t *me, const hoop__tp_pub_t *peer);
 int hoop__tp_any_host(const hoop__tp_pub_t *me, const hoop__tp_pub_t *peer);
 
+/* Both published an address for the row (verbs: both have an active port). */
+int hoop__tp_both_published(const hoop__tp_pub_t *me, const hoop__tp_pub_t *peer);
+
 /* The row called name, or -1. */
 int hoop__tp_find(const char *name);
 

@@ -177,7 +177,8 @@ static inline int hoop__tp_refuse_mem(const char *name, uint32_t caps, const hoo
 }
 
 /* Per peer the first transport of the registry (registry.h) that reaches it: shared memory to
- * peers on the same host, TCP to the others (HOOP_TRANSPORT forces one). */
+ * peers on the same host, RDMA verbs (where built and both have a port) or TCP to the others
+ * (HOOP_TRANSPORT forces one). */
 extern const hoop__transport_ops_t hoop__mux_transport;
 /* The sentence for a descriptor that could not be had (err EMFILE or ENFILE: "Too many open
  * files", this process's limit and what to raise); for any other err just strerror(err). Writes

@@ -231,6 +231,84 @@ int check_recv(ctx_t *c, const hoop__xfer_t *x, const hoop__wire_hdr_t *sent, ui
 
 int is_fail_code(hoop_result_t r) { return r == HOOP_ERR_PEER_LOST || r == HOOP_ERR_ABORTED; }
 
+/* ---- the out-of-band exchange, over the board ---- */
+
+static hoop_result_t oob_put_to(ctx_t *c, const char *tag, int to, const void *buf, size_t len)
+{
+    if (len > OOB_DATA || strlen(tag) > HOOP__TP_OOB_TAG_MAX) {
+        snprintf(c->oob_err, sizeof(c->oob_err), "out-of-band entry \"%s\" too large", tag);
+        return HOOP_ERR_INVALID_ARGUMENT;
+    }
+    for (int i = 0; i < OOB_ENTRIES; i++) {
+        oob_entry_t *e = &c->board->oob[i];
+        int free_ = 0;
+        if (!atomic_compare_exchange_strong(&e->state, &free_, 1)) continue;
+        e->from = c->p.rank;
+        e->to = to;
+        snprintf(e->tag, sizeof(e->tag), "%s", tag);
+        e->len = len;
+        memcpy(e->data, buf, len);
+        atomic_store(&e->state, 2);
+        return HOOP_OK;
+    }
+    snprintf(c->oob_err, sizeof(c->oob_err), "the board's out-of-band table is full");
+    return HOOP_ERR_NO_MEMORY;
+}
+
+static hoop_result_t oob_get_from(ctx_t *c, const char *tag, int from, int to, void *buf,
+                                  size_t cap, size_t *len, double deadline)
+{
+    for (;;) {
+        for (int i = 0; i < OOB_ENTRIES; i++) {
+            oob_entry_t *e = &c->board->oob[i];
+            if (atomic_load(&e->state) != 2 || e->from != from || e->to != to ||
+                strcmp(e->tag, tag) != 0)
+                continue;
+            *len = e->len;
+            memcpy(buf, e->data, e->len < cap ? e->len : cap);
+            return HOOP_OK;
+        }
+        if (now_s() > deadline) {
+            snprintf(c->oob_err, sizeof(c->oob_err), "timed out waiting for rank %d's \"%s\"", from,
+                     tag);
+            return HOOP_ERR_TIMEOUT;
+        }
+        sleep_s(0.001);
+    }
+}
+
+static hoop_result_t oob_put(void *ctx, const char *tag, int peer, const void *buf, size_t len)
+{
+    return oob_put_to(ctx, tag, peer, buf, len);
+}
+
+static hoop_result_t oob_get(void *ctx, const char *tag, int peer, void *buf, size_t cap,
+                             size_t *len, double deadline)
+{
+    ctx_t *c = ctx;
+    return oob_get_from(c, tag, peer, c->p.rank, buf, cap, len, deadline);
+}
+
+static hoop_result_t oob_allgather(void *ctx, const char *tag, const void *mine, void *all,
+                                   size_t len, double deadline)
+{
+    ctx_t *c = ctx;
+    hoop_result_t rc = oob_put_to(c, tag, -1, mine, len);
+    for (int j = 0; j < c->p.size && rc == HOOP_OK; j++) {
+        size_t got;
+        rc = oob_get_from(c, tag, j, -1, (uint8_t *)all + (size_t)j * len, len, &got, deadline);
+    }
+    return rc;
+}
+
+static const char *oob_error(void *ctx) { return ((ctx_t *)ctx)->oob_err; }
+
+void oob_over_board(ctx_t *c)
+{
+    c->p.oob = (hoop__tp_oob_t){
+        .allgather = oob_allgather, .put = oob_put, .get = oob_get, .error = oob_error, .ctx = c};
+}
+
 /* ---- the driver ---- */
 
 typedef struct case_def {
@@ -261,6 +339,7 @@ static const case_def_t cases[] = {
     {"close-queued", case_close, 2, 1, 1, -1, 0, 30, 0},
     {"bad-peer", case_badpeer, 2, 1, 1, -1, 0, 30, 0},
     {"memory", case_memory, 2, 1, 1, -1, 0, 30, 0},
+    {"realloc", case_realloc, 2, 1, 1, -1, 0, 30, 0},
     {"late-connect", case_late, 2, 1, 1, -1, 0, 30, 1},
 };
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
@@ -338,6 +417,7 @@ static int rank_main(const opts_t *o, const case_def_t *cd, int variant, int ran
     c.p.route_hint = "127.0.0.1";
     c.p.report = on_report;
     c.p.report_ctx = &c;
+    oob_over_board(&c);
     int rc = 1;
     if (!cd->connect) {
         rc = cd->fn(&c);

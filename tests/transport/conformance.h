@@ -79,8 +79,21 @@ enum {
     B_N = 16
 };
 
+/* One entry of the out-of-band exchange the driver offers transports (hoop__tp_oob_t), in the
+ * board: what rank from left for rank to (-1: for every rank) under tag. */
+#define OOB_ENTRIES 64
+#define OOB_DATA 512
+typedef struct oob_entry {
+    _Atomic int state; /* 0 free, 1 being written, 2 ready */
+    int from, to;
+    char tag[HOOP__TP_OOB_TAG_MAX + 1];
+    size_t len;
+    uint8_t data[OOB_DATA];
+} oob_entry_t;
+
 typedef struct board {
     _Atomic int64_t v[B_N];
+    oob_entry_t oob[OOB_ENTRIES];
 } board_t;
 
 /* The first report() of a rank, and how many came. */
@@ -104,6 +117,7 @@ typedef struct ctx {
     rep_t rep;
     char addr[ADDR_MAX];
     const char *cname;
+    char oob_err[200];
 } ctx_t;
 
 #define CHECK(c, cond, ...)                                                                        \
@@ -153,6 +167,8 @@ int drive1(ctx_t *c, hoop__xfer_t *x, double limit_s, const char *what);
 int check_recv(ctx_t *c, const hoop__xfer_t *x, const hoop__wire_hdr_t *sent, uint64_t seed,
                const char *what);
 int is_fail_code(hoop_result_t r);
+/* The out-of-band exchange of rank c->p.rank (of c->p.size) over the board, for c->p.oob. */
+void oob_over_board(ctx_t *c);
 
 /* ---- cases (conformance_data.c, conformance_faults.c) ---- */
 
@@ -166,6 +182,7 @@ int case_three(ctx_t *c);
 int case_mismatch(ctx_t *c);
 int case_badpeer(ctx_t *c);
 int case_memory(ctx_t *c);
+int case_realloc(ctx_t *c);
 int case_peer_exit(ctx_t *c);
 int case_peer_close(ctx_t *c);
 int case_abort(ctx_t *c);

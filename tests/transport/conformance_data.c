@@ -540,3 +540,50 @@ int case_memory(ctx_t *c)
     if (ops->reg != NULL) TRY(exchange_ok(c, 3, "of registered buffers", 1));
     return 0;
 }
+
+/* A buffer freed and another allocated at the same address between two transfers: the second
+ * must carry the new buffer's bytes, both ways, registered where the transport registers memory
+ * (reg() on each buffer, dereg() before the free), so that whatever a transport keeps about a
+ * range (a registration, a cache entry) cannot serve the old memory. Sizes served by mmap, which
+ * glibc gives back at free, and by the heap. */
+int case_realloc(ctx_t *c)
+{
+    static const size_t lens[] = {1 * MIB + 5, 200 * 1024, 3000};
+    int me = c->rank, peer = 1 - me, same = 0;
+    for (int k = 0; k < (int)(sizeof(lens) / sizeof(lens[0])); k++) {
+        size_t len = lens[k];
+        void *prev = NULL;
+        for (int round = 0; round < 3; round++) {
+            uint64_t seq = (1ull << 44) + (uint64_t)(k * 8 + round);
+            uint8_t *b = me == 0 ? malloc(len) : rbuf_new(len);
+            CHECK(c, b != NULL, "out of memory");
+            int again = round > 0 && (void *)b == prev;
+            same += again;
+            prev = b;
+            void *reg = NULL;
+            if (c->ops->reg != NULL)
+                CHECK(c,
+                      c->ops->reg(c->tp, b, len + (me == 0 ? 0 : GUARD), HOOP__MEM_HOST, &reg) ==
+                          HOOP_OK,
+                      "reg of %zu bytes: %s", len, c->rep.msg);
+            hoop__xfer_t x;
+            hoop__wire_hdr_t h = mkhdr(c, 0, seq, (uint64_t)round, len);
+            if (me == 0) fill(b, len, seed_of(c, 0, 1, seq));
+            xinit(&x, me == 0 ? HOOP__XFER_SEND : HOOP__XFER_RECV, peer, &h, b, len);
+            x.mem.reg = reg;
+            c->ops->post(c->tp, &x);
+            TRY(drive1(c, &x, 10, "a transfer from a reallocated buffer"));
+            char what[96];
+            snprintf(what, sizeof(what), "%zu bytes, round %d (same address as before: %s)", len,
+                     round, again ? "yes" : "no");
+            if (me == 0)
+                CHECK(c, x.status == HOOP_OK, "%s: send: %s", what, hoop_error_string(x.status));
+            else
+                TRY(check_recv(c, &x, &h, seed_of(c, 0, 1, seq), what));
+            if (reg != NULL) c->ops->dereg(c->tp, reg);
+            free(b);
+        }
+    }
+    if (c->o->verbose) notef(c, "%d of 6 reallocations came back at the freed address", same);
+    return 0;
+}

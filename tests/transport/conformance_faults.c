@@ -340,6 +340,19 @@ static int shm_bad_addrs(ctx_t *c, bad_addr_t *bad, int *n)
     return 0;
 }
 
+/* Verbs connects through the out-of-band exchange: a peer that never leaves its data there. */
+static int ibverbs_bad_addrs(ctx_t *c, bad_addr_t *bad, int *n)
+{
+    (void)c;
+    bad_addr_t b[] = {
+        {"rxe0:1/::ffff:10.11.0.1", 1, HOOP_ERR_TIMEOUT, "rank 0", 0.5,
+         "wait for a rank that never leaves its connection data"},
+    };
+    *n = (int)(sizeof(b) / sizeof(b[0]));
+    memcpy(bad, b, sizeof(b));
+    return 0;
+}
+
 /* The bad addresses this suite knows for the transport of a registry row (*n = 0 for one it does
  * not: its own parser goes untested here). */
 static int bad_addrs(ctx_t *c, const char *name, bad_addr_t *bad, int *n)
@@ -347,6 +360,7 @@ static int bad_addrs(ctx_t *c, const char *name, bad_addr_t *bad, int *n)
     *n = 0;
     if (strcmp(name, "tcp") == 0) return tcp_bad_addrs(c, bad, n);
     if (strcmp(name, "shm") == 0) return shm_bad_addrs(c, bad, n);
+    if (strcmp(name, "ibverbs") == 0) return ibverbs_bad_addrs(c, bad, n);
     return 0;
 }
 
@@ -363,12 +377,18 @@ static int noconnect_mux(ctx_t *c)
     c->ops->close(tp);
     c->ops->host_key(own, key, sizeof(key));
     CHECK(c, key[0] != '\0', "no host identity in \"%s\"", own);
+    /* A row this rank publishes nothing for (verbs without an RDMA port) cannot be chosen. */
+    char split[ADDR_MAX];
+    const char *own_host, *own_parts[HOOP__TP_ROWS_MAX];
+    CHECK(c, hoop__mux_addr_split(own, split, sizeof(split), &own_host, own_parts) == 0,
+          "cannot split \"%s\"", own);
     TRY(try_connect(c, 1, "garbage", HOOP_ERR_INTERNAL, "rank 0", 1.0, "a malformed address"));
     static bad_addr_t bad[HOOP__TP_ROWS_MAX][BAD_MAX];
     int nbad[HOOP__TP_ROWS_MAX], far = -1;
     const char *parts[HOOP__TP_ROWS_MAX] = {NULL};
     for (int t = 0; t < hoop__tp_registry_n; t++) {
-        TRY(bad_addrs(c, hoop__tp_registry[t].name, bad[t], &nbad[t]));
+        nbad[t] = 0;
+        if (own_parts[t][0] != '\0') TRY(bad_addrs(c, hoop__tp_registry[t].name, bad[t], &nbad[t]));
         for (int i = 0; i < nbad[t]; i++) {
             const char *one[HOOP__TP_ROWS_MAX] = {NULL};
             one[t] = bad[t][i].addr;
