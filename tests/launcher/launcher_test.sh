@@ -252,7 +252,15 @@ bg_run() {
 }
 
 test_signal() {
-    for s in TERM:15 HUP:1; do
+    # A signal ignored where the test runs (HUP under nohup) stays ignored for hooprun's ranks
+    # too, by design: that round is left out.
+    sigs="TERM:15 HUP:1"
+    ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status 2>/dev/null)
+    if [ -n "$ign" ] && [ $((0x$ign & 1)) -ne 0 ]; then
+        echo "SIGHUP is ignored here (nohup?): its round is skipped" >&2
+        sigs="TERM:15"
+    fi
+    for s in $sigs; do
         name=${s%%:*}
         num=${s##*:}
         bg_run -n 3 "$CHILD" wait-signal
