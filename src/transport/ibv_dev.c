@@ -389,3 +389,14 @@ int hoop__ibv_discover(const hoop__ibv_t *v, const hoop__ibv_hca_t *hca, int gid
     }
     return found;
 }
+
+struct ibv_context *hoop__ibv_open_by_name(const hoop__ibv_t *v, const char *name)
+{
+    int n = 0;
+    struct ibv_device **list = v->get_device_list(&n);
+    struct ibv_context *ctx = NULL;
+    for (int d = 0; list != NULL && d < n && ctx == NULL; d++)
+        if (strcmp(v->get_device_name(list[d]), name) == 0) ctx = v->open_device(list[d]);
+    if (list != NULL) v->free_device_list(list);
+    return ctx;
+}

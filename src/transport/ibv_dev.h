@@ -85,6 +85,9 @@ int hoop__ibv_discover(const hoop__ibv_t *v, const hoop__ibv_hca_t *hca, int gid
                        hoop__ibv_port_t *out, int max, const hoop__log_t *log, char *err,
                        size_t errlen);
 /* "rxe0:1 RoCE v2 GID 1 ::ffff:10.11.0.1 MTU 1024": what a port was given, for INFO lines. */
+/* Opens the device called name (exactly), or NULL when there is none or it cannot be opened. */
+struct ibv_context *hoop__ibv_open_by_name(const hoop__ibv_t *v, const char *name);
+
 void hoop__ibv_port_str(const hoop__ibv_port_t *p, char *buf, size_t len);
 
 /* MTU in bytes of a verbs MTU value (IBV_MTU_256 ... IBV_MTU_4096); 0 for anything else. */

@@ -781,9 +781,8 @@ void hoop__ibt_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
     if (!tp->failed) tp->failed = code;
     const int first = !tp->abort_sent;
     tp->abort_sent = 1;
-    const char *text = reason != NULL && reason[0] != '\0' ? reason : hoop_error_string(code);
-    size_t len = strlen(text);
-    if (len > ABORT_MAX) len = ABORT_MAX;
+    size_t len;
+    const char *text = hoop__tp_abort_text(code, reason, ABORT_MAX, &len);
     for (int j = 0; j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
         if (!pe->used) continue;

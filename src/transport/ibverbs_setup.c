@@ -40,17 +40,6 @@ static int any_device(void)
     return n > 0;
 }
 
-static struct ibv_context *open_by_name(const hoop__ibv_t *v, const char *name)
-{
-    int n = 0;
-    struct ibv_device **list = v->get_device_list(&n);
-    struct ibv_context *ctx = NULL;
-    for (int d = 0; list != NULL && d < n && ctx == NULL; d++)
-        if (strcmp(v->get_device_name(list[d]), name) == 0) ctx = v->open_device(list[d]);
-    if (list != NULL) v->free_device_list(list);
-    return ctx;
-}
-
 /* Finds the port and makes what every peer shares. 0, or -1 with the sentence in err. */
 static int open_port(hoop__tp_t *tp, char *err, size_t errlen)
 {
@@ -76,7 +65,7 @@ static int open_port(hoop__tp_t *tp, char *err, size_t errlen)
     tp->port = ports[k];
     snprintf(tp->where, sizeof(tp->where), "%s:%d", tp->port.dev, tp->port.port);
     const char *what = "";
-    if ((tp->ctx = open_by_name(&tp->v, tp->port.dev)) == NULL)
+    if ((tp->ctx = hoop__ibv_open_by_name(&tp->v, tp->port.dev)) == NULL)
         what = "ibv_open_device";
     else if ((tp->pd = tp->v.alloc_pd(tp->ctx)) == NULL)
         what = "ibv_alloc_pd";

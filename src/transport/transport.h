@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/config.h"
 #include "base/log.h"
@@ -184,6 +185,16 @@ extern const hoop__transport_ops_t hoop__mux_transport;
  * files", this process's limit and what to raise); for any other err just strerror(err). Writes
  * into buf and returns it. */
 const char *hoop__fd_error(int err, char *buf, size_t n);
+/* The reason an abort() tells peers: reason, or the code's own string when there is none, cut to
+ * max bytes (*len). */
+static inline const char *hoop__tp_abort_text(hoop_result_t code, const char *reason, size_t max,
+                                              size_t *len)
+{
+    const char *text = reason != NULL && reason[0] != '\0' ? reason : hoop_error_string(code);
+    *len = strlen(text);
+    if (*len > max) *len = max;
+    return text;
+}
 /* err is running out of descriptors (EMFILE, ENFILE). */
 #define HOOP__FD_EXHAUSTED(err) ((err) == EMFILE || (err) == ENFILE)
 

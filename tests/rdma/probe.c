@@ -100,21 +100,10 @@ static void list_devices(const hoop__ibv_t *v)
     v->free_device_list(list);
 }
 
-static struct ibv_context *open_by_name(const hoop__ibv_t *v, const char *name)
-{
-    int n = 0;
-    struct ibv_device **list = v->get_device_list(&n);
-    struct ibv_context *ctx = NULL;
-    for (int d = 0; list != NULL && d < n && ctx == NULL; d++)
-        if (strcmp(v->get_device_name(list[d]), name) == 0) ctx = v->open_device(list[d]);
-    if (list != NULL) v->free_device_list(list);
-    return ctx;
-}
-
 static int set_up(probe_t *p)
 {
     const hoop__ibv_t *v = &p->v;
-    p->ctx = open_by_name(v, p->port.dev);
+    p->ctx = hoop__ibv_open_by_name(v, p->port.dev);
     if (p->ctx == NULL) return failf("cannot open %s: %s\n", p->port.dev, strerror(errno));
     p->pd = v->alloc_pd(p->ctx);
     if (p->pd == NULL) return failf("ibv_alloc_pd: %s\n", strerror(errno));
