@@ -28,14 +28,14 @@
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#define HOOP_HD static __host__ __device__ __forceinline__
+#define HOOP__HD static __host__ __device__ __forceinline__
 #else
-#define HOOP_HD static inline
+#define HOOP__HD static inline
 #endif
 
 /* ---- bits, and one rounding per operation ---- */
 
-HOOP_HD uint32_t hoop_ew_f32_bits(float f)
+HOOP__HD uint32_t hoop_ew_f32_bits(float f)
 {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(f);
@@ -46,7 +46,7 @@ HOOP_HD uint32_t hoop_ew_f32_bits(float f)
 #endif
 }
 
-HOOP_HD float hoop_ew_f32_from(uint32_t u)
+HOOP__HD float hoop_ew_f32_from(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -57,7 +57,7 @@ HOOP_HD float hoop_ew_f32_from(uint32_t u)
 #endif
 }
 
-HOOP_HD double hoop_ew_f64_from(uint64_t u)
+HOOP__HD double hoop_ew_f64_from(uint64_t u)
 {
 #ifdef __CUDA_ARCH__
     return __longlong_as_double((long long)u);
@@ -69,40 +69,43 @@ HOOP_HD double hoop_ew_f64_from(uint64_t u)
 }
 
 #ifdef __CUDA_ARCH__
-#define HOOP_EW_FADD(x, y) __fadd_rn((x), (y))
-#define HOOP_EW_FMUL(x, y) __fmul_rn((x), (y))
-#define HOOP_EW_FDIV(x, y) __fdiv_rn((x), (y))
-#define HOOP_EW_DADD(x, y) __dadd_rn((x), (y))
-#define HOOP_EW_DMUL(x, y) __dmul_rn((x), (y))
-#define HOOP_EW_DDIV(x, y) __ddiv_rn((x), (y))
+#define HOOP__EW_FADD(x, y) __fadd_rn((x), (y))
+#define HOOP__EW_FMUL(x, y) __fmul_rn((x), (y))
+#define HOOP__EW_FDIV(x, y) __fdiv_rn((x), (y))
+#define HOOP__EW_DADD(x, y) __dadd_rn((x), (y))
+#define HOOP__EW_DMUL(x, y) __dmul_rn((x), (y))
+#define HOOP__EW_DDIV(x, y) __ddiv_rn((x), (y))
 #else
-#define HOOP_EW_FADD(x, y) ((x) + (y))
-#define HOOP_EW_FMUL(x, y) ((x) * (y))
-#define HOOP_EW_FDIV(x, y) ((x) / (y))
-#define HOOP_EW_DADD(x, y) ((x) + (y))
-#define HOOP_EW_DMUL(x, y) ((x) * (y))
-#define HOOP_EW_DDIV(x, y) ((x) / (y))
+#define HOOP__EW_FADD(x, y) ((x) + (y))
+#define HOOP__EW_FMUL(x, y) ((x) * (y))
+#define HOOP__EW_FDIV(x, y) ((x) / (y))
+#define HOOP__EW_DADD(x, y) ((x) + (y))
+#define HOOP__EW_DMUL(x, y) ((x) * (y))
+#define HOOP__EW_DDIV(x, y) ((x) / (y))
 #endif
 
 /* The canonical quiet NaNs: positive, quiet bit only. */
-#define HOOP_EW_F32_QNAN 0x7fc00000u
-#define HOOP_EW_F64_QNAN 0x7ff8000000000000ull
+#define HOOP__EW_F32_QNAN 0x7fc00000u
+#define HOOP__EW_F64_QNAN 0x7ff8000000000000ull
 
-HOOP_HD float hoop_ew_canon_f32(float r) { return r != r ? hoop_ew_f32_from(HOOP_EW_F32_QNAN) : r; }
-HOOP_HD double hoop_ew_canon_f64(double r)
+HOOP__HD float hoop_ew_canon_f32(float r)
 {
-    return r != r ? hoop_ew_f64_from(HOOP_EW_F64_QNAN) : r;
+    return r != r ? hoop_ew_f32_from(HOOP__EW_F32_QNAN) : r;
+}
+HOOP__HD double hoop_ew_canon_f64(double r)
+{
+    return r != r ? hoop_ew_f64_from(HOOP__EW_F64_QNAN) : r;
 }
 
 /* ---- float16 / bfloat16, the CPU kernels' conversions (src/reduce/reduce.c) ---- */
 
-HOOP_HD uint32_t hoop_ew_sel(uint32_t mask, uint32_t a, uint32_t b)
+HOOP__HD uint32_t hoop_ew_sel(uint32_t mask, uint32_t a, uint32_t b)
 {
     return (a & mask) | (b & ~mask);
 }
-HOOP_HD uint32_t hoop_ew_mask(int cond) { return 0u - (uint32_t)cond; }
+HOOP__HD uint32_t hoop_ew_mask(int cond) { return 0u - (uint32_t)cond; }
 
-HOOP_HD float hoop_ew_h2f(uint16_t h)
+HOOP__HD float hoop_ew_h2f(uint16_t h)
 {
     int32_t em = h & 0x7fff;
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
@@ -110,12 +113,12 @@ HOOP_HD float hoop_ew_h2f(uint16_t h)
     uint32_t r = ((uint32_t)em << 13) + (112u << 23) + (hoop_ew_mask(em >= 0x7c00) & (112u << 23));
     r |= hoop_ew_mask(em > 0x7c00) & 0x00400000u;
     /* Zero and subnormals: em * 2^-24, exact. */
-    uint32_t sub = hoop_ew_f32_bits(HOOP_EW_FMUL((float)em, 0x1p-24f));
+    uint32_t sub = hoop_ew_f32_bits(HOOP__EW_FMUL((float)em, 0x1p-24f));
     r = hoop_ew_sel(hoop_ew_mask(em < 0x0400), sub, r);
     return hoop_ew_f32_from(sign | r);
 }
 
-HOOP_HD uint16_t hoop_ew_f2h(float f)
+HOOP__HD uint16_t hoop_ew_f2h(float f)
 {
     uint32_t x = hoop_ew_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
@@ -124,7 +127,7 @@ HOOP_HD uint16_t hoop_ew_f2h(float f)
     /* Normal: rebias and round to nearest even on the 13 dropped bits. */
     uint32_t norm = (ux - (112u << 23) + 0x0fffu + ((ux >> 13) & 1u)) >> 13;
     /* Subnormal: adding 0.5 lets the FPU round to the half subnormal step, 2^-24. */
-    uint32_t sub = hoop_ew_f32_bits(HOOP_EW_FADD(hoop_ew_f32_from(ux), 0.5f)) - 0x3f000000u;
+    uint32_t sub = hoop_ew_f32_bits(HOOP__EW_FADD(hoop_ew_f32_from(ux), 0.5f)) - 0x3f000000u;
     uint32_t nan = 0x7e00u | ((ux >> 13) & 0x03ffu);
     uint32_t r = hoop_ew_sel(hoop_ew_mask(ax >= 0x38800000), norm, sub);
     r = hoop_ew_sel(hoop_ew_mask(ax >= 0x477ff000), 0x7c00u, r);
@@ -132,13 +135,13 @@ HOOP_HD uint16_t hoop_ew_f2h(float f)
     return (uint16_t)(sign | r);
 }
 
-HOOP_HD float hoop_ew_bf2f(uint16_t h)
+HOOP__HD float hoop_ew_bf2f(uint16_t h)
 {
     uint32_t quiet = hoop_ew_mask((h & 0x7fff) > 0x7f80) & 0x00400000u;
     return hoop_ew_f32_from(((uint32_t)h << 16) | quiet);
 }
 
-HOOP_HD uint16_t hoop_ew_f2bf(float f)
+HOOP__HD uint16_t hoop_ew_f2bf(float f)
 {
     uint32_t x = hoop_ew_f32_bits(f);
     uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
@@ -151,50 +154,53 @@ HOOP_HD uint16_t hoop_ew_f2bf(float f)
 
 /* min/max of floats: a NaN x is returned as is, a NaN y fails the comparison and is returned; the
  * same expressions as the CPU kernels, so that ties of signed zeros go the same way too. */
-#define HOOP_EW_FMIN(x, y) ((((x) != (x)) | ((x) < (y))) ? (x) : (y))
-#define HOOP_EW_FMAX(x, y) ((((x) != (x)) | ((x) > (y))) ? (x) : (y))
+#define HOOP__EW_FMIN(x, y) ((((x) != (x)) | ((x) < (y))) ? (x) : (y))
+#define HOOP__EW_FMAX(x, y) ((((x) != (x)) | ((x) > (y))) ? (x) : (y))
 
 /* Integers: add and multiply unsigned (wrap-around is defined there and two's complement makes
  * the bits equal for signed types); uint8 through uint32, which holds any product of two. */
-#define HOOP_EW_INT(tag, T, U)                                                                     \
-    HOOP_HD T hoop_ew_sum_##tag(T a, T b) { return (T)(U)((U)a + (U)b); }                          \
-    HOOP_HD T hoop_ew_prod_##tag(T a, T b) { return (T)(U)((U)a * (U)b); }                         \
-    HOOP_HD T hoop_ew_min_##tag(T a, T b) { return b < a ? b : a; }                                \
-    HOOP_HD T hoop_ew_max_##tag(T a, T b) { return a < b ? b : a; }
-HOOP_EW_INT(i8, int8_t, uint32_t)
-HOOP_EW_INT(u8, uint8_t, uint32_t)
-HOOP_EW_INT(i32, int32_t, uint32_t)
-HOOP_EW_INT(u32, uint32_t, uint32_t)
-HOOP_EW_INT(i64, int64_t, uint64_t)
-HOOP_EW_INT(u64, uint64_t, uint64_t)
+#define HOOP__EW_INT(tag, T, U)                                                                    \
+    HOOP__HD T hoop_ew_sum_##tag(T a, T b) { return (T)(U)((U)a + (U)b); }                         \
+    HOOP__HD T hoop_ew_prod_##tag(T a, T b) { return (T)(U)((U)a * (U)b); }                        \
+    HOOP__HD T hoop_ew_min_##tag(T a, T b) { return b < a ? b : a; }                               \
+    HOOP__HD T hoop_ew_max_##tag(T a, T b) { return a < b ? b : a; }
+HOOP__EW_INT(i8, int8_t, uint32_t)
+HOOP__EW_INT(u8, uint8_t, uint32_t)
+HOOP__EW_INT(i32, int32_t, uint32_t)
+HOOP__EW_INT(u32, uint32_t, uint32_t)
+HOOP__EW_INT(i64, int64_t, uint64_t)
+HOOP__EW_INT(u64, uint64_t, uint64_t)
 
 /* Integer averages truncate toward zero; the divisor is a rank count (>= 1). */
-HOOP_HD int8_t hoop_ew_div_i8(int8_t x, int d) { return (int8_t)((int)x / d); }
-HOOP_HD uint8_t hoop_ew_div_u8(uint8_t x, int d) { return (uint8_t)((unsigned)x / (unsigned)d); }
-HOOP_HD int32_t hoop_ew_div_i32(int32_t x, int d) { return x / (int32_t)d; }
-HOOP_HD uint32_t hoop_ew_div_u32(uint32_t x, int d) { return x / (uint32_t)d; }
-HOOP_HD int64_t hoop_ew_div_i64(int64_t x, int d) { return x / (int64_t)d; }
-HOOP_HD uint64_t hoop_ew_div_u64(uint64_t x, int d) { return x / (uint64_t)d; }
+HOOP__HD int8_t hoop_ew_div_i8(int8_t x, int d) { return (int8_t)((int)x / d); }
+HOOP__HD uint8_t hoop_ew_div_u8(uint8_t x, int d) { return (uint8_t)((unsigned)x / (unsigned)d); }
+HOOP__HD int32_t hoop_ew_div_i32(int32_t x, int d) { return x / (int32_t)d; }
+HOOP__HD uint32_t hoop_ew_div_u32(uint32_t x, int d) { return x / (uint32_t)d; }
+HOOP__HD int64_t hoop_ew_div_i64(int64_t x, int d) { return x / (int64_t)d; }
+HOOP__HD uint64_t hoop_ew_div_u64(uint64_t x, int d) { return x / (uint64_t)d; }
 
-HOOP_HD float hoop_ew_sum_f32(float a, float b) { return hoop_ew_canon_f32(HOOP_EW_FADD(a, b)); }
-HOOP_HD float hoop_ew_prod_f32(float a, float b) { return hoop_ew_canon_f32(HOOP_EW_FMUL(a, b)); }
-HOOP_HD float hoop_ew_min_f32(float a, float b) { return HOOP_EW_FMIN(a, b); }
-HOOP_HD float hoop_ew_max_f32(float a, float b) { return HOOP_EW_FMAX(a, b); }
-HOOP_HD float hoop_ew_div_f32(float x, int d)
+HOOP__HD float hoop_ew_sum_f32(float a, float b) { return hoop_ew_canon_f32(HOOP__EW_FADD(a, b)); }
+HOOP__HD float hoop_ew_prod_f32(float a, float b) { return hoop_ew_canon_f32(HOOP__EW_FMUL(a, b)); }
+HOOP__HD float hoop_ew_min_f32(float a, float b) { return HOOP__EW_FMIN(a, b); }
+HOOP__HD float hoop_ew_max_f32(float a, float b) { return HOOP__EW_FMAX(a, b); }
+HOOP__HD float hoop_ew_div_f32(float x, int d)
 {
-    return hoop_ew_canon_f32(HOOP_EW_FDIV(x, (float)d));
+    return hoop_ew_canon_f32(HOOP__EW_FDIV(x, (float)d));
 }
 
-HOOP_HD double hoop_ew_sum_f64(double a, double b) { return hoop_ew_canon_f64(HOOP_EW_DADD(a, b)); }
-HOOP_HD double hoop_ew_prod_f64(double a, double b)
+HOOP__HD double hoop_ew_sum_f64(double a, double b)
 {
-    return hoop_ew_canon_f64(HOOP_EW_DMUL(a, b));
+    return hoop_ew_canon_f64(HOOP__EW_DADD(a, b));
 }
-HOOP_HD double hoop_ew_min_f64(double a, double b) { return HOOP_EW_FMIN(a, b); }
-HOOP_HD double hoop_ew_max_f64(double a, double b) { return HOOP_EW_FMAX(a, b); }
-HOOP_HD double hoop_ew_div_f64(double x, int d)
+HOOP__HD double hoop_ew_prod_f64(double a, double b)
 {
-    return hoop_ew_canon_f64(HOOP_EW_DDIV(x, (double)d));
+    return hoop_ew_canon_f64(HOOP__EW_DMUL(a, b));
+}
+HOOP__HD double hoop_ew_min_f64(double a, double b) { return HOOP__EW_FMIN(a, b); }
+HOOP__HD double hoop_ew_max_f64(double a, double b) { return HOOP__EW_FMAX(a, b); }
+HOOP__HD double hoop_ew_div_f64(double x, int d)
+{
+    return hoop_ew_canon_f64(HOOP__EW_DDIV(x, (double)d));
 }
 
 /* float16 and bfloat16: computed in float and rounded once on the way back, which is exactly the
@@ -204,14 +210,14 @@ HOOP_HD double hoop_ew_div_f64(double x, int d)
  * NaN aside, which is made canonical as on the CPU. Min and max select an operand, quieted if it
  * is a NaN (what the CPU's round trip through float does); a comparison in float is exact. */
 #if defined(__CUDA_ARCH__)
-#define HOOP_EW_CMP_F16(h) __half2float(__ushort_as_half(h)) /* exact; a NaN stays a NaN */
+#define HOOP__EW_CMP_F16(h) __half2float(__ushort_as_half(h)) /* exact; a NaN stays a NaN */
 #else
-#define HOOP_EW_CMP_F16(h) hoop_ew_h2f(h)
+#define HOOP__EW_CMP_F16(h) hoop_ew_h2f(h)
 #endif
-#define HOOP_EW_CMP_BF16(h) hoop_ew_bf2f(h)
+#define HOOP__EW_CMP_BF16(h) hoop_ew_bf2f(h)
 
 /* The float result of an average's division back to 16 bits: NaN made canonical first. */
-HOOP_HD uint16_t hoop_ew_f2h_canon(float r)
+HOOP__HD uint16_t hoop_ew_f2h_canon(float r)
 {
 #if defined(__CUDA_ARCH__)
     return r != r ? (uint16_t)0x7e00 : __half_as_ushort(__float2half_rn(r)); /* cvt.rn: RNE */
@@ -219,9 +225,9 @@ HOOP_HD uint16_t hoop_ew_f2h_canon(float r)
     return hoop_ew_f2h(hoop_ew_canon_f32(r));
 #endif
 }
-HOOP_HD uint16_t hoop_ew_f2bf_canon(float r) { return hoop_ew_f2bf(hoop_ew_canon_f32(r)); }
+HOOP__HD uint16_t hoop_ew_f2bf_canon(float r) { return hoop_ew_f2bf(hoop_ew_canon_f32(r)); }
 
-HOOP_HD uint16_t hoop_ew_sum_f16(uint16_t a, uint16_t b)
+HOOP__HD uint16_t hoop_ew_sum_f16(uint16_t a, uint16_t b)
 {
 #if defined(__CUDA_ARCH__)
     __half r = __hadd_rn(__ushort_as_half(a), __ushort_as_half(b));
@@ -231,7 +237,7 @@ HOOP_HD uint16_t hoop_ew_sum_f16(uint16_t a, uint16_t b)
 #endif
 }
 
-HOOP_HD uint16_t hoop_ew_prod_f16(uint16_t a, uint16_t b)
+HOOP__HD uint16_t hoop_ew_prod_f16(uint16_t a, uint16_t b)
 {
 #if defined(__CUDA_ARCH__)
     __half r = __hmul_rn(__ushort_as_half(a), __ushort_as_half(b));
@@ -241,7 +247,7 @@ HOOP_HD uint16_t hoop_ew_prod_f16(uint16_t a, uint16_t b)
 #endif
 }
 
-HOOP_HD uint16_t hoop_ew_sum_bf16(uint16_t a, uint16_t b)
+HOOP__HD uint16_t hoop_ew_sum_bf16(uint16_t a, uint16_t b)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     __nv_bfloat16 r = __hadd_rn(__ushort_as_bfloat16(a), __ushort_as_bfloat16(b));
@@ -251,7 +257,7 @@ HOOP_HD uint16_t hoop_ew_sum_bf16(uint16_t a, uint16_t b)
 #endif
 }
 
-HOOP_HD uint16_t hoop_ew_prod_bf16(uint16_t a, uint16_t b)
+HOOP__HD uint16_t hoop_ew_prod_bf16(uint16_t a, uint16_t b)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     __nv_bfloat16 r = __hmul_rn(__ushort_as_bfloat16(a), __ushort_as_bfloat16(b));
@@ -262,25 +268,25 @@ HOOP_HD uint16_t hoop_ew_prod_bf16(uint16_t a, uint16_t b)
 }
 
 /* The chosen operand, with the quiet bit (qbit) set if it is a NaN (magnitude above inf). */
-#define HOOP_EW_HALF_SELECT(tag, CMP, EXPR, INF, QBIT)                                             \
-    HOOP_HD uint16_t hoop_ew_##tag(uint16_t a, uint16_t b)                                         \
+#define HOOP__EW_HALF_SELECT(tag, CMP, EXPR, INF, QBIT)                                            \
+    HOOP__HD uint16_t hoop_ew_##tag(uint16_t a, uint16_t b)                                        \
     {                                                                                              \
         float x = CMP(a), y = CMP(b);                                                              \
         uint16_t r = (EXPR) ? a : b;                                                               \
         return (uint16_t)(r | ((r & 0x7fff) > (INF) ? (QBIT) : 0));                                \
     }
-HOOP_EW_HALF_SELECT(min_f16, HOOP_EW_CMP_F16, (x != x) | (x < y), 0x7c00, 0x0200)
-HOOP_EW_HALF_SELECT(max_f16, HOOP_EW_CMP_F16, (x != x) | (x > y), 0x7c00, 0x0200)
-HOOP_EW_HALF_SELECT(min_bf16, HOOP_EW_CMP_BF16, (x != x) | (x < y), 0x7f80, 0x0040)
-HOOP_EW_HALF_SELECT(max_bf16, HOOP_EW_CMP_BF16, (x != x) | (x > y), 0x7f80, 0x0040)
+HOOP__EW_HALF_SELECT(min_f16, HOOP__EW_CMP_F16, (x != x) | (x < y), 0x7c00, 0x0200)
+HOOP__EW_HALF_SELECT(max_f16, HOOP__EW_CMP_F16, (x != x) | (x > y), 0x7c00, 0x0200)
+HOOP__EW_HALF_SELECT(min_bf16, HOOP__EW_CMP_BF16, (x != x) | (x < y), 0x7f80, 0x0040)
+HOOP__EW_HALF_SELECT(max_bf16, HOOP__EW_CMP_BF16, (x != x) | (x > y), 0x7f80, 0x0040)
 
-HOOP_HD uint16_t hoop_ew_div_f16(uint16_t x, int d)
+HOOP__HD uint16_t hoop_ew_div_f16(uint16_t x, int d)
 {
-    return hoop_ew_f2h_canon(HOOP_EW_FDIV(HOOP_EW_CMP_F16(x), (float)d));
+    return hoop_ew_f2h_canon(HOOP__EW_FDIV(HOOP__EW_CMP_F16(x), (float)d));
 }
-HOOP_HD uint16_t hoop_ew_div_bf16(uint16_t x, int d)
+HOOP__HD uint16_t hoop_ew_div_bf16(uint16_t x, int d)
 {
-    return hoop_ew_f2bf_canon(HOOP_EW_FDIV(hoop_ew_bf2f(x), (float)d));
+    return hoop_ew_f2bf_canon(HOOP__EW_FDIV(hoop_ew_bf2f(x), (float)d));
 }
 
 /* ---- C++: the function of a (dtype, op) chosen at compile time, for kernels and tests ---- */
@@ -289,29 +295,29 @@ HOOP_HD uint16_t hoop_ew_div_bf16(uint16_t x, int d)
 template <hoop_dtype_t DT> struct hoop_ew;
 
 /* hoop_ew<DT>::T is the element's storage type; ::apply<OP>(a, b) and ::div(x, d) the math. */
-#define HOOP_EW_BIND(DT, T_, tag)                                                                  \
+#define HOOP__EW_BIND(DT, T_, tag)                                                                 \
     template <> struct hoop_ew<DT> {                                                               \
         typedef T_ T;                                                                              \
-        template <hoop_op_t OP> HOOP_HD T apply(T a, T b)                                          \
+        template <hoop_op_t OP> HOOP__HD T apply(T a, T b)                                         \
         {                                                                                          \
             return OP == HOOP_PROD  ? hoop_ew_prod_##tag(a, b)                                     \
                    : OP == HOOP_MIN ? hoop_ew_min_##tag(a, b)                                      \
                    : OP == HOOP_MAX ? hoop_ew_max_##tag(a, b)                                      \
                                     : hoop_ew_sum_##tag(a, b); /* SUM, and AVG before its end */   \
         }                                                                                          \
-        HOOP_HD T div(T x, int d) { return hoop_ew_div_##tag(x, d); }                              \
+        HOOP__HD T div(T x, int d) { return hoop_ew_div_##tag(x, d); }                             \
     };
-HOOP_EW_BIND(HOOP_INT8, int8_t, i8)
-HOOP_EW_BIND(HOOP_UINT8, uint8_t, u8)
-HOOP_EW_BIND(HOOP_INT32, int32_t, i32)
-HOOP_EW_BIND(HOOP_UINT32, uint32_t, u32)
-HOOP_EW_BIND(HOOP_INT64, int64_t, i64)
-HOOP_EW_BIND(HOOP_UINT64, uint64_t, u64)
-HOOP_EW_BIND(HOOP_FLOAT16, uint16_t, f16)
-HOOP_EW_BIND(HOOP_BFLOAT16, uint16_t, bf16)
-HOOP_EW_BIND(HOOP_FLOAT32, float, f32)
-HOOP_EW_BIND(HOOP_FLOAT64, double, f64)
-#undef HOOP_EW_BIND
+HOOP__EW_BIND(HOOP_INT8, int8_t, i8)
+HOOP__EW_BIND(HOOP_UINT8, uint8_t, u8)
+HOOP__EW_BIND(HOOP_INT32, int32_t, i32)
+HOOP__EW_BIND(HOOP_UINT32, uint32_t, u32)
+HOOP__EW_BIND(HOOP_INT64, int64_t, i64)
+HOOP__EW_BIND(HOOP_UINT64, uint64_t, u64)
+HOOP__EW_BIND(HOOP_FLOAT16, uint16_t, f16)
+HOOP__EW_BIND(HOOP_BFLOAT16, uint16_t, bf16)
+HOOP__EW_BIND(HOOP_FLOAT32, float, f32)
+HOOP__EW_BIND(HOOP_FLOAT64, double, f64)
+#undef HOOP__EW_BIND
 
 #endif /* __cplusplus */
 

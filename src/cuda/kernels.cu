@@ -135,10 +135,11 @@ cudaError_t avg_dt(void *buf, size_t n, int divisor, int sms, cudaStream_t s)
 
 } // namespace
 
-#define HOOP_EACH_DTYPE(X)                                                                         \
+#define HOOP__EACH_DTYPE(X)                                                                        \
     X(HOOP_INT8)                                                                                   \
-    X(HOOP_UINT8) X(HOOP_INT32) X(HOOP_UINT32) X(HOOP_INT64) X(HOOP_UINT64) X(HOOP_FLOAT16)        \
-        X(HOOP_BFLOAT16) X(HOOP_FLOAT32) X(HOOP_FLOAT64)
+    X(HOOP_UINT8)                                                                                  \
+    X(HOOP_INT32) X(HOOP_UINT32) X(HOOP_INT64) X(HOOP_UINT64) X(HOOP_FLOAT16) X(HOOP_BFLOAT16)     \
+        X(HOOP_FLOAT32) X(HOOP_FLOAT64)
 
 extern "C" int hoop_cuda_launch_reduce(void *out, const void *a, const void *b, size_t count,
                                        hoop_dtype_t dt, hoop_op_t op, int sms, void *stream)
@@ -147,7 +148,7 @@ extern "C" int hoop_cuda_launch_reduce(void *out, const void *a, const void *b, 
     switch (dt) {
 #define CASE(DT)                                                                                   \
     case DT: return (int)reduce_dt<DT>(out, a, b, count, op, sms, s);
-        HOOP_EACH_DTYPE(CASE)
+        HOOP__EACH_DTYPE(CASE)
 #undef CASE
     default: return (int)cudaErrorInvalidValue;
     }
@@ -161,7 +162,7 @@ extern "C" int hoop_cuda_launch_avg(void *buf, size_t count, hoop_dtype_t dt, in
     switch (dt) {
 #define CASE(DT)                                                                                   \
     case DT: return (int)avg_dt<DT>(buf, count, divisor, sms, s);
-        HOOP_EACH_DTYPE(CASE)
+        HOOP__EACH_DTYPE(CASE)
 #undef CASE
     default: return (int)cudaErrorInvalidValue;
     }

@@ -82,7 +82,7 @@ static int classify(const void *p, hoop_cuda_ptr_t *out, char *err, size_t errle
         return -1;
     }
     if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) return 0;
-    out->type = HOOP_CUDA_PTR_DEVICE;
+    out->type = HOOP__CUDA_PTR_DEVICE;
     out->device = a.device;
     /* The allocation's extent, so that libhoop can cache it: from the driver, without linking
      * it. Managed memory is left uncached (it can move). */
@@ -262,7 +262,7 @@ static void host_free(hoop_cuda_ctx_t *ctx, void *p)
 }
 
 static const hoop_cuda_module_t table = {
-    .abi = HOOP_CUDA_ABI,
+    .abi = HOOP__CUDA_ABI,
     .size = sizeof(hoop_cuda_module_t),
     .name = "libhoop-cuda.so",
     .classify = classify,

@@ -11,13 +11,13 @@
 #include "hoop.h"
 
 /* Bumped on any change of the table's layout or meaning: libhoop refuses a module of another. */
-#define HOOP_CUDA_ABI 1
+#define HOOP__CUDA_ABI 1
 /* The one symbol a module exports: const hoop_cuda_module_t *hoop_cuda_module(void). */
-#define HOOP_CUDA_ENTRY "hoop_cuda_module"
+#define HOOP__CUDA_ENTRY "hoop_cuda_module"
 
 enum {
-    HOOP_CUDA_PTR_HOST = 0, /* host memory (pageable, pinned or registered): memcpy reaches it */
-    HOOP_CUDA_PTR_DEVICE,   /* device or managed memory: only the module's copies and kernels do */
+    HOOP__CUDA_PTR_HOST = 0, /* host memory (pageable, pinned or registered): memcpy reaches it */
+    HOOP__CUDA_PTR_DEVICE,   /* device or managed memory: only the module's copies and kernels do */
 };
 
 typedef struct hoop_cuda_ptr {
@@ -31,7 +31,7 @@ typedef struct hoop_cuda_ptr {
 typedef struct hoop_cuda_ctx hoop_cuda_ctx_t;
 
 typedef struct hoop_cuda_module {
-    uint32_t abi;     /* HOOP_CUDA_ABI */
+    uint32_t abi;     /* HOOP__CUDA_ABI */
     uint32_t size;    /* sizeof(hoop_cuda_module_t) as the module was built */
     const char *name; /* says what it is in messages: "CUDA runtime 13.0", "CUDA test double" */
     /* What p is. 0, or -1 with a sentence in err when the runtime cannot tell (no usable

@@ -134,12 +134,12 @@ static void load_module(struct hoop__cuda *st, const char *driver)
         snprintf(st->why, sizeof st->why, "the CUDA module cannot be loaded: %.360s", dlerror());
         goto broken;
     }
-    hoop_cuda_entry_fn entry = (hoop_cuda_entry_fn)dlsym(st->dl, HOOP_CUDA_ENTRY);
+    hoop_cuda_entry_fn entry = (hoop_cuda_entry_fn)dlsym(st->dl, HOOP__CUDA_ENTRY);
     const hoop_cuda_module_t *t = entry != NULL ? entry() : NULL;
-    if (t == NULL || t->abi != HOOP_CUDA_ABI || t->size < sizeof(hoop_cuda_module_t)) {
+    if (t == NULL || t->abi != HOOP__CUDA_ABI || t->size < sizeof(hoop_cuda_module_t)) {
         snprintf(st->why, sizeof st->why,
                  "%.250s is not a CUDA module of this libhoop (interface %u, this libhoop's is %u)",
-                 path, t != NULL ? t->abi : 0, HOOP_CUDA_ABI);
+                 path, t != NULL ? t->abi : 0, HOOP__CUDA_ABI);
         goto broken;
     }
     st->t = t;
@@ -199,7 +199,7 @@ static int device_of(struct hoop__cuda *st, const void *p, char *err, size_t err
             module_failed(st, err);
             return device_of(st, p, err, errlen); /* BROKEN now: the driver says */
         }
-        if (info.type != HOOP_CUDA_PTR_DEVICE) return IS_HOST;
+        if (info.type != HOOP__CUDA_PTR_DEVICE) return IS_HOST;
         /* Device allocations are cached by extent: the driver keeps their address ranges
          * reserved, so an address it called device memory does not turn into host memory. */
         if (info.size > 0) {

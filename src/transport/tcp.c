@@ -700,9 +700,8 @@ static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *te
     uint8_t msg[HOOP__WIRE_HDR_SIZE + ABORT_MAX];
     hoop__tcp_notice_hdr(tp, code, len, len, msg);
     memcpy(msg + HOOP__WIRE_HDR_SIZE, text, len);
-    if (send(so->fd, msg, HOOP__WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL) <
-        0) { /* best effort */
-    }
+    /* Best effort: a full or broken socket just goes without the reason. */
+    (void)send(so->fd, msg, HOOP__WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 void hoop__tcp_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)

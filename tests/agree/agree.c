@@ -16,9 +16,8 @@
  *   after the store closed, and then nobody is left to name the disagreement); of two claimants
  *   of one rank beside a whole job, one may be the one that joined; a process turned away for
  *   another job id does not fail the job it tried to join, whose ranks then time out waiting for
- *   it. A process whose init succeeds runs two
- *   checked all-reduces (rd, then the ring), with inputs salted by its job id, so that ranks of
- *   two jobs mixing their data are caught. Controls (the same values, spelled differently;
+ *   it. A process whose init succeeds runs two checked all-reduces (rd, then the ring), with
+ *   inputs salted by its job id, so that ranks of two jobs mixing their data are caught. Controls (the same values, spelled differently;
  *   lower-precedence job-id variables that differ under an equal higher one) must succeed with
  *   the right data, so a library that fails everything does not pass.
  * call: one job of P ranks runs many cases, each on a fresh communicator split off the job's

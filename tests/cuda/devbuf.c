@@ -15,9 +15,9 @@ int devbuf_open(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s", dlerror());
         return -1;
     }
-    hoop_cuda_entry_fn entry = (hoop_cuda_entry_fn)dlsym(h, HOOP_CUDA_ENTRY);
+    hoop_cuda_entry_fn entry = (hoop_cuda_entry_fn)dlsym(h, HOOP__CUDA_ENTRY);
     mod = entry != NULL ? entry() : NULL;
-    if (mod == NULL || mod->abi != HOOP_CUDA_ABI) {
+    if (mod == NULL || mod->abi != HOOP__CUDA_ABI) {
         snprintf(err, errlen, "%s is not a CUDA module of this build", path);
         return -1;
     }

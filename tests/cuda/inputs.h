@@ -11,10 +11,10 @@
 
 #include "hoop.h"
 
-#define HOOP_TEST_MAX_SPECIALS 32
+#define HOOP__TEST_MAX_SPECIALS 32
 
 /* Writes the special values of dt into out; returns how many. */
-static inline size_t hoop_test_specials(hoop_dtype_t dt, uint64_t out[HOOP_TEST_MAX_SPECIALS])
+static inline size_t hoop_test_specials(hoop_dtype_t dt, uint64_t out[HOOP__TEST_MAX_SPECIALS])
 {
     static const uint64_t f16[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00,
                                    0xbc00, 0x3c01, 0x3555, 0x7bff, 0xfbff, 0x7c00, 0xfc00,

@@ -138,7 +138,7 @@ template <hoop_dtype_t DT> static void check_div(const std::vector<uint64_t> &a)
 
 static std::vector<uint64_t> specials(hoop_dtype_t dt)
 {
-    uint64_t v[HOOP_TEST_MAX_SPECIALS];
+    uint64_t v[HOOP__TEST_MAX_SPECIALS];
     size_t n = hoop_test_specials(dt, v);
     return std::vector<uint64_t>(v, v + n);
 }

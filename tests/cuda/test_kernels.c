@@ -113,7 +113,7 @@ static void run_case(bufs_t *w, hoop_dtype_t dt, int op, const unsigned char *a,
 static void check_dtype(bufs_t *w, hoop_dtype_t dt, uint64_t *rng)
 {
     size_t es = hoop_dtype_size(dt);
-    uint64_t sp[HOOP_TEST_MAX_SPECIALS];
+    uint64_t sp[HOOP__TEST_MAX_SPECIALS];
     size_t nsp = hoop_test_specials(dt, sp);
     /* The value pairs: specials against each other, every 16-bit value against each special,
      * then random bits; sizes and alignments run on the random part. */
@@ -191,8 +191,8 @@ int main(int argc, char **argv)
     ctx = devbuf_ctx();
     printf("module: %s\n", mod->name);
     bufs_t w;
-    size_t pairs_max = 65536 * HOOP_TEST_MAX_SPECIALS +
-                       HOOP_TEST_MAX_SPECIALS * HOOP_TEST_MAX_SPECIALS;
+    size_t pairs_max = 65536 * HOOP__TEST_MAX_SPECIALS +
+                       HOOP__TEST_MAX_SPECIALS * HOOP__TEST_MAX_SPECIALS;
     w.cap = (pairs_max > BIG ? pairs_max : BIG) * 8 + 64;
     w.da = devbuf_alloc(w.cap);
     w.db = devbuf_alloc(w.cap);

@@ -140,7 +140,7 @@ static int classify(const void *p, hoop_cuda_ptr_t *out, char *err, size_t errle
         return -1;
     }
     if (!in_arena(p)) return 0;
-    out->type = HOOP_CUDA_PTR_DEVICE;
+    out->type = HOOP__CUDA_PTR_DEVICE;
     pthread_mutex_lock(&g.mu);
     int k = find(p, 0);
     if (k >= 0) {
@@ -291,7 +291,7 @@ static void host_free(hoop_cuda_ctx_t *ctx, void *p)
 }
 
 static const hoop_cuda_module_t table = {
-    .abi = HOOP_CUDA_ABI,
+    .abi = HOOP__CUDA_ABI,
     .size = sizeof(hoop_cuda_module_t),
     .name = "CUDA test double",
     .classify = classify,
