@@ -140,11 +140,14 @@ class _Work(_WorkBase):
         self._fut = torch.futures.Future()
         self._result = result
         self._error = None
+        self._profiled = None
 
     def wait(self, timeout=None):
         try:
             self._fut.wait()  # raises the operation's error
         finally:
+            if self._profiled is not None:
+                self._profiled.wait()  # the profiler's event has ended too
             self._state.consumed(self)
         return True
 
@@ -293,8 +296,13 @@ class ProcessGroupHoop(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND_NAME
 
-    def _work(self, reqs, result, post=None, lane="coll"):
+    def _work(self, name, inputs, reqs, result, post=None, lane="coll"):
         work = _Work(self._state, result)
+        if torch.autograd._profiler_enabled():
+            # As gloo's "gloo:all_reduce": an event from the call to the completion (on the
+            # lane's thread, so the profiler shows it as asynchronous), with the input shapes.
+            handle = torch.autograd._record_function_with_args_enter("hoop:" + name, *inputs)
+            work._profiled = torch.ops.profiler._call_end_callbacks_on_jit_fut(handle, work._fut)
         self._state.submit(work, reqs, post, lane)
         return work
 
@@ -305,7 +313,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
             tensors = [tensors]
         op = _reduce_op(opts)
         reqs = [self._comm.iallreduce(_check(t, "allreduce"), None, op) for t in tensors]
-        return self._work(reqs, list(tensors))
+        return self._work("all_reduce", tensors, reqs, list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts)
@@ -315,20 +323,21 @@ class ProcessGroupHoop(dist.ProcessGroup):
                 raise ValueError("hoop backend: allreduce_coalesced tensors differ in dtype")
         flat = _flat(tensors)
         req = self._comm.iallreduce(flat, None, op)
-        return self._work([req], list(tensors), _copy_out(flat, tensors))
+        return self._work("allreduce_coalesced", tensors, [req], list(tensors),
+                          _copy_out(flat, tensors))
 
     def broadcast(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         root = opts.rootRank if opts is not None else 0
         reqs = [self._comm.ibroadcast(_check(t, "broadcast"), root) for t in tensors]
-        return self._work(reqs, list(tensors))
+        return self._work("broadcast", tensors, reqs, list(tensors))
 
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")
         root = opts.rootRank if opts is not None else 0
         req = self._comm.ireduce(t, None, _reduce_op(opts), root)
-        return self._work([req], [t])
+        return self._work("reduce", [t], [req], [t])
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "allgather")
@@ -338,38 +347,38 @@ class ProcessGroupHoop(dist.ProcessGroup):
         _same_shapes(outs, inp, self.size(), "allgather")
         flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
         req = self._comm.iallgather(inp, flat)
-        return self._work([req], list(outs), _copy_out(flat, outs))
+        return self._work("all_gather", [inp], [req], list(outs), _copy_out(flat, outs))
 
     def _allgather_base(self, output, input, opts=None):
         _check(input, "all_gather_into_tensor")
         _check(output, "all_gather_into_tensor")
         req = self._comm.iallgather(input, output)
-        return self._work([req], [output])
+        return self._work("all_gather_into_tensor", [input], [req], [output])
 
     def gather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "gather")
         root = opts.rootRank if opts is not None else 0
         if self.rank() != root:
-            return self._work([self._comm.igather(inp, None, root)], [])
+            return self._work("gather", [inp], [self._comm.igather(inp, None, root)], [])
         if len(output_tensors) != 1:
             raise ValueError("hoop backend: gather takes one output list at the root")
         outs = output_tensors[0]
         _same_shapes(outs, inp, self.size(), "gather")
         flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
         req = self._comm.igather(inp, flat, root)
-        return self._work([req], list(outs), _copy_out(flat, outs))
+        return self._work("gather", [inp], [req], list(outs), _copy_out(flat, outs))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "scatter")
         root = opts.rootRank if opts is not None else 0
         if self.rank() != root:
-            return self._work([self._comm.iscatter(None, out, root)], [out])
+            return self._work("scatter", [out], [self._comm.iscatter(None, out, root)], [out])
         if len(input_tensors) != 1:
             raise ValueError("hoop backend: scatter takes one input list at the root")
         ins = input_tensors[0]
         _same_shapes(ins, out, self.size(), "scatter")
         req = self._comm.iscatter(_flat(ins), out, root)
-        return self._work([req], [out])
+        return self._work("scatter", [out], [req], [out])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "reduce_scatter")
@@ -378,13 +387,13 @@ class ProcessGroupHoop(dist.ProcessGroup):
         ins = input_tensors[0]
         _same_shapes(ins, out, self.size(), "reduce_scatter")
         req = self._comm.ireduce_scatter(_flat(ins), out, _reduce_op(opts))
-        return self._work([req], [out])
+        return self._work("reduce_scatter", [out], [req], [out])
 
     def _reduce_scatter_base(self, output, input, opts=None):
         _check(input, "reduce_scatter_tensor")
         _check(output, "reduce_scatter_tensor")
         req = self._comm.ireduce_scatter(input, output, _reduce_op(opts))
-        return self._work([req], [output])
+        return self._work("reduce_scatter_tensor", [input], [req], [output])
 
     def _alltoall_p2p(self, outs, ins):
         """All-to-all of blocks of different sizes, as one send and one receive per peer."""
@@ -411,10 +420,10 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if len(sizes) == 1:
             flat_out = torch.empty(n * sizes.pop(), dtype=input_tensor_list[0].dtype)
             req = self._comm.ialltoall(_flat(input_tensor_list), flat_out)
-            return self._work([req], list(output_tensor_list),
+            return self._work("all_to_all", input_tensor_list, [req], list(output_tensor_list),
                               _copy_out(flat_out, output_tensor_list))
         reqs = self._alltoall_p2p(list(output_tensor_list), list(input_tensor_list))
-        return self._work(reqs, list(output_tensor_list))
+        return self._work("all_to_all", input_tensor_list, reqs, list(output_tensor_list))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         _check(output, "all_to_all_single")
@@ -422,7 +431,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         n = self.size()
         if not output_split_sizes and not input_split_sizes:
             req = self._comm.ialltoall(input, output)
-            return self._work([req], [output])
+            return self._work("all_to_all", [input], [req], [output])
         out_c = output if output.is_contiguous() else output.contiguous()
         in_c = input.contiguous()
 
@@ -443,22 +452,22 @@ class ProcessGroupHoop(dist.ProcessGroup):
         ins = blocks(in_c, input_split_sizes, "input")
         reqs = self._alltoall_p2p(outs, ins)
         post = None if out_c is output else (lambda: output.copy_(out_c))
-        return self._work(reqs, [output], post)
+        return self._work("all_to_all", [input], reqs, [output], post)
 
     def barrier(self, opts=None):
-        return self._work([self._comm.ibarrier()], [])
+        return self._work("barrier", [], [self._comm.ibarrier()], [])
 
     # ---- point to point ----
 
     def send(self, tensors, dstRank, tag=0):
         t = _one(tensors, "send")
         req = self._comm.isend(t, dstRank)
-        return self._work([req], [t], lane=("send", dstRank))
+        return self._work("send", [t], [req], [t], lane=("send", dstRank))
 
     def recv(self, tensors, srcRank, tag=0):
         t = _one(tensors, "recv")
         req = self._comm.irecv(t, srcRank)
-        return self._work([req], [t], lane=("recv", srcRank))
+        return self._work("recv", [t], [req], [t], lane=("recv", srcRank))
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("hoop backend: receiving from any source is not supported; name the "

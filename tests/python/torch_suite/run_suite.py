@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""torch's own distributed test suite (DistributedTest._DistTestBase of
+torch/testing/_internal/distributed/distributed_test.py, the suite behind upstream's
+test/distributed/test_distributed_spawn.py) run against hoop or gloo.
+
+    run_suite.py --backend hoop --world-size 3 [--jobs 2] [-k PATTERN ...] [--json FILE]
+
+What this runner changes, and nothing else (no assertion is touched):
+  * expecttest, which torch's test utilities import and Debian lacks, comes from stubs/ when it
+    is not installed;
+  * in the suite's source, before it is compiled, the backend gates that name gloo alone also
+    admit hoop: `BACKEND != "gloo"` becomes `BACKEND not in ("gloo", "hoop")`,
+    `BACKEND == "gloo"` becomes `BACKEND in ("gloo", "hoop")`, `require_backend({"gloo"})`
+    becomes `require_backend({"gloo", "hoop"})` (each rewrite is counted: a different torch
+    fails here instead of running something else);
+  * hoop joins the suite's own lists as upstream's plugin backends do: DistTestCases'
+    "ddp", "subgroup" and "plugin" features, and the profiling allowlists for collectives and
+    for send/recv (not the CUDA one);
+  * torch 1.13's torch.distributed.monitored_barrier refuses every backend but gloo before it
+    looks at the group: for a hoop group it calls hoop.torch.monitored_barrier, hoop's own;
+  * with --jobs N the tests are dealt round-robin to N runner processes.
+The test class is the one upstream defines: TestDistBackend with _DistTestBase, each test in
+WORLD_SIZE spawned processes that join through a file:// init method.
+"""
+import os
+import sys
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="hoop", choices=["hoop", "gloo"])
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1, help="runner processes sharing the tests")
+    ap.add_argument("-k", dest="patterns", action="append", default=[],
+                    help="run only tests whose name contains this (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the tests and exit")
+    ap.add_argument("--json", help="write each test's outcome and seconds here")
+    ap.add_argument("--shard", help=argparse.SUPPRESS)  # i/N, for --jobs
+    ARGS = ap.parse_args()
+    os.environ["BACKEND"] = ARGS.backend
+    os.environ["WORLD_SIZE"] = str(ARGS.world_size)
+
+# The spawned ranks import this file again (as __mp_main__) and take the backend from BACKEND.
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import types  # noqa: E402
+import unittest  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    import expecttest  # noqa: F401
+except ImportError:
+    sys.path.append(os.path.join(HERE, "stubs"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+if os.environ.get("BACKEND") == "hoop":
+    import hoop.torch as hoop_torch  # registers the backend
+
+SUITE = "torch.testing._internal.distributed.distributed_test"
+
+# (text, replacement): every occurrence is rewritten; the counts are checked against
+# torch 1.13's file.
+REWRITES = [
+    ('BACKEND != "gloo"', 'BACKEND not in ("gloo", "hoop")'),
+    ('BACKEND == "gloo"', 'BACKEND in ("gloo", "hoop")'),
+    ('require_backend({"gloo"})', 'require_backend({"gloo", "hoop"})'),
+]
+EXPECTED_COUNTS = {"1.13": [17, 3, 18]}
+
+
+def _load_suite():
+    from torch.testing._internal.common_distributed import DistTestCases
+
+    for feature in ("ddp", "subgroup", "plugin"):
+        DistTestCases.backend_feature[feature].add("hoop")
+    spec = importlib.util.find_spec(SUITE)
+    with open(spec.origin) as f:
+        src = f.read()
+    counts = []
+    for old, new in REWRITES:
+        counts.append(src.count(old))
+        src = src.replace(old, new)
+    want = EXPECTED_COUNTS.get(".".join(torch.__version__.split(".")[:2]))
+    if want is not None and counts != want:
+        raise SystemExit("run_suite: the gates of %s differ from the ones this runner knows "
+                         "(rewrote %s, expected %s)" % (spec.origin, counts, want))
+    mod = types.ModuleType(SUITE)
+    mod.__file__ = spec.origin
+    sys.modules[SUITE] = mod
+    exec(compile(src, spec.origin, "exec"), mod.__dict__)
+    for name in ("PROFILING_SUPPORTED_BACKENDS", "SEND_RECV_PROFILING_SUPPORTED_BACKENDS"):
+        getattr(mod, name).append("hoop")
+    return mod
+
+
+def _route_monitored_barrier():
+    original = dist.monitored_barrier
+
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        if isinstance(pg, hoop_torch.ProcessGroupHoop):
+            return hoop_torch.monitored_barrier(pg, timeout, wait_all_ranks)
+        return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+    dist.monitored_barrier = monitored_barrier
+    dist.distributed_c10d.monitored_barrier = monitored_barrier
+
+
+_suite = _load_suite()
+if os.environ.get("BACKEND") == "hoop":
+    _route_monitored_barrier()
+
+
+class TestDistBackendWithSpawn(_suite.TestDistBackend, _suite.DistributedTest._DistTestBase):
+    # As upstream's test_distributed_spawn.py.
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+        torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
+
+
+class _Result(unittest.TextTestResult):
+    """Records each test's outcome and duration."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.outcomes = {}
+        self._t0 = {}
+
+    def startTest(self, test):
+        self._t0[test.id()] = time.monotonic()
+        super().startTest(test)
+
+    def _done(self, test, outcome, detail=""):
+        name = test.id().rsplit(".", 1)[-1]
+        self.outcomes[name] = {"outcome": outcome, "seconds": round(
+            time.monotonic() - self._t0.get(test.id(), time.monotonic()), 2), "detail": detail}
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self._done(test, "pass")
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self._done(test, "skip", reason)
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self._done(test, "fail", self._exc_info_to_string(err, test)[-2000:])
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self._done(test, "error", self._exc_info_to_string(err, test)[-2000:])
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self._done(test, "pass")
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self._done(test, "fail", "unexpected success")
+
+
+def _names(patterns):
+    names = unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawn)
+    if patterns:
+        names = [n for n in names if any(p in n for p in patterns)]
+    return names
+
+
+def _run(names, json_path):
+    suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names)
+    runner = unittest.TextTestRunner(verbosity=2, resultclass=_Result, stream=sys.stdout)
+    result = runner.run(suite)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result.outcomes, f, indent=1, sort_keys=True)
+    return result.outcomes
+
+
+def _summary(outcomes, label, seconds):
+    count = {k: 0 for k in ("pass", "skip", "fail", "error")}
+    for o in outcomes.values():
+        count[o["outcome"]] += 1
+    print("%s: %d tests, %d passed, %d skipped, %d failed, %d errors in %.0f s" % (
+        label, len(outcomes), count["pass"], count["skip"], count["fail"], count["error"],
+        seconds))
+    for name, o in sorted(outcomes.items()):
+        if o["outcome"] in ("fail", "error"):
+            print("  %s %s" % (o["outcome"].upper(), name))
+    return count["fail"] + count["error"] == 0
+
+
+def main():
+    names = _names(ARGS.patterns)
+    if ARGS.list:
+        print("\n".join(names))
+        return 0
+    label = "%s at %d ranks" % (ARGS.backend, ARGS.world_size)
+    t0 = time.monotonic()
+    if ARGS.shard:
+        i, n = (int(x) for x in ARGS.shard.split("/"))
+        _run(names[i::n], ARGS.json)
+        return 0
+    if ARGS.jobs <= 1:
+        outcomes = _run(names, ARGS.json)
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = []
+            for i in range(ARGS.jobs):
+                cmd = [sys.executable, os.path.abspath(__file__), "--backend", ARGS.backend,
+                       "--world-size", str(ARGS.world_size), "--shard", "%d/%d" % (i, ARGS.jobs),
+                       "--json", os.path.join(tmp, "%d.json" % i)]
+                for p in ARGS.patterns:
+                    cmd += ["-k", p]
+                log = open(os.path.join(tmp, "%d.log" % i), "w")
+                procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+            outcomes = {}
+            for i, (p, log) in enumerate(procs):
+                p.wait()
+                log.close()
+                with open(os.path.join(tmp, "%d.log" % i)) as f:
+                    sys.stdout.write(f.read())
+                try:
+                    with open(os.path.join(tmp, "%d.json" % i)) as f:
+                        outcomes.update(json.load(f))
+                except FileNotFoundError:
+                    print("run_suite: runner %d of %d ended with status %d before reporting"
+                          % (i, ARGS.jobs, p.returncode))
+                    return 1
+            missing = set(names) - set(outcomes)
+            for name in missing:
+                outcomes[name] = {"outcome": "error", "seconds": 0, "detail": "not run"}
+        if ARGS.json:
+            with open(ARGS.json, "w") as f:
+                json.dump(outcomes, f, indent=1, sort_keys=True)
+    return 0 if _summary(outcomes, label, time.monotonic() - t0) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
