@@ -99,6 +99,14 @@ def _copy_out(flat, outs):
     return post
 
 
+def _timeout_error(err):
+    """hoop's sentence, saying which setting ran out (torch users know it as the group's)."""
+    new = type(err)("%s: the process group's timeout (init_process_group(timeout=...), or "
+                    "HOOP_TIMEOUT) ran out" % err.message, err.code)
+    new.__cause__ = err
+    return new
+
+
 def _lane_loop(state, q):
     while True:
         item = q.get()
@@ -116,6 +124,8 @@ def _lane_loop(state, q):
                 post()
             except BaseException as e:
                 err = e
+        if isinstance(err, _hoop.TimeoutError):
+            err = _timeout_error(err)
         work._error = err
         state.completed(work)
         if err is None:
@@ -323,7 +333,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
                 raise ValueError("hoop backend: allreduce_coalesced tensors differ in dtype")
         flat = _flat(tensors)
         req = self._comm.iallreduce(flat, None, op)
-        return self._work("allreduce_coalesced", tensors, [req], list(tensors),
+        return self._work("all_reduce", tensors, [req], list(tensors),
                           _copy_out(flat, tensors))
 
     def broadcast(self, tensors, opts=None):
@@ -348,6 +358,35 @@ class ProcessGroupHoop(dist.ProcessGroup):
         flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
         req = self._comm.iallgather(inp, flat)
         return self._work("all_gather", [inp], [req], list(outs), _copy_out(flat, outs))
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        """output_lists[r][i] receives rank r's input_tensors[i]: one allgather of them all."""
+        n = self.size()
+        if len(output_lists) != n:
+            raise ValueError("hoop backend: allgather_coalesced needs %d output lists (one per "
+                             "rank), got %d" % (n, len(output_lists)))
+        for t in input_tensors:
+            _check(t, "allgather_coalesced")
+            if t.dtype != input_tensors[0].dtype:
+                raise ValueError("hoop backend: allgather_coalesced tensors differ in dtype")
+        for outs in output_lists:
+            if len(outs) != len(input_tensors):
+                raise ValueError("hoop backend: allgather_coalesced output lists need %d tensors "
+                                 "(one per input), got %d" % (len(input_tensors), len(outs)))
+            for o, t in zip(outs, input_tensors):
+                _check(o, "allgather_coalesced")
+                if o.dtype != t.dtype or o.numel() != t.numel():
+                    raise ValueError("hoop backend: allgather_coalesced output %s x %d does not "
+                                     "match input %s x %d" % (o.dtype, o.numel(), t.dtype,
+                                                              t.numel()))
+        flat = _flat(input_tensors)
+        if input_tensors:
+            flat = flat.to(input_tensors[0].dtype)
+        out = torch.empty(n * flat.numel(), dtype=flat.dtype)
+        req = self._comm.iallgather(flat, out)
+        every = [t for outs in output_lists for t in outs]
+        return self._work("all_gather", input_tensors, [req], list(output_lists),
+                          _copy_out(out, every))
 
     def _allgather_base(self, output, input, opts=None):
         _check(input, "all_gather_into_tensor")
