@@ -322,8 +322,65 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         op = _reduce_op(opts)
+        if any(t.layout == torch.sparse_coo for t in tensors if isinstance(t, torch.Tensor)):
+            for t in tensors:
+                self._sparse_allreduce(t, op)
+            return self._work("all_reduce", [t.coalesce() for t in tensors], [], list(tensors))
         reqs = [self._comm.iallreduce(_check(t, "allreduce"), None, op) for t in tensors]
         return self._work("all_reduce", tensors, reqs, list(tensors))
+
+    # Shape header of a sparse all-reduce: sparse dims, dense dims, dtype, nnz, the shape.
+    _SPARSE_MAX_DIMS = 16
+
+    def _sparse_allreduce(self, t, op):
+        """Sum of sparse COO tensors, in place, as gloo's: every rank's indices and values are
+        gathered (padded to the largest count of entries) and added up. Blocking; ordered with
+        the collectives posted before it."""
+        if t.layout != torch.sparse_coo:
+            raise ValueError("hoop backend: allreduce mixes sparse and dense tensors")
+        if op != "sum":
+            raise ValueError("hoop backend: a sparse allreduce sums only (got op %s)" % op)
+        if t.device.type != "cpu":
+            _check(t, "sparse allreduce")  # the device sentence
+        c = t.coalesce()
+        idx, val = c._indices(), c._values()
+        _check(val, "sparse allreduce")
+        dtypes = sorted(_DTYPES, key=str)
+        n, ndim, hmax = self.size(), t.dim(), self._SPARSE_MAX_DIMS
+        if ndim > hmax:
+            raise ValueError("hoop backend: sparse allreduce takes at most %d dimensions, got %d"
+                             % (hmax, ndim))
+        head = torch.full((4 + hmax,), -1, dtype=torch.int64)
+        head[0], head[1] = c.sparse_dim(), c.dense_dim()
+        head[2], head[3] = dtypes.index(val.dtype), c._nnz()
+        head[4:4 + ndim] = torch.tensor(t.shape, dtype=torch.int64)
+        heads = torch.empty(n * head.numel(), dtype=torch.int64)
+        self._comm.allgather(head, heads)
+        heads = heads.view(n, -1)
+        for r in range(n):  # every rank sees every header: all raise together
+            mine = torch.cat([head[:3], head[4:]])
+            theirs = torch.cat([heads[r, :3], heads[r, 4:]])
+            if not torch.equal(mine, theirs):
+                raise ValueError(
+                    "hoop backend: sparse allreduce: rank %d has a %s tensor of shape %s (%d "
+                    "sparse dims), rank %d one of %s, shape %s (%d sparse dims)" % (
+                        self.rank(), val.dtype, list(t.shape), c.sparse_dim(), r,
+                        dtypes[int(heads[r, 2])], [int(x) for x in heads[r, 4:] if x >= 0],
+                        int(heads[r, 0])))
+        counts = [int(x) for x in heads[:, 3]]
+        m = max(counts)
+        idx_pad = torch.zeros((idx.shape[0], m), dtype=torch.int64)
+        idx_pad[:, :idx.shape[1]] = idx
+        val_pad = torch.zeros((m,) + tuple(val.shape[1:]), dtype=val.dtype)
+        val_pad[:val.shape[0]] = val
+        idx_all = torch.empty((n,) + tuple(idx_pad.shape), dtype=torch.int64)
+        val_all = torch.empty((n,) + tuple(val_pad.shape), dtype=val.dtype)
+        self._comm.allgather(idx_pad, idx_all)
+        self._comm.allgather(val_pad, val_all)
+        total = torch.sparse_coo_tensor(
+            torch.cat([idx_all[r][:, :counts[r]] for r in range(n)], dim=1),
+            torch.cat([val_all[r][:counts[r]] for r in range(n)]), t.shape).coalesce()
+        t.copy_(total)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts)
