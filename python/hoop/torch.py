@@ -17,6 +17,7 @@ import os
 import queue
 import socket
 import threading
+import time
 import weakref
 
 import torch
@@ -295,6 +296,9 @@ class ProcessGroupHoop(dist.ProcessGroup):
     def __init__(self, store, rank, size, timeout=None):
         super().__init__(rank, size)
         self._comm = _rendezvous(store, rank, size, timeout)
+        self._store = store
+        self._timeout = timeout if timeout is not None else datetime.timedelta(minutes=30)
+        self._mb_seq = 0
         self._state = _State(self._comm)
         weakref.finalize(self, self._state.close)
 
@@ -569,9 +573,88 @@ class ProcessGroupHoop(dist.ProcessGroup):
         raise RuntimeError("hoop backend: receiving from any source is not supported; name the "
                            "sender (src=...)")
 
-    def monitored_barrier(self, *args, **kwargs):
-        raise RuntimeError("hoop backend: monitored_barrier is a gloo feature; use barrier, "
-                           "whose wait is bounded by the group's timeout")
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """A barrier that names the ranks that did not arrive: rank 0 waits for every other rank
+        to check in (through the group's store, so the communicator stays usable whatever
+        happens; store.add(key, 0) reads a count without blocking), up to timeout (seconds or a timedelta; the group's timeout by default), then
+        tells each rank the outcome. Raises MonitoredBarrierError on every rank that took part
+        when one is missing: rank 0 names the first one missing (all of them with
+        wait_all_ranks=True), the others say that rank 0 reported a failure or never answered.
+        The phrases are gloo's ("Rank 1 failed to pass monitoredBarrier"), so that code matching
+        them works with either backend."""
+        if timeout is None:
+            timeout = self._timeout
+        secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else \
+            float(timeout)
+        ms = int(round(secs * 1000))
+        self._mb_seq += 1
+        key = "hoop/monitored_barrier/%d/" % self._mb_seq
+        me, n, store = self.rank(), self.size(), self._store
+        deadline = time.monotonic() + secs
+        if me != 0:
+            store.add(key + str(me), 1)
+            while store.add(key + "answered", 0) == 0:
+                if time.monotonic() >= deadline:
+                    raise MonitoredBarrierError(
+                        "hoop backend: Rank %d successfully reached monitoredBarrier, but "
+                        "received errors while waiting for send/recv from rank 0: no answer from "
+                        "rank 0 within %d ms (monitored_barrier #%d of this group)"
+                        % (me, ms, self._mb_seq), [0])
+                time.sleep(0.005)
+            verdict = store.get(key + "result").decode()
+            if verdict != "ok":
+                raise MonitoredBarrierError(
+                    "hoop backend: Rank %d successfully reached monitoredBarrier, but received "
+                    "errors while waiting for send/recv from rank 0: rank 0 reports: %s"
+                    % (me, verdict), [int(r) for r in verdict.split("missing: ")[-1].split(",")
+                                      if r.strip().isdigit()])
+            return
+        missing = list(range(1, n))
+        while True:  # rank order, as gloo: without wait_all_ranks the first missing is named
+            missing = [r for r in missing if store.add(key + str(r), 0) == 0]
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(0.005)
+        if not missing:
+            store.set(key + "result", "ok")
+            store.add(key + "answered", 1)
+            return
+        named = missing if wait_all_ranks else missing[:1]
+        if secs <= 0:
+            msg = "Rank 0 timed out in monitoredBarrier after 0 ms"
+        elif len(named) == 1:
+            msg = "Rank %d failed to pass monitoredBarrier in %d ms" % (named[0], ms)
+        else:
+            msg = "Ranks %s failed to pass monitoredBarrier in %d ms" % (
+                ", ".join(str(r) for r in named), ms)
+        msg += " (monitored_barrier #%d of this group; missing: %s)" % (
+            self._mb_seq, ", ".join(str(r) for r in missing))
+        store.set(key + "result", msg)
+        store.add(key + "answered", 1)
+        raise MonitoredBarrierError("hoop backend: " + msg, missing)
+
+
+class MonitoredBarrierError(RuntimeError):
+    """A monitored_barrier that some rank did not reach; .missing lists the ranks known to
+    be missing (rank 0 as seen from the other ranks when it did not answer)."""
+
+    def __init__(self, message, missing):
+        super().__init__(message)
+        self.missing = list(missing)
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """hoop's torch.distributed.monitored_barrier (torch's own refuses every backend but gloo):
+    see ProcessGroupHoop.monitored_barrier. A no-op on a rank outside the group, as torch's."""
+    c10d = dist.distributed_c10d
+    if group is not None and c10d._rank_not_in_group(group):
+        return None
+    pg = c10d._get_default_group() if group is None else group
+    if not isinstance(pg, ProcessGroupHoop):
+        raise ValueError("hoop.torch.monitored_barrier: the group's backend is %s, not hoop "
+                         "(use torch.distributed.monitored_barrier for gloo)"
+                         % (pg.getBackendName() if hasattr(pg, "getBackendName") else "?"))
+    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
 def _create(store, rank, size, timeout):

@@ -105,7 +105,10 @@ def _route_monitored_barrier():
     original = dist.monitored_barrier
 
     def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
-        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        c10d = dist.distributed_c10d
+        if group is not None and c10d._rank_not_in_group(group):
+            return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+        pg = group if group is not None else c10d._get_default_group()
         if isinstance(pg, hoop_torch.ProcessGroupHoop):
             return hoop_torch.monitored_barrier(pg, timeout, wait_all_ranks)
         return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
