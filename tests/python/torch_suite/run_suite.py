@@ -58,8 +58,16 @@ try:
 except ImportError:
     sys.path.append(os.path.join(HERE, "stubs"))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.testing._internal.common_distributed  # noqa: F401
+except ImportError as e:
+    if __name__ == "__main__":
+        print("SKIP: %s cannot import torch's test suite (%s); install python3-torch"
+              % (sys.executable, e))
+        sys.exit(77)
+    raise
 
 if os.environ.get("BACKEND") == "hoop":
     import hoop.torch as hoop_torch  # registers the backend
