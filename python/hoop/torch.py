@@ -15,6 +15,7 @@ import collections
 import datetime
 import os
 import queue
+import re
 import socket
 import threading
 import time
@@ -606,8 +607,8 @@ class ProcessGroupHoop(dist.ProcessGroup):
                 raise MonitoredBarrierError(
                     "hoop backend: Rank %d successfully reached monitoredBarrier, but received "
                     "errors while waiting for send/recv from rank 0: rank 0 reports: %s"
-                    % (me, verdict), [int(r) for r in verdict.split("missing: ")[-1].split(",")
-                                      if r.strip().isdigit()])
+                    % (me, verdict), [int(r) for r in re.findall(
+                        r"\d+", verdict[verdict.rfind("missing: "):])])
             return
         missing = list(range(1, n))
         while True:  # rank order, as gloo: without wait_all_ranks the first missing is named

@@ -296,6 +296,80 @@ def check_new_group():
     dist.barrier(group=GLOO)
 
 
+def check_extras():
+    """allgather_coalesced and sparse all-reduce against gloo, profiler events, and hoop's
+    monitored_barrier (which gloo has and torch refuses for other backends)."""
+    for dtype in (torch.float32, torch.int64, torch.float16):
+        for sizes in ([1, 7, 0], [1031]):  # gloo refuses an empty list
+            salt[0] += 1
+
+            def coalesced(group, sizes=sizes, dtype=dtype):
+                ins = [data(R, n, dtype) for n in sizes]
+                outs = [[torch.full((n,), -1).to(dtype) for n in sizes] for _ in range(P)]
+                dist.all_gather_coalesced(outs, ins, group=group)
+                return torch.cat([t for o in outs for t in o] + [torch.zeros(0).to(dtype)])
+            on_both(coalesced, "all_gather_coalesced %s %s" % (dtype, sizes))
+    for dense_dims in (0, 2):
+        salt[0] += 1
+
+        def sparse(group, dense_dims=dense_dims):
+            g = torch.Generator().manual_seed(1000 * salt[0] + R)
+            nnz = [0, 1, 5, 3][R % 4]  # rank 0 has no entries; indices repeat across ranks
+            idx = torch.randint(0, 11, (2, nnz), generator=g)
+            val = torch.randint(-9, 10, (nnz,) + (3,) * dense_dims, generator=g).float()
+            t = torch.sparse_coo_tensor(idx, val, (11, 13) + (3,) * dense_dims)
+            dist.all_reduce(t, group=group)
+            return t.to_dense()
+        on_both(sparse, "sparse all_reduce, %d dense dims" % dense_dims)
+    mixed = torch.sparse_coo_tensor(torch.zeros((1, 1), dtype=torch.int64), torch.ones(1),
+                                    (5 if R == 0 else 6,))
+    if P > 1:
+        expect_raises(ValueError, lambda: dist.all_reduce(mixed), "sparse shapes differ",
+                      "rank 0 one of torch.float32, shape [5]" if R != 0 else "shape [6]")
+    dist.barrier()
+    # Profiler events, as gloo's "gloo:all_reduce": asynchronous, with the input shapes.
+    t = torch.ones(2, 3)
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        dist.all_reduce(t)
+        dist.broadcast(t, 0)
+        dist.all_reduce(t, async_op=True).wait()
+    names = [e.name for e in prof.function_events if e.name.startswith("hoop:")]
+    expect(sorted(names) == ["hoop:all_reduce", "hoop:all_reduce", "hoop:broadcast"],
+           "profiler events %s" % names)
+    for e in prof.function_events:
+        if e.name.startswith("hoop:"):
+            expect(e.is_async and e.input_shapes == [[2, 3]],
+                   "event %s async %s shapes %s" % (e.name, e.is_async, e.input_shapes))
+    # monitored_barrier: everyone comes; then the last rank stays away; then all but rank 0 do.
+    hoop.torch.monitored_barrier(timeout=5)
+    hoop.torch.monitored_barrier(HOOP, timeout=5, wait_all_ranks=True)
+    if P > 1:
+        late = P - 1
+        if R == 0:
+            e = expect_raises(hoop.torch.MonitoredBarrierError,
+                              lambda: hoop.torch.monitored_barrier(timeout=0.5), "rank 0",
+                              "Rank %d failed to pass monitoredBarrier" % late)
+            expect(e.missing == [late], "missing %s" % e.missing)
+        elif R != late:
+            e = expect_raises(hoop.torch.MonitoredBarrierError,
+                              lambda: hoop.torch.monitored_barrier(timeout=2), "rank %d" % R,
+                              "rank 0 reports: Rank %d failed" % late)
+            expect(e.missing == [late], "missing as rank 0 reported %s" % e.missing)
+        dist.barrier(group=GLOO)
+        if R == 0:
+            e = expect_raises(hoop.torch.MonitoredBarrierError,
+                              lambda: hoop.torch.monitored_barrier(timeout=0.3,
+                                                                   wait_all_ranks=True),
+                              "wait_all_ranks", "failed to pass monitoredBarrier")
+            expect(e.missing == list(range(1, P)), "wait_all_ranks missing %s" % e.missing)
+        dist.barrier(group=GLOO)
+    # The group is intact after those failures.
+    t = torch.tensor([float(R)])
+    dist.all_reduce(t)
+    expect(t.item() == P * (P - 1) / 2, "all_reduce after monitored_barrier failures: %s" % t)
+    expect_raises(ValueError, lambda: hoop.torch.monitored_barrier(GLOO), "gloo group", "gloo")
+
+
 # ---- DistributedDataParallel: hoop against gloo ----
 
 def train(group, steps=6):
@@ -367,8 +441,10 @@ def check_failures():
     tg.comm.set_timeout(1.0)
     if R == 0 and P > 1:
         t0 = time.time()
-        expect_raises(hoop.TimeoutError, lambda: dist.all_reduce(torch.ones(3), group=tg),
-                      "lone all_reduce", "timed out")
+        e = expect_raises(hoop.TimeoutError, lambda: dist.all_reduce(torch.ones(3), group=tg),
+                          "lone all_reduce", "timed out")
+        # torch's own tests match " timeout " (or " Timed out ", " closed ") in such errors.
+        expect(" timeout " in str(e), "lone all_reduce: %r lacks ' timeout '" % str(e))
         expect(time.time() - t0 < deadline, "timeout took %.1f s" % (time.time() - t0))
     dist.barrier(group=GLOO)
     # A rank that exits: the others' next collective fails.
@@ -388,6 +464,7 @@ check_gathers()
 check_reduce_scatter_alltoall()
 check_p2p_barrier()
 check_new_group()
+check_extras()
 worst = check_ddp()
 print("rank %d of %d: collectives and DDP agree with gloo (largest DDP difference %g)"
       % (R, P, worst), flush=True)
