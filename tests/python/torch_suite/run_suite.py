@@ -8,6 +8,7 @@ test/distributed/test_distributed_spawn.py) run against hoop or gloo.
 What this runner changes, and nothing else (no assertion is touched):
   * expecttest, which torch's test utilities import and Debian lacks, comes from stubs/ when it
     is not installed;
+  * INIT_METHOD is file:// (as upstream's file-init run; each test's setUp names its file);
   * in the suite's source, before it is compiled, the backend gates that name gloo alone also
     admit hoop: `BACKEND != "gloo"` becomes `BACKEND not in ("gloo", "hoop")`,
     `BACKEND == "gloo"` becomes `BACKEND in ("gloo", "hoop")`, `require_backend({"gloo"})`
@@ -18,6 +19,12 @@ What this runner changes, and nothing else (no assertion is touched):
     for send/recv (not the CUDA one);
   * torch 1.13's torch.distributed.monitored_barrier refuses every backend but gloo before it
     looks at the group: for a hoop group it calls hoop.torch.monitored_barrier, hoop's own;
+  * a test whose GPU or world-size decorator (skip_if_no_gpu, skip_if_lt_x_gpu,
+    skip_if_small_worldsize) would make every rank exit with its skip code is skipped with the
+    same reason without spawning the ranks (the check reads only the machine and WORLD_SIZE);
+  * a test that fails only because torch 1.13 itself does not import under Python 3.11 (its
+    torch.distributed._shard dataclasses: "mutable default ... use default_factory") is counted
+    as broken in this torch, apart from the failures, for either backend;
   * with --jobs N the tests are dealt round-robin to N runner processes.
 The test class is the one upstream defines: TestDistBackend with _DistTestBase, each test in
 WORLD_SIZE spawned processes that join through a file:// init method.
@@ -138,6 +145,11 @@ class TestDistBackendWithSpawn(_suite.TestDistBackend, _suite.DistributedTest._D
         torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
 
+# What torch 1.13 raises when DistributedDataParallel imports torch.distributed._shard under
+# Python 3.11 (a dataclass field with a mutable default), whatever the backend.
+TORCH_BROKEN = ("torch/distributed/_shard/", "use default_factory")
+
+
 class _Result(unittest.TextTestResult):
     """Records each test's outcome and duration."""
 
@@ -163,13 +175,19 @@ class _Result(unittest.TextTestResult):
         super().addSkip(test, reason)
         self._done(test, "skip", reason)
 
+    def _failed(self, test, err, outcome):
+        text = self._exc_info_to_string(err, test)
+        if TORCH_BROKEN[0] in text and TORCH_BROKEN[1] in text:
+            outcome = "broken"
+        self._done(test, outcome, text[-2000:])
+
     def addFailure(self, test, err):
         super().addFailure(test, err)
-        self._done(test, "fail", self._exc_info_to_string(err, test)[-2000:])
+        self._failed(test, err, "fail")
 
     def addError(self, test, err):
         super().addError(test, err)
-        self._done(test, "error", self._exc_info_to_string(err, test)[-2000:])
+        self._failed(test, err, "error")
 
     def addExpectedFailure(self, test, err):
         super().addExpectedFailure(test, err)
@@ -180,6 +198,32 @@ class _Result(unittest.TextTestResult):
         self._done(test, "fail", "unexpected success")
 
 
+def _certain_skip(fn):
+    """The skip that fn's GPU or world-size decorator would make every spawned rank exit with,
+    decided here when it is certain (its condition reads only the machine and WORLD_SIZE), so
+    that such a test spawns nothing; None otherwise."""
+    cd = sys.modules["torch.testing._internal.common_distributed"]
+    skips = cd.TEST_SKIPS
+    codes = {
+        cd.skip_if_no_gpu(len).__code__: "no_gpu",
+        cd.skip_if_lt_x_gpu(1)(len).__code__: "lt_x_gpu",
+        cd.skip_if_small_worldsize(len).__code__: "small_worldsize",
+    }
+    world = int(os.environ["WORLD_SIZE"])
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    while fn is not None:
+        kind = codes.get(getattr(fn, "__code__", None))
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ())) if kind else {}
+        if kind == "no_gpu" and gpus < world:
+            return skips["no_cuda" if gpus == 0 else "multi-gpu-%d" % world].message
+        if kind == "lt_x_gpu" and gpus < cells["x"].cell_contents:
+            return skips["multi-gpu-%d" % cells["x"].cell_contents].message
+        if kind == "small_worldsize" and os.environ["BACKEND"] != "mpi" and world <= 2:
+            return skips["small_worldsize"].message
+        fn = getattr(fn, "__wrapped__", None)
+    return None
+
+
 def _names(patterns):
     names = unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawn)
     if patterns:
@@ -188,6 +232,11 @@ def _names(patterns):
 
 
 def _run(names, json_path):
+    for n in names:
+        reason = _certain_skip(getattr(TestDistBackendWithSpawn, n))
+        if reason is not None:
+            setattr(TestDistBackendWithSpawn, n,
+                    unittest.skip(reason)(getattr(TestDistBackendWithSpawn, n)))
     suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names)
     runner = unittest.TextTestRunner(verbosity=2, resultclass=_Result, stream=sys.stdout)
     result = runner.run(suite)
@@ -198,14 +247,14 @@ def _run(names, json_path):
 
 
 def _summary(outcomes, label, seconds):
-    count = {k: 0 for k in ("pass", "skip", "fail", "error")}
+    count = {k: 0 for k in ("pass", "skip", "fail", "error", "broken")}
     for o in outcomes.values():
         count[o["outcome"]] += 1
-    print("%s: %d tests, %d passed, %d skipped, %d failed, %d errors in %.0f s" % (
-        label, len(outcomes), count["pass"], count["skip"], count["fail"], count["error"],
-        seconds))
+    print("%s: %d tests, %d passed, %d skipped, %d failed, %d errors, %d broken in this torch "
+          "(%s) in %.0f s" % (label, len(outcomes), count["pass"], count["skip"], count["fail"],
+                              count["error"], count["broken"], TORCH_BROKEN[1], seconds))
     for name, o in sorted(outcomes.items()):
-        if o["outcome"] in ("fail", "error"):
+        if o["outcome"] in ("fail", "error", "broken"):
             print("  %s %s" % (o["outcome"].upper(), name))
     return count["fail"] + count["error"] == 0
 
