@@ -577,12 +577,13 @@ class ProcessGroupHoop(dist.ProcessGroup):
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """A barrier that names the ranks that did not arrive: rank 0 waits for every other rank
         to check in (through the group's store, so the communicator stays usable whatever
-        happens; store.add(key, 0) reads a count without blocking), up to timeout (seconds or a timedelta; the group's timeout by default), then
-        tells each rank the outcome. Raises MonitoredBarrierError on every rank that took part
+        happens; store.add(key, 0) reads a count without blocking), up to timeout (seconds or a
+        timedelta; the group's timeout by default), then tells each rank the outcome. Raises MonitoredBarrierError on every rank that took part
         when one is missing: rank 0 names the first one missing (all of them with
         wait_all_ranks=True), the others say that rank 0 reported a failure or never answered.
         The phrases are gloo's ("Rank 1 failed to pass monitoredBarrier"), so that code matching
-        them works with either backend."""
+        them works with either backend. Calls are counted per group: after a failure the ranks
+        that were missing are a call behind."""
         if timeout is None:
             timeout = self._timeout
         secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else \
