@@ -27,6 +27,8 @@ What this runner changes, and nothing else (no assertion is touched):
   * a test that fails only because torch 1.13 itself does not import under Python 3.11 (its
     torch.distributed._shard dataclasses: "mutable default ... use default_factory") is counted
     as broken in this torch, apart from the failures, for either backend;
+  * the tests in KNOWN_FAILING (hoop's receive from any source) run and are listed as known
+    to fail without failing the run; one that passes fails it, to be taken off the list;
   * with --jobs N the tests are dealt round-robin to N runner processes.
 The test class is the one upstream defines: TestDistBackend with _DistTestBase, each test in
 WORLD_SIZE spawned processes that join through a file:// init method.
@@ -155,6 +157,20 @@ class TestDistBackendWithSpawn(_suite.TestDistBackend, _suite.DistributedTest._D
 TORCH_BROKEN = ("torch/distributed/_shard/", "use default_factory")
 
 
+# Tests hoop is known to fail, with the reason: they still run, are listed as KNOWN, do not fail
+# the run, and fail it once they pass (so that the list only shrinks).
+KNOWN_FAILING = {
+    "hoop": dict.fromkeys(
+        ["test_send_recv_any_source", "test_send_recv_any_source_autograd_profiler",
+         "test_send_recv_any_source_torch_profiler"],
+        "hoop has no receive from any source (dist.recv without src)"),
+}
+
+
+def _short(test):
+    return test.id().rsplit(".", 1)[-1]
+
+
 class _Result(unittest.TextTestResult):
     """Records each test's outcome and duration."""
 
@@ -168,13 +184,18 @@ class _Result(unittest.TextTestResult):
         super().startTest(test)
 
     def _done(self, test, outcome, detail=""):
-        name = test.id().rsplit(".", 1)[-1]
+        name = _short(test)
         self.outcomes[name] = {"outcome": outcome, "seconds": round(
             time.monotonic() - self._t0.get(test.id(), time.monotonic()), 2), "detail": detail}
 
     def addSuccess(self, test):
         super().addSuccess(test)
-        self._done(test, "pass")
+        known = KNOWN_FAILING.get(os.environ["BACKEND"], {}).get(_short(test))
+        if known is None:
+            self._done(test, "pass")
+        else:
+            self._done(test, "fail", "passes, but is listed in KNOWN_FAILING (%s): take it out"
+                       % known)
 
     def addSkip(self, test, reason):
         super().addSkip(test, reason)
@@ -184,6 +205,8 @@ class _Result(unittest.TextTestResult):
         text = self._exc_info_to_string(err, test)
         if TORCH_BROKEN[0] in text and TORCH_BROKEN[1] in text:
             outcome = "broken"
+        elif _short(test) in KNOWN_FAILING.get(os.environ["BACKEND"], {}):
+            outcome = "known"
         self._done(test, outcome, text[-2000:])
 
     def addFailure(self, test, err):
@@ -252,15 +275,18 @@ def _run(names, json_path):
 
 
 def _summary(outcomes, label, seconds):
-    count = {k: 0 for k in ("pass", "skip", "fail", "error", "broken")}
+    count = {k: 0 for k in ("pass", "skip", "fail", "error", "broken", "known")}
     for o in outcomes.values():
         count[o["outcome"]] += 1
-    print("%s: %d tests, %d passed, %d skipped, %d failed, %d errors, %d broken in this torch "
-          "(%s) in %.0f s" % (label, len(outcomes), count["pass"], count["skip"], count["fail"],
-                              count["error"], count["broken"], TORCH_BROKEN[1], seconds))
+    print("%s: %d tests, %d passed, %d skipped, %d failed, %d errors, %d known to fail, %d broken "
+          "in this torch (%s) in %.0f s" % (
+              label, len(outcomes), count["pass"], count["skip"], count["fail"], count["error"],
+              count["known"], count["broken"], TORCH_BROKEN[1], seconds))
+    known = KNOWN_FAILING.get(os.environ["BACKEND"], {})
     for name, o in sorted(outcomes.items()):
-        if o["outcome"] in ("fail", "error", "broken"):
-            print("  %s %s" % (o["outcome"].upper(), name))
+        if o["outcome"] in ("fail", "error", "broken", "known"):
+            print("  %s %s%s" % (o["outcome"].upper(), name,
+                                 " (%s)" % known[name] if o["outcome"] == "known" else ""))
     return count["fail"] + count["error"] == 0
 
 
