@@ -18,7 +18,9 @@ What this runner changes, and nothing else (no assertion is touched):
     something else;
   * hoop joins the suite's own lists as upstream's plugin backends do: DistTestCases'
     "ddp", "subgroup" and "plugin" features, and the profiling allowlists for collectives and
-    for send/recv (not the CUDA one);
+    for send/recv (not the CUDA one); also the "gpu" feature, which gates tests gloo runs on the
+    CPU too (gather_object, all_gather_object, broadcast_object_list); those needing a GPU still
+    skip by their own GPU decorators;
   * torch 1.13's torch.distributed.monitored_barrier refuses every backend but gloo before it
     looks at the group: for a hoop group it calls hoop.torch.monitored_barrier, hoop's own;
   * a test whose GPU or world-size decorator (skip_if_no_gpu, skip_if_lt_x_gpu,
@@ -101,7 +103,7 @@ EXPECTED_COUNTS = {"1.13": [17, 3, 18, 12]}
 def _load_suite():
     from torch.testing._internal.common_distributed import DistTestCases
 
-    for feature in ("ddp", "subgroup", "plugin"):
+    for feature in ("ddp", "subgroup", "plugin", "gpu"):
         DistTestCases.backend_feature[feature].add("hoop")
     spec = importlib.util.find_spec(SUITE)
     with open(spec.origin) as f:
