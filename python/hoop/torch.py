@@ -334,7 +334,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         reqs = [self._comm.iallreduce(_check(t, "allreduce"), None, op) for t in tensors]
         return self._work("all_reduce", tensors, reqs, list(tensors))
 
-    # Shape header of a sparse all-reduce: sparse dims, dense dims, dtype, nnz, the shape.
+    # Header of a sparse all-reduce: sparse dims, dense dims, dtype, op, nnz, the shape.
     _SPARSE_MAX_DIMS = 16
 
     def _sparse_allreduce(self, t, op):
@@ -343,8 +343,6 @@ class ProcessGroupHoop(dist.ProcessGroup):
         the collectives posted before it."""
         if t.layout != torch.sparse_coo:
             raise ValueError("hoop backend: allreduce mixes sparse and dense tensors")
-        if op != "sum":
-            raise ValueError("hoop backend: a sparse allreduce sums only (got op %s)" % op)
         if t.device.type != "cpu":
             _check(t, "sparse allreduce")  # the device sentence
         c = t.coalesce()
@@ -355,24 +353,31 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if ndim > hmax:
             raise ValueError("hoop backend: sparse allreduce takes at most %d dimensions, got %d"
                              % (hmax, ndim))
-        head = torch.full((4 + hmax,), -1, dtype=torch.int64)
+        ops = ["sum", "prod", "min", "max", "avg"]
+        head = torch.full((5 + hmax,), -1, dtype=torch.int64)
         head[0], head[1] = c.sparse_dim(), c.dense_dim()
-        head[2], head[3] = dtypes.index(val.dtype), c._nnz()
-        head[4:4 + ndim] = torch.tensor(t.shape, dtype=torch.int64)
+        head[2], head[3] = dtypes.index(val.dtype), ops.index(op)
+        head[4] = c._nnz()
+        head[5:5 + ndim] = torch.tensor(t.shape, dtype=torch.int64)
         heads = torch.empty(n * head.numel(), dtype=torch.int64)
         self._comm.allgather(head, heads)
         heads = heads.view(n, -1)
         for r in range(n):  # every rank sees every header: all raise together
-            mine = torch.cat([head[:3], head[4:]])
-            theirs = torch.cat([heads[r, :3], heads[r, 4:]])
+            mine = torch.cat([head[:4], head[5:]])
+            theirs = torch.cat([heads[r, :4], heads[r, 5:]])
+            if int(heads[r, 3]) != ops.index(op):
+                raise ValueError("hoop backend: sparse allreduce: rank %d reduces with %s, rank "
+                                 "%d with %s" % (self.rank(), op, r, ops[int(heads[r, 3])]))
             if not torch.equal(mine, theirs):
                 raise ValueError(
                     "hoop backend: sparse allreduce: rank %d has a %s tensor of shape %s (%d "
                     "sparse dims), rank %d one of %s, shape %s (%d sparse dims)" % (
                         self.rank(), val.dtype, list(t.shape), c.sparse_dim(), r,
-                        dtypes[int(heads[r, 2])], [int(x) for x in heads[r, 4:] if x >= 0],
+                        dtypes[int(heads[r, 2])], [int(x) for x in heads[r, 5:] if x >= 0],
                         int(heads[r, 0])))
-        counts = [int(x) for x in heads[:, 3]]
+        if op != "sum":  # after the comparison: every rank raises
+            raise ValueError("hoop backend: a sparse allreduce sums only (got op %s)" % op)
+        counts = [int(x) for x in heads[:, 4]]
         m = max(counts)
         idx_pad = torch.zeros((idx.shape[0], m), dtype=torch.int64)
         idx_pad[:, :idx.shape[1]] = idx

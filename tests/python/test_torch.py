@@ -326,6 +326,9 @@ def check_extras():
     if P > 1:
         expect_raises(ValueError, lambda: dist.all_reduce(mixed), "sparse shapes differ",
                       "rank 0 one of torch.float32, shape [5]" if R != 0 else "shape [6]")
+    one = torch.sparse_coo_tensor(torch.zeros((1, 1), dtype=torch.int64), torch.ones(1), (5,))
+    expect_raises(ValueError, lambda: dist.all_reduce(one, dist.ReduceOp.MAX), "sparse max",
+                  "sums only")
     dist.barrier()
     # Profiler events, as gloo's "gloo:all_reduce": asynchronous, with the input shapes.
     t = torch.ones(2, 3)
