@@ -110,6 +110,7 @@ typedef struct bench {
     const coll_t *coll;
     size_t minb, maxb, factor, step; /* factor > 1: multiply, else add step */
     int iters, warmup, check, blocking, average;
+    int agg;              /* -m: calls per iteration, posted together */
     int warm_each;        /* also warm up before every timed row, as the OSU benchmarks do */
     unsigned dtypes, ops; /* bit masks */
     int root;             /* -1: every rank in turn */
@@ -164,7 +165,7 @@ typedef struct opts {
     const char *algos; /* --algo as given, possibly a comma-separated list */
 } opts_t;
 
-/* Returns 0; -1 for -h; 2 after printing what is wrong. */
+/* Returns 0; -1 for -h, -2 for --version; 2 after printing what is wrong. */
 int parse_args(int argc, char **argv, bench_t *b, opts_t *o);
 void usage(FILE *f);
 

@@ -42,11 +42,16 @@ int main(int argc, char **argv)
     b.iters = 20;
     b.warmup = 5;
     b.check = 1;
-    b.average = 3;
+    b.agg = 1;
+    b.average = 1; /* the mean over ranks, as nccl-tests */
     b.dtypes = 1u << HOOP_FLOAT32;
     b.ops = 1u << HOOP_SUM;
 
     int rc = parse_args(argc, argv, &b, &o);
+    if (rc == -2) {
+        printf("hoop-perf %s (libhoop %s)\n", HOOP_VERSION_STRING, hoop_version());
+        return 0;
+    }
     if (rc < 0) {
         usage(stdout);
         return 0;
@@ -58,7 +63,7 @@ int main(int argc, char **argv)
         if (o.explain) b.maxb = b.minb;
     }
     const char *algo = getenv("HOOP_ALGO"), *tp = getenv("HOOP_TRANSPORT");
-    b.algo = algo && algo[0] ? algo : "auto";
+    b.algo = o.algos != NULL ? o.algos : algo && algo[0] ? algo : "auto";
     b.transport = tp && tp[0] ? tp : "auto";
 
     hoop_result_t e = hoop_init_from_env(&b.comm);

@@ -68,25 +68,32 @@ void fill_input(const coll_t *co, const call_t *k)
     if (co->prep) co->prep(k);
 }
 
-/* Runs the call iters times: all posted at once and then waited for (-z 0), blocking with a
- * barrier after each (nccl-tests' -z 1), or blocking back to back (-z 2, as MPI benchmarks call
- * theirs). Returns 0 on failure. */
-static int run_batch(const bench_t *b, const coll_t *co, const call_t *k, int iters)
+/* Posts calls nonblocking calls, then waits for them all. Returns 0 on failure. */
+static int post_and_wait(const bench_t *b, const coll_t *co, const call_t *k, int calls)
 {
-    if (b->blocking) {
-        for (int i = 0; i < iters; i++)
-            if (!checked(b, co->name, co->run(k, NULL, NULL)) ||
-                (b->blocking == 1 && !checked(b, "barrier", hoop_barrier(b->comm))))
-                return 0;
-        return 1;
-    }
     int nreqs = 0, ok = 1;
-    for (int i = 0; i < iters && ok; i++) ok = checked(b, co->name, co->run(k, b->reqs, &nreqs));
+    for (int i = 0; i < calls && ok; i++) ok = checked(b, co->name, co->run(k, b->reqs, &nreqs));
     for (int i = 0; i < nreqs; i++) {
         hoop_result_t e = hoop_wait(b->reqs[i]);
         if (ok) ok = checked(b, "hoop_wait", e);
     }
     return ok;
+}
+
+/* Runs iters iterations of b->agg calls each (-m): all posted at once and then waited for (-z 0),
+ * each iteration's calls completed, then a barrier (nccl-tests' -z 1), or back to back (-z 2, as
+ * MPI benchmarks call theirs). An iteration of one call is a blocking call (-z 1, 2), of more
+ * calls (-m) posted together and waited for. Returns 0 on failure. */
+static int run_batch(const bench_t *b, const coll_t *co, const call_t *k, int iters)
+{
+    if (!b->blocking) return post_and_wait(b, co, k, iters * b->agg);
+    for (int i = 0; i < iters; i++) {
+        if (!(b->agg == 1 ? checked(b, co->name, co->run(k, NULL, NULL))
+                          : post_and_wait(b, co, k, b->agg)) ||
+            (b->blocking == 1 && !checked(b, "barrier", hoop_barrier(b->comm))))
+            return 0;
+    }
+    return 1;
 }
 
 /* Times one variant; when checking, runs it once more on fresh inputs over a receive buffer
@@ -99,7 +106,7 @@ static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, var
     if (!checked(b, "barrier", hoop_barrier(b->comm))) return 0;
     double t0 = now_s();
     if (!run_batch(b, co, k, b->iters)) return 0;
-    v->us = (now_s() - t0) / b->iters * 1e6;
+    v->us = (now_s() - t0) / ((double)b->iters * b->agg) * 1e6;
     v->ran = 1;
     if (!b->check || !co->expect) return 1;
 
@@ -245,7 +252,7 @@ int alloc_buffers(bench_t *b)
     b->rbuf = calloc(1, rb ? rb : 1);
     b->ebuf = malloc(eb ? eb : 1);
     /* sendrecv posts two requests per iteration */
-    b->reqs = calloc(2 * (size_t)(b->iters > b->warmup ? b->iters : b->warmup) + 2,
+    b->reqs = calloc(2 * (size_t)b->agg * (size_t)(b->iters > b->warmup ? b->iters : b->warmup) + 2,
                      sizeof *b->reqs);
     if (b->sbuf && b->rbuf && b->ebuf && b->reqs) return 1;
     fprintf(stderr, "hoop-perf: rank %d: out of memory for buffers of %zu bytes\n", b->rank, rb);
