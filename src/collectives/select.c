@@ -2,6 +2,7 @@
  * (latency-bound: log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank).
  * HOOP_ALGO forces one, including the parameter servers, which auto never picks: they are there to
  * be compared with. Other collectives pick their own variant by size inside their file. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_COLL /* of its INFO and TRACE lines (base/log.h) */
 #include <string.h>
 #include <strings.h>
 

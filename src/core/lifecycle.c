@@ -74,6 +74,7 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     pthread_cond_init(&c->tcv, &ca);
     pthread_condattr_destroy(&ca);
     hoop__log_open(&c->log, cfg->log_level, cfg->log_file, rank);
+    c->log.subsys = cfg->log_subsys;
     snprintf(c->host, sizeof(c->host), "%s", c->log.host);
     if (cfg->trace) {
         c->trace_fn = hoop__trace_to_log;
@@ -284,6 +285,10 @@ static hoop_result_t load_config(init_t *in)
 {
     hoop_result_t rc = hoop__config_load(in->cfg, in->err, sizeof(in->err));
     hoop__log_open(&in->boot, rc == HOOP_OK ? in->cfg->log_level : HOOP__LOG_WARN, NULL, in->rank);
+    if (rc == HOOP_OK) {
+        in->boot.subsys = in->cfg->log_subsys;
+        hoop__log_banner(&in->boot, in->cfg->auth.set);
+    }
     return rc;
 }
 

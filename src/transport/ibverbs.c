@@ -8,6 +8,7 @@
  * per peer, and one zero-copy answer and one end (a sender starts no zero-copy message before the
  * last one's answer came, nor the next before it sent the end), fewer than NCTRL control
  * fragments ever wait in slots not yet posted again. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>

@@ -1,5 +1,6 @@
 /* RDMA verbs transport: listening (the port, the completion queue and channel), connecting the
  * queue pairs through the out-of-band exchange, settling, and close. ibverbs.h says how it works. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
