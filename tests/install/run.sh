@@ -138,4 +138,21 @@ PY
     [ "$(grep -c 'python ok$' "$tmp/out-py")" -eq 2 ] || { cat "$tmp/out-py" >&2; fail "python: not 2 ranks ok"; }
     echo "install test: the Python package ($site) on 2 ranks: ok"
 fi
+# pip, where the interpreter has it: the package's own backend builds the wheel offline and
+# writes nothing into the source tree (no build/, no *.egg-info).
+if [ -n "$python" ] && [ "$python" != none ] && "$python" -m pip --version >/dev/null 2>&1; then
+    (cd "$src/python" && find . -name __pycache__ -prune -o -print | sort) >"$tmp/before"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 quietly "$python" -m pip install --no-deps --no-index \
+        --target "$tmp/pip" "$src/python"
+    (cd "$src/python" && find . -name __pycache__ -prune -o -print | sort) >"$tmp/after"
+    cmp -s "$tmp/before" "$tmp/after" ||
+        fail "pip wrote into the source tree: $(diff "$tmp/before" "$tmp/after" | grep '^>' | head -n 5)"
+    for f in __init__.py _buffer.py _errors.py _library.py torch.py; do
+        [ -f "$tmp/pip/hoop/$f" ] || fail "pip's install lacks hoop/$f"
+    done
+    PYTHONPATH=$tmp/pip "$python" -c 'import hoop' || fail "the package pip installed does not import"
+    echo "install test: pip install --target: ok, nothing written into the source tree"
+else
+    echo "install test: no pip for ${python:-python}: the pip round is skipped"
+fi
 echo "install test: passed"
