@@ -51,6 +51,10 @@ header=$(find "$root" -name hoop.h | head -n 1)
 [ -n "$(find "$root" -name 'hoop-perf' -type f)" ] || fail "no hoop-perf installed"
 libdir=$(dirname "$(find "$root" -name 'libhoop.so*' | head -n 1)")
 [ -f "$libdir/libhoop.a" ] || fail "no libhoop.a next to libhoop.so in $libdir"
+# libhoop opens its CUDA module from its own directory: where one was built, it must be there.
+if [ $# -ge 1 ] && [ -f "$1/libhoop-cuda.so" ]; then
+    [ -f "$libdir/libhoop-cuda.so" ] || fail "libhoop-cuda.so was built but is not beside libhoop in $libdir"
+fi
 PKG_CONFIG_PATH=$(dirname "$pc")
 export PKG_CONFIG_PATH
 # Under a destdir the .pc file names the configured prefix: moving the prefix into the destdir
