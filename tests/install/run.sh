@@ -141,6 +141,22 @@ PY
         >"$tmp/out-py" 2>&1 || { cat "$tmp/out-py" >&2; fail "the installed Python package on 2 ranks"; }
     [ "$(grep -c 'python ok$' "$tmp/out-py")" -eq 2 ] || { cat "$tmp/out-py" >&2; fail "python: not 2 ranks ok"; }
     echo "install test: the Python package ($site) on 2 ranks: ok"
+
+    # A package whose library is gone: the error lists every place it looked.
+    mkdir "$tmp/moved"
+    cp -r "$site/hoop" "$tmp/moved/"
+    printf 'LIBDIR = "/nonexistent-hoop/lib"\nPACKAGE_DIR = "/nonexistent-hoop/site/hoop"\n' \
+        >"$tmp/moved/hoop/_installed.py"
+    if PYTHONPATH=$tmp/moved "$python" -c 'import hoop._library as L; print(L.path())' >"$tmp/out-nolib" 2>&1; then
+        # A libhoop installed on this machine (ldconfig'd, or in /usr/local): nothing to check.
+        echo "install test: skipped the missing-library round: $(tail -n 1 "$tmp/out-nolib") is installed here"
+    else
+        for where in 'LibraryNotFoundError: libhoop.so not found' /nonexistent-hoop/lib "$tmp/moved/hoop" \
+            /usr/local/lib /usr/lib "the loader's search for libhoop.so.0"; do
+            grep -qF "$where" "$tmp/out-nolib" || { cat "$tmp/out-nolib" >&2; fail "the error does not name $where"; }
+        done
+        echo "install test: no library: the error names every place looked at: ok"
+    fi
 fi
 # pip, where the interpreter has it: the package's own backend builds the wheel offline and
 # writes nothing into the source tree (no build/, no *.egg-info).
