@@ -88,10 +88,11 @@ loaded=$(ldd "$tmp/consumer" | sed -n 's/.*libhoop\.so\.0 => \([^ ]*\).*/\1/p')
 case "$(ldd "$tmp/consumer-static")" in *libhoop*) fail "the static build needs libhoop.so" ;; esac
 
 # The README's C example, built and started the way the README says.
+# shellcheck disable=SC2016
 sed -n '/^## Using it from C/,/^## /p' "$src/README.md" | sed -n '/^```c$/,/^```$/p' | sed '1d;$d' \
     >"$tmp/demo.c"
 grep -q hoop_allreduce "$tmp/demo.c" || fail "no C example found in README.md"
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086,SC2046
 (cd "$tmp" && $CC demo.c $(pkg-config $pc_args --cflags --libs hoop) -o demo) ||
     fail "building the README's example as the README says"
 HOOP_TIMEOUT=30 "$hooprun" --timeout 60 -n 4 "$tmp/demo" >"$tmp/out-demo" 2>&1 ||

@@ -336,19 +336,19 @@ test_stopped() {
 
 # OMP_NUM_THREADS=1 for every rank unless set, as torchrun; said once; one rank is left alone.
 test_omp() {
+    # shellcheck disable=SC2016
+    show='echo "OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}"'
     omp_out() { sed -n "s/^\[$1\] OMP_NUM_THREADS=//p" "$T/out"; }
-    (unset OMP_NUM_THREADS && exec "$HOOPRUN" -n 2 sh -c 'echo "OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}"') \
-        >"$T/out" 2>"$T/err"
+    (unset OMP_NUM_THREADS && exec "$HOOPRUN" -n 2 sh -c "$show") >"$T/out" 2>"$T/err"
     rc=$?
     expect_rc 0
-    [ "$(omp_out 0)" = 1 ] && [ "$(omp_out 1)" = 1 ] || fail "OMP_NUM_THREADS not 1 on both ranks"
+    if [ "$(omp_out 0)" != 1 ] || [ "$(omp_out 1)" != 1 ]; then fail "OMP_NUM_THREADS not 1 on both ranks"; fi
     expect_err_line 'hooprun: note: OMP_NUM_THREADS=1 for every rank, as torchrun sets it .*'
-    OMP_NUM_THREADS=3 run -n 2 sh -c 'echo "OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}"'
+    OMP_NUM_THREADS=3 run -n 2 sh -c "$show"
     expect_rc 0
-    [ "$(omp_out 0)" = 3 ] && [ "$(omp_out 1)" = 3 ] || fail "a set OMP_NUM_THREADS was changed"
+    if [ "$(omp_out 0)" != 3 ] || [ "$(omp_out 1)" != 3 ]; then fail "a set OMP_NUM_THREADS was changed"; fi
     grep -q OMP_NUM_THREADS "$T/err" && fail "a note although OMP_NUM_THREADS was set"
-    (unset OMP_NUM_THREADS && exec "$HOOPRUN" -n 1 sh -c 'echo "OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}"') \
-        >"$T/out" 2>"$T/err"
+    (unset OMP_NUM_THREADS && exec "$HOOPRUN" -n 1 sh -c "$show") >"$T/out" 2>"$T/err"
     [ "$(omp_out 0)" = unset ] || fail "OMP_NUM_THREADS set for a single rank"
     return 0
 }
