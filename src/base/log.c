@@ -2,13 +2,14 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sodium.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
-#include <time.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #include "hoop.h"
 
