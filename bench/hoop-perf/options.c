@@ -82,8 +82,8 @@ void usage(FILE *f)
         "                            bfloat16 float32 (float) float64 (double) (default float32)\n"
         "  -o, --op OP|all           sum prod min max avg (default sum)\n"
         "  -r, --root R|all          root of broadcast, reduce, gather, scatter (default 0)\n"
-        "  -T, --timeout S           HOOP_TIMEOUT: a call that does not complete in S seconds\n"
-        "                            fails on every rank, naming the rank it waits for\n"
+        "  -T, --timeout S           sets HOOP_TIMEOUT: a wait (init included) that makes no\n"
+        "                            progress for S seconds fails the call with a timeout\n"
         "  -g, --ngpus 1, -t, --nthreads 1   accepted for nccl-tests command lines\n"
         "  -p, --parallel_init 0|1   accepted: each process is one rank with one communicator,\n"
         "                            so there is nothing to initialise in parallel\n"
@@ -276,6 +276,11 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
     }
     if (!o->factor_set && o->step_set) b->factor = 1;
     if (b->factor <= 1 && !o->step_set) b->step = 1u << 20;
+    if ((long long)b->agg * (b->iters > b->warmup ? b->iters : b->warmup) > (1 << 24)) {
+        fprintf(stderr, "hoop-perf: -m %d with -n %d / -w %d: more than %d calls per row\n", b->agg,
+                b->iters, b->warmup, 1 << 24);
+        return 2;
+    }
     if (b->minb > b->maxb) {
         fprintf(stderr, "hoop-perf: -b %zu is larger than -e %zu\n", b->minb, b->maxb);
         return 2;

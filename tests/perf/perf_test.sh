@@ -45,7 +45,7 @@ help)
     ;;
 badflag)
     for args in "--no-such-flag" "-q" "-b" "-d float8" "-o xor" "-c 2" "-r x" "nocollective" "-b 2K -e 1K" \
-        "-m 0" "-T 0" "-p 2" "-C x" "-G 1" "-R 2" "--cudagraph 1" "-a 4"; do
+        "-m 0" "-m 65536 -n 1000" "-T 0" "-p 2" "-C x" "-G 1" "-R 2" "--cudagraph 1" "-a 4"; do
         # shellcheck disable=SC2086
         "$1" $args >"$tmp/out" 2>"$tmp/err"
         rc=$?
