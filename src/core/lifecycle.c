@@ -331,6 +331,8 @@ static hoop_result_t resolve_rendezvous(init_t *in)
         snprintf(in->err, sizeof(in->err), "out of memory");
         return HOOP_ERR_NO_MEMORY;
     }
+    /* A HOOP_DEBUG_FILE opens with the banner too (the boot log's went to stderr). */
+    if (in->cfg->log_file[0] != '\0') hoop__log_banner(&in->c->log, in->cfg->auth.set);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int local = rdv->local_size > 0 ? rdv->local_size : 1;
     in->c->spin_s = ncpu > 0 && local > ncpu ? 0.0 : 20e-6;
