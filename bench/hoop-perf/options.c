@@ -90,6 +90,8 @@ void usage(FILE *f)
         "                            predictions of ring, rd, tree and ps (-d, -o ignored)\n"
         "  --explain                 trace one all-reduce of -b bytes of float32 (with --algo):\n"
         "                            every rank's schedule by step, then its traffic\n"
+        "  --device host|cuda[:N]    the buffers in host memory (default) or in the memory of\n"
+        "                            CUDA device N (0); #wrong checks the device result\n"
         "  -h, --help                this text\n"
         "\n",
         f);
@@ -126,7 +128,16 @@ void usage(FILE *f)
         f);
 }
 
-enum { OPT_ALGO = 256, OPT_TRANSPORT, OPT_JSON, OPT_CSV, OPT_MODEL, OPT_EXPLAIN, OPT_WARM_EACH };
+enum {
+    OPT_ALGO = 256,
+    OPT_TRANSPORT,
+    OPT_JSON,
+    OPT_CSV,
+    OPT_MODEL,
+    OPT_EXPLAIN,
+    OPT_WARM_EACH,
+    OPT_DEVICE
+};
 
 int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
 {
@@ -151,6 +162,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"warm-each", no_argument, NULL, OPT_WARM_EACH},
                                           {"model", no_argument, NULL, OPT_MODEL},
                                           {"explain", no_argument, NULL, OPT_EXPLAIN},
+                                          {"device", required_argument, NULL, OPT_DEVICE},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     int c, v = 0, li;
@@ -199,6 +211,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         case OPT_WARM_EACH: b->warm_each = 1; break;
         case OPT_MODEL: o->model = 1; break;
         case OPT_EXPLAIN: o->explain = 1; break;
+        case OPT_DEVICE: bad = parse_device(optarg, b); break;
         case 'h': return -1;
         case ':':
             fprintf(stderr, "hoop-perf: option %s needs a value (see hoop-perf -h)\n",
@@ -241,6 +254,10 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         (b->coll != &COLLS[0] || o->model + o->explain > 1 || b->json_path || b->csv_path)) {
         fprintf(stderr, "hoop-perf: --model and --explain are for allreduce, one at a time, "
                         "without --json/--csv\n");
+        return 2;
+    }
+    if ((o->model || o->explain) && b->use_cuda) {
+        fprintf(stderr, "hoop-perf: --model and --explain use host buffers only (no --device)\n");
         return 2;
     }
     return 0;

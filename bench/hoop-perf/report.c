@@ -46,6 +46,7 @@ int print_header(bench_t *b)
                b->coll->name, b->size, b->minb, b->maxb, step, b->warmup, b->iters, b->check,
                b->blocking);
         printf("# hoop %s transport: %s algorithm: %s\n", hoop_version(), b->transport, b->algo);
+        if (b->dev) printf("# buffers: CUDA device %d (%s)\n", b->cuda_dev, device_name(b));
         printf("#\n# Using ranks\n");
         for (int r = 0; r < b->size; r++) {
             all[r].host[sizeof all[r].host - 1] = '\0';
