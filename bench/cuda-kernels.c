@@ -100,30 +100,33 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, args_t *a)
 {
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = v == NULL, iv = 0;
+        int bad = 0, iv = 0;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout);
             exit(0);
-        } else if (!strcmp(o, "-b") && v) {
+        } else if (v == NULL) {
+            fprintf(stderr, "cuda-kernels: %s needs a value (see cuda-kernels -h)\n", o);
+            return 2;
+        } else if (!strcmp(o, "-b")) {
             bad = bench_parse_size(v, &a->minb);
-        } else if (!strcmp(o, "-e") && v) {
+        } else if (!strcmp(o, "-e")) {
             bad = bench_parse_size(v, &a->maxb);
-        } else if (!strcmp(o, "-f") && v) {
+        } else if (!strcmp(o, "-f")) {
             bad = bench_parse_int(v, 2, 1 << 20, &iv);
             a->factor = (size_t)iv;
-        } else if (!strcmp(o, "-n") && v) {
+        } else if (!strcmp(o, "-n")) {
             bad = bench_parse_int(v, 1, 1 << 20, &a->iters);
-        } else if (!strcmp(o, "-w") && v) {
+        } else if (!strcmp(o, "-w")) {
             bad = bench_parse_int(v, 0, 1 << 20, &a->warmup);
-        } else if (!strcmp(o, "-d") && v) {
+        } else if (!strcmp(o, "-d")) {
             a->dtypes = 0;
             for (int d = 0; d < HOOP_DTYPE_COUNT; d++)
                 if (!strcmp(v, "all") || !strcmp(v, hoop_dtype_name((hoop_dtype_t)d)))
                     a->dtypes |= 1u << d;
             bad = a->dtypes == 0;
-        } else if (!strcmp(o, "-o") && v) {
+        } else if (!strcmp(o, "-o")) {
             a->ops = 0;
             for (int k = 0; k < HOOP_OP_COUNT; k++)
                 if (!strcmp(v, "all") || !strcmp(v, hoop_op_name((hoop_op_t)k)))
@@ -134,10 +137,9 @@ static int parse(int argc, char **argv, args_t *a)
             return 2;
         }
         if (bad) {
-            fprintf(stderr, "cuda-kernels: bad value for %s: '%s'\n", o, v ? v : "");
+            fprintf(stderr, "cuda-kernels: bad value for %s: '%s'\n", o, v);
             return 2;
         }
-        i++;
     }
     if (a->minb == 0 || a->minb > a->maxb) {
         fprintf(stderr, "cuda-kernels: need 0 < -b <= -e\n");
@@ -198,7 +200,7 @@ int main(int argc, char **argv)
     }
 
     long wrong_total = 0;
-    double worst[2] = {0, 0}; /* the 256 MiB sum's ratio, float32 and bfloat16, for the target */
+    double ratio[2] = {0, 0}; /* the largest sum's ratio, float32 and bfloat16, for the target */
     int have_target[2] = {0, 0};
     if (ok)
         printf("%10s  %-8s %-4s %9s %9s %9s %9s %6s %7s\n", "size", "type", "op", "us", "GB/s",
@@ -251,7 +253,7 @@ int main(int argc, char **argv)
                 fflush(stdout);
                 int t = dt == HOOP_FLOAT32 ? 0 : dt == HOOP_BFLOAT16 ? 1 : -1;
                 if (t >= 0 && k == HOOP_SUM && n == a.maxb) {
-                    worst[t] = gbs / cgbs;
+                    ratio[t] = gbs / cgbs;
                     have_target[t] = 1;
                 }
                 if (bytes > a.maxb / a.factor) break;
@@ -262,8 +264,8 @@ int main(int argc, char **argv)
     for (int t = 0; ok && t < 2; t++)
         if (have_target[t])
             printf("# target: sum %s at %zu bytes, ratio %.3f (target 0.90): %s\n",
-                   t ? "bfloat16" : "float32", a.maxb, worst[t],
-                   worst[t] >= 0.90 ? "met" : "NOT met");
+                   t ? "bfloat16" : "float32", a.maxb, ratio[t],
+                   ratio[t] >= 0.90 ? "met" : "NOT met");
     cudaFree(da);
     cudaFree(db);
     cudaFree(dout);

@@ -19,7 +19,9 @@
 # of time is recorded as such and the next one runs. Without a GPU the GPU steps are skipped and
 # the report says "no GPU". Exit status: 0 when every step that ran passed (or skipped), 1 when
 # one failed or did not run, 2 for bad usage. Environment: GPU_CHECK_DEADLINE (seconds, default
-# 290), GPU_CHECK_JOBS (build jobs, default the CPUs), GPU_CHECK_KEEP=1 keeps the work folder.
+# 290), GPU_CHECK_BUILD_LIMIT (seconds, default 150), GPU_CHECK_JOBS (build jobs, default the
+# CPUs), GPU_CHECK_KEEP=1 keeps the work folder.
+# shellcheck disable=SC2317 # the steps are called by name, through --step
 set -u
 
 # Until the library chooses between CUDA IPC and staging per peer with a variable to force it,
@@ -113,7 +115,10 @@ fi
 
 # ---- the run --------------------------------------------------------------------------------
 
-[ $# -eq 1 ] && [ -n "$1" ] || { echo "usage: $0 OUTDIR" >&2; exit 2; }
+if [ $# -ne 1 ] || [ -z "$1" ]; then
+    echo "usage: $0 OUTDIR" >&2
+    exit 2
+fi
 mkdir -p "$1" || exit 2
 out=$(cd "$1" && pwd)
 report=$out/gpu-check.txt
@@ -187,7 +192,7 @@ say ""
 built=0
 if [ -z "$nvcc" ]; then
     skip "build with CUDA" "no nvcc"
-elif step "build with CUDA" 150 build; then
+elif step "build with CUDA" "${GPU_CHECK_BUILD_LIMIT:-150}" build; then
     built=1
 fi
 
