@@ -71,9 +71,9 @@ void fill_input(const coll_t *co, const call_t *k)
 /* --device: the host twin of an address in sbuf or rbuf. */
 static void *twin(const bench_t *b, void *p)
 {
-    unsigned char *q = p;
-    if (q >= b->sbuf && q <= b->sbuf + b->scap) return b->hsbuf + (q - b->sbuf);
-    return b->hrbuf + (q - b->rbuf);
+    uintptr_t q = (uintptr_t)p, s = (uintptr_t)b->sbuf; /* two allocations: compare addresses */
+    if (q >= s && q <= s + b->scap) return b->hsbuf + (q - s);
+    return b->hrbuf + (q - (uintptr_t)b->rbuf);
 }
 
 /* fill_input, for device buffers too: written into the twins and copied over (the send side,
