@@ -20,7 +20,7 @@
 # the report says "no GPU". Exit status: 0 when every step that ran passed (or skipped), 1 when
 # one failed or did not run, 2 for bad usage. Environment: GPU_CHECK_DEADLINE (seconds, default
 # 290), GPU_CHECK_BUILD_LIMIT (seconds, default 150), GPU_CHECK_JOBS (build jobs, default the
-# CPUs), GPU_CHECK_KEEP=1 keeps the work folder.
+# CPUs), GPU_CHECK_BUILD=1 builds even without a GPU, GPU_CHECK_KEEP=1 keeps the work folder.
 # shellcheck disable=SC2317 # the steps are called by name, through --step
 set -u
 
@@ -192,6 +192,8 @@ say ""
 built=0
 if [ -z "$nvcc" ]; then
     skip "build with CUDA" "no nvcc"
+elif [ "$gpus" -eq 0 ] && [ "${GPU_CHECK_BUILD:-0}" != 1 ]; then
+    skip "build with CUDA" "no GPU to run it on; GPU_CHECK_BUILD=1 builds anyway"
 elif step "build with CUDA" "${GPU_CHECK_BUILD_LIMIT:-150}" build; then
     built=1
 fi
