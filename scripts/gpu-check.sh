@@ -241,7 +241,7 @@ else
         done
     done
     for c in broadcast reduce allgather gather scatter reducescatter alltoall sendrecv; do
-        step "hoop-perf $c 4 ranks ipc" 15 perf 4 ipc "$c" -b 8 -e 4M -f 64 -n 2 -w 1 -d all -o all
+        step "hoop-perf $c 4 ranks ipc" 20 perf 4 ipc "$c" -b 8 -e 1M -f 128 -n 2 -w 1 -d all -o all
     done
 fi
 
