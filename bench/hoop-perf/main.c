@@ -88,6 +88,7 @@ int main(int argc, char **argv)
         if (b.rank == 0) fprintf(stderr, "hoop-perf: sendrecv needs 2 ranks or more\n");
         status = 2;
     }
+    if (!status && b.use_cuda && !device_open(&b)) status = 1;
     if (!status && !alloc_buffers(&b)) status = 1;
     if (!status && b.rank == 0 && b.json_path && !(b.json = open_output(b.json_path))) status = 1;
     if (!status && b.rank == 0 && b.csv_path && !(b.csv = open_output(b.csv_path))) status = 1;
@@ -126,8 +127,14 @@ int main(int argc, char **argv)
     if (b.json && fclose(b.json) != 0) ok = 0;
     if (!ok && status == 0) hoop_comm_abort(b.comm);
     hoop_comm_destroy(b.comm);
-    free(b.sbuf);
-    free(b.rbuf);
+    if (b.dev) {
+        device_close(&b);
+    } else {
+        free(b.sbuf);
+        free(b.rbuf);
+    }
+    free(b.hsbuf);
+    free(b.hrbuf);
     free(b.ebuf);
     free(b.reqs);
     free(b.rows);

@@ -105,6 +105,8 @@ void usage(FILE *f)
         "  --explain                 trace one all-reduce of -b bytes of float32 (with --algo):\n"
         "                            every rank's schedule by step, then its traffic\n"
         "  -V, --version             hoop-perf's and the library's version\n"
+        "  --device host|cuda[:N]    the buffers in host memory (default) or in the memory of\n"
+        "                            CUDA device N (0); #wrong checks the device result\n"
         "  -h, --help                this text\n"
         "\n",
         f);
@@ -141,7 +143,16 @@ void usage(FILE *f)
         f);
 }
 
-enum { OPT_ALGO = 256, OPT_TRANSPORT, OPT_JSON, OPT_CSV, OPT_MODEL, OPT_EXPLAIN, OPT_WARM_EACH };
+enum {
+    OPT_ALGO = 256,
+    OPT_TRANSPORT,
+    OPT_JSON,
+    OPT_CSV,
+    OPT_MODEL,
+    OPT_EXPLAIN,
+    OPT_WARM_EACH,
+    OPT_DEVICE
+};
 
 int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
 {
@@ -173,6 +184,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"model", no_argument, NULL, OPT_MODEL},
                                           {"explain", no_argument, NULL, OPT_EXPLAIN},
                                           {"version", no_argument, NULL, 'V'},
+                                          {"device", required_argument, NULL, OPT_DEVICE},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     int c, v = 0, li;
@@ -242,6 +254,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         case OPT_WARM_EACH: b->warm_each = 1; break;
         case OPT_MODEL: o->model = 1; break;
         case OPT_EXPLAIN: o->explain = 1; break;
+        case OPT_DEVICE: bad = parse_device(optarg, b); break;
         case 'h': return -1;
         case ':':
             fprintf(stderr, "hoop-perf: option %s needs a value (see hoop-perf -h)\n",
@@ -289,6 +302,10 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         (b->coll != &COLLS[0] || o->model + o->explain > 1 || b->json_path || b->csv_path)) {
         fprintf(stderr, "hoop-perf: --model and --explain are for allreduce, one at a time, "
                         "without --json/--csv\n");
+        return 2;
+    }
+    if ((o->model || o->explain) && b->use_cuda) {
+        fprintf(stderr, "hoop-perf: --model and --explain use host buffers only (no --device)\n");
         return 2;
     }
     return 0;

@@ -49,6 +49,7 @@ int print_header(bench_t *b)
         /* With a list each sweep says its own algorithm ("# --algo NAME") before its rows. */
         printf("# hoop %s transport: %s algorithm: %s%s\n", hoop_version(), b->transport, b->algo,
                strchr(b->algo, ',') ? " (one sweep each)" : "");
+        if (b->dev) printf("# buffers: CUDA device %d (%s)\n", b->cuda_dev, device_name(b));
         printf("#\n# Using ranks\n");
         for (int r = 0; r < b->size; r++) {
             all[r].host[sizeof all[r].host - 1] = '\0';
