@@ -6,6 +6,9 @@
  * communicator in the same process, as a program that re-initializes does).
  *
  *   launched [ROUNDS]   prints "rank R: N checks passed, F failed"; exit status 0 when F == 0.
+ *   launched --expect-fail   hoop_init_from_env must fail (another job holds the rendezvous
+ *                            port): prints "rank R of job J: init failed: ERROR"; exit status 0
+ *                            when it failed, 1 when it joined a communicator.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -114,6 +117,19 @@ int main(int argc, char **argv)
                                        "HOOP_JOB_ID"};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
         CHECK(getenv(none[i]) == NULL, "%s is set", none[i]);
+    if (argc > 1 && strcmp(argv[1], "--expect-fail") == 0) {
+        hoop_comm_t *c = NULL;
+        hoop_result_t e = hoop_init_from_env(&c);
+        const char *job = getenv("SLURM_JOB_ID");
+        if (e == HOOP_OK) {
+            printf("rank %d of job %s: FAIL hoop_init_from_env joined a communicator\n", rank,
+                   job ? job : "?");
+            hoop_comm_destroy(c);
+            return 1;
+        }
+        printf("rank %d of job %s: init failed: %s\n", rank, job ? job : "?", hoop_error_string(e));
+        return failed == 0 ? 0 : 1;
+    }
     int rounds = argc > 1 ? atoi(argv[1]) : 2;
     for (int k = 0; k < rounds; k++) round_trip(k, rank, size);
     printf("rank %d: %d checks passed, %d failed\n", rank, passed, failed);

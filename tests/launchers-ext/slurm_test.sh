@@ -3,9 +3,10 @@
 # as a one-node cluster on localhost (the node claims 8 CPUs whatever it has, and shares them),
 # then `srun -n 4 launched` with no hoop variables, and `srun --mpi=pmix` where Slurm offers it.
 # Exit 77 (skipped) only where the cluster cannot start: no slurm-wlm or munge, or not root.
-#   slurm_test.sh LAUNCHED
+#   slurm_test.sh LAUNCHED HOLDER   (HOLDER: tests/mp's coll_test, as another job's rank 0)
 set -u
 launched=$1
+holder=$2
 skip() { echo "SKIP: $*"; exit 77; }
 for p in munged slurmctld slurmd srun sinfo scancel; do
     command -v "$p" >/dev/null 2>&1 || skip "$p not found (Debian: apt-get install slurm-wlm munge)"
@@ -13,10 +14,10 @@ done
 [ "$(id -u)" -eq 0 ] || skip "slurmd runs tasks as other users only as root; run as root"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/hoop-slurm.XXXXXX") || exit 1
-ctld_pid="" slurmd_pid=""
+ctld_pid="" slurmd_pid="" holder_pid=""
 cleanup() {
     [ -n "$slurmd_pid" ] && SLURM_CONF=$dir/slurm.conf scancel --quiet --full --user=root 2>/dev/null
-    for p in $slurmd_pid $ctld_pid; do kill "$p" 2>/dev/null; done
+    for p in $holder_pid $slurmd_pid $ctld_pid; do kill "$p" 2>/dev/null; done
     for p in $slurmd_pid $ctld_pid; do
         i=0
         while kill -0 "$p" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
@@ -48,6 +49,7 @@ munged -f --key-file="$dir/munge.key" --socket="$dir/munge.sock" --pid-file="$di
 mkdir -p "$dir/state" "$dir/spool"
 cat >"$dir/slurm.conf" <<CONF
 ClusterName=hooptest
+FirstJobId=4242
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
@@ -95,7 +97,9 @@ done
 echo "slurm: one-node cluster up after $((i / 10)).$((i % 10)) s"
 
 status=0
+nsrun=0
 run() {
+    nsrun=$((nsrun + 1))
     what=$1
     shift
     out=$("$@" 2>&1)
@@ -119,6 +123,44 @@ if srun --mpi=list 2>&1 | grep -qw pmix; then
     fi
 else
     echo "note: this Slurm offers no pmix plugin (srun --mpi=list): srun --mpi=pmix not tried"
+fi
+
+# A collision, detected: a rank 0 of another job (HOOP_JOB_ID=stale-job, waiting for a rank that
+# never comes) holds the port the next step derives. That step's rank 0 must say the port is in
+# use, and its other ranks, which reach the stranger's store, must name the other job; nobody
+# joins it or waits out the timeout.
+next=$((4242 + nsrun))
+port=$((12000 + (next * 16) % 20000))
+HOOP_TIMEOUT=20 RANK=0 WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=$port HOOP_JOB_ID=stale-job \
+    SLURM_CONF= "$holder" --mode init-env >"$dir/holder.out" 2>&1 &
+holder_pid=$!
+i=0
+until ss -Hltn "sport = :$port" | grep -q . || [ $i -gt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+t0=$(date +%s)
+out=$(HOOP_TIMEOUT=15 timeout 60 srun -n 4 --oversubscribe "$launched" --expect-fail 2>&1)
+rc=$?
+t1=$(date +%s)
+kill $holder_pid 2>/dev/null
+wait $holder_pid 2>/dev/null
+printf '%s\n' "$out" | sed "s/^/[port taken] /"
+failed=$(printf '%s\n' "$out" | grep -c "of job $next: init failed")
+if [ $rc -ne 0 ] || [ "$failed" -ne 4 ]; then
+    echo "FAIL: port taken: exit status $rc, $failed of 4 ranks of job $next failed to init"
+    status=1
+elif ! printf '%s\n' "$out" | grep -q "port $port on localhost is already in use"; then
+    echo "FAIL: port taken: rank 0 did not say that port $port is in use"
+    status=1
+elif ! printf '%s\n' "$out" | grep -q "stale-job"; then
+    echo "FAIL: port taken: no rank named the other job (stale-job) whose store it reached"
+    status=1
+elif [ $((t1 - t0)) -ge 15 ]; then
+    echo "FAIL: port taken: the ranks took $((t1 - t0)) s, as long as the timeout"
+    status=1
+else
+    echo "ok: a port held by another job is detected ($((t1 - t0)) s)"
 fi
 if [ $status -ne 0 ]; then
     tail -n 20 "$dir/slurmd.log"
