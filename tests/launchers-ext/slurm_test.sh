@@ -3,10 +3,15 @@
 # as a one-node cluster on localhost (the node claims 8 CPUs whatever it has, and shares them),
 # then `srun -n 4 launched` with no hoop variables, and `srun --mpi=pmix` where Slurm offers it.
 # Exit 77 (skipped) only where the cluster cannot start: no slurm-wlm or munge, or not root.
-#   slurm_test.sh LAUNCHED HOLDER   (HOLDER: tests/mp's coll_test, as another job's rank 0)
+#   slurm_test.sh LAUNCHED HOLDER [PYTHON LIBHOOP]
+# HOLDER: tests/mp's coll_test, as another job's rank 0. PYTHON and LIBHOOP: `srun python3
+# launched.py` too (hoop's Python package from this tree), where numpy imports.
 set -u
 launched=$1
 holder=$2
+python=${3:-}
+libhoop=${4:-}
+here=$(dirname "$0")
 skip() { echo "SKIP: $*"; exit 77; }
 for p in munged slurmctld slurmd srun sinfo scancel; do
     command -v "$p" >/dev/null 2>&1 || skip "$p not found (Debian: apt-get install slurm-wlm munge)"
@@ -98,31 +103,39 @@ echo "slurm: one-node cluster up after $((i / 10)).$((i % 10)) s"
 
 status=0
 nsrun=0
+# run WHAT N COMMAND...: COMMAND must exit 0 with N ranks reporting no failed check.
 run() {
     nsrun=$((nsrun + 1))
     what=$1
-    shift
+    want=$2
+    shift 2
     out=$("$@" 2>&1)
     rc=$?
     printf '%s\n' "$out" | grep -v " hoop INFO " | sed "s/^/[$what] /"
     n=$(printf '%s\n' "$out" | grep -c "checks passed, 0 failed")
-    if [ $rc -ne 0 ] || [ "$n" -ne 4 ]; then
-        echo "FAIL: $what: exit status $rc, $n of 4 ranks passed"
+    if [ $rc -ne 0 ] || [ "$n" -ne "$want" ]; then
+        echo "FAIL: $what: exit status $rc, $n of $want ranks passed"
         status=1
         return 1
     fi
     echo "ok: $what"
 }
-run "srun -n 4" timeout 60 srun -n 4 --oversubscribe "$launched"
+run "srun -n 4" 4 timeout 60 srun -n 4 "$launched"
 if srun --mpi=list 2>&1 | grep -qw pmix; then
     # HOOP_DEBUG only logs: the PMIx exchange must be the way rank 0 was found.
-    if run "srun --mpi=pmix -n 4" timeout 60 env HOOP_DEBUG=INFO srun --mpi=pmix -n 4 \
-        --oversubscribe "$launched"; then
+    if run "srun --mpi=pmix -n 4" 4 timeout 60 env HOOP_DEBUG=INFO srun --mpi=pmix -n 4 \
+        "$launched"; then
         printf '%s\n' "$out" | grep -q "rendezvous through PMIx" ||
             { echo "FAIL: srun --mpi=pmix: the ranks did not meet through PMIx"; status=1; }
     fi
 else
     echo "note: this Slurm offers no pmix plugin (srun --mpi=list): srun --mpi=pmix not tried"
+fi
+if [ -n "$python" ] && "$python" -c "import numpy" 2>/dev/null; then
+    run "srun -n 3 python3 launched.py" 3 env PYTHONPATH="$here/../../python" \
+        HOOP_LIBRARY="$libhoop" OMP_NUM_THREADS=1 timeout 60 srun -n 3 "$python" "$here/launched.py"
+else
+    echo "note: no Python with numpy given: srun python3 not tried"
 fi
 
 # A collision, detected: a rank 0 of another job (HOOP_JOB_ID=stale-job, waiting for a rank that
@@ -140,7 +153,7 @@ until ss -Hltn "sport = :$port" | grep -q . || [ $i -gt 100 ]; do
     i=$((i + 1))
 done
 t0=$(date +%s)
-out=$(HOOP_TIMEOUT=15 timeout 60 srun -n 4 --oversubscribe "$launched" --expect-fail 2>&1)
+out=$(HOOP_TIMEOUT=15 timeout 60 srun -n 4 "$launched" --expect-fail 2>&1)
 rc=$?
 t1=$(date +%s)
 kill $holder_pid 2>/dev/null
