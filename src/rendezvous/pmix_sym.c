@@ -24,8 +24,10 @@ int hoop__pmix_load(hoop__pmix_t *t, char *err, size_t errlen)
     memset(t, 0, sizeof(*t));
     dlerror();
     /* RTLD_LOCAL: its plugins find it on their own. Where the program already loaded libpmix
-     * (Open MPI does), this is the same copy, whose PMIx_Init counts its callers. */
-    void *lib = dlopen(HOOP__PMIX_SONAME, RTLD_NOW | RTLD_LOCAL);
+     * (Open MPI does), this is the same copy, whose PMIx_Init counts its callers. RTLD_NODELETE:
+     * PMIx_Finalize leaves state (and may leave a thread winding down) that an unmapped library
+     * would turn into lost memory or a crash; a later PMIx_Init in the same copy works again. */
+    void *lib = dlopen(HOOP__PMIX_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (lib == NULL) {
         const char *why = dlerror();
         if (why == NULL || strstr(why, "No such file") != NULL)

@@ -27,6 +27,7 @@ typedef struct hoop__pmix {
 
 /* Fills t from libpmix.so.2. 0 on success; -1 with a sentence in err (not installed, or too old). */
 int hoop__pmix_load(hoop__pmix_t *t, char *err, size_t errlen);
+/* dlclose: the library stays mapped (RTLD_NODELETE), only the handle is given back. */
 void hoop__pmix_unload(hoop__pmix_t *t);
 
 #endif
