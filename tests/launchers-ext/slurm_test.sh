@@ -3,10 +3,14 @@
 # as a one-node cluster on localhost (the node claims 8 CPUs whatever it has, and shares them),
 # then `srun -n 4 launched` with no hoop variables, and `srun --mpi=pmix` where Slurm offers it.
 # Exit 77 (skipped) only where the cluster cannot start: no slurm-wlm or munge, or not root.
-#   slurm_test.sh LAUNCHED HOLDER [PYTHON LIBHOOP]
-# HOLDER: tests/mp's coll_test, as another job's rank 0. PYTHON and LIBHOOP: `srun python3
-# launched.py` too (hoop's Python package from this tree), where numpy imports.
+#   slurm_test.sh pmix|nopmix LAUNCHED HOLDER [PYTHON LIBHOOP]
+# pmix: libhoop has the PMIx rendezvous, which srun --mpi=pmix must use; nopmix: it has not, and
+# srun --mpi=pmix must fall back to Slurm's variables. HOLDER: tests/mp's coll_test, as another
+# job's rank 0. PYTHON and LIBHOOP: `srun python3 launched.py` too (hoop's Python package from
+# this tree), where numpy imports.
 set -u
+have_pmix=$1
+shift
 launched=$1
 holder=$2
 python=${3:-}
@@ -125,8 +129,15 @@ if srun --mpi=list 2>&1 | grep -qw pmix; then
     # HOOP_DEBUG only logs: the PMIx exchange must be the way rank 0 was found.
     if run "srun --mpi=pmix -n 4" 4 timeout 60 env HOOP_DEBUG=INFO srun --mpi=pmix -n 4 \
         "$launched"; then
-        printf '%s\n' "$out" | grep -q "rendezvous through PMIx" ||
-            { echo "FAIL: srun --mpi=pmix: the ranks did not meet through PMIx"; status=1; }
+        if [ "$have_pmix" = pmix ]; then
+            n=$(printf '%s\n' "$out" | grep -c "rendezvous through PMIx")
+            [ "$n" -eq 8 ] ||
+                { echo "FAIL: srun --mpi=pmix: $n of 8 rendezvous went through PMIx"; status=1; }
+        else
+            n=$(printf '%s\n' "$out" | grep -c "through Slurm's variables instead")
+            [ "$n" -eq 8 ] ||
+                { echo "FAIL: srun --mpi=pmix: $n of 8 rendezvous fell back to Slurm's variables"; status=1; }
+        fi
     fi
 else
     echo "note: this Slurm offers no pmix plugin (srun --mpi=list): srun --mpi=pmix not tried"
