@@ -384,7 +384,11 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     } else if (got == 0) {
         lr = -1;
     }
-    got = env_int(lsize_vars, 1, MAX_RANKS, "local world size", &ls, &ls_from, err, errlen);
+    /* Under srun the step's own count comes first (after LOCAL_WORLD_SIZE): an allocation's
+     * SLURM_NTASKS_PER_NODE is inherited by steps that run fewer tasks. */
+    got = env("LOCAL_WORLD_SIZE") == NULL ? hoop__slurm_local_size(&ls, &ls_from, err, errlen) : 0;
+    if (got == 0)
+        got = env_int(lsize_vars, 1, MAX_RANKS, "local world size", &ls, &ls_from, err, errlen);
     if (got < 0) {
         if (strict) return HOOP_ERR_INVALID_ARGUMENT;
         ls = -1;

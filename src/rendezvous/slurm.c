@@ -168,18 +168,6 @@ static const char *env(const char *name)
     return (v != NULL && *v != '\0') ? v : NULL;
 }
 
-int hoop__slurm_in_step(void)
-{
-    return env("SLURM_JOB_ID") != NULL && env("SLURM_STEP_ID") != NULL &&
-           env("SLURM_PROCID") != NULL;
-}
-
-int hoop__slurm_port(unsigned long job, unsigned long step)
-{
-    unsigned long long k = (unsigned long long)job * 16u + step % 16u;
-    return HOOP__SLURM_PORT_BASE + (int)(k % HOOP__SLURM_PORT_SPAN);
-}
-
 static int id(const char *name, unsigned long *v)
 {
     const char *s = env(name);
@@ -190,6 +178,66 @@ static int id(const char *name, unsigned long *v)
     if (errno != 0 || *end != '\0') return -1;
     *v = x;
     return 0;
+}
+
+int hoop__slurm_tasks_on_node(const char *spec, long node, long *tasks)
+{
+    if (spec == NULL || node < 0) return -1;
+    const char *p = spec;
+    long seen = 0;
+    int found = 0;
+    /* The whole list is read: a malformed one is not half trusted. */
+    for (;;) {
+        unsigned long n, k = 1;
+        int w;
+        if (number(&p, &n, &w) != 0) return -1;
+        if (*p == '(') {
+            if (p[1] != 'x') return -1;
+            p += 2;
+            if (number(&p, &k, &w) != 0 || k == 0 || *p != ')') return -1;
+            p++;
+        }
+        if (!found && node < seen + (long)k) {
+            *tasks = (long)n;
+            found = 1;
+        }
+        seen += (long)k;
+        if (*p == '\0') break;
+        if (*p != ',') return -1;
+        p++;
+    }
+    return found ? 0 : -1;
+}
+
+int hoop__slurm_local_size(long *ls, const char **from, char *err, size_t errlen)
+{
+    const char *spec = env("SLURM_STEP_TASKS_PER_NODE");
+    const char *nodeid = env("SLURM_NODEID");
+    if (!hoop__slurm_in_step() || spec == NULL || nodeid == NULL) return 0;
+    unsigned long node;
+    long n = 0;
+    if (id("SLURM_NODEID", &node) != 0 || hoop__slurm_tasks_on_node(spec, (long)node, &n) != 0 ||
+        n < 1) {
+        hoop__say(err, errlen,
+                  "SLURM_STEP_TASKS_PER_NODE=\"%.64s\" has no task count for SLURM_NODEID=%.16s",
+                  spec, nodeid);
+        return -1;
+    }
+    *ls = n;
+    *from = "SLURM_STEP_TASKS_PER_NODE";
+    return 1;
+}
+
+int hoop__slurm_in_step(void)
+{
+    return env("SLURM_JOB_ID") != NULL && env("SLURM_STEP_ID") != NULL &&
+           env("SLURM_PROCID") != NULL;
+}
+
+int hoop__slurm_port(unsigned long job, unsigned long step)
+{
+    unsigned long long k = (unsigned long long)job * 16u + step % 16u;
+    return HOOP__SLURM_PORT_BASE + (int)(k % HOOP__SLURM_PORT_SPAN);
 }
 
 hoop_result_t hoop__slurm_address(hoop__rdv_t *out, int host_set, int port_set, char *err,

@@ -17,6 +17,16 @@
 int hoop__nodelist_host(const char *list, long index, char *out, size_t cap, long *count, char *err,
                         size_t errlen);
 
+/* The number of tasks on node number node (from 0) of a Slurm tasks-per-node list such as "4",
+ * "2(x3),1" (SLURM_STEP_TASKS_PER_NODE). 0 on success; -1 for a malformed list or a node beyond
+ * it. */
+int hoop__slurm_tasks_on_node(const char *spec, long node, long *tasks);
+
+/* This task's local world size in its step: SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID (the
+ * inherited SLURM_NTASKS_PER_NODE of an allocation may not be the step's). 1: *ls and *from set;
+ * 0: not in a step or the variables are missing; -1: malformed (a sentence in err). */
+int hoop__slurm_local_size(long *ls, const char **from, char *err, size_t errlen);
+
 /* Whether this process is a task of a Slurm step (SLURM_JOB_ID, SLURM_STEP_ID, SLURM_PROCID). */
 int hoop__slurm_in_step(void);
 

@@ -28,6 +28,8 @@ static const char *const all_vars[] = {
     "HOOP_AUTH_KEY_FILE",
     "SLURM_JOB_ID",
     "SLURM_STEP_ID",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_NODEID",
     "SLURM_PROCID",
     "SLURM_NTASKS",
     "SLURM_LOCALID",
@@ -205,6 +207,30 @@ static void test_slurm_port(void **state)
                          (int)((4294967295ULL * 16 + 4294967294ULL % 16) % HOOP__SLURM_PORT_SPAN));
 }
 
+static void test_tasks_per_node(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        long node, tasks; /* tasks -1: refused */
+    } cases[] = {
+        {"4", 0, 4},      {"4", 1, -1},      {"2(x3)", 0, 2},    {"2(x3)", 2, 2},
+        {"2(x3)", 3, -1}, {"2(x3),1", 3, 1}, {"1,2,3", 1, 2},    {"3(x2),1,5(x2)", 4, 5},
+        {"", 0, -1},      {"2(x0)", 0, -1},  {"2(3)", 0, -1},    {"2(x3", 0, -1},
+        {"2,", 0, -1},    {",2", 0, -1},     {"2(x3),a", 0, -1}, {"2 ", 0, -1},
+        {"-1", 0, -1},    {"4", -1, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long t = -7;
+        int rc = hoop__slurm_tasks_on_node(cases[i].spec, cases[i].node, &t);
+        if (cases[i].tasks < 0 && rc == 0)
+            fail_msg("\"%s\" node %ld: accepted as %ld", cases[i].spec, cases[i].node, t);
+        if (cases[i].tasks >= 0 && (rc != 0 || t != cases[i].tasks))
+            fail_msg("\"%s\" node %ld: rc %d, %ld tasks, want %ld", cases[i].spec, cases[i].node,
+                     rc, t, cases[i].tasks);
+    }
+}
+
 static void srun_task(const char *procid)
 {
     setenv("SLURM_JOB_ID", "4242", 1);
@@ -231,7 +257,29 @@ static void test_resolve_slurm(void **state)
     assert_int_equal(r.rank, 1);
     assert_int_equal(r.size, 4);
     assert_string_equal(r.job, "4242.3");
+    assert_int_equal(r.local_rank, 1);
+    assert_int_equal(r.local_size, -1);
+    /* The step's tasks on this node, not an allocation's inherited SLURM_NTASKS_PER_NODE. */
+    setenv("SLURM_NTASKS_PER_NODE", "8", 1);
+    setenv("SLURM_STEP_TASKS_PER_NODE", "1,2(x2)", 1);
+    setenv("SLURM_NODEID", "2", 1);
+    assert_int_equal(hoop__rdv_resolve(NULL, -1, -1, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.local_size, 2);
+    setenv("SLURM_NODEID", "3", 1);
+    assert_int_equal(hoop__rdv_resolve(NULL, -1, -1, &r, err, sizeof err),
+                     HOOP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "SLURM_STEP_TASKS_PER_NODE=\"1,2(x2)\""));
+    setenv("LOCAL_WORLD_SIZE", "3", 1); /* explicit wins */
+    assert_int_equal(hoop__rdv_resolve(NULL, -1, -1, &r, err, sizeof err), HOOP_OK);
+    assert_int_equal(r.local_size, 3);
+    unsetenv("LOCAL_WORLD_SIZE");
+    unsetenv("SLURM_STEP_TASKS_PER_NODE");
+    assert_int_equal(hoop__rdv_resolve(NULL, -1, -1, &r, err, sizeof err),
+                     HOOP_ERR_INVALID_ARGUMENT); /* 8 of an allocation, more than the 4 tasks */
+    unsetenv("SLURM_NTASKS_PER_NODE");
+    unsetenv("SLURM_NODEID");
     /* Nothing to exchange without PMIx. */
+    assert_int_equal(hoop__rdv_resolve(NULL, -1, -1, &r, err, sizeof err), HOOP_OK);
     assert_int_equal(hoop__rdv_exchange(&r, 1, NULL, err, sizeof err), HOOP_OK);
     assert_int_equal(r.port, hoop__slurm_port(4242, 3));
 
@@ -369,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_nodelist_valid),
         cmocka_unit_test(test_nodelist_malformed),
         cmocka_unit_test(test_slurm_port),
+        cmocka_unit_test(test_tasks_per_node),
         cmocka_unit_test_setup(test_resolve_slurm, env_setup),
         cmocka_unit_test_setup(test_resolve_slurm_errors, env_setup),
         cmocka_unit_test_setup(test_resolve_pmix, env_setup),
