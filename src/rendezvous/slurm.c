@@ -71,6 +71,7 @@ static int group(const char **s, long pick, long *n, unsigned long *v, int *w)
 int hoop__nodelist_host(const char *list, long index, char *out, size_t cap, long *count, char *err,
                         size_t errlen)
 {
+    if (cap > 0) out[0] = '\0'; /* what a failure leaves */
     if (list == NULL || *list == '\0') return bad(err, errlen, "", "it is empty");
     long seen = 0; /* hosts in the items before this one */
     int found = 0;
@@ -157,6 +158,7 @@ int hoop__nodelist_host(const char *list, long index, char *out, size_t cap, lon
     }
     return 0;
 toolong:
+    out[0] = '\0';
     hoop__say(err, errlen, "Slurm host list \"%.200s\" has a host name longer than %zu characters",
               list, cap - 1);
     return -1;

@@ -13,7 +13,7 @@
  * hosts, brackets of numbers and ranges with the width of a range's first bound kept as zero
  * padding, several bracket groups multiplying) and copies host number index (from 0) into out.
  * *count gets the number of hosts in the list. 0 on success; -1 with a sentence in err for a
- * malformed list, a host longer than cap-1 or an index beyond the list. */
+ * malformed list, a host longer than cap-1 or an index beyond the list (out is then ""). */
 int hoop__nodelist_host(const char *list, long index, char *out, size_t cap, long *count, char *err,
                         size_t errlen);
 

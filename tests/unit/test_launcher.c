@@ -178,6 +178,7 @@ static void test_nodelist_malformed(void **state)
     assert_int_equal(hoop__nodelist_host("abcdefgh", 0, host, sizeof host, &n, err, sizeof err),
                      -1);
     assert_non_null(strstr(err, "longer than 7"));
+    assert_string_equal(host, ""); /* a failure leaves no half-written name */
     assert_int_equal(
         hoop__nodelist_host("abc[1000-1001]", 1, host, sizeof host, &n, err, sizeof err), 0);
     assert_string_equal(host, "abc1001");
