@@ -91,9 +91,11 @@ HOOP_API const char *hoop_version(void);
 HOOP_API const char *hoop_comm_last_error(const hoop_comm_t *comm);
 
 /*
- * init_method: "env://" (MASTER_ADDR/MASTER_PORT, or Slurm / Open MPI variables), "tcp://HOST:PORT"
- * (rank 0 hosts the rendezvous store there), "file:///PATH" (a fresh path on a shared file system).
- * NULL means "env://". rank / world_size of -1 are taken from the environment.
+ * init_method: "env://" (MASTER_ADDR/MASTER_PORT; under srun or mpirun, where they are unset, Slurm's
+ * variables or PMIx give rank 0's address), "tcp://HOST:PORT" (rank 0 hosts the rendezvous store
+ * there), "file:///PATH" (a fresh path on a shared file system), "slurm://" or "pmix://" (env://
+ * through that launcher only). NULL means "env://". rank / world_size of -1 are taken from the
+ * environment.
  * Blocks until every rank has joined or HOOP_TIMEOUT expires.
  */
 HOOP_API hoop_result_t hoop_init(hoop_comm_t **comm, const char *init_method, int rank,

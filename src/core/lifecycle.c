@@ -319,6 +319,10 @@ static hoop_result_t resolve_rendezvous(init_t *in)
         hoop_result_t rc = hoop__rdv_resolve(in->method, in->rank, in->size, rdv, in->err,
                                              sizeof(in->err));
         if (rc != HOOP_OK) return rc;
+        /* A PMIx launcher tells every rank where rank 0's store is (rendezvous.h). */
+        in->boot.rank = rdv->rank;
+        rc = hoop__rdv_exchange(rdv, in->cfg->timeout_s, &in->boot, in->err, sizeof(in->err));
+        if (rc != HOOP_OK) return rc;
         /* Ranks of jobs that share a key file but not a job id cannot connect to each other.
          * The store's key stays unbound, so that a rank that reaches another job's store
          * (a stale job on the port) reads its hello and can say which job it met. */
