@@ -19,6 +19,10 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c);
 hoop_result_t hoop__allreduce_rd(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c);
+/* Hierarchical (hier.c): where hoop__hier_fits, several ranks on each of several hosts, as many on
+ * each. */
+int hoop__hier_fits(const hoop_comm_t *c);
+hoop_result_t hoop__allreduce_hier(hoop__call_t *c);
 hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */

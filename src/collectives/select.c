@@ -1,5 +1,8 @@
 /* Algorithm selection and dispatch. All-reduce: recursive doubling at or below HOOP_SMALL_BYTES
- * (latency-bound: log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank).
+ * (latency-bound: log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank),
+ * or above it the hierarchical one (hier.c) where the ranks are several on each of several hosts,
+ * as many on each: what decides is the ring's host layout, which every rank computed alike.
+ * HOOP_ALGO=hier where the layout does not fit runs the ring.
  * HOOP_ALGO forces one, including the parameter servers, which auto never picks: they are there to
  * be compared with. Other collectives pick their own variant by size inside their file. */
 #define HOOP__LOG_SUBSYS HOOP__SUB_COLL /* of its INFO and TRACE lines (base/log.h) */
@@ -23,9 +26,12 @@ hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
 {
     if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;
     int forced = hoop__algo_parse(call->comm->agreed.algo);
-    if (forced > 0) return (hoop__algo_t)forced;
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
-    return bytes <= call->comm->agreed.small_bytes ? HOOP__ALGO_RD : HOOP__ALGO_RING;
+    int hier = hoop__hier_fits(call->comm);
+    if (forced == HOOP__ALGO_HIER) return hier ? HOOP__ALGO_HIER : HOOP__ALGO_RING;
+    if (forced > 0) return (hoop__algo_t)forced;
+    if (bytes <= call->comm->agreed.small_bytes) return HOOP__ALGO_RD;
+    return hier ? HOOP__ALGO_HIER : HOOP__ALGO_RING;
 }
 
 static hoop_result_t dispatch(hoop__call_t *call);
@@ -61,6 +67,7 @@ static hoop_result_t dispatch(hoop__call_t *call)
         case HOOP__ALGO_RD: return hoop__allreduce_rd(call);
         case HOOP__ALGO_PS: return hoop__allreduce_ps(call);
         case HOOP__ALGO_PS_SHARDED: return hoop__allreduce_ps_sharded(call);
+        case HOOP__ALGO_HIER: return hoop__allreduce_hier(call);
         default: return hoop__allreduce_ring(call);
         }
     case HOOP__K_BROADCAST: return hoop__broadcast(call);

@@ -130,6 +130,17 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
             c->ring[pos++] = j;
         }
     }
+    /* Hosts in ring order, and whether each holds as many ranks (the hierarchical algorithms). */
+    c->nhosts = 0;
+    c->local_size = 0;
+    for (int i = 0, run = 0; i < p; i++) {
+        run++;
+        if (i + 1 < p && strcmp(keys[c->ring[i + 1]], keys[c->ring[i]]) == 0) continue;
+        c->nhosts++;
+        c->local_size = c->nhosts == 1 ? run : (c->local_size == run ? run : -1);
+        run = 0;
+    }
+    if (c->local_size < 0) c->local_size = 0;
     if (!identity) {
         char line[256];
         size_t o = 0;

@@ -25,6 +25,7 @@ typedef enum {
     HOOP__ALGO_RD,         /* recursive doubling */
     HOOP__ALGO_PS,         /* parameter server: rank 0 reduces everything */
     HOOP__ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
+    HOOP__ALGO_HIER,       /* inside each host, then across hosts, then inside (hier.c) */
     HOOP__ALGO_COUNT
 } hoop__algo_t;
 
@@ -84,6 +85,10 @@ struct hoop_comm {
      * host are kept together, so a ring crosses each host boundary once. */
     int *ring;
     int ring_pos;
+    /* Hosts the ring spans, and the ranks each holds where every host holds as many (0 where
+     * they differ): host h is ring positions h * local_size .. (h + 1) * local_size - 1. Set with
+     * the ring, from what every rank published, so every rank sees the same. */
+    int nhosts, local_size;
 
     uint64_t seq; /* next collective call number */
     /* A thread is posting (or in a blocking call): the call numbers above are handed out in
