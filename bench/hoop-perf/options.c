@@ -94,7 +94,7 @@ void usage(FILE *f)
         "  -R, --local_register 0    only 0: hoop has no buffer registration to ask for (the\n"
         "                            verbs transport registers what each transfer needs)\n"
         "  --algo NAME[,NAME...]     all-reduce algorithm (sets HOOP_ALGO): auto ring rd ps\n"
-        "                            ps-sharded\n"
+        "                            ps-sharded hier\n"
         "  --transport NAME          sets HOOP_TRANSPORT\n"
         "  --json FILE, --csv FILE   rank 0 also writes every row there\n"
         "  --model                   fit alpha (latency), beta (s per byte moved) and gamma (s "

@@ -23,6 +23,8 @@ hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c);
  * each. */
 int hoop__hier_fits(const hoop_comm_t *c);
 hoop_result_t hoop__allreduce_hier(hoop__call_t *c);
+hoop_result_t hoop__allgather_hier(hoop__call_t *c);
+hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c);
 hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */

@@ -43,6 +43,9 @@ typedef struct gring {
     int avg;      /* finish HOOP_AVG on the owned segment after the reduce-scatter */
     int trace_at; /* first step number in trace lines */
     const char *name;
+    uint8_t *staging; /* gring_plan() bytes for the reduce-scatter's slots; NULL: the scratch */
+    size_t slot_bytes;
+    int window;
 } gring_t;
 
 static int mod(int a, int p) { return ((a % p) + p) % p; }
@@ -69,6 +72,20 @@ static int seg_recv(const gring_t *g, int k)
     return k < q ? mod(g->r - k - 1, g->p) : mod(g->r - (k - q), g->p);
 }
 
+/* Cuts the segments into chunks; returns the staging bytes the reduce-scatter needs (never 0). */
+static size_t gring_plan(gring_t *g)
+{
+    size_t seg_max = (g->n + (size_t)g->p - 1) / (size_t)g->p;
+    size_t chunk_elems = g->c->comm->agreed.chunk_bytes / g->es;
+    if (chunk_elems == 0) chunk_elems = 1;
+    size_t nch = (seg_max + chunk_elems - 1) / chunk_elems;
+    g->chunks = nch == 0 ? 1 : (int)nch;
+    g->slot_bytes = ((seg_max + (size_t)g->chunks - 1) / (size_t)g->chunks) * g->es;
+    int units = ((g->rs ? g->p - 1 : 0) + (g->ag ? g->p - 1 : 0)) * g->chunks;
+    g->window = STAGING_SLOTS < units ? STAGING_SLOTS : units;
+    return g->rs ? g->slot_bytes * (size_t)g->window + 1 : 1;
+}
+
 static hoop_result_t gring_run(gring_t *g)
 {
     hoop__call_t *c = g->c;
@@ -77,18 +94,12 @@ static hoop_result_t gring_run(gring_t *g)
         if (g->avg) hoop__mem_avg_finish(c, g->out, g->n);
         return HOOP_OK;
     }
-    size_t seg_max = (g->n + (size_t)g->p - 1) / (size_t)g->p;
-    size_t chunk_elems = c->comm->agreed.chunk_bytes / g->es;
-    if (chunk_elems == 0) chunk_elems = 1;
-    size_t nch = (seg_max + chunk_elems - 1) / chunk_elems;
-    g->chunks = nch == 0 ? 1 : (int)nch;
-    size_t slot_bytes = ((seg_max + (size_t)g->chunks - 1) / (size_t)g->chunks) * g->es;
-
+    size_t need = gring_plan(g), slot_bytes = g->slot_bytes;
     int q = rs_steps(g);
     int steps = q + (g->ag ? g->p - 1 : 0);
     int units = steps * g->chunks;
-    int window = STAGING_SLOTS < units ? STAGING_SLOTS : units;
-    uint8_t *staging = g->rs ? hoop__scratch(c, slot_bytes * (size_t)window + 1) : NULL;
+    int window = g->window;
+    uint8_t *staging = !g->rs ? NULL : g->staging != NULL ? g->staging : hoop__scratch(c, need);
     hoop__xfer_t *sends = malloc(sizeof(hoop__xfer_t) * (size_t)units);
     hoop__xfer_t *recvs = malloc(sizeof(hoop__xfer_t) * (size_t)units);
     if ((g->rs && staging == NULL) || sends == NULL || recvs == NULL) {
@@ -205,4 +216,108 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
     g.trace_at = L - 1 + 2 * (H - 1);
     g.name = "host all-gather";
     return gring_run(&g);
+}
+
+/* All-gather and reduce-scatter work in a scratch copy of the p blocks laid out by (local index,
+ * host) so that each stage's blocks are contiguous: block (h, l) at slot spos(h, l), in the order
+ * the rings' segments take (position r owns segment r+1). */
+static size_t spos(const hoop_comm_t *c, int h, int l)
+{
+    return (size_t)mod(l + 1, c->local_size) * (size_t)c->nhosts + (size_t)mod(h + 1, c->nhosts);
+}
+
+/* All-gather: across hosts among the ranks of each local index (each gets its index's H blocks),
+ * then inside each host (each gets the L sets). Each host sends (H-1)/H of the result across, over
+ * L connections, where the flat ring sends (p-1)/p through one. */
+hoop_result_t hoop__allgather_hier(hoop__call_t *c)
+{
+    hoop_comm_t *comm = c->comm;
+    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL;
+    int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm), p = comm->size;
+    int h = pos / L, l = pos % L;
+    size_t es = hoop__dsize(c), m = c->count, blk = m * es;
+    /* Scratch of at least one byte: count 0 still runs both stages' (empty) messages. */
+    uint8_t *s = hoop__scratch(c, blk * (size_t)p + 1);
+    if (s == NULL) return HOOP_ERR_NO_MEMORY;
+    if (blk > 0) hoop__mem_copy(c, s + spos(comm, h, l) * blk, c->sendbuf, blk);
+    uint8_t *mine = s + (size_t)mod(l + 1, L) * (size_t)H * blk;
+    gring_t b = {.c = c,
+                 .p = H,
+                 .r = h,
+                 .left = at(comm, h - 1, l),
+                 .right = at(comm, h + 1, l),
+                 .es = es,
+                 .n = (size_t)H * m,
+                 .in = mine,
+                 .out = mine,
+                 .ag = 1,
+                 .name = "cross-host all-gather"};
+    hoop_result_t rc = gring_run(&b);
+    if (rc != HOOP_OK) return rc;
+    gring_t a = {.c = c,
+                 .p = L,
+                 .r = l,
+                 .left = at(comm, h, l - 1),
+                 .right = at(comm, h, l + 1),
+                 .es = es,
+                 .n = (size_t)p * m,
+                 .in = s,
+                 .out = s,
+                 .ag = 1,
+                 .trace_at = H - 1,
+                 .name = "host all-gather"};
+    if ((rc = gring_run(&a)) != HOOP_OK) return rc;
+    for (int hh = 0; hh < H && blk > 0; hh++)
+        for (int ll = 0; ll < L; ll++)
+            hoop__mem_copy(c, (uint8_t *)c->recvbuf + (size_t)at(comm, hh, ll) * blk,
+                           s + spos(comm, hh, ll) * blk, blk);
+    return HOOP_OK;
+}
+
+/* Reduce-scatter: inside each host (local rank l gets the host's sum of the blocks of every rank
+ * of index l), then across hosts among the ranks of each index (each gets its own block). Every
+ * block is reduced by one chain, AVG finished by its owner. */
+hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
+{
+    hoop_comm_t *comm = c->comm;
+    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL;
+    int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm), p = comm->size;
+    int h = pos / L, l = pos % L;
+    size_t es = hoop__dsize(c), m = c->count, blk = m * es;
+    gring_t a = {.c = c,
+                 .p = L,
+                 .r = l,
+                 .left = at(comm, h, l - 1),
+                 .right = at(comm, h, l + 1),
+                 .es = es,
+                 .n = (size_t)p * m,
+                 .rs = 1,
+                 .name = "host reduce-scatter"};
+    gring_t b = {.c = c,
+                 .p = H,
+                 .r = h,
+                 .left = at(comm, h - 1, l),
+                 .right = at(comm, h + 1, l),
+                 .es = es,
+                 .n = (size_t)H * m,
+                 .rs = 1,
+                 .avg = c->op == HOOP_AVG,
+                 .trace_at = L - 1,
+                 .name = "cross-host reduce-scatter"};
+    size_t na = gring_plan(&a), nb = gring_plan(&b), stage = na > nb ? na : nb;
+    uint8_t *s = hoop__scratch(c, blk * (size_t)p + stage);
+    if (s == NULL) return HOOP_ERR_NO_MEMORY;
+    for (int hh = 0; hh < H && blk > 0; hh++)
+        for (int ll = 0; ll < L; ll++)
+            hoop__mem_copy(c, s + spos(comm, hh, ll) * blk,
+                           (const uint8_t *)c->sendbuf + (size_t)at(comm, hh, ll) * blk, blk);
+    a.in = a.out = s;
+    a.staging = b.staging = s + blk * (size_t)p;
+    hoop_result_t rc = gring_run(&a);
+    if (rc != HOOP_OK) return rc;
+    uint8_t *mine = s + (size_t)mod(l + 1, L) * (size_t)H * blk;
+    b.in = b.out = mine;
+    if ((rc = gring_run(&b)) != HOOP_OK) return rc;
+    if (blk > 0) hoop__mem_copy(c, c->recvbuf, s + spos(comm, h, l) * blk, blk);
+    return HOOP_OK;
 }

@@ -24,8 +24,12 @@ int hoop__algo_parse(const char *s)
 
 hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
 {
-    if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;
     int forced = hoop__algo_parse(call->comm->agreed.algo);
+    if (call->kind == HOOP__K_ALLGATHER || call->kind == HOOP__K_REDUCE_SCATTER)
+        return hoop__hier_fits(call->comm) && (forced <= 0 || forced == HOOP__ALGO_HIER)
+                   ? HOOP__ALGO_HIER
+                   : HOOP__ALGO_AUTO;
+    if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
     int hier = hoop__hier_fits(call->comm);
     if (forced == HOOP__ALGO_HIER) return hier ? HOOP__ALGO_HIER : HOOP__ALGO_RING;
@@ -73,10 +77,14 @@ static hoop_result_t dispatch(hoop__call_t *call)
     case HOOP__K_BROADCAST: return hoop__broadcast(call);
     case HOOP__K_REDUCE: return hoop__reduce_coll(call);
     case HOOP__K_ALLGATHER:
+        if (call->algo == HOOP__ALGO_HIER) return hoop__allgather_hier(call);
+        return hoop__allgather_ring(call);
     case HOOP__K_SPLIT: return hoop__allgather_ring(call);
     case HOOP__K_GATHER: return hoop__gather(call);
     case HOOP__K_SCATTER: return hoop__scatter(call);
-    case HOOP__K_REDUCE_SCATTER: return hoop__reduce_scatter_ring(call);
+    case HOOP__K_REDUCE_SCATTER:
+        if (call->algo == HOOP__ALGO_HIER) return hoop__reduce_scatter_hier(call);
+        return hoop__reduce_scatter_ring(call);
     case HOOP__K_ALLTOALL: return hoop__alltoall_pairwise(call);
     case HOOP__K_BARRIER: return hoop__barrier_dissemination(call);
     default: return HOOP_ERR_INTERNAL;
