@@ -5,9 +5,12 @@
  * this checks that no element is reduced twice in different orders.
  *
  *   hooprun -n N hier_bits --fake-hosts K [--algo NAME] [--expect-algo NAME]
+ *   hooprun -n N hier_bits --fake-hosts K --odd-rank R --odd-algo NAME
  *
  * --fake-hosts K: rank r claims host r % K (HOOP_HOSTID). --expect-algo: the schedule tracer must
- * have seen that algorithm run every large call (so a forced "hier" that fell back is caught). */
+ * have seen that algorithm run every large call (so a forced "hier" that fell back is caught).
+ * --odd-rank R --odd-algo NAME: rank R alone sets NAME (hoop_comm_set_algo) for one all-reduce of
+ * 16 KiB + 12 B: every rank must fail it with HOOP_ERR_MISMATCH or the abort that follows. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -108,7 +111,8 @@ static void on_trace(void *ctx, const char *line)
 
 int main(int argc, char **argv)
 {
-    const char *algo = NULL;
+    const char *algo = NULL, *odd_algo = NULL;
+    int odd_rank = -1;
     trace_t tr = {.want = "", .seen = 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--fake-hosts")) {
@@ -119,6 +123,10 @@ int main(int argc, char **argv)
             setenv("HOOP_HOSTID", id, 1);
         } else if (!strcmp(argv[i], "--algo")) {
             algo = argv[i + 1];
+        } else if (!strcmp(argv[i], "--odd-rank")) {
+            odd_rank = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--odd-algo")) {
+            odd_algo = argv[i + 1];
         } else if (!strcmp(argv[i], "--expect-algo")) {
             snprintf(tr.want, sizeof(tr.want), "%s", argv[i + 1]);
         } else {
@@ -136,6 +144,20 @@ int main(int argc, char **argv)
     if (algo != NULL && hoop_comm_set_algo(c, algo) != HOOP_OK) {
         printf("rank %d: FAIL hoop_comm_set_algo(%s): %s\n", me, algo, hoop_comm_last_error(c));
         return 1;
+    }
+    if (odd_algo != NULL) {
+        /* One rank runs another algorithm: every rank must fail the call with the mismatch (or
+         * the abort it causes), none may succeed or hang. */
+        hoop_comm_set_timeout(c, 20);
+        if (me == odd_rank) hoop_comm_set_algo(c, odd_algo);
+        float x[4099];
+        for (size_t i = 0; i < 4099; i++) x[i] = (float)i;
+        rc = hoop_allreduce(c, x, x, 4099, HOOP_FLOAT32, HOOP_SUM);
+        int ok = rc == HOOP_ERR_MISMATCH || rc == HOOP_ERR_ABORTED;
+        printf("rank %d: %s: %s (%s)\n", me, ok ? "expected failure" : "FAIL",
+               hoop_error_string(rc), hoop_comm_last_error(c));
+        hoop_comm_destroy(c);
+        return !ok;
     }
     if (tr.want[0]) hoop_comm_set_trace(c, on_trace, &tr);
     const hoop_dtype_t dts[] = {HOOP_FLOAT16, HOOP_BFLOAT16, HOOP_FLOAT32, HOOP_FLOAT64};
