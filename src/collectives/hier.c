@@ -1,6 +1,7 @@
 /*
- * Hierarchical all-reduce, for communicators of H hosts with L ranks each (H, L >= 2): the slow
- * links between hosts carry only what they must.
+ * Hierarchical collectives, for communicators of H hosts with L ranks each (H, L >= 2): the slow
+ * links between hosts carry only what they must. All-reduce here; all-gather and reduce-scatter,
+ * the same stages without the third, at the end.
  *
  *   A. inside each host, a ring reduce-scatter over the L local ranks (the shared-memory links):
  *      local rank l ends with segment l+1 of the buffer (of L) reduced over its host;

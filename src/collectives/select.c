@@ -2,7 +2,9 @@
  * (latency-bound: log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank),
  * or above it the hierarchical one (hier.c) where the ranks are several on each of several hosts,
  * as many on each: what decides is the ring's host layout, which every rank computed alike.
- * HOOP_ALGO=hier where the layout does not fit runs the ring.
+ * HOOP_ALGO=hier where the layout does not fit runs the ring. All-gather and reduce-scatter run
+ * hierarchically at every size where the layout fits (fewer steps as well as fewer bytes across
+ * hosts), unless HOOP_ALGO names one of the flat all-reduce algorithms.
  * HOOP_ALGO forces one, including the parameter servers, which auto never picks: they are there to
  * be compared with. Other collectives pick their own variant by size inside their file. */
 #define HOOP__LOG_SUBSYS HOOP__SUB_COLL /* of its INFO and TRACE lines (base/log.h) */
