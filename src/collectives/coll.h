@@ -25,6 +25,7 @@ int hoop__hier_fits(const hoop_comm_t *c);
 hoop_result_t hoop__allreduce_hier(hoop__call_t *c);
 hoop_result_t hoop__allgather_hier(hoop__call_t *c);
 hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c);
+hoop_result_t hoop__reduce_hier(hoop__call_t *c);
 hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */

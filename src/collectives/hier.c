@@ -322,3 +322,84 @@ hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
     if (blk > 0) hoop__mem_copy(c, c->recvbuf, s + spos(comm, h, l) * blk, blk);
     return HOOP_OK;
 }
+
+/* Reduce: the all-reduce's first two stages without the cross-host all-gather (each rank ends
+ * with 1/p of the result, reduced over every rank), then every rank sends its piece to the root.
+ * The root's host receives 2(H-1)/H of the buffer across (half in the reduce-scatter, half in the
+ * gather), where the flat ring's reduce-scatter and gather bring in (p-1)/p + (p-L)/p. Non-roots
+ * work in scratch (their recvbuf may be NULL); the root in its recvbuf. */
+hoop_result_t hoop__reduce_hier(hoop__call_t *c)
+{
+    hoop_comm_t *comm = c->comm;
+    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL;
+    int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
+    int h = pos / L, l = pos % L, root = c->root, is_root = comm->rank == root;
+    size_t es = hoop__dsize(c), n = c->count;
+    gring_t a = {.c = c,
+                 .p = L,
+                 .r = l,
+                 .left = at(comm, h, l - 1),
+                 .right = at(comm, h, l + 1),
+                 .es = es,
+                 .n = n,
+                 .in = c->sendbuf,
+                 .rs = 1,
+                 .name = "host reduce-scatter"};
+    size_t so, sl;
+    hoop__part(n, L, mod(l + 1, L), &so, &sl);
+    gring_t b = {.c = c,
+                 .p = H,
+                 .r = h,
+                 .left = at(comm, h - 1, l),
+                 .right = at(comm, h + 1, l),
+                 .es = es,
+                 .n = sl,
+                 .rs = 1,
+                 .avg = c->op == HOOP_AVG,
+                 .trace_at = L - 1,
+                 .name = "cross-host reduce-scatter"};
+    size_t na = gring_plan(&a), nb = gring_plan(&b), stage = na > nb ? na : nb;
+    size_t work = is_root ? 0 : n * es;
+    uint8_t *s = hoop__scratch(c, work + stage);
+    hoop__xfer_t *xs = malloc(sizeof(hoop__xfer_t) * (size_t)comm->size);
+    if (s == NULL || xs == NULL) {
+        free(xs);
+        return HOOP_ERR_NO_MEMORY;
+    }
+    uint8_t *out = is_root ? (uint8_t *)c->recvbuf : s;
+    a.out = out;
+    a.staging = b.staging = s + work;
+    hoop_result_t rc = gring_run(&a);
+    if (rc == HOOP_OK) {
+        b.in = b.out = out + so * es;
+        rc = gring_run(&b);
+    }
+    if (rc == HOOP_OK) {
+        /* Rank (hh, ll) owns piece (hh+1) of segment (ll+1): the gather to the root. */
+        int nx = 0;
+        for (int hh = 0; hh < H; hh++)
+            for (int ll = 0; ll < L; ll++) {
+                int peer = at(comm, hh, ll);
+                /* The root receives every other rank's piece (its own is in place); the others
+                 * send their own. */
+                if (is_root ? peer == root : peer != comm->rank) continue;
+                size_t o1, l1, o2, l2;
+                hoop__part(n, L, mod(ll + 1, L), &o1, &l1);
+                hoop__part(l1, H, mod(hh + 1, H), &o2, &l2);
+                uint8_t *piece = out + (o1 + o2) * es;
+                if (is_root)
+                    hoop__xrecv(c, &xs[nx++], peer, piece, l2 * es);
+                else
+                    hoop__xsend(c, &xs[nx++], root, piece, l2 * es);
+            }
+        if (is_root)
+            HOOP__TRACE_STEP(c, L + H - 2, "gather: rank %d receives a piece from each of %d ranks",
+                             comm->rank, nx);
+        else
+            HOOP__TRACE_STEP(c, L + H - 2, "gather: rank %d sends its piece to rank %d", comm->rank,
+                             root);
+        for (int i = 0; i < nx && rc == HOOP_OK; i++) rc = hoop__xwait1(c, &xs[i]);
+    }
+    free(xs);
+    return rc;
+}

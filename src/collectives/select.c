@@ -4,7 +4,8 @@
  * as many on each: what decides is the ring's host layout, which every rank computed alike.
  * HOOP_ALGO=hier where the layout does not fit runs the ring. All-gather and reduce-scatter run
  * hierarchically at every size where the layout fits (fewer steps as well as fewer bytes across
- * hosts), unless HOOP_ALGO names one of the flat all-reduce algorithms.
+ * hosts), unless HOOP_ALGO names one of the flat all-reduce algorithms; reduce above
+ * HOOP_SMALL_BYTES (below, the flat binomial tree's few hops win).
  * HOOP_ALGO forces one, including the parameter servers, which auto never picks: they are there to
  * be compared with. Other collectives pick their own variant by size inside their file. */
 #define HOOP__LOG_SUBSYS HOOP__SUB_COLL /* of its INFO and TRACE lines (base/log.h) */
@@ -31,9 +32,14 @@ hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
         return hoop__hier_fits(call->comm) && (forced <= 0 || forced == HOOP__ALGO_HIER)
                    ? HOOP__ALGO_HIER
                    : HOOP__ALGO_AUTO;
-    if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
     int hier = hoop__hier_fits(call->comm);
+    if (call->kind == HOOP__K_REDUCE)
+        return hier && (forced == HOOP__ALGO_HIER ||
+                        (forced <= 0 && bytes > call->comm->agreed.small_bytes))
+                   ? HOOP__ALGO_HIER
+                   : HOOP__ALGO_AUTO;
+    if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;
     if (forced == HOOP__ALGO_HIER) return hier ? HOOP__ALGO_HIER : HOOP__ALGO_RING;
     if (forced > 0) return (hoop__algo_t)forced;
     if (bytes <= call->comm->agreed.small_bytes) return HOOP__ALGO_RD;
@@ -77,7 +83,9 @@ static hoop_result_t dispatch(hoop__call_t *call)
         default: return hoop__allreduce_ring(call);
         }
     case HOOP__K_BROADCAST: return hoop__broadcast(call);
-    case HOOP__K_REDUCE: return hoop__reduce_coll(call);
+    case HOOP__K_REDUCE:
+        if (call->algo == HOOP__ALGO_HIER) return hoop__reduce_hier(call);
+        return hoop__reduce_coll(call);
     case HOOP__K_ALLGATHER:
         if (call->algo == HOOP__ALGO_HIER) return hoop__allgather_hier(call);
         return hoop__allgather_ring(call);
