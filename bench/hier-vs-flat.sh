@@ -4,11 +4,13 @@
 # times each; each row is the median of the runs' times (hoop-perf -a 3: the slowest rank, out of
 # place), beside the least time the host links allow for the bytes each algorithm must send off a
 # host (all-reduce of n bytes: 2(H-1)/H n hierarchical, 2(p-1)/p n flat, p = H L; all-gather and
-# reduce-scatter of n bytes in all: (H-1)/H n and (p-1)/p n).
+# reduce-scatter of n bytes in all: (H-1)/H n and (p-1)/p n; reduce, the bytes into the root's
+# host: 2(H-1)/H n, and (p-1)/p n + (p-L)/p n for the flat ring reduce-scatter and gather, though
+# the flat reduce runs a binomial tree up to 4 MiB on 4 ranks).
 #
 # Usage (root, iproute2): bench/hier-vs-flat.sh [BUILD_DIR]
 # Environment: RATE (200mbit; mbit or gbit), LAYOUTS ("2x2 2x4 4x2", hosts x ranks per host),
-# COLLS (allreduce; also allgather reducescatter), RUNS (3), MIN (1M), MAX (16M).
+# COLLS (allreduce; also allgather reducescatter reduce), RUNS (3), MIN (1M), MAX (16M).
 set -eu
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
@@ -44,6 +46,7 @@ for layout in ${LAYOUTS:-2x2 2x4 4x2}; do
             awk -v H="$H" -v L="$L" -v bps="$bps" -v coll="$coll" '{
                 p = H * L; n = $1
                 if (coll == "allreduce") { fb = 2 * (p - 1) / p * n; hb = 2 * (H - 1) / H * n }
+                else if (coll == "reduce") { fb = (2 * p - 1 - L) / p * n; hb = 2 * (H - 1) / H * n }
                 else { fb = (p - 1) / p * n; hb = (H - 1) / H * n }
                 fb = fb * 8 / bps * 1e3; hb = hb * 8 / bps * 1e3
                 printf "| %d KiB | %.1f | %.1f | %.1f | %.1f | %.2fx | %.2f |\n",

@@ -29,6 +29,8 @@ hoop_result_t hoop__reduce_hier(hoop__call_t *c);
 hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */
+/* Whether hoop__reduce_coll runs its binomial tree for n bytes (reduce.c). */
+int hoop__reduce_tree_fits(const hoop_comm_t *comm, size_t n);
 hoop_result_t hoop__allgather_ring(hoop__call_t *c);
 hoop_result_t hoop__gather(hoop__call_t *c);
 hoop_result_t hoop__scatter(hoop__call_t *c);

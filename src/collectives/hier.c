@@ -60,7 +60,7 @@ static void chunk_range(const gring_t *g, int s, int ch, size_t *off, size_t *le
     *len = cl * g->es;
 }
 
-/* After the reduce-scatter, position r owns segment r+1; the all-gather passes owned segments on. */
+/* After the reduce-scatter, position r owns segment r+1; the all-gather passes owned ones on. */
 static int rs_steps(const gring_t *g) { return g->rs ? g->p - 1 : 0; }
 static int seg_sent(const gring_t *g, int k)
 {
@@ -109,7 +109,7 @@ static hoop_result_t gring_run(gring_t *g)
         return HOOP_ERR_NO_MEMORY;
     }
     size_t off, len;
-    /* Unit u = k * chunks + ch; reduce-scatter chunks land in staging slots, the others in place. */
+    /* Unit u = k * chunks + ch: reduce-scatter chunks land in staging slots, others in place. */
 #define POST_RECV(u)                                                                               \
     do {                                                                                           \
         int k_ = (u) / g->chunks, ch_ = (u) % g->chunks;                                           \
@@ -323,11 +323,12 @@ hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
     return HOOP_OK;
 }
 
-/* Reduce: the all-reduce's first two stages without the cross-host all-gather (each rank ends
- * with 1/p of the result, reduced over every rank), then every rank sends its piece to the root.
- * The root's host receives 2(H-1)/H of the buffer across (half in the reduce-scatter, half in the
- * gather), where the flat ring's reduce-scatter and gather bring in (p-1)/p + (p-L)/p. Non-roots
- * work in scratch (their recvbuf may be NULL); the root in its recvbuf. */
+/* Reduce (auto: where the flat one would leave its binomial tree): the all-reduce's first two
+ * stages without the cross-host all-gather (each rank ends with 1/p of the result, reduced over
+ * every rank), then every rank sends its piece to the root. The root's host receives 2(H-1)/H of
+ * the buffer across (half in the reduce-scatter, half in the gather), where the flat ring's
+ * reduce-scatter and gather bring in (p-1)/p + (p-L)/p. Non-roots work in scratch (their recvbuf
+ * may be NULL); the root in its recvbuf. */
 hoop_result_t hoop__reduce_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
