@@ -129,6 +129,16 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
     return HOOP_OK;
 }
 
+/* Local: a stream changes when the call runs on this rank, not what moves where. */
+hoop_result_t hoop_comm_set_stream(hoop_comm_t *c, void *stream)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    c->stream = stream;
+    return HOOP_OK;
+}
+
+void *hoop_comm_get_stream(const hoop_comm_t *c) { return c != NULL ? c->stream : NULL; }
+
 hoop_result_t hoop_comm_abort(hoop_comm_t *c)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;

@@ -136,6 +136,9 @@ struct hoop_comm {
     /* Device memory (runtime/mem_cuda.c): the CUDA module's state, made by the first call that
      * looks for the driver (any thread that posts; atomic for that); NULL before. */
     _Atomic(struct hoop__cuda *) cuda;
+    /* The CUDA stream that device calls are ordered on (hoop_comm_set_stream), or NULL; read by
+     * the posting thread only. */
+    void *stream;
     /* Host buffers that transfers of device memory go through (runtime/stage.c, under exec). */
     struct hoop__stage *stage;
 
