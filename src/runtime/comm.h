@@ -42,6 +42,7 @@ typedef struct hoop__call {
     hoop__algo_t algo;    /* resolved when the call is posted */
     hoop__mem_type_t mem; /* where sendbuf and recvbuf live */
     int is_recv;          /* point-to-point: a receive */
+    int order;            /* stream-ordered: its ordering slot + 1 (mem.h), 0 for none */
 } hoop__call_t;
 
 struct hoop_request {
@@ -49,7 +50,8 @@ struct hoop_request {
     hoop__xfer_t xfer; /* point-to-point requests only */
     hoop_result_t status;
     atomic_int done;
-    int blocking;              /* posted by a blocking call: freed by it */
+    int blocking; /* posted by a blocking call: freed by it */
+    int detached; /* a blocking call ordered on a stream: returned once queued, freed as it ends */
     struct hoop_request *next; /* queue link; free-list link while the slot is free */
     /* Slot bookkeeping (sched.c), never cleared: a request handed out lives in a slot of its
      * communicator until the communicator is freed, so a stale handle still points at memory the

@@ -48,7 +48,7 @@ static inline void hoop__mem_copy(const hoop__call_t *call, void *dst, const voi
     if (call->mem == HOOP__MEM_HOST)
         memcpy(dst, src, n);
     else
-        hoop__mem_ops(call->mem)->copy(call->comm, dst, src, n);
+        hoop__mem_ops(call->mem)->copy(call, dst, src, n);
 }
 
 /* As hoop__mem_copy, for ranges that may overlap. */
@@ -57,7 +57,7 @@ static inline void hoop__mem_move(const hoop__call_t *call, void *dst, const voi
     if (call->mem == HOOP__MEM_HOST)
         memmove(dst, src, n);
     else
-        hoop__mem_ops(call->mem)->move(call->comm, dst, src, n);
+        hoop__mem_ops(call->mem)->move(call, dst, src, n);
 }
 
 /* out[i] = a[i] op b[i] for i < count, in the call's dtype and op (see hoop__reduce). */
@@ -67,7 +67,7 @@ static inline void hoop__mem_reduce(const hoop__call_t *call, void *out, const v
     if (call->mem == HOOP__MEM_HOST)
         hoop__reduce(out, a, b, count, call->dtype, call->op);
     else
-        hoop__mem_ops(call->mem)->reduce(call->comm, out, a, b, count, call->dtype, call->op);
+        hoop__mem_ops(call->mem)->reduce(call, out, a, b, count, call->dtype, call->op);
 }
 
 /* The last step of HOOP_AVG: buf[i] /= the communicator's size. */
@@ -77,7 +77,7 @@ static inline void hoop__mem_avg_finish(const hoop__call_t *call, void *buf, siz
     if (call->mem == HOOP__MEM_HOST)
         hoop__reduce_avg_finish(buf, count, call->dtype, p);
     else
-        hoop__mem_ops(call->mem)->avg_finish(call->comm, buf, count, call->dtype, p);
+        hoop__mem_ops(call->mem)->avg_finish(call, buf, count, call->dtype, p);
 }
 
 /* Scratch memory owned by the communicator, in the memory type of the call's buffers, aligned as
