@@ -455,6 +455,71 @@ static int stream_wait_word(hoop_cuda_ctx_t *ctx, void *stream, const uint32_t *
     return 0;
 }
 
+/* ---- IPC ---- */
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) <= HOOP__CUDA_IPC_HANDLE, "the handle must fit");
+
+/* cudaMalloc, not the stream-ordered allocator: its memory cannot be exported this way. */
+static void *ipc_alloc(hoop_cuda_ctx_t *ctx, size_t bytes, void *handle)
+{
+    int prev;
+    void *p = NULL;
+    if (enter(ctx, &prev) != 0) return NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    cudaIpcMemHandle_t h;
+    if (e == cudaSuccess) {
+        e = cudaIpcGetMemHandle(&h, p);
+        if (e != cudaSuccess) {
+            cudaFree(p);
+            p = NULL;
+            failed(ctx, "cudaIpcGetMemHandle", e);
+        } else {
+            memset(handle, 0, HOOP__CUDA_IPC_HANDLE);
+            memcpy(handle, &h, sizeof h);
+        }
+    } else {
+        cudaGetLastError();
+        failed(ctx, "cudaMalloc", e);
+        p = NULL;
+    }
+    if (prev != ctx->device) cudaSetDevice(prev);
+    return p;
+}
+
+/* With the communicator, when no call is in flight: cudaFree may synchronize the device. */
+static void ipc_free(hoop_cuda_ctx_t *ctx, void *p)
+{
+    int prev;
+    if (p == NULL || enter(ctx, &prev) != 0) return;
+    cudaFree(p);
+    if (prev != ctx->device) cudaSetDevice(prev);
+}
+
+static void *ipc_open(hoop_cuda_ctx_t *ctx, const void *handle)
+{
+    int prev;
+    void *p = NULL;
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    if (enter(ctx, &prev) != 0) return NULL;
+    cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        failed(ctx, "cudaIpcOpenMemHandle", e);
+        p = NULL;
+    }
+    if (prev != ctx->device) cudaSetDevice(prev);
+    return p;
+}
+
+static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
+{
+    int prev;
+    if (p == NULL || enter(ctx, &prev) != 0) return;
+    cudaIpcCloseMemHandle(p);
+    if (prev != ctx->device) cudaSetDevice(prev);
+}
+
 static const hoop_cuda_module_t table = {
     .abi = HOOP__CUDA_ABI,
     .size = sizeof(hoop_cuda_module_t),
@@ -481,6 +546,10 @@ static const hoop_cuda_module_t table = {
     .event_query = event_query,
     .stream_wait_event = stream_wait_event,
     .stream_wait_word = stream_wait_word,
+    .ipc_alloc = ipc_alloc,
+    .ipc_free = ipc_free,
+    .ipc_open = ipc_open,
+    .ipc_close = ipc_close,
 };
 
 EXPORT const hoop_cuda_module_t *hoop_cuda_module(void) { return &table; }

@@ -14,6 +14,8 @@
 #define HOOP__CUDA_ABI 2
 /* The one symbol a module exports: const hoop_cuda_module_t *hoop_cuda_module(void). */
 #define HOOP__CUDA_ENTRY "hoop_cuda_module"
+/* Bytes of an IPC handle (cudaIpcMemHandle_t's size). */
+#define HOOP__CUDA_IPC_HANDLE 64
 
 enum {
     HOOP__CUDA_PTR_HOST = 0, /* host memory (pageable, pinned or registered): memcpy reaches it */
@@ -94,6 +96,16 @@ typedef struct hoop_cuda_module {
      * (cuStreamWaitValue32 on real CUDA). */
     int (*stream_wait_word)(hoop_cuda_ctx_t *ctx, void *stream, const uint32_t *word,
                             uint32_t value);
+
+    /* ---- IPC between processes of one node (ABI 2) ---- */
+    /* Device memory that other processes may open: its handle (HOOP__CUDA_IPC_HANDLE bytes) goes
+     * to handle. NULL with the sentence of error(ctx). Freed with ipc_free. */
+    void *(*ipc_alloc)(hoop_cuda_ctx_t *ctx, size_t bytes, void *handle);
+    void (*ipc_free)(hoop_cuda_ctx_t *ctx, void *p);
+    /* Another process's memory from its handle, as device memory this process's copies and
+     * kernels may use (on the same device or a peer); NULL with the sentence of error(ctx). */
+    void *(*ipc_open)(hoop_cuda_ctx_t *ctx, const void *handle);
+    void (*ipc_close)(hoop_cuda_ctx_t *ctx, void *p);
 } hoop_cuda_module_t;
 
 typedef const hoop_cuda_module_t *(*hoop_cuda_entry_fn)(void);

@@ -25,6 +25,7 @@ typedef enum {
     HOOP__ALGO_RD,         /* recursive doubling */
     HOOP__ALGO_PS,         /* parameter server: rank 0 reduces everything */
     HOOP__ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
+    HOOP__ALGO_IPC,        /* CUDA device buffers on one node: peers' memory through CUDA IPC */
     HOOP__ALGO_COUNT
 } hoop__algo_t;
 

@@ -66,7 +66,17 @@ struct hoop__cuda {
     void *stream;
     uint32_t *words;
     order_slot_t slot[SLOTS];
+    /* The CUDA IPC path (runtime.h): this rank's area and handle, the peers' areas opened here
+     * (by rank, with the handle each was opened from). */
+    void *ipc_area;
+    size_t ipc_cap;
+    unsigned char ipc_handle[HOOP__CUDA_IPC_HANDLE];
+    struct {
+        void *p;
+        unsigned char handle[HOOP__CUDA_IPC_HANDLE];
+    } * peer;
 };
+_Static_assert(HOOP__IPC_HANDLE == HOOP__CUDA_IPC_HANDLE, "one handle size");
 
 /* ---- is the driver in the process? ---- */
 
@@ -322,6 +332,11 @@ void hoop__cuda_close(hoop_comm_t *c)
     struct hoop__cuda *st = atomic_load(&c->cuda);
     if (st == NULL) return;
     if (st->ctx != NULL) order_close(c, st);
+    if (st->ctx != NULL && st->peer != NULL)
+        for (int q = 0; q < c->size; q++)
+            if (st->peer[q].p != NULL) st->t->ipc_close(st->ctx, st->peer[q].p);
+    free(st->peer);
+    if (st->ipc_area != NULL) st->t->ipc_free(st->ctx, st->ipc_area);
     if (st->ctx != NULL) st->t->close(st->ctx);
     if (st->dl != NULL) dlclose(st->dl);
     pthread_mutex_destroy(&st->mu);
@@ -560,6 +575,51 @@ void hoop__mem_order_end(hoop__call_t *call)
     o->busy = 0;
     pthread_mutex_unlock(&st->mu);
     call->order = 0;
+}
+
+/* ---- CUDA IPC ---- */
+
+int hoop__cuda_ipc_area(hoop_comm_t *c, size_t want, void **area, size_t *cap, void *handle,
+                        char *err, size_t errlen)
+{
+    struct hoop__cuda *st = cu(c);
+    if (st->ipc_area == NULL) {
+        st->ipc_area = st->t->ipc_alloc(st->ctx, want, st->ipc_handle);
+        if (st->ipc_area == NULL) {
+            snprintf(err, errlen, "cannot allocate its %zu-byte CUDA IPC area: %s", want,
+                     st->t->error(st->ctx));
+            return -1;
+        }
+        st->ipc_cap = want;
+    }
+    *area = st->ipc_area;
+    *cap = st->ipc_cap;
+    memcpy(handle, st->ipc_handle, HOOP__CUDA_IPC_HANDLE);
+    return 0;
+}
+
+void *hoop__cuda_ipc_peer(hoop_comm_t *c, int peer, const void *handle, char *err, size_t errlen)
+{
+    struct hoop__cuda *st = cu(c);
+    if (st->peer == NULL && (st->peer = calloc((size_t)c->size, sizeof *st->peer)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (st->peer[peer].p != NULL) {
+        if (memcmp(st->peer[peer].handle, handle, HOOP__CUDA_IPC_HANDLE) == 0)
+            return st->peer[peer].p;
+        st->t->ipc_close(st->ctx, st->peer[peer].p);
+        st->peer[peer].p = NULL;
+    }
+    void *p = st->t->ipc_open(st->ctx, handle);
+    if (p == NULL) {
+        snprintf(err, errlen, "cannot open rank %d's CUDA IPC area: %s", peer,
+                 st->t->error(st->ctx));
+        return NULL;
+    }
+    st->peer[peer].p = p;
+    memcpy(st->peer[peer].handle, handle, HOOP__CUDA_IPC_HANDLE);
+    return p;
 }
 
 const hoop__mem_ops_t hoop__mem_cuda = {

@@ -103,6 +103,19 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x);
 hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs, int n);
 /* Frees the staging buffers (hoop__mem_close). */
 void hoop__stage_free(hoop_comm_t *c);
+/* ---- CUDA IPC (mem_cuda.c) ----
+ * The CUDA IPC path's memory: each rank's area, device memory that its peers open once from its
+ * handle and keep open, by rank, until the communicator goes. Under exec. */
+#define HOOP__IPC_HANDLE 64
+/* This rank's area (made by the first call, about want bytes, HOOP_CUDA_IPC_BYTES): 0 with
+ * *area, *cap and handle set, or -1 with a sentence in err. */
+int hoop__cuda_ipc_area(hoop_comm_t *c, size_t want, void **area, size_t *cap, void *handle,
+                        char *err, size_t errlen);
+/* Peer's area opened here from its handle: the one opened before when the handle is the same
+ * (byte for byte), else opened now (a different handle is a different allocation: the old one
+ * is closed first, never served for it). NULL with a sentence in err. */
+void *hoop__cuda_ipc_peer(hoop_comm_t *c, int peer, const void *handle, char *err, size_t errlen);
+
 /* The CUDA module's context and handle (mem_cuda.c; hoop__mem_close). */
 void hoop__cuda_close(hoop_comm_t *c);
 

@@ -14,6 +14,7 @@
  * HOOP_CUDA_DOUBLE_FAIL=N (the Nth operation fails with "injected failure"; also
  * hoop_cuda_double_fail_in(N) from a test), HOOP_CUDA_DOUBLE_NODRIVER=1 (classify fails as a
  * runtime without a usable driver does). */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -50,6 +51,15 @@ static struct {
     size_t bytes;
     block_t blocks[MAX_BLOCKS]; /* live allocations, sorted by offset */
     int nblocks;
+    int fd;          /* the arena's memfd, kept open: IPC handles name it (/proc/PID/fd/FD) */
+    uint64_t serial; /* IPC allocations so far: a handle names one, never a successor */
+    /* Peers' memory opened from IPC handles: a PROT_NONE view handed out and an alias, as the
+     * arena has. */
+    struct {
+        char *dev, *alias;
+        size_t size;
+    } imports[64];
+    int nimports;
     long fail_in; /* operations until the injected failure; 0: none */
     int nodriver;
 } g = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
@@ -78,7 +88,7 @@ static void arena_init(void)
     g.dev = mmap(NULL, g.bytes, PROT_NONE, MAP_SHARED, fd, 0);
     g.alias = mmap(NULL, g.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (g.dev == MAP_FAILED || g.alias == MAP_FAILED) die("cannot map the device arena");
-    close(fd);
+    g.fd = fd;
 }
 
 static void init(void) { pthread_once(&g.once, arena_init); }
@@ -86,6 +96,26 @@ static void init(void) { pthread_once(&g.once, arena_init); }
 static int in_arena(const void *p)
 {
     return (const char *)p >= g.dev && (const char *)p < g.dev + g.bytes;
+}
+
+/* The import holding p, or -1. Under mu. */
+static int import_of(const void *p)
+{
+    for (int i = 0; i < g.nimports; i++)
+        if ((const char *)p >= g.imports[i].dev &&
+            (const char *)p < g.imports[i].dev + g.imports[i].size)
+            return i;
+    return -1;
+}
+
+/* Device memory: this process's arena, or a peer's memory opened from an IPC handle. */
+static int in_device(const void *p)
+{
+    if (in_arena(p)) return 1;
+    pthread_mutex_lock(&g.mu);
+    int k = import_of(p);
+    pthread_mutex_unlock(&g.mu);
+    return k >= 0;
 }
 
 /* The live block holding [p, p + n), or -1. Under mu. */
@@ -110,6 +140,15 @@ static int find(const void *p, size_t n)
 static char *reach(const void *p, size_t n, int kernel, const char *what)
 {
     if (!in_arena(p)) {
+        pthread_mutex_lock(&g.mu);
+        int i = import_of(p);
+        char *a = NULL;
+        if (i >= 0 && (const char *)p + n <= g.imports[i].dev + g.imports[i].size)
+            a = g.imports[i].alias + ((const char *)p - g.imports[i].dev);
+        pthread_mutex_unlock(&g.mu);
+        if (i >= 0 && a == NULL)
+            die("%s: %zu bytes at %p run past the peer's memory opened there", what, n, p);
+        if (a != NULL) return a;
         if (kernel) die("%s: %p is host memory, which a kernel cannot read", what, p);
         return (char *)p;
     }
@@ -141,7 +180,10 @@ static int classify(const void *p, hoop_cuda_ptr_t *out, char *err, size_t errle
         snprintf(err, errlen, "no usable CUDA driver (HOOP_CUDA_DOUBLE_NODRIVER)");
         return -1;
     }
-    if (!in_arena(p)) return 0;
+    if (!in_arena(p)) {
+        if (in_device(p)) out->type = HOOP__CUDA_PTR_DEVICE; /* a peer's, opened here */
+        return 0;
+    }
     out->type = HOOP__CUDA_PTR_DEVICE;
     pthread_mutex_lock(&g.mu);
     int k = find(p, 0);
@@ -246,7 +288,7 @@ static int avg_finish(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_
     return 0;
 }
 
-static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
+static void *alloc_aligned(hoop_cuda_ctx_t *ctx, size_t bytes, size_t align)
 {
     init();
     size_t size = bytes ? bytes : 1;
@@ -256,9 +298,11 @@ static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
     size_t at = 0;
     int i = 0;
     for (; i < g.nblocks; i++) {
+        at = (at + align - 1) / align * align;
         if (at + size + ALIGN <= g.blocks[i].off) break;
         at = (g.blocks[i].off + g.blocks[i].size + 2 * ALIGN - 1) / ALIGN * ALIGN;
     }
+    at = (at + align - 1) / align * align;
     if (g.nblocks == MAX_BLOCKS || at + size > g.bytes) {
         pthread_mutex_unlock(&g.mu);
         snprintf(ctx->err, sizeof ctx->err, "out of device memory (%zu bytes asked)", bytes);
@@ -273,11 +317,13 @@ static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
     return g.dev + at;
 }
 
+static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes) { return alloc_aligned(ctx, bytes, ALIGN); }
+
 static void dfree(hoop_cuda_ctx_t *ctx, void *p)
 {
     (void)ctx;
     if (p == NULL) return;
-    if (!in_arena(p)) die("free of %p, which is not device memory", p);
+    if (!in_arena(p)) die("free of %p, which is not device memory of this process", p);
     pthread_mutex_lock(&g.mu);
     int k = find(p, 0);
     if (k < 0 || g.dev + g.blocks[k].off != (char *)p)
@@ -552,13 +598,108 @@ static int stream_wait_word(hoop_cuda_ctx_t *ctx, void *stream, const uint32_t *
                             uint32_t value)
 {
     if (injected(ctx)) return -1;
-    if (in_arena(word)) die("stream_wait_word: %p is device memory, not host memory", (void *)word);
+    if (in_device(word))
+        die("stream_wait_word: %p is device memory, not host memory", (void *)word);
     if (stream == NULL)
         wait_for("a legacy stream's word wait", NULL, 0, word, value);
     else
         enqueue(as_stream(stream, "stream_wait_word"),
                 (sop_t){.kind = OP_WAIT_WORD, .word = word, .value = value});
     return 0;
+}
+
+/* ---- IPC ----
+ * A handle names the arena's memfd through /proc/PID/fd/FD, with the allocation's offset and
+ * size and a serial number; opening it in another process maps that range twice, as the arena
+ * is (a PROT_NONE view handed out, an alias for the double). The range is page-aligned. */
+
+typedef struct ipc_handle {
+    uint64_t magic, serial;
+    int64_t pid, fd;
+    uint64_t off, size;
+} ipc_handle_t;
+_Static_assert(sizeof(ipc_handle_t) <= HOOP__CUDA_IPC_HANDLE, "the handle must fit");
+
+#define IPC_MAGIC 0x49504344424cull
+
+static void *ipc_alloc(hoop_cuda_ctx_t *ctx, size_t bytes, void *handle)
+{
+    size_t size = (bytes + 4095) / 4096 * 4096;
+    char *p = alloc_aligned(ctx, size ? size : 4096, 4096);
+    if (p == NULL) return NULL;
+    pthread_mutex_lock(&g.mu);
+    ipc_handle_t h = {.magic = IPC_MAGIC,
+                      .serial = ++g.serial,
+                      .pid = getpid(),
+                      .fd = g.fd,
+                      .off = (uint64_t)(p - g.dev),
+                      .size = size ? size : 4096};
+    pthread_mutex_unlock(&g.mu);
+    memset(handle, 0, HOOP__CUDA_IPC_HANDLE);
+    memcpy(handle, &h, sizeof h);
+    return p;
+}
+
+static void ipc_free(hoop_cuda_ctx_t *ctx, void *p) { dfree(ctx, p); }
+
+static void *ipc_open(hoop_cuda_ctx_t *ctx, const void *handle)
+{
+    init();
+    ipc_handle_t h;
+    memcpy(&h, handle, sizeof h);
+    if (h.magic != IPC_MAGIC) {
+        snprintf(ctx->err, sizeof ctx->err, "not an IPC handle of the CUDA test double");
+        return NULL;
+    }
+    if (h.pid == getpid()) {
+        snprintf(ctx->err, sizeof ctx->err,
+                 "an IPC handle cannot be opened in the process that made it (as CUDA's)");
+        return NULL;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)h.pid, (long long)h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(ctx->err, sizeof ctx->err, "cannot open the peer's device memory %s: %s", path,
+                 strerror(errno));
+        return NULL;
+    }
+    char *dev = mmap(NULL, h.size, PROT_NONE, MAP_SHARED, fd, (off_t)h.off);
+    char *alias = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)h.off);
+    close(fd);
+    if (dev == MAP_FAILED || alias == MAP_FAILED) {
+        if (dev != MAP_FAILED) munmap(dev, h.size);
+        if (alias != MAP_FAILED) munmap(alias, h.size);
+        snprintf(ctx->err, sizeof ctx->err, "cannot map the peer's device memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&g.mu);
+    if (g.nimports == (int)(sizeof g.imports / sizeof g.imports[0])) {
+        pthread_mutex_unlock(&g.mu);
+        munmap(dev, h.size);
+        munmap(alias, h.size);
+        snprintf(ctx->err, sizeof ctx->err, "too many IPC handles open");
+        return NULL;
+    }
+    g.imports[g.nimports].dev = dev;
+    g.imports[g.nimports].alias = alias;
+    g.imports[g.nimports].size = h.size;
+    g.nimports++;
+    pthread_mutex_unlock(&g.mu);
+    return dev;
+}
+
+static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
+{
+    (void)ctx;
+    if (p == NULL) return;
+    pthread_mutex_lock(&g.mu);
+    int i = import_of(p);
+    if (i < 0 || g.imports[i].dev != (char *)p) die("ipc_close of %p, which was not opened", p);
+    munmap(g.imports[i].dev, g.imports[i].size);
+    munmap(g.imports[i].alias, g.imports[i].size);
+    g.imports[i] = g.imports[--g.nimports];
+    pthread_mutex_unlock(&g.mu);
 }
 
 static const hoop_cuda_module_t table = {
@@ -587,6 +728,10 @@ static const hoop_cuda_module_t table = {
     .event_query = event_query,
     .stream_wait_event = stream_wait_event,
     .stream_wait_word = stream_wait_word,
+    .ipc_alloc = ipc_alloc,
+    .ipc_free = ipc_free,
+    .ipc_open = ipc_open,
+    .ipc_close = ipc_close,
 };
 
 EXPORT const hoop_cuda_module_t *hoop_cuda_module(void) { return &table; }
