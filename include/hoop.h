@@ -142,6 +142,9 @@ HOOP_API hoop_result_t hoop_comm_set_timeout(hoop_comm_t *comm, double seconds);
  * calls posted under one stream and then another stay in posting order. The stream must stay valid
  * until the calls ordered on it have completed. Set from the thread that posts. */
 HOOP_API hoop_result_t hoop_comm_set_stream(hoop_comm_t *comm, void *stream);
+/* The legacy default stream (cudaStreamLegacy), for hoop_comm_set_stream: a stream handle of 0
+ * (what torch reports for its default stream) is this one, as NULL here means none. */
+#define HOOP_STREAM_LEGACY ((void *)1)
 /* The stream set on comm, NULL when none. */
 HOOP_API void *hoop_comm_get_stream(const hoop_comm_t *comm);
 

@@ -215,8 +215,12 @@ static int stream_sync(hoop_cuda_ctx_t *ctx, void *stream);
  * for it, then runs them on the calling thread. The legacy default stream (NULL) has no queue
  * here: it is always idle, as the double's streams never wait for it nor it for them (they
  * behave as cudaStreamNonBlocking streams do). */
+/* cudaStreamLegacy and cudaStreamPerThread: the double's legacy default stream, NULL. */
+static void *norm(void *stream) { return (uintptr_t)stream <= 2 ? NULL : stream; }
+
 static int after(hoop_cuda_ctx_t *ctx, void *stream)
 {
+    stream = norm(stream);
     return stream != NULL ? stream_sync(ctx, stream) : 0;
 }
 
@@ -518,6 +522,7 @@ static void stream_destroy(hoop_cuda_ctx_t *ctx, void *stream)
 static int stream_sync(hoop_cuda_ctx_t *ctx, void *stream)
 {
     (void)ctx;
+    stream = norm(stream);
     if (stream == NULL) return 0;
     dstream_t *s = as_stream(stream, "stream_sync");
     pthread_mutex_lock(&s->mu);
@@ -529,6 +534,7 @@ static int stream_sync(hoop_cuda_ctx_t *ctx, void *stream)
 
 static int copy_async(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
 {
+    stream = norm(stream);
     if (injected(ctx)) return -1;
     if (n == 0) return 0;
     uintptr_t d = (uintptr_t)dst, sr = (uintptr_t)src;
@@ -564,6 +570,7 @@ static void event_destroy(hoop_cuda_ctx_t *ctx, void *event)
 
 static int event_record(hoop_cuda_ctx_t *ctx, void *event, void *stream)
 {
+    stream = norm(stream);
     if (injected(ctx)) return -1;
     devent_t *e = as_event(event, "event_record");
     uint64_t gen = atomic_fetch_add(&e->recorded, 1) + 1;
@@ -583,6 +590,7 @@ static int event_query(hoop_cuda_ctx_t *ctx, void *event)
 
 static int stream_wait_event(hoop_cuda_ctx_t *ctx, void *stream, void *event)
 {
+    stream = norm(stream);
     if (injected(ctx)) return -1;
     devent_t *e = as_event(event, "stream_wait_event");
     uint64_t gen = atomic_load(&e->recorded);
@@ -597,6 +605,7 @@ static int stream_wait_event(hoop_cuda_ctx_t *ctx, void *stream, void *event)
 static int stream_wait_word(hoop_cuda_ctx_t *ctx, void *stream, const uint32_t *word,
                             uint32_t value)
 {
+    stream = norm(stream);
     if (injected(ctx)) return -1;
     if (in_device(word))
         die("stream_wait_word: %p is device memory, not host memory", (void *)word);
