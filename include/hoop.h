@@ -137,6 +137,7 @@ HOOP_API hoop_result_t hoop_comm_set_timeout(hoop_comm_t *comm, double seconds);
  * result is in device memory (hoop_wait is never needed for stream order). Errors found at posting
  * (arguments, unsupported buffers) return at once; a failure while the call runs aborts comm, so
  * that the next call fails saying why, and stream still moves on (that result is then undefined).
+ * hoop_comm_destroy lets the calls already queued this way end first (within the timeout).
  * Calls on host buffers ignore the stream. Without a stream, a call on device buffers returns when
  * its result is in device memory. A local setting (ranks need not agree, nor set the same stream);
  * calls posted under one stream and then another stay in posting order. The stream must stay valid

@@ -32,7 +32,10 @@ static void finish(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
     hoop__mem_order_end(&r->call);
     r->status = st;
     atomic_store(&r->done, 1);
-    if (r->detached) req_release(c, r);
+    if (r->detached) {
+        req_release(c, r);
+        c->n_detached--;
+    }
     pthread_cond_broadcast(&c->cv);
 }
 
@@ -412,6 +415,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
     }
     fill_request(c, r, call, out == NULL && !detached);
     r->detached = detached;
+    c->n_detached += detached;
     if (!is_p2p(call)) r->call.seq = c->seq++;
     if (c->tail)
         c->tail->next = r;
@@ -557,6 +561,23 @@ void hoop__sched_abort(hoop_comm_t *c, hoop_result_t code)
     pthread_mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->cv);
     pthread_cond_broadcast(&c->tcv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void hoop__sched_drain(hoop_comm_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    double deadline = hoop__now() + c->timeout_s;
+    while (c->n_detached > 0 && !atomic_load(&c->aborted) && hoop__now() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
     pthread_mutex_unlock(&c->mu);
 }
 

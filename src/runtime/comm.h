@@ -117,6 +117,7 @@ struct hoop_comm {
     double inflight_progress;    /* when one of them last completed, or the first was posted */
     int busy;                    /* a queued or blocking call is running */
     int waiters;                 /* threads in hoop_wait: they run queued calls themselves */
+    int n_detached;              /* stream-ordered blocking calls not yet ended */
     int has_thread, stop;
     int thread_polls; /* the progress thread may be in the transport's poll, holding exec */
     pthread_t thread;

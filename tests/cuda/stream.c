@@ -15,6 +15,8 @@
  *                            call reads its inputs before the gated copy wrote them; the test
  *                            passes only if it sees wrong results, proving that the rounds
  *                            above would catch a missing synchronization.
+ *                            Last, hoop_comm_destroy right after such a call, with its stream
+ *                            still gated: the call must end, right, before the communicator goes.
  *   stream MODULE reuse      a device buffer freed and another allocated at the same address
  *                            between stream-ordered calls: each call reads the new one's data.
  * Exit 0 when every check held. */
@@ -57,6 +59,14 @@ static void *late_open(void *arg)
         nanosleep(&ts, NULL);
     }
     __atomic_store_n(gate, want, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void *open_later(void *arg)
+{
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n(gate, *(uint32_t *)arg, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -249,8 +259,40 @@ int main(int argc, char **argv)
     if (!ordered && wrong_rounds > 0)
         printf("rank %d: without the stream set, %d of %d rounds were wrong, as they must be\n",
                rank, wrong_rounds, rounds);
-    rc = hoop_comm_destroy(c);
-    CHECK(rc == HOOP_OK, "destroy: %s", hoop_error_string(rc));
+    if (!strcmp(mode, "ordered")) {
+        /* hoop_comm_destroy right after a call that returned once queued, its stream still
+         * closed: the call must end first (the gate opens 100 ms later), and right. */
+        hoop_comm_set_stream(c, stream);
+        size_t n = 4099;
+        float *h = malloc(n * sizeof(float)), *o = malloc(n * sizeof(float));
+        float *d = devbuf_alloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) h[i] = input(rank, 777, i);
+        close_gate();
+        uint32_t want = round_no;
+        devbuf_copy_async(d, h, n * sizeof(float), stream);
+        rc = hoop_allreduce(c, d, d, n, HOOP_FLOAT32, HOOP_SUM);
+        CHECK(rc == HOOP_OK, "allreduce before destroy: %s", hoop_comm_last_error(c));
+        devbuf_copy_async(o, d, n * sizeof(float), stream);
+        pthread_t opener;
+        pthread_create(&opener, NULL, open_later, &want);
+        rc = hoop_comm_destroy(c);
+        CHECK(rc == HOOP_OK, "destroy: %s", hoop_error_string(rc));
+        devbuf_sync(stream);
+        pthread_join(opener, NULL);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            float e = 0;
+            for (int r = 0; r < size; r++) e += input(r, 777, i);
+            bad += o[i] != e;
+        }
+        CHECK(bad == 0, "the call queued before hoop_comm_destroy: %zu wrong element(s)", bad);
+        devbuf_free(d);
+        free(h);
+        free(o);
+    } else {
+        rc = hoop_comm_destroy(c);
+        CHECK(rc == HOOP_OK, "destroy: %s", hoop_error_string(rc));
+    }
     mod->host_free(devbuf_ctx(), gate);
     mod->stream_destroy(devbuf_ctx(), stream);
     printf("rank %d: %s: %s\n", rank, mode, fails ? "FAILED" : "ok");
