@@ -13,6 +13,11 @@
  *   step 3   every rank copies segment q from rank q's area into its output, for every q;
  *            every rank -> every rank: read (the areas may be written again)
  *
+ * Chunks of at most HOOP_CUDA_IPC_ONESHOT_BYTES (256 KiB by default; the smallest of all ranks'
+ * applies) go in one shot instead: after step 1 every rank reduces the whole chunk from every
+ * area, in rank order, into its own output, and one more round of messages ends it: half the
+ * rounds, p times the reduction work, which small chunks can afford.
+ *
  * The steps' messages are host messages of a few bytes; the device operations are complete
  * when they return (the module waits for them), so a message sent after them orders them
  * before what the peer does next, across processes. Every rank reduces one segment, so every
@@ -29,11 +34,13 @@
 #include "collectives/coll.h"
 
 #define DEFAULT_AREA ((size_t)32 << 20)
+#define DEFAULT_ONESHOT ((size_t)256 << 10)
 
 typedef struct hello {
     uint8_t ok;
     uint8_t pad[7];
     uint64_t cap;
+    uint64_t oneshot; /* HOOP_CUDA_IPC_ONESHOT_BYTES: the smallest of all ranks' is used */
     char host[64];
     char why[176];
     unsigned char handle[HOOP__IPC_HANDLE];
@@ -96,12 +103,12 @@ static hoop_result_t refuse(const hoop__call_t *call, const hello_t *h)
     return HOOP_OK;
 }
 
-static size_t area_bytes(void)
+static size_t env_bytes(const char *name, size_t dflt, size_t least)
 {
-    const char *v = getenv("HOOP_CUDA_IPC_BYTES");
+    const char *v = getenv(name);
     char *end;
     unsigned long long b = v != NULL ? strtoull(v, &end, 0) : 0;
-    if (v == NULL || end == v || *end != '\0' || b < 8192) return DEFAULT_AREA;
+    if (v == NULL || end == v || *end != '\0' || b < least) return dflt;
     return (size_t)b;
 }
 
@@ -115,6 +122,7 @@ hoop_result_t hoop__allreduce_ipc(hoop__call_t *call)
 
     hello_t mine;
     memset(&mine, 0, sizeof mine);
+    mine.oneshot = env_bytes("HOOP_CUDA_IPC_ONESHOT_BYTES", DEFAULT_ONESHOT, 0);
     snprintf(mine.host, sizeof mine.host, "%s", c->host);
     void *area = NULL;
     size_t cap = 0;
@@ -123,8 +131,8 @@ hoop_result_t hoop__allreduce_ipc(hoop__call_t *call)
     } else if (call->mem != HOOP__MEM_CUDA) {
         snprintf(mine.why, sizeof mine.why,
                  "has host buffers: the CUDA IPC path needs device buffers on every rank");
-    } else if (hoop__cuda_ipc_area(c, area_bytes(), &area, &cap, mine.handle, mine.why,
-                                   sizeof mine.why) == 0) {
+    } else if (hoop__cuda_ipc_area(c, env_bytes("HOOP_CUDA_IPC_BYTES", DEFAULT_AREA, 8192), &area,
+                                   &cap, mine.handle, mine.why, sizeof mine.why) == 0) {
         mine.ok = 1;
         mine.cap = cap;
     }
@@ -145,13 +153,14 @@ hoop_result_t hoop__allreduce_ipc(hoop__call_t *call)
     if (rc == HOOP_OK) rc = refuse(call, h);
     /* Every rank's area, opened once (hoop__cuda_ipc_peer keeps it); the chunk is half of the
      * smallest. */
-    size_t half = SIZE_MAX;
+    size_t half = SIZE_MAX, oneshot = SIZE_MAX;
     hello_t st;
     memset(&st, 0, sizeof st);
     st.ok = 1;
     if (rc == HOOP_OK) {
         for (int q = 0; q < p && n > 0; q++) {
             if (h[q].cap / 2 < half) half = (size_t)h[q].cap / 2;
+            if (h[q].oneshot < oneshot) oneshot = (size_t)h[q].oneshot;
             areas[q] = q == me ? area
                                : hoop__cuda_ipc_peer(c, q, h[q].handle, st.why, sizeof st.why);
             if (areas[q] == NULL) st.ok = 0;
@@ -177,8 +186,23 @@ hoop_result_t hoop__allreduce_ipc(hoop__call_t *call)
             rc = exchange(&hc, &flags[me], flags, 1);
         }
         if (rc != HOOP_OK) break;
-        /* step 2: segment me, from every area in rank order, into the second half of mine */
         size_t soff, slen;
+        if (len * es <= oneshot) {
+            /* one shot: every rank reduces the whole chunk from every area, in rank order (the
+             * same bits everywhere), straight into its output; then nobody reads the areas */
+            char *o = out + off * es;
+            if (p == 1)
+                hoop__mem_copy(call, o, areas[0], len * es);
+            else
+                hoop__mem_reduce(call, o, areas[0], areas[1], len);
+            for (int q = 2; q < p; q++) hoop__mem_reduce(call, o, o, areas[q], len);
+            if (call->op == HOOP_AVG) hoop__mem_avg_finish(call, o, len);
+            HOOP__TRACE_STEP(call, 2, "rank %d reduces chunk %zu (one shot)", me, k);
+            rc = hoop__mem_failed(c);
+            if (rc == HOOP_OK) rc = exchange(&hc, &flags[me], flags, 1);
+            continue;
+        }
+        /* step 2: segment me, from every area in rank order, into the second half of mine */
         hoop__part(len, p, me, &soff, &slen);
         unsigned char *res = (unsigned char *)area + half + soff * es;
         if (slen > 0) {
