@@ -339,7 +339,10 @@ static void *stream_create(hoop_cuda_ctx_t *ctx)
     cudaStream_t s = NULL;
     if (enter(ctx, &prev) != 0) return NULL;
     cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e != cudaSuccess) failed(ctx, "cudaStreamCreateWithFlags", e), s = NULL;
+    if (e != cudaSuccess) {
+        failed(ctx, "cudaStreamCreateWithFlags", e);
+        s = NULL;
+    }
     if (prev != ctx->device) cudaSetDevice(prev);
     return s;
 }
@@ -372,7 +375,10 @@ static void *event_create(hoop_cuda_ctx_t *ctx)
     cudaEvent_t ev = NULL;
     if (enter(ctx, &prev) != 0) return NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e != cudaSuccess) failed(ctx, "cudaEventCreateWithFlags", e), ev = NULL;
+    if (e != cudaSuccess) {
+        failed(ctx, "cudaEventCreateWithFlags", e);
+        ev = NULL;
+    }
     if (prev != ctx->device) cudaSetDevice(prev);
     return ev;
 }

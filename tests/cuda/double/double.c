@@ -10,10 +10,15 @@
  * exports the driver's cuPointerGetAttribute, so that it can stand for the driver too
  * (HOOP_CUDA_DRIVER) in tests of a libhoop that has no module.
  *
+ * Streams are worker threads with random delays, events count records, a stream may wait for
+ * an event or a host word, and IPC handles name the arena's memfd so that another process can
+ * map the allocation (docs/cuda.md).
+ *
  * Knobs, for error-path tests: HOOP_CUDA_DOUBLE_BYTES (arena size, default 2G),
  * HOOP_CUDA_DOUBLE_FAIL=N (the Nth operation fails with "injected failure"; also
  * hoop_cuda_double_fail_in(N) from a test), HOOP_CUDA_DOUBLE_NODRIVER=1 (classify fails as a
- * runtime without a usable driver does). */
+ * runtime without a usable driver does), HOOP_CUDA_DOUBLE_DELAY_US and HOOP_CUDA_DOUBLE_WAIT_S
+ * (the streams' delays and waits). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
