@@ -63,7 +63,7 @@ static struct {
     struct {
         char *dev, *alias;
         size_t size;
-    } imports[64];
+    } imports[1024];
     int nimports;
     long fail_in; /* operations until the injected failure; 0: none */
     int nodriver;
