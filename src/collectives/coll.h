@@ -19,7 +19,8 @@ hoop_result_t hoop__allreduce_ring(hoop__call_t *c);
 hoop_result_t hoop__allreduce_rd(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c);
-hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
+hoop_result_t hoop__allreduce_ipc(hoop__call_t *c); /* CUDA IPC on one node (allreduce_ipc.c) */
+hoop_result_t hoop__broadcast(hoop__call_t *c);     /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */
 hoop_result_t hoop__allgather_ring(hoop__call_t *c);

@@ -61,6 +61,7 @@ static hoop_result_t dispatch(hoop__call_t *call)
         case HOOP__ALGO_RD: return hoop__allreduce_rd(call);
         case HOOP__ALGO_PS: return hoop__allreduce_ps(call);
         case HOOP__ALGO_PS_SHARDED: return hoop__allreduce_ps_sharded(call);
+        case HOOP__ALGO_IPC: return hoop__allreduce_ipc(call);
         default: return hoop__allreduce_ring(call);
         }
     case HOOP__K_BROADCAST: return hoop__broadcast(call);

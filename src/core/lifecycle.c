@@ -551,7 +551,9 @@ void hoop__comm_destroy(hoop_comm_t *c)
 {
     /* A pending call would hold the progress thread, and so this call, until its timeout: abort
      * first, here and towards the peers (who learn why), so that every pending call ends at once
-     * with HOOP_ERR_ABORTED. An idle communicator is closed without an abort. */
+     * with HOOP_ERR_ABORTED. An idle communicator is closed without an abort. Stream-ordered
+     * calls that returned once queued are let finish first (with the timeout). */
+    hoop__sched_drain(c);
     int pending = hoop__sched_pending(c);
     if (pending > 0) {
         hoop__comm_fail(c, HOOP_ERR_ABORTED,
