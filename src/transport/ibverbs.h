@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "transport/ibv_dev.h"
+#include "transport/ibv_mr.h"
 #include "transport/ibv_sym.h"
 #include "transport/transport.h"
 
@@ -126,12 +127,14 @@ typedef struct peer {
      * (1) or waits for its F_FIN to complete (2); nothing else goes to this peer meanwhile */
     hoop__xfer_t *zx;
     struct ibv_mr *zx_mr;
+    int zx_ref; /* zx_mr's entry in the registration cache (ibv_mr.h), -1 its own */
     int zx_state, zx_wr;
     size_t zx_off;
     uint64_t zx_addr;
     uint32_t zx_rkey;
     /* zero copy, receiving: the head of rq waits for F_FIN, its buffer registered as zr_mr */
     struct ibv_mr *zr_mr;
+    int zr_ref;
     conn_info_t remote;
 } peer_t;
 
@@ -147,6 +150,7 @@ struct hoop__tp {
     struct ibv_cq *cq;
     uint64_t *probe_word; /* the word peers' probes write into */
     struct ibv_mr *probe_mr;
+    hoop__ibv_mrc_t mrc; /* registrations of user buffers for zero copy */
     peer_t *peers;
     int npeers; /* peers with a queue pair in use */
     int wake_fd, epfd;
