@@ -10,10 +10,12 @@
 #       killed mid-collective (survivors fail naming it, also while the dead rank's partner sleeps
 #       outside the library), mismatched calls (a short one, and a long one that goes zero copy). On a host with an
 #       active RDMA port the same runs happen here instead. Skipped (77) where neither can be had.
-#   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF
+#   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF MR_TEST
 #       hoop's point-to-point bandwidth over verbs (hoop-perf sendrecv, 2 ranks) beside
-#       ib_write_bw on rxe0 in the same boot. The guest's CPUs are emulated: a ratio for
-#       correctness, not a speed.
+#       ib_write_bw on rxe0 in the same boot, then what registering memory costs (mr_test cost),
+#       hoop-perf allreduce over verbs, and bench/vs-peers.sh with hoop over ibverbs and tcp (Open
+#       MPI and gloo are not in the guest: it says so and skips them). The guest's CPUs are
+#       emulated: ratios for correctness, not speeds.
 set -u
 mode=$1
 shift
@@ -23,7 +25,7 @@ abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 case $mode in
 suites)
     vm=$1 conf=$(abspath "$2") run=$(abspath "$3") coll=$(abspath "$4") fault=$(abspath "$5")
-    mr=$(abspath "$6") frank=$(abspath "$7") dbl=$(abspath "$8")
+    mr=$(abspath "$6") frank=$(abspath "$7") dbl=$(abspath "$8") split=$(abspath "$9")
     more=$(abspath "$(dirname "$0")/guest_more.sh")
     script="
         set -e
@@ -55,7 +57,7 @@ suites)
             --timeout 2
         '$fault' --transport ibverbs --mode mismatch --what count --count 100003 --victim 2 --ranks 3 \
             --timeout 2
-        sh '$more' '$run' '$mr' '$frank' '$dbl' \$NETDEV
+        sh '$more' '$run' '$mr' '$frank' '$dbl' '$split' \$NETDEV
         echo '--- every verbs run passed'
     "
     if grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
@@ -67,9 +69,10 @@ suites)
     exec bash "$vm" -t 600 -w "$dir" -s "$(dirname "$more")" -e NETDEV=dummy0 -- sh -c "$script"
     ;;
 bw)
-    vm=$1 run=$(abspath "$2") perf=$(abspath "$3")
+    vm=$1 run=$(abspath "$2") perf=$(abspath "$3") mr=$(abspath "$4")
     dir=$(cd "$(dirname "$perf")/.." && pwd)
-    exec bash "$vm" -t 600 -w "$dir" -- sh -c "
+    src=$(cd "$(dirname "$0")/../.." && pwd)
+    exec bash "$vm" -t 600 -w "$dir" -s "$src" -- sh -c "
         set -e
         for how in '' -b; do
             echo \"--- ib_write_bw \$how on rxe0, 4 MiB messages\"
@@ -87,6 +90,14 @@ bw)
         echo \"ib_write_bw: \$uni MB/s one way, \$bi MB/s both ways; hoop sendrecv: \$hoop MB/s each way\"
         awk -v u=\"\$uni\" -v b=\"\$bi\" -v h=\"\$hoop\" 'BEGIN { printf \"ratio hoop / ib_write_bw: %.2f one way, %.2f both ways\\n\", h / u, 2 * h / b }'
         rm -f bw.srv bw.cli bw.hoop bw.ib bw.ib-b
+        echo '--- registering memory on rxe0'
+        '$mr' cost rxe0
+        echo '--- hoop-perf allreduce over ibverbs, 2 ranks'
+        HOOP_TRANSPORT=ibverbs '$run' -n 2 '$perf' allreduce -b 1K -e 4M -f 4 -n 20 -w 3 -c 1
+        echo '--- bench/vs-peers.sh, hoop over ibverbs and tcp'
+        sh '$src/bench/vs-peers.sh' -r 1 -n 2 -s 256K:4M -l 8 -i 50:10:3 --hoop ibverbs,tcp \
+            -o \$PWD/vs-peers.out '$dir' 2>&1 | tail -25
+        rm -rf vs-peers.out
     "
     ;;
 *)
