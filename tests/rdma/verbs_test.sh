@@ -1,15 +1,20 @@
 #!/bin/sh
 # The verbs transport on a real RDMA stack, as meson runs it (suite rdma).
 #
-#   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST FAULT
+#   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST FAULT ...
 #       in one boot of the test guest (VM_SH), on soft-RoCE rxe0, every rank sharing that one
 #       device: the transport conformance suite over HOOP_TRANSPORT=ibverbs, the multi-process
 #       collective suite at small sizes over it (every collective, dtype and op; 2, 3 and 4 ranks,
 #       blocking and nonblocking), and HOOP_TRANSPORT=auto with two hosts faked by HOOP_HOSTID,
 #       which must take verbs between the hosts and shared memory inside each; and faults: a rank
 #       killed mid-collective (survivors fail naming it, also while the dead rank's partner sleeps
-#       outside the library), mismatched calls (a short one, and a long one that goes zero copy). On a host with an
-#       active RDMA port the same runs happen here instead. Skipped (77) where neither can be had.
+#       outside the library), mismatched calls (a short one, and a long one that goes zero copy);
+#       then guest_more.sh: the registration cache against remapped buffers, the faults of the test
+#       double of the verbs table, split communicators, and (in the guest) rxe0's interface taken
+#       down. On a host with an active RDMA port the same runs happen there instead (without the
+#       port taken down). Skipped (77) where neither can be had.
+#   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST FAULT MR_TEST FAULT_RANK IBV_DOUBLE
+#       SPLIT_RANK is the whole argument list.
 #   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF MR_TEST
 #       hoop's point-to-point bandwidth over verbs (hoop-perf sendrecv, 2 ranks) beside
 #       ib_write_bw on rxe0 in the same boot, then what registering memory costs (mr_test cost),
@@ -66,7 +71,7 @@ suites)
     fi
     dir=$(cd "$(dirname "$conf")/../.." && pwd)
     # In the guest, rxe0 sits on dummy0, which the last check takes down.
-    exec bash "$vm" -t 600 -w "$dir" -s "$(dirname "$more")" -e NETDEV=dummy0 -- sh -c "$script"
+    exec bash "$vm" -t 900 -w "$dir" -s "$(dirname "$more")" -e NETDEV=dummy0 -- sh -c "$script"
     ;;
 bw)
     vm=$1 run=$(abspath "$2") perf=$(abspath "$3") mr=$(abspath "$4")
