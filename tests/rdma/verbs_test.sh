@@ -17,10 +17,9 @@
 #       SPLIT_RANK is the whole argument list.
 #   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF MR_TEST
 #       hoop's point-to-point bandwidth over verbs (hoop-perf sendrecv, 2 ranks) beside
-#       ib_write_bw on rxe0 in the same boot, then what registering memory costs (mr_test cost),
-#       hoop-perf allreduce over verbs, and bench/vs-peers.sh with hoop over ibverbs and tcp (Open
-#       MPI and gloo are not in the guest: it says so and skips them). The guest's CPUs are
-#       emulated: ratios for correctness, not speeds.
+#       ib_write_bw on rxe0 in the same boot, then what registering memory costs (mr_test cost)
+#       and hoop-perf allreduce over verbs. The guest's CPUs are emulated: ratios for correctness,
+#       not speeds.
 set -u
 mode=$1
 shift
@@ -76,8 +75,7 @@ suites)
 bw)
     vm=$1 run=$(abspath "$2") perf=$(abspath "$3") mr=$(abspath "$4")
     dir=$(cd "$(dirname "$perf")/.." && pwd)
-    src=$(cd "$(dirname "$0")/../.." && pwd)
-    exec bash "$vm" -t 600 -w "$dir" -s "$src" -- sh -c "
+    exec bash "$vm" -t 900 -w "$dir" -- sh -c "
         set -e
         for how in '' -b; do
             echo \"--- ib_write_bw \$how on rxe0, 4 MiB messages\"
@@ -99,10 +97,6 @@ bw)
         '$mr' cost rxe0
         echo '--- hoop-perf allreduce over ibverbs, 2 ranks'
         HOOP_TRANSPORT=ibverbs '$run' -n 2 '$perf' allreduce -b 1K -e 4M -f 4 -n 20 -w 3 -c 1
-        echo '--- bench/vs-peers.sh, hoop over ibverbs and tcp'
-        sh '$src/bench/vs-peers.sh' -r 1 -n 2 -s 256K:4M -l 8 -i 50:10:3 --hoop ibverbs,tcp \
-            -o \$PWD/vs-peers.out '$dir' 2>&1 | tail -25
-        rm -rf vs-peers.out
     "
     ;;
 *)
