@@ -231,8 +231,8 @@ void hoop__oob_over_store(hoop__oob_ctx_t *ctx, hoop__store_t *st, int rank, int
  * the peer's rank in the parent, a get the matching receive; both ends of a pair put and get in the
  * same order, which the parent's point-to-point matching (posting order per peer) keeps. The
  * sends are waited for when the new communicator's connect is through (split_oob_end). */
-#define SPLIT_OOB_FRAME 1064 /* an odd size, unlike any a program would receive by chance */
-#define SPLIT_OOB_HDR 72     /* magic, length, tag */
+#define SPLIT_OOB_FRAME 1064
+#define SPLIT_OOB_HDR 72                      /* magic, length, tag */
 #define SPLIT_OOB_MAGIC 0x424f4f5450494c53ull /* "SPLITOOB" */
 #define SPLIT_OOB_SENDS 64
 
@@ -245,6 +245,26 @@ typedef struct split_oob {
     int nreq;
     char err[320];
 } split_oob_t;
+
+/* A point-to-point frame over the parent, marked with an algorithm that no point-to-point call of
+ * the program carries: a receive of the program's that meets a frame (or a frame receive that
+ * meets the program's message) fails as a mismatch instead of taking the other's bytes. */
+static hoop_result_t split_oob_p2p(split_oob_t *o, void *frame, int peer, int is_recv,
+                                   hoop_request_t **req)
+{
+    hoop__call_t call = {.comm = o->parent,
+                         .kind = HOOP__K_SEND,
+                         .sendbuf = is_recv ? NULL : frame,
+                         .recvbuf = is_recv ? frame : NULL,
+                         .count = SPLIT_OOB_FRAME,
+                         .dtype = HOOP_UINT8,
+                         .op = HOOP_SUM,
+                         .root = o->parent_of[peer],
+                         .algo = HOOP__ALGO_RING,
+                         .mem = HOOP__MEM_HOST,
+                         .is_recv = is_recv};
+    return hoop__sched_post(o->parent, &call, req, "hoop_comm_split");
+}
 
 static hoop_result_t split_oob_fail(split_oob_t *o, hoop_result_t rc, const char *what)
 {
@@ -273,8 +293,7 @@ static hoop_result_t split_oob_put(void *ctx, const char *tag, int peer, const v
     memcpy(f + 8, &l, 8);
     memcpy(f + 16, tag, strlen(tag));
     memcpy(f + SPLIT_OOB_HDR, buf, len);
-    hoop_result_t rc = hoop_isend(o->parent, f, SPLIT_OOB_FRAME, HOOP_UINT8, o->parent_of[peer],
-                                  &o->req[o->nreq]);
+    hoop_result_t rc = split_oob_p2p(o, f, peer, 0, &o->req[o->nreq]);
     if (rc != HOOP_OK) {
         free(f);
         return split_oob_fail(o, rc, "send");
@@ -290,7 +309,7 @@ static hoop_result_t split_oob_get(void *ctx, const char *tag, int peer, void *b
     split_oob_t *o = ctx;
     unsigned char f[SPLIT_OOB_FRAME];
     if (peer < 0 || peer >= o->size || peer == o->rank) return HOOP_ERR_INTERNAL;
-    hoop_result_t rc = hoop_recv(o->parent, f, SPLIT_OOB_FRAME, HOOP_UINT8, o->parent_of[peer]);
+    hoop_result_t rc = split_oob_p2p(o, f, peer, 1, NULL);
     if (rc != HOOP_OK) return split_oob_fail(o, rc, "receive");
     uint64_t m, l;
     memcpy(&m, f, 8);
@@ -299,7 +318,7 @@ static hoop_result_t split_oob_get(void *ctx, const char *tag, int peer, void *b
         strncmp((const char *)f + 16, tag, SPLIT_OOB_HDR - 16) != 0) {
         snprintf(o->err, sizeof(o->err),
                  "out-of-band exchange over the parent communicator: rank %d sent something else "
-                 "than \"%s\" (a receive of the program's pending on the parent?)",
+                 "than \"%s\"",
                  o->parent_of[peer], tag);
         return HOOP_ERR_MISMATCH;
     }
