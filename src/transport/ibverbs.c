@@ -430,9 +430,14 @@ int hoop__ibt_poll(hoop__tp_t *tp)
         }
         if (n == 0) break;
         any = 1;
-        for (int k = 0; k < n; k++) {
+        /* Sends first, then receives: the CQ need not hold them in the order they happened on
+         * the wire, and a peer's abort notice (a receive) must not fail a send of ours that it
+         * had received already, whose completion came in the same batch. */
+        for (int kk = 0; kk < 2 * n; kk++) {
+            const int pass = kk / n, k = kk % n;
             int j = (int)(wc[k].wr_id >> 32), what = (int)((wc[k].wr_id >> 24) & 0xff);
             int i = (int)(wc[k].wr_id & 0xffffff);
+            if ((what == W_RECV) != (pass == 1)) continue;
             if (j < 0 || j >= tp->p.size) continue;
             peer_t *pe = &tp->peers[j];
             hoop__xfer_t *x = NULL;
