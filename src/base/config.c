@@ -108,9 +108,9 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
             return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp, shm or ibverbs");
     }
     if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto", "ring", "rd", "ps", "ps-sharded", NULL};
+        static const char *const names[] = {"auto", "ring", "rd", "ps", "ps-sharded", "shm", "p2p", NULL};
         if (copy_word(c->algo, sizeof(c->algo), v, names) != 0)
-            return bad(err, errlen, "HOOP_ALGO", v, "auto, ring, rd, ps or ps-sharded");
+            return bad(err, errlen, "HOOP_ALGO", v, "auto, ring, rd, ps, ps-sharded, shm or p2p");
     }
     if ((v = get("HOOP_SOCKET_IFNAME", ctx)) != NULL) {
         if (strlen(v) >= sizeof(c->ifname))

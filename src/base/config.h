@@ -11,7 +11,7 @@ typedef struct hoop__config {
     int log_level;      /* HOOP_DEBUG: WARN (default), INFO, TRACE, NONE */
     char log_file[256]; /* HOOP_DEBUG_FILE: "" = stderr */
     char transport[16]; /* HOOP_TRANSPORT: auto (default), tcp, shm, ibverbs */
-    char algo[16];      /* HOOP_ALGO: auto (default), ring, rd, ps, ps-sharded */
+    char algo[16];      /* HOOP_ALGO: auto (default), ring, rd, ps, ps-sharded, shm, p2p */
     char ifname[128]; /* HOOP_SOCKET_IFNAME: "" = automatic; prefix list, '^' excludes, '=' exact */
     int sockets_per_peer;  /* HOOP_SOCKETS_PER_PEER: 1..16 */
     size_t chunk_bytes;    /* HOOP_CHUNK_BYTES: pipelining unit of large collectives */

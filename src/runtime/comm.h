@@ -25,6 +25,8 @@ typedef enum {
     HOOP__ALGO_RD,         /* recursive doubling */
     HOOP__ALGO_PS,         /* parameter server: rank 0 reduces everything */
     HOOP__ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
+    HOOP__ALGO_SHM,        /* every collective through an area all ranks map (one host) */
+    HOOP__ALGO_P2P,        /* HOOP_ALGO only: auto's choice without the shared area */
     HOOP__ALGO_COUNT
 } hoop__algo_t;
 
@@ -138,6 +140,10 @@ struct hoop_comm {
     _Atomic(struct hoop__cuda *) cuda;
     /* Host buffers that transfers of device memory go through (runtime/stage.c, under exec). */
     struct hoop__stage *stage;
+
+    /* The shared-memory collectives' area (collectives/shm_area.c), made by the first call that
+     * runs one; NULL before. Used under exec. */
+    struct hoop__shc *shc;
 
     /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */
