@@ -1,6 +1,7 @@
 /* Algorithm selection and dispatch.
  *
- * Where every rank may share one host (HOOP_TRANSPORT auto or shm), all-reduce, broadcast, reduce,
+ * Where every rank published the same host identity (the transports' key: hostname, boot id,
+ * namespaces, HOOP_HOSTID) and HOOP_TRANSPORT is auto or shm, all-reduce, broadcast, reduce,
  * all-gather, reduce-scatter and barrier run through the shared area (shm_coll.c, "shm"); whether
  * the ranks really share a host is learnt by the first such call, which maps the area, and the
  * answer is the same on every rank: where a rank cannot map it, every rank falls back to the
@@ -47,7 +48,7 @@ hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
     const hoop__agreed_t *ag = &call->comm->agreed;
     int forced = hoop__algo_parse(ag->algo);
     int shm = forced == HOOP__ALGO_SHM ||
-              (forced == HOOP__ALGO_AUTO &&
+              (forced == HOOP__ALGO_AUTO && call->comm->one_host &&
                (strcmp(ag->transport, "auto") == 0 || strcmp(ag->transport, "shm") == 0));
     if (shm && has_shm(call->kind)) return HOOP__ALGO_SHM;
     if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;

@@ -321,15 +321,17 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
     if (c->inflight != NULL) c->reap(c);
     if (atomic_load(&c->aborted)) return step_failed(call, a, HOOP_ERR_ABORTED);
     char mine[128];
-    for (int q = 0; q < a->p; q++) {
+    /* Dead peers first, so that a rank that sees both names the dead one rather than a peer
+     * that aborted because of it; then peers that aborted. */
+    for (int pass = 0; pass < 2; pass++) for (int q = 0; q < a->p; q++) {
         if (q == c->rank) continue;
         slot_ctl_t *pc = ctl_of(a, q);
-        uint32_t ab = atomic_load(&pc->aborted);
+        uint32_t ab = pass == 1 ? atomic_load(&pc->aborted) : 0;
         int gone = 0;
-        if (ab == 0 && a->pidfd[q] >= 0) {
+        if (pass == 0 && a->pidfd[q] >= 0) {
             struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
             gone = poll(&pf, 1, 0) > 0;
-        } else if (ab == 0 && q == peer && now >= a->next_gone_check) {
+        } else if (pass == 0 && q == peer && now >= a->next_gone_check) {
             a->next_gone_check = now + 0.01;
             gone = process_gone((pid_t)pc->pid);
         }

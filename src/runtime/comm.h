@@ -86,6 +86,9 @@ struct hoop_comm {
      * host are kept together, so a ring crosses each host boundary once. */
     int *ring;
     int ring_pos;
+    /* Every rank published the same host identity (set with the ring): the shared-memory
+     * collectives may run by default. */
+    int one_host;
 
     uint64_t seq; /* next collective call number */
     /* A thread is posting (or in a blocking call): the call numbers above are handed out in
