@@ -108,7 +108,8 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
             return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp, shm or ibverbs");
     }
     if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto", "ring", "rd", "ps", "ps-sharded", "shm", "p2p", NULL};
+        static const char *const names[] = {"auto",       "ring", "rd",  "ps",
+                                            "ps-sharded", "shm",  "p2p", NULL};
         if (copy_word(c->algo, sizeof(c->algo), v, names) != 0)
             return bad(err, errlen, "HOOP_ALGO", v, "auto, ring, rd, ps, ps-sharded, shm or p2p");
     }

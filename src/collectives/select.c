@@ -12,8 +12,8 @@
  * doubling at or below HOOP_SMALL_BYTES (latency-bound: log2(p) rounds), the ring above
  * (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO forces one, including the parameter
  * servers, which auto never picks: they are there to be compared with. HOOP_ALGO=shm forces the
- * shared area whatever the transport; HOOP_ALGO=p2p is auto without it. Other collectives pick their own variant by size inside
- * their file. */
+ * shared area whatever the transport; HOOP_ALGO=p2p is auto without it. Other collectives pick
+ * their own variant by size inside their file. */
 #include <string.h>
 #include <strings.h>
 

@@ -323,35 +323,36 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
     char mine[128];
     /* Dead peers first, so that a rank that sees both names the dead one rather than a peer
      * that aborted because of it; then peers that aborted. */
-    for (int pass = 0; pass < 2; pass++) for (int q = 0; q < a->p; q++) {
-        if (q == c->rank) continue;
-        slot_ctl_t *pc = ctl_of(a, q);
-        uint32_t ab = pass == 1 ? atomic_load(&pc->aborted) : 0;
-        int gone = 0;
-        if (pass == 0 && a->pidfd[q] >= 0) {
-            struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
-            gone = poll(&pf, 1, 0) > 0;
-        } else if (pass == 0 && q == peer && now >= a->next_gone_check) {
-            a->next_gone_check = now + 0.01;
-            gone = process_gone((pid_t)pc->pid);
+    for (int pass = 0; pass < 2; pass++)
+        for (int q = 0; q < a->p; q++) {
+            if (q == c->rank) continue;
+            slot_ctl_t *pc = ctl_of(a, q);
+            uint32_t ab = pass == 1 ? atomic_load(&pc->aborted) : 0;
+            int gone = 0;
+            if (pass == 0 && a->pidfd[q] >= 0) {
+                struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
+                gone = poll(&pf, 1, 0) > 0;
+            } else if (pass == 0 && q == peer && now >= a->next_gone_check) {
+                a->next_gone_check = now + 0.01;
+                gone = process_gone((pid_t)pc->pid);
+            }
+            if (ab == 0 && !gone) continue;
+            /* What it wrote before it went may be its abort reason: read that first. */
+            ab = atomic_load(&pc->aborted);
+            hoop__call_describe(call, mine, sizeof(mine));
+            if (ab != 0) {
+                char why[REASON];
+                memcpy(why, pc->reason, sizeof(why));
+                why[sizeof(why) - 1] = '\0';
+                hoop__comm_fail(c, HOOP_ERR_ABORTED, "rank %d aborted: %s", q, why);
+            } else {
+                hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
+                                "%s (call #%llu) failed with rank %d: lost rank %d (its process %d "
+                                "exited)",
+                                mine, (unsigned long long)call->seq, q, q, (int)pc->pid);
+            }
+            return step_failed(call, a, ab != 0 ? HOOP_ERR_ABORTED : HOOP_ERR_PEER_LOST);
         }
-        if (ab == 0 && !gone) continue;
-        /* What it wrote before it went may be its abort reason: read that first. */
-        ab = atomic_load(&pc->aborted);
-        hoop__call_describe(call, mine, sizeof(mine));
-        if (ab != 0) {
-            char why[REASON];
-            memcpy(why, pc->reason, sizeof(why));
-            why[sizeof(why) - 1] = '\0';
-            hoop__comm_fail(c, HOOP_ERR_ABORTED, "rank %d aborted: %s", q, why);
-        } else {
-            hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
-                            "%s (call #%llu) failed with rank %d: lost rank %d (its process %d "
-                            "exited)",
-                            mine, (unsigned long long)call->seq, q, q, (int)pc->pid);
-        }
-        return step_failed(call, a, ab != 0 ? HOOP_ERR_ABORTED : HOOP_ERR_PEER_LOST);
-    }
     if (now - start >= c->timeout_s) {
         hoop__call_describe(call, mine, sizeof(mine));
         hoop__comm_fail(c, HOOP_ERR_TIMEOUT,

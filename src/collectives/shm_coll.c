@@ -49,6 +49,9 @@ static hoop_result_t device_rank(const hoop__call_t *c, hoop__shc_t *a)
 
 /* The 64-byte aligned part of a buffer (its line holds the first 24 bytes of data). */
 static uint8_t *aligned(uint8_t *data) { return data + 24; }
+/* Where a payload of n bytes goes: in the line itself when it fits (one cache line tells the
+ * readers and carries the data), otherwise aligned, as the kernels and memcpy like it. */
+static uint8_t *payload(uint8_t *data, size_t n) { return n <= 24 ? data : aligned(data); }
 
 hoop_result_t hoop__shm_enter(hoop__call_t *c)
 {
@@ -109,11 +112,11 @@ static hoop_result_t allreduce_small(hoop__call_t *c, hoop__shc_t *a)
     /* Host structures in the scratch space, the partial results after them. */
     uint8_t *tmp = hoop__scratch(c, (size_t)p * sizeof(uint8_t *) + (size_t)p * bytes + 1);
     if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
-    if (bytes > 0) memcpy(hoop__shc_next(a, comm->rank), c->sendbuf, bytes);
+    if (bytes > 0) memcpy(payload(hoop__shc_next(a, comm->rank), bytes), c->sendbuf, bytes);
     hoop_result_t rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
     if (rc != HOOP_OK) return rc;
     const uint8_t **x = (const uint8_t **)(void *)tmp;
-    for (int i = 0; i < p; i++) x[i] = hoop__shc_cur(a, i);
+    for (int i = 0; i < p; i++) x[i] = payload(hoop__shc_cur(a, i), bytes);
     HOOP__TRACE_STEP(c, 0, "rank %d reduces the %d contributions (%zu B each) in place", comm->rank,
                      p, bytes);
     if (bytes > 0) rd_order(c, c->recvbuf, x, p, tmp + (size_t)p * sizeof(uint8_t *), n);
@@ -132,7 +135,7 @@ typedef struct rounds {
     size_t es, total;      /* elements */
     const uint8_t *in;
     uint8_t *out;
-    size_t ce;  /* elements per chunk */
+    size_t ce;   /* elements per chunk */
     size_t slot; /* bytes per slot: p contribution slots, then the result slot */
 } rounds_t;
 
@@ -244,7 +247,7 @@ static hoop_result_t reduce_rounds(hoop__call_t *c, hoop__shc_t *a, int kind, si
     g.ce = g.slot / g.es;
     size_t bo, bl;
     hoop__part(total, g.p, comm->rank, &bo, &bl);
-    size_t out_bytes = kind == R_RS ? bl * g.es
+    size_t out_bytes = kind == R_RS                                ? bl * g.es
                        : kind == R_REDUCE && comm->rank != c->root ? 0
                                                                    : total * g.es;
     g.out = c->recvbuf;
@@ -293,16 +296,16 @@ hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
     if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
     hoop_comm_t *comm = c->comm;
     int root = c->root, me = comm->rank;
-    size_t n = c->count * hoop__dsize(c), cap = a->data_bytes + 24;
+    size_t n = c->count * hoop__dsize(c), cap = a->data_bytes;
     uint8_t *buf = c->recvbuf;
     const uint8_t *src = me == root && c->sendbuf != NULL ? c->sendbuf : buf;
     size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
-        if (me == root && len > 0) memcpy(hoop__shc_next(a, me), src + off, len);
+        if (me == root && len > 0) memcpy(payload(hoop__shc_next(a, me), len), src + off, len);
         if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
         if (len > 0 && (me != root || src != buf))
-            memcpy(buf + off, me == root ? src + off : hoop__shc_cur(a, root), len);
+            memcpy(buf + off, me == root ? src + off : payload(hoop__shc_cur(a, root), len), len);
     }
     return HOOP_OK;
 }
@@ -316,16 +319,16 @@ hoop_result_t hoop__shm_allgather(hoop__call_t *c)
     if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
     hoop_comm_t *comm = c->comm;
     int p = comm->size, me = comm->rank;
-    size_t n = c->count * hoop__dsize(c), cap = a->data_bytes + 24;
+    size_t n = c->count * hoop__dsize(c), cap = a->data_bytes;
     uint8_t *out = c->recvbuf;
     const uint8_t *in = c->sendbuf;
     size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
-        if (len > 0) memcpy(hoop__shc_next(a, me), in + off, len);
+        if (len > 0) memcpy(payload(hoop__shc_next(a, me), len), in + off, len);
         if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
         for (int q = 0; q < p && len > 0; q++)
-            memcpy(out + (size_t)q * n + off, hoop__shc_cur(a, q), len);
+            memcpy(out + (size_t)q * n + off, payload(hoop__shc_cur(a, q), len), len);
     }
     return HOOP_OK;
 }

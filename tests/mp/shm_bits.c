@@ -9,8 +9,14 @@
  * (hoop_comm_set_algo "shm"), in place and out of place, and through the point-to-point
  * algorithms ("p2p": recursive doubling small, ring large); reduce-scatter likewise. The results
  * must be equal byte for byte, and a digest of each result must be the same on every rank.
+ *
+ * Then waiting: the last rank sleeps before a barrier, a small and a large all-reduce (0.5 s
+ * each); the others wait in the shared area meanwhile and must use under a fifth of a core
+ * doing so (they spin briefly, yield, then sleep).
  */
 #include <inttypes.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,13 +40,19 @@ static void fill(void *buf, size_t n, hoop_dtype_t dt, uint64_t seed)
     for (size_t i = 0; i < n; i++) {
         uint64_t r = splitmix(&seed);
         switch (dt) {
-        case HOOP_FLOAT32: ((float *)buf)[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 + 0.5); break;
-        case HOOP_FLOAT64: ((double *)buf)[i] = (double)(r >> 11) / 9007199254740992.0 * 3.0 - 1.0; break;
+        case HOOP_FLOAT32:
+            ((float *)buf)[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 + 0.5);
+            break;
+        case HOOP_FLOAT64:
+            ((double *)buf)[i] = (double)(r >> 11) / 9007199254740992.0 * 3.0 - 1.0;
+            break;
         case HOOP_FLOAT16: /* exponent 13..16 (0.25 .. 2): products and sums stay finite */
-            ((uint16_t *)buf)[i] = (uint16_t)(((r >> 20) & 1) << 15 | (13 + (r >> 8) % 4) << 10 | (r & 0x3ff));
+            ((uint16_t *)buf)[i] = (uint16_t)(((r >> 20) & 1) << 15 | (13 + (r >> 8) % 4) << 10 |
+                                              (r & 0x3ff));
             break;
         default: /* bfloat16: exponent 125..128 */
-            ((uint16_t *)buf)[i] = (uint16_t)(((r >> 20) & 1) << 15 | (125 + (r >> 8) % 4) << 7 | (r & 0x7f));
+            ((uint16_t *)buf)[i] = (uint16_t)(((r >> 20) & 1) << 15 | (125 + (r >> 8) % 4) << 7 |
+                                              (r & 0x7f));
             break;
         }
     }
@@ -86,6 +98,49 @@ static void compare(const void *a, const void *b, size_t n, size_t es, const cha
     failures++;
 }
 
+static double cpu_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
+           ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) * 1e-6;
+}
+
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The last rank arrives 0.5 s late at each of three calls; the others' CPU while they wait. */
+static void idle_wait(hoop_comm_t *c, char *a, char *b)
+{
+    int me = hoop_comm_rank(c), p = hoop_comm_size(c);
+    check(hoop_comm_set_algo(c, "shm"), "set_algo");
+    memset(a, 1, 1 << 20);
+    check(hoop_barrier(c), "barrier");
+    double w0 = wall_s(), c0 = cpu_s();
+    for (int i = 0; i < 3; i++) {
+        if (me == p - 1) {
+            struct timespec ts = {0, 500000000};
+            nanosleep(&ts, NULL);
+        }
+        hoop_result_t rc = i == 0   ? hoop_barrier(c)
+                           : i == 1 ? hoop_allreduce(c, a, b, 2, HOOP_FLOAT32, HOOP_SUM)
+                                    : hoop_allreduce(c, a, b, 1 << 18, HOOP_FLOAT32, HOOP_SUM);
+        check(rc, "the late rank's call");
+    }
+    double wall = wall_s() - w0, cpu = cpu_s() - c0;
+    if (me != p - 1) {
+        printf("rank %d waited %.2f s using %.3f s of CPU\n", me, wall, cpu);
+        if (cpu > 0.2 * wall) {
+            printf("FAIL: rank %d used %.0f%% of a core while waiting\n", me, 100 * cpu / wall);
+            failures++;
+        }
+    }
+}
+
 int main(void)
 {
     hoop_comm_t *c;
@@ -106,7 +161,8 @@ int main(void)
                 size_t n = counts[k];
                 snprintf(what, sizeof(what), "allreduce(count=%zu, %s, %s) on %d ranks", n,
                          hoop_dtype_name(dts[d]), hoop_op_name(ops[o]), p);
-                fill(in, n, dts[d], (uint64_t)me * 1000003u + n * 7 + (uint64_t)d * 31 + (uint64_t)o);
+                fill(in, n, dts[d],
+                     (uint64_t)me * 1000003u + n * 7 + (uint64_t)d * 31 + (uint64_t)o);
                 check(hoop_comm_set_algo(c, "shm"), "set_algo");
                 check(hoop_allreduce(c, in, a, n, dts[d], ops[o]), what);
                 memcpy(b, in, n * es[d]);
@@ -134,6 +190,7 @@ int main(void)
             runs++;
         }
     }
+    idle_wait(c, a, b);
     free(in);
     free(a);
     free(b);
