@@ -19,12 +19,13 @@
  * schedule digest) of all ranks: different calls fail with HOOP_ERR_MISMATCH on every rank that
  * sees them, with the transports' sentence, and the abort reaches the others.
  *
- * Waiting: a spin of the communicator's spin time (zero when ranks outnumber cores), then
- * sched_yield a bounded number of times, then sleeps on a futex in the line it waits for, 1 ms at
- * a time; a publisher that sees waiters announced on its slot (Dekker's pattern: each side
- * stores, fences, loads) wakes them. Between sleeps the waiter drives the transport (point-to-
- * point requests in flight, abort notices from peers), polls a pidfd of every peer (a killed rank
- * fails the communicator within about a millisecond) and keeps the communicator's timeout.
+ * Waiting: as the shared-memory transport waits, a spin of HOOP_SHM_SPIN_US (200 us; yielding
+ * the core between looks where local ranks outnumber cores), then sleeps on a futex in the line
+ * it waits for, 1 ms at a time; a publisher that sees waiters announced on its slot (Dekker's
+ * pattern: each side stores, fences, loads) wakes them. Every millisecond the waiter drives the
+ * transport (point-to-point requests in flight, abort notices from peers), polls a pidfd of every
+ * peer (a killed rank fails the communicator within about a millisecond) and keeps the
+ * communicator's timeout.
  *
  * The memfd has no name, and rank 0 closes it once every rank has mapped it: nothing is left
  * behind however the processes end.
@@ -53,7 +54,6 @@
 #define PAGE 4096
 #define ADDR_LEN 64
 #define REASON 448
-#define YIELDS 64 /* sched_yield()s before the first sleep */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
@@ -73,6 +73,7 @@ typedef struct slot_ctl {
     _Alignas(64) _Atomic uint32_t sleepers; /* ranks about to sleep on one of this slot's lines */
     _Alignas(64) int32_t pid;
     _Atomic uint32_t aborted; /* hoop_result_t this rank failed with inside a step, 0 if none */
+    _Atomic uint32_t closed;  /* this rank freed its communicator */
     char reason[REASON];
 } slot_ctl_t;
 
@@ -111,6 +112,8 @@ static void area_unmap(hoop__shc_t *a)
 void hoop__shc_close(hoop_comm_t *c)
 {
     if (c->shc == NULL) return;
+    /* A peer still waiting for a step of this rank's learns that it will not come. */
+    if (c->shc->ready) atomic_store(&ctl_of(c->shc, c->rank)->closed, 1);
     area_unmap(c->shc);
     free(c->shc);
     c->shc = NULL;
@@ -174,8 +177,12 @@ static int area_open(hoop_comm_t *c, hoop__shc_t *a, const char *addr)
 /* The first call that wants the area: rank 0 makes it and sends its address to every rank, every
  * rank maps it and tells rank 0 whether it could, and rank 0 tells everyone the verdict. Messages
  * of the call itself (its header), so a rank in another call fails them as a mismatch. */
-static hoop_result_t area_setup(const hoop__call_t *call, hoop__shc_t *a)
+static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
 {
+    /* The exchange's buffers are this rank's own, in host memory, whatever the call's are. */
+    hoop__call_t hcall = *dcall;
+    hcall.mem = HOOP__MEM_HOST;
+    const hoop__call_t *call = &hcall;
     hoop_comm_t *c = call->comm;
     int p = c->size, me = c->rank, fd = -1;
     char *addrs = calloc((size_t)p, ADDR_LEN);
@@ -311,8 +318,8 @@ static int process_gone(pid_t pid)
 }
 
 /* Between sleeps: the transport, the peers' abort flags and processes, the deadline. */
-static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int peer, double start,
-                                 double now)
+static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int peer, uint64_t s,
+                                 double start, double now)
 {
     hoop_comm_t *c = call->comm;
     /* The transport looks at its peers every 64th idle progress at most once a millisecond:
@@ -353,6 +360,15 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
             }
             return step_failed(call, a, ab != 0 ? HOOP_ERR_ABORTED : HOOP_ERR_PEER_LOST);
         }
+    if (atomic_load(&ctl_of(a, peer)->closed) &&
+        atomic_load(&hoop__shc_line(a, peer, s)->step) < s) {
+        hoop__call_describe(call, mine, sizeof(mine));
+        hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
+                        "%s (call #%llu) failed with rank %d: lost rank %d (it closed its "
+                        "connections)",
+                        mine, (unsigned long long)call->seq, peer, peer);
+        return step_failed(call, a, HOOP_ERR_PEER_LOST);
+    }
     if (now - start >= c->timeout_s) {
         hoop__call_describe(call, mine, sizeof(mine));
         hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
@@ -370,27 +386,29 @@ static hoop_result_t wait_peer(const hoop__call_t *call, hoop__shc_t *a, int q, 
     if (atomic_load_explicit(&l->step, memory_order_acquire) >= s) return HOOP_OK;
     hoop_comm_t *c = call->comm;
     double start = hoop__now(), now = start, next = start + 1e-3;
-    unsigned spins = 0, yields = 0;
+    /* Spin as long as the transport does (HOOP_SHM_SPIN_US), yielding between looks where local
+     * ranks outnumber cores (the communicator does not spin then): the rank waited for may need
+     * this core. Then sleep. */
+    double spin = c->cfg.shm_spin_us * 1e-6;
+    int oversub = c->spin_s == 0;
+    unsigned looks = 0;
     slot_ctl_t *qc = ctl_of(a, q);
     for (;;) {
         uint64_t v = atomic_load_explicit(&l->step, memory_order_acquire);
         if (v >= s) return HOOP_OK;
-        if ((++spins & 255) != 0 && now - start < c->spin_s) {
+        if (oversub) {
+            sched_yield();
+        } else if ((++looks & 63) != 0) {
             relax();
             continue;
         }
         now = hoop__now();
-        if (now - start < c->spin_s) continue;
         if (now >= next) {
-            hoop_result_t rc = check_world(call, a, q, start, now);
+            hoop_result_t rc = check_world(call, a, q, s, start, now);
             if (rc != HOOP_OK) return rc;
             next = now + 1e-3;
         }
-        if (yields < YIELDS) {
-            yields++;
-            sched_yield();
-            continue;
-        }
+        if (now - start < spin) continue;
         /* Announce, look again, sleep: the publisher stores its step, fences, then reads
          * sleepers, so one of the two sees the other. */
         atomic_fetch_add(&qc->sleepers, 1);
@@ -400,7 +418,6 @@ static hoop_result_t wait_peer(const hoop__call_t *call, hoop__shc_t *a, int q, 
             futex(&l->step, FUTEX_WAIT, (uint32_t)v, &ts);
         }
         atomic_fetch_sub(&qc->sleepers, 1);
-        now = hoop__now();
     }
 }
 
