@@ -336,6 +336,9 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
             slot_ctl_t *pc = ctl_of(a, q);
             uint32_t ab = pass == 1 ? atomic_load(&pc->aborted) : 0;
             int gone = 0;
+            /* A peer that has published this step may end (its last call is done): only one that
+         * has not can fail this wait. */
+            if (pass == 0 && atomic_load(&hoop__shc_line(a, q, s)->step) >= s) continue;
             if (pass == 0 && a->pidfd[q] >= 0) {
                 struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
                 gone = poll(&pf, 1, 0) > 0;

@@ -129,6 +129,8 @@ static void idle_wait(hoop_comm_t *c, char *a, char *b)
         hoop_result_t rc = i == 0   ? hoop_barrier(c)
                            : i == 1 ? hoop_allreduce(c, a, b, 2, HOOP_FLOAT32, HOOP_SUM)
                                     : hoop_allreduce(c, a, b, 1 << 18, HOOP_FLOAT32, HOOP_SUM);
+        if (rc != HOOP_OK)
+            printf("FAIL: call %d of the waiting test: %s\n", i, hoop_comm_last_error(c));
         check(rc, "the late rank's call");
     }
     double wall = wall_s() - w0, cpu = cpu_s() - c0;
