@@ -12,9 +12,10 @@
  * each block into slot b of its buffer, steps, and the owner of each block folds the p copies of
  * its chunk into a result slot in cache, in the order the ring folds that segment (all-reduce:
  * ring positions s, s+1, ...; reduce-scatter and reduce: ranks b+1, b+2, ..., b), so the bits are
- * the ring's. All-reduce and reduce step again and the readers copy the results out (every rank,
- * or the root); reduce-scatter writes straight to the owner's output. Per round each rank moves
- * about 256 KiB, which stays in cache between the copy in, the fold and the copy out.
+ * the ring's. The next round's step also tells that these results are in, and the readers copy
+ * them out then (every rank, or the root): one step per round. Reduce-scatter writes straight to
+ * the owner's output. Per round each rank moves about 256 KiB, which stays in cache between the
+ * copy in, the fold and the copy out.
  *
  * Broadcast and all-gather: rounds of one step, the root's (or every rank's) chunk copied in and
  * copied out by the others. Barrier: one step. Gather, scatter, all-to-all and split keep their
@@ -166,6 +167,26 @@ static uint8_t *slot_of(const rounds_t *g, uint8_t *data, int b)
     return aligned(data) + (size_t)b * g->slot;
 }
 
+/* Copies the results of the round folded before the last step out of their owners' result
+ * slots (every rank for all-reduce, the root for reduce). */
+static void copy_out(const rounds_t *g, size_t k)
+{
+    if (g->kind == R_REDUCE && g->me != g->c->root) return;
+    for (int b = 0; b < g->p; b++) {
+        size_t off, len;
+        chunk(g, b, k, &off, &len);
+        if (len == 0) continue;
+        const uint8_t *src = slot_of(g, hoop__shc_line(g->a, owner_of(g, b), g->a->step - 1)->data,
+                                     g->p);
+        memcpy(g->out + off * g->es, src, len * g->es);
+    }
+}
+
+/* Round k: copy chunk k of every block in, step, copy round k-1's results out, fold chunk k of
+ * the own block. The step of round k tells both that round k's contributions are in and that
+ * round k-1's results are (every rank folds before it copies in again), so a round costs one
+ * step; the results of the last round take one more. Reduce-scatter folds straight into its
+ * output and has nothing to copy out. */
 static hoop_result_t run_rounds(rounds_t *g)
 {
     hoop__call_t *c = g->c;
@@ -174,23 +195,25 @@ static hoop_result_t run_rounds(rounds_t *g)
     size_t es = g->es, bo, bl;
     hoop__part(g->total, p, 0, &bo, &bl); /* block 0 is the largest */
     size_t nrounds = bl == 0 ? 1 : (bl + g->ce - 1) / g->ce;
+    size_t steps = g->kind == R_RS ? nrounds : nrounds + 1;
     int mb = g->mine;
     size_t mbo, mbl;
     hoop__part(g->total, p, mb, &mbo, &mbl);
     hoop_result_t rc;
-    for (size_t k = 0; k < nrounds; k++) {
+    for (size_t k = 0; k < steps; k++) {
         uint8_t *mydata = hoop__shc_next(a, me);
         size_t off, len;
-        for (int b = 0; b < p; b++) {
+        for (int b = 0; b < p && k < nrounds; b++) {
             chunk(g, b, k, &off, &len);
             if (len > 0) memcpy(slot_of(g, mydata, b), g->in + off * es, len * es);
         }
         if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
+        if (k > 0 && g->kind != R_RS) copy_out(g, k - 1);
+        if (k == nrounds) break;
         chunk(g, mb, k, &off, &len);
         uint8_t *res = g->kind == R_RS ? g->out + (off - mbo) * es : slot_of(g, mydata, p);
         if (len > 0) {
             const uint8_t *x0 = slot_of(g, hoop__shc_cur(a, operand(g, mb, 0)), mb);
-            if (p == 1) memcpy(res, x0, len * es);
             for (int i = 1; i < p; i++) {
                 const uint8_t *xi = slot_of(g, hoop__shc_cur(a, operand(g, mb, i)), mb);
                 hoop__mem_reduce(c, res, i == 1 ? x0 : res, xi, len);
@@ -199,15 +222,6 @@ static hoop_result_t run_rounds(rounds_t *g)
         }
         HOOP__TRACE_STEP(c, (int)k, "rank %d folds chunk %zu of block %d (%zu B)", me, k, mb,
                          len * es);
-        if (g->kind == R_RS) continue;
-        if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
-        if (g->kind == R_REDUCE && me != c->root) continue;
-        for (int b = 0; b < p; b++) {
-            chunk(g, b, k, &off, &len);
-            if (len == 0) continue;
-            uint8_t *src = slot_of(g, hoop__shc_line(a, owner_of(g, b), a->step - 1)->data, p);
-            memcpy(g->out + off * es, src, len * es);
-        }
     }
     return HOOP_OK;
 }
