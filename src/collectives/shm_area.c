@@ -191,6 +191,8 @@ static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
     if (addrs == NULL || st == NULL || a->pidfd == NULL) {
         free(addrs);
         free(st);
+        free(a->pidfd);
+        a->pidfd = NULL;
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "shared-memory collectives: no memory");
         return HOOP_ERR_NO_MEMORY;
     }
