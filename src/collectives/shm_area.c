@@ -19,9 +19,9 @@
  * schedule digest) of all ranks: different calls fail with HOOP_ERR_MISMATCH on every rank that
  * sees them, with the transports' sentence, and the abort reaches the others.
  *
- * Waiting: as the shared-memory transport waits, a spin of HOOP_SHM_SPIN_US (200 us; yielding
- * the core between looks where local ranks outnumber cores), then sleeps on a futex in the line
- * it waits for, 1 ms at a time; a publisher that sees waiters announced on its slot (Dekker's
+ * Waiting: a spin of the communicator's spin time (20 us, none where local ranks outnumber
+ * cores), then sched_yield between looks until HOOP_SHM_SPIN_US (200 us) have passed, then sleeps
+ * on a futex in the line it waits for, 1 ms at a time; a publisher that sees waiters announced on its slot (Dekker's
  * pattern: each side stores, fences, loads) wakes them. Every millisecond the waiter drives the
  * transport (point-to-point requests in flight, abort notices from peers), polls a pidfd of every
  * peer (a killed rank fails the communicator within about a millisecond) and keeps the
@@ -391,17 +391,17 @@ static hoop_result_t wait_peer(const hoop__call_t *call, hoop__shc_t *a, int q, 
     if (atomic_load_explicit(&l->step, memory_order_acquire) >= s) return HOOP_OK;
     hoop_comm_t *c = call->comm;
     double start = hoop__now(), now = start, next = start + 1e-3;
-    /* Spin as long as the transport does (HOOP_SHM_SPIN_US), yielding between looks where local
-     * ranks outnumber cores (the communicator does not spin then): the rank waited for may need
-     * this core. Then sleep. */
+    /* Spin for the communicator's spin time (20 us; none where local ranks outnumber cores), then
+     * yield the core between looks until HOOP_SHM_SPIN_US (200 us) have passed: the rank waited
+     * for may need this core, and a busy machine runs it sooner than it wakes a sleeper. Then
+     * sleep. */
     double spin = c->cfg.shm_spin_us * 1e-6;
-    int oversub = c->spin_s == 0;
     unsigned looks = 0;
     slot_ctl_t *qc = ctl_of(a, q);
     for (;;) {
         uint64_t v = atomic_load_explicit(&l->step, memory_order_acquire);
         if (v >= s) return HOOP_OK;
-        if (oversub) {
+        if (now - start >= c->spin_s) {
             sched_yield();
         } else if ((++looks & 63) != 0) {
             relax();
