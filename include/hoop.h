@@ -120,8 +120,8 @@ HOOP_API hoop_result_t hoop_comm_destroy(hoop_comm_t *comm);
 HOOP_API hoop_result_t hoop_comm_abort(hoop_comm_t *comm);
 HOOP_API int hoop_comm_rank(const hoop_comm_t *comm);
 HOOP_API int hoop_comm_size(const hoop_comm_t *comm);
-/* All-reduce algorithm of comm from now on: "auto", "ring", "rd", "ps", "ps-sharded" or "ipc" (as
- * HOOP_ALGO; "ipc": CUDA device buffers on every rank, all on one node, through CUDA IPC).
+/* Algorithm of comm from now on: "auto", "ring", "rd", "ps", "ps-sharded", "ipc", "shm" or "p2p"
+ * (as HOOP_ALGO; "ipc": CUDA device buffers on every rank, all on one node, through CUDA IPC).
  * Every rank must make the same choice before the same call, or that call fails with
  * HOOP_ERR_MISMATCH. */
 HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t *comm, const char *algo);

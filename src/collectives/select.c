@@ -1,12 +1,26 @@
-/* Algorithm selection and dispatch. All-reduce: recursive doubling at or below HOOP_SMALL_BYTES
- * (latency-bound: log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank).
- * HOOP_ALGO forces one, including the parameter servers, which auto never picks: they are there to
- * be compared with. Other collectives pick their own variant by size inside their file. */
+/* Algorithm selection and dispatch.
+ *
+ * Where every rank published the same host identity (the transports' key: hostname, boot id,
+ * namespaces, HOOP_HOSTID) and HOOP_TRANSPORT is auto or shm, all-reduce, broadcast, reduce,
+ * all-gather, reduce-scatter and barrier run through the shared area (shm_coll.c, "shm"); whether
+ * the ranks really share a host is learnt by the first such call, which maps the area, and the
+ * answer is the same on every rank: where a rank cannot map it, every rank falls back to the
+ * point-to-point algorithms below, for good. The choice depends on the agreed settings and the
+ * kind only, never on the size or on what a rank has learnt, so every rank makes it alike.
+ *
+ * Point-to-point (HOOP_TRANSPORT=tcp, or HOOP_ALGO naming one of them): all-reduce by recursive
+ * doubling at or below HOOP_SMALL_BYTES (latency-bound: log2(p) rounds), the ring above
+ * (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO forces one, including the parameter
+ * servers, which auto never picks: they are there to be compared with. HOOP_ALGO=shm forces the
+ * shared area whatever the transport; HOOP_ALGO=p2p is auto without it. HOOP_ALGO=ipc: the all-reduce
+ * of CUDA device buffers through peers' memory (allreduce_ipc.c). Other collectives pick their own
+ * variant by size inside their file. */
 #define HOOP__LOG_SUBSYS HOOP__SUB_COLL /* of its INFO and TRACE lines (base/log.h) */
 #include <string.h>
 #include <strings.h>
 
 #include "collectives/coll.h"
+#include "collectives/shm_coll.h"
 
 _Static_assert(HOOP__ALGO_COUNT == HOOP__WIRE_ALGO_COUNT, "an algorithm the wire cannot name");
 
@@ -19,16 +33,34 @@ int hoop__algo_parse(const char *s)
     return -1;
 }
 
-hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
+static int has_shm(hoop__kind_t k)
 {
-    if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;
-    int forced = hoop__algo_parse(call->comm->agreed.algo);
-    if (forced > 0) return (hoop__algo_t)forced;
+    return k == HOOP__K_ALLREDUCE || k == HOOP__K_BROADCAST || k == HOOP__K_REDUCE ||
+           k == HOOP__K_ALLGATHER || k == HOOP__K_REDUCE_SCATTER || k == HOOP__K_BARRIER;
+}
+
+static hoop__algo_t p2p_allreduce(const hoop__call_t *call)
+{
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
     return bytes <= call->comm->agreed.small_bytes ? HOOP__ALGO_RD : HOOP__ALGO_RING;
 }
 
+hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
+{
+    const hoop__agreed_t *ag = &call->comm->agreed;
+    int forced = hoop__algo_parse(ag->algo);
+    int shm = forced == HOOP__ALGO_SHM ||
+              (forced == HOOP__ALGO_AUTO && call->comm->one_host &&
+               (strcmp(ag->transport, "auto") == 0 || strcmp(ag->transport, "shm") == 0));
+    if (shm && has_shm(call->kind)) return HOOP__ALGO_SHM;
+    if (call->kind != HOOP__K_ALLREDUCE) return HOOP__ALGO_AUTO;
+    if (forced > 0 && forced != HOOP__ALGO_SHM && forced != HOOP__ALGO_P2P)
+        return (hoop__algo_t)forced;
+    return p2p_allreduce(call);
+}
+
 static hoop_result_t dispatch(hoop__call_t *call);
+static hoop_result_t dispatch_p2p(hoop__call_t *call);
 
 hoop_result_t hoop__collective_run(hoop__call_t *call)
 {
@@ -54,10 +86,31 @@ static hoop_result_t dispatch(hoop__call_t *call)
                 (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
                 hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
                 hoop__algo_name(call->algo));
-    /* count 0 still exchanges (empty) messages, so a rank that passed another count is told. */
+    /* count 0 still exchanges (empty) messages or steps, so a rank that passed another count is
+     * told. */
+    hoop_result_t rc = HOOP__SHC_FALLBACK;
+    if (call->algo == HOOP__ALGO_SHM) {
+        switch (call->kind) {
+        case HOOP__K_ALLREDUCE: rc = hoop__shm_allreduce(call); break;
+        case HOOP__K_BROADCAST: rc = hoop__shm_broadcast(call); break;
+        case HOOP__K_REDUCE: rc = hoop__shm_reduce(call); break;
+        case HOOP__K_ALLGATHER: rc = hoop__shm_allgather(call); break;
+        case HOOP__K_REDUCE_SCATTER: rc = hoop__shm_reduce_scatter(call); break;
+        case HOOP__K_BARRIER: rc = hoop__shm_barrier(call); break;
+        default: break;
+        }
+    } else {
+        rc = hoop__shm_enter(call);
+        if (rc == HOOP_OK) rc = HOOP__SHC_FALLBACK;
+    }
+    return rc == HOOP__SHC_FALLBACK ? dispatch_p2p(call) : rc;
+}
+
+static hoop_result_t dispatch_p2p(hoop__call_t *call)
+{
     switch (call->kind) {
     case HOOP__K_ALLREDUCE:
-        switch (call->algo) {
+        switch (call->algo == HOOP__ALGO_SHM ? p2p_allreduce(call) : call->algo) {
         case HOOP__ALGO_RD: return hoop__allreduce_rd(call);
         case HOOP__ALGO_PS: return hoop__allreduce_ps(call);
         case HOOP__ALGO_PS_SHARDED: return hoop__allreduce_ps_sharded(call);

@@ -122,7 +122,7 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
     if (algo == NULL || hoop__algo_parse(algo) < 0)
         return hoop__comm_error(
             c, HOOP_ERR_INVALID_ARGUMENT,
-            "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps, ps-sharded or ipc",
+            "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps, ps-sharded, ipc, shm or p2p",
             algo ? algo : "(null)");
     /* Posting reads it on the posting thread; running calls already hold their choice. */
     snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(hoop__algo_parse(algo)));

@@ -98,6 +98,7 @@ static void comm_free(hoop_comm_t *c)
     pthread_cond_destroy(&c->tcv);
     free(c->p2p_send_seq);
     free(c->p2p_recv_seq);
+    hoop__shc_close(c);
     hoop__mem_close(c);
     free(c->ring);
     free(c);
@@ -120,6 +121,9 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
     for (int j = 0; j < p && c->tp_ops->host_key != NULL; j++)
         c->tp_ops->host_key(j == c->rank ? own : ptrs[j], keys[j], sizeof(keys[j]));
     int pos = 0, identity = 1;
+    c->one_host = 1;
+    for (int j = 1; j < p; j++)
+        if (strcmp(keys[j], keys[0]) != 0) c->one_host = 0;
     for (int h = 0; h < p; h++) {
         if (placed[h]) continue;
         for (int j = h; j < p; j++) {

@@ -26,6 +26,8 @@ typedef enum {
     HOOP__ALGO_PS,         /* parameter server: rank 0 reduces everything */
     HOOP__ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
     HOOP__ALGO_IPC,        /* CUDA device buffers on one node: peers' memory through CUDA IPC */
+    HOOP__ALGO_SHM,        /* every collective through an area all ranks map (one host) */
+    HOOP__ALGO_P2P,        /* HOOP_ALGO only: auto's choice without the shared area */
     HOOP__ALGO_COUNT
 } hoop__algo_t;
 
@@ -87,6 +89,9 @@ struct hoop_comm {
      * host are kept together, so a ring crosses each host boundary once. */
     int *ring;
     int ring_pos;
+    /* Every rank published the same host identity (set with the ring): the shared-memory
+     * collectives may run by default. */
+    int one_host;
 
     uint64_t seq; /* next collective call number */
     /* A thread is posting (or in a blocking call): the call numbers above are handed out in
@@ -145,6 +150,10 @@ struct hoop_comm {
     void *stream;
     /* Host buffers that transfers of device memory go through (runtime/stage.c, under exec). */
     struct hoop__stage *stage;
+
+    /* The shared-memory collectives' area (collectives/shm_area.c), made by the first call that
+     * runs one; NULL before. Used under exec. */
+    struct hoop__shc *shc;
 
     /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */
