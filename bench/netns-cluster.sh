@@ -6,7 +6,9 @@
 #   bench/netns-cluster.sh up N [RATE]     create hosts hoop-h0 .. hoop-h(N-1) (RATE default 200mbit)
 #   bench/netns-cluster.sh run N CMD...    run CMD as one rank on each host, rank i on hoop-hi, with
 #                                          RANK, WORLD_SIZE, MASTER_ADDR (host 0), MASTER_PORT set;
-#                                          waits for all, exits non-zero if any rank failed
+#                                          waits for all, exits non-zero if any rank failed;
+#                                          RANKS_PER_HOST=L runs L ranks on each (ranks i*L .. i*L+L-1
+#                                          on hoop-hi)
 #   bench/netns-cluster.sh down            remove every host and the switch
 #
 # Host i has address 10.77.0.(i+1)/24 on its interface eth0. Nothing leaves the machine.
@@ -58,10 +60,15 @@ run() {
     port=${MASTER_PORT:-29577}
     pids=""
     i=0
+    per=${RANKS_PER_HOST:-1}
     while [ "$i" -lt "$n" ]; do
-        ip netns exec "$PREFIX$i" env RANK="$i" WORLD_SIZE="$n" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-            MASTER_ADDR=10.77.0.1 MASTER_PORT="$port" "$@" &
-        pids="$pids $!"
+        j=0
+        while [ "$j" -lt "$per" ]; do
+            ip netns exec "$PREFIX$i" env RANK="$((i * per + j))" WORLD_SIZE="$((n * per))" \
+                LOCAL_RANK="$j" LOCAL_WORLD_SIZE="$per" MASTER_ADDR=10.77.0.1 MASTER_PORT="$port" "$@" &
+            pids="$pids $!"
+            j=$((j + 1))
+        done
         i=$((i + 1))
     done
     status=0
@@ -78,7 +85,7 @@ up) up "$@" ;;
 down) down ;;
 run) run "$@" ;;
 *)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

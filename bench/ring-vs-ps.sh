@@ -31,17 +31,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# perf N ALGO CSV ARGS...: one hoop-perf run on N ranks.
+# perf N ALGO CSV ARGS...: one hoop-perf run on N ranks, timed by the slowest rank (-a 3).
 perf() {
     n=$1 algo=$2 csv=$3
     shift 3
     echo "== $mode, $n ranks, --algo $algo $*" >&2
     if [ "$mode" = cluster ]; then
         bench/netns-cluster.sh up "$n" "$rate"
-        bench/netns-cluster.sh run "$n" "$perf" allreduce --algo "$algo" --csv "$csv" "$@" |
+        bench/netns-cluster.sh run "$n" "$perf" allreduce -a 3 --algo "$algo" --csv "$csv" "$@" |
             grep -v '^#' >&2 || return 1
     else
-        "$build/tools/hooprun" --no-prefix -n "$n" "$perf" allreduce --algo "$algo" --csv "$csv" "$@" |
+        "$build/tools/hooprun" --no-prefix -n "$n" "$perf" allreduce -a 3 --algo "$algo" --csv "$csv" "$@" |
             grep -v '^#' >&2
     fi
 }

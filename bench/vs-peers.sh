@@ -244,7 +244,8 @@ run() {
     t0=$(date +%s)
     case $cfg in
     hoop-*)
-        HOOP_TRANSPORT=${cfg#hoop-} "$hooprun" --no-prefix --timeout 900 -n "$n" "$perf" "$coll" "$@" ;;
+        # -a 3: the slowest rank's time, as the peers report theirs.
+        HOOP_TRANSPORT=${cfg#hoop-} "$hooprun" --no-prefix --timeout 900 -n "$n" "$perf" "$coll" -a 3 "$@" ;;
     ompi-shm)
         # shellcheck disable=SC2086
         timeout 900 $mpirun_base $over -np "$n" $ompi_shm_args "$mpicoll" "$coll" "$@" ;;

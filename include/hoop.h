@@ -91,9 +91,11 @@ HOOP_API const char *hoop_version(void);
 HOOP_API const char *hoop_comm_last_error(const hoop_comm_t *comm);
 
 /*
- * init_method: "env://" (MASTER_ADDR/MASTER_PORT, or Slurm / Open MPI variables), "tcp://HOST:PORT"
- * (rank 0 hosts the rendezvous store there), "file:///PATH" (a fresh path on a shared file system).
- * NULL means "env://". rank / world_size of -1 are taken from the environment.
+ * init_method: "env://" (MASTER_ADDR/MASTER_PORT; under srun or mpirun, where they are unset, Slurm's
+ * variables or PMIx give rank 0's address), "tcp://HOST:PORT" (rank 0 hosts the rendezvous store
+ * there), "file:///PATH" (a fresh path on a shared file system), "slurm://" or "pmix://" (env://
+ * through that launcher only). NULL means "env://". rank / world_size of -1 are taken from the
+ * environment.
  * Blocks until every rank has joined or HOOP_TIMEOUT expires.
  */
 HOOP_API hoop_result_t hoop_init(hoop_comm_t **comm, const char *init_method, int rank,
@@ -118,12 +120,38 @@ HOOP_API hoop_result_t hoop_comm_destroy(hoop_comm_t *comm);
 HOOP_API hoop_result_t hoop_comm_abort(hoop_comm_t *comm);
 HOOP_API int hoop_comm_rank(const hoop_comm_t *comm);
 HOOP_API int hoop_comm_size(const hoop_comm_t *comm);
-/* All-reduce algorithm of comm from now on: "auto", "ring", "rd", "ps" or "ps-sharded" (as HOOP_ALGO).
+/* Algorithm of comm from now on: "auto", "ring", "rd", "ps", "ps-sharded", "ipc", "shm", "p2p" or
+ * "hier" (as HOOP_ALGO; "ipc": CUDA device buffers on every rank, all on one node, through CUDA
+ * IPC; "hier" runs the flat algorithms where the ranks are not several on each of several hosts,
+ * as many on each).
  * Every rank must make the same choice before the same call, or that call fails with
  * HOOP_ERR_MISMATCH. */
 HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t *comm, const char *algo);
 /* Timeout of every blocking wait on comm, in seconds (default HOOP_TIMEOUT, 300). */
 HOOP_API hoop_result_t hoop_comm_set_timeout(hoop_comm_t *comm, double seconds);
+
+/*
+ * CUDA stream ordering, as NCCL's (docs/cuda.md). stream is a cudaStream_t of the device that holds
+ * comm's device buffers (void * so that this header needs no CUDA header); NULL, the setting at
+ * creation, means none. While a stream is set, each call on comm whose buffers are CUDA device
+ * memory is ordered on it: it starts after the work queued on stream before the call, work queued
+ * there after the call sees its result, and the call returns once posted, without waiting for the
+ * stream, the device or the peers. A blocking call (hoop_allreduce...) then returns HOOP_OK once
+ * the call is queued; a nonblocking one gives a request that completes, on the host, when the
+ * result is in device memory (hoop_wait is never needed for stream order). Errors found at posting
+ * (arguments, unsupported buffers) return at once; a failure while the call runs aborts comm, so
+ * that the next call fails saying why, and stream still moves on (that result is then undefined).
+ * hoop_comm_destroy lets the calls already queued this way end first (within the timeout).
+ * Calls on host buffers ignore the stream. Without a stream, a call on device buffers returns when
+ * its result is in device memory. A local setting (ranks need not agree, nor set the same stream);
+ * calls posted under one stream and then another stay in posting order. The stream must stay valid
+ * until the calls ordered on it have completed. Set from the thread that posts. */
+HOOP_API hoop_result_t hoop_comm_set_stream(hoop_comm_t *comm, void *stream);
+/* The legacy default stream (cudaStreamLegacy), for hoop_comm_set_stream: a stream handle of 0
+ * (what torch reports for its default stream) is this one, as NULL here means none. */
+#define HOOP_STREAM_LEGACY ((void *)1)
+/* The stream set on comm, NULL when none. */
+HOOP_API void *hoop_comm_get_stream(const hoop_comm_t *comm);
 
 HOOP_API hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t count, hoop_dtype_t dt, hoop_op_t op);

@@ -6,10 +6,11 @@ set -eu
 # the host (tests/cuda). The CUDA toolkit is optional: found where installed, skipped otherwise.
 # libibverbs-dev gives the verbs headers (the library is opened at run time); qemu-system-x86,
 # debootstrap and e2fsprogs build and boot the guest with a soft-RDMA kernel stack that
-# tests/rdma/vm.sh runs the RDMA tests in.
+# tests/rdma/vm.sh runs the RDMA tests in. slurm-wlm and munge run the one-node Slurm cluster of
+# tests/launchers-ext; libpmix-dev gives the PMIx headers (libpmix2 is opened at run time).
 pkgs="meson ninja-build gcc g++ clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2
       libsodium-dev openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch libopenblas0
-      libibverbs-dev qemu-system-x86 debootstrap e2fsprogs"
+      libibverbs-dev qemu-system-x86 debootstrap e2fsprogs slurm-wlm munge libpmix-dev libpmix2"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,6 +1,7 @@
 #!/bin/sh
 # One command from a fresh clone: install dependencies, build, and run a 4-rank all-reduce benchmark
-# over TCP on this machine. Every row's #wrong column must be 0.
+# on this machine (its ranks meet over TCP and move the data through shared memory, as ranks on one
+# host do). Every row's #wrong column must be 0.
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh

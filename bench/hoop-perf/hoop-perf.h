@@ -8,6 +8,7 @@
  *   report.c   the table on stdout, and the --csv / --json files
  *   model.c    --model: alpha, beta and gamma measured, all-reduce times predicted
  *   explain.c  --explain: one traced all-reduce, every rank's schedule and traffic
+ *   device.c   --device cuda: the buffers in device memory, through the CUDA module
  *   options.c  the command line and the help text
  *   main.c     start-up, the chosen mode, the exit status
  */
@@ -110,6 +111,7 @@ typedef struct bench {
     const coll_t *coll;
     size_t minb, maxb, factor, step; /* factor > 1: multiply, else add step */
     int iters, warmup, check, blocking, average;
+    int agg;              /* -m: calls per iteration, posted together */
     int warm_each;        /* also warm up before every timed row, as the OSU benchmarks do */
     unsigned dtypes, ops; /* bit masks */
     int root;             /* -1: every rank in turn */
@@ -117,6 +119,12 @@ typedef struct bench {
     const char *json_path, *csv_path;
     FILE *json, *csv;
     unsigned char *sbuf, *rbuf, *ebuf;
+    /* --device cuda: sbuf and rbuf are device memory of CUDA device cuda_dev, hsbuf and hrbuf
+     * their host twins (inputs are written there and copied over; results come back there) */
+    int use_cuda, cuda_dev;
+    struct perf_dev *dev;
+    unsigned char *hsbuf, *hrbuf;
+    size_t scap, rcap;
     hoop_request_t **reqs;
     row_t *rows; /* rank 0 keeps them for --json / --csv */
     size_t nrows, rows_cap;
@@ -157,6 +165,19 @@ void print_model_row(const bench_t *b, const row_t *row);
 
 int run_explain(bench_t *b);
 
+/* ---- device.c --------------------------------------------------------------------------- */
+
+/* "host", "cuda" or "cuda:N" into use_cuda and cuda_dev. Returns 0, or 1 if s is none of them. */
+int parse_device(const char *s, bench_t *b);
+/* Loads the CUDA module and opens b->cuda_dev. Returns 0 after saying why on stderr. */
+int device_open(bench_t *b);
+const char *device_name(const bench_t *b);
+void *device_alloc(bench_t *b, size_t bytes); /* NULL after saying why */
+/* Either way between host and device memory. Returns 0 after saying why. */
+int device_copy(const bench_t *b, void *dst, const void *src, size_t bytes);
+/* Frees sbuf and rbuf and closes the module's context. */
+void device_close(bench_t *b);
+
 /* ---- options.c -------------------------------------------------------------------------- */
 
 typedef struct opts {
@@ -164,7 +185,7 @@ typedef struct opts {
     const char *algos; /* --algo as given, possibly a comma-separated list */
 } opts_t;
 
-/* Returns 0; -1 for -h; 2 after printing what is wrong. */
+/* Returns 0; -1 for -h, -2 for --version; 2 after printing what is wrong. */
 int parse_args(int argc, char **argv, bench_t *b, opts_t *o);
 void usage(FILE *f);
 

@@ -42,11 +42,16 @@ int main(int argc, char **argv)
     b.iters = 20;
     b.warmup = 5;
     b.check = 1;
-    b.average = 3;
+    b.agg = 1;
+    b.average = 1; /* the mean over ranks, as nccl-tests */
     b.dtypes = 1u << HOOP_FLOAT32;
     b.ops = 1u << HOOP_SUM;
 
     int rc = parse_args(argc, argv, &b, &o);
+    if (rc == -2) {
+        printf("hoop-perf %s (libhoop %s)\n", HOOP_VERSION_STRING, hoop_version());
+        return 0;
+    }
     if (rc < 0) {
         usage(stdout);
         return 0;
@@ -58,7 +63,7 @@ int main(int argc, char **argv)
         if (o.explain) b.maxb = b.minb;
     }
     const char *algo = getenv("HOOP_ALGO"), *tp = getenv("HOOP_TRANSPORT");
-    b.algo = algo && algo[0] ? algo : "auto";
+    b.algo = o.algos != NULL ? o.algos : algo && algo[0] ? algo : "auto";
     b.transport = tp && tp[0] ? tp : "auto";
 
     hoop_result_t e = hoop_init_from_env(&b.comm);
@@ -83,6 +88,7 @@ int main(int argc, char **argv)
         if (b.rank == 0) fprintf(stderr, "hoop-perf: sendrecv needs 2 ranks or more\n");
         status = 2;
     }
+    if (!status && b.use_cuda && !device_open(&b)) status = 1;
     if (!status && !alloc_buffers(&b)) status = 1;
     if (!status && b.rank == 0 && b.json_path && !(b.json = open_output(b.json_path))) status = 1;
     if (!status && b.rank == 0 && b.csv_path && !(b.csv = open_output(b.csv_path))) status = 1;
@@ -121,8 +127,14 @@ int main(int argc, char **argv)
     if (b.json && fclose(b.json) != 0) ok = 0;
     if (!ok && status == 0) hoop_comm_abort(b.comm);
     hoop_comm_destroy(b.comm);
-    free(b.sbuf);
-    free(b.rbuf);
+    if (b.dev) {
+        device_close(&b);
+    } else {
+        free(b.sbuf);
+        free(b.rbuf);
+    }
+    free(b.hsbuf);
+    free(b.hrbuf);
     free(b.ebuf);
     free(b.reqs);
     free(b.rows);

@@ -1,4 +1,6 @@
-/* hoop-perf's command line (nccl-tests' flags and a few of its own) and its help text. */
+/* hoop-perf's command line (nccl-tests' flags and a few of its own) and its help text. Each
+ * option is one row of longs[], one letter of the short string and one case: nccl-tests' flags
+ * that make no sense here are accepted where the sense is kept, refused with a sentence where not. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,8 @@ void usage(FILE *f)
         "  -i, --stepbytes BYTES     add BYTES from row to row instead (when -f is absent or 1;\n"
         "                            default 1M then)\n"
         "  -n, --iters N             timed iterations per row (default 20)\n"
+        "  -m, --agg_iters N         calls per iteration, posted together and then waited for\n"
+        "                            (default 1); time is per call, as nccl-tests divides it\n"
         "  -w, --warmup_iters N      warm-up iterations at the largest and smallest size, for\n"
         "                            every type, op and root (default 5)\n"
         "  --warm-each               also run the warm-up iterations before every timed row\n"
@@ -73,14 +77,24 @@ void usage(FILE *f)
         "                            2: blocking calls back to back, as MPI benchmarks time "
         "theirs\n"
         "  -a, --average 0|1|2|3     time reported: rank 0's, the mean, min or max over ranks\n"
-        "                            (default 3, the slowest rank; nccl-tests' default is 1)\n"
+        "                            (default 1, the mean, as nccl-tests)\n"
         "  -d, --datatype T|all      int8 uint8 int32 uint32 int64 uint64 float16 (half)\n"
         "                            bfloat16 float32 (float) float64 (double) (default float32)\n"
         "  -o, --op OP|all           sum prod min max avg (default sum)\n"
         "  -r, --root R|all          root of broadcast, reduce, gather, scatter (default 0)\n"
+        "  -T, --timeout S           sets HOOP_TIMEOUT: a wait (init included) that makes no\n"
+        "                            progress for S seconds fails the call with a timeout\n"
         "  -g, --ngpus 1, -t, --nthreads 1   accepted for nccl-tests command lines\n"
+        "  -p, --parallel_init 0|1   accepted: each process is one rank with one communicator,\n"
+        "                            so there is nothing to initialise in parallel\n"
+        "  -C, --report_cputime 0|1  accepted: times are host wall-clock time either way (the\n"
+        "                            buffers are host memory; no GPU events are timed)\n"
+        "  -G, --cudagraph 0         only 0: hoop's calls take no CUDA stream, so there is no\n"
+        "                            CUDA graph to capture them in\n"
+        "  -R, --local_register 0    only 0: hoop has no buffer registration to ask for (the\n"
+        "                            verbs transport registers what each transfer needs)\n"
         "  --algo NAME[,NAME...]     all-reduce algorithm (sets HOOP_ALGO): auto ring rd ps\n"
-        "                            ps-sharded\n"
+        "                            ps-sharded hier\n"
         "  --transport NAME          sets HOOP_TRANSPORT\n"
         "  --json FILE, --csv FILE   rank 0 also writes every row there\n"
         "  --model                   fit alpha (latency), beta (s per byte moved) and gamma (s "
@@ -90,6 +104,9 @@ void usage(FILE *f)
         "                            predictions of ring, rd, tree and ps (-d, -o ignored)\n"
         "  --explain                 trace one all-reduce of -b bytes of float32 (with --algo):\n"
         "                            every rank's schedule by step, then its traffic\n"
+        "  -V, --version             hoop-perf's and the library's version\n"
+        "  --device host|cuda[:N]    the buffers in host memory (default) or in the memory of\n"
+        "                            CUDA device N (0); #wrong checks the device result\n"
         "  -h, --help                this text\n"
         "\n",
         f);
@@ -126,7 +143,16 @@ void usage(FILE *f)
         f);
 }
 
-enum { OPT_ALGO = 256, OPT_TRANSPORT, OPT_JSON, OPT_CSV, OPT_MODEL, OPT_EXPLAIN, OPT_WARM_EACH };
+enum {
+    OPT_ALGO = 256,
+    OPT_TRANSPORT,
+    OPT_JSON,
+    OPT_CSV,
+    OPT_MODEL,
+    OPT_EXPLAIN,
+    OPT_WARM_EACH,
+    OPT_DEVICE
+};
 
 int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
 {
@@ -135,6 +161,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"stepfactor", required_argument, NULL, 'f'},
                                           {"stepbytes", required_argument, NULL, 'i'},
                                           {"iters", required_argument, NULL, 'n'},
+                                          {"agg_iters", required_argument, NULL, 'm'},
                                           {"warmup_iters", required_argument, NULL, 'w'},
                                           {"check", required_argument, NULL, 'c'},
                                           {"blocking", required_argument, NULL, 'z'},
@@ -144,6 +171,11 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"root", required_argument, NULL, 'r'},
                                           {"ngpus", required_argument, NULL, 'g'},
                                           {"nthreads", required_argument, NULL, 't'},
+                                          {"parallel_init", required_argument, NULL, 'p'},
+                                          {"report_cputime", required_argument, NULL, 'C'},
+                                          {"cudagraph", required_argument, NULL, 'G'},
+                                          {"local_register", required_argument, NULL, 'R'},
+                                          {"timeout", required_argument, NULL, 'T'},
                                           {"algo", required_argument, NULL, OPT_ALGO},
                                           {"transport", required_argument, NULL, OPT_TRANSPORT},
                                           {"json", required_argument, NULL, OPT_JSON},
@@ -151,12 +183,14 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"warm-each", no_argument, NULL, OPT_WARM_EACH},
                                           {"model", no_argument, NULL, OPT_MODEL},
                                           {"explain", no_argument, NULL, OPT_EXPLAIN},
+                                          {"version", no_argument, NULL, 'V'},
+                                          {"device", required_argument, NULL, OPT_DEVICE},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     int c, v = 0, li;
     opterr = 0;
-    while ((li = -1, c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:z:a:d:o:r:g:t:h", longs, &li)) !=
-           -1) {
+    while ((li = -1, c = getopt_long(argc, argv, ":b:e:f:i:n:m:w:c:z:a:d:o:r:g:t:p:C:G:R:T:Vh",
+                                     longs, &li)) != -1) {
         int bad = 0;
         switch (c) {
         case 'b': bad = bench_parse_size(optarg, &b->minb); break;
@@ -171,6 +205,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
             o->step_set = 1;
             break;
         case 'n': bad = bench_parse_int(optarg, 1, 1 << 24, &b->iters); break;
+        case 'm': bad = bench_parse_int(optarg, 1, 1 << 16, &b->agg); break;
         case 'w': bad = bench_parse_int(optarg, 0, 1 << 24, &b->warmup); break;
         case 'c': bad = bench_parse_int(optarg, 0, 1, &b->check); break;
         case 'z': bad = bench_parse_int(optarg, 0, 2, &b->blocking); break;
@@ -185,6 +220,26 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
             break;
         case 'g':
         case 't': bad = bench_parse_int(optarg, 1, 1, &v); break; /* one rank per process */
+        case 'p':
+        case 'C': bad = bench_parse_int(optarg, 0, 1, &v); break; /* see the help text */
+        case 'G':
+        case 'R':
+            if (bench_parse_int(optarg, 0, 1 << 30, &v)) {
+                bad = 1;
+            } else if (v != 0) {
+                fprintf(stderr, "hoop-perf: -%c %s: %s\n", c, optarg,
+                        c == 'G' ? "CUDA graphs are not supported: hoop's calls take no CUDA "
+                                   "stream to capture them on"
+                                 : "buffer registration is not supported: hoop has no "
+                                   "registration call (the verbs transport registers what each "
+                                   "transfer needs)");
+                return 2;
+            }
+            break;
+        case 'T':
+            bad = bench_parse_int(optarg, 1, 1 << 24, &v) || setenv("HOOP_TIMEOUT", optarg, 1) != 0;
+            break;
+        case 'V': return -2;
         case OPT_ALGO:
             /* A list (ring,ps) runs the sweep once per algorithm in one job. */
             o->algos = optarg;
@@ -199,6 +254,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         case OPT_WARM_EACH: b->warm_each = 1; break;
         case OPT_MODEL: o->model = 1; break;
         case OPT_EXPLAIN: o->explain = 1; break;
+        case OPT_DEVICE: bad = parse_device(optarg, b); break;
         case 'h': return -1;
         case ':':
             fprintf(stderr, "hoop-perf: option %s needs a value (see hoop-perf -h)\n",
@@ -233,6 +289,11 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
     }
     if (!o->factor_set && o->step_set) b->factor = 1;
     if (b->factor <= 1 && !o->step_set) b->step = 1u << 20;
+    if ((long long)b->agg * (b->iters > b->warmup ? b->iters : b->warmup) > (1 << 24)) {
+        fprintf(stderr, "hoop-perf: -m %d with -n %d / -w %d: more than %d calls per row\n", b->agg,
+                b->iters, b->warmup, 1 << 24);
+        return 2;
+    }
     if (b->minb > b->maxb) {
         fprintf(stderr, "hoop-perf: -b %zu is larger than -e %zu\n", b->minb, b->maxb);
         return 2;
@@ -241,6 +302,10 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         (b->coll != &COLLS[0] || o->model + o->explain > 1 || b->json_path || b->csv_path)) {
         fprintf(stderr, "hoop-perf: --model and --explain are for allreduce, one at a time, "
                         "without --json/--csv\n");
+        return 2;
+    }
+    if ((o->model || o->explain) && b->use_cuda) {
+        fprintf(stderr, "hoop-perf: --model and --explain use host buffers only (no --device)\n");
         return 2;
     }
     return 0;

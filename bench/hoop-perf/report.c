@@ -41,11 +41,15 @@ int print_header(bench_t *b)
             snprintf(step, sizeof step, "%zu(factor)", b->factor);
         else
             snprintf(step, sizeof step, "%zu(bytes)", b->step);
+        static const char *const avg[] = {"rank 0", "mean", "min", "max"};
         printf("# hoop-perf %s: nRanks %d minBytes %zu maxBytes %zu step: %s warmup iters: %d "
-               "iters: %d validation: %d blocking: %d\n",
-               b->coll->name, b->size, b->minb, b->maxb, step, b->warmup, b->iters, b->check,
-               b->blocking);
-        printf("# hoop %s transport: %s algorithm: %s\n", hoop_version(), b->transport, b->algo);
+               "iters: %d agg iters: %d validation: %d blocking: %d time: %s over ranks\n",
+               b->coll->name, b->size, b->minb, b->maxb, step, b->warmup, b->iters, b->agg,
+               b->check, b->blocking, avg[b->average]);
+        /* With a list each sweep says its own algorithm ("# --algo NAME") before its rows. */
+        printf("# hoop %s transport: %s algorithm: %s%s\n", hoop_version(), b->transport, b->algo,
+               strchr(b->algo, ',') ? " (one sweep each)" : "");
+        if (b->dev) printf("# buffers: CUDA device %d (%s)\n", b->cuda_dev, device_name(b));
         printf("#\n# Using ranks\n");
         for (int r = 0; r < b->size; r++) {
             all[r].host[sizeof all[r].host - 1] = '\0';
@@ -219,11 +223,12 @@ int write_json(const bench_t *b, int ok)
     json_str(f, b->transport);
     fprintf(f,
             ",\n  \"ranks\": %d,\n  \"min_bytes\": %zu,\n  \"max_bytes\": %zu,\n  \"%s\": %zu,\n"
-            "  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"check\": %d,\n  \"blocking\": %d,\n"
+            "  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"warmup_iters\": %d,\n  \"check\": %d,\n  "
+            "\"blocking\": %d,\n"
             "  \"average\": %d,\n  \"out_of_bounds\": %" PRIu64 ",\n  \"avg_busbw\": %.6f,\n"
             "  \"ok\": %s,\n  \"rows\": [",
             b->size, b->minb, b->maxb, b->factor > 1 ? "step_factor" : "step_bytes",
-            b->factor > 1 ? b->factor : b->step, b->iters, b->warmup, b->check, b->blocking,
+            b->factor > 1 ? b->factor : b->step, b->iters, b->agg, b->warmup, b->check, b->blocking,
             b->average, b->wrong_total, b->bw_count ? b->bw_sum / b->bw_count : 0.0,
             ok ? "true" : "false");
     for (size_t r = 0; r < b->nrows; r++) {

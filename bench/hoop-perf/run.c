@@ -68,6 +68,32 @@ void fill_input(const coll_t *co, const call_t *k)
     if (co->prep) co->prep(k);
 }
 
+/* --device: the host twin of an address in sbuf or rbuf. */
+static void *twin(const bench_t *b, void *p)
+{
+    uintptr_t q = (uintptr_t)p, s = (uintptr_t)b->sbuf; /* two allocations: compare addresses */
+    if (q >= s && q <= s + b->scap) return b->hsbuf + (q - s);
+    return b->hrbuf + (q - (uintptr_t)b->rbuf);
+}
+
+/* fill_input, for device buffers too: written into the twins and copied over (the send side,
+ * and the receive side that prep may have set). Returns 0 on failure. */
+static int load_input(const bench_t *b, const coll_t *co, const call_t *k)
+{
+    if (!b->dev) {
+        fill_input(co, k);
+        return 1;
+    }
+    call_t h = *k;
+    h.s = twin(b, k->s);
+    h.r = twin(b, k->r);
+    fill_input(co, &h);
+    return (!rank_sends(co, k) ||
+            device_copy(b, k->s, h.s, kind_send(co->counts, k->count, k->size) * k->es)) &&
+           (!co->prep ||
+            device_copy(b, k->r, h.r, kind_recv(co->counts, k->count, k->size) * k->es));
+}
+
 /* Runs the call iters times: all posted at once and then waited for (-z 0), blocking with a
  * barrier after each (nccl-tests' -z 1), or blocking back to back (-z 2, as MPI benchmarks call
  * theirs). Returns 0 on failure. */
@@ -94,7 +120,7 @@ static int run_batch(const bench_t *b, const coll_t *co, const call_t *k, int it
 static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, variant_t *v)
 {
     place(b, co, k, inplace);
-    fill_input(co, k);
+    if (!load_input(b, co, k)) return 0;
     if (b->warm_each && b->warmup > 0 && !run_batch(b, co, k, b->warmup)) return 0;
     if (!checked(b, "barrier", hoop_barrier(b->comm))) return 0;
     double t0 = now_s();
@@ -105,13 +131,20 @@ static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, var
 
     size_t ns = kind_send(co->counts, k->count, k->size),
            nr = kind_recv(co->counts, k->count, k->size);
-    memset(b->rbuf, SENTINEL_BYTE, (ns > nr ? ns : nr) * k->es);
-    fill_input(co, k);
+    size_t span = (ns > nr ? ns : nr) * k->es;
+    memset(b->dev ? b->hrbuf : b->rbuf, SENTINEL_BYTE, span);
+    if (b->dev && !device_copy(b, b->rbuf, b->hrbuf, span)) return 0;
+    if (!load_input(b, co, k)) return 0;
     if (!checked(b, co->name, co->run(k, NULL, NULL))) return 0;
     v->checked = 1;
-    if (rank_receives(co, k))
-        for (size_t i = 0; i < nr; i++)
-            if (rc_ld(k->r, i, k->es) != rc_ld(b->ebuf, i, k->es)) v->wrong++;
+    if (!rank_receives(co, k)) return 1;
+    const void *got = k->r;
+    if (b->dev) { /* the device result, back in its twin */
+        got = twin(b, k->r);
+        if (!device_copy(b, twin(b, k->r), k->r, nr * k->es)) return 0;
+    }
+    for (size_t i = 0; i < nr; i++)
+        if (rc_ld(got, i, k->es) != rc_ld(b->ebuf, i, k->es)) v->wrong++;
     return 1;
 }
 
@@ -241,13 +274,26 @@ int alloc_buffers(bench_t *b)
         if (ns > rb) rb = ns;
         if (nr > rb) rb = nr;
     }
-    b->sbuf = calloc(1, sb ? sb : 1);
-    b->rbuf = calloc(1, rb ? rb : 1);
+    b->scap = sb;
+    b->rcap = rb;
     b->ebuf = malloc(eb ? eb : 1);
+    if (b->dev) {
+        /* Device buffers start from the twins' zeros, as the host ones do. */
+        b->hsbuf = calloc(1, sb ? sb : 1);
+        b->hrbuf = calloc(1, rb ? rb : 1);
+        if (!b->hsbuf || !b->hrbuf) goto oom;
+        if (!(b->sbuf = device_alloc(b, sb)) || !(b->rbuf = device_alloc(b, rb)) ||
+            !device_copy(b, b->sbuf, b->hsbuf, sb) || !device_copy(b, b->rbuf, b->hrbuf, rb))
+            return 0;
+    } else {
+        b->sbuf = calloc(1, sb ? sb : 1);
+        b->rbuf = calloc(1, rb ? rb : 1);
+    }
     /* sendrecv posts two requests per iteration */
     b->reqs = calloc(2 * (size_t)(b->iters > b->warmup ? b->iters : b->warmup) + 2,
                      sizeof *b->reqs);
     if (b->sbuf && b->rbuf && b->ebuf && b->reqs) return 1;
+oom:
     fprintf(stderr, "hoop-perf: rank %d: out of memory for buffers of %zu bytes\n", b->rank, rb);
     return 0;
 }

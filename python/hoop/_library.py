@@ -26,25 +26,44 @@ class LibraryNotFoundError(ImportError):
     """libhoop.so could not be loaded."""
 
 
+def _installed_dirs(here):
+    """The libdir meson install recorded beside the package: as recorded, and relative to where
+    the package is now (a DESTDIR or a copied tree moves both together)."""
+    try:
+        from . import _installed
+    except ImportError:  # the source tree: nothing was installed
+        return []
+    moved = os.path.normpath(os.path.join(here, os.path.relpath(_installed.LIBDIR,
+                                                                _installed.PACKAGE_DIR)))
+    return [_installed.LIBDIR] + ([moved] if moved != _installed.LIBDIR else [])
+
+
 def _candidates():
+    """(paths to try in order, whether HOOP_LIBRARY chose, every place looked at)."""
     env = os.environ.get("HOOP_LIBRARY")
     if env:
         # An explicit choice is the only one tried: falling back silently would hide a typo.
-        return [env], True
+        return [env], True, [env]
     here = os.path.dirname(os.path.abspath(__file__))
     names = ["libhoop.so", "libhoop.so.0"]
-    dirs = [here, os.path.dirname(here), os.path.join(sys.prefix, "lib")]
+    dirs = _installed_dirs(here) + [here, os.path.dirname(here), os.path.join(sys.prefix, "lib")]
     multiarch = getattr(sys.implementation, "_multiarch", None)
     for prefix in ("/usr/local/lib", "/usr/lib"):
         if multiarch:
             dirs.append(os.path.join(prefix, multiarch))
         dirs.append(prefix)
         dirs.append(prefix + "64")
+    seen = set()
+    dirs = [d for d in dirs if not (d in seen or seen.add(d))]
     found = [os.path.join(d, n) for d in dirs for n in names if os.path.exists(os.path.join(d, n))]
+    looked = list(dirs)
+    # The loader's own search (LD_LIBRARY_PATH, the ldconfig cache, its default directories).
+    found.append("libhoop.so.0")
+    looked.append("the loader's search for libhoop.so.0 (LD_LIBRARY_PATH, ldconfig's cache)")
     lib = ctypes.util.find_library("hoop")
-    if lib:
+    if lib and lib != "libhoop.so.0":
         found.append(lib)
-    return found, False
+    return found, False, looked
 
 
 def _declare(lib):
@@ -105,7 +124,7 @@ def load():
     with _lock:
         if _lib is not None:
             return _lib
-        paths, explicit = _candidates()
+        paths, explicit, looked = _candidates()
         errors = []
         for p in paths:
             try:
@@ -121,8 +140,8 @@ def load():
                                        % (paths[0], "; ".join(errors)))
         raise LibraryNotFoundError(
             "libhoop.so not found: set HOOP_LIBRARY to its path (a meson build puts it at "
-            "BUILD/libhoop.so), or install hoop (meson install)"
-            + ("; tried " + "; ".join(errors) if errors else ""))
+            "BUILD/libhoop.so), or install hoop (meson install); looked in "
+            + ", ".join(looked) + ("; tried " + "; ".join(errors) if errors else ""))
 
 
 def path():

@@ -9,7 +9,8 @@ complete in their own order) waits for hoop's requests and completes the futures
 DistributedDataParallel overlaps its all-reduces with the backward pass. A failed operation
 raises from Work.wait() (and from the future). destroy_process_group(), or the end of the process,
 with operations still pending fails them (hoop.AbortedError) rather than waiting for them: one
-that no peer matches would otherwise hold it for the group's timeout. CPU tensors only.
+that no peer matches would otherwise hold it for the group's timeout. CPU tensors, and CUDA
+tensors ordered on torch's current stream (the section at the end).
 """
 import collections
 import datetime
@@ -676,3 +677,407 @@ def _register():
 
 
 _register()
+
+
+# ---- CUDA tensors --------------------------------------------------------------------------
+#
+# Kept apart from the CPU path above, which it leaves as it is: each collective of
+# ProcessGroupHoop is wrapped (_route, at the end) so that a call whose tensors are CUDA tensors
+# comes here, as ProcessGroupNCCL would serve it. The call is ordered on torch's current stream
+# of the tensors' device (hoop_comm_set_stream around the posting: it starts after the work
+# queued there, and work queued after it sees its result); the host does not wait. An event
+# recorded on that stream after the call (and after any copies into the caller's tensors, queued
+# on the same stream) is what Work.wait() makes the then-current stream wait for, so that a
+# stream switched to in between is ordered too. The Work's future completes, on a completion
+# thread, once that event has passed: its tensors are then final for any stream. The Work keeps
+# every tensor the call uses alive until then (peers may read them through CUDA IPC).
+#
+# hoop's binding refuses CUDA tensors (it takes host memory), so a tensor travels to it as its
+# address and length (_DevicePtr); libhoop itself tells device memory by the address.
+
+import ctypes as _ctypes  # noqa: E402 - used by this section only
+import functools  # noqa: E402
+
+
+class _DevicePtr:
+    """A contiguous CUDA tensor's memory in the shape the binding takes: bytes at an address."""
+
+    def __init__(self, t):
+        self.tensor = t
+        self.__array_interface__ = {"data": (t.data_ptr(), False), "typestr": "|u1",
+                                    "shape": (t.numel() * t.element_size(),), "version": 3}
+
+
+def _is_cuda(x):
+    if isinstance(x, torch.Tensor):
+        return x.is_cuda
+    if isinstance(x, (list, tuple)):
+        return any(_is_cuda(y) for y in x)
+    return False
+
+
+def _dtype_name(dt):
+    return str(dt)[len("torch."):]
+
+
+def _set_stream(comm, stream):
+    lib = _hoop._lib()
+    fn = getattr(lib, "hoop_comm_set_stream", None)
+    if fn is None:
+        raise RuntimeError("hoop backend: this libhoop (%s) has no stream-ordered calls "
+                           "(hoop_comm_set_stream), so it cannot take CUDA tensors"
+                           % _hoop.library_path())
+    if fn.argtypes is None:
+        fn.argtypes = [_ctypes.c_void_p, _ctypes.c_void_p]
+        fn.restype = _ctypes.c_int
+    rc = fn(comm._handle(), stream or None)
+    if rc != 0:
+        raise RuntimeError("hoop backend: hoop_comm_set_stream: %s" % comm.last_error())
+
+
+class _CudaCall:
+    """One operation on CUDA tensors: its device and stream, the tensors it must keep alive,
+    the copies into the caller's tensors queued after it."""
+
+    def __init__(self, pg, what, tensors):
+        self.pg, self.what = pg, what
+        self.device = None
+        for t in tensors:
+            self.check(t)
+        self.stream = torch.cuda.current_stream(self.device)
+        self.keep = list(tensors)
+        self.after = []
+
+    def check(self, t):
+        w = self.what
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("hoop backend: %s expects tensors, got %s" % (w, type(t).__name__))
+        if not t.is_cuda:
+            raise ValueError("hoop backend: %s mixes CUDA and %s tensors; one call's tensors "
+                             "are all on one device" % (w, t.device.type))
+        if self.device is None:
+            self.device = t.device
+        elif t.device != self.device:
+            raise ValueError("hoop backend: %s got tensors on %s and %s; one call's tensors are "
+                             "all on one device" % (w, self.device, t.device))
+        if t.layout != torch.strided:
+            raise ValueError("hoop backend: %s got a %s tensor; only dense tensors are "
+                             "supported" % (w, t.layout))
+        if t.dtype not in _DTYPES:
+            raise TypeError("hoop backend: %s got dtype %s (supported: float32, float64, "
+                            "float16, bfloat16, int8, uint8, int32, int64)" % (w, t.dtype))
+        return t
+
+    def buf(self, t, out=False):
+        """t for the binding; a contiguous copy, on the stream, when t is not contiguous (copied
+        back into t after the call when out)."""
+        c = t.detach()
+        if not c.is_contiguous():
+            c = c.contiguous()
+            if out:
+                self.after.append(lambda: t.detach().copy_(c))
+        self.keep.append(c)
+        return _DevicePtr(c)
+
+    def empty(self, n, dtype):
+        t = torch.empty(n, dtype=dtype, device=self.device)
+        self.keep.append(t)
+        return t
+
+    def flat(self, ts):
+        """One contiguous tensor holding ts one after another (a copy, on the stream)."""
+        dt = ts[0].dtype if ts else torch.float32
+        f = torch.cat([t.detach().reshape(-1) for t in ts]) if ts else self.empty(0, dt)
+        self.keep.append(f)
+        return f
+
+    def copy_out(self, flat, outs):
+        def post():
+            off = 0
+            for t in outs:
+                n = t.numel()
+                t.detach().copy_(flat[off:off + n].view(t.shape))
+                off += n
+        self.after.append(post)
+
+    def post(self, fn, *args, **kwargs):
+        """fn(*args) posted on the comm, ordered on the stream. Calls from several threads each
+        set the stream, post and unset it under one lock (the setting is the communicator's)."""
+        comm = self.pg._comm
+        with _CUDA_LOCK:
+            _set_stream(comm, self.stream.cuda_stream)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _set_stream(comm, None)
+
+    def work(self, reqs, result, lane="coll"):
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            for f in self.after:
+                f()
+        ev = torch.cuda.Event()
+        ev.record(self.stream)
+        work = _CudaWork(self.pg._state, result, ev, self.device, self.keep)
+        self.pg._state.submit(work, reqs, ev.synchronize, lane)
+        return work
+
+
+_CUDA_LOCK = threading.Lock()
+
+
+class _CudaWork(_Work):
+    """The Work of an operation on CUDA tensors: wait() orders the current stream after it and
+    does not block the host, as ProcessGroupNCCL's (a failure raises once it is known)."""
+
+    def __init__(self, state, result, event, device, keep):
+        super().__init__(state, result)
+        self._event, self._device, self._keep = event, device, keep
+
+    def wait(self, timeout=None):
+        torch.cuda.current_stream(self._device).wait_event(self._event)
+        self._state.consumed(self)
+        if self._fut.done() and self._error is not None:
+            raise self._error
+        return True
+
+    def synchronize(self):
+        torch.cuda.current_stream(self._device).wait_event(self._event)
+
+
+def _cuda_tensors(x):
+    return [x] if isinstance(x, torch.Tensor) else list(x)
+
+
+def _cuda_allreduce(self, tensors, opts=None):
+    tensors = _cuda_tensors(tensors)
+    op = _reduce_op(opts)
+    call = _CudaCall(self, "allreduce", tensors)
+    reqs = [call.post(self._comm.iallreduce, call.buf(t, True), None, op, _dtype_name(t.dtype))
+            for t in tensors]
+    return call.work(reqs, tensors)
+
+
+def _cuda_allreduce_coalesced(self, tensors, opts=None):
+    tensors = list(tensors)
+    call = _CudaCall(self, "allreduce_coalesced", tensors)
+    if any(t.dtype != tensors[0].dtype for t in tensors):
+        raise ValueError("hoop backend: allreduce_coalesced tensors differ in dtype")
+    flat = call.flat(tensors)
+    req = call.post(self._comm.iallreduce, _DevicePtr(flat), None, _reduce_op(opts),
+                    _dtype_name(flat.dtype))
+    call.copy_out(flat, tensors)
+    return call.work([req], tensors)
+
+
+def _cuda_broadcast(self, tensors, opts=None):
+    tensors = _cuda_tensors(tensors)
+    root = opts.rootRank if opts is not None else 0
+    call = _CudaCall(self, "broadcast", tensors)
+    reqs = [call.post(self._comm.ibroadcast, call.buf(t, True), root, _dtype_name(t.dtype))
+            for t in tensors]
+    return call.work(reqs, tensors)
+
+
+def _cuda_one(tensors, what):
+    tensors = _cuda_tensors(tensors)
+    if len(tensors) != 1:
+        raise ValueError("hoop backend: %s takes one tensor per process, got %d"
+                         % (what, len(tensors)))
+    return tensors[0]
+
+
+def _cuda_same_shapes(call, ts, ref, n):
+    if len(ts) != n:
+        raise ValueError("hoop backend: %s needs %d tensors (one per rank), got %d"
+                         % (call.what, n, len(ts)))
+    for t in ts:
+        call.check(t)
+        if t.dtype != ref.dtype or t.numel() != ref.numel():
+            raise ValueError("hoop backend: %s tensors differ in dtype or size (%s x %d against "
+                             "%s x %d)" % (call.what, t.dtype, t.numel(), ref.dtype, ref.numel()))
+
+
+def _cuda_reduce(self, tensors, opts=None):
+    t = _cuda_one(tensors, "reduce")
+    root = opts.rootRank if opts is not None else 0
+    call = _CudaCall(self, "reduce", [t])
+    req = call.post(self._comm.ireduce, call.buf(t, True), None, _reduce_op(opts), root,
+                    _dtype_name(t.dtype))
+    return call.work([req], [t])
+
+
+def _cuda_allgather(self, output_tensors, input_tensors, opts=None):
+    inp = _cuda_one(input_tensors, "allgather")
+    if len(output_tensors) != 1:
+        raise ValueError("hoop backend: allgather takes one output list per process")
+    outs = list(output_tensors[0])
+    call = _CudaCall(self, "allgather", [inp])
+    _cuda_same_shapes(call, outs, inp, self.size())
+    flat = call.empty(self.size() * inp.numel(), inp.dtype)
+    req = call.post(self._comm.iallgather, call.buf(inp), _DevicePtr(flat),
+                    _dtype_name(inp.dtype))
+    call.copy_out(flat, outs)
+    return call.work([req], outs)
+
+
+def _cuda_allgather_base(self, output, input, opts=None):
+    call = _CudaCall(self, "all_gather_into_tensor", [output, input])
+    req = call.post(self._comm.iallgather, call.buf(input), call.buf(output, True),
+                    _dtype_name(input.dtype))
+    return call.work([req], [output])
+
+
+def _cuda_gather(self, output_tensors, input_tensors, opts=None):
+    inp = _cuda_one(input_tensors, "gather")
+    root = opts.rootRank if opts is not None else 0
+    call = _CudaCall(self, "gather", [inp])
+    if self.rank() != root:
+        return call.work([call.post(self._comm.igather, call.buf(inp), None, root,
+                                    _dtype_name(inp.dtype))], [])
+    if len(output_tensors) != 1:
+        raise ValueError("hoop backend: gather takes one output list at the root")
+    outs = list(output_tensors[0])
+    _cuda_same_shapes(call, outs, inp, self.size())
+    flat = call.empty(self.size() * inp.numel(), inp.dtype)
+    req = call.post(self._comm.igather, call.buf(inp), _DevicePtr(flat), root,
+                    _dtype_name(inp.dtype))
+    call.copy_out(flat, outs)
+    return call.work([req], outs)
+
+
+def _cuda_scatter(self, output_tensors, input_tensors, opts=None):
+    out = _cuda_one(output_tensors, "scatter")
+    root = opts.rootRank if opts is not None else 0
+    call = _CudaCall(self, "scatter", [out])
+    if self.rank() != root:
+        return call.work([call.post(self._comm.iscatter, None, call.buf(out, True), root,
+                                    _dtype_name(out.dtype))], [out])
+    if len(input_tensors) != 1:
+        raise ValueError("hoop backend: scatter takes one input list at the root")
+    ins = list(input_tensors[0])
+    _cuda_same_shapes(call, ins, out, self.size())
+    req = call.post(self._comm.iscatter, _DevicePtr(call.flat(ins)), call.buf(out, True), root,
+                    _dtype_name(out.dtype))
+    return call.work([req], [out])
+
+
+def _cuda_reduce_scatter(self, output_tensors, input_tensors, opts=None):
+    out = _cuda_one(output_tensors, "reduce_scatter")
+    if len(input_tensors) != 1:
+        raise ValueError("hoop backend: reduce_scatter takes one input list per process")
+    ins = list(input_tensors[0])
+    call = _CudaCall(self, "reduce_scatter", [out])
+    _cuda_same_shapes(call, ins, out, self.size())
+    req = call.post(self._comm.ireduce_scatter, _DevicePtr(call.flat(ins)), call.buf(out, True),
+                    _reduce_op(opts), _dtype_name(out.dtype))
+    return call.work([req], [out])
+
+
+def _cuda_reduce_scatter_base(self, output, input, opts=None):
+    call = _CudaCall(self, "reduce_scatter_tensor", [output, input])
+    req = call.post(self._comm.ireduce_scatter, call.buf(input), call.buf(output, True),
+                    _reduce_op(opts), _dtype_name(input.dtype))
+    return call.work([req], [output])
+
+
+def _cuda_alltoall_p2p(self, call, outs, ins):
+    """Blocks of different sizes: one send and one receive per peer, posted on the stream."""
+    me, reqs = self.rank(), []
+    for p in range(self.size()):
+        if p != me:
+            reqs.append(call.post(self._comm.irecv, call.buf(outs[p], True), p,
+                                  _dtype_name(outs[p].dtype)))
+    for p in range(self.size()):
+        if p != me:
+            reqs.append(call.post(self._comm.isend, call.buf(ins[p]), p,
+                                  _dtype_name(ins[p].dtype)))
+    outs[me].detach().copy_(ins[me])  # on the current stream, which is the call's
+    return reqs
+
+
+def _cuda_alltoall(self, output_tensor_list, input_tensor_list, opts=None):
+    outs, ins, n = list(output_tensor_list), list(input_tensor_list), self.size()
+    if len(outs) != n or len(ins) != n:
+        raise ValueError("hoop backend: alltoall needs %d input and output tensors" % n)
+    call = _CudaCall(self, "alltoall", outs + ins)
+    if any(t.dtype != ins[0].dtype for t in outs + ins):
+        raise ValueError("hoop backend: alltoall tensors differ in dtype")
+    sizes = {t.numel() for t in outs + ins}
+    if len(sizes) == 1:
+        flat_out = call.empty(n * sizes.pop(), ins[0].dtype)
+        req = call.post(self._comm.ialltoall, _DevicePtr(call.flat(ins)), _DevicePtr(flat_out),
+                        _dtype_name(ins[0].dtype))
+        call.copy_out(flat_out, outs)
+        return call.work([req], outs)
+    return call.work(_cuda_alltoall_p2p(self, call, outs, ins), outs)
+
+
+def _cuda_alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+    call = _CudaCall(self, "all_to_all_single", [output, input])
+    n = self.size()
+    if not output_split_sizes and not input_split_sizes:
+        req = call.post(self._comm.ialltoall, call.buf(input), call.buf(output, True),
+                        _dtype_name(input.dtype))
+        return call.work([req], [output])
+    out_c = output.detach() if output.is_contiguous() else output.detach().contiguous()
+    in_c = input.detach().contiguous()
+    call.keep += [out_c, in_c]
+
+    def blocks(t, splits, what):
+        rows = t.shape[0] if t.dim() else 1
+        splits = list(splits) or [rows // n] * n
+        if len(splits) != n or sum(splits) != rows:
+            raise ValueError("hoop backend: all_to_all_single %s split sizes %s do not cut "
+                             "%d rows into %d blocks" % (what, splits, rows, n))
+        flat, out, off = t.reshape(rows, -1), [], 0
+        for s in splits:
+            out.append(flat[off:off + s])
+            off += s
+        return out
+
+    outs = blocks(out_c, output_split_sizes, "output")
+    ins = blocks(in_c, input_split_sizes, "input")
+    reqs = _cuda_alltoall_p2p(self, call, outs, ins)
+    if out_c.data_ptr() != output.data_ptr() or not output.is_contiguous():
+        call.after.append(lambda: output.detach().copy_(out_c))
+    return call.work(reqs, [output])
+
+
+def _cuda_send(self, tensors, dstRank, tag=0):
+    t = _cuda_one(tensors, "send")
+    call = _CudaCall(self, "send", [t])
+    req = call.post(self._comm.isend, call.buf(t), dstRank, _dtype_name(t.dtype))
+    return call.work([req], [t], lane=("send", dstRank))
+
+
+def _cuda_recv(self, tensors, srcRank, tag=0):
+    t = _cuda_one(tensors, "recv")
+    call = _CudaCall(self, "recv", [t])
+    req = call.post(self._comm.irecv, call.buf(t, True), srcRank, _dtype_name(t.dtype))
+    return call.work([req], [t], lane=("recv", srcRank))
+
+
+def _route(name, cuda_impl):
+    """ProcessGroupHoop.<name> serves CUDA tensors with cuda_impl, the rest as before."""
+    cpu_impl = getattr(ProcessGroupHoop, name)
+
+    @functools.wraps(cpu_impl)
+    def method(self, *args, **kwargs):
+        if _is_cuda(args[:2]) or _is_cuda(list(kwargs.values())):
+            return cuda_impl(self, *args, **kwargs)
+        return cpu_impl(self, *args, **kwargs)
+
+    setattr(ProcessGroupHoop, name, method)
+
+
+for _name, _impl in (("allreduce", _cuda_allreduce),
+                     ("allreduce_coalesced", _cuda_allreduce_coalesced),
+                     ("broadcast", _cuda_broadcast), ("reduce", _cuda_reduce),
+                     ("allgather", _cuda_allgather), ("_allgather_base", _cuda_allgather_base),
+                     ("gather", _cuda_gather), ("scatter", _cuda_scatter),
+                     ("reduce_scatter", _cuda_reduce_scatter),
+                     ("_reduce_scatter_base", _cuda_reduce_scatter_base),
+                     ("alltoall", _cuda_alltoall), ("alltoall_base", _cuda_alltoall_base),
+                     ("send", _cuda_send), ("recv", _cuda_recv)):
+    _route(_name, _impl)
+del _name, _impl

@@ -13,6 +13,7 @@ void hoop__config_defaults(hoop__config_t *c)
 {
     memset(c, 0, sizeof(*c));
     c->log_level = HOOP__LOG_WARN;
+    c->log_subsys = HOOP__SUB_ALL;
     strcpy(c->transport, "auto");
     strcpy(c->algo, "auto");
     c->sockets_per_peer = 1;
@@ -97,6 +98,9 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
         if (lvl < 0) return bad(err, errlen, "HOOP_DEBUG", v, "NONE, WARN, INFO or TRACE");
         c->log_level = lvl;
     }
+    if ((v = get("HOOP_DEBUG_SUBSYS", ctx)) != NULL &&
+        hoop__log_subsys_parse(v, &c->log_subsys, err, errlen) != 0)
+        return HOOP_ERR_INVALID_ARGUMENT;
     if ((v = get("HOOP_DEBUG_FILE", ctx)) != NULL) {
         if (strlen(v) >= sizeof(c->log_file))
             return bad(err, errlen, "HOOP_DEBUG_FILE", v, "a path shorter than 256 bytes");
@@ -108,9 +112,11 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
             return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp, shm or ibverbs");
     }
     if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto", "ring", "rd", "ps", "ps-sharded", NULL};
+        static const char *const names[] = {"auto", "ring", "rd",  "ps",   "ps-sharded",
+                                            "ipc",  "shm",  "p2p", "hier", NULL};
         if (copy_word(c->algo, sizeof(c->algo), v, names) != 0)
-            return bad(err, errlen, "HOOP_ALGO", v, "auto, ring, rd, ps or ps-sharded");
+            return bad(err, errlen, "HOOP_ALGO", v,
+                       "auto, ring, rd, ps, ps-sharded, ipc, shm, p2p or hier");
     }
     if ((v = get("HOOP_SOCKET_IFNAME", ctx)) != NULL) {
         if (strlen(v) >= sizeof(c->ifname))

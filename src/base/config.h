@@ -8,10 +8,11 @@
 #include "hoop.h"
 
 typedef struct hoop__config {
-    int log_level;      /* HOOP_DEBUG: WARN (default), INFO, TRACE, NONE */
-    char log_file[256]; /* HOOP_DEBUG_FILE: "" = stderr */
-    char transport[16]; /* HOOP_TRANSPORT: auto (default), tcp, shm, ibverbs */
-    char algo[16];      /* HOOP_ALGO: auto (default), ring, rd, ps, ps-sharded */
+    int log_level;       /* HOOP_DEBUG: WARN (default), INFO, TRACE, NONE */
+    unsigned log_subsys; /* HOOP_DEBUG_SUBSYS: HOOP__SUB_* bits (default all) */
+    char log_file[256];  /* HOOP_DEBUG_FILE: "" = stderr */
+    char transport[16];  /* HOOP_TRANSPORT: auto (default), tcp, shm, ibverbs */
+    char algo[16];       /* HOOP_ALGO: auto (default), ring, rd, ps, ps-sharded, ipc, shm, p2p, hier */
     char ifname[128]; /* HOOP_SOCKET_IFNAME: "" = automatic; prefix list, '^' excludes, '=' exact */
     int sockets_per_peer;  /* HOOP_SOCKETS_PER_PEER: 1..16 */
     size_t chunk_bytes;    /* HOOP_CHUNK_BYTES: pipelining unit of large collectives */

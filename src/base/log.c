@@ -5,8 +5,13 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sodium.h>
+
+#include "hoop.h"
 
 static const char *const level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
 
@@ -14,6 +19,7 @@ void hoop__log_open(hoop__log_t *l, int level, const char *file, int rank)
 {
     memset(l, 0, sizeof(*l));
     l->level = level;
+    l->subsys = HOOP__SUB_ALL;
     l->rank = rank;
     l->out = stderr;
     if (gethostname(l->host, sizeof(l->host) - 1) != 0) strcpy(l->host, "?");
@@ -49,6 +55,67 @@ void hoop__log_open(hoop__log_t *l, int level, const char *file, int rank)
                            file, path, strerror(e));
         }
     }
+}
+
+int hoop__log_subsys_parse(const char *s, unsigned *mask, char *err, size_t errlen)
+{
+    static const struct {
+        const char *name;
+        unsigned bits;
+    } names[] = {{"INIT", HOOP__SUB_INIT},
+                 {"RENDEZVOUS", HOOP__SUB_RENDEZVOUS},
+                 {"BOOTSTRAP", HOOP__SUB_RENDEZVOUS},
+                 {"TRANSPORT", HOOP__SUB_TRANSPORT},
+                 {"NET", HOOP__SUB_TRANSPORT},
+                 {"COLL", HOOP__SUB_COLL},
+                 {"COLLECTIVE", HOOP__SUB_COLL},
+                 {"AUTH", HOOP__SUB_AUTH},
+                 {"ALL", HOOP__SUB_ALL}};
+    const char *p = s;
+    int exclude = p[0] == '^';
+    if (exclude) p++;
+    unsigned bits = 0;
+    while (*p != '\0') {
+        size_t n = strcspn(p, ",");
+        size_t i = 0;
+        for (; i < sizeof(names) / sizeof(names[0]); i++)
+            if (n == strlen(names[i].name) && strncasecmp(p, names[i].name, n) == 0) break;
+        if (n > 0 && i == sizeof(names) / sizeof(names[0])) {
+            hoop__say(err, errlen,
+                      "HOOP_DEBUG_SUBSYS=\"%s\": no subsystem \"%.*s\" (INIT, RENDEZVOUS, "
+                      "TRANSPORT, COLL, AUTH or ALL, comma-separated; \"^\" first keeps all but "
+                      "those)",
+                      s, (int)(n < 64 ? n : 64), p);
+            return -1;
+        }
+        if (n > 0) bits |= names[i].bits;
+        p += n;
+        if (*p == ',') p++;
+    }
+    /* An empty list is the default: every subsystem. */
+    if (p == s) bits = HOOP__SUB_ALL;
+    *mask = exclude ? HOOP__SUB_ALL & ~bits : bits;
+    return 0;
+}
+
+void hoop__log_banner(const hoop__log_t *l, int auth_set)
+{
+#ifdef HOOP__CUDA_BUILT
+    const char *cuda = "CUDA (libhoop-cuda.so, loaded when a buffer may be device memory)";
+#else
+    const char *cuda = "no CUDA";
+#endif
+#ifdef HOOP__HAVE_IBVERBS
+    const char *verbs = "RDMA verbs (libibverbs opened at run time)";
+#else
+    const char *verbs = "no RDMA verbs";
+#endif
+    HOOP__INFO_IN(l, HOOP__SUB_INIT,
+                  "hoop version %s; built with %s, %s, authentication by libsodium %s; "
+                  "this run %s",
+                  HOOP_VERSION_STRING, cuda, verbs, sodium_version_string(),
+                  auth_set ? "authenticates (HOOP_AUTH_KEY)"
+                           : "does not authenticate (no HOOP_AUTH_KEY)");
 }
 
 void hoop__log_close(hoop__log_t *l)

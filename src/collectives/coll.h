@@ -14,14 +14,27 @@ hoop__algo_t hoop__algo_choose(const hoop__call_t *call);
 const char *hoop__algo_name(int algo);
 int hoop__algo_parse(const char *s); /* -1 if unknown */
 
+/* Unmaps the shared-memory collectives' area (shm_area.c) when the communicator is freed. */
+void hoop__shc_close(hoop_comm_t *c);
+
 /* Algorithms: one file each. */
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c);
 hoop_result_t hoop__allreduce_rd(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c);
-hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
+/* Hierarchical (hier.c): where hoop__hier_fits, several ranks on each of several hosts, as many on
+ * each. */
+int hoop__hier_fits(const hoop_comm_t *c);
+hoop_result_t hoop__allreduce_hier(hoop__call_t *c);
+hoop_result_t hoop__allgather_hier(hoop__call_t *c);
+hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c);
+hoop_result_t hoop__reduce_hier(hoop__call_t *c);
+hoop_result_t hoop__allreduce_ipc(hoop__call_t *c); /* CUDA IPC on one node (allreduce_ipc.c) */
+hoop_result_t hoop__broadcast(hoop__call_t *c);     /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */
+/* Whether hoop__reduce_coll runs its binomial tree for n bytes (reduce.c). */
+int hoop__reduce_tree_fits(const hoop_comm_t *comm, size_t n);
 hoop_result_t hoop__allgather_ring(hoop__call_t *c);
 hoop_result_t hoop__gather(hoop__call_t *c);
 hoop_result_t hoop__scatter(hoop__call_t *c);
@@ -35,5 +48,16 @@ hoop_result_t hoop__rs_ring(const hoop__call_t *c, const void *in, size_t total,
                             void *scratch);
 hoop_result_t hoop__alltoall_pairwise(hoop__call_t *c);
 hoop_result_t hoop__barrier_dissemination(hoop__call_t *c);
+/* Through the shared area (shm_coll.c), for ranks of one host; HOOP__SHC_FALLBACK (shm_coll.h)
+ * where the area cannot be had or some rank's buffers are not host memory: the caller then runs
+ * the point-to-point algorithm. hoop__shm_enter: the step that keeps the point-to-point calls of
+ * a communicator with an area in step with the others (a no-op without one). */
+hoop_result_t hoop__shm_allreduce(hoop__call_t *c);
+hoop_result_t hoop__shm_broadcast(hoop__call_t *c);
+hoop_result_t hoop__shm_reduce(hoop__call_t *c);
+hoop_result_t hoop__shm_allgather(hoop__call_t *c);
+hoop_result_t hoop__shm_reduce_scatter(hoop__call_t *c);
+hoop_result_t hoop__shm_barrier(hoop__call_t *c);
+hoop_result_t hoop__shm_enter(hoop__call_t *c);
 
 #endif

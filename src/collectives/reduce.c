@@ -118,6 +118,11 @@ static hoop_result_t rabenseifner(const hoop__call_t *c, const char *in, char *o
     return rc;
 }
 
+int hoop__reduce_tree_fits(const hoop_comm_t *comm, size_t n)
+{
+    return (comm->size <= 4 ? n / TREE_FACTOR : n) <= comm->agreed.small_bytes;
+}
+
 hoop_result_t hoop__reduce_coll(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
@@ -132,7 +137,6 @@ hoop_result_t hoop__reduce_coll(hoop__call_t *c)
         if (out != in && n > 0) hoop__mem_move(c, out, in, n);
         return HOOP_OK; /* AVG over one rank divides by 1 */
     }
-    if ((comm->size <= 4 ? n / TREE_FACTOR : n) <= comm->agreed.small_bytes)
-        return tree(c, in, out, n);
+    if (hoop__reduce_tree_fits(comm, n)) return tree(c, in, out, n);
     return rabenseifner(c, in, out, c->count);
 }

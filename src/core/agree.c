@@ -124,10 +124,11 @@ int hoop__agree_field(const char *hello, const char *name, char *out, size_t cap
     return 0;
 }
 
-/* The fields every rank must share: version, size, job, then the settings. */
+/* The fields every rank must share: version, job, size, then the settings. The job comes before
+ * the size: a rank of another job (a stale store on the port) differs in both, and the job is why. */
 static const char *agreed_name(int i)
 {
-    static const char *const fixed[] = {F_VERSION, F_SIZE, F_JOB};
+    static const char *const fixed[] = {F_VERSION, F_JOB, F_SIZE};
     static const char *const settings[] = {
 #define X(field, env, kind) env,
         HOOP__AGREED_SETTINGS(X)

@@ -120,14 +120,24 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     if (algo == NULL || hoop__algo_parse(algo) < 0)
-        return hoop__comm_error(
-            c, HOOP_ERR_INVALID_ARGUMENT,
-            "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps or ps-sharded",
-            algo ? algo : "(null)");
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "hoop_comm_set_algo: \"%s\" is not auto, ring, rd, ps, ps-sharded, "
+                                "ipc, shm, p2p or hier",
+                                algo ? algo : "(null)");
     /* Posting reads it on the posting thread; running calls already hold their choice. */
     snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(hoop__algo_parse(algo)));
     return HOOP_OK;
 }
+
+/* Local: a stream changes when the call runs on this rank, not what moves where. */
+hoop_result_t hoop_comm_set_stream(hoop_comm_t *c, void *stream)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    c->stream = stream;
+    return HOOP_OK;
+}
+
+void *hoop_comm_get_stream(const hoop_comm_t *c) { return c != NULL ? c->stream : NULL; }
 
 hoop_result_t hoop_comm_abort(hoop_comm_t *c)
 {
@@ -225,7 +235,12 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
         .mem = mem,
     };
     call.algo = hoop__algo_choose(&call);
+    if (mem == HOOP__MEM_CUDA && c->stream != NULL) {
+        hoop_result_t orc = hoop__mem_order_post(c, &call, c->stream, fn);
+        if (orc != HOOP_OK) return orc;
+    }
     hoop_result_t rc = hoop__sched_post(c, &call, req, fn);
+    if (rc != HOOP_OK) hoop__mem_order_end(&call); /* never queued: its stream goes on */
     if (rc != HOOP_OK && req == NULL) {
         /* The error text is the communicator's; make sure last_error holds it. */
         if (atomic_load(&c->aborted) && c->fatal_msg[0] != '\0')
@@ -335,7 +350,13 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
         .mem = mem,
         .is_recv = is_recv,
     };
-    return hoop__sched_post(c, &call, req, fn);
+    if (mem == HOOP__MEM_CUDA && c->stream != NULL) {
+        rc = hoop__mem_order_post(c, &call, c->stream, fn);
+        if (rc != HOOP_OK) return rc;
+    }
+    rc = hoop__sched_post(c, &call, req, fn);
+    if (rc != HOOP_OK) hoop__mem_order_end(&call);
+    return rc;
 }
 
 hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,

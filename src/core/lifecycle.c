@@ -74,6 +74,7 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     pthread_cond_init(&c->tcv, &ca);
     pthread_condattr_destroy(&ca);
     hoop__log_open(&c->log, cfg->log_level, cfg->log_file, rank);
+    c->log.subsys = cfg->log_subsys;
     snprintf(c->host, sizeof(c->host), "%s", c->log.host);
     if (cfg->trace) {
         c->trace_fn = hoop__trace_to_log;
@@ -97,6 +98,7 @@ static void comm_free(hoop_comm_t *c)
     pthread_cond_destroy(&c->tcv);
     free(c->p2p_send_seq);
     free(c->p2p_recv_seq);
+    hoop__shc_close(c);
     hoop__mem_close(c);
     free(c->ring);
     free(c);
@@ -119,6 +121,9 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
     for (int j = 0; j < p && c->tp_ops->host_key != NULL; j++)
         c->tp_ops->host_key(j == c->rank ? own : ptrs[j], keys[j], sizeof(keys[j]));
     int pos = 0, identity = 1;
+    c->one_host = 1;
+    for (int j = 1; j < p; j++)
+        if (strcmp(keys[j], keys[0]) != 0) c->one_host = 0;
     for (int h = 0; h < p; h++) {
         if (placed[h]) continue;
         for (int j = h; j < p; j++) {
@@ -129,6 +134,17 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
             c->ring[pos++] = j;
         }
     }
+    /* Hosts in ring order, and whether each holds as many ranks (the hierarchical algorithms). */
+    c->nhosts = 0;
+    c->local_size = 0;
+    for (int i = 0, run = 0; i < p; i++) {
+        run++;
+        if (i + 1 < p && strcmp(keys[c->ring[i + 1]], keys[c->ring[i]]) == 0) continue;
+        c->nhosts++;
+        c->local_size = c->nhosts == 1 ? run : (c->local_size == run ? run : -1);
+        run = 0;
+    }
+    if (c->local_size < 0) c->local_size = 0;
     if (!identity) {
         char line[256];
         size_t o = 0;
@@ -226,6 +242,146 @@ void hoop__oob_over_store(hoop__oob_ctx_t *ctx, hoop__store_t *st, int rank, int
         .allgather = oob_allgather, .put = oob_put, .get = oob_get, .error = oob_error, .ctx = ctx};
 }
 
+/* ---- the out-of-band exchange of a communicator made by split, over its parent ----
+ * The parent's store is closed by then, so a put is a nonblocking send of one fixed-size frame to
+ * the peer's rank in the parent, a get the matching receive; both ends of a pair put and get in the
+ * same order, which the parent's point-to-point matching (posting order per peer) keeps. The
+ * sends are waited for when the new communicator's connect is through (split_oob_end). */
+#define SPLIT_OOB_FRAME 1064
+#define SPLIT_OOB_HDR 72                      /* magic, length, tag */
+#define SPLIT_OOB_MAGIC 0x424f4f5450494c53ull /* "SPLITOOB" */
+#define SPLIT_OOB_SENDS 64
+
+typedef struct split_oob {
+    hoop_comm_t *parent;
+    const int *parent_of; /* new rank -> parent rank */
+    int rank, size;
+    hoop_request_t *req[SPLIT_OOB_SENDS];
+    unsigned char *frame[SPLIT_OOB_SENDS];
+    int nreq;
+    char err[320];
+} split_oob_t;
+
+/* A point-to-point frame over the parent, marked with an algorithm that no point-to-point call of
+ * the program carries: a receive of the program's that meets a frame (or a frame receive that
+ * meets the program's message) fails as a mismatch instead of taking the other's bytes. */
+static hoop_result_t split_oob_p2p(split_oob_t *o, void *frame, int peer, int is_recv,
+                                   hoop_request_t **req)
+{
+    hoop__call_t call = {.comm = o->parent,
+                         .kind = HOOP__K_SEND,
+                         .sendbuf = is_recv ? NULL : frame,
+                         .recvbuf = is_recv ? frame : NULL,
+                         .count = SPLIT_OOB_FRAME,
+                         .dtype = HOOP_UINT8,
+                         .op = HOOP_SUM,
+                         .root = o->parent_of[peer],
+                         .algo = HOOP__ALGO_RING,
+                         .mem = HOOP__MEM_HOST,
+                         .is_recv = is_recv};
+    return hoop__sched_post(o->parent, &call, req, "hoop_comm_split");
+}
+
+static hoop_result_t split_oob_fail(split_oob_t *o, hoop_result_t rc, const char *what)
+{
+    snprintf(o->err, sizeof(o->err), "out-of-band exchange over the parent communicator: %s: %s",
+             what,
+             hoop__comm_last(o->parent)[0] ? hoop__comm_last(o->parent) : hoop_error_string(rc));
+    return rc;
+}
+
+static hoop_result_t split_oob_put(void *ctx, const char *tag, int peer, const void *buf,
+                                   size_t len)
+{
+    split_oob_t *o = ctx;
+    if (peer < 0 || peer >= o->size || peer == o->rank || strlen(tag) > HOOP__TP_OOB_TAG_MAX ||
+        len > SPLIT_OOB_FRAME - SPLIT_OOB_HDR || o->nreq == SPLIT_OOB_SENDS) {
+        snprintf(o->err, sizeof(o->err),
+                 "out-of-band exchange over the parent communicator: a put of %zu bytes to rank "
+                 "%d (at most %d bytes, %d puts)",
+                 len, peer, SPLIT_OOB_FRAME - SPLIT_OOB_HDR, SPLIT_OOB_SENDS);
+        return HOOP_ERR_INTERNAL;
+    }
+    unsigned char *f = calloc(1, SPLIT_OOB_FRAME);
+    if (f == NULL) return HOOP_ERR_NO_MEMORY;
+    uint64_t m = SPLIT_OOB_MAGIC, l = len;
+    memcpy(f, &m, 8);
+    memcpy(f + 8, &l, 8);
+    memcpy(f + 16, tag, strlen(tag));
+    memcpy(f + SPLIT_OOB_HDR, buf, len);
+    hoop_result_t rc = split_oob_p2p(o, f, peer, 0, &o->req[o->nreq]);
+    if (rc != HOOP_OK) {
+        free(f);
+        return split_oob_fail(o, rc, "send");
+    }
+    o->frame[o->nreq++] = f;
+    return HOOP_OK;
+}
+
+static hoop_result_t split_oob_get(void *ctx, const char *tag, int peer, void *buf, size_t cap,
+                                   size_t *len, double deadline)
+{
+    (void)deadline; /* the parent's timeout bounds the wait */
+    split_oob_t *o = ctx;
+    unsigned char f[SPLIT_OOB_FRAME];
+    if (peer < 0 || peer >= o->size || peer == o->rank) return HOOP_ERR_INTERNAL;
+    hoop_result_t rc = split_oob_p2p(o, f, peer, 1, NULL);
+    if (rc != HOOP_OK) return split_oob_fail(o, rc, "receive");
+    uint64_t m, l;
+    memcpy(&m, f, 8);
+    memcpy(&l, f + 8, 8);
+    if (m != SPLIT_OOB_MAGIC || l > SPLIT_OOB_FRAME - SPLIT_OOB_HDR ||
+        strncmp((const char *)f + 16, tag, SPLIT_OOB_HDR - 16) != 0) {
+        snprintf(o->err, sizeof(o->err),
+                 "out-of-band exchange over the parent communicator: rank %d sent something else "
+                 "than \"%s\"",
+                 o->parent_of[peer], tag);
+        return HOOP_ERR_MISMATCH;
+    }
+    *len = (size_t)l;
+    memcpy(buf, f + SPLIT_OOB_HDR, l < cap ? (size_t)l : cap);
+    return HOOP_OK;
+}
+
+static hoop_result_t split_oob_allgather(void *ctx, const char *tag, const void *mine, void *all,
+                                         size_t len, double deadline)
+{
+    split_oob_t *o = ctx;
+    memcpy((char *)all + (size_t)o->rank * len, mine, len);
+    for (int j = 0; j < o->size; j++) {
+        hoop_result_t rc = j == o->rank ? HOOP_OK : split_oob_put(o, tag, j, mine, len);
+        if (rc != HOOP_OK) return rc;
+    }
+    for (int j = 0; j < o->size; j++) {
+        size_t got = 0;
+        hoop_result_t rc = j == o->rank ? HOOP_OK
+                                        : split_oob_get(o, tag, j, (char *)all + (size_t)j * len,
+                                                        len, &got, deadline);
+        if (rc != HOOP_OK) return rc;
+        if (j != o->rank && got != len) {
+            snprintf(o->err, sizeof(o->err), "out-of-band exchange \"%s\": %zu bytes from rank %d",
+                     tag, got, o->parent_of[j]);
+            return HOOP_ERR_MISMATCH;
+        }
+    }
+    return HOOP_OK;
+}
+
+static const char *split_oob_error(void *ctx) { return ((split_oob_t *)ctx)->err; }
+
+/* Waits for the sends (each either completes or fails with the parent's timeout) and frees them. */
+static hoop_result_t split_oob_end(split_oob_t *o)
+{
+    hoop_result_t rc = HOOP_OK;
+    for (int i = 0; i < o->nreq; i++) {
+        hoop_result_t r = hoop_wait(o->req[i]);
+        if (rc == HOOP_OK) rc = r;
+        free(o->frame[i]);
+    }
+    o->nreq = 0;
+    return rc;
+}
+
 /* oob: the out-of-band exchange for the transport, or NULL where there is none. */
 static hoop_result_t open_transport(hoop_comm_t *c, char *addr, const hoop__tp_oob_t *oob)
 {
@@ -284,6 +440,10 @@ static hoop_result_t load_config(init_t *in)
 {
     hoop_result_t rc = hoop__config_load(in->cfg, in->err, sizeof(in->err));
     hoop__log_open(&in->boot, rc == HOOP_OK ? in->cfg->log_level : HOOP__LOG_WARN, NULL, in->rank);
+    if (rc == HOOP_OK) {
+        in->boot.subsys = in->cfg->log_subsys;
+        hoop__log_banner(&in->boot, in->cfg->auth.set);
+    }
     return rc;
 }
 
@@ -314,6 +474,10 @@ static hoop_result_t resolve_rendezvous(init_t *in)
         hoop_result_t rc = hoop__rdv_resolve(in->method, in->rank, in->size, rdv, in->err,
                                              sizeof(in->err));
         if (rc != HOOP_OK) return rc;
+        /* A PMIx launcher tells every rank where rank 0's store is (rendezvous.h). */
+        in->boot.rank = rdv->rank;
+        rc = hoop__rdv_exchange(rdv, in->cfg->timeout_s, &in->boot, in->err, sizeof(in->err));
+        if (rc != HOOP_OK) return rc;
         /* Ranks of jobs that share a key file but not a job id cannot connect to each other.
          * The store's key stays unbound, so that a rank that reaches another job's store
          * (a stale job on the port) reads its hello and can say which job it met. */
@@ -326,6 +490,8 @@ static hoop_result_t resolve_rendezvous(init_t *in)
         snprintf(in->err, sizeof(in->err), "out of memory");
         return HOOP_ERR_NO_MEMORY;
     }
+    /* A HOOP_DEBUG_FILE opens with the banner too (the boot log's went to stderr). */
+    if (in->cfg->log_file[0] != '\0') hoop__log_banner(&in->c->log, in->cfg->auth.set);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int local = rdv->local_size > 0 ? rdv->local_size : 1;
     in->c->spin_s = ncpu > 0 && local > ncpu ? 0.0 : 20e-6;
@@ -540,7 +706,9 @@ void hoop__comm_destroy(hoop_comm_t *c)
 {
     /* A pending call would hold the progress thread, and so this call, until its timeout: abort
      * first, here and towards the peers (who learn why), so that every pending call ends at once
-     * with HOOP_ERR_ABORTED. An idle communicator is closed without an abort. */
+     * with HOOP_ERR_ABORTED. An idle communicator is closed without an abort. Stream-ordered
+     * calls that returned once queued are let finish first (with the timeout). */
+    hoop__sched_drain(c);
     int pending = hoop__sched_pending(c);
     if (pending > 0) {
         hoop__comm_fail(c, HOOP_ERR_ABORTED,
@@ -640,6 +808,8 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     int *parent_of = calloc(p, sizeof(int));
     hoop_comm_t *nc = NULL;
     char addr[ADDR_LEN] = "", why[sizeof(c->last_error[0])];
+    split_oob_t oob_ctx = {.parent = c};
+    hoop__tp_oob_t oob;
     if (all == NULL || members == NULL || addrs == NULL || ptrs == NULL || parent_of == NULL) {
         /* Before the first exchange: the call is refused, as one with bad arguments is. */
         rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
@@ -683,7 +853,14 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
             nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
             nc->spin_s = c->spin_s;
             memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
-            hoop_result_t orc = open_transport(nc, addr, NULL);
+            oob_ctx = (split_oob_t){
+                .parent = c, .parent_of = parent_of, .rank = newrank, .size = n};
+            oob = (hoop__tp_oob_t){.allgather = split_oob_allgather,
+                                   .put = split_oob_put,
+                                   .get = split_oob_get,
+                                   .error = split_oob_error,
+                                   .ctx = &oob_ctx};
+            hoop_result_t orc = open_transport(nc, addr, &oob);
             if (orc != HOOP_OK) {
                 to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc)
                                                        : hoop_error_string(orc),
@@ -716,6 +893,8 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     if (level == HOOP__LOG_WARN) nc->log.level = HOOP__LOG_NONE;
     rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
     nc->log.level = level;
+    hoop_result_t orc = split_oob_end(&oob_ctx);
+    if (rc == HOOP_OK) rc = orc;
     if (rc != HOOP_OK) {
         to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(rc),
                         parent_of, n, why, sizeof(why));
@@ -738,6 +917,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     *newcomm = nc;
     nc = NULL;
 out:
+    (void)split_oob_end(&oob_ctx);
     if (nc != NULL) comm_free(nc);
     free(all);
     free(members);

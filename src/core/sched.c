@@ -23,11 +23,19 @@
 #include "runtime/comm.h"
 #include "core/sched.h"
 
-/* Under mu. */
+static void req_release(hoop_comm_t *c, hoop_request_t *r);
+
+/* Under mu. A stream-ordered call lets its stream go on, whatever its result; a detached one
+ * (a blocking call on a stream, which returned once queued) has nobody to wait for it. */
 static void finish(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
 {
+    hoop__mem_order_end(&r->call);
     r->status = st;
     atomic_store(&r->done, 1);
+    if (r->detached) {
+        req_release(c, r);
+        c->n_detached--;
+    }
     pthread_cond_broadcast(&c->cv);
 }
 
@@ -181,6 +189,8 @@ static void run_head(hoop_comm_t *c)
     engine_enter(c);
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     int posted = 0;
+    /* A stream-ordered call starts once its stream's earlier work is done. */
+    if (ab == HOOP_OK && r->call.order != 0) ab = hoop__mem_order_start(&r->call);
     hoop_result_t st = ab;
     if (ab == HOOP_OK) {
         if (is_p2p(&r->call)) {
@@ -227,6 +237,16 @@ static void drive_inflight(hoop_comm_t *c, hoop_request_t *r)
     engine_leave(c);
 }
 
+/* Under mu: the queue's head may run now. A stream-ordered call whose stream has not reached it
+ * waits at the head, while the in-flight transfers go on (one of them may be what the stream
+ * waits for, an earlier call on it). */
+static int head_ready(hoop_comm_t *c)
+{
+    hoop_request_t *r = c->head;
+    return r != NULL &&
+           (r->call.order == 0 || atomic_load(&c->aborted) || hoop__mem_order_ready(&r->call));
+}
+
 /* Runs queued calls while nobody waits: a thread in hoop_wait runs them itself, which saves a
  * hand-off (a wake-up and a trip through the scheduler) per call. */
 static void *progress_thread(void *arg)
@@ -234,7 +254,7 @@ static void *progress_thread(void *arg)
     hoop_comm_t *c = arg;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
-        if (c->head != NULL && !c->busy && c->waiters == 0) {
+        if (c->head != NULL && !c->busy && c->waiters == 0 && head_ready(c)) {
             run_head(c);
             continue;
         }
@@ -252,7 +272,10 @@ static void *progress_thread(void *arg)
         clock_gettime(CLOCK_REALTIME, &ts);
         /* Work a waiter left behind is looked at within a millisecond (see hoop_wait). */
         int left = c->head != NULL || atomic_load(&c->n_inflight) > 0;
-        ts.tv_nsec += left ? 1000 * 1000 : 100 * 1000 * 1000;
+        /* A head waiting for its stream is looked at again soon: the stream may get there any
+         * time, and nothing wakes this thread when it does. */
+        int stream_wait = c->head != NULL && c->head->call.order != 0;
+        ts.tv_nsec += stream_wait ? 50 * 1000 : left ? 1000 * 1000 : 100 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -367,8 +390,10 @@ static void fill_request(hoop_comm_t *c, hoop_request_t *r, const hoop__call_t *
 
 static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **out)
 {
+    /* A blocking call ordered on a stream returns once queued, as NCCL's do. */
+    int detached = out == NULL && call->order != 0;
     pthread_mutex_lock(&c->mu);
-    if (out == NULL && c->head == NULL && !c->busy) {
+    if (out == NULL && !detached && c->head == NULL && !c->busy) {
         /* Nothing ahead of us: run on this thread, the request on the stack. */
         hoop_request_t local;
         memset(&local, 0, sizeof(local));
@@ -388,7 +413,9 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         pthread_mutex_unlock(&c->mu);
         return trc != HOOP_OK ? trc : HOOP_ERR_NO_MEMORY;
     }
-    fill_request(c, r, call, out == NULL);
+    fill_request(c, r, call, out == NULL && !detached);
+    r->detached = detached;
+    c->n_detached += detached;
     if (!is_p2p(call)) r->call.seq = c->seq++;
     if (c->tail)
         c->tail->next = r;
@@ -407,6 +434,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         *out = h;
         return HOOP_OK;
     }
+    if (detached) return HOOP_OK; /* h may be stale already: it ended and was released */
     return hoop__sched_wait(h);
 }
 
@@ -458,7 +486,7 @@ hoop_result_t hoop__sched_wait(hoop_request_t *h)
     /* Another thread may wait for the same request and release it first. */
     while (req_current(r, h) && !atomic_load(&r->done)) {
         /* Calls ahead of r (or r itself) that nobody runs yet: run them here. */
-        if (c->head != NULL && !c->busy && !c->stop) {
+        if (c->head != NULL && !c->busy && !c->stop && head_ready(c)) {
             run_head(c);
             continue;
         }
@@ -470,7 +498,15 @@ hoop_result_t hoop__sched_wait(hoop_request_t *h)
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        if (c->head != NULL && c->head->call.order != 0 && !c->busy) { /* see progress_thread */
+            ts.tv_nsec += 50 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+        } else {
+            ts.tv_sec += 1;
+        }
         /* Every running operation has its own timeout, so this wait ends. */
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
@@ -525,6 +561,23 @@ void hoop__sched_abort(hoop_comm_t *c, hoop_result_t code)
     pthread_mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->cv);
     pthread_cond_broadcast(&c->tcv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void hoop__sched_drain(hoop_comm_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    double deadline = hoop__now() + c->timeout_s;
+    while (c->n_detached > 0 && !atomic_load(&c->aborted) && hoop__now() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -17,6 +17,10 @@ hoop_result_t hoop__sched_test(hoop_request_t *h, int *done);
 /* After hoop__comm_fail from outside the engine: makes the abort take effect now (the transport
  * is shut if nobody drives it, waiters and the progress thread wake). */
 void hoop__sched_abort(hoop_comm_t *c, hoop_result_t code);
+/* Waits, with the timeout, for the stream-ordered blocking calls already returned to end: they
+ * told their caller HOOP_OK once queued, so hoop_comm_destroy lets them finish rather than abort
+ * them. */
+void hoop__sched_drain(hoop_comm_t *c);
 /* Calls running, queued or in flight. */
 int hoop__sched_pending(hoop_comm_t *c);
 /* Stops the progress thread, fails what never ran, lets waiters leave and frees the request slots;

@@ -1,6 +1,7 @@
 /* The tcp store's kind: every rank, rank 0 included, is a client of the server that rank 0 starts
  * (server.c), over one connection at a time that it opens again when an exchange broke it off.
  * The wire is in proto.h. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_RENDEZVOUS /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
@@ -240,12 +241,13 @@ static hoop_result_t tcp_open(hoop__store_t *st, const hoop__rdv_t *rdv, char *e
     t->port = rdv->port;
     hoop__sock_hostport(t->where, sizeof t->where, t->host, t->port);
     if (t->auth.set)
-        HOOP__INFO(st->log, "rendezvous store %s: connections are authenticated (HOOP_AUTH_KEY)",
-                   t->where);
+        HOOP__INFO_IN(st->log, HOOP__SUB_AUTH,
+                      "rendezvous store %s: connections are authenticated (HOOP_AUTH_KEY)",
+                      t->where);
     else
-        HOOP__INFO(st->log,
-                   "rendezvous store %s: no HOOP_AUTH_KEY, connections are not authenticated",
-                   t->where);
+        HOOP__INFO_IN(st->log, HOOP__SUB_AUTH,
+                      "rendezvous store %s: no HOOP_AUTH_KEY, connections are not authenticated",
+                      t->where);
     hoop_result_t r = HOOP_OK;
     if (rdv->rank == 0)
         r = hoop__store_server_start(t->host, t->port, &t->auth, st->log, &t->srv, err, errlen);

@@ -1,6 +1,7 @@
 /* The file store's kind: one file per key under PATH.d, written to a temporary file and renamed
  * into place so that a reader sees either nothing or the whole value; a claim links its file into
  * place, so that the file system decides who was first. Readers poll (store.c). */
+#define HOOP__LOG_SUBSYS HOOP__SUB_RENDEZVOUS /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>

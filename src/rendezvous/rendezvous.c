@@ -1,6 +1,8 @@
 /* Init-method resolution: "env://", "tcp://HOST:PORT" or "file:///PATH", plus the variables that
  * launchers (torchrun, srun, mpirun) export, become a hoop__rdv_t. Each scheme is one row of the
- * table of methods below. Nothing here touches the network. */
+ * table of methods below. Nothing here touches the network; a PMIx launcher is asked in
+ * hoop__rdv_exchange, after resolution. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_RENDEZVOUS /* of its INFO and TRACE lines (base/log.h) */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -11,6 +13,10 @@
 
 #include "base/log.h"
 #include "rendezvous/rendezvous.h"
+#include "rendezvous/slurm.h"
+#ifdef HOOP__HAVE_PMIX
+#include "rendezvous/pmix.h"
+#endif
 
 /* Launcher variables in order of preference: torchrun, then Slurm, then Open MPI. */
 static const char *const rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
@@ -163,36 +169,76 @@ static hoop_result_t parse_tcp(const char *init_method, const char *rest, hoop__
     return HOOP_OK;
 }
 
-/* env://: the address of rank 0's store comes from MASTER_ADDR and MASTER_PORT. */
-static hoop_result_t parse_env(const char *init_method, const char *rest, hoop__rdv_t *out,
-                               char *err, size_t errlen)
+/* env:// (and slurm://, pmix://, which force one launcher's way): the address of rank 0's store
+ * comes from MASTER_ADDR and MASTER_PORT. Where one or both are unset, a launcher gives the rest:
+ * PMIx where the launcher offers it (PMIX_NAMESPACE: mpirun, srun --mpi=pmix), else Slurm's
+ * variables in an srun step. Explicit wins: a set MASTER_ADDR or MASTER_PORT is always used. */
+static hoop_result_t parse_launcher(const char *init_method, const char *rest, const char *force,
+                                    hoop__rdv_t *out, char *err, size_t errlen)
 {
     if (rest[0] != '\0' && strcmp(rest, "/") != 0)
-        return fail(
-            err, errlen,
-            "init method \"%.300s\" has text after env://: the address comes from MASTER_ADDR and "
-            "MASTER_PORT",
-            init_method);
+        return fail(err, errlen,
+                    "init method \"%.300s\" has text after the scheme: the address comes from "
+                    "MASTER_ADDR and MASTER_PORT or from the launcher",
+                    init_method);
     const char *addr = env("MASTER_ADDR");
-    if (addr == NULL)
+    const char *port = env("MASTER_PORT");
+    hoop_result_t r;
+    if (addr != NULL) {
+        r = copy_host(addr, strlen(addr), "MASTER_ADDR", out->host, sizeof out->host, err, errlen);
+        if (r != HOOP_OK) return r;
+        out->addr_given = 1;
+    }
+    if (port != NULL) {
+        r = parse_port(port, strlen(port), "MASTER_PORT", "set MASTER_PORT to", &out->port, err,
+                       errlen);
+        if (r != HOOP_OK) return r;
+        out->port_given = 1;
+    }
+    snprintf(out->method, sizeof out->method, "tcp");
+    const int pmix = env("PMIX_NAMESPACE") != NULL, slurm = hoop__slurm_in_step();
+    if (force != NULL && strcmp(force, "pmix") == 0 && !pmix)
+        return fail(err, errlen,
+                    "the pmix:// init method needs a PMIx launcher (mpirun, srun --mpi=pmix), "
+                    "and PMIX_NAMESPACE is not set");
+    if (force != NULL && strcmp(force, "slurm") == 0 && !slurm)
+        return fail(err, errlen,
+                    "the slurm:// init method needs to run as a task of srun (SLURM_JOB_ID, "
+                    "SLURM_STEP_ID and SLURM_PROCID set)");
+    if (force == NULL && addr != NULL && port != NULL) return HOOP_OK;
+    if (force != NULL)
+        snprintf(out->via, sizeof out->via, "%s", force);
+    else if (pmix || slurm)
+        snprintf(out->via, sizeof out->via, "%s", pmix ? "pmix" : "slurm");
+    else if (addr == NULL)
         return fail(
             err, errlen,
             "the env:// init method needs MASTER_ADDR: set MASTER_ADDR to the host name or address "
-            "of the machine that runs rank 0");
-    const char *port = env("MASTER_PORT");
-    if (port == NULL)
+            "of the machine that runs rank 0 (under srun or mpirun the launcher gives it)");
+    else
         return fail(
             err, errlen,
             "the env:// init method needs MASTER_PORT: set MASTER_PORT to a free TCP port on the "
             "machine that runs rank 0 (e.g. 29500)");
-    hoop_result_t r = copy_host(addr, strlen(addr), "MASTER_ADDR", out->host, sizeof out->host, err,
-                                errlen);
-    if (r != HOOP_OK) return r;
-    r = parse_port(port, strlen(port), "MASTER_PORT", "set MASTER_PORT to", &out->port, err,
-                   errlen);
-    if (r != HOOP_OK) return r;
-    snprintf(out->method, sizeof out->method, "tcp");
     return HOOP_OK;
+}
+
+static hoop_result_t parse_env(const char *init_method, const char *rest, hoop__rdv_t *out,
+                               char *err, size_t errlen)
+{
+    return parse_launcher(init_method, rest, NULL, out, err, errlen);
+}
+
+static hoop_result_t parse_slurm(const char *init_method, const char *rest, hoop__rdv_t *out,
+                                 char *err, size_t errlen)
+{
+    return parse_launcher(init_method, rest, "slurm", out, err, errlen);
+}
+
+static hoop_result_t parse_pmix(const char *init_method, const char *rest, hoop__rdv_t *out,
+                                char *err, size_t errlen)
+{
+    return parse_launcher(init_method, rest, "pmix", out, err, errlen);
 }
 
 static hoop_result_t parse_file(const char *init_method, const char *rest, hoop__rdv_t *out,
@@ -225,9 +271,8 @@ static const struct {
     hoop_result_t (*parse)(const char *init_method, const char *rest, hoop__rdv_t *out, char *err,
                            size_t errlen);
 } methods[] = {
-    {"env://", parse_env},
-    {"tcp://", parse_tcp},
-    {"file://", parse_file},
+    {"env://", parse_env},     {"tcp://", parse_tcp},   {"file://", parse_file},
+    {"slurm://", parse_slurm}, {"pmix://", parse_pmix},
 };
 
 /* The job id from the launcher (see hoop__rdv_t.job). torchrun's default "none" names no job. A
@@ -281,7 +326,8 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
         i++;
     if (i == sizeof methods / sizeof methods[0])
         return fail(err, errlen,
-                    "unknown init method \"%.300s\": use env://, tcp://HOST:PORT or file:///PATH",
+                    "unknown init method \"%.300s\": use env://, tcp://HOST:PORT, file:///PATH, "
+                    "slurm:// or pmix://",
                     m);
     hoop_result_t r = methods[i].parse(m, m + strlen(methods[i].scheme), out, err, errlen);
     if (r != HOOP_OK) return r;
@@ -339,7 +385,11 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     } else if (got == 0) {
         lr = -1;
     }
-    got = env_int(lsize_vars, 1, MAX_RANKS, "local world size", &ls, &ls_from, err, errlen);
+    /* Under srun the step's own count comes first (after LOCAL_WORLD_SIZE): an allocation's
+     * SLURM_NTASKS_PER_NODE is inherited by steps that run fewer tasks. */
+    got = env("LOCAL_WORLD_SIZE") == NULL ? hoop__slurm_local_size(&ls, &ls_from, err, errlen) : 0;
+    if (got == 0)
+        got = env_int(lsize_vars, 1, MAX_RANKS, "local world size", &ls, &ls_from, err, errlen);
     if (got < 0) {
         if (strict) return HOOP_ERR_INVALID_ARGUMENT;
         ls = -1;
@@ -364,9 +414,57 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     out->local_size = (int)ls;
     r = job_id(out, err, errlen);
     if (r != HOOP_OK) return r;
+    if (strcmp(out->via, "slurm") == 0) {
+        r = hoop__slurm_address(out, out->addr_given, out->port_given, err, errlen);
+        if (r != HOOP_OK) return r;
+    } else if (strcmp(out->via, "pmix") == 0 && hoop__slurm_in_step()) {
+        /* Ready in case libpmix does not load (hoop__rdv_exchange); not an error until then. */
+        char why[256];
+        out->slurm_ok = hoop__slurm_address(out, out->addr_given, out->port_given, why,
+                                            sizeof why) == HOOP_OK;
+        if (!out->slurm_ok) {
+            if (!out->addr_given) out->host[0] = '\0';
+            if (!out->port_given) out->port = 0;
+        }
+    }
     /* Last, so that no error path above leaves a key behind. */
     if (strcmp(out->method, "tcp") == 0) {
         return hoop__auth_key_from_env(&out->auth, getenv_ctx, NULL, err, errlen);
     }
     return HOOP_OK;
+}
+
+hoop_result_t hoop__rdv_exchange(hoop__rdv_t *rdv, double timeout_s, const hoop__log_t *log,
+                                 char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    if (strcmp(rdv->via, "pmix") != 0 || rdv->size <= 1) return HOOP_OK;
+    char why[400] = "";
+    int missing = 1;
+#ifdef HOOP__HAVE_PMIX
+    hoop_result_t r = hoop__pmix_exchange(rdv, timeout_s, why, sizeof why, &missing);
+    if (r == HOOP_OK) {
+        HOOP__INFO(log, "rendezvous through PMIx: rank 0's store is on %s port %d", rdv->host,
+                   rdv->port);
+        return HOOP_OK;
+    }
+    if (!missing) {
+        hoop__say(err, errlen, "%s", why);
+        return r;
+    }
+#else
+    (void)timeout_s;
+    hoop__say(why, sizeof why, "this libhoop was built without PMIx (no libpmix-dev headers)");
+#endif
+    (void)missing;
+    if (rdv->slurm_ok) {
+        snprintf(rdv->via, sizeof rdv->via, "slurm");
+        HOOP__INFO(log, "PMIx is offered but %s: meeting rank 0 through Slurm's variables instead",
+                   why);
+        return HOOP_OK;
+    }
+    return fail(err, errlen,
+                "the launcher offers PMIx (PMIX_NAMESPACE is set), through which hoop finds rank "
+                "0, but %s: set MASTER_ADDR and MASTER_PORT instead",
+                why);
 }

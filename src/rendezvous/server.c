@@ -3,6 +3,7 @@
  * the clients' non-blocking connections. It keeps no state about waiters: a GET of a key that is
  * not there yet answers "missing" and the client asks again with backoff, so a client that dies
  * while waiting leaves nothing behind. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_RENDEZVOUS /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <math.h>
 #include <netdb.h>
@@ -245,7 +246,8 @@ static void pending_step(server_t *s, hoop__sock_pending_t *p)
     int r = hoop__sock_pending_step(p, why, sizeof why);
     if (r == HOOP__AUTH_MORE) return;
     if (r == HOOP__AUTH_DONE) {
-        HOOP__TRACE(s->log, "rendezvous store %s: client %s authenticated", s->where, p->peer);
+        HOOP__TRACE_IN(s->log, HOOP__SUB_AUTH, "rendezvous store %s: client %s authenticated",
+                       s->where, p->peer);
         (void)conn_add(s, hoop__sock_pending_take(p), p->peer);
         return;
     }

@@ -1,5 +1,6 @@
 /* The communicator's error state, which every layer writes (the entry points, the lifecycle, the
  * scheduler, the runtime). */
+#define HOOP__LOG_SUBSYS HOOP__SUB_COLL /* of its INFO and TRACE lines (base/log.h) */
 #include <stdarg.h>
 #include <stdio.h>
 

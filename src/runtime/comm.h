@@ -25,6 +25,10 @@ typedef enum {
     HOOP__ALGO_RD,         /* recursive doubling */
     HOOP__ALGO_PS,         /* parameter server: rank 0 reduces everything */
     HOOP__ALGO_PS_SHARDED, /* every rank serves 1/p of the buffer */
+    HOOP__ALGO_IPC,        /* CUDA device buffers on one node: peers' memory through CUDA IPC */
+    HOOP__ALGO_SHM,        /* every collective through an area all ranks map (one host) */
+    HOOP__ALGO_P2P,        /* HOOP_ALGO only: auto's choice without the shared area */
+    HOOP__ALGO_HIER,       /* inside each host, then across hosts, then inside (hier.c) */
     HOOP__ALGO_COUNT
 } hoop__algo_t;
 
@@ -42,6 +46,7 @@ typedef struct hoop__call {
     hoop__algo_t algo;    /* resolved when the call is posted */
     hoop__mem_type_t mem; /* where sendbuf and recvbuf live */
     int is_recv;          /* point-to-point: a receive */
+    int order;            /* stream-ordered: its ordering slot + 1 (mem.h), 0 for none */
 } hoop__call_t;
 
 struct hoop_request {
@@ -49,7 +54,8 @@ struct hoop_request {
     hoop__xfer_t xfer; /* point-to-point requests only */
     hoop_result_t status;
     atomic_int done;
-    int blocking;              /* posted by a blocking call: freed by it */
+    int blocking; /* posted by a blocking call: freed by it */
+    int detached; /* a blocking call ordered on a stream: returned once queued, freed as it ends */
     struct hoop_request *next; /* queue link; free-list link while the slot is free */
     /* Slot bookkeeping (sched.c), never cleared: a request handed out lives in a slot of its
      * communicator until the communicator is freed, so a stale handle still points at memory the
@@ -84,6 +90,13 @@ struct hoop_comm {
      * host are kept together, so a ring crosses each host boundary once. */
     int *ring;
     int ring_pos;
+    /* Hosts the ring spans, and the ranks each holds where every host holds as many (0 where
+     * they differ): host h is ring positions h * local_size .. (h + 1) * local_size - 1. Set with
+     * the ring, from what every rank published, so every rank sees the same. */
+    int nhosts, local_size;
+    /* Every rank published the same host identity (set with the ring): the shared-memory
+     * collectives may run by default. */
+    int one_host;
 
     uint64_t seq; /* next collective call number */
     /* A thread is posting (or in a blocking call): the call numbers above are handed out in
@@ -114,6 +127,7 @@ struct hoop_comm {
     double inflight_progress;    /* when one of them last completed, or the first was posted */
     int busy;                    /* a queued or blocking call is running */
     int waiters;                 /* threads in hoop_wait: they run queued calls themselves */
+    int n_detached;              /* stream-ordered blocking calls not yet ended */
     int has_thread, stop;
     int thread_polls; /* the progress thread may be in the transport's poll, holding exec */
     pthread_t thread;
@@ -136,8 +150,15 @@ struct hoop_comm {
     /* Device memory (runtime/mem_cuda.c): the CUDA module's state, made by the first call that
      * looks for the driver (any thread that posts; atomic for that); NULL before. */
     _Atomic(struct hoop__cuda *) cuda;
+    /* The CUDA stream that device calls are ordered on (hoop_comm_set_stream), or NULL; read by
+     * the posting thread only. */
+    void *stream;
     /* Host buffers that transfers of device memory go through (runtime/stage.c, under exec). */
     struct hoop__stage *stage;
+
+    /* The shared-memory collectives' area (collectives/shm_area.c), made by the first call that
+     * runs one; NULL before. Used under exec. */
+    struct hoop__shc *shc;
 
     /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */

@@ -6,23 +6,24 @@
 
 #include "runtime/runtime.h"
 
-static void host_copy(hoop_comm_t *c, void *dst, const void *src, size_t n)
+static void host_copy(const hoop__call_t *c, void *dst, const void *src, size_t n)
 {
     (void)c;
     memcpy(dst, src, n);
 }
-static void host_move(hoop_comm_t *c, void *dst, const void *src, size_t n)
+static void host_move(const hoop__call_t *c, void *dst, const void *src, size_t n)
 {
     (void)c;
     memmove(dst, src, n);
 }
-static void host_reduce(hoop_comm_t *c, void *out, const void *a, const void *b, size_t count,
-                        hoop_dtype_t dt, hoop_op_t op)
+static void host_reduce(const hoop__call_t *c, void *out, const void *a, const void *b,
+                        size_t count, hoop_dtype_t dt, hoop_op_t op)
 {
     (void)c;
     hoop__reduce(out, a, b, count, dt, op);
 }
-static void host_avg_finish(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int divisor)
+static void host_avg_finish(const hoop__call_t *c, void *buf, size_t count, hoop_dtype_t dt,
+                            int divisor)
 {
     (void)c;
     hoop__reduce_avg_finish(buf, count, dt, divisor);

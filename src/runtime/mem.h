@@ -11,21 +11,26 @@
 #include "base/memtype.h"
 #include "hoop.h"
 
-/* Every operation takes the communicator, whose state the type may need (the CUDA module's
- * context). One that fails aborts the communicator with its sentence (hoop__comm_fail): the
- * algorithm notices at its next wait, the call's end at the latest (select.c). */
+struct hoop__call;
+
+/* The copies and reductions take the call they serve (its communicator holds the state the type
+ * may need, the CUDA module's context; a stream-ordered call runs on the communicator's
+ * stream); allocations take the communicator. One that fails aborts the communicator with its
+ * sentence (hoop__comm_fail): the algorithm notices at its next wait, the call's end at the
+ * latest (select.c). */
 typedef struct hoop__mem_ops {
     const char *name;
     /* dst and src do not overlap; either may also be host memory. */
-    void (*copy)(hoop_comm_t *c, void *dst, const void *src, size_t n);
+    void (*copy)(const struct hoop__call *call, void *dst, const void *src, size_t n);
     /* dst and src may overlap. */
-    void (*move)(hoop_comm_t *c, void *dst, const void *src, size_t n);
+    void (*move)(const struct hoop__call *call, void *dst, const void *src, size_t n);
     /* out[i] = a[i] op b[i], with the guarantees of hoop__reduce (reduce/reduce.h): out may alias
      * a or b exactly, and the result depends only on the order of (a, b). */
-    void (*reduce)(hoop_comm_t *c, void *out, const void *a, const void *b, size_t count,
-                   hoop_dtype_t dt, hoop_op_t op);
+    void (*reduce)(const struct hoop__call *call, void *out, const void *a, const void *b,
+                   size_t count, hoop_dtype_t dt, hoop_op_t op);
     /* buf[i] /= divisor: the last step of HOOP_AVG. */
-    void (*avg_finish)(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int divisor);
+    void (*avg_finish)(const struct hoop__call *call, void *buf, size_t count, hoop_dtype_t dt,
+                       int divisor);
     /* Scratch space in this memory; NULL when none is left. */
     void *(*alloc)(hoop_comm_t *c, size_t bytes);
     void (*free)(hoop_comm_t *c, void *p);
@@ -54,6 +59,26 @@ hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoo
  * with no wait after them, learns of it. A peer's abort is not counted: a call whose own work
  * completed succeeded. */
 hoop_result_t hoop__mem_failed(hoop_comm_t *c);
+
+/* Stream-ordered calls (hoop_comm_set_stream; mem_cuda.c, docs/cuda.md). A call on device
+ * buffers posted while a stream is set takes an ordering slot: at posting (hoop__mem_order_post,
+ * on the posting thread) an event is recorded on the user's stream and the stream is made to wait
+ * for the slot's word in pinned host memory; when the call starts (hoop__mem_order_start, under
+ * exec) the engine polls that event, with the communicator's timeout, so that the call reads
+ * what the stream's earlier work wrote; its operations then run on the communicator's own
+ * stream, which waits for no other; when it completes, whatever the result
+ * (hoop__mem_order_end, any thread), the word is set and the user's stream moves on. call->order
+ * is the slot + 1, 0 for none. Post fails (nothing queued) with a sentence; start fails having
+ * aborted the communicator. */
+hoop_result_t hoop__mem_order_post(hoop_comm_t *c, struct hoop__call *call, void *stream,
+                                   const char *fn);
+/* Whether the call may start without waiting (1), or its stream's earlier work is not done yet
+ * (0); never blocks. 1 as well once the communicator's timeout has passed, for start to say so.
+ * The engine runs another thing meanwhile: point-to-point transfers in flight, which an earlier
+ * call on the same stream may be. */
+int hoop__mem_order_ready(const struct hoop__call *call);
+hoop_result_t hoop__mem_order_start(const struct hoop__call *call);
+void hoop__mem_order_end(struct hoop__call *call);
 
 /* Frees what the memory types hold for c (scratch, staging buffers, the CUDA module's context),
  * as the communicator goes. */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda/module.h"
@@ -27,6 +28,17 @@
 
 enum { NO_DRIVER, READY, BROKEN };
 #define RANGES 8
+#define SLOTS 1024 /* stream-ordered calls in flight at once; one more waits for one to end */
+
+/* One stream-ordered call in flight: the event recorded on the user's stream at posting (the
+ * call starts once it is reached), one recorded after the stream's wait for the word (the word
+ * may be freed once it is reached), and the value the word takes when the call ends. */
+typedef struct order_slot {
+    void *ev_in, *ev_out;
+    uint32_t value;
+    int busy;
+    double since; /* when the engine first found it at the head, waiting; 0 before */
+} order_slot_t;
 #define NO_COUNT ULLONG_MAX /* a loader that keeps no count: look every time */
 
 struct hoop__cuda {
@@ -47,7 +59,24 @@ struct hoop__cuda {
         int device;
     } range[RANGES];
     unsigned next;
+    /* Stream-ordered calls, made by the first one: the communicator's own stream, where their
+     * operations run, and one pinned word per slot that the user's streams wait for. The words
+     * only grow (a slot's next call waits for a larger value), so a stream that reaches its wait
+     * after the slot was reused passes, rightly: its call ended before the reuse. */
+    void *stream;
+    uint32_t *words;
+    order_slot_t slot[SLOTS];
+    /* The CUDA IPC path (runtime.h): this rank's area and handle, the peers' areas opened here
+     * (by rank, with the handle each was opened from). */
+    void *ipc_area;
+    size_t ipc_cap;
+    unsigned char ipc_handle[HOOP__CUDA_IPC_HANDLE];
+    struct {
+        void *p;
+        unsigned char handle[HOOP__CUDA_IPC_HANDLE];
+    } * peer;
 };
+_Static_assert(HOOP__IPC_HANDLE == HOOP__CUDA_IPC_HANDLE, "one handle size");
 
 /* ---- is the driver in the process? ---- */
 
@@ -296,10 +325,18 @@ hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoo
     return rc;
 }
 
+static void order_close(hoop_comm_t *c, struct hoop__cuda *st);
+
 void hoop__cuda_close(hoop_comm_t *c)
 {
     struct hoop__cuda *st = atomic_load(&c->cuda);
     if (st == NULL) return;
+    if (st->ctx != NULL) order_close(c, st);
+    if (st->ctx != NULL && st->peer != NULL)
+        for (int q = 0; q < c->size; q++)
+            if (st->peer[q].p != NULL) st->t->ipc_close(st->ctx, st->peer[q].p);
+    free(st->peer);
+    if (st->ipc_area != NULL) st->t->ipc_free(st->ctx, st->ipc_area);
     if (st->ctx != NULL) st->t->close(st->ctx);
     if (st->dl != NULL) dlclose(st->dl);
     pthread_mutex_destroy(&st->mu);
@@ -330,29 +367,44 @@ hoop_result_t hoop__mem_failed(hoop_comm_t *c)
     return st != NULL && atomic_load(&st->failed) ? HOOP_ERR_SYSTEM : HOOP_OK;
 }
 
-static void cuda_copy(hoop_comm_t *c, void *dst, const void *src, size_t n)
+/* A stream-ordered call's operations run on the communicator's stream, which never waits for
+ * the legacy default stream: there they could wait behind a user's stream that waits for this
+ * very call. The others run on the legacy default stream, after what the application queued. */
+static void *stream_of(const struct hoop__cuda *st, const hoop__call_t *call)
 {
-    struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->copy(st->ctx, dst, src, n), "copy");
+    return call->order != 0 ? st->stream : NULL;
 }
 
-static void cuda_move(hoop_comm_t *c, void *dst, const void *src, size_t n)
+static void cuda_copy(const hoop__call_t *call, void *dst, const void *src, size_t n)
 {
+    hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->move(st->ctx, dst, src, n), "copy");
+    check(c, st, st->t->copy(st->ctx, dst, src, n, stream_of(st, call)), "copy");
 }
 
-static void cuda_reduce(hoop_comm_t *c, void *out, const void *a, const void *b, size_t count,
-                        hoop_dtype_t dt, hoop_op_t op)
+static void cuda_move(const hoop__call_t *call, void *dst, const void *src, size_t n)
 {
+    hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->reduce(st->ctx, out, a, b, count, dt, op), "reduction");
+    check(c, st, st->t->move(st->ctx, dst, src, n, stream_of(st, call)), "copy");
 }
 
-static void cuda_avg_finish(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt, int divisor)
+static void cuda_reduce(const hoop__call_t *call, void *out, const void *a, const void *b,
+                        size_t count, hoop_dtype_t dt, hoop_op_t op)
 {
+    hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->avg_finish(st->ctx, buf, count, dt, divisor), "average");
+    check(c, st, st->t->reduce(st->ctx, out, a, b, count, dt, op, stream_of(st, call)),
+          "reduction");
+}
+
+static void cuda_avg_finish(const hoop__call_t *call, void *buf, size_t count, hoop_dtype_t dt,
+                            int divisor)
+{
+    hoop_comm_t *c = call->comm;
+    struct hoop__cuda *st = cu(c);
+    check(c, st, st->t->avg_finish(st->ctx, buf, count, dt, divisor, stream_of(st, call)),
+          "average");
 }
 
 static void *cuda_alloc(hoop_comm_t *c, size_t bytes)
@@ -377,6 +429,197 @@ static void cuda_host_free(hoop_comm_t *c, void *p)
 {
     struct hoop__cuda *st = cu(c);
     st->t->host_free(st->ctx, p);
+}
+
+/* ---- stream-ordered calls ---- */
+
+static void pause_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls ev until reached, for at most seconds: 1, 0 when the time is up, -1 on an error. */
+static int poll_event(struct hoop__cuda *st, void *ev, double seconds)
+{
+    double start = hoop__now();
+    for (unsigned i = 0;; i++) {
+        int q = st->t->event_query(st->ctx, ev);
+        if (q != 0) return q;
+        if ((i & 15) == 15 && hoop__now() - start > seconds) return 0;
+        if (i > 64) pause_us(20); /* short waits spin, long ones sleep */
+    }
+}
+
+/* The user's streams may still be about to read a word: wait until each slot's last wait has
+ * passed (every call has ended by now, so its word is set) before the words go. */
+static void order_close(hoop_comm_t *c, struct hoop__cuda *st)
+{
+    int keep = 0;
+    for (int k = 0; k < SLOTS; k++) {
+        order_slot_t *o = &st->slot[k];
+        if (o->ev_out != NULL && poll_event(st, o->ev_out, c->timeout_s) != 1) keep = 1;
+        if (o->ev_in != NULL) st->t->event_destroy(st->ctx, o->ev_in);
+        if (o->ev_out != NULL) st->t->event_destroy(st->ctx, o->ev_out);
+    }
+    /* A stream that never got there (its own earlier work hangs) could still read the words:
+     * they are left allocated rather than freed under it. */
+    if (st->words != NULL && !keep) st->t->host_free(st->ctx, st->words);
+    if (st->stream != NULL) st->t->stream_destroy(st->ctx, st->stream);
+}
+
+/* A free slot (its index), made ready, or -1. Under mu. */
+static int slot_take(struct hoop__cuda *st)
+{
+    for (int k = 0; k < SLOTS; k++) {
+        order_slot_t *o = &st->slot[k];
+        if (o->busy) continue;
+        if (o->ev_in == NULL) o->ev_in = st->t->event_create(st->ctx);
+        if (o->ev_out == NULL) o->ev_out = st->t->event_create(st->ctx);
+        if (o->ev_in == NULL || o->ev_out == NULL) return -2;
+        o->busy = 1;
+        return k;
+    }
+    return -1;
+}
+
+hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *stream, const char *fn)
+{
+    struct hoop__cuda *st = cu(c);
+    const hoop_cuda_module_t *t = st->t;
+    double start = hoop__now();
+    pthread_mutex_lock(&st->mu);
+    if (st->stream == NULL) st->stream = t->stream_create(st->ctx);
+    if (st->stream != NULL && st->words == NULL) {
+        st->words = t->host_alloc(st->ctx, SLOTS * sizeof(uint32_t));
+        if (st->words != NULL) memset(st->words, 0, SLOTS * sizeof(uint32_t));
+    }
+    int k = st->stream != NULL && st->words != NULL ? slot_take(st) : -2;
+    while (k == -1) { /* SLOTS calls in flight: the oldest ends soon, on the progress thread */
+        pthread_mutex_unlock(&st->mu);
+        if (hoop__now() - start > c->timeout_s)
+            return hoop__comm_error(c, HOOP_ERR_TIMEOUT,
+                                    "%s: %d stream-ordered calls were in flight and none ended "
+                                    "within %.1f s",
+                                    fn, SLOTS, c->timeout_s);
+        pause_us(50);
+        pthread_mutex_lock(&st->mu);
+        k = slot_take(st);
+    }
+    if (k < 0) {
+        pthread_mutex_unlock(&st->mu);
+        return hoop__comm_error(c, HOOP_ERR_SYSTEM,
+                                "%s: cannot set up the stream ordering on rank %d: %s", fn, c->rank,
+                                t->error(st->ctx));
+    }
+    order_slot_t *o = &st->slot[k];
+    o->value = __atomic_load_n(&st->words[k], __ATOMIC_RELAXED) + 1;
+    o->since = 0;
+    int rc = t->event_record(st->ctx, o->ev_in, stream);
+    if (rc == 0) rc = t->stream_wait_word(st->ctx, stream, &st->words[k], o->value);
+    if (rc == 0) rc = t->event_record(st->ctx, o->ev_out, stream);
+    pthread_mutex_unlock(&st->mu);
+    call->order = k + 1;
+    if (rc != 0) {
+        /* The stream may already wait for the word: set it, so that the stream moves on. */
+        hoop_result_t r = hoop__comm_error(c, HOOP_ERR_SYSTEM,
+                                           "%s: cannot order the call on stream %p on rank %d: %s",
+                                           fn, stream, c->rank, t->error(st->ctx));
+        hoop__mem_order_end(call);
+        return r;
+    }
+    return HOOP_OK;
+}
+
+int hoop__mem_order_ready(const hoop__call_t *call)
+{
+    hoop_comm_t *c = call->comm;
+    struct hoop__cuda *st = cu(c);
+    order_slot_t *o = &st->slot[call->order - 1];
+    if (st->t->event_query(st->ctx, o->ev_in) != 0) return 1; /* reached, or an error to report */
+    double now = hoop__now();
+    if (o->since == 0) o->since = now;
+    return now - o->since > c->timeout_s; /* then hoop__mem_order_start says so */
+}
+
+hoop_result_t hoop__mem_order_start(const hoop__call_t *call)
+{
+    hoop_comm_t *c = call->comm;
+    struct hoop__cuda *st = cu(c);
+    order_slot_t *o = &st->slot[call->order - 1];
+    double left = c->timeout_s - (o->since > 0 ? hoop__now() - o->since : 0);
+    int q = poll_event(st, o->ev_in, left > 0 ? left : 0);
+    if (q == 1) return HOOP_OK;
+    char what[128];
+    hoop__call_describe(call, what, sizeof what);
+    if (q == 0)
+        hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
+                        "%s (call #%llu) on rank %d: the work queued on its stream before it did "
+                        "not finish within %.1f s",
+                        what, (unsigned long long)call->seq, c->rank, c->timeout_s);
+    else
+        hoop__comm_fail(c, HOOP_ERR_SYSTEM, "%s (call #%llu) on rank %d: CUDA event: %s", what,
+                        (unsigned long long)call->seq, c->rank, st->t->error(st->ctx));
+    return (hoop_result_t)atomic_load(&c->aborted);
+}
+
+void hoop__mem_order_end(hoop__call_t *call)
+{
+    if (call->order == 0) return;
+    struct hoop__cuda *st = cu(call->comm);
+    pthread_mutex_lock(&st->mu);
+    order_slot_t *o = &st->slot[call->order - 1];
+    /* The call's operations were synchronous on the communicator's stream: its results are in
+     * device memory, and the user's stream may read them. */
+    __atomic_store_n(&st->words[call->order - 1], o->value, __ATOMIC_RELEASE);
+    o->busy = 0;
+    pthread_mutex_unlock(&st->mu);
+    call->order = 0;
+}
+
+/* ---- CUDA IPC ---- */
+
+int hoop__cuda_ipc_area(hoop_comm_t *c, size_t want, void **area, size_t *cap, void *handle,
+                        char *err, size_t errlen)
+{
+    struct hoop__cuda *st = cu(c);
+    if (st->ipc_area == NULL) {
+        st->ipc_area = st->t->ipc_alloc(st->ctx, want, st->ipc_handle);
+        if (st->ipc_area == NULL) {
+            snprintf(err, errlen, "cannot allocate its %zu-byte CUDA IPC area: %s", want,
+                     st->t->error(st->ctx));
+            return -1;
+        }
+        st->ipc_cap = want;
+    }
+    *area = st->ipc_area;
+    *cap = st->ipc_cap;
+    memcpy(handle, st->ipc_handle, HOOP__CUDA_IPC_HANDLE);
+    return 0;
+}
+
+void *hoop__cuda_ipc_peer(hoop_comm_t *c, int peer, const void *handle, char *err, size_t errlen)
+{
+    struct hoop__cuda *st = cu(c);
+    if (st->peer == NULL && (st->peer = calloc((size_t)c->size, sizeof *st->peer)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (st->peer[peer].p != NULL) {
+        if (memcmp(st->peer[peer].handle, handle, HOOP__CUDA_IPC_HANDLE) == 0)
+            return st->peer[peer].p;
+        st->t->ipc_close(st->ctx, st->peer[peer].p);
+        st->peer[peer].p = NULL;
+    }
+    void *p = st->t->ipc_open(st->ctx, handle);
+    if (p == NULL) {
+        snprintf(err, errlen, "cannot open rank %d's CUDA IPC area: %s", peer,
+                 st->t->error(st->ctx));
+        return NULL;
+    }
+    st->peer[peer].p = p;
+    memcpy(st->peer[peer].handle, handle, HOOP__CUDA_IPC_HANDLE);
+    return p;
 }
 
 const hoop__mem_ops_t hoop__mem_cuda = {

@@ -48,7 +48,7 @@ static inline void hoop__mem_copy(const hoop__call_t *call, void *dst, const voi
     if (call->mem == HOOP__MEM_HOST)
         memcpy(dst, src, n);
     else
-        hoop__mem_ops(call->mem)->copy(call->comm, dst, src, n);
+        hoop__mem_ops(call->mem)->copy(call, dst, src, n);
 }
 
 /* As hoop__mem_copy, for ranges that may overlap. */
@@ -57,7 +57,7 @@ static inline void hoop__mem_move(const hoop__call_t *call, void *dst, const voi
     if (call->mem == HOOP__MEM_HOST)
         memmove(dst, src, n);
     else
-        hoop__mem_ops(call->mem)->move(call->comm, dst, src, n);
+        hoop__mem_ops(call->mem)->move(call, dst, src, n);
 }
 
 /* out[i] = a[i] op b[i] for i < count, in the call's dtype and op (see hoop__reduce). */
@@ -67,7 +67,7 @@ static inline void hoop__mem_reduce(const hoop__call_t *call, void *out, const v
     if (call->mem == HOOP__MEM_HOST)
         hoop__reduce(out, a, b, count, call->dtype, call->op);
     else
-        hoop__mem_ops(call->mem)->reduce(call->comm, out, a, b, count, call->dtype, call->op);
+        hoop__mem_ops(call->mem)->reduce(call, out, a, b, count, call->dtype, call->op);
 }
 
 /* The last step of HOOP_AVG: buf[i] /= the communicator's size. */
@@ -77,7 +77,7 @@ static inline void hoop__mem_avg_finish(const hoop__call_t *call, void *buf, siz
     if (call->mem == HOOP__MEM_HOST)
         hoop__reduce_avg_finish(buf, count, call->dtype, p);
     else
-        hoop__mem_ops(call->mem)->avg_finish(call->comm, buf, count, call->dtype, p);
+        hoop__mem_ops(call->mem)->avg_finish(call, buf, count, call->dtype, p);
 }
 
 /* Scratch memory owned by the communicator, in the memory type of the call's buffers, aligned as
@@ -103,6 +103,19 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x);
 hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs, int n);
 /* Frees the staging buffers (hoop__mem_close). */
 void hoop__stage_free(hoop_comm_t *c);
+/* ---- CUDA IPC (mem_cuda.c) ----
+ * The CUDA IPC path's memory: each rank's area, device memory that its peers open once from its
+ * handle and keep open, by rank, until the communicator goes. Under exec. */
+#define HOOP__IPC_HANDLE 64
+/* This rank's area (made by the first call, about want bytes, HOOP_CUDA_IPC_BYTES): 0 with
+ * *area, *cap and handle set, or -1 with a sentence in err. */
+int hoop__cuda_ipc_area(hoop_comm_t *c, size_t want, void **area, size_t *cap, void *handle,
+                        char *err, size_t errlen);
+/* Peer's area opened here from its handle: the one opened before when the handle is the same
+ * (byte for byte), else opened now (a different handle is a different allocation: the old one
+ * is closed first, never served for it). NULL with a sentence in err. */
+void *hoop__cuda_ipc_peer(hoop_comm_t *c, int peer, const void *handle, char *err, size_t errlen);
+
 /* The CUDA module's context and handle (mem_cuda.c; hoop__mem_close). */
 void hoop__cuda_close(hoop_comm_t *c);
 

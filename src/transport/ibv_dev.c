@@ -1,4 +1,5 @@
 /* RDMA device and port discovery: HOOP_IB_HCA and HOOP_IB_GID_INDEX, active ports, the GID. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include "transport/ibv_dev.h"
 
 #include <arpa/inet.h>

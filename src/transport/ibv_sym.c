@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -86,6 +87,26 @@ static const sym_t syms[] = {
     SYM(is_fork_initialized, "ibv_is_fork_initialized", 0),
 };
 
+/* The test double, where HOOP_TEST_IBV_DOUBLE names one (ibv_sym.h). 0, or -1 with t unloaded. */
+static int load_double(hoop__ibv_t *t, char *err, size_t errlen)
+{
+    const char *path = getenv("HOOP_TEST_IBV_DOUBLE");
+    if (path == NULL || path[0] == '\0') return 0;
+    void *d = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *fn = d != NULL ? dlsym(d, HOOP__IBV_DOUBLE_FN) : NULL;
+    hoop__ibv_double_fn wrap;
+    memcpy(&wrap, &fn, sizeof(wrap));
+    if (fn == NULL || wrap(t) != 0) {
+        hoop__say(err, errlen, "HOOP_TEST_IBV_DOUBLE=%s: %s", path,
+                  d == NULL ? dlerror() : "not a verbs test double");
+        if (d != NULL) dlclose(d);
+        hoop__ibv_unload(t);
+        return -1;
+    }
+    t->dbl = d;
+    return 0;
+}
+
 int hoop__ibv_load(hoop__ibv_t *t, char *err, size_t errlen)
 {
     memset(t, 0, sizeof(*t));
@@ -121,11 +142,12 @@ int hoop__ibv_load(hoop__ibv_t *t, char *err, size_t errlen)
     t->post_send = post_send_ops;
     t->post_recv = post_recv_ops;
     t->lib = lib;
-    return 0;
+    return load_double(t, err, errlen);
 }
 
 void hoop__ibv_unload(hoop__ibv_t *t)
 {
+    if (t->dbl != NULL) dlclose(t->dbl);
     if (t->lib != NULL) dlclose(t->lib);
     memset(t, 0, sizeof(*t));
 }

@@ -16,6 +16,7 @@
 
 typedef struct hoop__ibv {
     void *lib; /* dlopen handle; NULL when not loaded or for a test double */
+    void *dbl; /* the test double wrapped around the table (HOOP_TEST_IBV_DOUBLE), or NULL */
 
     /* Devices */
     struct ibv_device **(*get_device_list)(int *num_devices);
@@ -76,6 +77,12 @@ typedef struct hoop__ibv {
  * library is not installed ("libibverbs.so.1 not found: install rdma-core ..."), cannot be loaded,
  * or lacks a function hoop needs. */
 int hoop__ibv_load(hoop__ibv_t *t, char *err, size_t errlen);
+/* Tests only: where HOOP_TEST_IBV_DOUBLE names a shared object, hoop__ibv_load opens it after
+ * filling the table and calls its HOOP__IBV_DOUBLE_FN(t), which may replace entries with its own
+ * (tests/rdma/ibv_double.c injects faults at chosen points while forwarding to libibverbs). */
+#define HOOP__IBV_DOUBLE_FN "hoop_test_ibv_double"
+typedef int (*hoop__ibv_double_fn)(hoop__ibv_t *t);
+
 /* Closes what hoop__ibv_load opened and zeroes t; a zeroed or never-loaded t is fine. Every object
  * made through t must be destroyed first. */
 void hoop__ibv_unload(hoop__ibv_t *t);

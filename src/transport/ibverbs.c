@@ -8,6 +8,7 @@
  * per peer, and one zero-copy answer and one end (a sender starts no zero-copy message before the
  * last one's answer came, nor the next before it sent the end), fewer than NCTRL control
  * fragments ever wait in slots not yet posted again. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -92,8 +93,8 @@ int hoop__ibt_send_ctrl(hoop__tp_t *tp, int j, int type, int flags, const void *
 void hoop__ibt_zc_drop(hoop__tp_t *tp, int j)
 {
     peer_t *pe = &tp->peers[j];
-    if (pe->zx_mr != NULL) tp->v.dereg_mr(pe->zx_mr);
-    if (pe->zr_mr != NULL) tp->v.dereg_mr(pe->zr_mr);
+    hoop__ibv_mrc_put(&tp->mrc, pe->zx_mr, pe->zx_ref);
+    hoop__ibv_mrc_put(&tp->mrc, pe->zr_mr, pe->zr_ref);
     pe->zx_mr = pe->zr_mr = NULL;
 }
 
@@ -206,8 +207,8 @@ static void zc_accept(hoop__tp_t *tp, int j, hoop__xfer_t *x)
 {
     peer_t *pe = &tp->peers[j];
     uint8_t body[16] = {0};
-    pe->zr_mr = tp->v.reg_mr(tp->pd, x->buf, x->len,
-                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    pe->zr_mr = hoop__ibv_mrc_get(&tp->mrc, x->buf, x->len,
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &pe->zr_ref);
     if (pe->zr_mr != NULL) {
         uint64_t a = (uintptr_t)x->buf;
         uint32_t k = pe->zr_mr->rkey;
@@ -229,7 +230,7 @@ static void zc_fin(hoop__tp_t *tp, int j)
         protocol_error(tp, j, "the end of a zero-copy message it was not sending");
         return;
     }
-    tp->v.dereg_mr(pe->zr_mr);
+    hoop__ibv_mrc_put(&tp->mrc, pe->zr_mr, pe->zr_ref);
     pe->zr_mr = NULL;
     hoop__xfer_t *x = pop(&pe->rq, &pe->rq_tail);
     *ibt_off(x) = x->len;
@@ -254,7 +255,7 @@ static void zc_cts(hoop__tp_t *tp, int j, const uint8_t *body, size_t len)
         /* Eagerly after all, ahead of everything queued: its header went already. */
         hoop__xfer_t *x = pe->zx;
         pe->zx = NULL;
-        tp->v.dereg_mr(pe->zx_mr);
+        hoop__ibv_mrc_put(&tp->mrc, pe->zx_mr, pe->zx_ref);
         pe->zx_mr = NULL;
         *ibt_next(x) = pe->sq;
         pe->sq = x;
@@ -406,6 +407,14 @@ static void wc_error(hoop__tp_t *tp, int j, const struct ibv_wc *wc)
     peer_lost(tp, j, why);
 }
 
+/* The completion queue cannot be trusted any more: the communicator fails, the peers are told. */
+static void cq_broken(hoop__tp_t *tp, const char *msg)
+{
+    if (tp->failed) return;
+    tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, -1, msg);
+    hoop__ibt_abort(tp, HOOP_ERR_SYSTEM, msg);
+}
+
 int hoop__ibt_poll(hoop__tp_t *tp)
 {
     struct ibv_wc wc[32];
@@ -414,16 +423,22 @@ int hoop__ibt_poll(hoop__tp_t *tp)
         int n = tp->v.poll_cq(tp->cq, 32, wc);
         if (n < 0) {
             char msg[160];
-            snprintf(msg, sizeof(msg), "%s: ibv_poll_cq failed", hoop__ibt_where(tp));
-            tp->p.report(tp->p.report_ctx, HOOP_ERR_SYSTEM, -1, msg);
-            hoop__ibt_abort(tp, HOOP_ERR_SYSTEM, msg);
+            snprintf(msg, sizeof(msg),
+                     "%s: ibv_poll_cq failed (the completion queue overran or broke)",
+                     hoop__ibt_where(tp));
+            cq_broken(tp, msg);
             return 1;
         }
         if (n == 0) break;
         any = 1;
-        for (int k = 0; k < n; k++) {
+        /* Sends first, then receives: the CQ need not hold them in the order they happened on
+         * the wire, and a peer's abort notice (a receive) must not fail a send of ours that it
+         * had received already, whose completion came in the same batch. */
+        for (int kk = 0; kk < 2 * n; kk++) {
+            const int pass = kk / n, k = kk % n;
             int j = (int)(wc[k].wr_id >> 32), what = (int)((wc[k].wr_id >> 24) & 0xff);
             int i = (int)(wc[k].wr_id & 0xffffff);
+            if ((what == W_RECV) != (pass == 1)) continue;
             if (j < 0 || j >= tp->p.size) continue;
             peer_t *pe = &tp->peers[j];
             hoop__xfer_t *x = NULL;
@@ -433,7 +448,7 @@ int hoop__ibt_poll(hoop__tp_t *tp)
                 x = pe->sx[i];
                 pe->sx[i] = NULL;
                 if (x != NULL && x == pe->zx) { /* its F_FIN: every write before it is done */
-                    tp->v.dereg_mr(pe->zx_mr);
+                    hoop__ibv_mrc_put(&tp->mrc, pe->zx_mr, pe->zx_ref);
                     pe->zx_mr = NULL;
                     pe->zx = NULL;
                 }
@@ -465,7 +480,7 @@ int hoop__ibt_poll(hoop__tp_t *tp)
 static int zc_request(hoop__tp_t *tp, int j, hoop__xfer_t *x)
 {
     peer_t *pe = &tp->peers[j];
-    pe->zx_mr = tp->v.reg_mr(tp->pd, x->buf, x->len, 0);
+    pe->zx_mr = hoop__ibv_mrc_get(&tp->mrc, x->buf, x->len, 0, &pe->zx_ref);
     if (pe->zx_mr == NULL) {
         HOOP__INFO(tp->p.log, "ibverbs: %zu bytes to rank %d go by copy: ibv_reg_mr: %s", x->len, j,
                    strerror(errno));
@@ -651,12 +666,18 @@ static void take_async(hoop__tp_t *tp)
                 if (tp->peers[j].qp == qp && !tp->peers[j].lost) peer_lost(tp, j, why);
         } else if (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL) {
             char msg[300];
-            snprintf(msg, sizeof(msg), "the RDMA port is gone (%s)", why);
             for (int j = 0; j < tp->p.size; j++)
                 if (tp->peers[j].up && !tp->peers[j].lost) {
+                    snprintf(msg, sizeof(msg),
+                             "lost connection to rank %d: the RDMA port is gone (%s)", j, why);
                     peer_fail(tp, j, HOOP_ERR_SYSTEM, msg);
                     break; /* the first failure aborts the rest */
                 }
+        } else if (t == IBV_EVENT_CQ_ERR) {
+            /* An overrun: completions are lost, so no transfer can be trusted to end. */
+            char msg[300];
+            snprintf(msg, sizeof(msg), "%s: the completion queue overran or broke", why);
+            cq_broken(tp, msg);
         } else {
             HOOP__INFO(tp->p.log, "ibverbs: %s", why);
         }

@@ -9,8 +9,9 @@
  * MTU and the key and address of a probe word through the out-of-band exchange (per pair: put,
  * then get, through the authenticated rendezvous store), brings the queue pairs to RTS, and
  * exchanges a second word per pair so that nobody sends before every receiving queue pair is
- * ready. Without an out-of-band exchange (a communicator of one rank or made by split) the
- * address is empty and no peer is reached this way.
+ * ready. A communicator made by split has its exchange over the parent communicator
+ * (lifecycle.c); without one (a communicator of one rank) the address is empty and no peer is
+ * reached this way.
  *
  * Data path: a message below ZC_MIN is cut into fragments of at most SLOT_BYTES, each one SEND
  * into one of the peer's pre-posted receive slots; the first fragment carries the wire header. Its
@@ -26,11 +27,10 @@
  * Zero copy, from ZC_MIN: the sender registers its buffer and sends only the header (FL_ZC); the
  * receiver, once that header matches its posted receive, registers the receive buffer and answers
  * with its address and key (F_CTS); the sender RDMA-writes the payload into it ZC_CHUNK at a time
- * and ends with F_FIN, which RC delivers after the writes. Registrations are per transfer and
- * dropped when it completes or fails, before the buffer is handed back, so none can outlive its
- * memory or be served for another buffer at the same address (the cost: a registration and a
- * deregistration per large message on each side, and one round trip before the payload moves).
- * Nothing else goes to that peer until F_FIN is posted, which keeps the order; where a buffer
+ * and ends with F_FIN, which RC delivers after the writes. Registrations come from the cache of
+ * ibv_mr.h, which checks before each reuse that the pages it pinned are still the buffer's (or,
+ * where it cannot, registers per transfer); a transfer's use of one ends when it completes or
+ * fails, before the buffer is handed back. Nothing else goes to that peer until F_FIN is posted, which keeps the order; where a buffer
  * cannot be registered the payload comes by copy instead (the receiver answers address 0).
  *
  * Completions: progress() polls the CQ, spins a little, then arms it (ibv_req_notify_cq), polls
@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "transport/ibv_dev.h"
+#include "transport/ibv_mr.h"
 #include "transport/ibv_sym.h"
 #include "transport/transport.h"
 
@@ -126,12 +127,14 @@ typedef struct peer {
      * (1) or waits for its F_FIN to complete (2); nothing else goes to this peer meanwhile */
     hoop__xfer_t *zx;
     struct ibv_mr *zx_mr;
+    int zx_ref; /* zx_mr's entry in the registration cache (ibv_mr.h), -1 its own */
     int zx_state, zx_wr;
     size_t zx_off;
     uint64_t zx_addr;
     uint32_t zx_rkey;
     /* zero copy, receiving: the head of rq waits for F_FIN, its buffer registered as zr_mr */
     struct ibv_mr *zr_mr;
+    int zr_ref;
     conn_info_t remote;
 } peer_t;
 
@@ -147,6 +150,7 @@ struct hoop__tp {
     struct ibv_cq *cq;
     uint64_t *probe_word; /* the word peers' probes write into */
     struct ibv_mr *probe_mr;
+    hoop__ibv_mrc_t mrc; /* registrations of user buffers for zero copy */
     peer_t *peers;
     int npeers; /* peers with a queue pair in use */
     int wake_fd, epfd;

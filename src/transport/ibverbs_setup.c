@@ -1,5 +1,6 @@
 /* RDMA verbs transport: listening (the port, the completion queue and channel), connecting the
  * queue pairs through the out-of-band exchange, settling, and close. ibverbs.h says how it works. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -87,6 +88,15 @@ static int open_port(hoop__tp_t *tp, char *err, size_t errlen)
         snprintf(err, errlen, "%s: ibv_reg_mr: %s", tp->where, strerror(errno));
         return -1;
     }
+    const char *why;
+    if (hoop__ibv_mrc_init(&tp->mrc, &tp->v, tp->pd, getenv("HOOP_IB_REG_CACHE"), tp->probe_word,
+                           &why, err, errlen) != 0)
+        return -1;
+    if (why != NULL)
+        HOOP__INFO(tp->p.log,
+                   "ibverbs: no registration cache (%s): zero-copy buffers are "
+                   "registered per message",
+                   why);
     return 0;
 }
 
@@ -450,6 +460,13 @@ void hoop__ibt_close(hoop__tp_t *tp)
         v->destroy_cq(tp->cq);
     }
     if (tp->ch != NULL) v->destroy_comp_channel(tp->ch);
+    if (tp->mrc.on)
+        HOOP__INFO(tp->p.log,
+                   "ibverbs: registration cache: %llu hits, %llu misses, %llu stale, %llu "
+                   "registered per message",
+                   (unsigned long long)tp->mrc.hits, (unsigned long long)tp->mrc.misses,
+                   (unsigned long long)tp->mrc.stale, (unsigned long long)tp->mrc.transient);
+    hoop__ibv_mrc_fini(&tp->mrc);
     if (tp->probe_mr != NULL) v->dereg_mr(tp->probe_mr);
     free(tp->probe_word);
     if (tp->pd != NULL) v->dealloc_pd(tp->pd);

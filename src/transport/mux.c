@@ -18,6 +18,7 @@
  * announces the sleep (arm), then one poll() watches all their wait descriptors (a millisecond at
  * a time while one has none), and then each transport progresses once, which ends its announcement.
  */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

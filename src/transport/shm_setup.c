@@ -1,5 +1,6 @@
 /* Shared-memory transport: listening, mapping the peers' segments, connecting and settling. How it
  * works: shm.h. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -333,11 +334,14 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
      * core while spinning, so the peer runs at once and we are back on the next tick. */
     tp->oversub = tp->nlocal + 1 > cpus_available();
     tp->spin_s = tp->p.cfg->shm_spin_us * 1e-6;
-    if (tp->nlocal > 0)
+    if (tp->nlocal > 0) {
+        char cma[48] = "single copy off";
+        if (tp->p.cfg->shm_cma_bytes > 0)
+            snprintf(cma, sizeof(cma), "single copy from %zu B", tp->p.cfg->shm_cma_bytes);
         HOOP__INFO(tp->p.log,
-                   "shm: mapped the segments of rank(s) %s (%zu KiB rings, single copy from "
-                   "%zu B, spin %.0f us)",
-                   list, tp->ring_bytes >> 10, tp->p.cfg->shm_cma_bytes, tp->spin_s * 1e6);
+                   "shm: mapped the segments of rank(s) %s (%zu KiB rings, %s, spin %.0f us)", list,
+                   tp->ring_bytes >> 10, cma, tp->spin_s * 1e6);
+    }
     return HOOP_OK;
 }
 

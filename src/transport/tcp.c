@@ -1,4 +1,5 @@
 /* TCP transport: the data path, settling, abort and close. tcp_setup.c says how it works. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,5 @@
 /* TCP transport: addresses, listening, connection set-up and its failures. How it works: tcp.h. */
+#define HOOP__LOG_SUBSYS HOOP__SUB_TRANSPORT /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <ifaddrs.h>
 #include <inttypes.h>
@@ -167,9 +168,11 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
     HOOP__INFO(p->log, "tcp: listening on %s%s%s, %d socket(s) per peer, communicator %016" PRIx64,
                addr, ifname[0] ? " interface " : "", ifname, tp->nsock, p->comm_id);
     if (p->cfg->auth.set)
-        HOOP__INFO(p->log, "tcp: peer connections are authenticated (HOOP_AUTH_KEY)");
+        HOOP__INFO_IN(p->log, HOOP__SUB_AUTH,
+                      "tcp: peer connections are authenticated (HOOP_AUTH_KEY)");
     else
-        HOOP__INFO(p->log, "tcp: no HOOP_AUTH_KEY, peer connections are not authenticated");
+        HOOP__INFO_IN(p->log, HOOP__SUB_AUTH,
+                      "tcp: no HOOP_AUTH_KEY, peer connections are not authenticated");
     *out = tp;
     return HOOP_OK;
 }

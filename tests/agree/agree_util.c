@@ -71,6 +71,7 @@ void ag_clean_environment(void)
                                        "HOOP_HOSTID",
                                        "HOOP_DEBUG",
                                        "HOOP_DEBUG_FILE",
+                                       "HOOP_DEBUG_SUBSYS",
                                        "HOOP_TRACE",
                                        "HOOP_TIMEOUT",
                                        "HOOP_SOCKET_IFNAME",

@@ -45,8 +45,34 @@ void devbuf_free(void *p)
 
 void devbuf_copy(void *dst, const void *src, size_t n)
 {
-    if (mod->copy(ctx, dst, src, n) != 0) {
+    if (mod->copy(ctx, dst, src, n, NULL) != 0) {
         fprintf(stderr, "device copy of %zu bytes: %s\n", n, mod->error(ctx));
+        exit(1);
+    }
+}
+
+void *devbuf_stream(void)
+{
+    void *s = mod->stream_create(ctx);
+    if (s == NULL) {
+        fprintf(stderr, "stream_create: %s\n", mod->error(ctx));
+        exit(1);
+    }
+    return s;
+}
+
+void devbuf_copy_async(void *dst, const void *src, size_t n, void *stream)
+{
+    if (mod->copy_async(ctx, dst, src, n, stream) != 0) {
+        fprintf(stderr, "async copy of %zu bytes: %s\n", n, mod->error(ctx));
+        exit(1);
+    }
+}
+
+void devbuf_sync(void *stream)
+{
+    if (mod->stream_sync(ctx, stream) != 0) {
+        fprintf(stderr, "stream_sync: %s\n", mod->error(ctx));
         exit(1);
     }
 }

@@ -19,4 +19,10 @@ void devbuf_free(void *p);
 /* A copy either way (host to device, device to host); exits the test on failure. */
 void devbuf_copy(void *dst, const void *src, size_t n);
 
+/* A stream of the module (--stream tests), asynchronous copies on it and waiting for it; each
+ * exits the test on failure. */
+void *devbuf_stream(void);
+void devbuf_copy_async(void *dst, const void *src, size_t n, void *stream);
+void devbuf_sync(void *stream);
+
 #endif

@@ -10,6 +10,8 @@
  *   errors --case built-without DOUBLE  a libhoop built without CUDA: likewise
  *   errors --case failure DOUBLE   rank 0's device operation fails: both ranks' calls fail with
  *                                  its sentence and the communicator is aborted
+ *   errors --case ipc-host DOUBLE  HOOP_ALGO=ipc with host buffers on rank 0: every rank's call
+ *                                  fails with the sentence that names rank 0
  * Exit 0 when every check held. */
 #include <dlfcn.h>
 #include <link.h>
@@ -123,10 +125,20 @@ int main(int argc, char **argv)
         CHECK(strstr(le, "injected failure") != NULL, "last error: %s", le);
         rc = hoop_allreduce(c, host, host, 16, HOOP_FLOAT32, HOOP_SUM);
         CHECK(rc != HOOP_OK, "a call after the failure returned OK");
+    } else if (!strcmp(which, "ipc-host")) {
+        /* HOOP_ALGO=ipc, rank 0 with host buffers: every rank's call fails with the sentence
+         * naming rank 0, and nothing hangs. */
+        rc = rank == 0 ? hoop_allreduce(c, host, host, 16, HOOP_FLOAT32, HOOP_SUM)
+                       : hoop_allreduce(c, dev, dev, 16, HOOP_FLOAT32, HOOP_SUM);
+        const char *le = hoop_comm_last_error(c);
+        CHECK(rc == HOOP_ERR_UNSUPPORTED || (rank != 0 && rc == HOOP_ERR_ABORTED), "returned %s",
+              hoop_error_string(rc));
+        CHECK(strstr(le, "over CUDA IPC (HOOP_ALGO=ipc): rank 0 has host buffers") != NULL,
+              "last error: %s", le);
     } else {
         fprintf(stderr,
-                "usage: errors --case host-only|mixed|no-module|no-driver|built-without|failure "
-                "[DOUBLE]\n");
+                "usage: errors --case host-only|mixed|no-module|no-driver|built-without|failure|"
+                "ipc-host [DOUBLE]\n");
         return 2;
     }
     devbuf_free(dev);

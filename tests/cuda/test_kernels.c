@@ -78,15 +78,15 @@ static void run_case(bufs_t *w, hoop_dtype_t dt, int op, const unsigned char *a,
     memset(w->hout, SENTINEL, span);
     if (mode == 1 || op < 0) memcpy(w->hout + GUARD + oo, a, bytes);
     if (mode == 2) memcpy(w->hout + GUARD + oo, b, bytes);
-    must(mod->copy(ctx, w->dout, w->hout, span), "copy to device");
+    must(mod->copy(ctx, w->dout, w->hout, span, NULL), "copy to device");
     const void *da = mode == 1 ? out : w->da + oa, *db = mode == 2 ? out : w->db + ob;
-    if (mode != 1 && op >= 0) must(mod->copy(ctx, w->da + oa, a, bytes), "copy to device");
-    if (mode != 2 && op >= 0) must(mod->copy(ctx, w->db + ob, b, bytes), "copy to device");
+    if (mode != 1 && op >= 0) must(mod->copy(ctx, w->da + oa, a, bytes, NULL), "copy to device");
+    if (mode != 2 && op >= 0) must(mod->copy(ctx, w->db + ob, b, bytes, NULL), "copy to device");
     if (op < 0)
-        must(mod->avg_finish(ctx, out, n, dt, -op), "avg_finish");
+        must(mod->avg_finish(ctx, out, n, dt, -op, NULL), "avg_finish");
     else
-        must(mod->reduce(ctx, out, da, db, n, dt, (hoop_op_t)op), "reduce");
-    must(mod->copy(ctx, w->hout, w->dout, span), "copy from device");
+        must(mod->reduce(ctx, out, da, db, n, dt, (hoop_op_t)op, NULL), "reduce");
+    must(mod->copy(ctx, w->hout, w->dout, span, NULL), "copy from device");
     checks++;
     long wrong = 0;
     for (size_t i = 0; i < n; i++) {

@@ -26,7 +26,9 @@
  *               only sends), in the next one; at least one rank must say HOOP_ERR_MISMATCH and
  *               show the difference. Where every rank's first step is to wait for another
  *               (root-none: the root believes another rank is the root), nobody sends, so only
- *               the timeout (--timeout) can tell: --expect timeout.
+ *               the timeout (--timeout) can tell: --expect timeout. The shared-memory
+ *               collectives compare every call before they wait on data, so they tell even
+ *               then (--expect mismatch).
  *
  * Kill and stop: with --names direct every survivor's message must name the faulty rank; with
  * chain (the default) it may instead name a survivor whose message leads back to it; with any
@@ -121,6 +123,7 @@ typedef struct opts {
     int names;          /* NAMES_* */
     int calls;          /* CALLS_* */
     int expect_timeout; /* mismatch: the calls wait on each other, nothing is sent */
+    int expect_given;   /* --expect was given: root-none's default (timeout) does not apply */
     int verbose;
     double detect;           /* kill: seconds from the kill to every survivor's failure */
     const char *hosts;       /* HOOP_HOSTID per rank, comma-separated, or NULL */
@@ -898,6 +901,7 @@ static int check_mismatch(job_t *j, double *detect, int *by_signal)
         strcpy(want[1], "uint32");
         break;
     case W_ROOT:
+    case W_ROOT_NONE: /* told only where calls are compared before data moves (--expect mismatch) */
         /* Both roots only send: every rank may finish the broadcast, and the stray messages
          * show at the next call, beside that call rather than beside the other root. Whichever
          * stray message is found first (the odd root's or the others') aborts the rest. */
@@ -909,7 +913,6 @@ static int check_mismatch(job_t *j, double *detect, int *by_signal)
         strcpy(want[0], "max)");
         strcpy(want[1], "sum)");
         break;
-    case W_ROOT_NONE:
     case W_N: break;
     }
     if (none) {
@@ -1267,6 +1270,7 @@ int main(int argc, char **argv)
             static const char *const ex[] = {"mismatch", "timeout"};
             if ((k = lookup(ex, 2, v)) < 0) return usage();
             o.expect_timeout = k;
+            o.expect_given = 1;
         } else if (strcmp(a, "--calls") == 0) {
             if ((k = lookup(CALLS_NAME, 3, v)) < 0) return usage();
             o.calls = k;
@@ -1303,7 +1307,7 @@ int main(int argc, char **argv)
         } else
             return usage();
     }
-    if (o.what == W_ROOT_NONE) o.expect_timeout = 1;
+    if (o.what == W_ROOT_NONE && !o.expect_given) o.expect_timeout = 1;
     char item[8];
     if (o.ranks < 2 || o.ranks > MAX_RANKS || !(o.mib > 0) || !(o.timeout > 0) || o.count == 0 ||
         !(o.detect > 0) || (o.hosts != NULL && list_item(o.hosts, 0, item, 0) != o.ranks) ||

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Tests of hooprun, run from outside as a user would.
 #   launcher_test.sh CASE HOOPRUN CHILD
-# CASE: env output fail kill stubborn signal timeout missing args restart restart-port
+# CASE: env output fail kill stubborn signal stopped omp timeout missing args restart restart-port
 #       restart-stop
 # CHILD is launcher_child (see launcher_child.c for its modes).
 set -u
@@ -285,8 +285,72 @@ test_signal() {
     ms=$(($(now_ms) - t0))
     expect_rc 143
     [ "$ms" -lt 5000 ] || fail "took $ms ms"
-    grep -q '^hooprun: rank [01] (pid [0-9]*) was killed by signal 15 (SIGTERM)$' "$T/err" ||
+    grep -q '^hooprun: stopped by SIGTERM from outside hooprun: rank [01] (pid [0-9]*) ended by SIGTERM$' "$T/err" ||
         fail "no report of the signal"
+}
+
+# A job stopped by the user is reported as stopped, with 128+S, never as a rank that crashed.
+test_stopped() {
+    # timeout(1) around hooprun: SIGTERM to hooprun, forwarded.
+    t0=$(now_ms)
+    timeout -s TERM 1 "$HOOPRUN" -n 2 "$CHILD" sleep 60 >"$T/out" 2>"$T/err"
+    rc=$?
+    ms=$(($(now_ms) - t0))
+    expect_rc 124 # timeout's own status
+    [ "$ms" -lt 5000 ] || fail "took $ms ms"
+    expect_err_line 'hooprun: stopped by SIGTERM from outside hooprun: rank [01] (pid [0-9]*) ended by SIGTERM'
+    grep -q 'killed by\|exited with' "$T/err" && fail "reported as a failure"
+
+    # Ctrl-C: SIGINT to hooprun (a background job of sh ignores SIGINT unless told otherwise).
+    if env --default-signal=INT true 2>/dev/null; then
+        : >"$T/out"
+        : >"$T/err"
+        env --default-signal=INT "$HOOPRUN" -n 3 "$CHILD" sleep 60 >>"$T/out" 2>>"$T/err" &
+        bg=$!
+        wait_lines 3 'ready'
+        kill -INT "$bg"
+        wait "$bg"
+        rc=$?
+        expect_rc 130
+        expect_err_line 'hooprun: stopped by SIGINT from outside hooprun: rank [012] (pid [0-9]*) ended by SIGINT'
+    else
+        echo "env --default-signal is missing: the SIGINT round is skipped" >&2
+    fi
+
+    # SIGTERM to one rank itself, not through hooprun: stopped from outside, the others stopped.
+    bg_run -n 2 "$CHILD" sleep 60
+    wait_lines 2 'ready'
+    p1=$(sed -n 's/^\[1\] rank 1 ready pid \([0-9]*\)$/\1/p' "$T/out")
+    [ -n "$p1" ] || fail "no pid of rank 1"
+    kill -TERM "$p1"
+    wait "$bg"
+    rc=$?
+    expect_rc 143
+    expect_err_line "hooprun: rank 1 (pid [0-9]*) was stopped by SIGTERM from outside hooprun"
+
+    # timeout(1) as the program, around each rank: its status 124 is said to be its time out.
+    run -n 2 timeout 0.5 "$CHILD" sleep 60
+    expect_rc 124
+    expect_err_line 'hooprun: rank [01] (pid [0-9]*) was stopped by its timeout(1): the time ran out (status 124)'
+}
+
+# OMP_NUM_THREADS=1 for every rank unless set, as torchrun; said once; one rank is left alone.
+test_omp() {
+    # shellcheck disable=SC2016
+    show='echo "OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}"'
+    omp_out() { sed -n "s/^\[$1\] OMP_NUM_THREADS=//p" "$T/out"; }
+    (unset OMP_NUM_THREADS && exec "$HOOPRUN" -n 2 sh -c "$show") >"$T/out" 2>"$T/err"
+    rc=$?
+    expect_rc 0
+    if [ "$(omp_out 0)" != 1 ] || [ "$(omp_out 1)" != 1 ]; then fail "OMP_NUM_THREADS not 1 on both ranks"; fi
+    expect_err_line 'hooprun: note: OMP_NUM_THREADS=1 for every rank, as torchrun sets it .*'
+    OMP_NUM_THREADS=3 run -n 2 sh -c "$show"
+    expect_rc 0
+    if [ "$(omp_out 0)" != 3 ] || [ "$(omp_out 1)" != 3 ]; then fail "a set OMP_NUM_THREADS was changed"; fi
+    grep -q OMP_NUM_THREADS "$T/err" && fail "a note although OMP_NUM_THREADS was set"
+    (unset OMP_NUM_THREADS && exec "$HOOPRUN" -n 1 sh -c "$show") >"$T/out" 2>"$T/err"
+    [ "$(omp_out 0)" = unset ] || fail "OMP_NUM_THREADS set for a single rank"
+    return 0
 }
 
 test_timeout() {
@@ -500,7 +564,7 @@ test_restart_stop() {
 }
 
 case $case_name in
-env | output | fail | kill | stubborn | signal | timeout | missing | args | restart) "test_$case_name" ;;
+env | output | fail | kill | stubborn | signal | stopped | omp | timeout | missing | args | restart) "test_$case_name" ;;
 restart-port) test_restart_port ;;
 restart-stop) test_restart_stop ;;
 *)

@@ -3,7 +3,8 @@
  *
  *   hooprun -n N coll_test [--mode MODE] [--colls LIST] [--roots all|ends]
  *                          [--large-dtypes LIST|none] [--large-ops LIST] [--large-roots ends|last]
- *                          [--nreq K] [--late-rank R] [--device MODULE] [--quick] [--verbose]
+ *                          [--nreq K] [--late-rank R] [--device MODULE [--stream]] [--quick]
+ *                          [--verbose]
  *
  * MODE: colls (default: every collective x dtype x op x root x count x in/out of place), split,
  * nonblocking, init-env, init-tcp, init-file, late.
@@ -17,6 +18,11 @@
  * --device MODULE: the collectives' buffers are device memory of that CUDA module (the test double
  * tests/cuda/double, or libhoop-cuda.so on a GPU): each call's inputs are filled on the host and
  * copied to device twins, the outputs copied back before they are checked.
+ * --stream (with --device): every communicator's calls are ordered on one stream of the module
+ * (hoop_comm_set_stream), and the inputs are copied to the device, and the outputs back, by
+ * asynchronous copies on that stream, queued just before and just after each call; only then is
+ * the stream waited for. The double delays every operation on a stream at random, so a call
+ * that did not wait for its inputs, or a stream that did not wait for the call, gives wrong data.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -238,7 +244,14 @@ typedef struct tcase {
     unsigned char *dsbuf, *dobuf; /* --device: the twins of sbuf and obuf */
 } tcase_t;
 
-static int g_device; /* --device: buffers in device memory (devbuf.h) */
+static int g_device;   /* --device: buffers in device memory (devbuf.h) */
+static void *g_stream; /* --stream: the stream every communicator's calls are ordered on */
+
+/* --stream: comm's device calls are ordered on the test's stream. */
+static void use_stream(hoop_comm_t *comm)
+{
+    if (g_stream != NULL && comm != NULL) hoop_comm_set_stream(comm, g_stream);
+}
 
 static void describe(const tcase_t *tc, char *out, size_t len)
 {
@@ -424,11 +437,17 @@ static int tcase_prepare(tctx_t *t, tcase_t *tc)
     /* Sentinels and guards travel too: the device copy is checked whole when it comes back. */
     if (tc->sbuf) {
         tc->dsbuf = devbuf_alloc(tc->s_elems * tc->es);
-        devbuf_copy(tc->dsbuf, tc->sbuf, tc->s_elems * tc->es);
+        if (g_stream)
+            devbuf_copy_async(tc->dsbuf, tc->sbuf, tc->s_elems * tc->es, g_stream);
+        else
+            devbuf_copy(tc->dsbuf, tc->sbuf, tc->s_elems * tc->es);
     }
     if (tc->obuf) {
         tc->dobuf = devbuf_alloc(tc->o_elems * tc->es);
-        devbuf_copy(tc->dobuf, tc->obuf, tc->o_elems * tc->es);
+        if (g_stream)
+            devbuf_copy_async(tc->dobuf, tc->obuf, tc->o_elems * tc->es, g_stream);
+        else
+            devbuf_copy(tc->dobuf, tc->obuf, tc->o_elems * tc->es);
     }
     tc->sarg = twin(tc, tc->sarg);
     tc->rarg = twin(tc, tc->rarg);
@@ -438,6 +457,12 @@ static int tcase_prepare(tctx_t *t, tcase_t *tc)
 /* --device: what the call left in device memory, back into the host buffers checked. */
 static void tcase_from_device(tcase_t *tc)
 {
+    if (g_stream) { /* queued after the call on its stream; then the stream is waited for */
+        if (tc->dsbuf) devbuf_copy_async(tc->sbuf, tc->dsbuf, tc->s_elems * tc->es, g_stream);
+        if (tc->dobuf) devbuf_copy_async(tc->obuf, tc->dobuf, tc->o_elems * tc->es, g_stream);
+        if (tc->dsbuf || tc->dobuf) devbuf_sync(g_stream);
+        return;
+    }
     if (tc->dsbuf) devbuf_copy(tc->sbuf, tc->dsbuf, tc->s_elems * tc->es);
     if (tc->dobuf) devbuf_copy(tc->obuf, tc->dobuf, tc->o_elems * tc->es);
 }
@@ -476,8 +501,14 @@ static hoop_result_t post_nb(tctx_t *t, tcase_t *tc)
     case C_ALLTOALL: return hoop_ialltoall(c, tc->sarg, tc->rarg, tc->count, tc->dt, &tc->req[0]);
     case C_BARRIER: return hoop_ibarrier(c, &tc->req[0]);
     case C_SENDRECV: {
-        hoop_result_t e = hoop_irecv(c, tc->rarg, tc->count, tc->dt, (r + n - 1) % n, &tc->req[0]);
-        if (e != HOOP_OK) return e;
+        /* On a stream, each call starts after the one before it has ended, as NCCL's outside a
+         * group: a ring of receives posted first would wait for itself. Even ranks send first. */
+        int send_first = g_stream != NULL && r % 2 == 0;
+        hoop_result_t e = HOOP_OK;
+        if (send_first) e = hoop_isend(c, tc->sarg, tc->count, tc->dt, (r + 1) % n, &tc->req[1]);
+        if (e == HOOP_OK)
+            e = hoop_irecv(c, tc->rarg, tc->count, tc->dt, (r + n - 1) % n, &tc->req[0]);
+        if (e != HOOP_OK || send_first) return e;
         return hoop_isend(c, tc->sarg, tc->count, tc->dt, (r + 1) % n, &tc->req[1]);
     }
     default: return HOOP_ERR_INTERNAL;
@@ -1084,6 +1115,7 @@ static hoop_comm_t *split_checked(tctx_t *t, int color, int key, int want_rank, 
     hoop_result_t e = hoop_comm_split(t->comm, color, key, &nc);
     check(t, e == HOOP_OK, "split %s: %s: %s", what, hoop_error_string(e),
           hoop_comm_last_error(t->comm));
+    use_stream(nc);
     if (e != HOOP_OK) {
         t->broken = 1;
         return NULL;
@@ -1248,12 +1280,13 @@ static int env_int(const char *name, int def)
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: coll_test [--mode colls|split|nonblocking|init-env|init-tcp|init-file|late]\n"
-            "                 [--colls LIST] [--roots all|ends] [--large-dtypes LIST|none]\n"
-            "                 [--large-ops LIST] [--large-roots ends|last] [--nreq K]\n"
-            "                 [--late-rank R] [--fake-hosts K] [--device MODULE] [--quick]\n"
-            "                 [--verbose]\n");
+    fprintf(
+        stderr,
+        "usage: coll_test [--mode colls|split|nonblocking|init-env|init-tcp|init-file|late]\n"
+        "                 [--colls LIST] [--roots all|ends] [--large-dtypes LIST|none]\n"
+        "                 [--large-ops LIST] [--large-roots ends|last] [--nreq K]\n"
+        "                 [--late-rank R] [--fake-hosts K] [--device MODULE [--stream]] [--quick]\n"
+        "                 [--verbose]\n");
 }
 
 static const char *dt_name(int i) { return DT[i].name; }
@@ -1299,6 +1332,14 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             o->verbose = 1;
             continue;
         }
+        if (!strcmp(a, "--stream")) {
+            if (!g_device) {
+                fprintf(stderr, "coll_test: --stream comes after --device\n");
+                return -1;
+            }
+            g_stream = devbuf_stream();
+            continue;
+        }
         if (i + 1 >= argc) return -1;
         const char *v = argv[++i];
         int bad;
@@ -1326,6 +1367,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             bad = devbuf_open(v, err, sizeof err);
             if (bad) fprintf(stderr, "coll_test: --device %s: %s\n", v, err);
             g_device = !bad;
+
         } else if (!strcmp(a, "--fake-hosts")) {
             /* Rank r claims host r % K: shared memory inside a fake host, TCP across, and a ring
              * that has to be reordered to keep each host's ranks together. */
@@ -1417,6 +1459,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    use_stream(comm);
     tctx_t world;
     ctx_init(&world, comm, env_rank, "world", NULL);
     world.verbose = o.verbose;

@@ -78,6 +78,16 @@ for coll in allreduce reducescatter allgather broadcast alltoall; do
     check_no_leftovers "perf-$coll"
 done
 
+# 2b. The hierarchical all-reduce forced (auto picks it too from HOOP_SMALL_BYTES up): shared memory
+# inside each host, one TCP ring per local rank across; the traced schedule must show every rank
+# in its cross-host stage.
+run_hooprun hier 60 HOOP_TIMEOUT=30 HOOP_ALGO=hier HOOP_TRACE=1 -- "$COLL_TEST" --mode colls --colls allreduce --large-dtypes float32 --large-ops sum,avg
+check_coll_test hier
+for r in 0 1 2 3; do
+    grep -q "^\[$r\] .* allreduce#[0-9]* hier step [0-9]*: cross-host all-reduce: rank $r " "$WORK/hier.A.log" "$WORK/hier.B.log" ||
+        fail "hier: rank $r traced no cross-host stage of the hierarchical all-reduce"
+done
+
 # 3. Sub-communicators (some inside a host, some across) and nonblocking calls.
 run_hooprun split 60 HOOP_TIMEOUT=30 -- "$COLL_TEST" --mode split --quick
 check_coll_test split

@@ -36,15 +36,27 @@ help)
     for c in allreduce broadcast reduce allgather gather scatter reducescatter alltoall sendrecv barrier; do
         grep -q "$c" "$tmp/out" || fail "-h does not mention $c"
     done
+    # nccl-tests' flags that hoop-perf accepts, each explained in the help
+    for f in -m -T -p -C -G -R -a -V; do
+        grep -q "^  $f, --" "$tmp/out" || fail "-h does not explain $f"
+    done
+    "$1" --version >"$tmp/out" 2>"$tmp/err" || fail "hoop-perf --version exited $?"
+    grep -q '^hoop-perf [0-9][0-9.]* (libhoop [0-9][0-9.]*)$' "$tmp/out" || fail "--version: $(cat "$tmp/out")"
     ;;
 badflag)
-    for args in "--no-such-flag" "-q" "-b" "-d float8" "-o xor" "-c 2" "-r x" "nocollective" "-b 2K -e 1K"; do
+    for args in "--no-such-flag" "-q" "-b" "-d float8" "-o xor" "-c 2" "-r x" "nocollective" "-b 2K -e 1K" \
+        "-m 0" "-m 65536 -n 1000" "-T 0" "-p 2" "-C x" "-G 1" "-R 2" "--cudagraph 1" "-a 4"; do
         # shellcheck disable=SC2086
         "$1" $args >"$tmp/out" 2>"$tmp/err"
         rc=$?
         [ "$rc" -eq 2 ] || fail "hoop-perf $args exited $rc, expected 2"
         grep -q 'hoop-perf: ' "$tmp/err" || fail "hoop-perf $args: no message on stderr"
     done
+    # The refusals say why in a sentence.
+    "$1" -G 1 >"$tmp/out" 2>"$tmp/err"
+    grep -q 'CUDA graphs are not supported' "$tmp/err" || fail "-G 1: $(cat "$tmp/err")"
+    "$1" -R 1 >"$tmp/out" 2>"$tmp/err"
+    grep -q 'registration is not supported' "$tmp/err" || fail "-R 1: $(cat "$tmp/err")"
     ;;
 csv | json)
     hooprun=$1 perf=$2 n=$3 rows=$4 coll=$5
@@ -56,6 +68,18 @@ csv | json)
         run_perf "$hooprun" "$perf" "$n" "$coll" --csv "$tmp/rows" "$@" || fail "exit status $?"
     fi
     grep -q '^# Out of bounds values : 0 OK$' "$tmp/out" || fail "no '0 OK' footer"
+    # The header names what ran: the --algo given (a list too), -m, and -a (the mean by default).
+    want_algo=auto want_agg=1 want_avg=mean prev=
+    for a in "$@"; do
+        case $prev in
+        --algo) want_algo=$a ;;
+        -m) want_agg=$a ;;
+        -a) want_avg=$(echo "rank 0,mean,min,max" | cut -d, -f$((a + 1))) ;;
+        esac
+        prev=$a
+    done
+    grep -q "algorithm: $want_algo\( (one sweep each)\)\?$" "$tmp/out" || fail "header: not algorithm: $want_algo"
+    grep -q " agg iters: $want_agg .* time: $want_avg over ranks$" "$tmp/out" || fail "header: not agg iters $want_agg, $want_avg"
     table=$(grep -c '^ *[0-9]' "$tmp/out")
     [ "$table" -eq "$rows" ] || fail "$table table rows, expected $rows"
     if [ "$mode" = json ]; then

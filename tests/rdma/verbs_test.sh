@@ -1,19 +1,25 @@
 #!/bin/sh
 # The verbs transport on a real RDMA stack, as meson runs it (suite rdma).
 #
-#   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST FAULT
+#   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST FAULT ...
 #       in one boot of the test guest (VM_SH), on soft-RoCE rxe0, every rank sharing that one
 #       device: the transport conformance suite over HOOP_TRANSPORT=ibverbs, the multi-process
 #       collective suite at small sizes over it (every collective, dtype and op; 2, 3 and 4 ranks,
 #       blocking and nonblocking), and HOOP_TRANSPORT=auto with two hosts faked by HOOP_HOSTID,
 #       which must take verbs between the hosts and shared memory inside each; and faults: a rank
 #       killed mid-collective (survivors fail naming it, also while the dead rank's partner sleeps
-#       outside the library), mismatched calls (a short one, and a long one that goes zero copy). On a host with an
-#       active RDMA port the same runs happen here instead. Skipped (77) where neither can be had.
-#   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF
+#       outside the library), mismatched calls (a short one, and a long one that goes zero copy);
+#       then guest_more.sh: the registration cache against remapped buffers, the faults of the test
+#       double of the verbs table, split communicators, and (in the guest) rxe0's interface taken
+#       down. On a host with an active RDMA port the same runs happen there instead (without the
+#       port taken down). Skipped (77) where neither can be had.
+#   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST FAULT MR_TEST FAULT_RANK IBV_DOUBLE
+#       SPLIT_RANK is the whole argument list.
+#   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF MR_TEST
 #       hoop's point-to-point bandwidth over verbs (hoop-perf sendrecv, 2 ranks) beside
-#       ib_write_bw on rxe0 in the same boot. The guest's CPUs are emulated: a ratio for
-#       correctness, not a speed.
+#       ib_write_bw on rxe0 in the same boot, then what registering memory costs (mr_test cost)
+#       and hoop-perf allreduce over verbs. The guest's CPUs are emulated: ratios for correctness,
+#       not speeds.
 set -u
 mode=$1
 shift
@@ -23,6 +29,8 @@ abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 case $mode in
 suites)
     vm=$1 conf=$(abspath "$2") run=$(abspath "$3") coll=$(abspath "$4") fault=$(abspath "$5")
+    mr=$(abspath "$6") frank=$(abspath "$7") dbl=$(abspath "$8") split=$(abspath "$9")
+    more=$(abspath "$(dirname "$0")/guest_more.sh")
     script="
         set -e
         export HOOP_TIMEOUT=60
@@ -53,19 +61,21 @@ suites)
             --timeout 2
         '$fault' --transport ibverbs --mode mismatch --what count --count 100003 --victim 2 --ranks 3 \
             --timeout 2
+        sh '$more' '$run' '$mr' '$frank' '$dbl' '$split' \$NETDEV
         echo '--- every verbs run passed'
     "
     if grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
         echo "--- this host has an active RDMA port: running there"
-        exec sh -c "$script"
+        NETDEV= exec sh -c "$script"
     fi
     dir=$(cd "$(dirname "$conf")/../.." && pwd)
-    exec bash "$vm" -t 600 -w "$dir" -- sh -c "$script"
+    # In the guest, rxe0 sits on dummy0, which the last check takes down.
+    exec bash "$vm" -t 900 -w "$dir" -s "$(dirname "$more")" -e NETDEV=dummy0 -- sh -c "$script"
     ;;
 bw)
-    vm=$1 run=$(abspath "$2") perf=$(abspath "$3")
+    vm=$1 run=$(abspath "$2") perf=$(abspath "$3") mr=$(abspath "$4")
     dir=$(cd "$(dirname "$perf")/.." && pwd)
-    exec bash "$vm" -t 600 -w "$dir" -- sh -c "
+    exec bash "$vm" -t 900 -w "$dir" -- sh -c "
         set -e
         for how in '' -b; do
             echo \"--- ib_write_bw \$how on rxe0, 4 MiB messages\"
@@ -83,6 +93,10 @@ bw)
         echo \"ib_write_bw: \$uni MB/s one way, \$bi MB/s both ways; hoop sendrecv: \$hoop MB/s each way\"
         awk -v u=\"\$uni\" -v b=\"\$bi\" -v h=\"\$hoop\" 'BEGIN { printf \"ratio hoop / ib_write_bw: %.2f one way, %.2f both ways\\n\", h / u, 2 * h / b }'
         rm -f bw.srv bw.cli bw.hoop bw.ib bw.ib-b
+        echo '--- registering memory on rxe0'
+        '$mr' cost rxe0
+        echo '--- hoop-perf allreduce over ibverbs, 2 ranks'
+        HOOP_TRANSPORT=ibverbs '$run' -n 2 '$perf' allreduce -b 1K -e 4M -f 4 -n 20 -w 3 -c 1
     "
     ;;
 *)

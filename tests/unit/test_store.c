@@ -43,6 +43,10 @@ static const char *const all_vars[] = {
     "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",
+    /* Where they are set (the tests run inside srun or mpirun), env:// would ask the launcher. */
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "PMIX_NAMESPACE",
 };
 
 static void clear_env(void)

@@ -119,6 +119,7 @@ struct job {
     int failed_rank; /* the rank whose failure ended this attempt; -1: none */
     bool timed_out;
     bool interrupted;    /* a signal came to us: the user wants the job over */
+    int stop_signal;     /* the first such signal */
     long restart;        /* restarts made so far */
     char master_port[8]; /* of this attempt */
     struct sink *out, *err;
@@ -138,6 +139,8 @@ bool find_free_port(const char *addr, char out[8]);
 int port_bindable(const char *addr, const char *port);
 /* Decides the ranks' key: none (--no-auth), the one in our environment, or a fresh one. */
 bool setup_auth(struct job *j);
+/* OMP_NUM_THREADS=1 for the ranks unless it is set or there is one rank, as torchrun does. */
+void setup_threads(const struct job *j);
 /* Names a single-node job (HOOP_JOB_ID) unless the environment already does. */
 void setup_job_id(struct job *j);
 /* Starts one rank. Returns false (after saying why and setting the job status) on failure. */

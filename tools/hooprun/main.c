@@ -65,6 +65,7 @@ int main(int argc, char **argv)
     fflush(NULL);
 
     setup_job_id(&j);
+    setup_threads(&j);
     if (!setup_auth(&j)) {
         status = 1;
         goto out;

@@ -37,8 +37,12 @@ static void usage(FILE *f)
         "  --version               show the version and exit\n"
         "\n"
         "Options end at PROGRAM or after \"--\". The standard input of the ranks is /dev/null.\n"
-        "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank. When a rank fails the\n"
-        "others get SIGTERM, then SIGKILL after 3 s.\n"
+        "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank, and ranks that end then\n"
+        "are reported as stopped, not failed. When a rank fails the others get SIGTERM, then\n"
+        "SIGKILL after 3 s.\n"
+        "\n"
+        "OMP_NUM_THREADS is set to 1 for the ranks when it is not set and N > 1, as torchrun does\n"
+        "(said on stderr at start): N ranks with a thread per core each would oversubscribe.\n"
         "\n"
         "Unless HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE is set (then it is passed on as it is), a\n"
         "single-node job gets a fresh random key in HOOP_AUTH_KEY, so that every connection\n"
@@ -52,8 +56,9 @@ static void usage(FILE *f)
         "stopped by a signal to hooprun, or by --timeout, is not restarted.\n"
         "\n"
         "exit status: 0 if every rank of the last attempt exits 0; else the status of the first\n"
-        "rank that failed in the last attempt (128+S if it was killed by signal S); 124 on\n"
-        "timeout; 126 or 127 if PROGRAM cannot be run; 2 on bad usage.\n",
+        "rank that failed in the last attempt (128+S if it was killed by signal S); 128+S when\n"
+        "signal S to hooprun stopped the job; 124 on timeout; 126 or 127 if PROGRAM cannot be\n"
+        "run; 2 on bad usage.\n",
         f);
 }
 

@@ -177,6 +177,16 @@ static bool env_set(const char *name)
     return v != NULL && v[0] != '\0';
 }
 
+void setup_threads(const struct job *j)
+{
+    /* N ranks that each start an OpenMP (or BLAS) pool of every core oversubscribe the machine,
+     * and a script run under torchrun, which sets 1, would compute differently here. */
+    if (getenv("OMP_NUM_THREADS") != NULL || j->o->nproc < 2) return;
+    if (setenv("OMP_NUM_THREADS", "1", 1) != 0) return;
+    fprintf(stderr, "hooprun: note: OMP_NUM_THREADS=1 for every rank, as torchrun sets it (set "
+                    "OMP_NUM_THREADS to choose another number)\n");
+}
+
 bool setup_auth(struct job *j)
 {
     const struct opts *o = j->o;

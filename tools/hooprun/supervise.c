@@ -82,6 +82,13 @@ static void begin_kill(struct job *j, bool interrupted)
     signal_all(j, SIGKILL);
 }
 
+/* Whether PROGRAM is timeout(1), whose status 124 means that its time ran out. */
+static bool is_timeout_cmd(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    return strcmp(base != NULL ? base + 1 : path, "timeout") == 0;
+}
+
 static void rank_exited(struct job *j, struct rank *rk, int wstatus)
 {
     rk->running = false;
@@ -95,9 +102,27 @@ static void rank_exited(struct job *j, struct rank *rk, int wstatus)
     if (!failed || j->ending) return;
     j->ending = true;
     j->failed_rank = rk->rank;
-    if (WIFSIGNALED(wstatus)) {
-        int sig = WTERMSIG(wstatus);
-        const char *name = signal_name(sig);
+    int sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
+    int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
+    const char *name = signal_name(sig);
+    if (j->interrupted) {
+        /* The user stopped the job (Ctrl-C, kill, a timeout(1) around hooprun) and we forwarded
+         * the signal: the rank ended because it was asked to, which is no failure of its own. */
+        const char *got = signal_name(j->stop_signal);
+        if (sig != 0)
+            say(j->err, "stopped by %s from outside hooprun: rank %d (pid %ld) ended by %s", got,
+                rk->rank, (long)rk->pid, name != NULL ? name : "a signal");
+        else
+            say(j->err,
+                "stopped by %s from outside hooprun: rank %d (pid %ld) exited with status %d", got,
+                rk->rank, (long)rk->pid, code);
+        j->status = 128 + j->stop_signal;
+    } else if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
+        /* Sent to the rank itself, not through us: someone stopped it, it did not crash. */
+        say(j->err, "rank %d (pid %ld) was stopped by %s from outside hooprun", rk->rank,
+            (long)rk->pid, name);
+        j->status = 128 + sig;
+    } else if (sig != 0) {
         const char *core = "";
 #ifdef WCOREDUMP
         if (WCOREDUMP(wstatus)) core = " (core dumped)";
@@ -109,8 +134,12 @@ static void rank_exited(struct job *j, struct rank *rk, int wstatus)
             say(j->err, "rank %d (pid %ld) was killed by signal %d%s", rk->rank, (long)rk->pid, sig,
                 core);
         j->status = 128 + sig;
+    } else if (code == 124 && is_timeout_cmd(j->prog_path)) {
+        say(j->err,
+            "rank %d (pid %ld) was stopped by its timeout(1): the time ran out (status 124)",
+            rk->rank, (long)rk->pid);
+        j->status = code;
     } else {
-        int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
         say(j->err, "rank %d (pid %ld) exited with status %d", rk->rank, (long)rk->pid, code);
         j->status = code;
     }
@@ -142,6 +171,7 @@ static void handle_signals(struct job *j)
         if (n != (ssize_t)sizeof si) return;
         int sig = (int)si.ssi_signo;
         if (sig == SIGCHLD || sig == SIGPIPE || !sigismember(&j->forward, sig)) continue;
+        if (!j->interrupted) j->stop_signal = sig;
         j->interrupted = true;
         /* Once the job is being stopped, another interrupt means "now". */
         if (j->phase != RUNNING && (sig == SIGINT || sig == SIGTERM))

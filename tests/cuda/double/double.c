@@ -10,18 +10,26 @@
  * exports the driver's cuPointerGetAttribute, so that it can stand for the driver too
  * (HOOP_CUDA_DRIVER) in tests of a libhoop that has no module.
  *
+ * Streams are worker threads with random delays, events count records, a stream may wait for
+ * an event or a host word, and IPC handles name the arena's memfd so that another process can
+ * map the allocation (docs/cuda.md).
+ *
  * Knobs, for error-path tests: HOOP_CUDA_DOUBLE_BYTES (arena size, default 2G),
  * HOOP_CUDA_DOUBLE_FAIL=N (the Nth operation fails with "injected failure"; also
  * hoop_cuda_double_fail_in(N) from a test), HOOP_CUDA_DOUBLE_NODRIVER=1 (classify fails as a
- * runtime without a usable driver does). */
+ * runtime without a usable driver does), HOOP_CUDA_DOUBLE_DELAY_US and HOOP_CUDA_DOUBLE_WAIT_S
+ * (the streams' delays and waits). */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda/module.h"
@@ -48,6 +56,15 @@ static struct {
     size_t bytes;
     block_t blocks[MAX_BLOCKS]; /* live allocations, sorted by offset */
     int nblocks;
+    int fd;          /* the arena's memfd, kept open: IPC handles name it (/proc/PID/fd/FD) */
+    uint64_t serial; /* IPC allocations so far: a handle names one, never a successor */
+    /* Peers' memory opened from IPC handles: a PROT_NONE view handed out and an alias, as the
+     * arena has. */
+    struct {
+        char *dev, *alias;
+        size_t size;
+    } imports[1024];
+    int nimports;
     long fail_in; /* operations until the injected failure; 0: none */
     int nodriver;
 } g = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
@@ -76,7 +93,7 @@ static void arena_init(void)
     g.dev = mmap(NULL, g.bytes, PROT_NONE, MAP_SHARED, fd, 0);
     g.alias = mmap(NULL, g.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (g.dev == MAP_FAILED || g.alias == MAP_FAILED) die("cannot map the device arena");
-    close(fd);
+    g.fd = fd;
 }
 
 static void init(void) { pthread_once(&g.once, arena_init); }
@@ -84,6 +101,26 @@ static void init(void) { pthread_once(&g.once, arena_init); }
 static int in_arena(const void *p)
 {
     return (const char *)p >= g.dev && (const char *)p < g.dev + g.bytes;
+}
+
+/* The import holding p, or -1. Under mu. */
+static int import_of(const void *p)
+{
+    for (int i = 0; i < g.nimports; i++)
+        if ((const char *)p >= g.imports[i].dev &&
+            (const char *)p < g.imports[i].dev + g.imports[i].size)
+            return i;
+    return -1;
+}
+
+/* Device memory: this process's arena, or a peer's memory opened from an IPC handle. */
+static int in_device(const void *p)
+{
+    if (in_arena(p)) return 1;
+    pthread_mutex_lock(&g.mu);
+    int k = import_of(p);
+    pthread_mutex_unlock(&g.mu);
+    return k >= 0;
 }
 
 /* The live block holding [p, p + n), or -1. Under mu. */
@@ -108,6 +145,15 @@ static int find(const void *p, size_t n)
 static char *reach(const void *p, size_t n, int kernel, const char *what)
 {
     if (!in_arena(p)) {
+        pthread_mutex_lock(&g.mu);
+        int i = import_of(p);
+        char *a = NULL;
+        if (i >= 0 && (const char *)p + n <= g.imports[i].dev + g.imports[i].size)
+            a = g.imports[i].alias + ((const char *)p - g.imports[i].dev);
+        pthread_mutex_unlock(&g.mu);
+        if (i >= 0 && a == NULL)
+            die("%s: %zu bytes at %p run past the peer's memory opened there", what, n, p);
+        if (a != NULL) return a;
         if (kernel) die("%s: %p is host memory, which a kernel cannot read", what, p);
         return (char *)p;
     }
@@ -139,7 +185,10 @@ static int classify(const void *p, hoop_cuda_ptr_t *out, char *err, size_t errle
         snprintf(err, errlen, "no usable CUDA driver (HOOP_CUDA_DOUBLE_NODRIVER)");
         return -1;
     }
-    if (!in_arena(p)) return 0;
+    if (!in_arena(p)) {
+        if (in_device(p)) out->type = HOOP__CUDA_PTR_DEVICE; /* a peer's, opened here */
+        return 0;
+    }
     out->type = HOOP__CUDA_PTR_DEVICE;
     pthread_mutex_lock(&g.mu);
     int k = find(p, 0);
@@ -165,9 +214,24 @@ static void close_ctx(hoop_cuda_ctx_t *ctx) { free(ctx); }
 
 static const char *error(const hoop_cuda_ctx_t *ctx) { return ctx->err; }
 
-static int copy(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n)
+static int stream_sync(hoop_cuda_ctx_t *ctx, void *stream);
+
+/* The synchronous operations on a stream start after the work queued there: the double waits
+ * for it, then runs them on the calling thread. The legacy default stream (NULL) has no queue
+ * here: it is always idle, as the double's streams never wait for it nor it for them (they
+ * behave as cudaStreamNonBlocking streams do). */
+/* cudaStreamLegacy and cudaStreamPerThread: the double's legacy default stream, NULL. */
+static void *norm(void *stream) { return (uintptr_t)stream <= 2 ? NULL : stream; }
+
+static int after(hoop_cuda_ctx_t *ctx, void *stream)
 {
-    if (injected(ctx)) return -1;
+    stream = norm(stream);
+    return stream != NULL ? stream_sync(ctx, stream) : 0;
+}
+
+static int copy(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
+{
+    if (after(ctx, stream) != 0 || injected(ctx)) return -1;
     if (n == 0) return 0;
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     if (d != s && d < s + n && s < d + n)
@@ -176,9 +240,9 @@ static int copy(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n)
     return 0;
 }
 
-static int move(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n)
+static int move(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
 {
-    if (injected(ctx)) return -1;
+    if (after(ctx, stream) != 0 || injected(ctx)) return -1;
     if (n == 0) return 0;
     memmove(reach(dst, n, 0, "move destination"), reach(src, n, 0, "move source"), n);
     return 0;
@@ -191,9 +255,9 @@ static size_t esize(hoop_dtype_t dt)
 }
 
 static int reduce(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b, size_t count,
-                  hoop_dtype_t dt, hoop_op_t op)
+                  hoop_dtype_t dt, hoop_op_t op, void *stream)
 {
-    if (injected(ctx)) return -1;
+    if (after(ctx, stream) != 0 || injected(ctx)) return -1;
     if (count == 0) return 0;
     size_t es = esize(dt), n = count * es;
     char *o = reach(out, n, 1, "reduction output");
@@ -213,9 +277,10 @@ static int reduce(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
     return 0;
 }
 
-static int avg_finish(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt, int divisor)
+static int avg_finish(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt, int divisor,
+                      void *stream)
 {
-    if (injected(ctx)) return -1;
+    if (after(ctx, stream) != 0 || injected(ctx)) return -1;
     if (count == 0) return 0;
     size_t es = esize(dt), n = count * es;
     char *p = reach(buf, n, 1, "average");
@@ -232,7 +297,7 @@ static int avg_finish(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_
     return 0;
 }
 
-static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
+static void *alloc_aligned(hoop_cuda_ctx_t *ctx, size_t bytes, size_t align)
 {
     init();
     size_t size = bytes ? bytes : 1;
@@ -242,9 +307,11 @@ static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
     size_t at = 0;
     int i = 0;
     for (; i < g.nblocks; i++) {
+        at = (at + align - 1) / align * align;
         if (at + size + ALIGN <= g.blocks[i].off) break;
         at = (g.blocks[i].off + g.blocks[i].size + 2 * ALIGN - 1) / ALIGN * ALIGN;
     }
+    at = (at + align - 1) / align * align;
     if (g.nblocks == MAX_BLOCKS || at + size > g.bytes) {
         pthread_mutex_unlock(&g.mu);
         snprintf(ctx->err, sizeof ctx->err, "out of device memory (%zu bytes asked)", bytes);
@@ -259,11 +326,13 @@ static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
     return g.dev + at;
 }
 
+static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes) { return alloc_aligned(ctx, bytes, ALIGN); }
+
 static void dfree(hoop_cuda_ctx_t *ctx, void *p)
 {
     (void)ctx;
     if (p == NULL) return;
-    if (!in_arena(p)) die("free of %p, which is not device memory", p);
+    if (!in_arena(p)) die("free of %p, which is not device memory of this process", p);
     pthread_mutex_lock(&g.mu);
     int k = find(p, 0);
     if (k < 0 || g.dev + g.blocks[k].off != (char *)p)
@@ -290,6 +359,363 @@ static void host_free(hoop_cuda_ctx_t *ctx, void *p)
     free(p);
 }
 
+/* ---- streams and events ----
+ * A stream is a worker thread with a queue. Before each operation it sleeps a random while (up
+ * to HOOP_CUDA_DOUBLE_DELAY_US, default 2000 us), so that work that is not properly ordered
+ * after a stream's operations sees them not done yet, and a missing synchronization shows as a
+ * wrong result rather than passing by luck. An event counts its records and the records
+ * reached; waits on events and words poll, and give up (aborting, naming what) after
+ * HOOP_CUDA_DOUBLE_WAIT_S seconds (default 120), so that a test that forgot to set what a
+ * stream waits for fails instead of hanging. */
+
+enum { OP_COPY, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_WORD, OP_STOP };
+
+typedef struct devent {
+    uint32_t magic;
+    _Atomic uint64_t recorded, reached;
+} devent_t;
+
+typedef struct sop {
+    int kind;
+    void *dst;
+    const void *src;
+    size_t n;
+    devent_t *ev;
+    uint64_t gen;
+    const uint32_t *word;
+    uint32_t value;
+    struct sop *next;
+} sop_t;
+
+typedef struct dstream {
+    uint32_t magic;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sop_t *head, *tail;
+    uint64_t queued, done;
+    unsigned seed;
+    pthread_t thread;
+} dstream_t;
+
+#define STREAM_MAGIC 0x5354524du
+#define EVENT_MAGIC 0x4556454eu
+
+static long env_long(const char *name, long dflt)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? atol(v) : dflt;
+}
+
+static void pause_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls until the 64-bit counter reaches target (an event) or the word reaches value. */
+static void wait_for(const char *what, _Atomic uint64_t *ctr, uint64_t target, const uint32_t *word,
+                     uint32_t value)
+{
+    long limit_us = env_long("HOOP_CUDA_DOUBLE_WAIT_S", 120) * 1000000, waited = 0;
+    for (;;) {
+        if (ctr != NULL && atomic_load_explicit(ctr, memory_order_acquire) >= target) return;
+        if (word != NULL && (int32_t)(__atomic_load_n(word, __ATOMIC_ACQUIRE) - value) >= 0) return;
+        if (waited > limit_us)
+            die("%s: still waiting after %ld s (nothing set what it waits for)", what,
+                limit_us / 1000000);
+        pause_us(20);
+        waited += 20;
+    }
+}
+
+static void *stream_main(void *arg)
+{
+    dstream_t *s = arg;
+    long max_delay = env_long("HOOP_CUDA_DOUBLE_DELAY_US", 2000);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (s->head == NULL) pthread_cond_wait(&s->cv, &s->mu);
+        sop_t *o = s->head;
+        pthread_mutex_unlock(&s->mu);
+        if (o->kind == OP_STOP) break;
+        if (max_delay > 0) pause_us(rand_r(&s->seed) % (max_delay + 1));
+        switch (o->kind) {
+        case OP_COPY: memcpy(o->dst, o->src, o->n); break;
+        case OP_RECORD: atomic_store_explicit(&o->ev->reached, o->gen, memory_order_release); break;
+        case OP_WAIT_EVENT:
+            wait_for("a stream's event wait", &o->ev->reached, o->gen, NULL, 0);
+            break;
+        case OP_WAIT_WORD: wait_for("a stream's word wait", NULL, 0, o->word, o->value); break;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->head = o->next;
+        if (s->head == NULL) s->tail = NULL;
+        s->done++;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        free(o);
+    }
+    return NULL;
+}
+
+static dstream_t *as_stream(void *p, const char *what)
+{
+    dstream_t *s = p;
+    if (s == NULL || s->magic != STREAM_MAGIC) die("%s: %p is not a stream of the double", what, p);
+    return s;
+}
+
+static devent_t *as_event(void *p, const char *what)
+{
+    devent_t *e = p;
+    if (e == NULL || e->magic != EVENT_MAGIC) die("%s: %p is not an event of the double", what, p);
+    return e;
+}
+
+static void enqueue(dstream_t *s, sop_t o)
+{
+    sop_t *q = malloc(sizeof *q);
+    if (q == NULL) die("out of host memory");
+    *q = o;
+    q->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail != NULL)
+        s->tail->next = q;
+    else
+        s->head = q;
+    s->tail = q;
+    s->queued++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *stream_create(hoop_cuda_ctx_t *ctx)
+{
+    init();
+    dstream_t *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        snprintf(ctx->err, sizeof ctx->err, "out of host memory for a stream");
+        return NULL;
+    }
+    s->magic = STREAM_MAGIC;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->seed = (unsigned)(uintptr_t)s ^ (unsigned)getpid() ^ (unsigned)time(NULL);
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+        snprintf(ctx->err, sizeof ctx->err, "cannot start a stream's thread");
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Lets the queued work finish first (CUDA also completes it after cudaStreamDestroy). */
+static void stream_destroy(hoop_cuda_ctx_t *ctx, void *stream)
+{
+    (void)ctx;
+    if (stream == NULL) return;
+    dstream_t *s = as_stream(stream, "stream_destroy");
+    enqueue(s, (sop_t){.kind = OP_STOP});
+    pthread_join(s->thread, NULL);
+    free(s->head); /* the stop */
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    s->magic = 0;
+    free(s);
+}
+
+static int stream_sync(hoop_cuda_ctx_t *ctx, void *stream)
+{
+    (void)ctx;
+    stream = norm(stream);
+    if (stream == NULL) return 0;
+    dstream_t *s = as_stream(stream, "stream_sync");
+    pthread_mutex_lock(&s->mu);
+    uint64_t want = s->queued;
+    while (s->done < want) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static int copy_async(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
+{
+    stream = norm(stream);
+    if (injected(ctx)) return -1;
+    if (n == 0) return 0;
+    uintptr_t d = (uintptr_t)dst, sr = (uintptr_t)src;
+    if (d != sr && d < sr + n && sr < d + n)
+        die("async copy of %zu bytes between overlapping ranges %p and %p", n, dst, src);
+    /* Checked as it is queued; the pages stay reachable through the alias. */
+    char *to = reach(dst, n, 0, "async copy destination");
+    const char *from = reach(src, n, 0, "async copy source");
+    if (stream == NULL) {
+        memcpy(to, from, n);
+        return 0;
+    }
+    enqueue(as_stream(stream, "copy_async"),
+            (sop_t){.kind = OP_COPY, .dst = to, .src = from, .n = n});
+    return 0;
+}
+
+static void *event_create(hoop_cuda_ctx_t *ctx)
+{
+    devent_t *e = calloc(1, sizeof *e);
+    if (e == NULL) snprintf(ctx->err, sizeof ctx->err, "out of host memory for an event");
+    if (e != NULL) e->magic = EVENT_MAGIC;
+    return e;
+}
+
+static void event_destroy(hoop_cuda_ctx_t *ctx, void *event)
+{
+    (void)ctx;
+    if (event == NULL) return;
+    as_event(event, "event_destroy")->magic = 0;
+    free(event);
+}
+
+static int event_record(hoop_cuda_ctx_t *ctx, void *event, void *stream)
+{
+    stream = norm(stream);
+    if (injected(ctx)) return -1;
+    devent_t *e = as_event(event, "event_record");
+    uint64_t gen = atomic_fetch_add(&e->recorded, 1) + 1;
+    if (stream == NULL)
+        atomic_store_explicit(&e->reached, gen, memory_order_release);
+    else
+        enqueue(as_stream(stream, "event_record"), (sop_t){.kind = OP_RECORD, .ev = e, .gen = gen});
+    return 0;
+}
+
+static int event_query(hoop_cuda_ctx_t *ctx, void *event)
+{
+    (void)ctx;
+    devent_t *e = as_event(event, "event_query");
+    return atomic_load_explicit(&e->reached, memory_order_acquire) >= atomic_load(&e->recorded);
+}
+
+static int stream_wait_event(hoop_cuda_ctx_t *ctx, void *stream, void *event)
+{
+    stream = norm(stream);
+    if (injected(ctx)) return -1;
+    devent_t *e = as_event(event, "stream_wait_event");
+    uint64_t gen = atomic_load(&e->recorded);
+    if (stream == NULL)
+        wait_for("a legacy stream's event wait", &e->reached, gen, NULL, 0);
+    else
+        enqueue(as_stream(stream, "stream_wait_event"),
+                (sop_t){.kind = OP_WAIT_EVENT, .ev = e, .gen = gen});
+    return 0;
+}
+
+static int stream_wait_word(hoop_cuda_ctx_t *ctx, void *stream, const uint32_t *word,
+                            uint32_t value)
+{
+    stream = norm(stream);
+    if (injected(ctx)) return -1;
+    if (in_device(word))
+        die("stream_wait_word: %p is device memory, not host memory", (void *)word);
+    if (stream == NULL)
+        wait_for("a legacy stream's word wait", NULL, 0, word, value);
+    else
+        enqueue(as_stream(stream, "stream_wait_word"),
+                (sop_t){.kind = OP_WAIT_WORD, .word = word, .value = value});
+    return 0;
+}
+
+/* ---- IPC ----
+ * A handle names the arena's memfd through /proc/PID/fd/FD, with the allocation's offset and
+ * size and a serial number; opening it in another process maps that range twice, as the arena
+ * is (a PROT_NONE view handed out, an alias for the double). The range is page-aligned. */
+
+typedef struct ipc_handle {
+    uint64_t magic, serial;
+    int64_t pid, fd;
+    uint64_t off, size;
+} ipc_handle_t;
+_Static_assert(sizeof(ipc_handle_t) <= HOOP__CUDA_IPC_HANDLE, "the handle must fit");
+
+#define IPC_MAGIC 0x49504344424cull
+
+static void *ipc_alloc(hoop_cuda_ctx_t *ctx, size_t bytes, void *handle)
+{
+    size_t size = (bytes + 4095) / 4096 * 4096;
+    char *p = alloc_aligned(ctx, size ? size : 4096, 4096);
+    if (p == NULL) return NULL;
+    pthread_mutex_lock(&g.mu);
+    ipc_handle_t h = {.magic = IPC_MAGIC,
+                      .serial = ++g.serial,
+                      .pid = getpid(),
+                      .fd = g.fd,
+                      .off = (uint64_t)(p - g.dev),
+                      .size = size ? size : 4096};
+    pthread_mutex_unlock(&g.mu);
+    memset(handle, 0, HOOP__CUDA_IPC_HANDLE);
+    memcpy(handle, &h, sizeof h);
+    return p;
+}
+
+static void ipc_free(hoop_cuda_ctx_t *ctx, void *p) { dfree(ctx, p); }
+
+static void *ipc_open(hoop_cuda_ctx_t *ctx, const void *handle)
+{
+    init();
+    ipc_handle_t h;
+    memcpy(&h, handle, sizeof h);
+    if (h.magic != IPC_MAGIC) {
+        snprintf(ctx->err, sizeof ctx->err, "not an IPC handle of the CUDA test double");
+        return NULL;
+    }
+    if (h.pid == getpid()) {
+        snprintf(ctx->err, sizeof ctx->err,
+                 "an IPC handle cannot be opened in the process that made it (as CUDA's)");
+        return NULL;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)h.pid, (long long)h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(ctx->err, sizeof ctx->err, "cannot open the peer's device memory %s: %s", path,
+                 strerror(errno));
+        return NULL;
+    }
+    char *dev = mmap(NULL, h.size, PROT_NONE, MAP_SHARED, fd, (off_t)h.off);
+    char *alias = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)h.off);
+    close(fd);
+    if (dev == MAP_FAILED || alias == MAP_FAILED) {
+        if (dev != MAP_FAILED) munmap(dev, h.size);
+        if (alias != MAP_FAILED) munmap(alias, h.size);
+        snprintf(ctx->err, sizeof ctx->err, "cannot map the peer's device memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&g.mu);
+    if (g.nimports == (int)(sizeof g.imports / sizeof g.imports[0])) {
+        pthread_mutex_unlock(&g.mu);
+        munmap(dev, h.size);
+        munmap(alias, h.size);
+        snprintf(ctx->err, sizeof ctx->err, "too many IPC handles open");
+        return NULL;
+    }
+    g.imports[g.nimports].dev = dev;
+    g.imports[g.nimports].alias = alias;
+    g.imports[g.nimports].size = h.size;
+    g.nimports++;
+    pthread_mutex_unlock(&g.mu);
+    return dev;
+}
+
+static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
+{
+    (void)ctx;
+    if (p == NULL) return;
+    pthread_mutex_lock(&g.mu);
+    int i = import_of(p);
+    if (i < 0 || g.imports[i].dev != (char *)p) die("ipc_close of %p, which was not opened", p);
+    munmap(g.imports[i].dev, g.imports[i].size);
+    munmap(g.imports[i].alias, g.imports[i].size);
+    g.imports[i] = g.imports[--g.nimports];
+    pthread_mutex_unlock(&g.mu);
+}
+
 static const hoop_cuda_module_t table = {
     .abi = HOOP__CUDA_ABI,
     .size = sizeof(hoop_cuda_module_t),
@@ -306,6 +732,20 @@ static const hoop_cuda_module_t table = {
     .host_alloc = host_alloc,
     .host_free = host_free,
     .error = error,
+    .stream_create = stream_create,
+    .stream_destroy = stream_destroy,
+    .stream_sync = stream_sync,
+    .copy_async = copy_async,
+    .event_create = event_create,
+    .event_destroy = event_destroy,
+    .event_record = event_record,
+    .event_query = event_query,
+    .stream_wait_event = stream_wait_event,
+    .stream_wait_word = stream_wait_word,
+    .ipc_alloc = ipc_alloc,
+    .ipc_free = ipc_free,
+    .ipc_open = ipc_open,
+    .ipc_close = ipc_close,
 };
 
 EXPORT const hoop_cuda_module_t *hoop_cuda_module(void) { return &table; }

@@ -1,0 +1,467 @@
+/*
+ * The shared area of the shared-memory collectives (shm_coll.c): one memfd per communicator, made
+ * by rank 0 at the first call that wants it and mapped by every rank, and the one primitive the
+ * algorithms build on, a step: publish what this rank wrote, then wait until every rank has.
+ *
+ *   area:    header page | slot of rank 0 | slot of rank 1 | ...
+ *   slot r:  control (waiters' count, pid, abort flag and reason) | buffer 0 | buffer 1
+ *   buffer:  a line (step number, the call's descriptor, the first 24 payload bytes) | payload
+ *
+ * Every rank counts its steps; all ranks of a communicator run the same steps in the same order,
+ * and step s uses buffer s % 2. A rank publishes step s by writing its payload and descriptor into
+ * buffer s % 2 and then the step number into the same line (release), so a reader that polls the
+ * line it is about to read sees a small payload in the same cache-line transfer. A rank can be at
+ * most one step ahead of the slowest (it waits for everyone at every step), so buffer s % 2 is
+ * not written again before every reader of step s has published step s + 1, i.e. finished with
+ * it: two buffers are enough for any schedule that reads step s's data before its next step.
+ *
+ * Every step compares the descriptors (kind, count, dtype, op, root, call number, algorithm,
+ * schedule digest) of all ranks: different calls fail with HOOP_ERR_MISMATCH on every rank that
+ * sees them, with the transports' sentence, and the abort reaches the others.
+ *
+ * Waiting: a spin of the communicator's spin time (20 us, none where local ranks outnumber
+ * cores), then sched_yield between looks until HOOP_SHM_SPIN_US (200 us) have passed, then sleeps
+ * on a futex in the line it waits for, 1 ms at a time; a publisher that sees waiters announced on its slot (Dekker's
+ * pattern: each side stores, fences, loads) wakes them. Every millisecond the waiter drives the
+ * transport (point-to-point requests in flight, abort notices from peers), polls a pidfd of every
+ * peer (a killed rank fails the communicator within about a millisecond) and keeps the
+ * communicator's timeout.
+ *
+ * The memfd has no name, and rank 0 closes it once every rank has mapped it: nothing is left
+ * behind however the processes end.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "collectives/shm_coll.h"
+
+#define AREA_MAGIC 0x4c4c4f435f504f48ull /* "HOOP_COLL" */
+#define PAGE 4096
+#define ADDR_LEN 64
+#define REASON 448
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#define relax() __builtin_ia32_pause()
+#else
+#define relax() ((void)0)
+#endif
+
+typedef struct area_hdr {
+    uint64_t magic, nonce, comm_id, len, buf_bytes;
+    int32_t size;
+} area_hdr_t;
+
+typedef struct slot_ctl {
+    _Alignas(64) _Atomic uint32_t sleepers; /* ranks about to sleep on one of this slot's lines */
+    _Alignas(64) int32_t pid;
+    _Atomic uint32_t aborted; /* hoop_result_t this rank failed with inside a step, 0 if none */
+    _Atomic uint32_t closed;  /* this rank freed its communicator */
+    char reason[REASON];
+} slot_ctl_t;
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static slot_ctl_t *ctl_of(const hoop__shc_t *a, int r)
+{
+    return (slot_ctl_t *)(void *)(a->base + PAGE + (size_t)r * a->slot_bytes);
+}
+
+hoop__shc_line_t *hoop__shc_line(const hoop__shc_t *a, int r, uint64_t step)
+{
+    return (hoop__shc_line_t *)(void *)(a->base + PAGE + (size_t)r * a->slot_bytes + PAGE +
+                                        (size_t)(step & 1) * a->buf_bytes);
+}
+
+static long futex(_Atomic uint64_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+    /* The step's low half: the word that changes (little-endian; on big-endian the high half,
+     * which changes every 2^32 steps, would only make sleeps time out). */
+    return syscall(SYS_futex, (uint32_t *)(void *)word, op, val, ts, NULL, 0);
+}
+
+/* ---- setup ---- */
+
+static void area_unmap(hoop__shc_t *a)
+{
+    if (a->base != NULL) munmap(a->base, a->len);
+    a->base = NULL;
+    for (int q = 0; a->pidfd != NULL && q < a->p; q++)
+        if (a->pidfd[q] >= 0) close(a->pidfd[q]);
+    free(a->pidfd);
+    a->pidfd = NULL;
+}
+
+void hoop__shc_close(hoop_comm_t *c)
+{
+    if (c->shc == NULL) return;
+    /* A peer still waiting for a step of this rank's learns that it will not come. */
+    if (c->shc->ready) atomic_store(&ctl_of(c->shc, c->rank)->closed, 1);
+    area_unmap(c->shc);
+    free(c->shc);
+    c->shc = NULL;
+}
+
+static void layout(hoop_comm_t *c, hoop__shc_t *a)
+{
+    a->p = c->size;
+    /* Payload per buffer: 256 KiB, or a whole small message when HOOP_SMALL_BYTES is larger. */
+    size_t data = HOOP__SHC_DATA;
+    if (c->agreed.small_bytes + 64 > data) data = c->agreed.small_bytes + 64;
+    a->buf_bytes = round_up(data + sizeof(hoop__shc_line_t), PAGE);
+    a->data_bytes = a->buf_bytes - sizeof(hoop__shc_line_t);
+    a->slot_bytes = PAGE + 2 * a->buf_bytes;
+    a->len = PAGE + (size_t)a->p * a->slot_bytes;
+}
+
+/* Rank 0's part: the memfd, its header, the address the others open. */
+static int area_create(hoop_comm_t *c, hoop__shc_t *a, int *fd, char *addr)
+{
+    *fd = memfd_create("hoop-coll", MFD_CLOEXEC);
+    if (*fd < 0 || ftruncate(*fd, (off_t)a->len) != 0) return -1;
+    void *m = mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (m == MAP_FAILED) return -1;
+    a->base = m;
+    area_hdr_t *h = m;
+    if (getrandom(&h->nonce, sizeof(h->nonce), 0) != sizeof(h->nonce))
+        h->nonce = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)m;
+    h->comm_id = c->id;
+    h->len = a->len;
+    h->buf_bytes = a->buf_bytes;
+    h->size = a->p;
+    h->magic = AREA_MAGIC;
+    snprintf(addr, ADDR_LEN, "%d:%d:%016" PRIx64, (int)getpid(), *fd, h->nonce);
+    return 0;
+}
+
+/* The others' part: open rank 0's memfd through /proc (allowed to processes that may read its
+ * memory: the same check the shared-memory transport relies on), check it is this
+ * communicator's area, map it. */
+static int area_open(hoop_comm_t *c, hoop__shc_t *a, const char *addr)
+{
+    int pid, fd;
+    uint64_t nonce;
+    if (sscanf(addr, "%d:%d:%" SCNx64, &pid, &fd, &nonce) != 3) return -1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+    int f = open(path, O_RDWR | O_CLOEXEC);
+    if (f < 0) return -1;
+    area_hdr_t h;
+    int ok = pread(f, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == AREA_MAGIC &&
+             h.nonce == nonce && h.comm_id == c->id && h.len == a->len &&
+             h.buf_bytes == a->buf_bytes && h.size == a->p;
+    void *m = ok ? mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0) : MAP_FAILED;
+    close(f);
+    if (m == MAP_FAILED) return -1;
+    a->base = m;
+    return 0;
+}
+
+/* The first call that wants the area: rank 0 makes it and sends its address to every rank, every
+ * rank maps it and tells rank 0 whether it could, and rank 0 tells everyone the verdict. Messages
+ * of the call itself (its header), so a rank in another call fails them as a mismatch. */
+static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
+{
+    /* The exchange's buffers are this rank's own, in host memory, whatever the call's are. */
+    hoop__call_t hcall = *dcall;
+    hcall.mem = HOOP__MEM_HOST;
+    const hoop__call_t *call = &hcall;
+    hoop_comm_t *c = call->comm;
+    int p = c->size, me = c->rank, fd = -1;
+    char *addrs = calloc((size_t)p, ADDR_LEN);
+    uint8_t *st = calloc((size_t)p, 1);
+    a->pidfd = malloc((size_t)p * sizeof(int));
+    if (addrs == NULL || st == NULL || a->pidfd == NULL) {
+        free(addrs);
+        free(st);
+        free(a->pidfd);
+        a->pidfd = NULL;
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "shared-memory collectives: no memory");
+        return HOOP_ERR_NO_MEMORY;
+    }
+    for (int q = 0; q < p; q++) a->pidfd[q] = -1;
+    layout(c, a);
+    uint8_t mine = 0, verdict = 0;
+    hoop_result_t rc;
+    if (me == 0) {
+        if (area_create(c, a, &fd, addrs) == 0) mine = 1;
+        for (int q = 1; q < p; q++) memcpy(addrs + (size_t)q * ADDR_LEN, addrs, ADDR_LEN);
+        rc = hoop__root_exchange(call, HOOP__XFER_SEND, addrs, ADDR_LEN);
+    } else {
+        rc = hoop__sendrecv(call, -1, NULL, 0, 0, addrs, ADDR_LEN);
+        addrs[ADDR_LEN - 1] = '\0';
+        if (rc == HOOP_OK && addrs[0] != '\0' && area_open(c, a, addrs) == 0) mine = 1;
+    }
+    if (mine) ctl_of(a, me)->pid = (int32_t)getpid();
+    if (rc == HOOP_OK && me == 0) {
+        rc = hoop__root_exchange(call, HOOP__XFER_RECV, (char *)st, 1);
+        verdict = mine;
+        for (int q = 1; q < p; q++) verdict &= st[q];
+        memset(st, verdict, (size_t)p);
+        if (rc == HOOP_OK) rc = hoop__root_exchange(call, HOOP__XFER_SEND, (char *)st, 1);
+    } else if (rc == HOOP_OK) {
+        rc = hoop__sendrecv(call, 0, &mine, 1, -1, NULL, 0);
+        if (rc == HOOP_OK) rc = hoop__sendrecv(call, -1, NULL, 0, 0, &verdict, 1);
+    }
+    if (fd >= 0) close(fd);
+    free(addrs);
+    free(st);
+    if (rc != HOOP_OK || !verdict) {
+        area_unmap(a);
+        if (rc == HOOP_OK)
+            HOOP__INFO(&c->log, "shared-memory collectives unavailable (a rank could not map the "
+                                "area): point-to-point algorithms instead");
+        return rc;
+    }
+    for (int q = 0; q < p; q++)
+        if (q != me) a->pidfd[q] = (int)syscall(SYS_pidfd_open, (pid_t)ctl_of(a, q)->pid, 0);
+    a->ready = 1;
+    return HOOP_OK;
+}
+
+hoop_result_t hoop__shc_get(const hoop__call_t *call, hoop__shc_t **out)
+{
+    hoop_comm_t *c = call->comm;
+    *out = NULL;
+    if (c->size < 2) return HOOP_OK;
+    if (c->shc == NULL) {
+        c->shc = calloc(1, sizeof(hoop__shc_t));
+        if (c->shc == NULL) {
+            hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "shared-memory collectives: no memory");
+            return HOOP_ERR_NO_MEMORY;
+        }
+        hoop_result_t rc = area_setup(call, c->shc);
+        if (rc != HOOP_OK) return rc;
+    }
+    if (c->shc->ready) *out = c->shc;
+    return HOOP_OK;
+}
+
+/* ---- steps ---- */
+
+static void fill_desc(const hoop__call_t *call, hoop__shc_line_t *l, uint32_t flags)
+{
+    l->seq = call->seq;
+    l->count = call->count;
+    l->kind = (uint8_t)call->kind;
+    l->dtype = (uint8_t)call->dtype;
+    l->op = (uint8_t)call->op;
+    l->algo = (uint8_t)call->algo;
+    l->root = call->root;
+    l->sched = call->comm->sched;
+    l->flags = flags;
+}
+
+static void to_hdr(const hoop__call_t *call, const hoop__shc_line_t *l, int src,
+                   hoop__wire_hdr_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->kind = l->kind;
+    h->dtype = l->dtype;
+    h->op = l->op;
+    h->algo = l->algo;
+    h->root = l->root;
+    h->src = (uint32_t)src;
+    h->comm_id = call->comm->id;
+    h->seq = l->seq;
+    h->count = l->count;
+    h->sched = l->sched;
+}
+
+/* The communicator failed inside a step: say so where the peers look, wake whoever sleeps on this
+ * rank's lines, and abort the transports (which tells the peers too). */
+static hoop_result_t step_failed(const hoop__call_t *call, hoop__shc_t *a, hoop_result_t code)
+{
+    hoop_comm_t *c = call->comm;
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab) code = ab;
+    slot_ctl_t *me = ctl_of(a, c->rank);
+    if (atomic_load(&me->aborted) == 0) {
+        size_t n = strnlen(c->fatal_msg, sizeof(me->reason) - 1);
+        memcpy(me->reason, c->fatal_msg, n);
+        me->reason[n] = '\0';
+        atomic_store(&me->aborted, (uint32_t)code);
+        for (uint64_t b = 0; b < 2; b++)
+            futex(&hoop__shc_line(a, c->rank, b)->step, FUTEX_WAKE, INT_MAX, NULL);
+    }
+    c->tp_ops->abort(c->tp, code, c->fatal_msg);
+    return code;
+}
+
+static int process_gone(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char *s = strrchr(buf, ')');
+    return s != NULL && s[1] == ' ' && (s[2] == 'Z' || s[2] == 'X');
+}
+
+/* Between sleeps: the transport, the peers' abort flags and processes, the deadline. */
+static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int peer, uint64_t s,
+                                 double start, double now)
+{
+    hoop_comm_t *c = call->comm;
+    /* The transport looks at its peers every 64th idle progress at most once a millisecond:
+     * enough calls that it does look, for the abort notices it carries. */
+    for (int i = 0; i < 64; i++) c->tp_ops->progress(c->tp, 0);
+    if (c->inflight != NULL) c->reap(c);
+    if (atomic_load(&c->aborted)) return step_failed(call, a, HOOP_ERR_ABORTED);
+    char mine[128];
+    /* Dead peers first, so that a rank that sees both names the dead one rather than a peer
+     * that aborted because of it; then peers that aborted. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int q = 0; q < a->p; q++) {
+            if (q == c->rank) continue;
+            slot_ctl_t *pc = ctl_of(a, q);
+            uint32_t ab = pass == 1 ? atomic_load(&pc->aborted) : 0;
+            int gone = 0;
+            /* A peer that has published this step may end (its last call is done): only one that
+         * has not can fail this wait. */
+            if (pass == 0 && atomic_load(&hoop__shc_line(a, q, s)->step) >= s) continue;
+            if (pass == 0 && a->pidfd[q] >= 0) {
+                struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
+                gone = poll(&pf, 1, 0) > 0;
+            } else if (pass == 0 && q == peer && now >= a->next_gone_check) {
+                a->next_gone_check = now + 0.01;
+                gone = process_gone((pid_t)pc->pid);
+            }
+            if (ab == 0 && !gone) continue;
+            /* What it wrote before it went may be its abort reason: read that first. */
+            ab = atomic_load(&pc->aborted);
+            hoop__call_describe(call, mine, sizeof(mine));
+            if (ab != 0) {
+                char why[REASON];
+                memcpy(why, pc->reason, sizeof(why));
+                why[sizeof(why) - 1] = '\0';
+                hoop__comm_fail(c, HOOP_ERR_ABORTED, "rank %d aborted: %s", q, why);
+            } else {
+                hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
+                                "%s (call #%llu) failed with rank %d: lost rank %d (its process %d "
+                                "exited)",
+                                mine, (unsigned long long)call->seq, q, q, (int)pc->pid);
+            }
+            return step_failed(call, a, ab != 0 ? HOOP_ERR_ABORTED : HOOP_ERR_PEER_LOST);
+        }
+    if (atomic_load(&ctl_of(a, peer)->closed) &&
+        atomic_load(&hoop__shc_line(a, peer, s)->step) < s) {
+        hoop__call_describe(call, mine, sizeof(mine));
+        hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
+                        "%s (call #%llu) failed with rank %d: lost rank %d (it closed its "
+                        "connections)",
+                        mine, (unsigned long long)call->seq, peer, peer);
+        return step_failed(call, a, HOOP_ERR_PEER_LOST);
+    }
+    if (now - start >= c->timeout_s) {
+        hoop__call_describe(call, mine, sizeof(mine));
+        hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
+                        "%s (call #%llu) timed out after %.1f s waiting for rank(s) %d", mine,
+                        (unsigned long long)call->seq, c->timeout_s, peer);
+        return step_failed(call, a, HOOP_ERR_TIMEOUT);
+    }
+    return HOOP_OK;
+}
+
+/* Waits until peer q has published step s. */
+static hoop_result_t wait_peer(const hoop__call_t *call, hoop__shc_t *a, int q, uint64_t s)
+{
+    hoop__shc_line_t *l = hoop__shc_line(a, q, s);
+    if (atomic_load_explicit(&l->step, memory_order_acquire) >= s) return HOOP_OK;
+    hoop_comm_t *c = call->comm;
+    double start = hoop__now(), now = start, next = start + 1e-3;
+    /* Spin for the communicator's spin time (20 us; none where local ranks outnumber cores), then
+     * yield the core between looks until HOOP_SHM_SPIN_US (200 us) have passed: the rank waited
+     * for may need this core, and a busy machine runs it sooner than it wakes a sleeper. Then
+     * sleep. */
+    double spin = c->cfg.shm_spin_us * 1e-6;
+    unsigned looks = 0;
+    slot_ctl_t *qc = ctl_of(a, q);
+    for (;;) {
+        uint64_t v = atomic_load_explicit(&l->step, memory_order_acquire);
+        if (v >= s) return HOOP_OK;
+        if (now - start >= c->spin_s) {
+            sched_yield();
+        } else if ((++looks & 63) != 0) {
+            relax();
+            continue;
+        }
+        now = hoop__now();
+        if (now >= next) {
+            hoop_result_t rc = check_world(call, a, q, s, start, now);
+            if (rc != HOOP_OK) return rc;
+            next = now + 1e-3;
+        }
+        if (now - start < spin) continue;
+        /* Announce, look again, sleep: the publisher stores its step, fences, then reads
+         * sleepers, so one of the two sees the other. */
+        atomic_fetch_add(&qc->sleepers, 1);
+        v = atomic_load(&l->step);
+        if (v < s) {
+            struct timespec ts = {0, 1000000};
+            futex(&l->step, FUTEX_WAIT, (uint32_t)v, &ts);
+        }
+        atomic_fetch_sub(&qc->sleepers, 1);
+    }
+}
+
+uint8_t *hoop__shc_next(const hoop__shc_t *a, int r)
+{
+    return hoop__shc_line(a, r, a->step + 1)->data;
+}
+
+hoop_result_t hoop__shc_step(const hoop__call_t *call, hoop__shc_t *a, uint32_t flags)
+{
+    hoop_comm_t *c = call->comm;
+    int me = c->rank;
+    uint64_t s = ++a->step;
+    hoop__shc_line_t *l = hoop__shc_line(a, me, s);
+    fill_desc(call, l, flags);
+    atomic_store_explicit(&l->step, s, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&ctl_of(a, me)->sleepers, memory_order_relaxed) != 0)
+        futex(&l->step, FUTEX_WAKE, INT_MAX, NULL);
+    hoop_result_t rc = HOOP_OK;
+    uint32_t all = flags;
+    for (int i = 1; i < a->p && rc == HOOP_OK; i++) {
+        int q = (me + i) % a->p;
+        rc = wait_peer(call, a, q, s);
+        if (rc != HOOP_OK) break;
+        const hoop__shc_line_t *ql = hoop__shc_line(a, q, s);
+        all &= ql->flags;
+        if (ql->seq != l->seq || ql->count != l->count || ql->kind != l->kind ||
+            ql->dtype != l->dtype || ql->op != l->op || ql->algo != l->algo ||
+            ql->root != l->root || ql->sched != l->sched) {
+            hoop__wire_hdr_t e, g;
+            char msg[400];
+            to_hdr(call, l, me, &e);
+            to_hdr(call, ql, q, &g);
+            hoop__wire_mismatch_msg(&e, &g, q, me, msg, sizeof(msg));
+            hoop__comm_fail(c, HOOP_ERR_MISMATCH, "%s", msg);
+            return step_failed(call, a, HOOP_ERR_MISMATCH);
+        }
+    }
+    if (rc == HOOP_OK && (all & HOOP__SHC_HOST) == 0) return HOOP__SHC_FALLBACK;
+    return rc;
+}

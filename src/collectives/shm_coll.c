@@ -1,0 +1,348 @@
+/*
+ * Collectives through the shared area (shm_area.c), for communicators whose ranks all share one
+ * host: every rank writes its contribution once into its own buffer, a step tells everyone, and
+ * the readers take what they need where it lies. No messages, no rings, no headers to parse.
+ *
+ * Small all-reduce (at most HOOP_SMALL_BYTES): one step. Every rank reduces all p contributions
+ * itself, in the order recursive doubling combines them (pairs folded, then halves, lower group
+ * first), so the bits are the ones HOOP_ALGO=rd gives. Needs p >= 2.
+ *
+ * Large all-reduce, reduce and reduce-scatter: rounds of one chunk of every block. Blocks are the
+ * ring's segments (hoop__part), each owned by one rank; in round k every rank copies chunk k of
+ * each block into slot b of its buffer, steps, and the owner of each block folds the p copies of
+ * its chunk into a result slot in cache, in the order the ring folds that segment (all-reduce:
+ * ring positions s, s+1, ...; reduce-scatter and reduce: ranks b+1, b+2, ..., b), so the bits are
+ * the ring's. The next round's step also tells that these results are in, and the readers copy
+ * them out then (every rank, or the root): one step per round. Reduce-scatter writes straight to
+ * the owner's output. Per round each rank moves about 256 KiB, which stays in cache between the
+ * copy in, the fold and the copy out.
+ *
+ * Broadcast and all-gather: rounds of one step, the root's (or every rank's) chunk copied in and
+ * copied out by the others. Barrier: one step. Gather, scatter, all-to-all and split keep their
+ * point-to-point schedules after one step that compares the calls (hoop__shm_enter), so that the
+ * ranks stay in step and a rank in another call is told.
+ *
+ * Every algorithm's first step carries whether this rank's buffers are host memory; where some
+ * rank's are not, every rank runs the point-to-point algorithm instead (HOOP__SHC_FALLBACK).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/shm_coll.h"
+
+#define ALIGN 64
+
+/* The area, or NULL (then *rc says: HOOP__SHC_FALLBACK to run point-to-point, or an error). */
+static hoop__shc_t *area(const hoop__call_t *c, hoop_result_t *rc)
+{
+    hoop__shc_t *a;
+    *rc = hoop__shc_get(c, &a);
+    if (*rc == HOOP_OK && a == NULL) *rc = HOOP__SHC_FALLBACK;
+    return a;
+}
+
+/* A rank whose buffers are not host memory takes part in the first step only, to say so. */
+static hoop_result_t device_rank(const hoop__call_t *c, hoop__shc_t *a)
+{
+    hoop_result_t rc = hoop__shc_step(c, a, 0);
+    return rc == HOOP_OK ? HOOP__SHC_FALLBACK : rc;
+}
+
+/* The 64-byte aligned part of a buffer (its line holds the first 24 bytes of data). */
+static uint8_t *aligned(uint8_t *data) { return data + 24; }
+/* Where a payload of n bytes goes: in the line itself when it fits (one cache line tells the
+ * readers and carries the data), otherwise aligned, as the kernels and memcpy like it. */
+static uint8_t *payload(uint8_t *data, size_t n) { return n <= 24 ? data : aligned(data); }
+
+hoop_result_t hoop__shm_enter(hoop__call_t *c)
+{
+    hoop__shc_t *a = c->comm->shc;
+    if (a == NULL || !a->ready) return HOOP_OK;
+    hoop_result_t rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
+    return rc == HOOP__SHC_FALLBACK ? HOOP_OK : rc;
+}
+
+hoop_result_t hoop__shm_barrier(hoop__call_t *c)
+{
+    hoop_result_t rc;
+    hoop__shc_t *a = area(c, &rc);
+    if (a == NULL) return rc;
+    rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
+    return rc == HOOP__SHC_FALLBACK ? HOOP_OK : rc;
+}
+
+/* ---- all-reduce, small ---- */
+
+/* out = the recursive-doubling combination of the p inputs x[i] (allreduce_rd.c): with q the
+ * largest power of two <= p and e = p - q, survivor v < e starts as x[2v] op x[2v+1], the others
+ * as x[v+e]; then halves combine, lower first. tmp: q * bytes. */
+static void rd_order(const hoop__call_t *c, uint8_t *out, const uint8_t *const *x, int p,
+                     uint8_t *tmp, size_t n)
+{
+    size_t bytes = n * hoop__dsize(c);
+    int q = 1;
+    while (q * 2 <= p) q *= 2;
+    int e = p - q;
+    const uint8_t *v[64];
+    const uint8_t **val = p <= 64 ? v : malloc((size_t)q * sizeof(*val));
+    if (val == NULL) return; /* p > 64 with no memory: cannot happen before the area's own */
+    for (int i = 0; i < q; i++) {
+        if (i < e) {
+            uint8_t *t = tmp + (size_t)i * bytes;
+            hoop__mem_reduce(c, t, x[2 * i], x[2 * i + 1], n);
+            val[i] = t;
+        } else {
+            val[i] = x[i + e];
+        }
+    }
+    for (int m = 1; m < q; m <<= 1) {
+        for (int i = 0; i < q; i += 2 * m) {
+            uint8_t *t = 2 * m == q ? out : tmp + (size_t)i * bytes;
+            hoop__mem_reduce(c, t, val[i], val[i + m], n);
+            val[i] = t;
+        }
+    }
+    if (val != v) free(val);
+}
+
+static hoop_result_t allreduce_small(hoop__call_t *c, hoop__shc_t *a)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size;
+    size_t n = c->count, bytes = n * hoop__dsize(c);
+    /* Host structures in the scratch space, the partial results after them. */
+    uint8_t *tmp = hoop__scratch(c, (size_t)p * sizeof(uint8_t *) + (size_t)p * bytes + 1);
+    if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
+    if (bytes > 0) memcpy(payload(hoop__shc_next(a, comm->rank), bytes), c->sendbuf, bytes);
+    hoop_result_t rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
+    if (rc != HOOP_OK) return rc;
+    const uint8_t **x = (const uint8_t **)(void *)tmp;
+    for (int i = 0; i < p; i++) x[i] = payload(hoop__shc_cur(a, i), bytes);
+    HOOP__TRACE_STEP(c, 0, "rank %d reduces the %d contributions (%zu B each) in place", comm->rank,
+                     p, bytes);
+    if (bytes > 0) rd_order(c, c->recvbuf, x, p, tmp + (size_t)p * sizeof(uint8_t *), n);
+    if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, c->recvbuf, n);
+    return HOOP_OK;
+}
+
+/* ---- reductions in rounds ---- */
+
+enum { R_ALLREDUCE, R_REDUCE, R_RS };
+
+typedef struct rounds {
+    hoop__call_t *c;
+    hoop__shc_t *a;
+    int kind, p, me, mine; /* mine: the block this rank owns */
+    size_t es, total;      /* elements */
+    const uint8_t *in;
+    uint8_t *out;
+    size_t ce;   /* elements per chunk */
+    size_t slot; /* bytes per slot: p contribution slots, then the result slot */
+} rounds_t;
+
+static int owner_of(const rounds_t *g, int b)
+{
+    return g->kind == R_ALLREDUCE ? hoop__ring_rank(g->c->comm, b) : b;
+}
+/* The i-th operand of block b's fold. */
+static int operand(const rounds_t *g, int b, int i)
+{
+    if (g->kind == R_ALLREDUCE) return hoop__ring_rank(g->c->comm, b + i);
+    return (b + 1 + i) % g->p;
+}
+
+/* Element range of chunk k of block b: [*off, *off + *len). */
+static void chunk(const rounds_t *g, int b, size_t k, size_t *off, size_t *len)
+{
+    size_t bo, bl;
+    hoop__part(g->total, g->p, b, &bo, &bl);
+    size_t lo = k * g->ce < bl ? k * g->ce : bl;
+    size_t hi = lo + g->ce < bl ? lo + g->ce : bl;
+    *off = bo + lo;
+    *len = hi - lo;
+}
+
+static uint8_t *slot_of(const rounds_t *g, uint8_t *data, int b)
+{
+    return aligned(data) + (size_t)b * g->slot;
+}
+
+/* Copies the results of the round folded before the last step out of their owners' result
+ * slots (every rank for all-reduce, the root for reduce). */
+static void copy_out(const rounds_t *g, size_t k)
+{
+    if (g->kind == R_REDUCE && g->me != g->c->root) return;
+    for (int b = 0; b < g->p; b++) {
+        size_t off, len;
+        chunk(g, b, k, &off, &len);
+        if (len == 0) continue;
+        const uint8_t *src = slot_of(g, hoop__shc_line(g->a, owner_of(g, b), g->a->step - 1)->data,
+                                     g->p);
+        memcpy(g->out + off * g->es, src, len * g->es);
+    }
+}
+
+/* Round k: copy chunk k of every block in, step, copy round k-1's results out, fold chunk k of
+ * the own block. The step of round k tells both that round k's contributions are in and that
+ * round k-1's results are (every rank folds before it copies in again), so a round costs one
+ * step; the results of the last round take one more. Reduce-scatter folds straight into its
+ * output and has nothing to copy out. */
+static hoop_result_t run_rounds(rounds_t *g)
+{
+    hoop__call_t *c = g->c;
+    hoop__shc_t *a = g->a;
+    int p = g->p, me = g->me;
+    size_t es = g->es, bo, bl;
+    hoop__part(g->total, p, 0, &bo, &bl); /* block 0 is the largest */
+    size_t nrounds = bl == 0 ? 1 : (bl + g->ce - 1) / g->ce;
+    size_t steps = g->kind == R_RS ? nrounds : nrounds + 1;
+    int mb = g->mine;
+    size_t mbo, mbl;
+    hoop__part(g->total, p, mb, &mbo, &mbl);
+    hoop_result_t rc;
+    for (size_t k = 0; k < steps; k++) {
+        uint8_t *mydata = hoop__shc_next(a, me);
+        size_t off, len;
+        for (int b = 0; b < p && k < nrounds; b++) {
+            chunk(g, b, k, &off, &len);
+            if (len > 0) memcpy(slot_of(g, mydata, b), g->in + off * es, len * es);
+        }
+        if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
+        if (k > 0 && g->kind != R_RS) copy_out(g, k - 1);
+        if (k == nrounds) break;
+        chunk(g, mb, k, &off, &len);
+        uint8_t *res = g->kind == R_RS ? g->out + (off - mbo) * es : slot_of(g, mydata, p);
+        if (len > 0) {
+            const uint8_t *x0 = slot_of(g, hoop__shc_cur(a, operand(g, mb, 0)), mb);
+            for (int i = 1; i < p; i++) {
+                const uint8_t *xi = slot_of(g, hoop__shc_cur(a, operand(g, mb, i)), mb);
+                hoop__mem_reduce(c, res, i == 1 ? x0 : res, xi, len);
+            }
+            if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, len);
+        }
+        HOOP__TRACE_STEP(c, (int)k, "rank %d folds chunk %zu of block %d (%zu B)", me, k, mb,
+                         len * es);
+    }
+    return HOOP_OK;
+}
+
+/* in unless it overlaps out other than exactly (or as reduce-scatter's own block at the start):
+ * then a copy of it in the scratch space, since round k writes out before round k+1 reads in. */
+static const uint8_t *safe_input(const hoop__call_t *c, const void *in, size_t in_bytes,
+                                 const void *out, size_t out_bytes, int rs)
+{
+    const uint8_t *i0 = in, *o0 = out;
+    int overlap = in_bytes > 0 && out_bytes > 0 && i0 < o0 + out_bytes && o0 < i0 + in_bytes;
+    if (!overlap || i0 == o0) return in;
+    /* Reduce-scatter with out = in + r * count (NCCL's placement): round k writes the own
+     * block's chunk k, which it has copied already. */
+    if (rs && o0 > i0 && (size_t)(o0 - i0) % ALIGN == 0 && o0 + out_bytes <= i0 + in_bytes) {
+        size_t bo, bl;
+        hoop__part(in_bytes / hoop__dsize(c), c->comm->size, c->comm->rank, &bo, &bl);
+        if (o0 == i0 + bo * hoop__dsize(c)) return in;
+    }
+    uint8_t *copy = hoop__scratch(c, in_bytes);
+    if (copy != NULL) memcpy(copy, in, in_bytes);
+    return copy;
+}
+
+static hoop_result_t reduce_rounds(hoop__call_t *c, hoop__shc_t *a, int kind, size_t total)
+{
+    hoop_comm_t *comm = c->comm;
+    rounds_t g = {.c = c,
+                  .a = a,
+                  .kind = kind,
+                  .p = comm->size,
+                  .me = comm->rank,
+                  .es = hoop__dsize(c),
+                  .total = total};
+    g.mine = kind == R_ALLREDUCE ? hoop__ring_pos(comm) : comm->rank;
+    g.slot = a->data_bytes / (size_t)(g.p + 1) / ALIGN * ALIGN;
+    g.ce = g.slot / g.es;
+    size_t bo, bl;
+    hoop__part(total, g.p, comm->rank, &bo, &bl);
+    size_t out_bytes = kind == R_RS                                ? bl * g.es
+                       : kind == R_REDUCE && comm->rank != c->root ? 0
+                                                                   : total * g.es;
+    g.out = c->recvbuf;
+    g.in = safe_input(c, c->sendbuf, total * g.es, c->recvbuf, out_bytes, kind == R_RS);
+    if (g.in == NULL) return HOOP_ERR_NO_MEMORY;
+    return run_rounds(&g);
+}
+
+hoop_result_t hoop__shm_allreduce(hoop__call_t *c)
+{
+    hoop_result_t rc;
+    hoop__shc_t *a = area(c, &rc);
+    if (a == NULL) return rc;
+    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
+    size_t bytes = c->count * hoop__dsize(c);
+    if (bytes <= c->comm->agreed.small_bytes && bytes <= a->data_bytes)
+        return allreduce_small(c, a);
+    return reduce_rounds(c, a, R_ALLREDUCE, c->count);
+}
+
+hoop_result_t hoop__shm_reduce(hoop__call_t *c)
+{
+    hoop_result_t rc;
+    hoop__shc_t *a = area(c, &rc);
+    if (a == NULL) return rc;
+    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
+    return reduce_rounds(c, a, R_REDUCE, c->count);
+}
+
+hoop_result_t hoop__shm_reduce_scatter(hoop__call_t *c)
+{
+    hoop_result_t rc;
+    hoop__shc_t *a = area(c, &rc);
+    if (a == NULL) return rc;
+    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
+    return reduce_rounds(c, a, R_RS, c->count * (size_t)c->comm->size);
+}
+
+/* ---- copies in rounds ---- */
+
+hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
+{
+    hoop_result_t rc;
+    hoop__shc_t *a = area(c, &rc);
+    if (a == NULL) return rc;
+    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
+    hoop_comm_t *comm = c->comm;
+    int root = c->root, me = comm->rank;
+    size_t n = c->count * hoop__dsize(c), cap = a->data_bytes;
+    uint8_t *buf = c->recvbuf;
+    const uint8_t *src = me == root && c->sendbuf != NULL ? c->sendbuf : buf;
+    size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
+    for (size_t k = 0; k < rounds; k++) {
+        size_t off = k * cap, len = n - off < cap ? n - off : cap;
+        if (me == root && len > 0) memcpy(payload(hoop__shc_next(a, me), len), src + off, len);
+        if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
+        if (len > 0 && (me != root || src != buf))
+            memcpy(buf + off, me == root ? src + off : payload(hoop__shc_cur(a, root), len), len);
+    }
+    return HOOP_OK;
+}
+
+/* All-gather and split: every rank's block of n bytes, block i from rank i. */
+hoop_result_t hoop__shm_allgather(hoop__call_t *c)
+{
+    hoop_result_t rc;
+    hoop__shc_t *a = area(c, &rc);
+    if (a == NULL) return rc;
+    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank;
+    size_t n = c->count * hoop__dsize(c), cap = a->data_bytes;
+    uint8_t *out = c->recvbuf;
+    const uint8_t *in = c->sendbuf;
+    size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
+    for (size_t k = 0; k < rounds; k++) {
+        size_t off = k * cap, len = n - off < cap ? n - off : cap;
+        if (len > 0) memcpy(payload(hoop__shc_next(a, me), len), in + off, len);
+        if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
+        for (int q = 0; q < p && len > 0; q++)
+            memcpy(out + (size_t)q * n + off, payload(hoop__shc_cur(a, q), len), len);
+    }
+    return HOOP_OK;
+}
