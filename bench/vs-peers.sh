@@ -14,6 +14,13 @@
 # sizes with few. A plain TCP stream between two processes (bench/peers/tcp_stream.c) is measured
 # too, as the yardstick for hoop's TCP. Every library's ranks keep large blocks on the heap
 # (--malloc-default explains why and turns that off).
+#
+# hoop over RDMA verbs (--hoop ibverbs): on a host with an active RDMA port, like the others; on
+# any other host inside the soft-RoCE test guest (tests/rdma/vm.sh, device rxe0), in one boot for
+# every repetition, rank count and collective, beside hoop over TCP in that same guest, the raw
+# CSV files written to a folder shared with the host and the tables made here. Neither Open MPI
+# nor gloo is in the guest, and its CPUs are emulated: the guest's table (verbs against TCP) is
+# for correctness and ratios, not speeds.
 set -u
 here=$(pwd)
 cd "$(dirname "$0")/.." || exit 2
@@ -29,8 +36,14 @@ usage: bench/vs-peers.sh [options] [BUILD_DIR]
   -s, --sizes MIN:MAX    bandwidth sizes, by 4x (default 64K:256M)
   -l, --lat BYTES        all-reduce latency size, 0 for none (default 8)
   -i, --iters A:B:C      iterations: latency, sizes up to 1M, larger sizes (default 500:50:5)
-      --hoop LIST        hoop transports (default shm,tcp)
-      --peers LIST       ompi-shm, ompi-tcp, gloo (default all three)
+      --hoop LIST        hoop transports: shm, tcp, ibverbs (default shm,tcp). ibverbs runs
+                         inside the soft-RoCE test guest (tests/rdma/vm.sh: one boot for every
+                         run, beside hoop tcp in the same guest; emulated CPUs, so ratios only)
+                         unless this host has an active RDMA port; with no guest to boot it is
+                         skipped with a note. The guest has 1536 MiB (HOOP_RDMA_VM_MEM) and 2
+                         CPUs (HOOP_RDMA_VM_CPUS): keep --sizes to 16M or so there
+      --vm-timeout S     the guest's whole boot may take S seconds (default 3600)
+      --peers LIST       ompi-shm, ompi-tcp, gloo (default all three; '' for none)
       --gloo-colls LIST  of those, the ones also run with gloo (default allreduce)
       --tcp-colls LIST   of those, the ones also run over TCP, hoop's and Open MPI's, where
                          hoop has shared memory (default allreduce)
@@ -55,7 +68,7 @@ EOF
 
 ranks=2 colls=allreduce reps=5 sizes=64K:256M lat=8
 iters=500:50:5 hoops=shm,tcp peers=ompi-shm,ompi-tcp,gloo gloo_colls=allreduce tcp_colls=allreduce
-mpirun_args="" out="" quick=0 build="" malloc_heap=1 hoop_z=2
+mpirun_args="" out="" quick=0 build="" malloc_heap=1 hoop_z=2 vm_timeout=3600
 need() { [ $# -ge 2 ] || { echo "vs-peers.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -71,6 +84,7 @@ while [ $# -gt 0 ]; do
     --tcp-colls) need "$@"; tcp_colls=$2; shift ;;
     --mpirun-args) need "$@"; mpirun_args=$2; shift ;;
     --hoop-z) need "$@"; hoop_z=$2; shift ;;
+    --vm-timeout) need "$@"; vm_timeout=$2; shift ;;
     --malloc-default) malloc_heap=0 ;;
     -o | --out) need "$@"; out=$2; shift ;;
     --quick) quick=1 ;;
@@ -104,13 +118,14 @@ bytes() {
 }
 in_list() { case ",$2," in *",$1,"*) return 0 ;; esac; return 1; }
 case $reps in '' | *[!0-9]* | 0*) bad "--reps $reps: a positive number" ;; esac
+case $vm_timeout in '' | *[!0-9]* | 0*) bad "--vm-timeout $vm_timeout: seconds" ;; esac
 for n in $(echo "$ranks" | tr , ' '); do
     case $n in '' | *[!0-9]* | 0 | 1) bad "--ranks $ranks: counts of 2 or more" ;; esac
 done
 for c in $(echo "$colls,$gloo_colls,$tcp_colls" | tr , ' '); do
     in_list "$c" "$all_colls" || bad "unknown collective '$c'"
 done
-for h in $(echo "$hoops" | tr , ' '); do in_list "$h" shm,tcp || bad "--hoop: unknown '$h'"; done
+for h in $(echo "$hoops" | tr , ' '); do in_list "$h" shm,tcp,ibverbs || bad "--hoop: unknown '$h'"; done
 for p in $(echo "$peers" | tr , ' '); do
     in_list "$p" ompi-shm,ompi-tcp,gloo || bad "--peers: unknown '$p'"
 done
@@ -189,9 +204,25 @@ if in_list gloo "$peers" &&
     peers=$(echo ",$peers," | sed 's/,gloo,/,/; s/^,//; s/,$//')
 fi
 
-# hoop: is each transport accepted?
+# hoop over verbs: here where this host has an active RDMA port, else in the test guest.
+guest=0
+if in_list ibverbs "$hoops" && ! grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
+    if bash "$repo/tests/rdma/vm.sh" --check >"$out/logs/vm-check.log" 2>&1; then
+        guest=1
+        note "hoop ibverbs: inside the soft-RoCE test guest (tests/rdma/vm.sh, rxe0; no active RDMA port here), against hoop tcp in the same boot (hoop-guest-tcp); the guest's CPUs are emulated: ratios and correctness, not speeds"
+    else
+        note "SKIP hoop ibverbs: no active RDMA port here and no test guest to boot: $(grep -m1 . "$out/logs/vm-check.log" | cut -c1-160)"
+        hoops=$(echo ",$hoops," | sed 's/,ibverbs,/,/; s/^,//; s/,$//')
+    fi
+fi
+if in_list ibverbs "$hoops"; then
+    note "no peer over verbs: Open MPI and gloo are not in the test guest (no Open MPI, no python3 there), and this script runs Open MPI over shared memory and TCP only"
+fi
+
+# hoop: is each transport accepted? (The guest's are known when it has run.)
 hoops_ok=""
 for h in $(echo "$hoops" | tr , ' '); do
+    [ "$guest" = 1 ] && [ "$h" = ibverbs ] && { hoops_ok=${hoops_ok:+$hoops_ok,}$h; continue; }
     if HOOP_TRANSPORT=$h HOOP_TIMEOUT=30 "$hooprun" --no-prefix --timeout 60 -n 2 "$perf" allreduce \
         -b 8 -e 8 -n 1 -w 0 >"$out/logs/probe-hoop-$h.log" 2>&1; then
         hoops_ok=${hoops_ok:+$hoops_ok,}$h
@@ -234,11 +265,24 @@ while [ "$s" -le "$maxb" ]; do
 done
 
 failures=0
+# The guest's jobs, queued while the host's run, then run in one boot (guest_run).
+gjobs=$out/guest-jobs.sh
+: >"$gjobs"
+# q WORD: WORD quoted for the guest's /bin/sh.
+q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+
 # run N COLL CONFIG TAG REP ARGS...: one job (ARGS name its CSV files); its output goes to logs/.
 run() {
     n=$1 coll=$2 cfg=$3 tag=$4 rep=$5
     shift 5
     log=$out/logs/n$n-$coll-$cfg.$tag.$rep.log
+    case $guest:$cfg in 1:hoop-ibverbs | 1:hoop-guest-tcp)
+        tr=${cfg#hoop-}
+        line="g $(q "$cfg $coll n=$n $tag rep=$rep") $(q "$log") ${tr#guest-} $n $coll"
+        for a in "$@"; do line="$line $(q "$a")"; done
+        echo "$line" >>"$gjobs"
+        return 0 ;;
+    esac
     over=""
     [ "$n" -gt "$ncpu" ] && over=--oversubscribe
     t0=$(date +%s)
@@ -302,8 +346,10 @@ run_config() {
 
 configs=""
 for h in $(echo "$hoops" | tr , ' '); do
-    # hoop and a peer alternate: hoop shm, Open MPI shm, hoop tcp, Open MPI tcp, gloo.
+    # hoop and a peer alternate: hoop shm, Open MPI shm, hoop tcp, Open MPI tcp, gloo; in the
+    # guest, hoop ibverbs and hoop tcp.
     configs="$configs hoop-$h"
+    [ "$guest" = 1 ] && [ "$h" = ibverbs ] && configs="$configs hoop-guest-tcp"
     in_list "ompi-$h" "$peers" && configs="$configs ompi-$h"
 done
 for p in $(echo "$peers" | tr , ' '); do
@@ -335,7 +381,7 @@ while [ "$rep" -le "$reps" ]; do
         for coll in $(echo "$colls" | tr , ' '); do
             for cfg in $configs; do
                 [ "$cfg" = gloo ] && ! in_list "$coll" "$gloo_colls" && continue
-                case $cfg in *-tcp)
+                case $cfg in hoop-tcp | ompi-tcp)
                     in_list shm "$hoops" && ! in_list "$coll" "$tcp_colls" && continue ;;
                 esac
                 run_config "$n" "$coll" "$cfg" "$rep"
@@ -344,6 +390,57 @@ while [ "$rep" -le "$reps" ]; do
     done
     rep=$((rep + 1))
 done
+
+# guest_run: every queued guest job in one boot, the CSV files and logs landing in $out (shared).
+guest_run() {
+    [ -s "$gjobs" ] || return 0
+    njobs=$(wc -l <"$gjobs")
+    echo "# the test guest: $njobs job(s) of hoop ibverbs and hoop tcp in one boot" >&2
+    {
+        echo "hooprun=$(q "$hooprun") perf=$(q "$perf") jobs=$(q "$out/logs/jobs.txt")"
+        # The host's hoop settings (HOOP_ALGO...) and malloc's thresholds hold in the guest too.
+        for v in $(env | sed -n 's/^\(HOOP_[A-Z0-9_]*\|MALLOC_[A-Z_]*_\)=.*/\1/p'); do
+            case $v in HOOP_TRANSPORT | HOOP_RDMA_VM* | HOOP_VM_*) continue ;; esac
+            eval "echo \"export $v=\$(q \"\$$v\")\""
+        done
+        # g LABEL LOG TRANSPORT N COLL ARGS...: as run() on the host; -a 3, the slowest rank's time.
+        cat <<'EOF'
+export HOOP_TIMEOUT=${HOOP_TIMEOUT:-120}
+g() {
+    label=$1 log=$2 tr=$3 n=$4 coll=$5
+    shift 5
+    t0=$(date +%s)
+    HOOP_TRANSPORT=$tr "$hooprun" --no-prefix --timeout 900 -n "$n" "$perf" "$coll" -a 3 "$@" >"$log" 2>&1
+    rc=$?
+    echo "$label rc=$rc $(($(date +%s) - t0)) s" >>"$jobs"
+    echo "guest: $label rc=$rc"
+    [ "$rc" -eq 0 ] || tail -n 5 "$log" | sed 's/^/    /'
+}
+EOF
+        cat "$gjobs"
+    } >"$out/guest.sh"
+    t0=$(date +%s)
+    bash "$repo/tests/rdma/vm.sh" -t "$vm_timeout" -w "$out" -s "$build" -- sh "$out/guest.sh" \
+        >"$out/logs/guest.log" 2>&1
+    rc=$?
+    if [ "$rc" -eq 77 ]; then
+        note "SKIP hoop ibverbs: the test guest could not boot: $(grep -m1 SKIP "$out/logs/guest.log" | cut -c1-160)"
+        hoops=$(echo ",$hoops," | sed 's/,ibverbs,/,/; s/^,//; s/,$//')
+        return 0
+    fi
+    : >>"$out/logs/jobs.txt"
+    ran=$(grep -c -E '^hoop-(ibverbs|guest-tcp) ' "$out/logs/jobs.txt")
+    bad_jobs=$(grep -E '^hoop-(ibverbs|guest-tcp) ' "$out/logs/jobs.txt" | grep -c -v ' rc=0 ')
+    grep -E -A5 '^guest: .* rc=[1-9]' "$out/logs/guest.log" | sed 's/^/vs-peers.sh: /' >&2
+    failures=$((failures + bad_jobs))
+    if [ "$ran" -lt "$njobs" ]; then
+        failures=$((failures + njobs - ran))
+        echo "vs-peers.sh: the guest ran $ran of $njobs job(s) (exit $rc; see $out/logs/guest.log):" >&2
+        tail -n 8 "$out/logs/guest.log" | sed 's/^/    /' >&2
+    fi
+    note "the test guest: $njobs job(s) in one boot of $(($(date +%s) - t0)) s, exit $rc"
+}
+guest_run
 elapsed=$(($(date +%s) - start))
 
 {
@@ -351,6 +448,7 @@ elapsed=$(($(date +%s) - start))
     echo "colls=$colls"
     echo "reps=$reps"
     echo "hoop=$hoops"
+    echo "guest=$guest"
     echo "peers=$peers"
     echo "gloo_colls=$gloo_colls"
     echo "tcp_colls=$tcp_colls"

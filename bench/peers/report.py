@@ -5,7 +5,8 @@
 
 OUT/meta holds key=value lines (ranks, colls, reps, hoop, peers, notes); OUT/raw holds
 n<ranks>/<collective>/<config>.<part>.<rep>.csv, every one in hoop-perf's --csv columns, and
-OUT/raw/tcp-stream.<rep>.txt. Each comparison is a table: size, hoop's and the peer's bus bandwidth
+OUT/raw/tcp-stream.<rep>.txt. No peer runs over verbs: hoop ibverbs faces hoop tcp, the one run
+in the same test guest (hoop-guest-tcp) when verbs ran there (meta guest=1). Each comparison is a table: size, hoop's and the peer's bus bandwidth
 (median over the repetitions, with the range), the ratio hoop/peer, the target and PASS/MISS; then
 the all-reduce latency with the time ratio, and the wrong elements each library counted.
 Exit status: 0, or 1 when an element was wrong or a run left no rows (PASS/MISS is a report only).
@@ -21,6 +22,8 @@ PEER_NAMES = {
     "ompi-shm": "Open MPI vader (shared memory)",
     "ompi-tcp": "Open MPI tcp",
     "gloo": "gloo (torch.distributed)",
+    "hoop-tcp": "hoop tcp",
+    "hoop-guest-tcp": "hoop tcp in the same guest",
 }
 COLL_NAMES = {"allreduce": "all-reduce", "broadcast": "broadcast", "allgather": "all-gather",
               "reduce": "reduce"}
@@ -237,6 +240,14 @@ class Report:
             for coll in colls:
                 pairs = []
                 for hoop in hoops:
+                    if hoop == "ibverbs":
+                        # No peer runs over verbs: hoop's TCP beside it, in the test guest when
+                        # verbs ran there.
+                        if m.get("guest") == "1":
+                            pairs.append((hoop, "hoop-guest-tcp"))
+                        elif "tcp" in hoops and ("shm" not in hoops or coll in tcp_colls):
+                            pairs.append((hoop, "hoop-tcp"))
+                        continue
                     for peer in peers:
                         # Like against like; Open MPI's shared memory faces hoop's TCP only
                         # when hoop has no shared memory to offer.
