@@ -185,7 +185,8 @@ static void copy_out(const rounds_t *g, size_t k)
 /* Round k: copy chunk k of every block in, step, copy round k-1's results out, fold chunk k of
  * the own block. The step of round k tells both that round k's contributions are in and that
  * round k-1's results are (every rank folds before it copies in again), so a round costs one
- * step; the results of the last round take one more. Reduce-scatter folds straight into its
+ * step; the results of the last round take one more, and their copying out one more again.
+ * Reduce-scatter folds straight into its
  * output and has nothing to copy out. */
 static hoop_result_t run_rounds(rounds_t *g)
 {
@@ -209,7 +210,14 @@ static hoop_result_t run_rounds(rounds_t *g)
         }
         if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
         if (k > 0 && g->kind != R_RS) copy_out(g, k - 1);
-        if (k == nrounds) break;
+        if (k == nrounds) {
+            /* The last results were read from the owners' buffers of the step before, which a
+             * rank's next step writes again (its next call's first step, say a broadcast's
+             * payload): one more step, so no rank leaves before every rank has copied out. Only
+             * the line of that buffer is written, not its result slot. */
+            (void)hoop__shc_next(a, me);
+            return hoop__shc_step(c, a, HOOP__SHC_HOST);
+        }
         chunk(g, mb, k, &off, &len);
         uint8_t *res = g->kind == R_RS ? g->out + (off - mbo) * es : slot_of(g, mydata, p);
         if (len > 0) {
