@@ -49,6 +49,7 @@
 
 #include "base/clock.h"
 #include "collectives/shm_coll.h"
+#include "base/proc.h"
 
 #define AREA_MAGIC 0x4c4c4f435f504f48ull /* "HOOP_COLL" */
 #define PAGE 4096
@@ -305,20 +306,6 @@ static hoop_result_t step_failed(const hoop__call_t *call, hoop__shc_t *a, hoop_
     return code;
 }
 
-static int process_gone(pid_t pid)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = '\0';
-    const char *s = strrchr(buf, ')');
-    return s != NULL && s[1] == ' ' && (s[2] == 'Z' || s[2] == 'X');
-}
-
 /* Between sleeps: the transport, the peers' abort flags and processes, the deadline. */
 static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int peer, uint64_t s,
                                  double start, double now)
@@ -346,7 +333,7 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
                 gone = poll(&pf, 1, 0) > 0;
             } else if (pass == 0 && q == peer && now >= a->next_gone_check) {
                 a->next_gone_check = now + 0.01;
-                gone = process_gone((pid_t)pc->pid);
+                gone = hoop__process_gone((pid_t)pc->pid);
             }
             if (ab == 0 && !gone) continue;
             /* What it wrote before it went may be its abort reason: read that first. */

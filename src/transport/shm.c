@@ -496,21 +496,6 @@ static int ready(const hoop__tp_t *tp, const peer_t *pe)
     return 0;
 }
 
-int hoop__shm_process_gone(pid_t pid)
-{
-    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the state follows the command name */
-    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
 /* Peer j closed or exited. First take in what it wrote before it went, and count the single
  * copies it finished reading (those sends are complete, not lost); whatever is still pending
  * after that is lost. With died set (it exited without closing its instance: killed, or gone
@@ -550,7 +535,7 @@ static int check_peers(hoop__tp_t *tp)
             tp->pfds[n].events = POLLIN;
             tp->pfds[n].revents = 0;
             n++;
-        } else if (pending(pe) && hoop__shm_process_gone(pe->pid)) {
+        } else if (pending(pe) && hoop__process_gone(pe->pid)) {
             snprintf(exited, sizeof(exited), "its process %d exited", (int)pe->pid);
             failed |= lose(tp, j, exited, 0);
         }

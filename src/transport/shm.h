@@ -41,6 +41,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/proc.h"
 #include "transport/transport.h"
 
 #define SEG_MAGIC 0x4d48535f504f4f48ull /* "HOOP_SHM" */
@@ -152,8 +153,6 @@ static inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; 
 /* Shared between shm_setup.c and shm.c. */
 /* Wakes peer pe wherever it sleeps (its futex, or its bell while it sleeps in another poll()). */
 void hoop__shm_force_wake(const peer_t *pe);
-/* Without a pidfd (kernels before 5.3, valgrind): is the process gone, or a zombie? */
-int hoop__shm_process_gone(pid_t pid);
 hoop_result_t hoop__shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, char *addr,
                                size_t addrlen);
 hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline);

@@ -161,7 +161,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
     int mfd = open(path, O_RDWR | O_CLOEXEC);
-    if (mfd < 0 && errno == ENOENT && hoop__shm_process_gone(pid)) {
+    if (mfd < 0 && errno == ENOENT && hoop__process_gone(pid)) {
         /* Another user's process gives EACCES; no such fd means the rank published its address
          * and then exited (or is a zombie already). */
         snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d exited)", j, pid);
@@ -361,7 +361,7 @@ hoop_result_t hoop__shm_settle(hoop__tp_t *tp, double deadline)
             struct pollfd pf = {.fd = pe->pidfd, .events = POLLIN};
             int gone = atomic_load(&pe->sh->closed) ||
                        (pe->pidfd >= 0 ? poll(&pf, 1, 1) > 0
-                                       : (poll(NULL, 0, 1), hoop__shm_process_gone(pe->pid)));
+                                       : (poll(NULL, 0, 1), hoop__process_gone(pe->pid)));
             if (gone && !atomic_load(&pe->sh->ready) && !atomic_load(&pe->sh->aborted)) {
                 snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d %s)", j,
                          (int)pe->pid,
