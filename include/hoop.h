@@ -176,6 +176,15 @@ HOOP_API hoop_result_t hoop_send(hoop_comm_t *c, const void *buf, size_t count, 
                                  int peer);
 HOOP_API hoop_result_t hoop_recv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
                                  int peer);
+/* A receive from any source (MPI_ANY_SOURCE): it takes the next send from whichever other rank's
+ * has arrived when its turn comes (among several, rank order from the one after the rank it last
+ * took), then is a receive from that rank, count and dtype checked as hoop_recv's. *source (if
+ * not NULL) is that rank once the call ends, -1 when it matched none. Receives posted after it
+ * wait until it has matched (they could take its message), and so do collectives: the send it
+ * takes must have been posted before its sender's later collectives. With no send arriving within
+ * the communicator's timeout it fails with HOOP_ERR_TIMEOUT and the communicator stays usable. */
+HOOP_API hoop_result_t hoop_recv_any(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
+                                     int *source);
 
 /*
  * Nonblocking twins. Collectives run in the order they were posted, the same order on every rank;
@@ -208,6 +217,9 @@ HOOP_API hoop_result_t hoop_isend(hoop_comm_t *c, const void *buf, size_t count,
                                   int peer, hoop_request_t **req);
 HOOP_API hoop_result_t hoop_irecv(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
                                   int peer, hoop_request_t **req);
+/* *source is written by the time hoop_wait (or a hoop_test saying done) returns. */
+HOOP_API hoop_result_t hoop_irecv_any(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
+                                      int *source, hoop_request_t **req);
 
 /* Local reduction with the library's kernels: out[i] = a[i] op b[i] (out may alias a or b). */
 HOOP_API hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,

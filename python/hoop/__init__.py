@@ -118,6 +118,7 @@ class Request:
         self._result = result
         self._error = None
         self._lock = threading.Lock()
+        self._source = None  # a receive from any source: the C int its sender's rank goes to
 
     @property
     def done(self):
@@ -138,6 +139,14 @@ class Request:
             self._keep = self._outs = None
             self._h = None
             self._comm._forget(self)
+
+    @property
+    def source(self):
+        """For irecv_any: the rank it received from, once completed (-1 if it matched none);
+        None for every other request and before completion."""
+        if self._source is None or not self.done:
+            return None
+        return self._source.value
 
     def wait(self):
         """Blocks until the call completes; returns its output object (None for barrier, send).
@@ -638,6 +647,24 @@ class Comm:
         b = as_buffer(buf, "irecv buf", True, dtype)
         return self._run("recv from rank %d" % peer, "hoop_recv", (b.ptr, b.count, _DT(b), peer),
                          (b,), (b,), b.obj, True)
+
+    def recv_any(self, buf, dtype=None):
+        """Receives into buf from whichever other rank's send arrives first (hoop_recv_any:
+        later receives and collectives wait until it has matched). Returns (buf, source)."""
+        b = as_buffer(buf, "recv_any buf", True, dtype)
+        src = ctypes.c_int(-1)
+        self._run("recv from any source", "hoop_recv_any",
+                  (b.ptr, b.count, _DT(b), ctypes.byref(src)), (b, src), (b,), None, False)
+        return b.obj, src.value
+
+    def irecv_any(self, buf, dtype=None):
+        """Nonblocking recv_any: wait() returns buf, and the request's source says who sent it."""
+        b = as_buffer(buf, "irecv_any buf", True, dtype)
+        src = ctypes.c_int(-1)
+        r = self._run("recv from any source", "hoop_recv_any",
+                      (b.ptr, b.count, _DT(b), ctypes.byref(src)), (b, src), (b,), b.obj, True)
+        r._source = src
+        return r
 
 
 def _DT(buf):

@@ -107,6 +107,8 @@ def _declare(lib):
         "hoop_ibarrier": (R, [P, PP]),
         "hoop_isend": (R, [P, P, S, I, I, PP]),
         "hoop_irecv": (R, [P, P, S, I, I, PP]),
+        "hoop_recv_any": (R, [P, P, S, I, ctypes.POINTER(ctypes.c_int)]),
+        "hoop_irecv_any": (R, [P, P, S, I, ctypes.POINTER(ctypes.c_int), PP]),
         "hoop_wait": (R, [P]),
         "hoop_test": (R, [P, ctypes.POINTER(ctypes.c_int)]),
     }

@@ -154,6 +154,7 @@ class _Work(_WorkBase):
         self._result = result
         self._error = None
         self._profiled = None
+        self._any = None  # a receive from any source: its hoop Request, which knows the sender
 
     def wait(self, timeout=None):
         try:
@@ -181,9 +182,14 @@ class _Work(_WorkBase):
         self.wait()
         return self._result
 
-    def source_rank(self):
-        raise RuntimeError("hoop backend: source_rank is only defined for receives from any "
-                           "source, which hoop does not support")
+    def _source_rank(self):
+        if self._any is None:
+            raise RuntimeError("hoop backend: source_rank is only defined for receives from any "
+                               "source (recv without src)")
+        self._fut.wait()  # the sender is known once the receive completed on the host
+        return self._any.source
+
+    source_rank = _source_rank
 
     def synchronize(self):
         pass
@@ -577,8 +583,11 @@ class ProcessGroupHoop(dist.ProcessGroup):
         return self._work("recv", [t], [req], [t], lane=("recv", srcRank))
 
     def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("hoop backend: receiving from any source is not supported; name the "
-                           "sender (src=...)")
+        t = _one(tensors, "recv")
+        req = self._comm.irecv_any(t)
+        work = self._work("recvAnySource", [t], [req], [t], lane=("recv", "any"))
+        work._any = req
+        return work
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """A barrier that names the ranks that did not arrive: rank 0 waits for every other rank
@@ -1057,6 +1066,15 @@ def _cuda_recv(self, tensors, srcRank, tag=0):
     return call.work([req], [t], lane=("recv", srcRank))
 
 
+def _cuda_recv_anysource(self, tensors, tag=0):
+    t = _cuda_one(tensors, "recv")
+    call = _CudaCall(self, "recvAnySource", [t])
+    req = call.post(self._comm.irecv_any, call.buf(t, True), _dtype_name(t.dtype))
+    work = call.work([req], [t], lane=("recv", "any"))
+    work._any = req
+    return work
+
+
 def _route(name, cuda_impl):
     """ProcessGroupHoop.<name> serves CUDA tensors with cuda_impl, the rest as before."""
     cpu_impl = getattr(ProcessGroupHoop, name)
@@ -1078,6 +1096,7 @@ for _name, _impl in (("allreduce", _cuda_allreduce),
                      ("reduce_scatter", _cuda_reduce_scatter),
                      ("_reduce_scatter_base", _cuda_reduce_scatter_base),
                      ("alltoall", _cuda_alltoall), ("alltoall_base", _cuda_alltoall_base),
-                     ("send", _cuda_send), ("recv", _cuda_recv)):
+                     ("send", _cuda_send), ("recv", _cuda_recv),
+                     ("recv_anysource", _cuda_recv_anysource)):
     _route(_name, _impl)
 del _name, _impl

@@ -314,7 +314,7 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
     /* The transport looks at its peers every 64th idle progress at most once a millisecond:
      * enough calls that it does look, for the abort notices it carries. */
     for (int i = 0; i < 64; i++) c->tp_ops->progress(c->tp, 0);
-    if (c->inflight != NULL) c->reap(c);
+    if (c->inflight != NULL || c->held != NULL) c->reap(c);
     if (atomic_load(&c->aborted)) return step_failed(call, a, HOOP_ERR_ABORTED);
     char mine[128];
     /* Dead peers first, so that a rank that sees both names the dead one rather than a peer

@@ -326,12 +326,18 @@ static hoop_result_t barrier(hoop_comm_t *c, hoop_request_t **req, const char *f
                : submit(c, HOOP__K_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, req, fn);
 }
 
+/* any: a receive from any source (peer unused), which writes its sender into *source. */
 static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, int peer,
-                         int is_recv, hoop_request_t **req, const char *fn)
+                         int is_recv, int any, int *source, hoop_request_t **req, const char *fn)
 {
+    if (source != NULL) *source = -1;
     hoop_result_t rc = check_call(c, fn, buf, buf, 1, n, 1, dt, 0, HOOP_SUM, -1);
     if (rc != HOOP_OK) return rc;
-    if (peer < 0 || peer >= c->size || peer == c->rank)
+    if (any && c->size < 2)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                "%s: the communicator has no other rank to receive from", fn);
+    if (any) peer = -1;
+    if (!any && (peer < 0 || peer >= c->size || peer == c->rank))
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "%s: peer %d is not another rank of the communicator (size %d)", fn,
                                 peer, c->size);
@@ -349,6 +355,8 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
         .root = peer,
         .mem = mem,
         .is_recv = is_recv,
+        .any_source = any,
+        .source = source,
     };
     if (mem == HOOP__MEM_CUDA && c->stream != NULL) {
         rc = hoop__mem_order_post(c, &call, c->stream, fn);
@@ -399,11 +407,15 @@ hoop_result_t hoop_alltoall(hoop_comm_t *c, const void *s, void *r, size_t n, ho
 hoop_result_t hoop_barrier(hoop_comm_t *c) { return barrier(c, NULL, "hoop_barrier"); }
 hoop_result_t hoop_send(hoop_comm_t *c, const void *b, size_t n, hoop_dtype_t dt, int peer)
 {
-    return p2p(c, (void *)b, n, dt, peer, 0, NULL, "hoop_send");
+    return p2p(c, (void *)b, n, dt, peer, 0, 0, NULL, NULL, "hoop_send");
 }
 hoop_result_t hoop_recv(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int peer)
 {
-    return p2p(c, b, n, dt, peer, 1, NULL, "hoop_recv");
+    return p2p(c, b, n, dt, peer, 1, 0, NULL, NULL, "hoop_recv");
+}
+hoop_result_t hoop_recv_any(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int *source)
+{
+    return p2p(c, b, n, dt, -1, 1, 1, source, NULL, "hoop_recv_any");
 }
 
 hoop_result_t hoop_iallreduce(hoop_comm_t *c, const void *s, void *r, size_t n, hoop_dtype_t dt,
@@ -463,13 +475,19 @@ hoop_result_t hoop_isend(hoop_comm_t *c, const void *b, size_t n, hoop_dtype_t d
                          hoop_request_t **req)
 {
     NEED_REQ(req, "hoop_isend");
-    return p2p(c, (void *)b, n, dt, peer, 0, req, "hoop_isend");
+    return p2p(c, (void *)b, n, dt, peer, 0, 0, NULL, req, "hoop_isend");
 }
 hoop_result_t hoop_irecv(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int peer,
                          hoop_request_t **req)
 {
     NEED_REQ(req, "hoop_irecv");
-    return p2p(c, b, n, dt, peer, 1, req, "hoop_irecv");
+    return p2p(c, b, n, dt, peer, 1, 0, NULL, req, "hoop_irecv");
+}
+hoop_result_t hoop_irecv_any(hoop_comm_t *c, void *b, size_t n, hoop_dtype_t dt, int *source,
+                             hoop_request_t **req)
+{
+    NEED_REQ(req, "hoop_irecv_any");
+    return p2p(c, b, n, dt, -1, 1, 1, source, req, "hoop_irecv_any");
 }
 
 hoop_result_t hoop_wait(hoop_request_t *req) { return hoop__sched_wait(req); }

@@ -48,8 +48,11 @@ static void complete(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
 
 /* Under exec: completes point-to-point requests whose transfer has finished (also the runtime's
  * hook, hoop_comm.reap, while a collective drives the transport). */
+static void held_run(hoop_comm_t *c);
+
 void hoop__sched_reap(hoop_comm_t *c)
 {
+    if (c->held != NULL) held_run(c);
     hoop_request_t **pp = &c->inflight;
     while (*pp != NULL) {
         hoop_request_t *r = *pp;
@@ -67,6 +70,7 @@ void hoop__sched_reap(hoop_comm_t *c)
             hoop__comm_fail(c, st, "%s with rank %d failed: %s",
                             r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv", r->call.root,
                             hoop_error_string(st));
+        if (r->call.source != NULL) *r->call.source = r->call.root;
         complete(c, r, st == HOOP_OK ? HOOP_OK : (hoop_result_t)atomic_load(&c->aborted));
     }
 }
@@ -146,6 +150,101 @@ static void post_p2p(hoop_request_t *r)
     }
 }
 
+/* Under exec: r joins the point-to-point requests in flight (counted in n_inflight already when
+ * counted is set: it was held). */
+static void go_inflight(hoop_comm_t *c, hoop_request_t *r, int counted)
+{
+    post_p2p(r);
+    if (c->inflight == NULL) c->inflight_progress = hoop__now();
+    r->next = c->inflight;
+    c->inflight = r;
+    if (!counted) atomic_fetch_add(&c->n_inflight, 1);
+}
+
+/* ---- receives from any source ----
+ * A receive from any source is matched, when its turn comes, to the first rank (in rank order,
+ * starting after the rank it last matched, so that no sender is starved) whose next message has
+ * arrived and is a point-to-point send: it then becomes a receive from that rank, posted as any
+ * other. Until then it is held, and so is every receive posted after it (one of them could take
+ * the message it is to match); sends go on. Collectives posted after it wait too (head_ready):
+ * a collective's receive would take the point-to-point message from the stream first. Matching is
+ * the transport's probe: nothing is consumed until the receive is posted. */
+
+/* Under exec: the rank whose next message a receive from any source takes now, or -1. */
+static int find_source(hoop_comm_t *c)
+{
+    if (c->tp_ops->probe == NULL) return -1;
+    for (int i = 0; i < c->size; i++) {
+        int p = (c->next_source + i) % c->size;
+        hoop__wire_hdr_t h;
+        if (p == c->rank || !c->tp_ops->probe(c->tp, p, &h) || h.kind != HOOP__K_SEND) continue;
+        c->next_source = (p + 1) % c->size;
+        return p;
+    }
+    return -1;
+}
+
+/* Under exec: takes r off the held list (its head) and completes it with st. */
+static void held_end(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
+{
+    c->held = r->next;
+    if (c->held == NULL) c->held_tail = NULL;
+    atomic_fetch_sub(&c->n_inflight, 1);
+    atomic_fetch_sub(&c->n_held, 1);
+    if (r->call.source != NULL) *r->call.source = -1;
+    complete(c, r, st);
+}
+
+/* Under exec: posts the held receives that can go, in order: those before the first receive from
+ * any source still unmatched, and that one once a message for it has arrived. One that found
+ * none within the timeout fails alone, before it moved a byte: the communicator stays usable. On
+ * an aborted communicator they all fail. */
+static void held_run(hoop_comm_t *c)
+{
+    while (c->held != NULL) {
+        hoop_request_t *r = c->held;
+        hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+        if (ab) {
+            held_end(c, r, ab);
+            continue;
+        }
+        if (r->call.any_source && r->call.root < 0) {
+            int p = find_source(c);
+            if (p < 0) {
+                if (hoop__now() - r->held_since < c->timeout_s) return;
+                hoop__comm_error(c, HOOP_ERR_TIMEOUT,
+                                 "receive from any source (count=%zu, %s) on rank %d: no send "
+                                 "from any rank arrived within the timeout (%.1f s); the "
+                                 "communicator stays usable",
+                                 r->call.count, hoop_dtype_name(r->call.dtype), c->rank,
+                                 c->timeout_s);
+                held_end(c, r, HOOP_ERR_TIMEOUT);
+                continue;
+            }
+            r->call.root = p;
+        }
+        c->held = r->next;
+        if (c->held == NULL) c->held_tail = NULL;
+        atomic_fetch_sub(&c->n_held, 1);
+        go_inflight(c, r, 1);
+    }
+}
+
+/* Under exec: a receive that must wait for its turn behind one from any source (or is one). */
+static void hold(hoop_comm_t *c, hoop_request_t *r)
+{
+    r->held_since = hoop__now();
+    r->next = NULL;
+    if (c->held_tail != NULL)
+        c->held_tail->next = r;
+    else
+        c->held = r;
+    c->held_tail = r;
+    atomic_fetch_add(&c->n_inflight, 1);
+    atomic_fetch_add(&c->n_held, 1);
+    held_run(c);
+}
+
 /* Under exec. A collective that failed has left its peers in the middle of the call: the
  * communicator is aborted (here, if the algorithm did not say why: an allocation, say), and so is
  * the transport, which tells the peers the reason now rather than closing on them later. */
@@ -194,11 +293,10 @@ static void run_head(hoop_comm_t *c)
     hoop_result_t st = ab;
     if (ab == HOOP_OK) {
         if (is_p2p(&r->call)) {
-            post_p2p(r);
-            if (c->inflight == NULL) c->inflight_progress = hoop__now();
-            r->next = c->inflight;
-            c->inflight = r;
-            atomic_fetch_add(&c->n_inflight, 1);
+            if (r->call.is_recv && (r->call.any_source || c->held != NULL))
+                hold(c, r);
+            else
+                go_inflight(c, r, 0);
             posted = 1;
             hoop__sched_reap(c); /* it may have failed at once */
         } else {
@@ -230,7 +328,8 @@ static void drive_inflight(hoop_comm_t *c, hoop_request_t *r)
 {
     engine_enter(c);
     double start = hoop__now(), now = start;
-    for (unsigned polls = 1; !atomic_load(&r->done) && c->inflight != NULL; polls++) {
+    for (unsigned polls = 1; !atomic_load(&r->done) && (c->inflight != NULL || c->held != NULL);
+         polls++) {
         if ((polls & 31) == 0 || now - start >= c->spin_s) now = hoop__now();
         if (now - start > 1e-3 || !inflight_step(c, now - start < c->spin_s ? 0 : 1)) break;
     }
@@ -243,8 +342,11 @@ static void drive_inflight(hoop_comm_t *c, hoop_request_t *r)
 static int head_ready(hoop_comm_t *c)
 {
     hoop_request_t *r = c->head;
-    return r != NULL &&
-           (r->call.order == 0 || atomic_load(&c->aborted) || hoop__mem_order_ready(&r->call));
+    if (r == NULL) return 0;
+    if (atomic_load(&c->aborted)) return 1;
+    /* A collective waits for the receives from any source posted before it to be matched. */
+    if (!is_p2p(&r->call) && atomic_load(&c->n_held) > 0) return 0;
+    return r->call.order == 0 || hoop__mem_order_ready(&r->call);
 }
 
 /* Runs queued calls while nobody waits: a thread in hoop_wait runs them itself, which saves a
@@ -262,7 +364,7 @@ static void *progress_thread(void *arg)
             c->thread_polls = 1;
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&c->exec);
-            if (c->inflight != NULL) inflight_step(c, 20);
+            if (c->inflight != NULL || c->held != NULL) inflight_step(c, 20);
             pthread_mutex_unlock(&c->exec);
             pthread_mutex_lock(&c->mu);
             c->thread_polls = 0;
@@ -393,7 +495,10 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
     /* A blocking call ordered on a stream returns once queued, as NCCL's do. */
     int detached = out == NULL && call->order != 0;
     pthread_mutex_lock(&c->mu);
-    if (out == NULL && !detached && c->head == NULL && !c->busy) {
+    /* A receive from any source, or one behind such a receive, is held (above): it is queued. */
+    int may_hold = call->kind == HOOP__K_SEND && call->is_recv &&
+                   (call->any_source || atomic_load(&c->n_held) > 0);
+    if (out == NULL && !detached && c->head == NULL && !c->busy && !may_hold) {
         /* Nothing ahead of us: run on this thread, the request on the stack. */
         hoop_request_t local;
         memset(&local, 0, sizeof(local));
@@ -618,6 +723,12 @@ void hoop__sched_stop(hoop_comm_t *c)
         complete(c, r, ab);
     }
     c->inflight = NULL;
+    for (hoop_request_t *r = c->held, *n; r != NULL; r = n) {
+        n = r->next;
+        if (r->call.source != NULL) *r->call.source = -1;
+        complete(c, r, ab);
+    }
+    c->held = c->held_tail = NULL;
     /* Threads still in hoop_wait (their requests are all complete now) leave before the slots
      * and the communicator go. */
     pthread_mutex_lock(&c->mu);

@@ -47,6 +47,8 @@ typedef struct hoop__call {
     hoop__mem_type_t mem; /* where sendbuf and recvbuf live */
     int is_recv;          /* point-to-point: a receive */
     int order;            /* stream-ordered: its ordering slot + 1 (mem.h), 0 for none */
+    int any_source;       /* a receive from any source: root is -1 until it is matched */
+    int *source;          /* where such a receive writes its sender's rank (may be NULL) */
 } hoop__call_t;
 
 struct hoop_request {
@@ -56,6 +58,7 @@ struct hoop_request {
     atomic_int done;
     int blocking; /* posted by a blocking call: freed by it */
     int detached; /* a blocking call ordered on a stream: returned once queued, freed as it ends */
+    double held_since; /* a receive held behind one from any source: when it was held (sched.c) */
     struct hoop_request *next; /* queue link; free-list link while the slot is free */
     /* Slot bookkeeping (sched.c), never cleared: a request handed out lives in a slot of its
      * communicator until the communicator is freed, so a stale handle still points at memory the
@@ -123,7 +126,13 @@ struct hoop_comm {
     pthread_cond_t tcv;          /* for the progress thread: work it may take */
     hoop_request_t *head, *tail; /* collectives waiting to run, in posting order */
     hoop_request_t *inflight;    /* point-to-point requests posted to the transport (under exec) */
-    atomic_int n_inflight;       /* its length, readable without exec */
+    /* Receives not yet posted, in posting order (under exec): the first is from any source and
+     * waits for a message to arrive; the receives posted after it wait behind it, since it may
+     * match what they would. They count in n_inflight. */
+    hoop_request_t *held, *held_tail;
+    atomic_int n_held;           /* held's length, readable without exec */
+    int next_source;             /* where the next match from any source starts looking */
+    atomic_int n_inflight;       /* its length (and held's), readable without exec */
     double inflight_progress;    /* when one of them last completed, or the first was posted */
     int busy;                    /* a queued or blocking call is running */
     int waiters;                 /* threads in hoop_wait: they run queued calls themselves */

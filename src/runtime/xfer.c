@@ -126,7 +126,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
         }
         if ((++polls & 31) != 0 && polls < spin_polls) {
             c->tp_ops->progress(c->tp, 0);
-            if (c->inflight != NULL) c->reap(c);
+            if (c->inflight != NULL || c->held != NULL) c->reap(c);
             continue;
         }
         double now = hoop__now();
@@ -161,7 +161,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
         int ms = now - start < c->spin_s ? 0 : 100;
         if (ms) spin_polls = 0;
         c->tp_ops->progress(c->tp, ms);
-        if (c->inflight != NULL) c->reap(c);
+        if (c->inflight != NULL || c->held != NULL) c->reap(c);
     }
 }
 

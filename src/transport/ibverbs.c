@@ -820,6 +820,23 @@ static uint64_t ibt_moved(hoop__tp_t *tp, int peer)
     return peer >= 0 && peer < tp->p.size ? tp->peers[peer].moved : 0;
 }
 
+/* The oldest arrived fragment of peer, while no receive is posted for it, opens the next message
+ * (match() takes it from there once one is). */
+static int ibt_probe(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr)
+{
+    if (tp->failed || peer < 0 || peer >= tp->p.size || peer == tp->p.rank) return 0;
+    const peer_t *pe = &tp->peers[peer];
+    if (pe->lost || pe->rq != NULL || pe->arr_n == 0 || pe->zr_mr != NULL) return 0;
+    const uint8_t *b = pe->rbuf + (size_t)pe->arr[pe->arr_head] * SLOT_BYTES;
+    if (!(b[1] & FL_FIRST) || hoop__wire_decode(b + FRAG_HDR, UINT64_MAX, hdr) != HOOP_OK) {
+        memset(hdr, 0, sizeof(*hdr));
+        hdr->kind = HOOP__K_SEND;
+        hdr->src = (uint32_t)peer;
+        hdr->comm_id = tp->p.comm_id;
+    }
+    return 1;
+}
+
 const hoop__transport_ops_t hoop__ibverbs_transport = {
     .name = "ibverbs",
     .caps = IBV_CAPS,
@@ -834,4 +851,5 @@ const hoop__transport_ops_t hoop__ibverbs_transport = {
     .settle = hoop__ibt_settle,
     .wait_fd = ibt_wait_fd,
     .arm = ibt_arm,
+    .probe = ibt_probe,
 };

@@ -401,6 +401,13 @@ static uint64_t mux_moved(hoop__tp_t *tp, int peer)
     return ROW(t).ops->moved(tp->sub[t], peer);
 }
 
+static int mux_probe(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr)
+{
+    int t = peer >= 0 && peer < tp->p.size ? tp->route[peer] : T_SELF;
+    if (t == T_SELF || tp->sub[t] == NULL || ROW(t).ops->probe == NULL) return 0;
+    return ROW(t).ops->probe(tp->sub[t], peer, hdr);
+}
+
 static void mux_wake(hoop__tp_t *tp)
 {
     for (int t = 0; t < hoop__tp_registry_n; t++)
@@ -453,6 +460,7 @@ const hoop__transport_ops_t hoop__mux_transport = {
     .abort = mux_abort,
     .close = mux_close,
     .moved = mux_moved,
+    .probe = mux_probe,
     .host_key = mux_host_key,
     .reg = mux_reg,
     .dereg = mux_dereg,

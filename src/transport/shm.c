@@ -663,6 +663,25 @@ static void shm_progress(hoop__tp_t *tp, int timeout_ms)
     check_peers(tp);
 }
 
+/* The next frame from peer, as recv_frames() would start reading it. */
+static int shm_probe(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr)
+{
+    if (tp->failed || peer < 0 || peer >= tp->p.size) return 0;
+    peer_t *pe = &tp->peers[peer];
+    if (!pe->local || pe->lost || pe->rq.head != NULL) return 0;
+    if (atomic_load_explicit(stamp_at(pe->in_data, tp->ring_bytes, pe->in_tail),
+                             memory_order_acquire) != stamp_of(pe->in_tail, tp->nonce) &&
+        in_avail(pe) < STAMP + SHDR_SIZE)
+        return 0;
+    uint8_t b[SHDR_SIZE];
+    ring_read(pe->in_data, tp->ring_bytes, pe->in_tail + STAMP, b, SHDR_SIZE);
+    shdr_decode(b, hdr);
+    hdr->flags &= (uint8_t)~F_CMA; /* how the payload travels is the ring's business */
+    hdr->src = (uint32_t)peer;
+    hdr->comm_id = tp->p.comm_id;
+    return 1;
+}
+
 static uint64_t shm_moved(hoop__tp_t *tp, int peer)
 {
     return peer >= 0 && peer < tp->p.size ? tp->peers[peer].moved : 0;
@@ -748,4 +767,5 @@ const hoop__transport_ops_t hoop__shm_transport = {
     .arm = shm_arm,
     .moved = shm_moved,
     .settle = hoop__shm_settle,
+    .probe = shm_probe,
 };

@@ -778,6 +778,27 @@ static void tcp_close(hoop__tp_t *tp)
     free(tp);
 }
 
+/* The next message from peer shows by its header, which an idle socket 0 takes in early into hb
+ * (posting a receive then takes it from there). */
+static int tcp_probe(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr)
+{
+    if (tp->failed || peer < 0 || peer >= tp->p.size || peer == tp->p.rank) return 0;
+    peer_t *pe = &tp->peers[peer];
+    if (pe->lost || pe->socks == NULL) return 0;
+    for (int k = 0; k < tp->nsock; k++)
+        if (pe->socks[k].rq != NULL) return 0;
+    hoop__tcp_idle_read(tp, peer);
+    const sock_t *so = &pe->socks[0];
+    if (pe->lost || pe->ab_active || so->hb_len < HOOP__WIRE_HDR_SIZE) return 0;
+    if (hoop__wire_decode(so->hb, UINT64_MAX, hdr) != HOOP_OK) {
+        memset(hdr, 0, sizeof(*hdr));
+        hdr->kind = HOOP__K_SEND;
+        hdr->src = (uint32_t)peer;
+        hdr->comm_id = tp->p.comm_id;
+    }
+    return 1;
+}
+
 const hoop__transport_ops_t hoop__tcp_transport = {
     .name = "tcp",
     .caps = TCP_CAPS,
@@ -792,4 +813,5 @@ const hoop__transport_ops_t hoop__tcp_transport = {
     .settle = tcp_settle,
     .wait_fd = tcp_wait_fd,
     .arm = tcp_arm,
+    .probe = tcp_probe,
 };

@@ -163,6 +163,15 @@ typedef struct hoop__transport_ops {
     hoop_result_t (*reg)(hoop__tp_t *tp, void *buf, size_t len, hoop__mem_type_t type, void **reg);
     /* Undoes reg() (reg may be NULL). No transfer with it may be queued. */
     void (*dereg)(hoop__tp_t *tp, void *reg);
+    /* Optional (NULL where absent; then receives from any source never match over it): whether
+     * the next message from peer has arrived, at least its header, while no receive for peer is
+     * queued here (a queued receive owns the next message). 1 with the header in *hdr as a
+     * receive's got would hold it (src and comm_id filled in; a header that cannot be decoded
+     * reads as a send of 0 bytes, so that the receive matched to it reports the mismatch), else 0.
+     * Consumes nothing: the next receive posted for peer takes the message as if nobody had
+     * looked. May read from the peer's connection into the transport's own buffer. Called by the
+     * thread that drives progress. */
+    int (*probe)(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr);
 } hoop__transport_ops_t;
 
 /* post()'s check of x's memory against caps, for every transport: 0 when it takes the type;

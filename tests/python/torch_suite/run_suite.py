@@ -29,8 +29,8 @@ What this runner changes, and nothing else (no assertion is touched):
   * a test that fails only because torch 1.13 itself does not import under Python 3.11 (its
     torch.distributed._shard dataclasses: "mutable default ... use default_factory") is counted
     as broken in this torch, apart from the failures, for either backend;
-  * the tests in KNOWN_FAILING (hoop's receive from any source) run and are listed as known
-    to fail without failing the run; one that passes fails it, to be taken off the list;
+  * the tests in KNOWN_FAILING (none now) run and are listed as known to fail without failing
+    the run; one that passes fails it, to be taken off the list;
   * with --jobs N the tests are dealt round-robin to N runner processes.
 The test class is the one upstream defines: TestDistBackend with _DistTestBase, each test in
 WORLD_SIZE spawned processes that join through a file:// init method.
@@ -163,10 +163,7 @@ TORCH_BROKEN = ("torch/distributed/_shard/", "use default_factory")
 # Tests hoop is known to fail, with the reason: they still run, are listed as KNOWN, do not fail
 # the run, and fail it once they pass (so that the list only shrinks).
 KNOWN_FAILING = {
-    "hoop": dict.fromkeys(
-        ["test_send_recv_any_source", "test_send_recv_any_source_autograd_profiler",
-         "test_send_recv_any_source_torch_profiler"],
-        "hoop has no receive from any source (dist.recv without src)"),
+    "hoop": {},
 }
 
 
