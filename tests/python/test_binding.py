@@ -315,6 +315,36 @@ def check_p2p():
             comm.recv(out, peer)
             comm.send(mine, peer)
         same(out, values(peer, 1031, "int64", "sum", s), "send/recv pair")
+    # From any source: rank 0 takes one message from every other rank, blocking, then (after a
+    # barrier, so that no rank's second message can meet the first receives) one more each,
+    # nonblocking; each reports its sender, whose values it must hold.
+    for dt in ("float64", "uint8"):
+        for n in (0, 7, 1031):
+            s = next_salt()
+            if R != 0:
+                comm.send(values(R, n, dt, "sum", s), 0, **kw(dt))
+                comm.barrier()
+                comm.send(values(R, n, dt, "sum", s + 1), 0, **kw(dt))
+                continue
+            firsts, seconds = set(), set()
+            for k in range(P - 1):
+                out, src = comm.recv_any(np.zeros(n, storage(dt)), **kw(dt))
+                expect(0 < src < P and src not in firsts, "recv_any: source %r" % (src,))
+                firsts.add(src)
+                same(out, values(src, n, dt, "sum", s), "recv_any from %d %s n=%d" % (src, dt, n))
+            comm.barrier()
+            for k in range(P - 1):
+                out = np.zeros(n, storage(dt))
+                r = comm.irecv_any(out, **kw(dt))
+                expect(r.source is None, "irecv_any: a source before completion")
+                r.wait()
+                expect(0 < r.source < P and r.source not in seconds,
+                       "irecv_any: source %r" % (r.source,))
+                seconds.add(r.source)
+                same(out, values(r.source, n, dt, "sum", s + 1),
+                     "irecv_any from %d %s n=%d" % (r.source, dt, n))
+            expect(len(firsts) == len(seconds) == P - 1, "recv_any: not every rank matched once")
+        comm.barrier()
 
 
 # ---- buffers ----

@@ -14,7 +14,8 @@
 #       down. On a host with an active RDMA port the same runs happen there instead (without the
 #       port taken down). Skipped (77) where neither can be had.
 #   verbs_test.sh suites VM_SH CONFORMANCE HOOPRUN COLL_TEST FAULT MR_TEST FAULT_RANK IBV_DOUBLE
-#       SPLIT_RANK is the whole argument list.
+#       SPLIT_RANK ANYSOURCE_TEST is the whole argument list (the last: receives from any source
+#       over verbs, 3 ranks).
 #   verbs_test.sh bw VM_SH HOOPRUN HOOP_PERF MR_TEST
 #       hoop's point-to-point bandwidth over verbs (hoop-perf sendrecv, 2 ranks) beside
 #       ib_write_bw on rxe0 in the same boot, then what registering memory costs (mr_test cost)
@@ -30,6 +31,7 @@ case $mode in
 suites)
     vm=$1 conf=$(abspath "$2") run=$(abspath "$3") coll=$(abspath "$4") fault=$(abspath "$5")
     mr=$(abspath "$6") frank=$(abspath "$7") dbl=$(abspath "$8") split=$(abspath "$9")
+    anysrc=$(abspath "${10}")
     more=$(abspath "$(dirname "$0")/guest_more.sh")
     script="
         set -e
@@ -42,6 +44,8 @@ suites)
         HOOP_TRANSPORT=ibverbs '$run' -n 4 '$coll' --mode colls --large-dtypes none
         echo '--- nonblocking collectives over ibverbs, 3 ranks'
         HOOP_TRANSPORT=ibverbs '$run' -n 3 '$coll' --mode nonblocking
+        echo '--- receives from any source over ibverbs, 3 ranks'
+        HOOP_TRANSPORT=ibverbs '$run' -n 3 '$anysrc' --large-count 40003
         echo '--- auto, two hosts faked: verbs between them, shared memory inside'
         HOOP_DEBUG=INFO HOOP_TRANSPORT=auto '$run' -n 4 '$coll' --mode colls --fake-hosts 2 \
             --large-dtypes none --colls allreduce,broadcast,alltoall >out.auto 2>&1 ||

@@ -341,6 +341,7 @@ static const case_def_t cases[] = {
     {"memory", case_memory, 2, 1, 1, -1, 0, 30, 0},
     {"realloc", case_realloc, 2, 1, 1, -1, 0, 30, 0},
     {"late-connect", case_late, 2, 1, 1, -1, 0, 30, 1},
+    {"probe", case_probe, 2, 1, 1, -1, 0, 60, 0},
 };
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 

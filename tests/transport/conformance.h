@@ -192,5 +192,6 @@ int case_wake_pending(ctx_t *c);
 int case_idle(ctx_t *c);
 int case_close(ctx_t *c);
 int case_late(ctx_t *c);
+int case_probe(ctx_t *c);
 
 #endif

@@ -587,3 +587,79 @@ int case_realloc(ctx_t *c)
     if (c->o->verbose) notef(c, "%d of 6 reallocations came back at the freed address", same);
     return 0;
 }
+
+/* probe(): rank 0 looks at what rank 1 sent before posting receives for it. Nothing shows before
+ * rank 1 sends; then each message's header shows whole, again and again (nothing is consumed),
+ * and not while a receive for rank 1 is queued; the receive posted after probing gets the whole
+ * message. A transport without probe skips the case. */
+int case_probe(ctx_t *c)
+{
+    static const size_t lens[] = {100, 3 * MIB + 7, 0};
+    enum { N = 3 };
+    if (c->ops->probe == NULL) {
+        notef(c, "the transport has no probe: nothing to check");
+        return 0;
+    }
+    hoop__xfer_t x[N];
+    uint8_t *b[N];
+    hoop__wire_hdr_t h[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = rbuf_new(lens[i]);
+        CHECK(c, b[i] != NULL, "out of memory");
+        h[i] = mkhdr(c, 1, 300 + (uint64_t)i, (uint64_t)i, lens[i]);
+    }
+    if (c->rank == 1) {
+        TRY(board_wait(c, B_POSTED, 1, lim(c, 20)));
+        hoop__xfer_t *all[N];
+        for (int i = 0; i < N; i++) {
+            fill(b[i], lens[i], seed_of(c, 1, 0, 300 + (uint64_t)i));
+            xinit(&x[i], HOOP__XFER_SEND, 0, &h[i], b[i], lens[i]);
+            c->ops->post(c->tp, &x[i]);
+            all[i] = &x[i];
+        }
+        TRY(drive(c, all, N, lim(c, 30), "sends rank 0 probes"));
+        for (int i = 0; i < N; i++)
+            CHECK(c, x[i].status == HOOP_OK, "send %d: %s", i, hoop_error_string(x[i].status));
+    } else {
+        hoop__wire_hdr_t got;
+        CHECK(c, !c->ops->probe(c->tp, 0, &got), "probe of this rank itself found a message");
+        CHECK(c, !c->ops->probe(c->tp, -1, &got) && !c->ops->probe(c->tp, 2, &got),
+              "probe of a rank outside the communicator found a message");
+        for (int k = 0; k < 20; k++) {
+            c->ops->progress(c->tp, 1);
+            CHECK(c, !c->ops->probe(c->tp, 1, &got), "probe found a message nobody sent");
+        }
+        atomic_store(&c->board->v[B_POSTED], 1);
+        for (int i = 0; i < N; i++) {
+            int64_t end = now_ns() + (int64_t)(lim(c, 20) * 1e9);
+            int seen = 0;
+            while (!(seen = c->ops->probe(c->tp, 1, &got)) && now_ns() < end)
+                c->ops->progress(c->tp, 1);
+            CHECK(c, seen, "message %d (%zu bytes) never showed to probe", i, lens[i]);
+            for (int again = 0; again < 2; again++) {
+                CHECK(c, got.kind == h[i].kind && got.seq == h[i].seq && got.count == h[i].count &&
+                             got.dtype == h[i].dtype && got.op == h[i].op &&
+                             got.root == h[i].root && got.src == 1 &&
+                             got.comm_id == c->comm_id && got.payload_len == lens[i],
+                      "probe of message %d: kind %d seq %" PRIu64 " count %" PRIu64
+                      " src %u payload %" PRIu64 ", sent kind %d seq %" PRIu64 " count %" PRIu64
+                      " payload %zu",
+                      i, got.kind, got.seq, got.count, got.src, got.payload_len, h[i].kind,
+                      h[i].seq, h[i].count, lens[i]);
+                c->ops->progress(c->tp, 0);
+                memset(&got, 0, sizeof got);
+                CHECK(c, c->ops->probe(c->tp, 1, &got), "message %d gone after a probe", i);
+            }
+            xinit(&x[i], HOOP__XFER_RECV, 1, &h[i], b[i], lens[i]);
+            c->ops->post(c->tp, &x[i]);
+            CHECK(c, x[i].done || !c->ops->probe(c->tp, 1, &got),
+                  "probe looked past the receive queued for message %d", i);
+            TRY(drive1(c, &x[i], lim(c, 30), "receive after probing"));
+            char what[64];
+            snprintf(what, sizeof what, "message %d received after probing", i);
+            TRY(check_recv(c, &x[i], &h[i], seed_of(c, 1, 0, 300 + (uint64_t)i), what));
+        }
+    }
+    for (int i = 0; i < N; i++) free(b[i]);
+    return 0;
+}
