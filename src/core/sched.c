@@ -495,9 +495,10 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
     /* A blocking call ordered on a stream returns once queued, as NCCL's do. */
     int detached = out == NULL && call->order != 0;
     pthread_mutex_lock(&c->mu);
-    /* A receive from any source, or one behind such a receive, is held (above): it is queued. */
-    int may_hold = call->kind == HOOP__K_SEND && call->is_recv &&
-                   (call->any_source || atomic_load(&c->n_held) > 0);
+    /* A receive from any source, or a receive or a collective behind one still unmatched, waits
+     * for its turn (above): it is queued. */
+    int may_hold = (call->kind == HOOP__K_SEND && call->is_recv && call->any_source) ||
+                   (atomic_load(&c->n_held) > 0 && (call->kind != HOOP__K_SEND || call->is_recv));
     if (out == NULL && !detached && c->head == NULL && !c->busy && !may_hold) {
         /* Nothing ahead of us: run on this thread, the request on the stack. */
         hoop_request_t local;
