@@ -138,6 +138,10 @@ typedef struct rounds {
     uint8_t *out;
     size_t ce;   /* elements per chunk */
     size_t slot; /* bytes per slot: p contribution slots, then the result slot */
+    /* The own block's chunks are folded from the input where they lie, not copied in: only
+     * this rank reads them. Not where reduce-scatter folds into an output that overlaps the
+     * input (its first fold would overwrite the own chunk before it is read). */
+    int own_direct;
 } rounds_t;
 
 static int owner_of(const rounds_t *g, int b)
@@ -206,7 +210,8 @@ static hoop_result_t run_rounds(rounds_t *g)
         size_t off, len;
         for (int b = 0; b < p && k < nrounds; b++) {
             chunk(g, b, k, &off, &len);
-            if (len > 0) memcpy(slot_of(g, mydata, b), g->in + off * es, len * es);
+            if (len > 0 && !(b == mb && g->own_direct))
+                memcpy(slot_of(g, mydata, b), g->in + off * es, len * es);
         }
         if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
         if (k > 0 && g->kind != R_RS) copy_out(g, k - 1);
@@ -221,9 +226,14 @@ static hoop_result_t run_rounds(rounds_t *g)
         chunk(g, mb, k, &off, &len);
         uint8_t *res = g->kind == R_RS ? g->out + (off - mbo) * es : slot_of(g, mydata, p);
         if (len > 0) {
-            const uint8_t *x0 = slot_of(g, hoop__shc_cur(a, operand(g, mb, 0)), mb);
+            const uint8_t *mine = g->in + off * es;
+            const uint8_t *x0 = operand(g, mb, 0) == me && g->own_direct
+                                    ? mine
+                                    : slot_of(g, hoop__shc_cur(a, operand(g, mb, 0)), mb);
             for (int i = 1; i < p; i++) {
-                const uint8_t *xi = slot_of(g, hoop__shc_cur(a, operand(g, mb, i)), mb);
+                int q = operand(g, mb, i);
+                const uint8_t *xi =
+                    q == me && g->own_direct ? mine : slot_of(g, hoop__shc_cur(a, q), mb);
                 hoop__mem_reduce(c, res, i == 1 ? x0 : res, xi, len);
             }
             if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, len);
@@ -275,6 +285,8 @@ static hoop_result_t reduce_rounds(hoop__call_t *c, hoop__shc_t *a, int kind, si
     g.out = c->recvbuf;
     g.in = safe_input(c, c->sendbuf, total * g.es, c->recvbuf, out_bytes, kind == R_RS);
     if (g.in == NULL) return HOOP_ERR_NO_MEMORY;
+    g.own_direct = kind != R_RS || out_bytes == 0 ||
+                   !(g.in < g.out + out_bytes && g.out < g.in + total * g.es);
     return run_rounds(&g);
 }
 
