@@ -280,8 +280,30 @@ def check_p2p_barrier():
             dist.recv(out, peer)
             dist.send(data(R, 7, torch.float32), peer)
         same(out, data(peer, 7, torch.float32), "send/recv pair")
-    expect_raises(RuntimeError, lambda: dist.recv(torch.zeros(1)), "recv from any source",
-                  "any source")
+    # From any source: rank 0 takes one message from every other rank (dist.recv without src
+    # returns the sender), then one more each through irecv and Work._source_rank().
+    if R == 0:
+        got = set()
+        for _ in range(P - 1):
+            out = torch.zeros(5)
+            src = dist.recv(out)
+            expect(0 < src < P and src not in got, "recv from any source: sender %r" % (src,))
+            got.add(src)
+            same(out, data(src, 5, torch.float32), "recv from any source, from rank %d" % src)
+        dist.barrier()
+        again = set()
+        for _ in range(P - 1):
+            out = torch.zeros(5)
+            w = dist.irecv(out)
+            w.wait()
+            src = w._source_rank()
+            expect(0 < src < P and src not in again, "irecv from any source: sender %r" % (src,))
+            again.add(src)
+            same(out, data(src, 5, torch.float32) * 2, "irecv from any source, rank %d" % src)
+    elif P > 1:
+        dist.send(data(R, 5, torch.float32), 0)
+        dist.barrier()
+        dist.send(data(R, 5, torch.float32) * 2, 0)
 
 
 def check_new_group():
