@@ -33,7 +33,7 @@ enum { FREE, COPY_OUT, WIRE, COPY_IN, SYNC };
 
 typedef struct stage_buf {
     int state;
-    hoop__xfer_t *x; /* the transfer it serves; NULL when free or abandoned (its call ended) */
+    hoop__xfer_t *x; /* the transfer it serves; NULL when free or abandoned (see abandon) */
     uint64_t seq;    /* the call of x (not SYNC) */
     hoop__xfer_t tx; /* what the transport is given (not SYNC) */
     void *ev;        /* the event of its copies, kept with the buffer */
@@ -139,13 +139,16 @@ static int pump(hoop_comm_t *c)
     return moved;
 }
 
-/* Transfers of calls that ended without waiting for them (an error) are no one's now: their
+/* Transfers of a call that ended without waiting for them, or of an aborted communicator (whose
+ * waits return without them, and whose algorithms return at once), are no one's now: their
  * buffers go free once the device and the transport are done with them. */
-static void abandon_others(struct hoop__stage *st, uint64_t seq)
+static void abandon(hoop_comm_t *c, uint64_t seq)
 {
+    struct hoop__stage *st = c->stage;
+    int all = atomic_load(&c->aborted) != 0;
     for (int i = 0; i < st->n; i++) {
         stage_buf_t *b = st->b[i];
-        if (b->state != FREE && b->state != SYNC && b->seq != seq) b->x = NULL;
+        if (b->state != FREE && b->state != SYNC && (all || b->seq != seq)) b->x = NULL;
     }
 }
 
@@ -187,10 +190,15 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
         x->buf = b->host;
         return 0;
     }
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab) { /* what the transport would do with it */
+        complete_now(x, ab);
+        return -1;
+    }
     /* The copy streams start after what the call's stream had queued when the call began, as its
      * synchronous operations do. */
     if (!st->began || st->seq != call->seq) {
-        abandon_others(st, call->seq);
+        abandon(c, call->seq);
         if (hoop__cuda_stage_begin(call) != 0) {
             complete_now(x, HOOP_ERR_SYSTEM);
             return -1;
@@ -234,7 +242,7 @@ int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int 
     *busy = 0;
     if (st == NULL) return 0;
     if (call->kind == HOOP__K_SEND) return hoop__stage_done(call, xs, n) == HOOP_OK ? 0 : -1;
-    if (st->seq != call->seq) abandon_others(st, call->seq);
+    if (st->seq != call->seq || atomic_load(&c->aborted)) abandon(c, call->seq);
     int moved = pump(c), failed = moved < 0;
     for (int i = 0; i < st->n; i++) {
         stage_buf_t *b = st->b[i];
