@@ -39,8 +39,8 @@ typedef struct stage_buf {
     void *ev;        /* the event of its copies, kept with the buffer */
     void *host;
     size_t cap;
-    hoop__mem_type_t mem; /* whose host_alloc made it */
-    void *dst;            /* a receive: where its payload goes */
+    hoop__mem_type_t mem;   /* whose host_alloc made it */
+    void *dst;              /* a receive: where its payload goes */
     struct stage_buf *next; /* COPY_OUT: the next send in posting order */
 } stage_buf_t;
 

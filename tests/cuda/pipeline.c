@@ -76,7 +76,8 @@ static int one(hoop_comm_t *c, hoop_dtype_t dt, size_t n, int k, int in_place)
         devbuf_copy(dout, tmp, bytes);
     }
     hoop_result_t rc = hoop_allreduce(c, din, dout, n, dt, HOOP_SUM);
-    CHECK(rc == HOOP_OK, "allreduce of %zu %s: %s", n, hoop_dtype_name(dt), hoop_comm_last_error(c));
+    CHECK(rc == HOOP_OK, "allreduce of %zu %s: %s", n, hoop_dtype_name(dt),
+          hoop_comm_last_error(c));
     devbuf_copy(got, dout, bytes);
     size_t bad = 0, first = 0;
     for (size_t i = n; i-- > 0;)
@@ -84,8 +85,8 @@ static int one(hoop_comm_t *c, hoop_dtype_t dt, size_t n, int k, int in_place)
             bad++;
             first = i;
         }
-    CHECK(bad == 0, "allreduce of %zu %s (%s), round %d: %zu wrong element(s), the first at %zu",
-          n, hoop_dtype_name(dt), in_place ? "in place" : "out of place", k, bad, first);
+    CHECK(bad == 0, "allreduce of %zu %s (%s), round %d: %zu wrong element(s), the first at %zu", n,
+          hoop_dtype_name(dt), in_place ? "in place" : "out of place", k, bad, first);
     if (!in_place) devbuf_free(dout);
     devbuf_free(din);
     free(hin);
@@ -137,10 +138,14 @@ int main(int argc, char **argv)
            "copies in flight at once, %ld copies queued while the other direction had one in "
            "flight\n",
            rank, right, calls, d2h, h2d, crossed);
-    CHECK(d2h >= 2, "at most %ld device-to-host copy in flight at once: the sends were not "
-                    "copied ahead of the network", d2h);
-    CHECK(h2d >= 2, "at most %ld host-to-device copy in flight at once: no receive completed "
-                    "while another was being copied to the device", h2d);
+    CHECK(d2h >= 2,
+          "at most %ld device-to-host copy in flight at once: the sends were not "
+          "copied ahead of the network",
+          d2h);
+    CHECK(h2d >= 2,
+          "at most %ld host-to-device copy in flight at once: no receive completed "
+          "while another was being copied to the device",
+          h2d);
     CHECK(crossed >= 1, "no copy to the device was queued while a copy to host memory was in "
                         "flight: the network never completed a receive while a send was copied");
     rc = hoop_comm_destroy(c);
