@@ -94,10 +94,10 @@ void hoop__scratch_free(hoop_comm_t *c);
  * transport once its copy to host memory is done, a receive is done for the algorithm once its
  * copy to the device is, and waits (hoop__xwait) move every staged transfer of the call along
  * meanwhile. A point-to-point request's copies are synchronous: a send's as it is posted, a
- * receive's when a wait or the scheduler's reap sees it done (hoop__stage_done). A call's
- * transfers are all staged or none (its memory type): a host message of a device call (the
- * setups that send host memory) may not overtake a staged send to the same peer, so it comes
- * before them. */
+ * receive's when a wait or the scheduler's reap sees it done (hoop__stage_done). A host-memory
+ * message of a device call (hcall.mem = HOOP__MEM_HOST: the shared-memory area's setup, the IPC
+ * path's steps) goes to the transport at once, and would overtake a staged send to the same peer
+ * still being copied: such messages come before the call's staged sends, or instead of them. */
 
 /* Called by hoop__xsend/xrecv for a call not in host memory, x filled in. Returns 0 when x is to
  * go to the transport as it is now (x->buf pointed at the staging buffer, or 0 bytes), 1 when the
