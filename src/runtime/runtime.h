@@ -89,20 +89,50 @@ void hoop__scratch_free(hoop_comm_t *c);
 
 /* ---- staging (stage.c) ----
  * The transports read and write host memory only. A transfer of a call in another memory type
- * goes through a host buffer of the communicator's (the type's host_alloc: pinned for CUDA): a
- * send's bytes are copied there as it is posted, a receive's copied out when a wait sees it done
- * (hoop__xwait, and the scheduler's reap for point-to-point requests). */
+ * goes through a host buffer of the communicator's (the type's host_alloc: pinned for CUDA). A
+ * collective's copies are asynchronous, on the copy streams below: a send is given to the
+ * transport once its copy to host memory is done, a receive is done for the algorithm once its
+ * copy to the device is, and waits (hoop__xwait) move every staged transfer of the call along
+ * meanwhile. A point-to-point request's copies are synchronous: a send's as it is posted, a
+ * receive's when a wait or the scheduler's reap sees it done (hoop__stage_done). A host-memory
+ * message of a device call (hcall.mem = HOOP__MEM_HOST: the shared-memory area's setup, the IPC
+ * path's steps) goes to the transport at once, and would overtake a staged send to the same peer
+ * still being copied: such messages come before the call's staged sends, or instead of them. */
 
-/* Called by hoop__xsend/xrecv for a call not in host memory, x filled in: points x->buf at the
- * staging buffer. Returns 0, or -1 having completed x at once with the communicator's error (out
- * of memory, a failed copy). */
+/* Called by hoop__xsend/xrecv for a call not in host memory, x filled in. Returns 0 when x is to
+ * go to the transport as it is now (x->buf pointed at the staging buffer, or 0 bytes), 1 when the
+ * stage gives the transport a transfer of its own for x and completes x itself, or -1 having
+ * completed x at once with the communicator's error (out of memory, a failed copy). */
 int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x);
-/* For the done transfers among xs (NULL entries skipped) of a call not in host memory: a received
- * payload goes to its buffer and the staging buffer is free again; transfers seen before are
- * left alone. Returns HOOP_ERR_SYSTEM if a copy failed (hoop__mem_failed). */
+/* A wait's round for a call not in host memory (xs, n: what it waits for): sends whose copy is
+ * done go to the transport, in posting order; received payloads are copied to their buffers, and
+ * transfers whose copy is done complete. Never blocks. Returns 1 when something moved, 0 when
+ * nothing did, -1 when a copy failed (the communicator failed with its sentence). *busy says
+ * whether copies are still in flight (a wait then polls rather than sleeps in the transport). */
+int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int n, int *busy);
+/* For the done point-to-point transfers among xs (NULL entries skipped): a received payload goes
+ * to its buffer and the staging buffer is free again; transfers seen before are left alone.
+ * Returns HOOP_ERR_SYSTEM if a copy failed (hoop__mem_failed). */
 hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs, int n);
-/* Frees the staging buffers (hoop__mem_close). */
+/* Frees the staging buffers (hoop__mem_close, after the transport is closed). */
 void hoop__stage_free(hoop_comm_t *c);
+
+/* The copy streams (mem_cuda.c): one per direction, so that copies to host memory and to the
+ * device run at once (a GPU has a copy engine for each), made by the first staged call. Failures
+ * fail the communicator with the sentence of a failed CUDA copy. Under exec. */
+/* Orders both streams after the work queued on the call's stream (the legacy default stream, or
+ * the communicator's for a stream-ordered call) so far: once per call, before its first copy. */
+int hoop__cuda_stage_begin(const hoop__call_t *call);
+/* Queues a copy of n bytes on the stream of its direction (to_device: host to device), then a
+ * record of *ev (made the first time, kept by the caller for the next copy). 0, or -1. */
+int hoop__cuda_stage_copy(const hoop__call_t *call, int to_device, void *dst, const void *src,
+                          size_t n, void **ev);
+/* 1 once the copies before ev's last record are done, 0 while not, -1 on an error. Never
+ * blocks. */
+int hoop__cuda_stage_query(hoop_comm_t *c, void *ev);
+/* Waits for both streams' queued work, at most seconds: 1 when done, 0 (time up) or -1. */
+int hoop__cuda_stage_drain(hoop_comm_t *c, double seconds);
+void hoop__cuda_stage_event_free(hoop_comm_t *c, void *ev);
 /* ---- CUDA IPC (mem_cuda.c) ----
  * The CUDA IPC path's memory: each rank's area, device memory that its peers open once from its
  * handle and keep open, by rank, until the communicator goes. Under exec. */

@@ -1,36 +1,70 @@
 /* Staging: transfers of device buffers through host memory. The transports read and write host
- * memory only, so a send of device memory is copied into a host buffer as it is posted and a
- * receive lands in one and is copied to its device buffer when a wait sees it done. The buffers
- * are the communicator's, kept between calls (pinned memory is slow to get) and reused; there
- * are as many as the most transfers a call had in flight at once. Under exec, like every
- * transfer. Pipelining these copies with the network on streams comes later. */
+ * memory only, so a send of device memory is copied into a host buffer before the transport gets
+ * it, and a receive lands in one and is copied to its device buffer. The buffers are the
+ * communicator's, kept between calls (pinned memory is slow to get) and reused; there are as many
+ * as the most transfers a call had in flight at once. Under exec, like every transfer.
+ *
+ * A collective's transfers are pipelined: the copies run on the communicator's copy streams
+ * (mem_cuda.c, one per direction: CUDA is the one memory type staged) while the network moves
+ * other transfers. The transport is given
+ * a transfer of the stage's own (tx), never the algorithm's (x), which is done only when the
+ * stage says so:
+ *
+ *   send:    the device-to-host copy is queued with an event      (COPY_OUT)
+ *            -> once the event is reached, tx goes to the transport (WIRE)
+ *            -> tx done: x done
+ *   receive: tx goes to the transport at once                      (WIRE)
+ *            -> tx done: the host-to-device copy is queued with an event (COPY_IN)
+ *            -> once the event is reached: x done
+ *
+ * Sends go to the transport in the order they were posted (a queue), which keeps the transports'
+ * order of messages to each peer; they are copied on one stream, so they are ready in that order
+ * anyway. Waits move all of this along (hoop__stage_progress, from hoop__xwait), whichever
+ * transfers they wait for: the sends of the next step leave while the algorithm waits for a
+ * receive.
+ *
+ * Point-to-point requests complete in the scheduler's reap, which knows nothing of this: theirs
+ * are copied synchronously, a send's as it is posted and a receive's when the reap or a wait sees
+ * it done (SYNC: the transport has x itself). */
 #include <stdlib.h>
 
 #include "runtime/runtime.h"
 
+enum { FREE, COPY_OUT, WIRE, COPY_IN, SYNC };
+
 typedef struct stage_buf {
-    const hoop__xfer_t *x; /* the transfer it serves; NULL when free */
+    int state;
+    hoop__xfer_t *x; /* the transfer it serves; NULL when free or abandoned (see abandon) */
+    uint64_t seq;    /* the call of x (not SYNC) */
+    hoop__xfer_t tx; /* what the transport is given (not SYNC) */
+    void *ev;        /* the event of its copies, kept with the buffer */
     void *host;
     size_t cap;
-    hoop__mem_type_t mem; /* whose host_alloc made it */
-    void *dst;            /* a receive: where its payload goes */
+    hoop__mem_type_t mem;   /* whose host_alloc made it */
+    void *dst;              /* a receive: where its payload goes */
+    struct stage_buf *next; /* COPY_OUT: the next send in posting order */
 } stage_buf_t;
 
 struct hoop__stage {
-    stage_buf_t *b;
+    /* Each buffer on its own: the transport keeps a pointer to tx while it has it. */
+    stage_buf_t **b;
     int n, cap;
+    stage_buf_t *head, *tail; /* sends not yet given to the transport, in posting order */
+    int began;                /* the copy streams were ordered after call seq's stream */
+    uint64_t seq;
 };
 
-/* A free buffer of at least len bytes for x: the smallest that fits, else a free one regrown,
- * else a new one. NULL when out of memory. */
+/* A free buffer of at least len bytes: the smallest that fits, else a free one regrown, else a new
+ * one; for 0 bytes any free one, host memory or not. NULL when out of memory. */
 static stage_buf_t *take(hoop_comm_t *c, hoop__mem_type_t mem, size_t len)
 {
     struct hoop__stage *st = c->stage;
     if (st == NULL && (st = c->stage = calloc(1, sizeof *st)) == NULL) return NULL;
     stage_buf_t *best = NULL, *spare = NULL;
     for (int i = 0; i < st->n; i++) {
-        stage_buf_t *b = &st->b[i];
-        if (b->x != NULL) continue;
+        stage_buf_t *b = st->b[i];
+        if (b->state != FREE) continue;
+        if (len == 0) return b;
         if (b->mem == mem && b->cap >= len && (best == NULL || b->cap < best->cap)) best = b;
         if (spare == NULL || b->cap > spare->cap) spare = b;
     }
@@ -38,14 +72,15 @@ static stage_buf_t *take(hoop_comm_t *c, hoop__mem_type_t mem, size_t len)
     if (spare == NULL) {
         if (st->n == st->cap) {
             int ncap = st->cap ? 2 * st->cap : 8;
-            stage_buf_t *nb = realloc(st->b, (size_t)ncap * sizeof *nb);
+            stage_buf_t **nb = realloc(st->b, (size_t)ncap * sizeof *nb);
             if (nb == NULL) return NULL;
             st->b = nb;
             st->cap = ncap;
         }
-        spare = &st->b[st->n++];
-        *spare = (stage_buf_t){0};
+        if ((spare = calloc(1, sizeof *spare)) == NULL) return NULL;
+        st->b[st->n++] = spare;
     }
+    if (len == 0) return spare;
     /* Powers of two from 64 KiB: a few sizes serve every chunk of a call. */
     size_t want = 64 << 10;
     while (want < len && want <= SIZE_MAX / 2) want *= 2;
@@ -66,13 +101,69 @@ static void complete_now(hoop__xfer_t *x, hoop_result_t code)
     x->done = 1;
 }
 
+/* b's transfer is over: x (if its call still waits) takes tx's outcome, or code when not OK. */
+static void finish(stage_buf_t *b, hoop_result_t code)
+{
+    if (b->x != NULL) {
+        b->x->got = b->tx.got;
+        complete_now(b->x, code != HOOP_OK ? code : b->tx.status);
+    }
+    b->x = NULL;
+    b->dst = NULL;
+    b->state = FREE;
+}
+
+/* Sends whose copy is done go to the transport, in posting order; a send of an ended call is
+ * dropped (the transport never had it). 1 if one went, 0 if none, -1 if an event failed. */
+static int pump(hoop_comm_t *c)
+{
+    struct hoop__stage *st = c->stage;
+    int moved = 0;
+    while (st->head != NULL) {
+        stage_buf_t *b = st->head;
+        if (b->tx.len > 0) {
+            int q = hoop__cuda_stage_query(c, b->ev);
+            if (q < 0) return -1;
+            if (q == 0) break;
+        }
+        st->head = b->next;
+        if (st->head == NULL) st->tail = NULL;
+        b->next = NULL;
+        moved = 1;
+        if (b->x == NULL) {
+            b->state = FREE;
+            continue;
+        }
+        b->state = WIRE;
+        c->tp_ops->post(c->tp, &b->tx);
+    }
+    return moved;
+}
+
+/* Transfers of a call that ended without waiting for them, or of an aborted communicator (whose
+ * waits return without them, and whose algorithms return at once), are no one's now: their
+ * buffers go free once the device and the transport are done with them. */
+static void abandon(hoop_comm_t *c, uint64_t seq)
+{
+    struct hoop__stage *st = c->stage;
+    int all = atomic_load(&c->aborted) != 0;
+    for (int i = 0; i < st->n; i++) {
+        stage_buf_t *b = st->b[i];
+        if (b->state != FREE && b->state != SYNC && (all || b->seq != seq)) b->x = NULL;
+    }
+}
+
 int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
 {
     hoop_comm_t *c = call->comm;
+    int pipelined = call->kind != HOOP__K_SEND;
     /* What the transport sees is host memory: the staging buffer, or for 0 bytes nothing at all
-     * (the pointer may stay, it is never read or written). */
+     * (the pointer may stay, it is never read or written). A send of 0 bytes still waits for the
+     * sends before it. */
     x->mem = (hoop__mem_desc_t){.type = HOOP__MEM_HOST};
-    if (x->len == 0) return 0;
+    struct hoop__stage *st = c->stage;
+    if (x->len == 0 && (!pipelined || x->dir == HOOP__XFER_RECV || st == NULL || st->head == NULL))
+        return 0;
     stage_buf_t *b = take(c, call->mem, x->len);
     if (b == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,
@@ -82,20 +173,102 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
         complete_now(x, HOOP_ERR_NO_MEMORY);
         return -1;
     }
-    if (x->dir == HOOP__XFER_SEND) {
-        hoop__mem_copy(call, b->host, x->buf, x->len);
-        hoop_result_t rc = hoop__mem_failed(c);
-        if (rc != HOOP_OK) { /* the copy failed and said why */
-            complete_now(x, rc);
+    st = c->stage;
+    if (!pipelined) {
+        if (x->dir == HOOP__XFER_SEND) {
+            hoop__mem_copy(call, b->host, x->buf, x->len);
+            hoop_result_t rc = hoop__mem_failed(c);
+            if (rc != HOOP_OK) { /* the copy failed and said why */
+                complete_now(x, rc);
+                return -1;
+            }
+            b->dst = NULL;
+        } else {
+            b->dst = x->buf;
+        }
+        b->state = SYNC;
+        b->x = x;
+        x->buf = b->host;
+        return 0;
+    }
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab) { /* what the transport would do with it */
+        complete_now(x, ab);
+        return -1;
+    }
+    /* The copy streams start after what the call's stream had queued when the call began, as its
+     * synchronous operations do. */
+    if (!st->began || st->seq != call->seq) {
+        abandon(c, call->seq);
+        if (hoop__cuda_stage_begin(call) != 0) {
+            complete_now(x, HOOP_ERR_SYSTEM);
             return -1;
         }
-        b->dst = NULL;
+        st->began = 1;
+        st->seq = call->seq;
+    }
+    b->tx = *x;
+    b->tx.buf = x->len > 0 ? b->host : x->buf;
+    b->tx.done = 0;
+    b->tx.status = HOOP_OK;
+    b->x = x;
+    b->seq = call->seq;
+    x->done = 0;
+    if (x->dir == HOOP__XFER_SEND) {
+        if (x->len > 0 && hoop__cuda_stage_copy(call, 0, b->host, x->buf, x->len, &b->ev) != 0) {
+            b->x = NULL;
+            complete_now(x, HOOP_ERR_SYSTEM);
+            return -1;
+        }
+        b->state = COPY_OUT;
+        b->next = NULL;
+        if (st->tail != NULL)
+            st->tail->next = b;
+        else
+            st->head = b;
+        st->tail = b;
+        if (pump(c) < 0) return 1; /* x fails at its wait */
     } else {
         b->dst = x->buf;
+        b->state = WIRE;
+        c->tp_ops->post(c->tp, &b->tx);
     }
-    b->x = x;
-    x->buf = b->host;
-    return 0;
+    return 1;
+}
+
+int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int n, int *busy)
+{
+    hoop_comm_t *c = call->comm;
+    struct hoop__stage *st = c->stage;
+    *busy = 0;
+    if (st == NULL) return 0;
+    if (call->kind == HOOP__K_SEND) return hoop__stage_done(call, xs, n) == HOOP_OK ? 0 : -1;
+    if (st->seq != call->seq || atomic_load(&c->aborted)) abandon(c, call->seq);
+    int moved = pump(c), failed = moved < 0;
+    for (int i = 0; i < st->n; i++) {
+        stage_buf_t *b = st->b[i];
+        if (b->state == WIRE && b->tx.done) {
+            if (b->tx.dir == HOOP__XFER_SEND || b->tx.status != HOOP_OK || b->x == NULL) {
+                finish(b, HOOP_OK);
+            } else if (hoop__cuda_stage_copy(call, 1, b->dst, b->host, b->tx.len, &b->ev) != 0) {
+                finish(b, HOOP_ERR_SYSTEM);
+                failed = 1;
+            } else {
+                b->state = COPY_IN;
+            }
+            moved = 1;
+        }
+        if (b->state == COPY_IN) {
+            int q = hoop__cuda_stage_query(c, b->ev);
+            if (q != 0) {
+                finish(b, q > 0 ? HOOP_OK : HOOP_ERR_SYSTEM);
+                failed |= q < 0;
+                moved = 1;
+            }
+        }
+        *busy |= b->state == COPY_OUT || b->state == COPY_IN;
+    }
+    return failed ? -1 : moved;
 }
 
 hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
@@ -107,12 +280,13 @@ hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs
         const hoop__xfer_t *x = xs[i];
         if (x == NULL || !x->done) continue;
         for (int k = 0; k < st->n; k++) {
-            stage_buf_t *b = &st->b[k];
-            if (b->x != x) continue;
+            stage_buf_t *b = st->b[k];
+            if (b->state != SYNC || b->x != x) continue;
             if (x->status == HOOP_OK && b->dst != NULL)
                 hoop__mem_copy(call, b->dst, b->host, x->len);
             b->x = NULL;
             b->dst = NULL;
+            b->state = FREE;
             break;
         }
     }
@@ -123,8 +297,18 @@ void hoop__stage_free(hoop_comm_t *c)
 {
     struct hoop__stage *st = c->stage;
     if (st == NULL) return;
+    /* The transport is gone; copies may still be queued (a call that failed): their host memory
+     * and events stay allocated unless the copy streams finish within the timeout. */
+    int idle = 1;
     for (int i = 0; i < st->n; i++)
-        if (st->b[i].host != NULL) hoop__mem_ops(st->b[i].mem)->host_free(c, st->b[i].host);
+        if (st->b[i]->ev != NULL) idle = 0;
+    if (!idle) idle = hoop__cuda_stage_drain(c, c->timeout_s) == 1;
+    for (int i = 0; i < st->n; i++) {
+        stage_buf_t *b = st->b[i];
+        if (idle && b->host != NULL) hoop__mem_ops(b->mem)->host_free(c, b->host);
+        if (idle && b->ev != NULL) hoop__cuda_stage_event_free(c, b->ev);
+        free(b);
+    }
     free(st->b);
     free(st);
     c->stage = NULL;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/runtime.h"
 
@@ -36,7 +37,8 @@ void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void
     x->mem = (hoop__mem_desc_t){.type = call->mem};
     atomic_fetch_add_explicit(&call->comm->bytes_sent, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
-    if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return; /* x failed */
+    /* Staged: the stage posts a transfer of its own, or x failed. */
+    if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return;
     call->comm->tp_ops->post(call->comm->tp, x);
 }
 
@@ -51,7 +53,8 @@ void hoop__xrecv(const hoop__call_t *call, hoop__xfer_t *x, int peer, void *buf,
     x->mem = (hoop__mem_desc_t){.type = call->mem};
     atomic_fetch_add_explicit(&call->comm->bytes_received, len, memory_order_relaxed);
     atomic_fetch_add_explicit(&call->comm->messages_received, 1, memory_order_relaxed);
-    if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return; /* x failed */
+    /* Staged: the stage posts a transfer of its own, or x failed. */
+    if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return;
     call->comm->tp_ops->post(call->comm->tp, x);
 }
 
@@ -85,6 +88,12 @@ static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x
     return x->status;
 }
 
+static void nap_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
 hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
 {
     hoop_comm_t *c = call->comm;
@@ -92,7 +101,19 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
     int last_done = -1;
     uint64_t last_moved = 0;
     unsigned polls = 0, spin_polls = c->spin_s > 0 ? UINT_MAX : 0;
+    int staged = call->mem != HOOP__MEM_HOST, copying = 0;
     for (;;) {
+        /* Staged transfers move on: sends leave once copied to host memory, receives are done
+         * once copied to the device (stage.c). A copy that completes is progress. */
+        if (staged) {
+            int moved = hoop__stage_progress(call, xs, n, &copying);
+            if (moved < 0) {
+                hoop_result_t rc = hoop__mem_failed(c);
+                c->tp_ops->abort(c->tp, rc, c->fatal_msg);
+                return rc;
+            }
+            if (moved) deadline = 0;
+        }
         int ndone = 0;
         for (int i = 0; i < n; i++) {
             if (xs[i] == NULL || xs[i]->done) {
@@ -102,14 +123,6 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
                     c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
                     return rc;
                 }
-            }
-        }
-        /* Staged receives reach their device buffer before anyone reads them. */
-        if (call->mem != HOOP__MEM_HOST && ndone != last_done) {
-            hoop_result_t rc = hoop__stage_done(call, xs, n);
-            if (rc != HOOP_OK) {
-                c->tp_ops->abort(c->tp, rc, c->fatal_msg);
-                return rc;
             }
         }
         if (ndone == n) return HOOP_OK;
@@ -160,6 +173,11 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
         }
         int ms = now - start < c->spin_s ? 0 : 100;
         if (ms) spin_polls = 0;
+        /* Copies in flight end without the transport knowing: look again soon, not in 100 ms. */
+        if (ms && copying) {
+            ms = 0;
+            nap_us(20);
+        }
         c->tp_ops->progress(c->tp, ms);
         if (c->inflight != NULL || c->held != NULL) c->reap(c);
     }

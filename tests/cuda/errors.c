@@ -12,6 +12,10 @@
  *                                  its sentence and the communicator is aborted
  *   errors --case ipc-host DOUBLE  HOOP_ALGO=ipc with host buffers on rank 0: every rank's call
  *                                  fails with the sentence that names rank 0
+ *   errors --case failure-staged DOUBLE N  likewise, rank 0's Nth device operation of a ring
+ *                                  all-reduce cut into many chunks, while other staged copies
+ *                                  are in flight: both ranks' calls fail with its sentence, and
+ *                                  the communicator goes with nothing left behind
  * Exit 0 when every check held. */
 #include <dlfcn.h>
 #include <link.h>
@@ -125,6 +129,28 @@ int main(int argc, char **argv)
         CHECK(strstr(le, "injected failure") != NULL, "last error: %s", le);
         rc = hoop_allreduce(c, host, host, 16, HOOP_FLOAT32, HOOP_SUM);
         CHECK(rc != HOOP_OK, "a call after the failure returned OK");
+    } else if (!strcmp(which, "failure-staged")) {
+        long nth = argc >= 5 ? atol(argv[4]) : 0;
+        size_t n = (size_t)1 << 20; /* 2 segments of 32 chunks at HOOP_CHUNK_BYTES=64K */
+        float *h = calloc(n, sizeof(float)), *big = devbuf_alloc(n * sizeof(float));
+        devbuf_copy(big, h, n * sizeof(float));
+        CHECK(hoop_allreduce(c, big, big, n, HOOP_FLOAT32, HOOP_SUM) == HOOP_OK,
+              "a device all-reduce before the failure: %s", hoop_comm_last_error(c));
+        hoop_result_t b = hoop_barrier(c); /* as in failure */
+        CHECK(rank != 0 || b == HOOP_OK, "barrier: %s", hoop_comm_last_error(c));
+        if (rank == 0) {
+            void (*fail_in)(long) = (void (*)(long))dlsym(dlopen(dbl, RTLD_NOW | RTLD_NOLOAD),
+                                                          "hoop_cuda_double_fail_in");
+            CHECK(fail_in != NULL && nth > 0, "no hoop_cuda_double_fail_in, or no N");
+            if (fail_in != NULL) fail_in(nth);
+        }
+        rc = hoop_allreduce(c, big, big, n, HOOP_FLOAT32, HOOP_SUM);
+        const char *le = hoop_comm_last_error(c);
+        CHECK(rc != HOOP_OK, "the call with a failed device operation returned OK");
+        CHECK(rank != 0 || rc == HOOP_ERR_SYSTEM, "returned %s", hoop_error_string(rc));
+        CHECK(strstr(le, "injected failure") != NULL, "last error: %s", le);
+        devbuf_free(big);
+        free(h);
     } else if (!strcmp(which, "ipc-host")) {
         /* HOOP_ALGO=ipc, rank 0 with host buffers: every rank's call fails with the sentence
          * naming rank 0, and nothing hangs. */
@@ -138,7 +164,7 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr,
                 "usage: errors --case host-only|mixed|no-module|no-driver|built-without|failure|"
-                "ipc-host [DOUBLE]\n");
+                "ipc-host|failure-staged [DOUBLE [N]]\n");
         return 2;
     }
     devbuf_free(dev);

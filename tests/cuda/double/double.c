@@ -12,7 +12,8 @@
  *
  * Streams are worker threads with random delays, events count records, a stream may wait for
  * an event or a host word, and IPC handles name the arena's memfd so that another process can
- * map the allocation (docs/cuda.md).
+ * map the allocation (docs/cuda.md). It counts its asynchronous copies in flight, by direction
+ * (hoop_cuda_double_copy_stats).
  *
  * Knobs, for error-path tests: HOOP_CUDA_DOUBLE_BYTES (arena size, default 2G),
  * HOOP_CUDA_DOUBLE_FAIL=N (the Nth operation fails with "injected failure"; also
@@ -377,6 +378,7 @@ typedef struct devent {
 
 typedef struct sop {
     int kind;
+    int dir; /* OP_COPY: D2H, H2D or OTHER, for the counts below */
     void *dst;
     const void *src;
     size_t n;
@@ -396,6 +398,25 @@ typedef struct dstream {
     unsigned seed;
     pthread_t thread;
 } dstream_t;
+
+/* Asynchronous copies queued on streams and not done yet, by direction (device to host, host to
+ * device), the most there were at once, and how many copies were queued while one of the other
+ * direction was still in flight: what a test of the staging's pipelining reads
+ * (hoop_cuda_double_copy_stats). */
+enum { D2H, H2D, OTHER };
+static struct {
+    _Atomic long inflight[2], most[2], crossed;
+} copies;
+
+static void copy_queued(int dir)
+{
+    if (dir == OTHER) return;
+    long now = atomic_fetch_add(&copies.inflight[dir], 1) + 1;
+    long most = atomic_load(&copies.most[dir]);
+    while (now > most && !atomic_compare_exchange_weak(&copies.most[dir], &most, now)) {
+    }
+    if (atomic_load(&copies.inflight[!dir]) > 0) atomic_fetch_add(&copies.crossed, 1);
+}
 
 #define STREAM_MAGIC 0x5354524du
 #define EVENT_MAGIC 0x4556454eu
@@ -440,7 +461,10 @@ static void *stream_main(void *arg)
         if (o->kind == OP_STOP) break;
         if (max_delay > 0) pause_us(rand_r(&s->seed) % (max_delay + 1));
         switch (o->kind) {
-        case OP_COPY: memcpy(o->dst, o->src, o->n); break;
+        case OP_COPY:
+            memcpy(o->dst, o->src, o->n);
+            if (o->dir != OTHER) atomic_fetch_sub(&copies.inflight[o->dir], 1);
+            break;
         case OP_RECORD: atomic_store_explicit(&o->ev->reached, o->gen, memory_order_release); break;
         case OP_WAIT_EVENT:
             wait_for("a stream's event wait", &o->ev->reached, o->gen, NULL, 0);
@@ -546,14 +570,17 @@ static int copy_async(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n
     if (d != sr && d < sr + n && sr < d + n)
         die("async copy of %zu bytes between overlapping ranges %p and %p", n, dst, src);
     /* Checked as it is queued; the pages stay reachable through the alias. */
+    int to_dev = in_device(dst), from_dev = in_device(src);
     char *to = reach(dst, n, 0, "async copy destination");
     const char *from = reach(src, n, 0, "async copy source");
     if (stream == NULL) {
         memcpy(to, from, n);
         return 0;
     }
-    enqueue(as_stream(stream, "copy_async"),
-            (sop_t){.kind = OP_COPY, .dst = to, .src = from, .n = n});
+    int dir = from_dev && !to_dev ? D2H : to_dev && !from_dev ? H2D : OTHER;
+    dstream_t *s = as_stream(stream, "copy_async");
+    copy_queued(dir);
+    enqueue(s, (sop_t){.kind = OP_COPY, .dir = dir, .dst = to, .src = from, .n = n});
     return 0;
 }
 
@@ -757,6 +784,16 @@ EXPORT void hoop_cuda_double_fail_in(long n)
     pthread_mutex_lock(&g.mu);
     g.fail_in = n;
     pthread_mutex_unlock(&g.mu);
+}
+
+/* Tests: the counts of asynchronous copies since the process started (see copies above): the
+ * most device-to-host copies in flight at once, the most host-to-device ones, and how many were
+ * queued while one of the other direction was in flight. */
+EXPORT void hoop_cuda_double_copy_stats(long *most_d2h, long *most_h2d, long *crossed)
+{
+    *most_d2h = atomic_load(&copies.most[D2H]);
+    *most_h2d = atomic_load(&copies.most[H2D]);
+    *crossed = atomic_load(&copies.crossed);
 }
 
 /* The driver's classification, as libcuda has it: CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2) gives
