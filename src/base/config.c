@@ -25,6 +25,7 @@ void hoop__config_defaults(hoop__config_t *c)
      * every size, 2 and 4 ranks. */
     c->shm_cma_bytes = 0;
     c->shm_spin_us = 200;
+    c->shm_stream_bytes = (size_t)16 << 20;
 }
 
 int hoop__parse_size(const char *s, size_t *out)
@@ -174,6 +175,12 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
         if (hoop__parse_size(v, &n) != 0)
             return bad(err, errlen, "HOOP_SHM_CMA_BYTES", v, "a size, e.g. 256K, or 0 for never");
         c->shm_cma_bytes = n;
+    }
+    if ((v = get("HOOP_SHM_STREAM_BYTES", ctx)) != NULL && v[0] != '\0') {
+        size_t n;
+        if (hoop__parse_size(v, &n) != 0)
+            return bad(err, errlen, "HOOP_SHM_STREAM_BYTES", v, "a size, e.g. 24M, or 0 for never");
+        c->shm_stream_bytes = n;
     }
     if ((v = get("HOOP_SHM_SPIN_US", ctx)) != NULL && v[0] != '\0') {
         char *end;

@@ -22,6 +22,9 @@ typedef struct hoop__config {
     size_t shm_ring_bytes; /* HOOP_SHM_RING_BYTES: per peer and direction, a power of two */
     size_t shm_cma_bytes;  /* HOOP_SHM_CMA_BYTES: single copy from this size up; 0 = never */
     int shm_spin_us;
+    /* HOOP_SHM_STREAM_BYTES: the shared-area collectives write outputs of this size and larger
+     * with streaming stores (hoop__copy_stream); 0 = never. Local: it changes no byte. */
+    size_t shm_stream_bytes;
     char host_id[64];         /* HOOP_HOSTID: overrides the host identity ("" = hostname, boot id and
                                * namespaces); ranks with equal ids are on one host */          /* HOOP_SHM_SPIN_US: spin before sleeping (when cores allow) */
     hoop__auth_key_t auth; /* HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE; auth.set = 0 when neither */

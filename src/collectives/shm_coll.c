@@ -32,6 +32,24 @@
 
 #define ALIGN 64
 
+/* Copies into the caller's output: with streaming stores when the output is at least
+ * HOOP_SHM_STREAM_BYTES (it will not stay in the caches, and they spare reading every line of
+ * it before writing it), and out of place only: in place, the lines written were just read as
+ * input and are in the cache already, where plain stores are faster (measured: streaming them
+ * took 0.55-0.8x the time's inverse, docs/performance.md). */
+static int streams(const hoop__call_t *c, size_t out_bytes)
+{
+    size_t t = c->comm->cfg.shm_stream_bytes;
+    return t > 0 && out_bytes >= t;
+}
+static void put_out(int stream, void *dst, const void *src, size_t n)
+{
+    if (stream)
+        hoop__copy_stream(dst, src, n);
+    else
+        memcpy(dst, src, n);
+}
+
 /* The area, or NULL (then *rc says: HOOP__SHC_FALLBACK to run point-to-point, or an error). */
 static hoop__shc_t *area(const hoop__call_t *c, hoop_result_t *rc)
 {
@@ -142,6 +160,7 @@ typedef struct rounds {
      * this rank reads them. Not where reduce-scatter folds into an output that overlaps the
      * input (its first fold would overwrite the own chunk before it is read). */
     int own_direct;
+    int stream; /* copy out with streaming stores */
 } rounds_t;
 
 static int owner_of(const rounds_t *g, int b)
@@ -182,7 +201,7 @@ static void copy_out(const rounds_t *g, size_t k)
         if (len == 0) continue;
         const uint8_t *src = slot_of(g, hoop__shc_line(g->a, owner_of(g, b), g->a->step - 1)->data,
                                      g->p);
-        memcpy(g->out + off * g->es, src, len * g->es);
+        put_out(g->stream, g->out + off * g->es, src, len * g->es);
     }
 }
 
@@ -285,6 +304,7 @@ static hoop_result_t reduce_rounds(hoop__call_t *c, hoop__shc_t *a, int kind, si
     g.out = c->recvbuf;
     g.in = safe_input(c, c->sendbuf, total * g.es, c->recvbuf, out_bytes, kind == R_RS);
     if (g.in == NULL) return HOOP_ERR_NO_MEMORY;
+    g.stream = g.in != g.out && streams(c, out_bytes);
     g.own_direct = kind != R_RS || out_bytes == 0 ||
                    !(g.in < g.out + out_bytes && g.out < g.in + total * g.es);
     return run_rounds(&g);
@@ -334,12 +354,14 @@ hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
     uint8_t *buf = c->recvbuf;
     const uint8_t *src = me == root && c->sendbuf != NULL ? c->sendbuf : buf;
     size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
+    int stream = me != root && streams(c, n);
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
         if (me == root && len > 0) memcpy(payload(hoop__shc_next(a, me), len), src + off, len);
         if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
         if (len > 0 && (me != root || src != buf))
-            memcpy(buf + off, me == root ? src + off : payload(hoop__shc_cur(a, root), len), len);
+            put_out(stream, buf + off,
+                    me == root ? src + off : payload(hoop__shc_cur(a, root), len), len);
     }
     return HOOP_OK;
 }
@@ -357,12 +379,13 @@ hoop_result_t hoop__shm_allgather(hoop__call_t *c)
     uint8_t *out = c->recvbuf;
     const uint8_t *in = c->sendbuf;
     size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
+    int stream = (in < out || in >= out + n * (size_t)p) && streams(c, n * (size_t)p);
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
         if (len > 0) memcpy(payload(hoop__shc_next(a, me), len), in + off, len);
         if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
         for (int q = 0; q < p && len > 0; q++)
-            memcpy(out + (size_t)q * n + off, payload(hoop__shc_cur(a, q), len), len);
+            put_out(stream, out + (size_t)q * n + off, payload(hoop__shc_cur(a, q), len), len);
     }
     return HOOP_OK;
 }

@@ -17,6 +17,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 static inline float as_float(uint32_t u)
 {
@@ -281,4 +284,41 @@ void hoop__reduce_avg_finish(void *buf, size_t n, hoop_dtype_t dt, int divisor)
     case HOOP_FLOAT64: div_f64(buf, n, (double)divisor); break;
     default: break;
     }
+}
+
+/* Streaming stores write whole lines to memory without reading them first (no read for
+ * ownership) and without filling the cache with data nobody reads soon: for outputs larger than
+ * the caches that is about a third of the memory traffic of a copy saved. SSE2 is every x86-64's;
+ * elsewhere a plain copy. The fence makes the stores ordered before anything that follows, as a
+ * plain copy's are. */
+void hoop__copy_stream(void *dst, const void *src, size_t n)
+{
+#if defined(__x86_64__) && defined(__SSE2__)
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t head = (size_t)(-(uintptr_t)d & 15);
+    if (n < 256) {
+        memcpy(dst, src, n);
+        return;
+    }
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    size_t body = n & ~(size_t)63;
+    for (size_t i = 0; i < body; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    memcpy(d + body, s + body, n - body);
+    _mm_sfence();
+#else
+    memcpy(dst, src, n);
+#endif
 }

@@ -20,6 +20,10 @@ void hoop__reduce(void *out, const void *a, const void *b, size_t n, hoop_dtype_
 /* buf[i] = buf[i] / divisor: the last step of HOOP_AVG. Integers truncate toward zero. */
 void hoop__reduce_avg_finish(void *buf, size_t n, hoop_dtype_t dt, int divisor);
 
+/* memcpy for large outputs: the destination is written with streaming (non-temporal) stores
+ * where the CPU has them, which bypass the cache. Same result as memcpy; no overlap. */
+void hoop__copy_stream(void *dst, const void *src, size_t n);
+
 float hoop__half_to_float(uint16_t h);
 uint16_t hoop__float_to_half(float f);
 float hoop__bf16_to_float(uint16_t h);

@@ -979,10 +979,37 @@ static void test_nan_canonical(void **state)
     }
 }
 
+/* hoop__copy_stream is memcpy: every length to 1 KiB and a few large ones, at every alignment of
+ * source and destination within a line; the bytes around the destination stay untouched. */
+static void test_copy_stream(void **state)
+{
+    (void)state;
+    enum { MAXN = 70000, PAD = 64 };
+    uint8_t *src = malloc(MAXN + 2 * PAD), *dst = malloc(MAXN + 2 * PAD);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < MAXN + 2 * PAD; i++) src[i] = (uint8_t)(i * 131u + 7u);
+    static const size_t big[] = {4095, 4096, 4097, 65536 + 13, MAXN};
+    for (size_t k = 0; k < 1025 + sizeof big / sizeof big[0]; k++) {
+        size_t n = k < 1025 ? k : big[k - 1025];
+        for (size_t so = 0; so < 64; so += k < 1025 ? 21 : 5)
+            for (size_t d0 = 0; d0 < 64; d0 += k < 1025 ? 13 : 3) {
+                memset(dst, 0xee, MAXN + 2 * PAD);
+                hoop__copy_stream(dst + PAD + d0, src + so, n);
+                assert_memory_equal(dst + PAD + d0, src + so, n);
+                for (size_t i = 0; i < PAD + d0; i++) assert_int_equal(dst[i], 0xee);
+                for (size_t i = PAD + d0 + n; i < MAXN + 2 * PAD; i++) assert_int_equal(dst[i], 0xee);
+            }
+    }
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matrix),
+        cmocka_unit_test(test_copy_stream),
         cmocka_unit_test(test_half_all_pairs),
         cmocka_unit_test(test_bf16_all_pairs),
         cmocka_unit_test(test_half_roundtrip_exhaustive),
