@@ -315,9 +315,9 @@ def check_p2p():
             comm.recv(out, peer)
             comm.send(mine, peer)
         same(out, values(peer, 1031, "int64", "sum", s), "send/recv pair")
-    # From any source: rank 0 takes one message from every other rank, blocking, then (after a
-    # barrier, so that no rank's second message can meet the first receives) one more each,
-    # nonblocking; each reports its sender, whose values it must hold.
+    # From any source: rank 0 takes one message from every other rank, blocking, then one more
+    # each, nonblocking; each reports its sender, whose values it must hold. A barrier after each
+    # phase keeps a rank's next message (another size) from meeting this phase's receives.
     for dt in ("float64", "uint8"):
         for n in (0, 7, 1031):
             s = next_salt()
@@ -325,6 +325,7 @@ def check_p2p():
                 comm.send(values(R, n, dt, "sum", s), 0, **kw(dt))
                 comm.barrier()
                 comm.send(values(R, n, dt, "sum", s + 1), 0, **kw(dt))
+                comm.barrier()
                 continue
             firsts, seconds = set(), set()
             for k in range(P - 1):
@@ -344,7 +345,7 @@ def check_p2p():
                 same(out, values(r.source, n, dt, "sum", s + 1),
                      "irecv_any from %d %s n=%d" % (r.source, dt, n))
             expect(len(firsts) == len(seconds) == P - 1, "recv_any: not every rank matched once")
-        comm.barrier()
+            comm.barrier()
 
 
 # ---- buffers ----

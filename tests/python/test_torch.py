@@ -304,6 +304,7 @@ def check_p2p_barrier():
         dist.send(data(R, 5, torch.float32), 0)
         dist.barrier()
         dist.send(data(R, 5, torch.float32) * 2, 0)
+    dist.barrier()
 
 
 def check_new_group():
