@@ -353,6 +353,41 @@ test_omp() {
     return 0
 }
 
+# --bind auto (the default): with no more ranks than CPUs, each rank gets its own equal share of
+# hooprun's CPUs, the shares disjoint; --bind none and more ranks than CPUs leave the mask alone.
+test_bind() {
+    mine=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+    ncpu=$(nproc)
+    if [ "$ncpu" -lt 2 ]; then
+        echo "SKIP: binding needs 2 CPUs, this process may use $ncpu"
+        return 0
+    fi
+    # shellcheck disable=SC2016
+    show='echo "cpus $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+    cpus_of() { sed -n "s/^\[$1\] cpus //p" "$T/out"; }
+    run -n 2 sh -c "$show"
+    expect_rc 0
+    a=$(cpus_of 0) b=$(cpus_of 1)
+    [ -n "$a" ] && [ -n "$b" ] || fail "no CPU list from the ranks"
+    [ "$a" != "$b" ] || fail "both ranks bound to the same CPUs ($a)"
+    [ "$a" != "$mine" ] || fail "rank 0 not bound (its CPUs: $a, hooprun's: $mine)"
+    # Disjoint: no CPU of rank 0's list in rank 1's (lists expanded to single CPUs).
+    expand() { echo "$1" | tr ',' '\n' | awk -F- '{ e = NF > 1 ? $2 : $1; for (c = $1; c <= e; c++) print c }'; }
+    for c in $(expand "$a"); do
+        expand "$b" | grep -qx "$c" && fail "CPU $c is in both ranks' lists ($a; $b)"
+    done
+    [ -s "$T/err" ] && grep -v OMP_NUM_THREADS "$T/err" | grep -q . && fail "binding said something"
+    run --bind none -n 2 sh -c "$show"
+    expect_rc 0
+    [ "$(cpus_of 0)" = "$mine" ] && [ "$(cpus_of 1)" = "$mine" ] || fail "--bind none changed the CPUs"
+    run -n $((ncpu + 1)) sh -c "$show"
+    expect_rc 0
+    [ "$(cpus_of 0)" = "$mine" ] || fail "more ranks than CPUs, yet rank 0 was bound"
+    run --bind sideways -n 2 true
+    expect_rc 2
+    return 0
+}
+
 test_timeout() {
     run --timeout 1 -n 2 "$CHILD" sleep 60
     expect_rc 124
@@ -564,7 +599,7 @@ test_restart_stop() {
 }
 
 case $case_name in
-env | output | fail | kill | stubborn | signal | stopped | omp | timeout | missing | args | restart) "test_$case_name" ;;
+env | output | fail | kill | stubborn | signal | stopped | omp | bind | timeout | missing | args | restart) "test_$case_name" ;;
 restart-port) test_restart_port ;;
 restart-stop) test_restart_stop ;;
 *)

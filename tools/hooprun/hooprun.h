@@ -12,6 +12,7 @@
 #ifndef HOOPRUN_H
 #define HOOPRUN_H
 
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,6 +47,7 @@ struct opts {
     long max_restarts;
     bool prefix;
     bool no_auth;
+    bool no_bind; /* --bind none */
     bool has_timeout;
     double timeout_s;
     const char *timeout_text;
@@ -126,6 +128,7 @@ struct job {
     bool strip_auth;  /* leave HOOP_AUTH_KEY(_FILE) of our environment out of the ranks' */
     char *auth_env;   /* "HOOP_AUTH_KEY=<64 hex digits>" made for this job, or NULL */
     char job_env[64]; /* "HOOP_JOB_ID=hooprun-<16 hex digits>", or "" */
+    cpu_set_t *bind;  /* per local rank, the CPUs it is bound to; NULL: no binding */
 };
 
 /* ---- spawn.c ------------------------------------------------------------------------------ */
@@ -141,6 +144,9 @@ int port_bindable(const char *addr, const char *port);
 bool setup_auth(struct job *j);
 /* OMP_NUM_THREADS=1 for the ranks unless it is set or there is one rank, as torchrun does. */
 void setup_threads(const struct job *j);
+/* The CPUs of each rank (--bind auto): set when there are 2 ranks or more and no more ranks than
+ * CPUs in our own affinity mask. Silent; no binding when it cannot be had. */
+void setup_bind(struct job *j);
 /* Names a single-node job (HOOP_JOB_ID) unless the environment already does. */
 void setup_job_id(struct job *j);
 /* Starts one rank. Returns false (after saying why and setting the job status) on failure. */

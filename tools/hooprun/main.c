@@ -66,6 +66,7 @@ int main(int argc, char **argv)
 
     setup_job_id(&j);
     setup_threads(&j);
+    setup_bind(&j);
     if (!setup_auth(&j)) {
         status = 1;
         goto out;
@@ -117,6 +118,7 @@ out:
     }
     if (j.sigfd >= 0) close(j.sigfd);
     if (j.devnull >= 0) close(j.devnull);
+    free(j.bind);
     free(j.ranks);
     free(j.out);
     free(j.err);

@@ -33,6 +33,10 @@ static void usage(FILE *f)
         "  --no-auth               no authentication key: the ranks get neither HOOP_AUTH_KEY nor\n"
         "                          HOOP_AUTH_KEY_FILE, and their connections are not "
         "authenticated\n"
+        "  --bind auto|none        auto (default): when the ranks are no more than the CPUs hooprun\n"
+        "                          may run on, each rank is bound to its own equal share of them\n"
+        "                          (rank i of N to the i-th of N contiguous blocks), as mpirun binds;\n"
+        "                          none: the kernel places them\n"
         "  -h, --help              show this help and exit\n"
         "  --version               show the version and exit\n"
         "\n"
@@ -141,6 +145,7 @@ int parse_args(int argc, char **argv, struct opts *o)
             O_TIMEOUT,
             O_NOPREFIX,
             O_NOAUTH,
+            O_BIND,
             O_HELP,
             O_VERSION,
             O_UNKNOWN
@@ -160,7 +165,7 @@ int parse_args(int argc, char **argv, struct opts *o)
                          {"master-port", O_PORT},     {"max-restarts", O_RESTARTS},
                          {"timeout", O_TIMEOUT},      {"no-prefix", O_NOPREFIX},
                          {"no-auth", O_NOAUTH},       {"help", O_HELP},
-                         {"version", O_VERSION}};
+                         {"version", O_VERSION},      {"bind", O_BIND}};
             for (size_t k = 0; k < sizeof(longs) / sizeof(longs[0]); k++)
                 if (opt_is(name, nlen, longs[k].name)) id = longs[k].id;
         }
@@ -221,6 +226,14 @@ int parse_args(int argc, char **argv, struct opts *o)
         }
         case O_NOPREFIX: o->prefix = false; break;
         case O_NOAUTH: o->no_auth = true; break;
+        case O_BIND:
+            if (strcmp(val, "auto") == 0)
+                o->no_bind = false;
+            else if (strcmp(val, "none") == 0)
+                o->no_bind = true;
+            else
+                return usage_error("bad --bind '%s' (want auto or none)", val);
+            break;
         case O_HELP: usage(stdout); return 0;
         case O_VERSION: printf("hooprun (hoop) %s\n", HOOP_VERSION_STRING); return 0;
         case O_UNKNOWN: break;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -187,6 +188,29 @@ void setup_threads(const struct job *j)
                     "OMP_NUM_THREADS to choose another number)\n");
 }
 
+void setup_bind(struct job *j)
+{
+    /* Two spinning ranks that start on one CPU can stay there for thousands of calls before the
+     * kernel moves one (an 8-byte all-reduce then costs 20-40 us instead of 0.6): give each its
+     * own CPUs from the start, as mpirun does. */
+    j->bind = NULL;
+    long n = j->o->nproc;
+    cpu_set_t all;
+    if (j->o->no_bind || n < 2 || sched_getaffinity(0, sizeof all, &all) != 0) return;
+    int cpus[CPU_SETSIZE], ncpu = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) cpus[ncpu++] = c;
+    if (n > ncpu) return;
+    cpu_set_t *b = calloc((size_t)n, sizeof *b);
+    if (b == NULL) return;
+    int share = ncpu / (int)n;
+    for (long r = 0; r < n; r++) {
+        CPU_ZERO(&b[r]);
+        for (int k = 0; k < share; k++) CPU_SET(cpus[r * share + k], &b[r]);
+    }
+    j->bind = b;
+}
+
 bool setup_auth(struct job *j)
 {
     const struct opts *o = j->o;
@@ -319,10 +343,11 @@ static char **rank_env(const struct job *j, int local)
 }
 
 /* In the child, between fork and exec. Only plain system calls here. */
-static void child_exec(const struct job *j, pid_t parent, int out_w, int err_w, int errpipe_w,
-                       char **env)
+static void child_exec(const struct job *j, int local, pid_t parent, int out_w, int err_w,
+                       int errpipe_w, char **env)
 {
     (void)setpgid(0, j->pgid);
+    if (j->bind != NULL) (void)sched_setaffinity(0, sizeof j->bind[local], &j->bind[local]);
 #ifdef PR_SET_PDEATHSIG
     /* If the launcher is killed outright, the ranks must not run on unsupervised. */
     (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -377,7 +402,7 @@ bool start_rank(struct job *j, int local)
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) goto fail;
-    if (pid == 0) child_exec(j, parent, outp[1], errp[1], exp[1], env);
+    if (pid == 0) child_exec(j, local, parent, outp[1], errp[1], exp[1], env);
 
     if (j->pgid == 0) j->pgid = pid;
     /* Also done by the child; whichever runs first wins, so no signal can miss the rank. */
