@@ -184,13 +184,21 @@ static int find_source(hoop_comm_t *c)
     return -1;
 }
 
-/* Under exec: takes r off the held list (its head) and completes it with st. */
-static void held_end(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
+/* Under exec: takes the head of the held list off it (it stays counted in n_inflight). */
+static hoop_request_t *held_pop(hoop_comm_t *c)
 {
+    hoop_request_t *r = c->held;
     c->held = r->next;
     if (c->held == NULL) c->held_tail = NULL;
-    atomic_fetch_sub(&c->n_inflight, 1);
     atomic_fetch_sub(&c->n_held, 1);
+    return r;
+}
+
+/* Under exec: takes r, the head of the held list, off it and completes it with st. */
+static void held_end(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
+{
+    held_pop(c);
+    atomic_fetch_sub(&c->n_inflight, 1);
     if (r->call.source != NULL) *r->call.source = -1;
     complete(c, r, st);
 }
@@ -223,10 +231,7 @@ static void held_run(hoop_comm_t *c)
             }
             r->call.root = p;
         }
-        c->held = r->next;
-        if (c->held == NULL) c->held_tail = NULL;
-        atomic_fetch_sub(&c->n_held, 1);
-        go_inflight(c, r, 1);
+        go_inflight(c, held_pop(c), 1);
     }
 }
 

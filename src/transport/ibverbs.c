@@ -828,12 +828,8 @@ static int ibt_probe(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr)
     const peer_t *pe = &tp->peers[peer];
     if (pe->lost || pe->rq != NULL || pe->arr_n == 0 || pe->zr_mr != NULL) return 0;
     const uint8_t *b = pe->rbuf + (size_t)pe->arr[pe->arr_head] * SLOT_BYTES;
-    if (!(b[1] & FL_FIRST) || hoop__wire_decode(b + FRAG_HDR, UINT64_MAX, hdr) != HOOP_OK) {
-        memset(hdr, 0, sizeof(*hdr));
-        hdr->kind = HOOP__K_SEND;
-        hdr->src = (uint32_t)peer;
-        hdr->comm_id = tp->p.comm_id;
-    }
+    if (!(b[1] & FL_FIRST) || hoop__wire_decode(b + FRAG_HDR, UINT64_MAX, hdr) != HOOP_OK)
+        return hoop__tp_probe_unreadable(hdr, peer, tp->p.comm_id);
     return 1;
 }
 

@@ -790,12 +790,8 @@ static int tcp_probe(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr)
     hoop__tcp_idle_read(tp, peer);
     const sock_t *so = &pe->socks[0];
     if (pe->lost || pe->ab_active || so->hb_len < HOOP__WIRE_HDR_SIZE) return 0;
-    if (hoop__wire_decode(so->hb, UINT64_MAX, hdr) != HOOP_OK) {
-        memset(hdr, 0, sizeof(*hdr));
-        hdr->kind = HOOP__K_SEND;
-        hdr->src = (uint32_t)peer;
-        hdr->comm_id = tp->p.comm_id;
-    }
+    if (hoop__wire_decode(so->hb, UINT64_MAX, hdr) != HOOP_OK)
+        return hoop__tp_probe_unreadable(hdr, peer, tp->p.comm_id);
     return 1;
 }
 

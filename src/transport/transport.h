@@ -186,6 +186,17 @@ static inline int hoop__tp_refuse_mem(const char *name, uint32_t caps, const hoo
     return hoop__tp_refuse(name, caps, p, x);
 }
 
+/* probe()'s answer for a next message whose header cannot be decoded: a send of 0 bytes from
+ * peer, so that the receive matched to it reports the mismatch. Returns 1, as probe() then does. */
+static inline int hoop__tp_probe_unreadable(hoop__wire_hdr_t *hdr, int peer, uint64_t comm_id)
+{
+    memset(hdr, 0, sizeof(*hdr));
+    hdr->kind = HOOP__K_SEND;
+    hdr->src = (uint32_t)peer;
+    hdr->comm_id = comm_id;
+    return 1;
+}
+
 /* Per peer the first transport of the registry (registry.h) that reaches it: shared memory to
  * peers on the same host, RDMA verbs (where built and both have a port) or TCP to the others
  * (HOOP_TRANSPORT forces one). */
