@@ -66,11 +66,28 @@ static hoop_result_t device_rank(const hoop__call_t *c, hoop__shc_t *a)
     return rc == HOOP_OK ? HOOP__SHC_FALLBACK : rc;
 }
 
-/* The 64-byte aligned part of a buffer (its line holds the first 24 bytes of data). */
-static uint8_t *aligned(uint8_t *data) { return data + 24; }
-/* Where a payload of n bytes goes: in the line itself when it fits (one cache line tells the
- * readers and carries the data), otherwise aligned, as the kernels and memcpy like it. */
-static uint8_t *payload(uint8_t *data, size_t n) { return n <= 24 ? data : aligned(data); }
+/* The 64-byte aligned part of a buffer, after its first line (which holds the first 24 bytes
+ * of data) and the payload lines (shm_area.c). */
+static uint8_t *aligned(uint8_t *data)
+{
+    return data + HOOP__SHC_HEAD + HOOP__SHC_FLINES * sizeof(hoop__shc_fline_t);
+}
+/* Where a payload of n bytes goes when it does not fit in lines (n > HOOP__SHC_LINES_MAX):
+ * aligned, as the kernels and memcpy like it. */
+static uint8_t *payload(uint8_t *data, size_t n) { return n <= HOOP__SHC_HEAD ? data : aligned(data); }
+static int in_lines(size_t n) { return n <= HOOP__SHC_LINES_MAX; }
+
+/* Rank q's payload of the step just made when it came in lines, or an error where its lines do
+ * not hold the step although the descriptors agreed (which would be a bug here). */
+static const uint8_t *take(const hoop__call_t *c, hoop__shc_t *a, int q, size_t n, uint8_t *tmp)
+{
+    const uint8_t *x = hoop__shc_take(a, q, n, tmp);
+    if (x == NULL)
+        hoop__comm_fail(c->comm, HOOP_ERR_INTERNAL,
+                        "shared-memory step %llu: rank %d's payload lines do not hold it",
+                        (unsigned long long)a->step, q);
+    return x;
+}
 
 hoop_result_t hoop__shm_enter(hoop__call_t *c)
 {
@@ -128,14 +145,27 @@ static hoop_result_t allreduce_small(hoop__call_t *c, hoop__shc_t *a)
     hoop_comm_t *comm = c->comm;
     int p = comm->size;
     size_t n = c->count, bytes = n * hoop__dsize(c);
-    /* Host structures in the scratch space, the partial results after them. */
-    uint8_t *tmp = hoop__scratch(c, (size_t)p * sizeof(uint8_t *) + (size_t)p * bytes + 1);
+    /* Host structures in the scratch space, the partial results after them, then the payloads
+     * that came in lines. */
+    int lines = in_lines(bytes);
+    size_t ptrs = (size_t)p * sizeof(uint8_t *), part = (size_t)p * bytes;
+    uint8_t *tmp = hoop__scratch(c, ptrs + part + (lines ? part : 0) + 1);
     if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
-    if (bytes > 0) memcpy(payload(hoop__shc_next(a, comm->rank), bytes), c->sendbuf, bytes);
-    hoop_result_t rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
+    hoop_result_t rc;
+    if (lines) {
+        hoop__shc_put(a, comm->rank, c->sendbuf, bytes);
+        rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, bytes, -1);
+    } else {
+        memcpy(payload(hoop__shc_next(a, comm->rank), bytes), c->sendbuf, bytes);
+        rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
+    }
     if (rc != HOOP_OK) return rc;
     const uint8_t **x = (const uint8_t **)(void *)tmp;
-    for (int i = 0; i < p; i++) x[i] = payload(hoop__shc_cur(a, i), bytes);
+    for (int i = 0; i < p; i++) {
+        x[i] = lines ? take(c, a, i, bytes, tmp + ptrs + part + (size_t)i * bytes)
+                     : payload(hoop__shc_cur(a, i), bytes);
+        if (x[i] == NULL) return HOOP_ERR_INTERNAL;
+    }
     HOOP__TRACE_STEP(c, 0, "rank %d reduces the %d contributions (%zu B each) in place", comm->rank,
                      p, bytes);
     if (bytes > 0) rd_order(c, c->recvbuf, x, p, tmp + (size_t)p * sizeof(uint8_t *), n);
@@ -355,6 +385,15 @@ hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
     const uint8_t *src = me == root && c->sendbuf != NULL ? c->sendbuf : buf;
     size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
     int stream = me != root && streams(c, n);
+    if (in_lines(n)) {
+        uint8_t tmp[HOOP__SHC_LINES_MAX];
+        if (me == root) hoop__shc_put(a, me, src, n);
+        if ((rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, n, root)) != HOOP_OK) return rc;
+        const uint8_t *x = src;
+        if (me != root && (x = take(c, a, root, n, tmp)) == NULL) return HOOP_ERR_INTERNAL;
+        if (n > 0 && x != buf) memcpy(buf, x, n);
+        return HOOP_OK;
+    }
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
         if (me == root && len > 0) memcpy(payload(hoop__shc_next(a, me), len), src + off, len);
@@ -380,6 +419,19 @@ hoop_result_t hoop__shm_allgather(hoop__call_t *c)
     const uint8_t *in = c->sendbuf;
     size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
     int stream = (in < out || in >= out + n * (size_t)p) && streams(c, n * (size_t)p);
+    if (in_lines(n)) {
+        uint8_t tmp[HOOP__SHC_LINES_MAX];
+        hoop__shc_put(a, me, in, n);
+        if ((rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, n, -1)) != HOOP_OK) return rc;
+        for (int q = 0; q < p && n > 0; q++) {
+            /* In place, block me is where it goes already (the input); a rank's own lines
+             * hold the same bytes. */
+            const uint8_t *x = take(c, a, q, n, tmp);
+            if (x == NULL) return HOOP_ERR_INTERNAL;
+            if (out + (size_t)q * n != x) memmove(out + (size_t)q * n, x, n);
+        }
+        return HOOP_OK;
+    }
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
         if (len > 0) memcpy(payload(hoop__shc_next(a, me), len), in + off, len);

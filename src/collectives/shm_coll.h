@@ -23,8 +23,21 @@ typedef struct hoop__shc_line {
     uint8_t kind, dtype, op, algo;
     int32_t root;
     uint32_t sched, flags;
-    uint8_t data[]; /* 24 bytes in this line, the rest after it */
+    uint8_t data[]; /* HOOP__SHC_HEAD bytes in this line; a large payload's rest after the lines */
 } hoop__shc_line_t;
+#define HOOP__SHC_HEAD 24
+
+/* The lines after the first: a small payload's next bytes, each line with its own step number
+ * written after its bytes. A reader polls them together with the first line, so that their
+ * transfers overlap, rather than fetching each once the first has said they are there. */
+typedef struct hoop__shc_fline {
+    _Alignas(64) uint8_t data[56];
+    _Atomic uint64_t step;
+} hoop__shc_fline_t;
+#define HOOP__SHC_FLINE 56
+#define HOOP__SHC_FLINES 4
+/* The largest payload carried in lines: 248 bytes. */
+#define HOOP__SHC_LINES_MAX (HOOP__SHC_HEAD + HOOP__SHC_FLINES * HOOP__SHC_FLINE)
 
 struct hoop__shc {
     uint8_t *base;
@@ -52,5 +65,14 @@ static inline uint8_t *hoop__shc_cur(const hoop__shc_t *a, int r)
 /* Publishes the next step and waits until every rank has; compares the calls. HOOP_OK,
  * HOOP__SHC_FALLBACK, or the error that aborted the communicator. */
 hoop_result_t hoop__shc_step(const hoop__call_t *call, hoop__shc_t *a, uint32_t flags);
+
+/* Payloads of at most HOOP__SHC_LINES_MAX bytes in lines. hoop__shc_put writes n bytes into rank
+ * me's next step; hoop__shc_step_lines is hoop__shc_step where rank who (-1: every rank) put n
+ * bytes; after it, hoop__shc_take gives rank q's n bytes: in its line, or copied into tmp (n
+ * bytes), or NULL where q's lines do not hold this step (then the step's descriptors differed). */
+void hoop__shc_put(const hoop__shc_t *a, int me, const void *src, size_t n);
+hoop_result_t hoop__shc_step_lines(const hoop__call_t *call, hoop__shc_t *a, uint32_t flags,
+                                   size_t n, int who);
+const uint8_t *hoop__shc_take(const hoop__shc_t *a, int q, size_t n, uint8_t *tmp);
 
 #endif

@@ -7,7 +7,8 @@
  *                          [--verbose]
  *
  * MODE: colls (default: every collective x dtype x op x root x count x in/out of place), split,
- * nonblocking, init-env, init-tcp, init-file, late.
+ * nonblocking, init-env, init-tcp, init-file, late, lines (every size around the shared area's
+ * line boundaries).
  *
  * Every rank fills its inputs from a deterministic function of (rank, index, dtype, call number),
  * so every rank can compute every expected result on its own with a naive reference and compare bit
@@ -1096,6 +1097,23 @@ static void run_colls(tctx_t *t, const opts_t *o)
     }
 }
 
+/* Every payload size around the shared area's line boundaries (24 bytes in the step's line, then
+ * 56 per payload line, to 248; above, the payload follows the lines): uint8 at every byte count
+ * from 0 to 300, float64 from 20 to 40 elements (160 to 320 bytes), every collective that puts
+ * payloads in the area, both placements, every root. */
+static void run_lines(tctx_t *t)
+{
+    static size_t bytes[301], f64[21];
+    for (size_t i = 0; i <= 300; i++) bytes[i] = i;
+    for (size_t i = 0; i <= 20; i++) f64[i] = 20 + i;
+    unsigned colls = BIT(C_ALLREDUCE) | BIT(C_BROADCAST) | BIT(C_ALLGATHER) | BIT(C_REDUCE) |
+                     BIT(C_REDUCE_SCATTER);
+    suite_t u8 = {colls, BIT(HOOP_UINT8), BIT(HOOP_SUM) | BIT(HOOP_MAX), bytes, 301, ROOTS_ENDS, 0};
+    suite_t d = {colls, BIT(HOOP_FLOAT64), BIT(HOOP_SUM) | BIT(HOOP_AVG), f64, 21, ROOTS_ENDS, 0};
+    run_suite(t, &u8);
+    run_suite(t, &d);
+}
+
 typedef struct thread_job {
     tctx_t *t;
     suite_t suite;
@@ -1282,7 +1300,7 @@ static void usage(void)
 {
     fprintf(
         stderr,
-        "usage: coll_test [--mode colls|split|nonblocking|init-env|init-tcp|init-file|late]\n"
+        "usage: coll_test [--mode colls|split|nonblocking|init-env|init-tcp|init-file|late|lines]\n"
         "                 [--colls LIST] [--roots all|ends] [--large-dtypes LIST|none]\n"
         "                 [--large-ops LIST] [--large-roots ends|last] [--nreq K]\n"
         "                 [--late-rank R] [--fake-hosts K] [--device MODULE [--stream]] [--quick]\n"
@@ -1408,7 +1426,7 @@ int main(int argc, char **argv)
 
     int env_rank = env_int("RANK", -1), env_size = env_int("WORLD_SIZE", -1);
     const char *modes[] = {"colls",    "split",     "nonblocking", "init-env",
-                           "init-tcp", "init-file", "late"};
+                           "init-tcp", "init-file", "late",        "lines"};
     int known = 0;
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) known |= !strcmp(o.mode, modes[i]);
     if (!known || env_rank < 0 || env_size < 1) {
@@ -1477,6 +1495,8 @@ int main(int argc, char **argv)
             run_split(&world, &o);
         else if (!strcmp(o.mode, "nonblocking"))
             run_nonblocking(&world, o.nreq);
+        else if (!strcmp(o.mode, "lines"))
+            run_lines(&world);
         else
             small_suite(&world);
     }
