@@ -65,12 +65,14 @@ def worker(a):
     times = {}
 
     def timed(key, fn, n):
-        t_all, c_all = times.setdefault(key, ([], []))
+        t_all, c_all, m_all = times.setdefault(key, ([], [], []))
         for _ in range(n):
             dist.barrier(group=groups["gloo"])
-            c, t = time.process_time(), time.perf_counter()  # CPU time: all this rank's threads
+            # CPU time: all this rank's threads, and the calling (training) thread alone
+            c, m, t = time.process_time(), time.thread_time(), time.perf_counter()
             fn()
             t_all.append(time.perf_counter() - t)
+            m_all.append(time.thread_time() - m)
             c_all.append(time.process_time() - c)
 
     for b in groups:
@@ -94,9 +96,10 @@ def worker(a):
             timed(("hoop", "binding_allreduce_%dMB" % mb), lambda: comm.allreduce(t), 1)
     if rank == 0:
         res = {"ranks": size, "params": nparams, "batch": a.batch}
-        for (b, what), (t, c) in times.items():
+        for (b, what), (t, c, m) in times.items():
             res.setdefault(b, {})[what + "_s"] = statistics.median(t)
             res[b][what + "_cpu_s"] = statistics.mean(c)
+            res[b][what + "_main_cpu_s"] = statistics.mean(m)
         print("RESULT " + json.dumps(res), flush=True)
     dist.barrier(group=groups["gloo"])
     os._exit(0)  # skip interpreter teardown of both groups
@@ -177,6 +180,17 @@ def main():
             b, m["step_s"] * 1e3, m["compute_s"] * 1e3, share * 100,
             (m["step_cpu_s"] - m["compute_cpu_s"]) * 1e3, m["allreduce_1MB_s"] * 1e3,
             m["allreduce_25MB_s"] * 1e3))
+    print("comm cpu/step by thread: the training thread's extra CPU, and the other threads' (the "
+          "backend's own, and torch's)")
+    for b in ("hoop", "gloo"):
+        m = med[b]
+        main_extra = m["step_main_cpu_s"] - m["compute_main_cpu_s"]
+        others = (m["step_cpu_s"] - m["step_main_cpu_s"]) - (
+            m["compute_cpu_s"] - m["compute_main_cpu_s"])
+        print("%-5s training thread %5.1f ms, other threads %5.1f ms; 25 MB all-reduce alone: "
+              "%5.1f ms of CPU, %.2f ms per MB" % (
+                  b, main_extra * 1e3, others * 1e3, m["allreduce_25MB_cpu_s"] * 1e3,
+                  m["allreduce_25MB_cpu_s"] * 1e3 / 25))
     for mb in (1, 25):
         k = "allreduce_%dMB_s" % mb
         print("all-reduce %2d MB: hoop %.2f GB/s (binding alone %.2f GB/s), gloo %.2f GB/s "

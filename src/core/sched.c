@@ -359,6 +359,8 @@ static int head_ready(hoop_comm_t *c)
 static void *progress_thread(void *arg)
 {
     hoop_comm_t *c = arg;
+    /* Named, so that top -H, perf and a debugger tell its CPU apart from the application's. */
+    (void)pthread_setname_np(pthread_self(), "hoop-progress");
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
         if (c->head != NULL && !c->busy && c->waiters == 0 && head_ready(c)) {

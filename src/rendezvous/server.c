@@ -336,6 +336,7 @@ static int auth_wait_ms(const server_t *s, int cap)
 static void *server_main(void *arg)
 {
     server_t *s = arg;
+    (void)pthread_setname_np(pthread_self(), "hoop-store");
     int accept_paused = 0;
     int slot_of[HOOP__SOCK_PENDING_MAX]; /* the gate's slot behind each polled handshake */
     for (;;) {
