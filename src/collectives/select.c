@@ -67,13 +67,23 @@ static hoop__algo_t p2p_choose(const hoop__call_t *call, int forced)
     return hier ? HOOP__ALGO_HIER : HOOP__ALGO_RING;
 }
 
+/* Where the point-to-point algorithm measured faster than the shared area on one host, the area
+ * in use for other calls (docs/performance.md, "Which algorithm, measured"): a 2-rank all-gather
+ * of 32 to 256 KiB per rank, whose ring is one message each way (1.2-1.5x). bytes: per rank. */
+static int p2p_measured_faster(const hoop__call_t *call, size_t bytes)
+{
+    return call->kind == HOOP__K_ALLGATHER && call->comm->size == 2 &&
+           bytes >= ((size_t)32 << 10) && bytes <= ((size_t)256 << 10);
+}
+
 hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
 {
     const hoop__agreed_t *ag = &call->comm->agreed;
     int forced = hoop__algo_parse(ag->algo);
     int shm = forced == HOOP__ALGO_SHM ||
               (forced == HOOP__ALGO_AUTO && call->comm->one_host &&
-               (strcmp(ag->transport, "auto") == 0 || strcmp(ag->transport, "shm") == 0));
+               (strcmp(ag->transport, "auto") == 0 || strcmp(ag->transport, "shm") == 0) &&
+               !p2p_measured_faster(call, call->count * hoop_dtype_size(call->dtype)));
     if (shm && has_shm(call->kind)) return HOOP__ALGO_SHM;
     if (forced == HOOP__ALGO_SHM || forced == HOOP__ALGO_P2P) forced = HOOP__ALGO_AUTO;
     return p2p_choose(call, forced);

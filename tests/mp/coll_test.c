@@ -1100,7 +1100,8 @@ static void run_colls(tctx_t *t, const opts_t *o)
 /* Every payload size around the shared area's line boundaries (24 bytes in the step's line, then
  * 56 per payload line, to 248; above, the payload follows the lines): uint8 at every byte count
  * from 0 to 300, float64 from 20 to 40 elements (160 to 320 bytes), every collective that puts
- * payloads in the area, both placements, every root. */
+ * payloads in the area, both placements, roots 0 and n-1; then the sizes around auto's choice of
+ * the ring for a 2-rank all-gather. */
 static void run_lines(tctx_t *t)
 {
     static size_t bytes[301], f64[21];
@@ -1112,6 +1113,11 @@ static void run_lines(tctx_t *t)
     suite_t d = {colls, BIT(HOOP_FLOAT64), BIT(HOOP_SUM) | BIT(HOOP_AVG), f64, 21, ROOTS_ENDS, 0};
     run_suite(t, &u8);
     run_suite(t, &d);
+    /* Around the sizes where auto takes the ring rather than the area for a 2-rank all-gather
+     * (32 to 256 KiB per rank). */
+    static const size_t ag_bytes[] = {32767, 32768, 100003, 262144, 262145};
+    suite_t ag = {BIT(C_ALLGATHER), BIT(HOOP_UINT8), BIT(HOOP_SUM), ag_bytes, 5, ROOTS_ENDS, 0};
+    run_suite(t, &ag);
 }
 
 typedef struct thread_job {
