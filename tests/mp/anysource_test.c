@@ -20,6 +20,10 @@
  * - a send whose count differs from the receive's: HOOP_ERR_MISMATCH with the sender in *source,
  *   and every rank's next call fails (run last);
  * - bad arguments: a communicator of one rank (split), a NULL request.
+ *
+ * --device MODULE: the fan-in only, over device buffers of that CUDA module (the test double
+ * tests/cuda/double, or libhoop-cuda.so on a GPU): the sender fills a host buffer and copies it
+ * to the device before sending, the receiver copies each message back before checking it.
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -30,9 +34,11 @@
 
 #include "hoop.h"
 #include "../common/testing.h"
+#include "../cuda/devbuf.h"
 
 static int rank_, size_;
 static int failures;
+static int device; /* --device: the fan-in's buffers are device memory */
 
 static void check_at(int line, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void check_at(int line, int ok, const char *fmt, ...)
@@ -108,8 +114,13 @@ static void fan_in(hoop_comm_t *w, int root, int nonblocking)
     const char *how = nonblocking ? "irecv_any" : "recv_any";
     size_t maxb = counts[NCOUNTS - 1] * 8;
     int nrecv = 2 * (size_ - 1);
+    /* bufs: what is checked (host); the calls use dbufs, the same or device twins. */
     uint8_t **bufs = calloc((size_t)nrecv, sizeof *bufs);
-    for (int i = 0; i < nrecv; i++) bufs[i] = malloc(maxb);
+    uint8_t **dbufs = calloc((size_t)nrecv, sizeof *dbufs);
+    for (int i = 0; i < nrecv; i++) {
+        bufs[i] = malloc(maxb);
+        dbufs[i] = device ? devbuf_alloc(maxb) : bufs[i];
+    }
     for (int r = 0; r < ROUNDS; r++) {
         hoop_dtype_t dt = round_dtype(r);
         size_t n = round_count(r), bytes = n * hoop_dtype_size(dt);
@@ -117,8 +128,9 @@ static void fan_in(hoop_comm_t *w, int root, int nonblocking)
             hoop_request_t *q[2];
             for (int k = 0; k < 2; k++) {
                 fill(bufs[k], bytes, rank_, 2 * r + k);
-                CHECK(hoop_isend(w, bufs[k], n, dt, root, &q[k]) == HOOP_OK, "isend round %d: %s",
-                      r, hoop_comm_last_error(w));
+                if (device && bytes > 0) devbuf_copy(dbufs[k], bufs[k], bytes);
+                CHECK(hoop_isend(w, dbufs[k], n, dt, root, &q[k]) == HOOP_OK,
+                      "isend round %d: %s", r, hoop_comm_last_error(w));
             }
             for (int k = 0; k < 2; k++)
                 CHECK(hoop_wait(q[k]) == HOOP_OK, "send round %d: %s", r,
@@ -129,17 +141,21 @@ static void fan_in(hoop_comm_t *w, int root, int nonblocking)
             int src[128];
             for (int i = 0; i < nrecv; i++) {
                 memset(bufs[i], 0xee, bytes);
+                if (device && bytes > 0) devbuf_copy(dbufs[i], bufs[i], bytes);
                 hoop_result_t rc = nonblocking
-                                       ? hoop_irecv_any(w, bufs[i], n, dt, &src[i], &req[i])
-                                       : hoop_recv_any(w, bufs[i], n, dt, &src[i]);
-                if (!nonblocking)
+                                       ? hoop_irecv_any(w, dbufs[i], n, dt, &src[i], &req[i])
+                                       : hoop_recv_any(w, dbufs[i], n, dt, &src[i]);
+                if (!nonblocking) {
+                    if (device && bytes > 0) devbuf_copy(bufs[i], dbufs[i], bytes);
                     check_one(bufs[i], bytes, src[i], rc, r, next, how, w);
-                else
+                } else {
                     CHECK(rc == HOOP_OK, "irecv_any round %d: %s", r, hoop_comm_last_error(w));
+                }
             }
             /* Requests were matched in posting order: checked in that order too. */
             for (int i = 0; nonblocking && i < nrecv; i++) {
                 hoop_result_t rc = hoop_wait(req[i]);
+                if (device && bytes > 0) devbuf_copy(bufs[i], dbufs[i], bytes);
                 check_one(bufs[i], bytes, src[i], rc, r, next, how, w);
             }
             for (int p = 0; p < size_; p++)
@@ -149,8 +165,12 @@ static void fan_in(hoop_comm_t *w, int root, int nonblocking)
         CHECK(hoop_barrier(w) == HOOP_OK, "barrier after round %d: %s", r,
               hoop_comm_last_error(w));
     }
-    for (int i = 0; i < nrecv; i++) free(bufs[i]);
+    for (int i = 0; i < nrecv; i++) {
+        if (device) devbuf_free(dbufs[i]);
+        free(bufs[i]);
+    }
     free(bufs);
+    free(dbufs);
 }
 
 /* As torch's test: each rank in turn receives twice from every other rank (once blocking, once
@@ -333,11 +353,24 @@ static void count_mismatch(hoop_comm_t *w)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc == 3 && strcmp(argv[1], "--large-count") == 0) {
-        counts[NCOUNTS - 1] = strtoull(argv[2], NULL, 10);
-    } else if (argc != 1) {
-        printf("usage: anysource_test [--large-count N]\n");
-        return 2;
+    const char *module = NULL;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 < argc && strcmp(argv[i], "--large-count") == 0) {
+            counts[NCOUNTS - 1] = strtoull(argv[i + 1], NULL, 10);
+        } else if (i + 1 < argc && strcmp(argv[i], "--device") == 0) {
+            module = argv[i + 1];
+        } else {
+            printf("usage: anysource_test [--large-count N] [--device MODULE]\n");
+            return 2;
+        }
+    }
+    if (module != NULL) {
+        char err[512];
+        if (devbuf_open(module, err, sizeof err) != 0) {
+            printf("SKIP: %s\n", err);
+            return 77;
+        }
+        device = 1;
     }
     hoop_comm_t *w = NULL;
     if (hoop_init_from_env(&w) != HOOP_OK) {
@@ -354,6 +387,12 @@ int main(int argc, char **argv)
     hoop_comm_set_timeout(w, 30);
     fan_in(w, 0, 0);
     fan_in(w, size_ - 1, 1);
+    if (device) { /* the rest is host memory's, tested without --device */
+        CHECK(hoop_barrier(w) == HOOP_OK, "final barrier: %s", hoop_comm_last_error(w));
+        hoop_comm_destroy(w);
+        printf("rank %d: %s\n", rank_, failures ? "FAILED" : "all checks passed");
+        return failures != 0;
+    }
     each_in_turn(w);
     no_overtaking(w);
     collective_after(w);
