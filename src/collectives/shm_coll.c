@@ -72,7 +72,8 @@ static uint8_t *aligned(uint8_t *data)
 {
     return data + HOOP__SHC_HEAD + HOOP__SHC_FLINES * sizeof(hoop__shc_fline_t);
 }
-/* Where a payload of n bytes goes when it does not fit in lines (n > HOOP__SHC_LINES_MAX):
+/* Where a payload of n bytes goes outside the payload lines (a call's over HOOP__SHC_LINES_MAX,
+ * and each round of it): in the step's line when it fits (a last round's few bytes), otherwise
  * aligned, as the kernels and memcpy like it. */
 static uint8_t *payload(uint8_t *data, size_t n) { return n <= HOOP__SHC_HEAD ? data : aligned(data); }
 static int in_lines(size_t n) { return n <= HOOP__SHC_LINES_MAX; }

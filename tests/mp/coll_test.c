@@ -1118,6 +1118,31 @@ static void run_lines(tctx_t *t)
     static const size_t ag_bytes[] = {32767, 32768, 100003, 262144, 262145};
     suite_t ag = {BIT(C_ALLGATHER), BIT(HOOP_UINT8), BIT(HOOP_SUM), ag_bytes, 5, ROOTS_ENDS, 0};
     run_suite(t, &ag);
+    /* And that auto does take the ring there: its messages count in hoop_comm_stats, the area's
+     * steps do not. Only where auto may use the area (2 ranks, no algorithm or transport forced
+     * other than shm). */
+    const char *algo = getenv("HOOP_ALGO"), *tp = getenv("HOOP_TRANSPORT");
+    if (t->size != 2 || (algo != NULL && strcmp(algo, "auto") != 0) ||
+        (tp != NULL && strcmp(tp, "auto") != 0 && strcmp(tp, "shm") != 0))
+        return;
+    uint8_t *in = malloc(262145), *out = malloc(2 * 262145);
+    for (size_t i = 0; i < 5 && in != NULL && out != NULL; i++) {
+        size_t n = ag_bytes[i];
+        int ring = n >= 32768 && n <= 262144;
+        memset(in, t->rank + 1, n);
+        hoop_stats_t a, b;
+        hoop_comm_stats(t->comm, &a);
+        hoop_result_t e = hoop_allgather(t->comm, in, out, n, HOOP_UINT8);
+        hoop_comm_stats(t->comm, &b);
+        check(t, e == HOOP_OK, "allgather of %zu bytes: %s", n, hoop_error_string(e));
+        check(t, (b.messages_sent > a.messages_sent) == ring,
+              "allgather of %zu bytes per rank sent %llu messages: want %s", n,
+              (unsigned long long)(b.messages_sent - a.messages_sent),
+              ring ? "the ring's" : "none (the area)");
+        check(t, out[0] == 1 && out[2 * n - 1] == 2, "allgather of %zu bytes: wrong ends", n);
+    }
+    free(in);
+    free(out);
 }
 
 typedef struct thread_job {
