@@ -13,7 +13,8 @@
 #   5. hoop-perf all-reducing device buffers with 2 and 4 ranks on GPU 0: over CUDA IPC, and
 #      staged through host memory over shared memory and over TCP, beside host buffers over TCP
 #      (the staging target's reference), with #wrong and bus bandwidth; then every other
-#      collective once on device buffers (staged over shared memory), every dtype and op, for #wrong.
+#      collective once on device buffers, every dtype and op, for #wrong: as auto runs them (CUDA
+#      IPC for broadcast, reduce, all-gather and reduce-scatter) and staged over shared memory.
 #
 # Every step has its own time limit, and the whole run a deadline: a step that fails or runs out
 # of time is recorded as such and the next one runs. Without a GPU the GPU steps are skipped and
@@ -25,8 +26,8 @@
 # shellcheck disable=SC2317 # the steps are called by name, through --step
 set -u
 
-# The all-reduce's path: HOOP_ALGO=ipc forces CUDA IPC; auto never picks it (not measured yet),
-# so auto is the staging path through pinned host memory (docs/cuda.md).
+# The path: HOOP_ALGO=ipc forces CUDA IPC (auto takes it too, on one host); p2p is the staging
+# path through pinned host memory (docs/cuda.md).
 path_var=HOOP_ALGO
 
 # ---- the steps (each runs as `gpu-check.sh --step NAME ARGS...`, under timeout) --------------
@@ -104,8 +105,9 @@ perf() {
     shift 2
     case $mode in
     ipc) set -- env "$path_var=ipc" HOOP_TRANSPORT=shm "$b/bench/hoop-perf" --device cuda "$@" ;;
-    staging-shm) set -- env "$path_var=auto" HOOP_TRANSPORT=shm "$b/bench/hoop-perf" --device cuda "$@" ;;
-    staging-tcp) set -- env "$path_var=auto" HOOP_TRANSPORT=tcp "$b/bench/hoop-perf" --device cuda "$@" ;;
+    auto) set -- env "$path_var=auto" HOOP_TRANSPORT=auto "$b/bench/hoop-perf" --device cuda "$@" ;;
+    staging-shm) set -- env "$path_var=p2p" HOOP_TRANSPORT=shm "$b/bench/hoop-perf" --device cuda "$@" ;;
+    staging-tcp) set -- env "$path_var=p2p" HOOP_TRANSPORT=tcp "$b/bench/hoop-perf" --device cuda "$@" ;;
     host-tcp) set -- env HOOP_TRANSPORT=tcp "$b/bench/hoop-perf" "$@" ;;
     *) echo "unknown mode $mode" && return 2 ;;
     esac
@@ -239,6 +241,9 @@ else
             step "hoop-perf allreduce $n ranks $mode" 40 perf "$n" "$mode" \
                 -b 1M -e "${GPU_CHECK_PERF_MAX:-256M}" -f 4 -n 10 -w 2 -d float32 -o sum
         done
+    done
+    for c in broadcast reduce allgather reducescatter; do
+        step "hoop-perf $c 4 ranks auto" 20 perf 4 auto "$c" -b 8 -e 1M -f 128 -n 2 -w 1 -d all -o all
     done
     for c in broadcast reduce allgather gather scatter reducescatter alltoall sendrecv; do
         step "hoop-perf $c 4 ranks staging-shm" 20 perf 4 staging-shm "$c" -b 8 -e 1M -f 128 -n 2 -w 1 -d all -o all

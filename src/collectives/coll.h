@@ -29,7 +29,13 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c);
 hoop_result_t hoop__allgather_hier(hoop__call_t *c);
 hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c);
 hoop_result_t hoop__reduce_hier(hoop__call_t *c);
-hoop_result_t hoop__allreduce_ipc(hoop__call_t *c); /* CUDA IPC on one node (allreduce_ipc.c) */
+/* CUDA device buffers on one node through peers' memory (ipc.c): all-reduce, reduce, broadcast,
+ * all-gather and reduce-scatter (hoop__ipc_has). automatic: a rank that cannot take part makes
+ * every rank return HOOP__SHC_FALLBACK (and stop trying) instead of failing the call.
+ * hoop__ipc_may: whether this rank's call may try it under auto. */
+int hoop__ipc_has(hoop__kind_t k);
+int hoop__ipc_may(const hoop__call_t *c);
+hoop_result_t hoop__ipc_run(hoop__call_t *c, int automatic);
 hoop_result_t hoop__broadcast(hoop__call_t *c);     /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */

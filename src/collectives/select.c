@@ -12,8 +12,13 @@
  * doubling at or below HOOP_SMALL_BYTES (latency-bound: log2(p) rounds), the ring above
  * (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO forces one, including the parameter
  * servers, which auto never picks: they are there to be compared with. HOOP_ALGO=shm forces the
- * shared area whatever the transport; HOOP_ALGO=p2p is auto without it. HOOP_ALGO=ipc: the all-reduce
- * of CUDA device buffers through peers' memory (allreduce_ipc.c).
+ * shared area whatever the transport; HOOP_ALGO=p2p is auto without it.
+ *
+ * CUDA device buffers (ipc.c, "ipc"): all-reduce, reduce, broadcast, all-gather and
+ * reduce-scatter through peers' device memory where every rank's buffers are device memory and
+ * the shared area is in use (auto: its first step says what every rank has, so every rank
+ * decides alike), or forced by HOOP_ALGO=ipc; otherwise device buffers are staged through host
+ * memory by whichever algorithm above runs.
  *
  * Hierarchical (hier.c, "hier"), where the ranks are several on each of several hosts, as many
  * on each (the ring's host layout, which every rank computed alike): all-reduce above
@@ -52,6 +57,7 @@ static hoop__algo_t p2p_choose(const hoop__call_t *call, int forced)
 {
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
     int hier = hoop__hier_fits(call->comm);
+    if (forced == HOOP__ALGO_IPC && hoop__ipc_has(call->kind)) return HOOP__ALGO_IPC;
     if (call->kind == HOOP__K_ALLGATHER || call->kind == HOOP__K_REDUCE_SCATTER)
         return hier && (forced <= 0 || forced == HOOP__ALGO_HIER) ? HOOP__ALGO_HIER
                                                                   : HOOP__ALGO_AUTO;
@@ -67,23 +73,13 @@ static hoop__algo_t p2p_choose(const hoop__call_t *call, int forced)
     return hier ? HOOP__ALGO_HIER : HOOP__ALGO_RING;
 }
 
-/* Where the point-to-point algorithm measured faster than the shared area on one host, the area
- * in use for other calls (docs/performance.md, "Which algorithm, measured"): a 2-rank all-gather
- * of 32 to 256 KiB per rank, whose ring is one message each way (1.2-1.5x). bytes: per rank. */
-static int p2p_measured_faster(const hoop__call_t *call, size_t bytes)
-{
-    return call->kind == HOOP__K_ALLGATHER && call->comm->size == 2 &&
-           bytes >= ((size_t)32 << 10) && bytes <= ((size_t)256 << 10);
-}
-
 hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
 {
     const hoop__agreed_t *ag = &call->comm->agreed;
     int forced = hoop__algo_parse(ag->algo);
     int shm = forced == HOOP__ALGO_SHM ||
               (forced == HOOP__ALGO_AUTO && call->comm->one_host &&
-               (strcmp(ag->transport, "auto") == 0 || strcmp(ag->transport, "shm") == 0) &&
-               !p2p_measured_faster(call, call->count * hoop_dtype_size(call->dtype)));
+               (strcmp(ag->transport, "auto") == 0 || strcmp(ag->transport, "shm") == 0));
     if (shm && has_shm(call->kind)) return HOOP__ALGO_SHM;
     if (forced == HOOP__ALGO_SHM || forced == HOOP__ALGO_P2P) forced = HOOP__ALGO_AUTO;
     return p2p_choose(call, forced);
@@ -129,6 +125,7 @@ static hoop_result_t dispatch(hoop__call_t *call)
         case HOOP__K_BARRIER: rc = hoop__shm_barrier(call); break;
         default: break;
         }
+        if (rc == HOOP__SHC_IPC) rc = hoop__ipc_run(call, 1);
     } else {
         rc = hoop__shm_enter(call);
         if (rc == HOOP_OK) rc = HOOP__SHC_FALLBACK;
@@ -138,28 +135,33 @@ static hoop_result_t dispatch(hoop__call_t *call)
 
 static hoop_result_t dispatch_p2p(hoop__call_t *call)
 {
+    if (call->algo == HOOP__ALGO_IPC && hoop__ipc_has(call->kind)) {
+        hoop_result_t rc = hoop__ipc_run(call, 0);
+        if (rc != HOOP__SHC_FALLBACK) return rc; /* else host buffers on every rank */
+    }
+    hoop__algo_t algo = call->algo;
+    if (algo == HOOP__ALGO_SHM || algo == HOOP__ALGO_IPC) algo = p2p_choose(call, HOOP__ALGO_AUTO);
     switch (call->kind) {
     case HOOP__K_ALLREDUCE:
-        switch (call->algo == HOOP__ALGO_SHM ? p2p_choose(call, HOOP__ALGO_AUTO) : call->algo) {
+        switch (algo) {
         case HOOP__ALGO_RD: return hoop__allreduce_rd(call);
         case HOOP__ALGO_PS: return hoop__allreduce_ps(call);
         case HOOP__ALGO_PS_SHARDED: return hoop__allreduce_ps_sharded(call);
         case HOOP__ALGO_HIER: return hoop__allreduce_hier(call);
-        case HOOP__ALGO_IPC: return hoop__allreduce_ipc(call);
         default: return hoop__allreduce_ring(call);
         }
     case HOOP__K_BROADCAST: return hoop__broadcast(call);
     case HOOP__K_REDUCE:
-        if (call->algo == HOOP__ALGO_HIER) return hoop__reduce_hier(call);
+        if (algo == HOOP__ALGO_HIER) return hoop__reduce_hier(call);
         return hoop__reduce_coll(call);
     case HOOP__K_ALLGATHER:
-        if (call->algo == HOOP__ALGO_HIER) return hoop__allgather_hier(call);
+        if (algo == HOOP__ALGO_HIER) return hoop__allgather_hier(call);
         return hoop__allgather_ring(call);
     case HOOP__K_SPLIT: return hoop__allgather_ring(call);
     case HOOP__K_GATHER: return hoop__gather(call);
     case HOOP__K_SCATTER: return hoop__scatter(call);
     case HOOP__K_REDUCE_SCATTER:
-        if (call->algo == HOOP__ALGO_HIER) return hoop__reduce_scatter_hier(call);
+        if (algo == HOOP__ALGO_HIER) return hoop__reduce_scatter_hier(call);
         return hoop__reduce_scatter_ring(call);
     case HOOP__K_ALLTOALL: return hoop__alltoall_pairwise(call);
     case HOOP__K_BARRIER: return hoop__barrier_dissemination(call);

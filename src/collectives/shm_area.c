@@ -539,5 +539,6 @@ hoop_result_t hoop__shc_step_lines(const hoop__call_t *call, hoop__shc_t *a, uin
     }
     if (rc != HOOP_OK) return rc;
     prefetch_own(a, me);
-    return (all & HOOP__SHC_HOST) == 0 ? HOOP__SHC_FALLBACK : HOOP_OK;
+    if (all & HOOP__SHC_HOST) return HOOP_OK;
+    return (all & HOOP__SHC_DEVICE) ? HOOP__SHC_IPC : HOOP__SHC_FALLBACK;
 }

@@ -27,6 +27,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "collectives/shm_coll.h"
 
@@ -59,11 +60,11 @@ static hoop__shc_t *area(const hoop__call_t *c, hoop_result_t *rc)
     return a;
 }
 
-/* A rank whose buffers are not host memory takes part in the first step only, to say so. */
+/* A rank whose buffers are not host memory takes part in the first step only, to say so, and
+ * whether it may take the CUDA IPC path: HOOP__SHC_IPC where every rank may. */
 static hoop_result_t device_rank(const hoop__call_t *c, hoop__shc_t *a)
 {
-    hoop_result_t rc = hoop__shc_step(c, a, 0);
-    return rc == HOOP_OK ? HOOP__SHC_FALLBACK : rc;
+    return hoop__shc_step(c, a, hoop__ipc_may(c) ? HOOP__SHC_DEVICE : 0);
 }
 
 /* The 64-byte aligned part of a buffer, after its first line (which holds the first 24 bytes
@@ -406,6 +407,16 @@ hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
     return HOOP_OK;
 }
 
+/* Where the point-to-point ring measured faster than the area on host buffers (docs/
+ * performance.md, "Which algorithm, measured"): a 2-rank all-gather of 32 to 256 KiB per rank,
+ * one message each way (1.2-1.5x). The area's step still comes first: where every rank has
+ * device buffers, device_rank takes them to the CUDA IPC path instead. n: bytes per rank. */
+static int ring_measured_faster(const hoop__call_t *c, size_t n)
+{
+    return c->comm->size == 2 && n >= ((size_t)32 << 10) && n <= ((size_t)256 << 10) &&
+           strcasecmp(c->comm->agreed.algo, "shm") != 0; /* HOOP_ALGO=shm forces the area */
+}
+
 /* All-gather and split: every rank's block of n bytes, block i from rank i. */
 hoop_result_t hoop__shm_allgather(hoop__call_t *c)
 {
@@ -416,6 +427,10 @@ hoop_result_t hoop__shm_allgather(hoop__call_t *c)
     hoop_comm_t *comm = c->comm;
     int p = comm->size, me = comm->rank;
     size_t n = c->count * hoop__dsize(c), cap = a->data_bytes;
+    if (ring_measured_faster(c, n)) {
+        rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
+        return rc == HOOP_OK ? HOOP__SHC_FALLBACK : rc;
+    }
     uint8_t *out = c->recvbuf;
     const uint8_t *in = c->sendbuf;
     size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;

@@ -12,9 +12,14 @@
  * enough that a round of every rank stays in cache. */
 #define HOOP__SHC_DATA (256 * 1024)
 #define HOOP__SHC_HOST 1u /* step flag: this rank's buffers are host memory */
+/* step flag: this rank's buffers are CUDA device memory and it may take the CUDA IPC path */
+#define HOOP__SHC_DEVICE 2u
 /* hoop__shc_step's answer when some rank's buffers are not host memory: every rank then runs the
  * point-to-point algorithm instead. Never returned to a caller of the library. */
 #define HOOP__SHC_FALLBACK ((hoop_result_t)-1)
+/* hoop__shc_step's answer when every rank's buffers are device memory that may go through CUDA
+ * IPC (ipc.c): every rank then tries that path. Never returned to a caller either. */
+#define HOOP__SHC_IPC ((hoop_result_t)-2)
 
 /* The first line of a buffer: the step it holds, the call's descriptor, then the payload. */
 typedef struct hoop__shc_line {
@@ -62,7 +67,8 @@ static inline uint8_t *hoop__shc_cur(const hoop__shc_t *a, int r)
 {
     return hoop__shc_line(a, r, a->step)->data;
 }
-/* Publishes the next step and waits until every rank has; compares the calls. HOOP_OK,
+/* Publishes the next step and waits until every rank has; compares the calls. HOOP_OK (every
+ * rank's flags had HOOP__SHC_HOST), HOOP__SHC_IPC (every rank's had HOOP__SHC_DEVICE),
  * HOOP__SHC_FALLBACK, or the error that aborted the communicator. */
 hoop_result_t hoop__shc_step(const hoop__call_t *call, hoop__shc_t *a, uint32_t flags);
 

@@ -168,6 +168,9 @@ struct hoop_comm {
     /* The shared-memory collectives' area (collectives/shm_area.c), made by the first call that
      * runs one; NULL before. Used under exec. */
     struct hoop__shc *shc;
+    /* The CUDA IPC path (collectives/ipc.c) found unusable under auto: set by every rank at the
+     * same call, from what every rank said; later calls stage. Used under exec. */
+    int ipc_off;
 
     /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */

@@ -3,8 +3,8 @@
  *
  *   hooprun -n N coll_test [--mode MODE] [--colls LIST] [--roots all|ends]
  *                          [--large-dtypes LIST|none] [--large-ops LIST] [--large-roots ends|last]
- *                          [--nreq K] [--late-rank R] [--device MODULE [--stream]] [--quick]
- *                          [--verbose]
+ *                          [--nreq K] [--late-rank R] [--device MODULE [--stream]
+ *                          [--host-rank R] [--expect-path ipc|staged]] [--quick] [--verbose]
  *
  * MODE: colls (default: every collective x dtype x op x root x count x in/out of place), split,
  * nonblocking, init-env, init-tcp, init-file, late, lines (every size around the shared area's
@@ -24,6 +24,10 @@
  * asynchronous copies on that stream, queued just before and just after each call; only then is
  * the stream waited for. The double delays every operation on a stream at random, so a call
  * that did not wait for its inputs, or a stream that did not wait for the call, gives wrong data.
+ * --host-rank R (with --device): world rank R keeps host buffers, the others device buffers.
+ * --expect-path ipc|staged: every all-reduce, reduce, broadcast, all-gather and reduce-scatter
+ * with a count must (ipc) or must not (staged) have gone through the CUDA IPC path, as its
+ * schedule's trace lines tell.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -185,6 +189,7 @@ typedef struct tctx {
     int shown;
     int broken;  /* a call failed: the communicator cannot be trusted any more */
     int verbose; /* print every call with its timings */
+    long ipc_lines; /* --expect-path: trace lines of the CUDA IPC path so far */
 } tctx_t;
 
 static void check(tctx_t *t, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -205,6 +210,17 @@ static void check(tctx_t *t, int ok, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* --expect-path: which path the device calls of the collectives that have a CUDA IPC path must
+ * take (EXPECT_IPC or EXPECT_STAGED), told by the schedule's trace lines; 0: not checked. */
+enum { EXPECT_IPC = 1, EXPECT_STAGED = 2 };
+static int g_expect;
+
+static void count_ipc_lines(void *ctx, const char *line)
+{
+    tctx_t *t = ctx;
+    if (strstr(line, " ipc step 1: ") != NULL) t->ipc_lines++; /* data put in an area */
+}
+
 /* A context for comm; a child of parent (a split) shares its marker directory and verbosity. */
 static void ctx_init(tctx_t *t, hoop_comm_t *comm, int world_rank, const char *label,
                      const tctx_t *parent)
@@ -219,6 +235,7 @@ static void ctx_init(tctx_t *t, hoop_comm_t *comm, int world_rank, const char *l
         memcpy(t->marker_dir, parent->marker_dir, sizeof t->marker_dir);
         t->verbose = parent->verbose;
     }
+    if (g_expect && comm != NULL) hoop_comm_set_trace(comm, count_ipc_lines, t);
 }
 
 /* ---- one call ---- */
@@ -714,6 +731,7 @@ static int run_case(tctx_t *t, tcase_t *tc)
         t->broken = 1;
         return 0;
     }
+    long ipc0 = t->ipc_lines;
     double t0 = now_s();
     hoop_result_t e = post_blocking(t, tc);
     double t1 = now_s();
@@ -721,6 +739,14 @@ static int run_case(tctx_t *t, tcase_t *tc)
         call_failed(t, tc, "the call", e);
     else
         tcase_verify(t, tc);
+    int has_ipc = tc->coll == C_ALLREDUCE || tc->coll == C_REDUCE || tc->coll == C_BROADCAST ||
+                  tc->coll == C_ALLGATHER || tc->coll == C_REDUCE_SCATTER;
+    if (e == HOOP_OK && g_expect && has_ipc && tc->count > 0) {
+        char desc[200];
+        describe(tc, desc, sizeof desc);
+        check(t, (t->ipc_lines > ipc0) == (g_expect == EXPECT_IPC), "%s took the %s path", desc,
+              t->ipc_lines > ipc0 ? "CUDA IPC" : "staged");
+    }
     if (t->verbose) {
         char desc[200];
         describe(tc, desc, sizeof desc);
@@ -1334,8 +1360,8 @@ static void usage(void)
         "usage: coll_test [--mode colls|split|nonblocking|init-env|init-tcp|init-file|late|lines]\n"
         "                 [--colls LIST] [--roots all|ends] [--large-dtypes LIST|none]\n"
         "                 [--large-ops LIST] [--large-roots ends|last] [--nreq K]\n"
-        "                 [--late-rank R] [--fake-hosts K] [--device MODULE [--stream]] [--quick]\n"
-        "                 [--verbose]\n");
+        "                 [--late-rank R] [--fake-hosts K] [--device MODULE [--stream]\n"
+        "                 [--host-rank R] [--expect-path ipc|staged]] [--quick] [--verbose]\n");
 }
 
 static const char *dt_name(int i) { return DT[i].name; }
@@ -1417,6 +1443,17 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             if (bad) fprintf(stderr, "coll_test: --device %s: %s\n", v, err);
             g_device = !bad;
 
+        } else if (!strcmp(a, "--host-rank")) {
+            /* Mixed ranks: this world rank keeps its buffers in host memory (after --device). */
+            int hr;
+            bad = !g_device || parse_int_arg(v, 0, 1 << 20, &hr);
+            if (!bad && hr == env_int("RANK", -1)) {
+                g_device = 0;
+                g_stream = NULL;
+            }
+        } else if (!strcmp(a, "--expect-path")) {
+            bad = strcmp(v, "ipc") && strcmp(v, "staged");
+            g_expect = strcmp(v, "ipc") ? EXPECT_STAGED : EXPECT_IPC;
         } else if (!strcmp(a, "--fake-hosts")) {
             /* Rank r claims host r % K: shared memory inside a fake host, TCP across, and a ring
              * that has to be reordered to keep each host's ranks together. */

@@ -1,0 +1,399 @@
+/*
+ * Collectives of CUDA device buffers between ranks of one node through CUDA IPC: all-reduce,
+ * reduce, broadcast, all-gather and reduce-scatter (docs/cuda.md). Taken by `auto` where every
+ * rank's buffers are device memory and the ranks share the shared-memory collectives' area (one
+ * host: shm_coll.c's first step says so), and forced by HOOP_ALGO=ipc.
+ *
+ * Each rank has an area of device memory (HOOP_CUDA_IPC_BYTES, 32 MiB by default) that its peers
+ * open once from its IPC handle and keep open; no user buffer is ever exported, so no cache can
+ * outlive a buffer the application freed. Every call goes in chunks that fit the smallest area:
+ *
+ *   hello    every rank -> every rank: device buffers? host, area size, IPC handle
+ *   put      this rank's part of the chunk into its area; every rank -> every rank: ready
+ *   work     read the peers' areas, kernels reading peers' memory directly
+ *   done     every rank -> every rank (no area is written again before every reader is done)
+ *
+ * All-reduce and reduce in two shots per chunk (the area's first half takes the input, the
+ * second the segment this rank reduces): rank r reduces segment r from every area in rank order
+ * (so every rank gets the same bits), one round of messages, then every rank (the root alone for
+ * reduce) copies every segment from its reducer's area. Chunks of at most
+ * HOOP_CUDA_IPC_ONESHOT_BYTES (256 KiB by default; the smallest of all ranks' applies) go in one
+ * shot: every rank that needs the result reduces the whole chunk from every area, in rank order,
+ * into its output: half the rounds, p times the reduction work, which small chunks can afford.
+ * Broadcast: the root's chunk, read by every rank. All-gather: every rank's block, read by every
+ * rank. Reduce-scatter: every rank's p pieces of the chunk; rank r reduces piece r of every area.
+ *
+ * The messages are host messages of a few bytes; the device operations are complete when they
+ * return (the module waits for them), so a message sent after them orders them before what the
+ * peer does next, across processes. Works with several ranks on one GPU.
+ *
+ * A rank that cannot take part (host buffers, another host, an area it cannot allocate or a
+ * peer's it cannot open) says so in its hello or in the first ready message, which every rank
+ * sees alike: under HOOP_ALGO=ipc every rank fails the call with the same sentence (a call with
+ * host buffers on every rank runs as under auto instead); under auto every rank runs the staging
+ * path instead, for this call and every later one (ipc_off).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/config.h"
+#include "collectives/shm_coll.h"
+
+#define DEFAULT_AREA ((size_t)32 << 20)
+#define DEFAULT_ONESHOT ((size_t)256 << 10)
+
+typedef struct hello {
+    uint8_t ok;
+    uint8_t host_buffers; /* the call's buffers are host memory on this rank */
+    uint8_t pad[6];
+    uint64_t cap;
+    uint64_t oneshot; /* HOOP_CUDA_IPC_ONESHOT_BYTES: the smallest of all ranks' is used */
+    char host[64];
+    char why[176];
+    unsigned char handle[HOOP__IPC_HANDLE];
+} hello_t;
+
+/* One call's session: the areas every rank opened, and the rounds' buffers. */
+typedef struct ipc {
+    const hoop__call_t *call;
+    hoop__call_t hc; /* the rounds' messages: host memory, named ipc on the wire and in traces */
+    int p, me, automatic;
+    size_t es;
+    size_t half;    /* bytes in each half of the smallest area, a multiple of 256 */
+    size_t oneshot; /* chunks of at most this many bytes reduce in one shot */
+    void *area;
+    unsigned char **areas; /* rank q's area as mapped here */
+    hello_t *h, *ready, st;
+    uint8_t *flags;
+    int rounds; /* rounds of messages so far: the first after hello carries the areas' state */
+} ipc_t;
+
+int hoop__ipc_has(hoop__kind_t k)
+{
+    return k == HOOP__K_ALLREDUCE || k == HOOP__K_REDUCE || k == HOOP__K_BROADCAST ||
+           k == HOOP__K_ALLGATHER || k == HOOP__K_REDUCE_SCATTER;
+}
+
+int hoop__ipc_may(const hoop__call_t *c)
+{
+    return c->mem == HOOP__MEM_CUDA && !c->comm->ipc_off && c->count > 0 && hoop__ipc_has(c->kind);
+}
+
+/* Every rank sends len bytes of mine to every other and receives theirs at all + q * len (mine
+ * copied to its own place). */
+static hoop_result_t exchange(ipc_t *x, const void *mine, void *all, size_t len)
+{
+    hoop_comm_t *c = x->hc.comm;
+    int p = x->p, me = x->me;
+    memcpy((char *)all + (size_t)me * len, mine, len);
+    if (p == 1) return HOOP_OK;
+    hoop__xfer_t *xf = malloc(2 * (size_t)p * sizeof *xf);
+    hoop__xfer_t **xs = malloc(2 * (size_t)p * sizeof *xs);
+    if (xf == NULL || xs == NULL) {
+        free(xf);
+        free(xs);
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "CUDA IPC round: out of memory");
+        return HOOP_ERR_NO_MEMORY;
+    }
+    int n = 0;
+    for (int q = 0; q < p; q++) {
+        if (q == me) continue;
+        hoop__xrecv(&x->hc, &xf[n], q, (char *)all + (size_t)q * len, len);
+        xs[n] = &xf[n];
+        n++;
+    }
+    for (int q = 0; q < p; q++) {
+        if (q == me) continue;
+        hoop__xsend(&x->hc, &xf[n], q, mine, len);
+        xs[n] = &xf[n];
+        n++;
+    }
+    hoop_result_t rc = hoop__xwait(&x->hc, xs, n);
+    free(xf);
+    free(xs);
+    return rc;
+}
+
+/* The first rank whose message says it cannot go on: under auto every rank falls back (and
+ * stops trying), under HOOP_ALGO=ipc every rank fails the call, with the same sentence. */
+static hoop_result_t refuse(ipc_t *x, const hello_t *h)
+{
+    const hoop__call_t *call = x->call;
+    hoop_comm_t *c = call->comm;
+    char why[400] = "";
+    for (int q = 0; q < x->p && why[0] == '\0'; q++)
+        if (!h[q].ok) snprintf(why, sizeof why, "rank %d %.176s", q, h[q].why);
+    for (int q = 1; q < x->p && why[0] == '\0'; q++)
+        if (strcmp(h[q].host, h[0].host) != 0)
+            snprintf(why, sizeof why,
+                     "rank %d is on host %.64s and rank 0 on %.64s: CUDA IPC needs every rank on "
+                     "one node",
+                     q, h[q].host, h[0].host);
+    if (why[0] == '\0') return HOOP_OK;
+    int all_host = 1;
+    for (int q = 0; q < x->p; q++) all_host &= h[q].host_buffers;
+    if (all_host) return HOOP__SHC_FALLBACK; /* HOOP_ALGO=ipc: host calls run as under auto */
+    if (x->automatic) {
+        c->ipc_off = 1;
+        HOOP__INFO(&c->log, "%s (call #%llu): CUDA IPC not used from now on, staging instead: %s",
+                   hoop__kind_name(call->kind), (unsigned long long)call->seq, why);
+        return HOOP__SHC_FALLBACK;
+    }
+    hoop__comm_fail(c, HOOP_ERR_UNSUPPORTED, "%s (call #%llu) over CUDA IPC (HOOP_ALGO=ipc): %s",
+                    hoop__kind_name(call->kind), (unsigned long long)call->seq, why);
+    return HOOP_ERR_UNSUPPORTED;
+}
+
+/* A size from the environment (K, M, G suffixes), or dflt where unset, malformed or below least. */
+static size_t env_bytes(const char *name, size_t dflt, size_t least)
+{
+    const char *v = getenv(name);
+    size_t b;
+    if (v == NULL || hoop__parse_size(v, &b) != 0 || b < least) return dflt;
+    return b;
+}
+
+static void ipc_free(ipc_t *x)
+{
+    free(x->h);
+    free(x->ready);
+    free(x->areas);
+    free(x->flags);
+}
+
+/* The hello round, and every rank's area opened (its state said in the first round after). */
+static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
+{
+    hoop_comm_t *c = call->comm;
+    memset(x, 0, sizeof *x);
+    x->call = call;
+    x->hc = *call;
+    x->hc.mem = HOOP__MEM_HOST;
+    x->hc.algo = HOOP__ALGO_IPC;
+    x->p = c->size;
+    x->me = c->rank;
+    x->automatic = automatic;
+    x->es = hoop__dsize(call);
+    x->h = malloc((size_t)x->p * sizeof *x->h);
+    x->ready = malloc((size_t)x->p * sizeof *x->ready);
+    x->areas = calloc((size_t)x->p, sizeof *x->areas);
+    x->flags = malloc((size_t)x->p);
+    if (x->h == NULL || x->ready == NULL || x->areas == NULL || x->flags == NULL) {
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "CUDA IPC: out of memory");
+        return HOOP_ERR_NO_MEMORY;
+    }
+
+    hello_t mine;
+    memset(&mine, 0, sizeof mine);
+    mine.oneshot = env_bytes("HOOP_CUDA_IPC_ONESHOT_BYTES", DEFAULT_ONESHOT, 0);
+    snprintf(mine.host, sizeof mine.host, "%s", c->host);
+    size_t cap = 0;
+    if (call->count == 0) {
+        mine.ok = 1; /* nothing to move: no area needed (the headers still compare the calls) */
+    } else if (call->mem != HOOP__MEM_CUDA) {
+        mine.host_buffers = call->mem == HOOP__MEM_HOST;
+        snprintf(mine.why, sizeof mine.why,
+                 "has host buffers: the CUDA IPC path needs device buffers on every rank");
+    } else if (hoop__cuda_ipc_area(c, env_bytes("HOOP_CUDA_IPC_BYTES", DEFAULT_AREA, 8192),
+                                   &x->area, &cap, mine.handle, mine.why, sizeof mine.why) == 0) {
+        mine.ok = 1;
+        mine.cap = cap;
+    }
+    HOOP__TRACE_STEP(&x->hc, 0, "rank %d sends its hello (%s) to every rank", x->me,
+                     mine.ok ? "device buffers" : "cannot take part");
+    hoop_result_t rc = exchange(x, &mine, x->h, sizeof mine);
+    if (rc == HOOP_OK) rc = refuse(x, x->h);
+    if (rc != HOOP_OK) return rc;
+    /* Every rank's area, opened once (hoop__cuda_ipc_peer keeps it); chunks fit the smallest. */
+    x->half = SIZE_MAX;
+    x->oneshot = SIZE_MAX;
+    x->st.ok = 1;
+    for (int q = 0; q < x->p && call->count > 0; q++) {
+        if (x->h[q].cap / 2 < x->half) x->half = (size_t)x->h[q].cap / 2;
+        if (x->h[q].oneshot < x->oneshot) x->oneshot = (size_t)x->h[q].oneshot;
+        x->areas[q] = q == x->me ? x->area
+                                 : hoop__cuda_ipc_peer(c, q, x->h[q].handle, x->st.why,
+                                                       sizeof x->st.why);
+        if (x->areas[q] == NULL) x->st.ok = 0;
+    }
+    x->half = x->half / 256 * 256; /* segments keep the kernels' alignment */
+    return HOOP_OK;
+}
+
+/* A round of messages after this rank's device operations: the first one also says whether
+ * every rank opened every area (and fails or falls back alike everywhere where one did not). */
+static hoop_result_t ipc_round(ipc_t *x)
+{
+    hoop_result_t rc = hoop__mem_failed(x->hc.comm);
+    if (rc != HOOP_OK) return rc;
+    if (x->rounds++ == 0) {
+        rc = exchange(x, &x->st, x->ready, sizeof x->st);
+        return rc == HOOP_OK ? refuse(x, x->ready) : rc;
+    }
+    x->flags[x->me] = 1;
+    return exchange(x, &x->flags[x->me], x->flags, 1);
+}
+
+/* out = every area's n elements at off, reduced in rank order (the average finished). */
+static void reduce_all(ipc_t *x, void *out, size_t off, size_t n)
+{
+    const hoop__call_t *call = x->call;
+    if (n == 0) return;
+    if (x->p == 1)
+        hoop__mem_copy(call, out, x->areas[0] + off, n * x->es);
+    else
+        hoop__mem_reduce(call, out, x->areas[0] + off, x->areas[1] + off, n);
+    for (int q = 2; q < x->p; q++) hoop__mem_reduce(call, out, out, x->areas[q] + off, n);
+    if (call->op == HOOP_AVG) hoop__mem_avg_finish(call, out, n);
+}
+
+/* All-reduce (root < 0) and reduce. */
+static hoop_result_t reduce_chunks(ipc_t *x, int root)
+{
+    const hoop__call_t *call = x->call;
+    size_t es = x->es, n = call->count, chunk = x->half / es;
+    int me = x->me, p = x->p, gets = root < 0 || root == me;
+    const char *in = call->sendbuf != NULL ? call->sendbuf : call->recvbuf;
+    char *out = call->recvbuf;
+    hoop_result_t rc = HOOP_OK;
+    for (size_t off = 0; off < n && rc == HOOP_OK; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        if (x->st.ok) hoop__mem_copy(call, x->area, in + off * es, len * es);
+        HOOP__TRACE_STEP(&x->hc, 1, "chunk at %zu (%zu B) in rank %d's area", off, len * es, me);
+        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        if (len * es <= x->oneshot) {
+            /* one shot: straight into the output, in rank order (the same bits everywhere) */
+            if (gets) reduce_all(x, out + off * es, 0, len);
+            HOOP__TRACE_STEP(&x->hc, 2, "rank %d reduces the chunk (one shot)", me);
+            rc = ipc_round(x);
+            continue;
+        }
+        size_t soff, slen;
+        hoop__part(len, p, me, &soff, &slen);
+        reduce_all(x, (unsigned char *)x->area + x->half + soff * es, soff * es, slen);
+        HOOP__TRACE_STEP(&x->hc, 2, "rank %d reduces segment %d (%zu B)", me, me, slen * es);
+        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        for (int q = 0; q < p && gets; q++) {
+            hoop__part(len, p, q, &soff, &slen);
+            if (slen > 0)
+                hoop__mem_copy(call, out + (off + soff) * es, x->areas[q] + x->half + soff * es,
+                               slen * es);
+        }
+        HOOP__TRACE_STEP(&x->hc, 3, "rank %d gathers the chunk", me);
+        rc = ipc_round(x);
+    }
+    return rc;
+}
+
+/* Broadcast: the root's chunks, each read from its area by every other rank. */
+static hoop_result_t broadcast_chunks(ipc_t *x)
+{
+    const hoop__call_t *call = x->call;
+    size_t n = call->count * x->es, cap = 2 * x->half;
+    int me = x->me, root = call->root;
+    unsigned char *buf = call->recvbuf;
+    const unsigned char *src = me == root && call->sendbuf != NULL ? call->sendbuf : buf;
+    hoop_result_t rc = HOOP_OK;
+    for (size_t off = 0; off < n && rc == HOOP_OK; off += cap) {
+        size_t len = n - off < cap ? n - off : cap;
+        if (me == root && x->st.ok) hoop__mem_copy(call, x->area, src + off, len);
+        HOOP__TRACE_STEP(&x->hc, 1, "bytes at %zu (%zu B) in rank %d's area", off, len, root);
+        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        if (me != root)
+            hoop__mem_copy(call, buf + off, x->areas[root], len);
+        else if (src != buf)
+            hoop__mem_copy(call, buf + off, x->area, len);
+        HOOP__TRACE_STEP(&x->hc, 2, "rank %d reads them", me);
+        rc = ipc_round(x);
+    }
+    return rc;
+}
+
+/* All-gather: every rank's block of n bytes, read by every rank from its area. */
+static hoop_result_t allgather_chunks(ipc_t *x)
+{
+    const hoop__call_t *call = x->call;
+    size_t n = call->count * x->es, cap = 2 * x->half;
+    int me = x->me, p = x->p;
+    unsigned char *out = call->recvbuf, *own = out + (size_t)me * n;
+    const unsigned char *in = call->sendbuf;
+    hoop_result_t rc = HOOP_OK;
+    for (size_t off = 0; off < n && rc == HOOP_OK; off += cap) {
+        size_t len = n - off < cap ? n - off : cap;
+        if (x->st.ok) hoop__mem_copy(call, x->area, in + off, len);
+        HOOP__TRACE_STEP(&x->hc, 1, "block bytes at %zu (%zu B) in rank %d's area", off, len, me);
+        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        /* In place when sendbuf lies anywhere in recvbuf: the own block is moved first (as the
+         * ring's), and read from there; only once the first round said every rank goes on, so
+         * that a fallback finds the input untouched. */
+        if (off == 0 && own != in) hoop__mem_move(call, own, in, n);
+        in = own;
+        for (int q = 0; q < p; q++)
+            if (q != me) hoop__mem_copy(call, out + (size_t)q * n + off, x->areas[q], len);
+        HOOP__TRACE_STEP(&x->hc, 2, "rank %d reads every block", me);
+        rc = ipc_round(x);
+    }
+    return rc;
+}
+
+/* Reduce-scatter: every rank's input is p blocks of count elements; rank r gets block r reduced.
+ * Per chunk, each rank puts its p pieces in its area; rank r reduces piece r of every area. */
+static hoop_result_t reduce_scatter_chunks(ipc_t *x)
+{
+    const hoop__call_t *call = x->call;
+    size_t es = x->es, n = call->count;
+    int me = x->me, p = x->p;
+    size_t piece = 2 * x->half / (size_t)p; /* bytes */
+    if (piece >= 256) piece = piece / 256 * 256;
+    size_t chunk = piece / es;
+    const char *in = call->sendbuf;
+    char *out = call->recvbuf, *res = out;
+    /* In place (out == in, or NCCL's out == in + me * n) each chunk's result lands on input
+     * already put; any other overlap takes the result in scratch space, copied at the end. */
+    size_t nb = n * es, tb = nb * (size_t)p;
+    if (out != in && out != in + (size_t)me * nb && out < in + tb && in < out + nb) {
+        res = hoop__scratch(call, nb);
+        if (res == NULL) return HOOP_ERR_NO_MEMORY;
+    }
+    hoop_result_t rc = HOOP_OK;
+    for (size_t off = 0; off < n && rc == HOOP_OK; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        for (int q = 0; q < p && x->st.ok; q++)
+            hoop__mem_copy(call, (unsigned char *)x->area + (size_t)q * piece,
+                           in + ((size_t)q * n + off) * es, len * es);
+        HOOP__TRACE_STEP(&x->hc, 1, "pieces at %zu (%zu B each) in rank %d's area", off, len * es,
+                         me);
+        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        reduce_all(x, res + off * es, (size_t)me * piece, len);
+        HOOP__TRACE_STEP(&x->hc, 2, "rank %d reduces piece %d", me, me);
+        rc = ipc_round(x);
+    }
+    if (rc == HOOP_OK && res != out) hoop__mem_copy(call, out, res, nb);
+    return rc;
+}
+
+hoop_result_t hoop__ipc_run(hoop__call_t *call, int automatic)
+{
+    ipc_t x;
+    hoop_result_t rc = ipc_open(&x, call, automatic);
+    if (rc == HOOP_OK && call->count > 0 && x.half / x.es < (size_t)x.p) {
+        /* every rank decides alike: the smallest area and the element size are agreed */
+        hoop__comm_fail(call->comm, HOOP_ERR_UNSUPPORTED,
+                        "%s over CUDA IPC: areas of %zu B are too small for %d ranks' elements",
+                        hoop__kind_name(call->kind), 2 * x.half, x.p);
+        rc = HOOP_ERR_UNSUPPORTED;
+    }
+    if (rc == HOOP_OK && call->count > 0) {
+        switch (call->kind) {
+        case HOOP__K_ALLREDUCE: rc = reduce_chunks(&x, -1); break;
+        case HOOP__K_REDUCE: rc = reduce_chunks(&x, call->root); break;
+        case HOOP__K_BROADCAST: rc = broadcast_chunks(&x); break;
+        case HOOP__K_ALLGATHER: rc = allgather_chunks(&x); break;
+        case HOOP__K_REDUCE_SCATTER: rc = reduce_scatter_chunks(&x); break;
+        default: rc = HOOP_ERR_INTERNAL; break;
+        }
+    }
+    ipc_free(&x);
+    return rc;
+}
