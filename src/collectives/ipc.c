@@ -23,9 +23,15 @@
  * Broadcast: the root's chunk, read by every rank. All-gather: every rank's block, read by every
  * rank. Reduce-scatter: every rank's p pieces of the chunk; rank r reduces piece r of every area.
  *
- * The messages are host messages of a few bytes; the device operations are complete when they
- * return (the module waits for them), so a message sent after them orders them before what the
- * peer does next, across processes. Works with several ranks on one GPU.
+ * The device work is never waited for step by step: a rank's copies and kernels queue on its IPC
+ * stream, and each step ends by recording one of its IPC events there (READY after its put,
+ * REDUCED after a two-shot reduction, DONE after its reads) before its message goes. A peer
+ * that has the message makes its own stream wait for that event before it queues what depends
+ * on it, and every put first waits for every peer's DONE (its area is read until then). The
+ * messages are host messages of a few bytes; they only say that a record has been queued. An
+ * event is recorded again only after a round in which each peer sent a message after queueing
+ * its wait for the previous record, so no wait can miss the record it means. The host waits for
+ * the stream once, at the end of the call. Works with several ranks on one GPU.
  *
  * A rank that cannot take part (host buffers, another host, an area it cannot allocate or a
  * peer's it cannot open) says so in its hello or in the first ready message, which every rank
@@ -36,8 +42,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/config.h"
+#include "base/proc.h"
 #include "collectives/shm_coll.h"
 
 #define DEFAULT_AREA ((size_t)32 << 20)
@@ -49,10 +57,14 @@ typedef struct hello {
     uint8_t pad[6];
     uint64_t cap;
     uint64_t oneshot; /* HOOP_CUDA_IPC_ONESHOT_BYTES: the smallest of all ranks' is used */
+    int64_t pid;      /* watched while the stream waits for this rank's events */
     char host[64];
     char why[176];
     unsigned char handle[HOOP__IPC_HANDLE];
+    unsigned char events[HOOP__IPC_EVENTS][HOOP__IPC_HANDLE];
 } hello_t;
+
+enum { READY, REDUCED, DONE }; /* each rank's IPC events (runtime.h) */
 
 /* One call's session: the areas every rank opened, and the rounds' buffers. */
 typedef struct ipc {
@@ -67,6 +79,8 @@ typedef struct ipc {
     hello_t *h, *ready, st;
     uint8_t *flags;
     int rounds; /* rounds of messages so far: the first after hello carries the areas' state */
+    int began;  /* device work queued on the IPC stream: the end waits for it */
+    double next_look; /* watch: when the peers' processes are looked at next */
 } ipc_t;
 
 int hoop__ipc_has(hoop__kind_t k)
@@ -187,6 +201,7 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
     hello_t mine;
     memset(&mine, 0, sizeof mine);
     mine.oneshot = env_bytes("HOOP_CUDA_IPC_ONESHOT_BYTES", DEFAULT_ONESHOT, 0);
+    mine.pid = getpid();
     snprintf(mine.host, sizeof mine.host, "%s", c->host);
     size_t cap = 0;
     if (call->count == 0) {
@@ -196,7 +211,8 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
         snprintf(mine.why, sizeof mine.why,
                  "has host buffers: the CUDA IPC path needs device buffers on every rank");
     } else if (hoop__cuda_ipc_area(c, env_bytes("HOOP_CUDA_IPC_BYTES", DEFAULT_AREA, 8192),
-                                   &x->area, &cap, mine.handle, mine.why, sizeof mine.why) == 0) {
+                                   &x->area, &cap, mine.handle, mine.why, sizeof mine.why) == 0 &&
+               hoop__cuda_ipc_events(c, mine.events, mine.why, sizeof mine.why) == 0) {
         mine.ok = 1;
         mine.cap = cap;
     }
@@ -212,13 +228,46 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
     for (int q = 0; q < x->p && call->count > 0; q++) {
         if (x->h[q].cap / 2 < x->half) x->half = (size_t)x->h[q].cap / 2;
         if (x->h[q].oneshot < x->oneshot) x->oneshot = (size_t)x->h[q].oneshot;
-        x->areas[q] = q == x->me ? x->area
-                                 : hoop__cuda_ipc_peer(c, q, x->h[q].handle, x->st.why,
-                                                       sizeof x->st.why);
-        if (x->areas[q] == NULL) x->st.ok = 0;
+        if (q == x->me) {
+            x->areas[q] = x->area;
+            continue;
+        }
+        x->areas[q] = hoop__cuda_ipc_peer(c, q, x->h[q].handle, x->st.why, sizeof x->st.why);
+        if (x->areas[q] == NULL ||
+            hoop__cuda_ipc_peer_events(c, q, x->h[q].events, x->st.why, sizeof x->st.why) != 0)
+            x->st.ok = 0;
     }
     x->half = x->half / 256 * 256; /* segments keep the kernels' alignment */
+    if (call->count > 0 && x->st.ok) {
+        hoop__cuda_ipc_begin(call);
+        x->began = 1;
+    }
     return HOOP_OK;
+}
+
+static hoop_result_t ipc_round(ipc_t *x);
+
+/* The stream waits for peer q's latest record of event which (every peer's but this rank's
+ * when q < 0). */
+static void wait_for(ipc_t *x, int q, int which)
+{
+    if (!x->st.ok) return;
+    for (int r = 0; r < x->p; r++)
+        if (r != x->me && (q < 0 || r == q)) hoop__cuda_ipc_wait(x->call, r, which);
+}
+
+/* The end of a step: this rank's event which recorded after its work, then a round. */
+static hoop_result_t step_end(ipc_t *x, int which)
+{
+    if (x->st.ok) hoop__cuda_ipc_record(x->call, which);
+    return ipc_round(x);
+}
+
+/* This rank's part of a chunk into its area, once no peer reads the area any more. */
+static void put(ipc_t *x, size_t at, const void *src, size_t n)
+{
+    if (!x->st.ok || n == 0) return;
+    hoop__cuda_ipc_copy(x->call, (unsigned char *)x->area + at, src, n);
 }
 
 /* A round of messages after this rank's device operations: the first one also says whether
@@ -241,11 +290,11 @@ static void reduce_all(ipc_t *x, void *out, size_t off, size_t n)
     const hoop__call_t *call = x->call;
     if (n == 0) return;
     if (x->p == 1)
-        hoop__mem_copy(call, out, x->areas[0] + off, n * x->es);
+        hoop__cuda_ipc_copy(call, out, x->areas[0] + off, n * x->es);
     else
-        hoop__mem_reduce(call, out, x->areas[0] + off, x->areas[1] + off, n);
-    for (int q = 2; q < x->p; q++) hoop__mem_reduce(call, out, out, x->areas[q] + off, n);
-    if (call->op == HOOP_AVG) hoop__mem_avg_finish(call, out, n);
+        hoop__cuda_ipc_reduce(call, out, x->areas[0] + off, x->areas[1] + off, n);
+    for (int q = 2; q < x->p; q++) hoop__cuda_ipc_reduce(call, out, out, x->areas[q] + off, n);
+    if (call->op == HOOP_AVG) hoop__cuda_ipc_avg(call, out, n);
 }
 
 /* All-reduce (root < 0) and reduce. */
@@ -259,29 +308,32 @@ static hoop_result_t reduce_chunks(ipc_t *x, int root)
     hoop_result_t rc = HOOP_OK;
     for (size_t off = 0; off < n && rc == HOOP_OK; off += chunk) {
         size_t len = n - off < chunk ? n - off : chunk;
-        if (x->st.ok) hoop__mem_copy(call, x->area, in + off * es, len * es);
+        wait_for(x, -1, DONE);
+        put(x, 0, in + off * es, len * es);
         HOOP__TRACE_STEP(&x->hc, 1, "chunk at %zu (%zu B) in rank %d's area", off, len * es, me);
-        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        wait_for(x, -1, READY);
         if (len * es <= x->oneshot) {
             /* one shot: straight into the output, in rank order (the same bits everywhere) */
             if (gets) reduce_all(x, out + off * es, 0, len);
             HOOP__TRACE_STEP(&x->hc, 2, "rank %d reduces the chunk (one shot)", me);
-            rc = ipc_round(x);
+            rc = step_end(x, DONE);
             continue;
         }
         size_t soff, slen;
         hoop__part(len, p, me, &soff, &slen);
         reduce_all(x, (unsigned char *)x->area + x->half + soff * es, soff * es, slen);
         HOOP__TRACE_STEP(&x->hc, 2, "rank %d reduces segment %d (%zu B)", me, me, slen * es);
-        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        if ((rc = step_end(x, REDUCED)) != HOOP_OK) break;
+        if (gets) wait_for(x, -1, REDUCED);
         for (int q = 0; q < p && gets; q++) {
             hoop__part(len, p, q, &soff, &slen);
             if (slen > 0)
-                hoop__mem_copy(call, out + (off + soff) * es, x->areas[q] + x->half + soff * es,
-                               slen * es);
+                hoop__cuda_ipc_copy(call, out + (off + soff) * es,
+                                    x->areas[q] + x->half + soff * es, slen * es);
         }
         HOOP__TRACE_STEP(&x->hc, 3, "rank %d gathers the chunk", me);
-        rc = ipc_round(x);
+        rc = step_end(x, DONE);
     }
     return rc;
 }
@@ -297,15 +349,20 @@ static hoop_result_t broadcast_chunks(ipc_t *x)
     hoop_result_t rc = HOOP_OK;
     for (size_t off = 0; off < n && rc == HOOP_OK; off += cap) {
         size_t len = n - off < cap ? n - off : cap;
-        if (me == root && x->st.ok) hoop__mem_copy(call, x->area, src + off, len);
+        if (me == root) {
+            wait_for(x, -1, DONE);
+            put(x, 0, src + off, len);
+        }
         HOOP__TRACE_STEP(&x->hc, 1, "bytes at %zu (%zu B) in rank %d's area", off, len, root);
-        if ((rc = ipc_round(x)) != HOOP_OK) break;
-        if (me != root)
-            hoop__mem_copy(call, buf + off, x->areas[root], len);
-        else if (src != buf)
-            hoop__mem_copy(call, buf + off, x->area, len);
+        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        if (me != root) {
+            wait_for(x, root, READY);
+            hoop__cuda_ipc_copy(call, buf + off, x->areas[root], len);
+        } else if (src != buf) {
+            hoop__cuda_ipc_copy(call, buf + off, x->area, len);
+        }
         HOOP__TRACE_STEP(&x->hc, 2, "rank %d reads them", me);
-        rc = ipc_round(x);
+        rc = step_end(x, DONE);
     }
     return rc;
 }
@@ -321,18 +378,20 @@ static hoop_result_t allgather_chunks(ipc_t *x)
     hoop_result_t rc = HOOP_OK;
     for (size_t off = 0; off < n && rc == HOOP_OK; off += cap) {
         size_t len = n - off < cap ? n - off : cap;
-        if (x->st.ok) hoop__mem_copy(call, x->area, in + off, len);
+        wait_for(x, -1, DONE);
+        put(x, 0, in + off, len);
         HOOP__TRACE_STEP(&x->hc, 1, "block bytes at %zu (%zu B) in rank %d's area", off, len, me);
-        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        if ((rc = step_end(x, READY)) != HOOP_OK) break;
         /* In place when sendbuf lies anywhere in recvbuf: the own block is moved first (as the
          * ring's), and read from there; only once the first round said every rank goes on, so
          * that a fallback finds the input untouched. */
-        if (off == 0 && own != in) hoop__mem_move(call, own, in, n);
+        if (off == 0 && own != in) hoop__cuda_ipc_move(call, own, in, n);
         in = own;
+        wait_for(x, -1, READY);
         for (int q = 0; q < p; q++)
-            if (q != me) hoop__mem_copy(call, out + (size_t)q * n + off, x->areas[q], len);
+            if (q != me) hoop__cuda_ipc_copy(call, out + (size_t)q * n + off, x->areas[q], len);
         HOOP__TRACE_STEP(&x->hc, 2, "rank %d reads every block", me);
-        rc = ipc_round(x);
+        rc = step_end(x, DONE);
     }
     return rc;
 }
@@ -359,18 +418,40 @@ static hoop_result_t reduce_scatter_chunks(ipc_t *x)
     hoop_result_t rc = HOOP_OK;
     for (size_t off = 0; off < n && rc == HOOP_OK; off += chunk) {
         size_t len = n - off < chunk ? n - off : chunk;
-        for (int q = 0; q < p && x->st.ok; q++)
-            hoop__mem_copy(call, (unsigned char *)x->area + (size_t)q * piece,
-                           in + ((size_t)q * n + off) * es, len * es);
+        wait_for(x, -1, DONE);
+        for (int q = 0; q < p; q++) put(x, (size_t)q * piece, in + ((size_t)q * n + off) * es, len * es);
         HOOP__TRACE_STEP(&x->hc, 1, "pieces at %zu (%zu B each) in rank %d's area", off, len * es,
                          me);
-        if ((rc = ipc_round(x)) != HOOP_OK) break;
+        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        wait_for(x, -1, READY);
         reduce_all(x, res + off * es, (size_t)me * piece, len);
         HOOP__TRACE_STEP(&x->hc, 2, "rank %d reduces piece %d", me, me);
-        rc = ipc_round(x);
+        rc = step_end(x, DONE);
     }
-    if (rc == HOOP_OK && res != out) hoop__mem_copy(call, out, res, nb);
+    if (rc == HOOP_OK && res != out) hoop__cuda_ipc_copy(call, out, res, nb);
     return rc;
+}
+
+/* While the host waits for the stream, which may wait for a peer's event: the transport's
+ * progress (abort notices), and the peers' processes (ranks of one host), every 10 ms. */
+static int watch(void *arg)
+{
+    ipc_t *x = arg;
+    hoop_comm_t *c = x->call->comm;
+    c->tp_ops->progress(c->tp, 0);
+    double now = hoop__now();
+    if (now < x->next_look) return atomic_load(&c->aborted) != 0;
+    x->next_look = now + 0.01;
+    for (int q = 0; q < x->p; q++)
+        if (q != x->me && hoop__process_gone((pid_t)x->h[q].pid)) {
+            hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
+                            "lost rank %d (its process %lld exited) while %s (call #%llu) over "
+                            "CUDA IPC waited for its device work",
+                            q, (long long)x->h[q].pid, hoop__kind_name(x->call->kind),
+                            (unsigned long long)x->call->seq);
+            return 1;
+        }
+    return atomic_load(&c->aborted) != 0;
 }
 
 hoop_result_t hoop__ipc_run(hoop__call_t *call, int automatic)
@@ -393,6 +474,14 @@ hoop_result_t hoop__ipc_run(hoop__call_t *call, int automatic)
         case HOOP__K_REDUCE_SCATTER: rc = reduce_scatter_chunks(&x); break;
         default: rc = HOOP_ERR_INTERNAL; break;
         }
+    }
+    /* Whatever happened, nothing of the call may still run on the device once it returns; and
+     * once the last round is through, nothing of the peers' either that reads this rank's area
+     * (which goes with the communicator): the stream waits for their last DONE first. */
+    if (x.began) {
+        if (rc == HOOP_OK) wait_for(&x, -1, DONE);
+        hoop_result_t end = hoop__cuda_ipc_end(call, watch, &x);
+        if (rc == HOOP_OK) rc = end;
     }
     ipc_free(&x);
     return rc;

@@ -526,6 +526,82 @@ static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
     if (prev != ctx->device) cudaSetDevice(prev);
 }
 
+/* ---- asynchronous kernels, IPC events ---- */
+
+static int reduce_async(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
+                        size_t count, hoop_dtype_t dt, hoop_op_t op, void *stream)
+{
+    size_t es = esize(dt);
+    if (count == 0 || es == 0) return 0;
+    if (misaligned(out, es) || misaligned(a, es) || misaligned(b, es))
+        return reduce(ctx, out, a, b, count, dt, op, stream);
+    int prev;
+    if (enter(ctx, &prev) != 0) return -1;
+    cudaError_t e = (cudaError_t)hoop_cuda_launch_reduce(out, a, b, count, dt, op, ctx->sms,
+                                                         (void *)strm(stream));
+    int rc = e == cudaSuccess ? 0 : failed(ctx, "reduction kernel", e);
+    if (prev != ctx->device) cudaSetDevice(prev);
+    return rc;
+}
+
+static int avg_finish_async(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt,
+                            int divisor, void *stream)
+{
+    size_t es = esize(dt);
+    if (count == 0 || es == 0) return 0;
+    if (misaligned(buf, es)) return avg_finish(ctx, buf, count, dt, divisor, stream);
+    int prev;
+    if (enter(ctx, &prev) != 0) return -1;
+    cudaError_t e = (cudaError_t)hoop_cuda_launch_avg(buf, count, dt, divisor, ctx->sms,
+                                                      (void *)strm(stream));
+    int rc = e == cudaSuccess ? 0 : failed(ctx, "average kernel", e);
+    if (prev != ctx->device) cudaSetDevice(prev);
+    return rc;
+}
+
+_Static_assert(sizeof(cudaIpcEventHandle_t) <= HOOP__CUDA_IPC_HANDLE, "the handle must fit");
+
+static void *ipc_event_create(hoop_cuda_ctx_t *ctx, void *handle)
+{
+    int prev;
+    cudaEvent_t ev = NULL;
+    if (enter(ctx, &prev) != 0) return NULL;
+    /* Interprocess events must be made without timing. */
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess);
+    cudaIpcEventHandle_t h;
+    if (e == cudaSuccess && (e = cudaIpcGetEventHandle(&h, ev)) != cudaSuccess) {
+        cudaEventDestroy(ev);
+        ev = NULL;
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        failed(ctx, "cudaEventCreateWithFlags(cudaEventInterprocess)", e);
+        ev = NULL;
+    } else {
+        memset(handle, 0, HOOP__CUDA_IPC_HANDLE);
+        memcpy(handle, &h, sizeof h);
+    }
+    if (prev != ctx->device) cudaSetDevice(prev);
+    return ev;
+}
+
+static void *ipc_event_open(hoop_cuda_ctx_t *ctx, const void *handle)
+{
+    int prev;
+    cudaEvent_t ev = NULL;
+    cudaIpcEventHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    if (enter(ctx, &prev) != 0) return NULL;
+    cudaError_t e = cudaIpcOpenEventHandle(&ev, h);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        failed(ctx, "cudaIpcOpenEventHandle", e);
+        ev = NULL;
+    }
+    if (prev != ctx->device) cudaSetDevice(prev);
+    return ev;
+}
+
 static const hoop_cuda_module_t table = {
     .abi = HOOP__CUDA_ABI,
     .size = sizeof(hoop_cuda_module_t),
@@ -556,6 +632,10 @@ static const hoop_cuda_module_t table = {
     .ipc_free = ipc_free,
     .ipc_open = ipc_open,
     .ipc_close = ipc_close,
+    .reduce_async = reduce_async,
+    .avg_finish_async = avg_finish_async,
+    .ipc_event_create = ipc_event_create,
+    .ipc_event_open = ipc_event_open,
 };
 
 EXPORT const hoop_cuda_module_t *hoop_cuda_module(void) { return &table; }

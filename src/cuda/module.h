@@ -11,7 +11,7 @@
 #include "hoop.h"
 
 /* Bumped on any change of the table's layout or meaning: libhoop refuses a module of another. */
-#define HOOP__CUDA_ABI 2
+#define HOOP__CUDA_ABI 3
 /* The one symbol a module exports: const hoop_cuda_module_t *hoop_cuda_module(void). */
 #define HOOP__CUDA_ENTRY "hoop_cuda_module"
 /* Bytes of an IPC handle (cudaIpcMemHandle_t's size). */
@@ -106,6 +106,22 @@ typedef struct hoop_cuda_module {
      * kernels may use (on the same device or a peer); NULL with the sentence of error(ctx). */
     void *(*ipc_open)(hoop_cuda_ctx_t *ctx, const void *handle);
     void (*ipc_close)(hoop_cuda_ctx_t *ctx, void *p);
+
+    /* ---- asynchronous kernels and IPC events (ABI 3) ---- */
+    /* As reduce and avg_finish, but queued on stream: they return at once, and the buffers
+     * must stay valid until the work is done. (Pointers not aligned to their element go
+     * through temporaries, synchronously, as in reduce.) */
+    int (*reduce_async)(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
+                        size_t count, hoop_dtype_t dt, hoop_op_t op, void *stream);
+    int (*avg_finish_async)(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt,
+                            int divisor, void *stream);
+    /* An event that other processes of the node may open from its handle
+     * (HOOP__CUDA_IPC_HANDLE bytes, to handle); used as event_create's, freed with
+     * event_destroy. NULL with the sentence of error(ctx). */
+    void *(*ipc_event_create)(hoop_cuda_ctx_t *ctx, void *handle);
+    /* Another process's event from its handle, for event_query and stream_wait_event only
+     * (only its owner records it); closed with event_destroy. NULL with the sentence. */
+    void *(*ipc_event_open)(hoop_cuda_ctx_t *ctx, const void *handle);
 } hoop_cuda_module_t;
 
 typedef const hoop_cuda_module_t *(*hoop_cuda_entry_fn)(void);

@@ -79,7 +79,15 @@ struct hoop__cuda {
     struct {
         void *p;
         unsigned char handle[HOOP__CUDA_IPC_HANDLE];
+        void *ev[HOOP__IPC_EVENTS]; /* its events opened here, from ev_handle */
+        unsigned char ev_handle[HOOP__IPC_EVENTS][HOOP__CUDA_IPC_HANDLE];
     } * peer;
+    /* The path's stream, where a call's copies and kernels queue, this rank's events (their
+     * handles go to the peers), and two local events: the gate that orders the stream after a
+     * call's stream, and the one the end of a call polls. */
+    void *ipc_stream, *ipc_gate, *ipc_fin;
+    void *ipc_ev[HOOP__IPC_EVENTS];
+    unsigned char ipc_ev_handle[HOOP__IPC_EVENTS][HOOP__CUDA_IPC_HANDLE];
 };
 _Static_assert(HOOP__IPC_HANDLE == HOOP__CUDA_IPC_HANDLE, "one handle size");
 
@@ -342,10 +350,23 @@ void hoop__cuda_close(hoop_comm_t *c)
             if (st->copy_stream[d] != NULL) st->t->stream_destroy(st->ctx, st->copy_stream[d]);
         if (st->copy_gate != NULL && !st->copy_stuck) st->t->event_destroy(st->ctx, st->copy_gate);
     }
+    /* The IPC stream first: work still queued there (a call that failed while its stream
+     * waited for a dead peer) reads the areas and waits for the events; CUDA releases a
+     * destroyed stream's and event's resources once the device is done with them. */
+    if (st->ctx != NULL && st->ipc_stream != NULL) st->t->stream_destroy(st->ctx, st->ipc_stream);
     if (st->ctx != NULL && st->peer != NULL)
-        for (int q = 0; q < c->size; q++)
+        for (int q = 0; q < c->size; q++) {
             if (st->peer[q].p != NULL) st->t->ipc_close(st->ctx, st->peer[q].p);
+            for (int k = 0; k < HOOP__IPC_EVENTS; k++)
+                if (st->peer[q].ev[k] != NULL) st->t->event_destroy(st->ctx, st->peer[q].ev[k]);
+        }
     free(st->peer);
+    if (st->ctx != NULL) {
+        for (int k = 0; k < HOOP__IPC_EVENTS; k++)
+            if (st->ipc_ev[k] != NULL) st->t->event_destroy(st->ctx, st->ipc_ev[k]);
+        if (st->ipc_gate != NULL) st->t->event_destroy(st->ctx, st->ipc_gate);
+        if (st->ipc_fin != NULL) st->t->event_destroy(st->ctx, st->ipc_fin);
+    }
     if (st->ipc_area != NULL) st->t->ipc_free(st->ctx, st->ipc_area);
     if (st->ctx != NULL) st->t->close(st->ctx);
     if (st->dl != NULL) dlclose(st->dl);
@@ -678,13 +699,19 @@ int hoop__cuda_ipc_area(hoop_comm_t *c, size_t want, void **area, size_t *cap, v
     return 0;
 }
 
+static int peers_made(hoop_comm_t *c, struct hoop__cuda *st, char *err, size_t errlen)
+{
+    if (st->peer == NULL && (st->peer = calloc((size_t)c->size, sizeof *st->peer)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 void *hoop__cuda_ipc_peer(hoop_comm_t *c, int peer, const void *handle, char *err, size_t errlen)
 {
     struct hoop__cuda *st = cu(c);
-    if (st->peer == NULL && (st->peer = calloc((size_t)c->size, sizeof *st->peer)) == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (peers_made(c, st, err, errlen) != 0) return NULL;
     if (st->peer[peer].p != NULL) {
         if (memcmp(st->peer[peer].handle, handle, HOOP__CUDA_IPC_HANDLE) == 0)
             return st->peer[peer].p;
@@ -700,6 +727,144 @@ void *hoop__cuda_ipc_peer(hoop_comm_t *c, int peer, const void *handle, char *er
     st->peer[peer].p = p;
     memcpy(st->peer[peer].handle, handle, HOOP__CUDA_IPC_HANDLE);
     return p;
+}
+
+int hoop__cuda_ipc_events(hoop_comm_t *c, void *handles, char *err, size_t errlen)
+{
+    struct hoop__cuda *st = cu(c);
+    for (int k = 0; k < HOOP__IPC_EVENTS; k++)
+        if (st->ipc_ev[k] == NULL &&
+            (st->ipc_ev[k] = st->t->ipc_event_create(st->ctx, st->ipc_ev_handle[k])) == NULL) {
+            snprintf(err, errlen, "cannot make its CUDA IPC events: %s", st->t->error(st->ctx));
+            return -1;
+        }
+    memcpy(handles, st->ipc_ev_handle, sizeof st->ipc_ev_handle);
+    return 0;
+}
+
+int hoop__cuda_ipc_peer_events(hoop_comm_t *c, int peer, const void *handles, char *err,
+                               size_t errlen)
+{
+    struct hoop__cuda *st = cu(c);
+    if (peers_made(c, st, err, errlen) != 0) return -1;
+    for (int k = 0; k < HOOP__IPC_EVENTS; k++) {
+        const unsigned char *h = (const unsigned char *)handles + k * HOOP__CUDA_IPC_HANDLE;
+        if (st->peer[peer].ev[k] != NULL) {
+            if (memcmp(st->peer[peer].ev_handle[k], h, HOOP__CUDA_IPC_HANDLE) == 0) continue;
+            st->t->event_destroy(st->ctx, st->peer[peer].ev[k]);
+        }
+        st->peer[peer].ev[k] = st->t->ipc_event_open(st->ctx, h);
+        if (st->peer[peer].ev[k] == NULL) {
+            snprintf(err, errlen, "cannot open rank %d's CUDA IPC events: %s", peer,
+                     st->t->error(st->ctx));
+            return -1;
+        }
+        memcpy(st->peer[peer].ev_handle[k], h, HOOP__CUDA_IPC_HANDLE);
+    }
+    return 0;
+}
+
+void hoop__cuda_ipc_begin(const hoop__call_t *call)
+{
+    hoop_comm_t *c = call->comm;
+    struct hoop__cuda *st = cu(c);
+    const hoop_cuda_module_t *t = st->t;
+    int rc = 0;
+    if (st->ipc_stream == NULL && (st->ipc_stream = t->stream_create(st->ctx)) == NULL) rc = -1;
+    if (rc == 0 && st->ipc_gate == NULL && (st->ipc_gate = t->event_create(st->ctx)) == NULL)
+        rc = -1;
+    if (rc == 0 && st->ipc_fin == NULL && (st->ipc_fin = t->event_create(st->ctx)) == NULL)
+        rc = -1;
+    /* The stream never waits for the legacy default stream by itself: without this a copy
+     * could read an input before the application's kernel wrote it. */
+    if (rc == 0) rc = t->event_record(st->ctx, st->ipc_gate, stream_of(st, call));
+    if (rc == 0) rc = t->stream_wait_event(st->ctx, st->ipc_stream, st->ipc_gate);
+    check(c, st, rc, "IPC stream");
+}
+
+void hoop__cuda_ipc_copy(const hoop__call_t *call, void *dst, const void *src, size_t n)
+{
+    struct hoop__cuda *st = cu(call->comm);
+    if (n > 0 && dst != src)
+        check(call->comm, st, st->t->copy_async(st->ctx, dst, src, n, st->ipc_stream), "copy");
+}
+
+void hoop__cuda_ipc_move(const hoop__call_t *call, void *dst, const void *src, size_t n)
+{
+    struct hoop__cuda *st = cu(call->comm);
+    /* Synchronous, after the stream's queued work: overlapping ranges need the module's
+     * temporary. */
+    check(call->comm, st, st->t->move(st->ctx, dst, src, n, st->ipc_stream), "copy");
+}
+
+void hoop__cuda_ipc_reduce(const hoop__call_t *call, void *out, const void *a, const void *b,
+                           size_t count)
+{
+    struct hoop__cuda *st = cu(call->comm);
+    check(call->comm, st,
+          st->t->reduce_async(st->ctx, out, a, b, count, call->dtype, call->op, st->ipc_stream),
+          "reduction");
+}
+
+void hoop__cuda_ipc_avg(const hoop__call_t *call, void *buf, size_t count)
+{
+    struct hoop__cuda *st = cu(call->comm);
+    check(call->comm, st,
+          st->t->avg_finish_async(st->ctx, buf, count, call->dtype, call->comm->size,
+                                  st->ipc_stream),
+          "average");
+}
+
+void hoop__cuda_ipc_record(const hoop__call_t *call, int which)
+{
+    struct hoop__cuda *st = cu(call->comm);
+    check(call->comm, st, st->t->event_record(st->ctx, st->ipc_ev[which], st->ipc_stream),
+          "IPC event");
+}
+
+void hoop__cuda_ipc_wait(const hoop__call_t *call, int peer, int which)
+{
+    struct hoop__cuda *st = cu(call->comm);
+    check(call->comm, st,
+          st->t->stream_wait_event(st->ctx, st->ipc_stream, st->peer[peer].ev[which]),
+          "IPC event wait");
+}
+
+hoop_result_t hoop__cuda_ipc_end(const hoop__call_t *call, int (*watch)(void *), void *arg)
+{
+    hoop_comm_t *c = call->comm;
+    struct hoop__cuda *st = cu(c);
+    if (st->ipc_stream == NULL || st->ipc_fin == NULL) return hoop__mem_failed(c);
+    if (st->t->event_record(st->ctx, st->ipc_fin, st->ipc_stream) != 0) {
+        check(c, st, -1, "IPC event");
+        return HOOP_ERR_SYSTEM;
+    }
+    /* The stream may wait for an event that a dead peer never records: watch says so (and
+     * fails the communicator), as does an abort. Then the call ends and the stream is left
+     * (a failed call's buffers are undefined, as for any failed call). */
+    double start = hoop__now(), next_watch = start;
+    for (unsigned i = 0;; i++) {
+        int q = st->t->event_query(st->ctx, st->ipc_fin);
+        if (q == 1) return hoop__mem_failed(c);
+        if (q < 0) {
+            check(c, st, -1, "IPC event");
+            return HOOP_ERR_SYSTEM;
+        }
+        double now = hoop__now();
+        if (atomic_load(&c->aborted) || (now >= next_watch && watch(arg) != 0))
+            return (hoop_result_t)atomic_load(&c->aborted);
+        if (now >= next_watch) next_watch = now + 0.001;
+        if (now - start > c->timeout_s) {
+            char what[128];
+            hoop__call_describe(call, what, sizeof what);
+            hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
+                            "%s (call #%llu) over CUDA IPC on rank %d: its device work did not "
+                            "finish within %.1f s",
+                            what, (unsigned long long)call->seq, c->rank, c->timeout_s);
+            return HOOP_ERR_TIMEOUT;
+        }
+        if (i > 64) pause_us(20); /* short waits spin, long ones sleep */
+    }
 }
 
 const hoop__mem_ops_t hoop__mem_cuda = {

@@ -145,6 +145,34 @@ int hoop__cuda_ipc_area(hoop_comm_t *c, size_t want, void **area, size_t *cap, v
  * (byte for byte), else opened now (a different handle is a different allocation: the old one
  * is closed first, never served for it). NULL with a sentence in err. */
 void *hoop__cuda_ipc_peer(hoop_comm_t *c, int peer, const void *handle, char *err, size_t errlen);
+/* The path's device work: queued on the communicator's IPC stream, never waited for one by one,
+ * and ordered across processes by IPC events. Each rank has HOOP__IPC_EVENTS events of its own
+ * (which it records), that its peers open once from their handles and make the stream wait for.
+ * Failures fail the communicator with their sentence (hoop__mem_failed). Under exec. */
+#define HOOP__IPC_EVENTS 3
+/* This rank's events' handles (HOOP__IPC_EVENTS x HOOP__IPC_HANDLE bytes, made the first time):
+ * 0, or -1 with a sentence in err. */
+int hoop__cuda_ipc_events(hoop_comm_t *c, void *handles, char *err, size_t errlen);
+/* Peer's events opened here from its handles (kept, as the areas are): 0, or -1 with err. */
+int hoop__cuda_ipc_peer_events(hoop_comm_t *c, int peer, const void *handles, char *err,
+                               size_t errlen);
+/* The stream's work of call starts after what was queued on the call's stream before. */
+void hoop__cuda_ipc_begin(const hoop__call_t *call);
+void hoop__cuda_ipc_copy(const hoop__call_t *call, void *dst, const void *src, size_t n);
+/* Ranges that may overlap: synchronous, after the stream's queued work. */
+void hoop__cuda_ipc_move(const hoop__call_t *call, void *dst, const void *src, size_t n);
+void hoop__cuda_ipc_reduce(const hoop__call_t *call, void *out, const void *a, const void *b,
+                           size_t count);
+void hoop__cuda_ipc_avg(const hoop__call_t *call, void *buf, size_t count);
+/* This rank's event which marks the stream's work so far; the stream's next work waits for the
+ * latest record of peer's event which (made before the peer said so in a message). */
+void hoop__cuda_ipc_record(const hoop__call_t *call, int which);
+void hoop__cuda_ipc_wait(const hoop__call_t *call, int peer, int which);
+/* Waits, polling within the timeout, until the stream's work of the call is done: its results
+ * are then in device memory. Every millisecond meanwhile watch(arg) looks at the peers, and
+ * stops the wait (having failed the communicator) with a non-zero answer. HOOP_OK, or the error
+ * that failed the communicator. */
+hoop_result_t hoop__cuda_ipc_end(const hoop__call_t *call, int (*watch)(void *), void *arg);
 
 /* The CUDA module's context and handle (mem_cuda.c; hoop__mem_close). */
 void hoop__cuda_close(hoop_comm_t *c);

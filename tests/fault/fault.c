@@ -76,6 +76,7 @@
 
 #include "hoop.h"
 #include "../common/testing.h"
+#include "../cuda/devbuf.h"
 
 #define MAX_RANKS 16
 #define DETECT_MAX 5.0 /* seconds from the fault to every survivor's failure */
@@ -211,7 +212,20 @@ typedef struct rank_ctx {
     int sleeper;         /* this rank sleeps before round 2 */
     size_t total, block; /* elements per buffer, per rank block */
     uint32_t *s, *r;
+    size_t cap;          /* elements of s and r */
+    uint32_t *ds, *dr;   /* FAULT_DEVICE: their device twins, which the calls are given */
 } rank_ctx_t;
+
+/* FAULT_DEVICE=MODULE (a CUDA module, the test double here): every call's buffers are device
+ * memory, the inputs copied there before the call and the outputs back after it. */
+static uint32_t *dev_in(const rank_ctx_t *x, uint32_t *h, uint32_t *d)
+{
+    if (d == NULL) return h;
+    devbuf_copy(d, h, (x->cap + 1) * sizeof(uint32_t));
+    return d;
+}
+#define S_ARG dev_in(x, x->s, x->ds)
+#define R_ARG dev_in(x, x->r, x->dr)
 
 /* Checks n elements of got against want(i); reports the first wrong one. Returns 1 if all right. */
 #define CHECK_RANGE(ctx, what, got, n, want_expr)                                                  \
@@ -243,44 +257,44 @@ static hoop_result_t one_round(rank_ctx_t *x, enum coll k, int it)
     switch (k) {
     case C_ALLREDUCE:
         for (size_t i = 0; i < n; i++) s[i] = val(me, i, it);
-        rc = nb ? hoop_iallreduce(c, s, r, n, HOOP_UINT32, HOOP_SUM, &rq[0])
-                : hoop_allreduce(c, s, r, n, HOOP_UINT32, HOOP_SUM);
+        rc = nb ? hoop_iallreduce(c, S_ARG, R_ARG, n, HOOP_UINT32, HOOP_SUM, &rq[0])
+                : hoop_allreduce(c, S_ARG, R_ARG, n, HOOP_UINT32, HOOP_SUM);
         break;
     case C_BROADCAST:
         for (size_t i = 0; i < n; i++) r[i] = me == root ? val(root, i, it) : 0;
-        rc = nb ? hoop_ibroadcast(c, r, n, HOOP_UINT32, root, &rq[0])
-                : hoop_broadcast(c, r, n, HOOP_UINT32, root);
+        rc = nb ? hoop_ibroadcast(c, R_ARG, n, HOOP_UINT32, root, &rq[0])
+                : hoop_broadcast(c, R_ARG, n, HOOP_UINT32, root);
         break;
     case C_REDUCE:
         for (size_t i = 0; i < n; i++) s[i] = val(me, i, it);
-        rc = nb ? hoop_ireduce(c, s, r, n, HOOP_UINT32, HOOP_SUM, root, &rq[0])
-                : hoop_reduce(c, s, r, n, HOOP_UINT32, HOOP_SUM, root);
+        rc = nb ? hoop_ireduce(c, S_ARG, R_ARG, n, HOOP_UINT32, HOOP_SUM, root, &rq[0])
+                : hoop_reduce(c, S_ARG, R_ARG, n, HOOP_UINT32, HOOP_SUM, root);
         break;
     case C_ALLGATHER:
         for (size_t i = 0; i < m; i++) s[i] = val(me, i, it);
-        rc = nb ? hoop_iallgather(c, s, r, m, HOOP_UINT32, &rq[0])
-                : hoop_allgather(c, s, r, m, HOOP_UINT32);
+        rc = nb ? hoop_iallgather(c, S_ARG, R_ARG, m, HOOP_UINT32, &rq[0])
+                : hoop_allgather(c, S_ARG, R_ARG, m, HOOP_UINT32);
         break;
     case C_GATHER:
         for (size_t i = 0; i < m; i++) s[i] = val(me, i, it);
-        rc = nb ? hoop_igather(c, s, r, m, HOOP_UINT32, root, &rq[0])
-                : hoop_gather(c, s, r, m, HOOP_UINT32, root);
+        rc = nb ? hoop_igather(c, S_ARG, R_ARG, m, HOOP_UINT32, root, &rq[0])
+                : hoop_gather(c, S_ARG, R_ARG, m, HOOP_UINT32, root);
         break;
     case C_SCATTER:
         if (me == root)
             for (size_t i = 0; i < m * (size_t)p; i++) s[i] = val(root, i, it);
-        rc = nb ? hoop_iscatter(c, s, r, m, HOOP_UINT32, root, &rq[0])
-                : hoop_scatter(c, s, r, m, HOOP_UINT32, root);
+        rc = nb ? hoop_iscatter(c, S_ARG, R_ARG, m, HOOP_UINT32, root, &rq[0])
+                : hoop_scatter(c, S_ARG, R_ARG, m, HOOP_UINT32, root);
         break;
     case C_REDUCE_SCATTER:
         for (size_t i = 0; i < m * (size_t)p; i++) s[i] = val(me, i, it);
-        rc = nb ? hoop_ireduce_scatter(c, s, r, m, HOOP_UINT32, HOOP_SUM, &rq[0])
-                : hoop_reduce_scatter(c, s, r, m, HOOP_UINT32, HOOP_SUM);
+        rc = nb ? hoop_ireduce_scatter(c, S_ARG, R_ARG, m, HOOP_UINT32, HOOP_SUM, &rq[0])
+                : hoop_reduce_scatter(c, S_ARG, R_ARG, m, HOOP_UINT32, HOOP_SUM);
         break;
     case C_ALLTOALL:
         for (size_t i = 0; i < m * (size_t)p; i++) s[i] = val(me, i, it);
-        rc = nb ? hoop_ialltoall(c, s, r, m, HOOP_UINT32, &rq[0])
-                : hoop_alltoall(c, s, r, m, HOOP_UINT32);
+        rc = nb ? hoop_ialltoall(c, S_ARG, R_ARG, m, HOOP_UINT32, &rq[0])
+                : hoop_alltoall(c, S_ARG, R_ARG, m, HOOP_UINT32);
         break;
     case C_BARRIER: rc = nb ? hoop_ibarrier(c, &rq[0]) : hoop_barrier(c); break;
     case C_SENDRECV: {
@@ -288,14 +302,14 @@ static hoop_result_t one_round(rank_ctx_t *x, enum coll k, int it)
         int to = (me + 1) % p, from = (me + p - 1) % p;
         for (size_t i = 0; i < n; i++) s[i] = val(me, i, it);
         if (nb) {
-            rc = hoop_irecv(c, r, n, HOOP_UINT32, from, &rq[0]);
-            if (rc == HOOP_OK) rc = hoop_isend(c, s, n, HOOP_UINT32, to, &rq[1]);
+            rc = hoop_irecv(c, R_ARG, n, HOOP_UINT32, from, &rq[0]);
+            if (rc == HOOP_OK) rc = hoop_isend(c, S_ARG, n, HOOP_UINT32, to, &rq[1]);
         } else if (me % 2 == 0) {
-            rc = hoop_send(c, s, n, HOOP_UINT32, to);
-            if (rc == HOOP_OK) rc = hoop_recv(c, r, n, HOOP_UINT32, from);
+            rc = hoop_send(c, S_ARG, n, HOOP_UINT32, to);
+            if (rc == HOOP_OK) rc = hoop_recv(c, R_ARG, n, HOOP_UINT32, from);
         } else {
-            rc = hoop_recv(c, r, n, HOOP_UINT32, from);
-            if (rc == HOOP_OK) rc = hoop_send(c, s, n, HOOP_UINT32, to);
+            rc = hoop_recv(c, R_ARG, n, HOOP_UINT32, from);
+            if (rc == HOOP_OK) rc = hoop_send(c, S_ARG, n, HOOP_UINT32, to);
         }
         break;
     }
@@ -306,6 +320,7 @@ static hoop_result_t one_round(rank_ctx_t *x, enum coll k, int it)
             hoop_result_t w = hoop_wait(rq[j]);
             if (rc == HOOP_OK) rc = w;
         }
+    if (rc == HOOP_OK && x->dr != NULL) devbuf_copy(x->r, x->dr, (x->cap + 1) * sizeof *r);
     return rc;
 }
 
@@ -459,6 +474,17 @@ static int rank_main(const opts_t *o)
     size_t cap = o->mode == M_MISMATCH && o->count + 1 > x.total ? o->count + 1 : x.total;
     x.s = calloc(cap + 1, sizeof(uint32_t));
     x.r = calloc(cap + 1, sizeof(uint32_t));
+    x.cap = cap;
+    const char *dev = getenv("FAULT_DEVICE");
+    if (dev != NULL && dev[0] != '\0') {
+        char err[300];
+        if (devbuf_open(dev, err, sizeof err) != 0) {
+            say("bad %d FAULT_DEVICE %s: %s", rank, dev, err);
+            return 1;
+        }
+        x.ds = devbuf_alloc((cap + 1) * sizeof(uint32_t));
+        x.dr = devbuf_alloc((cap + 1) * sizeof(uint32_t));
+    }
     int bad = 0;
     if (x.s == NULL || x.r == NULL) {
         say("bad %d out of memory", rank);
@@ -491,6 +517,8 @@ static int rank_main(const opts_t *o)
     say("exit %d %.6f destroy took %.3f s", rank, now_s(), now_s() - td);
     free(x.s);
     free(x.r);
+    if (x.ds != NULL) devbuf_free(x.ds);
+    if (x.dr != NULL) devbuf_free(x.dr);
     return bad;
 }
 

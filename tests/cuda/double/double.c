@@ -255,17 +255,14 @@ static size_t esize(hoop_dtype_t dt)
     return (unsigned)dt < HOOP_DTYPE_COUNT ? sizes[dt] : 0;
 }
 
-static int reduce(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b, size_t count,
-                  hoop_dtype_t dt, hoop_op_t op, void *stream)
+/* The kernels on the double's own view of the memory: o = x op y, and p /= divisor. */
+static void reduce_at(char *o, const char *x, const char *y, size_t count, hoop_dtype_t dt,
+                      hoop_op_t op)
 {
-    if (after(ctx, stream) != 0 || injected(ctx)) return -1;
-    if (count == 0) return 0;
     size_t es = esize(dt), n = count * es;
-    char *o = reach(out, n, 1, "reduction output");
-    const char *x = reach(a, n, 1, "reduction input a"), *y = reach(b, n, 1, "reduction input b");
     if (((uintptr_t)o | (uintptr_t)x | (uintptr_t)y) % es == 0) {
         hoop__reduce(o, x, y, count, dt, op);
-        return 0;
+        return;
     }
     /* Not aligned to the element: as the real module, through aligned copies. */
     char *t = malloc(3 * n);
@@ -275,6 +272,31 @@ static int reduce(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
     hoop__reduce(t, t + n, t + 2 * n, count, dt, op);
     memcpy(o, t, n);
     free(t);
+}
+
+static void avg_at(char *p, size_t count, hoop_dtype_t dt, int divisor)
+{
+    size_t es = esize(dt), n = count * es;
+    if ((uintptr_t)p % es == 0) {
+        hoop__reduce_avg_finish(p, count, dt, divisor);
+        return;
+    }
+    char *t = malloc(n);
+    if (t == NULL) die("out of host memory");
+    memcpy(t, p, n);
+    hoop__reduce_avg_finish(t, count, dt, divisor);
+    memcpy(p, t, n);
+    free(t);
+}
+
+static int reduce(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b, size_t count,
+                  hoop_dtype_t dt, hoop_op_t op, void *stream)
+{
+    if (after(ctx, stream) != 0 || injected(ctx)) return -1;
+    if (count == 0) return 0;
+    size_t n = count * esize(dt);
+    reduce_at(reach(out, n, 1, "reduction output"), reach(a, n, 1, "reduction input a"),
+              reach(b, n, 1, "reduction input b"), count, dt, op);
     return 0;
 }
 
@@ -283,18 +305,7 @@ static int avg_finish(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_
 {
     if (after(ctx, stream) != 0 || injected(ctx)) return -1;
     if (count == 0) return 0;
-    size_t es = esize(dt), n = count * es;
-    char *p = reach(buf, n, 1, "average");
-    if ((uintptr_t)p % es == 0) {
-        hoop__reduce_avg_finish(p, count, dt, divisor);
-        return 0;
-    }
-    char *t = malloc(n);
-    if (t == NULL) die("out of host memory");
-    memcpy(t, p, n);
-    hoop__reduce_avg_finish(t, count, dt, divisor);
-    memcpy(p, t, n);
-    free(t);
+    avg_at(reach(buf, count * esize(dt), 1, "average"), count, dt, divisor);
     return 0;
 }
 
@@ -369,19 +380,32 @@ static void host_free(hoop_cuda_ctx_t *ctx, void *p)
  * HOOP_CUDA_DOUBLE_WAIT_S seconds (default 120), so that a test that forgot to set what a
  * stream waits for fails instead of hanging. */
 
-enum { OP_COPY, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_WORD, OP_STOP };
+enum { OP_COPY, OP_REDUCE, OP_AVG, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_WORD, OP_STOP };
+
+/* The counters of an event: in the event itself, or for an IPC event in a page of its own memfd
+ * that other processes map from its handle (so their waits and queries see its records). */
+typedef struct ev_counts {
+    _Atomic uint64_t recorded, reached;
+} ev_counts_t;
 
 typedef struct devent {
     uint32_t magic;
-    _Atomic uint64_t recorded, reached;
+    int opened;     /* another process's IPC event: only waited for and queried here */
+    int fd;         /* an IPC event's memfd (its owner's), or -1 */
+    uint64_t serial;
+    ev_counts_t *c; /* &own, or the shared page */
+    ev_counts_t own;
 } devent_t;
 
 typedef struct sop {
     int kind;
     int dir; /* OP_COPY: D2H, H2D or OTHER, for the counts below */
     void *dst;
-    const void *src;
+    const void *src, *src2; /* OP_REDUCE: dst = src op src2, count elements; OP_AVG: dst /= divisor */
     size_t n;
+    hoop_dtype_t dt;
+    hoop_op_t op;
+    int divisor;
     devent_t *ev;
     uint64_t gen;
     const uint32_t *word;
@@ -397,6 +421,7 @@ typedef struct dstream {
     uint64_t queued, done;
     unsigned seed;
     pthread_t thread;
+    atomic_int dying; /* destroyed: a wait that never ends gives up (a peer died, say) */
 } dstream_t;
 
 /* Asynchronous copies queued on streams and not done yet, by direction (device to host, host to
@@ -433,14 +458,19 @@ static void pause_us(long us)
     nanosleep(&ts, NULL);
 }
 
-/* Polls until the 64-bit counter reaches target (an event) or the word reaches value. */
-static void wait_for(const char *what, _Atomic uint64_t *ctr, uint64_t target, const uint32_t *word,
-                     uint32_t value)
+/* Polls until the 64-bit counter reaches target (an event) or the word reaches value, or the
+ * stream is destroyed (dying, NULL for none; then 0): CUDA lets a destroyed stream's work finish
+ * on its own, and the double has no other way to end a wait for a process that went away; the
+ * work queued after a wait given up is dropped, never run on memory that may be gone. */
+static int wait_for(const char *what, _Atomic uint64_t *ctr, uint64_t target, const uint32_t *word,
+                    uint32_t value, atomic_int *dying)
 {
     long limit_us = env_long("HOOP_CUDA_DOUBLE_WAIT_S", 120) * 1000000, waited = 0;
     for (;;) {
-        if (ctr != NULL && atomic_load_explicit(ctr, memory_order_acquire) >= target) return;
-        if (word != NULL && (int32_t)(__atomic_load_n(word, __ATOMIC_ACQUIRE) - value) >= 0) return;
+        if (ctr != NULL && atomic_load_explicit(ctr, memory_order_acquire) >= target) return 1;
+        if (word != NULL && (int32_t)(__atomic_load_n(word, __ATOMIC_ACQUIRE) - value) >= 0)
+            return 1;
+        if (dying != NULL && atomic_load(dying)) return 0;
         if (waited > limit_us)
             die("%s: still waiting after %ld s (nothing set what it waits for)", what,
                 limit_us / 1000000);
@@ -453,23 +483,29 @@ static void *stream_main(void *arg)
 {
     dstream_t *s = arg;
     long max_delay = env_long("HOOP_CUDA_DOUBLE_DELAY_US", 2000);
+    int dropping = 0;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (s->head == NULL) pthread_cond_wait(&s->cv, &s->mu);
         sop_t *o = s->head;
         pthread_mutex_unlock(&s->mu);
         if (o->kind == OP_STOP) break;
-        if (max_delay > 0) pause_us(rand_r(&s->seed) % (max_delay + 1));
-        switch (o->kind) {
+        if (max_delay > 0 && !dropping) pause_us(rand_r(&s->seed) % (max_delay + 1));
+        switch (dropping ? OP_STOP : o->kind) {
         case OP_COPY:
             memcpy(o->dst, o->src, o->n);
             if (o->dir != OTHER) atomic_fetch_sub(&copies.inflight[o->dir], 1);
             break;
-        case OP_RECORD: atomic_store_explicit(&o->ev->reached, o->gen, memory_order_release); break;
+        case OP_REDUCE: reduce_at(o->dst, o->src, o->src2, o->n, o->dt, o->op); break;
+        case OP_AVG: avg_at(o->dst, o->n, o->dt, o->divisor); break;
+        case OP_RECORD: atomic_store_explicit(&o->ev->c->reached, o->gen, memory_order_release); break;
         case OP_WAIT_EVENT:
-            wait_for("a stream's event wait", &o->ev->reached, o->gen, NULL, 0);
+            dropping = !wait_for("a stream's event wait", &o->ev->c->reached, o->gen, NULL, 0,
+                                 &s->dying);
             break;
-        case OP_WAIT_WORD: wait_for("a stream's word wait", NULL, 0, o->word, o->value); break;
+        case OP_WAIT_WORD:
+            dropping = !wait_for("a stream's word wait", NULL, 0, o->word, o->value, &s->dying);
+            break;
         }
         pthread_mutex_lock(&s->mu);
         s->head = o->next;
@@ -539,6 +575,7 @@ static void stream_destroy(hoop_cuda_ctx_t *ctx, void *stream)
     (void)ctx;
     if (stream == NULL) return;
     dstream_t *s = as_stream(stream, "stream_destroy");
+    atomic_store(&s->dying, 1);
     enqueue(s, (sop_t){.kind = OP_STOP});
     pthread_join(s->thread, NULL);
     free(s->head); /* the stop */
@@ -588,7 +625,11 @@ static void *event_create(hoop_cuda_ctx_t *ctx)
 {
     devent_t *e = calloc(1, sizeof *e);
     if (e == NULL) snprintf(ctx->err, sizeof ctx->err, "out of host memory for an event");
-    if (e != NULL) e->magic = EVENT_MAGIC;
+    if (e != NULL) {
+        e->magic = EVENT_MAGIC;
+        e->fd = -1;
+        e->c = &e->own;
+    }
     return e;
 }
 
@@ -596,7 +637,10 @@ static void event_destroy(hoop_cuda_ctx_t *ctx, void *event)
 {
     (void)ctx;
     if (event == NULL) return;
-    as_event(event, "event_destroy")->magic = 0;
+    devent_t *e = as_event(event, "event_destroy");
+    e->magic = 0;
+    if (e->c != &e->own) munmap(e->c, 4096);
+    if (e->fd >= 0) close(e->fd);
     free(event);
 }
 
@@ -605,9 +649,10 @@ static int event_record(hoop_cuda_ctx_t *ctx, void *event, void *stream)
     stream = norm(stream);
     if (injected(ctx)) return -1;
     devent_t *e = as_event(event, "event_record");
-    uint64_t gen = atomic_fetch_add(&e->recorded, 1) + 1;
+    if (e->opened) die("event_record: %p is another process's IPC event (only its owner records)", event);
+    uint64_t gen = atomic_fetch_add(&e->c->recorded, 1) + 1;
     if (stream == NULL)
-        atomic_store_explicit(&e->reached, gen, memory_order_release);
+        atomic_store_explicit(&e->c->reached, gen, memory_order_release);
     else
         enqueue(as_stream(stream, "event_record"), (sop_t){.kind = OP_RECORD, .ev = e, .gen = gen});
     return 0;
@@ -617,7 +662,8 @@ static int event_query(hoop_cuda_ctx_t *ctx, void *event)
 {
     (void)ctx;
     devent_t *e = as_event(event, "event_query");
-    return atomic_load_explicit(&e->reached, memory_order_acquire) >= atomic_load(&e->recorded);
+    return atomic_load_explicit(&e->c->reached, memory_order_acquire) >=
+           atomic_load(&e->c->recorded);
 }
 
 static int stream_wait_event(hoop_cuda_ctx_t *ctx, void *stream, void *event)
@@ -625,9 +671,9 @@ static int stream_wait_event(hoop_cuda_ctx_t *ctx, void *stream, void *event)
     stream = norm(stream);
     if (injected(ctx)) return -1;
     devent_t *e = as_event(event, "stream_wait_event");
-    uint64_t gen = atomic_load(&e->recorded);
+    uint64_t gen = atomic_load(&e->c->recorded);
     if (stream == NULL)
-        wait_for("a legacy stream's event wait", &e->reached, gen, NULL, 0);
+        wait_for("a legacy stream's event wait", &e->c->reached, gen, NULL, 0, NULL);
     else
         enqueue(as_stream(stream, "stream_wait_event"),
                 (sop_t){.kind = OP_WAIT_EVENT, .ev = e, .gen = gen});
@@ -642,7 +688,7 @@ static int stream_wait_word(hoop_cuda_ctx_t *ctx, void *stream, const uint32_t *
     if (in_device(word))
         die("stream_wait_word: %p is device memory, not host memory", (void *)word);
     if (stream == NULL)
-        wait_for("a legacy stream's word wait", NULL, 0, word, value);
+        wait_for("a legacy stream's word wait", NULL, 0, word, value, NULL);
     else
         enqueue(as_stream(stream, "stream_wait_word"),
                 (sop_t){.kind = OP_WAIT_WORD, .word = word, .value = value});
@@ -743,6 +789,112 @@ static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
     pthread_mutex_unlock(&g.mu);
 }
 
+/* ---- asynchronous kernels, IPC events ---- */
+
+static int reduce_async(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
+                        size_t count, hoop_dtype_t dt, hoop_op_t op, void *stream)
+{
+    stream = norm(stream);
+    if (stream == NULL) return reduce(ctx, out, a, b, count, dt, op, NULL);
+    if (injected(ctx)) return -1;
+    if (count == 0) return 0;
+    size_t n = count * esize(dt);
+    /* Checked as it is queued; the pages stay reachable through the alias. */
+    enqueue(as_stream(stream, "reduce_async"),
+            (sop_t){.kind = OP_REDUCE,
+                    .dst = reach(out, n, 1, "async reduction output"),
+                    .src = reach(a, n, 1, "async reduction input a"),
+                    .src2 = reach(b, n, 1, "async reduction input b"),
+                    .n = count,
+                    .dt = dt,
+                    .op = op});
+    return 0;
+}
+
+static int avg_finish_async(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt,
+                            int divisor, void *stream)
+{
+    stream = norm(stream);
+    if (stream == NULL) return avg_finish(ctx, buf, count, dt, divisor, NULL);
+    if (injected(ctx)) return -1;
+    if (count == 0) return 0;
+    enqueue(as_stream(stream, "avg_finish_async"),
+            (sop_t){.kind = OP_AVG,
+                    .dst = reach(buf, count * esize(dt), 1, "async average"),
+                    .n = count,
+                    .dt = dt,
+                    .divisor = divisor});
+    return 0;
+}
+
+/* An IPC event's handle: its owner's memfd, through /proc, as the memory's. */
+typedef struct ipc_event_handle {
+    uint64_t magic, serial;
+    int64_t pid, fd;
+} ipc_event_handle_t;
+_Static_assert(sizeof(ipc_event_handle_t) <= HOOP__CUDA_IPC_HANDLE, "the handle must fit");
+#define IPC_EVENT_MAGIC 0x49504345564eull
+
+static void *ipc_event_create(hoop_cuda_ctx_t *ctx, void *handle)
+{
+    init();
+    devent_t *e = event_create(ctx);
+    if (e == NULL) return NULL;
+    e->fd = memfd_create("hoop-cuda-double-event", MFD_CLOEXEC);
+    void *page = MAP_FAILED;
+    if (e->fd >= 0 && ftruncate(e->fd, 4096) == 0)
+        page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
+    if (page == MAP_FAILED) {
+        snprintf(ctx->err, sizeof ctx->err, "cannot make an IPC event: %s", strerror(errno));
+        event_destroy(ctx, e);
+        return NULL;
+    }
+    e->c = page;
+    pthread_mutex_lock(&g.mu);
+    ipc_event_handle_t h = {.magic = IPC_EVENT_MAGIC, .serial = ++g.serial, .pid = getpid(), .fd = e->fd};
+    pthread_mutex_unlock(&g.mu);
+    e->serial = h.serial;
+    memset(handle, 0, HOOP__CUDA_IPC_HANDLE);
+    memcpy(handle, &h, sizeof h);
+    return e;
+}
+
+static void *ipc_event_open(hoop_cuda_ctx_t *ctx, const void *handle)
+{
+    init();
+    ipc_event_handle_t h;
+    memcpy(&h, handle, sizeof h);
+    if (h.magic != IPC_EVENT_MAGIC) {
+        snprintf(ctx->err, sizeof ctx->err, "not an IPC event handle of the CUDA test double");
+        return NULL;
+    }
+    if (h.pid == getpid()) {
+        snprintf(ctx->err, sizeof ctx->err,
+                 "an IPC event handle cannot be opened in the process that made it (as CUDA's)");
+        return NULL;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)h.pid, (long long)h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(ctx->err, sizeof ctx->err, "cannot open the peer's event %s: %s", path,
+                 strerror(errno));
+        return NULL;
+    }
+    void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    devent_t *e = page != MAP_FAILED ? event_create(ctx) : NULL;
+    if (e == NULL) {
+        if (page != MAP_FAILED) munmap(page, 4096);
+        snprintf(ctx->err, sizeof ctx->err, "cannot map the peer's event");
+        return NULL;
+    }
+    e->c = page;
+    e->opened = 1;
+    e->serial = h.serial;
+    return e;
+}
+
 static const hoop_cuda_module_t table = {
     .abi = HOOP__CUDA_ABI,
     .size = sizeof(hoop_cuda_module_t),
@@ -773,6 +925,10 @@ static const hoop_cuda_module_t table = {
     .ipc_free = ipc_free,
     .ipc_open = ipc_open,
     .ipc_close = ipc_close,
+    .reduce_async = reduce_async,
+    .avg_finish_async = avg_finish_async,
+    .ipc_event_create = ipc_event_create,
+    .ipc_event_open = ipc_event_open,
 };
 
 EXPORT const hoop_cuda_module_t *hoop_cuda_module(void) { return &table; }
