@@ -8,7 +8,8 @@
  * open once from its IPC handle and keep open; no user buffer is ever exported, so no cache can
  * outlive a buffer the application freed. Every call goes in chunks that fit the smallest area:
  *
- *   hello    every rank -> every rank: device buffers? host, area size, IPC handle
+ *   hello    every rank -> every rank: device buffers? host, pid, area size, the IPC handles
+ *            of its area and of its events
  *   put      this rank's part of the chunk into its area; every rank -> every rank: ready
  *   work     read the peers' areas, kernels reading peers' memory directly
  *   done     every rank -> every rank (no area is written again before every reader is done)
