@@ -36,6 +36,7 @@ hoop_result_t hoop__reduce_hier(hoop__call_t *c);
 int hoop__ipc_has(hoop__kind_t k);
 int hoop__ipc_may(const hoop__call_t *c);
 hoop_result_t hoop__ipc_run(hoop__call_t *c, int automatic);
+void hoop__ipc_close(hoop_comm_t *c); /* when the communicator is freed */
 hoop_result_t hoop__broadcast(hoop__call_t *c);     /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */

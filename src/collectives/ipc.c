@@ -9,7 +9,8 @@
  * outlive a buffer the application freed. Every call goes in chunks that fit the smallest area:
  *
  *   hello    every rank -> every rank: device buffers? host, pid, area size, the IPC handles
- *            of its area and of its events
+ *            of its area and of its events (under auto, at the first call that goes through
+ *            only: the areas and events live as long as the communicator)
  *   put      this rank's part of the chunk into its area; every rank -> every rank: ready
  *   work     read the peers' areas, kernels reading peers' memory directly
  *   done     every rank -> every rank (no area is written again before every reader is done)
@@ -217,11 +218,20 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
         mine.ok = 1;
         mine.cap = cap;
     }
-    HOOP__TRACE_STEP(&x->hc, 0, "rank %d sends its hello (%s) to every rank", x->me,
-                     mine.ok ? "device buffers" : "cannot take part");
-    hoop_result_t rc = exchange(x, &mine, x->h, sizeof mine);
-    if (rc == HOOP_OK) rc = refuse(x, x->h);
-    if (rc != HOOP_OK) return rc;
+    hoop_result_t rc = HOOP_OK;
+    if (automatic && c->ipc_hellos != NULL && mine.ok) {
+        /* Every rank's hello is what it was at the first call that went through: the areas
+         * and events live as long as the communicator, and the first area step said that
+         * every rank has device buffers. */
+        memcpy(x->h, c->ipc_hellos, (size_t)x->p * sizeof *x->h);
+        HOOP__TRACE_STEP(&x->hc, 0, "rank %d has every rank's hello from an earlier call", x->me);
+    } else {
+        HOOP__TRACE_STEP(&x->hc, 0, "rank %d sends its hello (%s) to every rank", x->me,
+                         mine.ok ? "device buffers" : "cannot take part");
+        rc = exchange(x, &mine, x->h, sizeof mine);
+        if (rc == HOOP_OK) rc = refuse(x, x->h);
+        if (rc != HOOP_OK) return rc;
+    }
     /* Every rank's area, opened once (hoop__cuda_ipc_peer keeps it); chunks fit the smallest. */
     x->half = SIZE_MAX;
     x->oneshot = SIZE_MAX;
@@ -484,6 +494,17 @@ hoop_result_t hoop__ipc_run(hoop__call_t *call, int automatic)
         hoop_result_t end = hoop__cuda_ipc_end(call, watch, &x);
         if (rc == HOOP_OK) rc = end;
     }
+    /* Every rank gets here with HOOP_OK at the same call, or the communicator is aborted. */
+    if (rc == HOOP_OK && automatic && call->count > 0 && call->comm->ipc_hellos == NULL) {
+        call->comm->ipc_hellos = x.h;
+        x.h = NULL;
+    }
     ipc_free(&x);
     return rc;
+}
+
+void hoop__ipc_close(hoop_comm_t *c)
+{
+    free(c->ipc_hellos);
+    c->ipc_hellos = NULL;
 }

@@ -99,6 +99,7 @@ static void comm_free(hoop_comm_t *c)
     free(c->p2p_send_seq);
     free(c->p2p_recv_seq);
     hoop__shc_close(c);
+    hoop__ipc_close(c);
     hoop__mem_close(c);
     free(c->ring);
     free(c);

@@ -171,6 +171,9 @@ struct hoop_comm {
     /* The CUDA IPC path (collectives/ipc.c) found unusable under auto: set by every rank at the
      * same call, from what every rank said; later calls stage. Used under exec. */
     int ipc_off;
+    /* Under auto, every rank's hello from the first CUDA IPC call that went through (ipc.c):
+     * later calls skip that round. NULL before; freed by hoop__ipc_close. Used under exec. */
+    void *ipc_hellos;
 
     /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */
