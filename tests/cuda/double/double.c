@@ -729,28 +729,36 @@ static void *ipc_alloc(hoop_cuda_ctx_t *ctx, size_t bytes, void *handle)
 
 static void ipc_free(hoop_cuda_ctx_t *ctx, void *p) { dfree(ctx, p); }
 
+/* The memfd behind another process's handle (its pid and descriptor), opened through /proc;
+ * -1 with the sentence in ctx->err. what: "device memory" or "event". */
+static int peer_fd(hoop_cuda_ctx_t *ctx, int magic_ok, int64_t pid, int64_t pfd, const char *what)
+{
+    if (!magic_ok) {
+        snprintf(ctx->err, sizeof ctx->err, "not an IPC %s handle of the CUDA test double", what);
+        return -1;
+    }
+    if (pid == getpid()) {
+        snprintf(ctx->err, sizeof ctx->err,
+                 "an IPC %s handle cannot be opened in the process that made it (as CUDA's)",
+                 what);
+        return -1;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)pid, (long long)pfd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        snprintf(ctx->err, sizeof ctx->err, "cannot open the peer's %s %s: %s", what, path,
+                 strerror(errno));
+    return fd;
+}
+
 static void *ipc_open(hoop_cuda_ctx_t *ctx, const void *handle)
 {
     init();
     ipc_handle_t h;
     memcpy(&h, handle, sizeof h);
-    if (h.magic != IPC_MAGIC) {
-        snprintf(ctx->err, sizeof ctx->err, "not an IPC handle of the CUDA test double");
-        return NULL;
-    }
-    if (h.pid == getpid()) {
-        snprintf(ctx->err, sizeof ctx->err,
-                 "an IPC handle cannot be opened in the process that made it (as CUDA's)");
-        return NULL;
-    }
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)h.pid, (long long)h.fd);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(ctx->err, sizeof ctx->err, "cannot open the peer's device memory %s: %s", path,
-                 strerror(errno));
-        return NULL;
-    }
+    int fd = peer_fd(ctx, h.magic == IPC_MAGIC, h.pid, h.fd, "device memory");
+    if (fd < 0) return NULL;
     char *dev = mmap(NULL, h.size, PROT_NONE, MAP_SHARED, fd, (off_t)h.off);
     char *alias = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)h.off);
     close(fd);
@@ -864,23 +872,8 @@ static void *ipc_event_open(hoop_cuda_ctx_t *ctx, const void *handle)
     init();
     ipc_event_handle_t h;
     memcpy(&h, handle, sizeof h);
-    if (h.magic != IPC_EVENT_MAGIC) {
-        snprintf(ctx->err, sizeof ctx->err, "not an IPC event handle of the CUDA test double");
-        return NULL;
-    }
-    if (h.pid == getpid()) {
-        snprintf(ctx->err, sizeof ctx->err,
-                 "an IPC event handle cannot be opened in the process that made it (as CUDA's)");
-        return NULL;
-    }
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)h.pid, (long long)h.fd);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(ctx->err, sizeof ctx->err, "cannot open the peer's event %s: %s", path,
-                 strerror(errno));
-        return NULL;
-    }
+    int fd = peer_fd(ctx, h.magic == IPC_EVENT_MAGIC, h.pid, h.fd, "event");
+    if (fd < 0) return NULL;
     void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     devent_t *e = page != MAP_FAILED ? event_create(ctx) : NULL;
