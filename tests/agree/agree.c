@@ -629,11 +629,18 @@ static int run_init(const opts_t *o)
                          cs[r->idx].name, 20.0);
                     ag_job_kill(&r->job);
                 }
-                /* A port someone else took between our probe and rank 0's bind: start again. */
+                /* A port someone else took between our probe and rank 0's bind: start again.
+                 * Where two processes claim rank 0, one of them finds the port taken by design;
+                 * only both finding it taken means someone else has it. */
                 char path[128], line[600];
-                ag_job_log_path(&r->job, 0, path, sizeof path);
-                if (!cs[r->idx].dupx && r->tries < 2 &&
-                    ag_log_line(path, "is already in use", line, sizeof line)) {
+                int taken = 0, zeros = 0;
+                for (int q = 0; q < cs[r->idx].nproc; q++) {
+                    if (cs[r->idx].rank[q] != 0) continue;
+                    zeros++;
+                    ag_job_log_path(&r->job, q, path, sizeof path);
+                    taken += ag_log_line(path, "is already in use", line, sizeof line) != 0;
+                }
+                if (r->tries < 2 && zeros > 0 && taken == zeros) {
                     r->tries++;
                     ag_job_dump_logs(&r->job, 0);
                     ag_job_free(&r->job);

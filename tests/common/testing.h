@@ -12,19 +12,42 @@
 #include "../../common/clock.h" /* now_s(), for deadlines and the times tests report */
 #include "hoop.h"
 
-/* A loopback TCP port that was free a moment ago (for MASTER_PORT), or -1. */
-static inline int test_free_port(void)
+/* A loopback TCP port that was free a moment ago (for MASTER_PORT), or -1. It is drawn below
+ * the kernel's ephemeral range: a port from bind(0) lies inside it, where any connect() of a test
+ * running beside this one may take it as its local port before rank 0 binds it. */
+static inline int test_probe_port(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                            .sin_port = htons((uint16_t)port)};
     socklen_t len = sizeof a;
-    int port = -1;
+    int got = -1;
     if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
         getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
+        got = ntohs(a.sin_port);
     close(fd);
-    return port;
+    return got;
+}
+
+static inline int test_free_port(void)
+{
+    int lo = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
+        fclose(f);
+    }
+    if (lo > 12000) {
+        /* pid and clock mixed, so that tests started together draw apart. */
+        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)(now_s() * 1e6);
+        for (int i = 0; i < 64; i++) {
+            x = x * 1103515245u + 12345u;
+            int port = 10000 + (int)((x >> 8) % (unsigned)(lo - 10000));
+            if (test_probe_port(port) == port) return port;
+        }
+    }
+    return test_probe_port(0);
 }
 
 /* "HOOP_ERR_TIMEOUT": a result code by its name in hoop.h, for messages that quote it. */
