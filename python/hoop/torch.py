@@ -16,6 +16,7 @@ import collections
 import datetime
 import os
 import queue
+import random
 import re
 import socket
 import threading
@@ -269,11 +270,35 @@ class _State:
         self.comm.destroy()
 
 
-def _free_port(host):
-    fam, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+def _probe_port(host, port):
+    fam, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     with socket.socket(fam, kind, proto) as s:
-        s.bind(addr)
+        try:
+            s.bind(addr)
+        except OSError:
+            return None
         return s.getsockname()[1]
+
+
+def _free_port(host):
+    """A port that was free a moment ago, drawn below the kernel's ephemeral range: a port from
+    bind(0) lies inside it, where another process's outgoing connection may take it as its
+    local port before hoop's store binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
+    if lo > 12000:
+        rng = random.Random(os.getpid() ^ time.monotonic_ns())
+        for _ in range(32):
+            port = rng.randrange(10000, lo)
+            if _probe_port(host, port) == port:
+                return port
+    port = _probe_port(host, 0)
+    if port is None:
+        raise RuntimeError("hoop: no free port on %s for the rendezvous" % host)
+    return port
 
 
 def _rendezvous(store, rank, size, timeout):

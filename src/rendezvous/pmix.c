@@ -11,14 +11,44 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/sock.h"
 #include "rendezvous/pmix_sym.h"
 
 #define KEY "hoop.store"
 
-/* A port the kernel has free on host: bound to port 0 and released. The store binds it a moment
- * later; should something take it in between, the store says the port is in use. */
+/* Binds res's addresses at port in turn; the port the first bind got (port 0: the kernel's
+ * choice), or -1 with the last errno in *e. */
+static int bind_probe(const struct addrinfo *res, int port, int *e)
+{
+    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            *e = errno;
+            continue;
+        }
+        struct sockaddr_storage ss;
+        memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+        uint16_t *sp = ss.ss_family == AF_INET6 ? &((struct sockaddr_in6 *)&ss)->sin6_port
+                                                : &((struct sockaddr_in *)&ss)->sin_port;
+        *sp = htons((uint16_t)port);
+        socklen_t len = sizeof ss;
+        if (bind(fd, (struct sockaddr *)&ss, ai->ai_addrlen) == 0 &&
+            getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+            close(fd);
+            return ntohs(*sp);
+        }
+        *e = errno;
+        close(fd);
+    }
+    return -1;
+}
+
+/* A port free on host a moment ago. The store binds it a moment later; should something take it
+ * in between, the store says the port is in use. It is drawn below the kernel's ephemeral range
+ * (from the pid and the clock): a port from bind(0) lies inside it, where any process's outgoing
+ * connection may take it as its local port in that moment. */
 static int free_port(const char *host, int *port, char *err, size_t errlen)
 {
     struct addrinfo *res = NULL;
@@ -28,27 +58,24 @@ static int free_port(const char *host, int *port, char *err, size_t errlen)
                   g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
         return -1;
     }
-    int e = EADDRNOTAVAIL;
-    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            e = errno;
-            continue;
-        }
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof ss;
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-            getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
-            *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                   : ((struct sockaddr_in *)&ss)->sin_port);
-            close(fd);
-            freeaddrinfo(res);
-            return 0;
-        }
-        e = errno;
-        close(fd);
+    int lo = 32768, e = EADDRNOTAVAIL;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
+        fclose(f);
     }
+    *port = -1;
+    if (lo > 12000) {
+        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)(hoop__now() * 1e6);
+        for (int i = 0; i < 32 && *port < 0; i++) {
+            x = x * 1103515245u + 12345u;
+            int want = 10000 + (int)((x >> 8) % (unsigned)(lo - 10000));
+            if (bind_probe(res, want, &e) == want) *port = want;
+        }
+    }
+    if (*port < 0) *port = bind_probe(res, 0, &e);
     freeaddrinfo(res);
+    if (*port > 0) return 0;
     hoop__say(err, errlen, "cannot find a free port on rank 0's host \"%s\": %s", host,
               strerror(e));
     return -1;

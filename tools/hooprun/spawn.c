@@ -99,17 +99,19 @@ char *resolve_program(const char *prog, int *status)
     return NULL;
 }
 
-bool find_free_port(const char *addr, char out[8])
+/* Binds each address of addr at port (a number, "0" for any) and returns the port the first bind
+ * got, in out: 0 on success, -1 if addr does not resolve (getaddrinfo's code in *gai), else the
+ * last errno. */
+static int probe_port(const char *addr, const char *port, char out[8], int *gai)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
     struct addrinfo *res = NULL;
-    int rc = getaddrinfo(addr, "0", &hints, &res);
+    int rc = getaddrinfo(addr, port, &hints, &res);
     if (rc != 0) {
-        fprintf(stderr, "hooprun: cannot resolve master address '%s': %s\n", addr,
-                gai_strerror(rc));
-        return false;
+        *gai = rc;
+        return -1;
     }
     int last_err = EADDRNOTAVAIL;
     bool ok = false;
@@ -136,10 +138,45 @@ bool find_free_port(const char *addr, char out[8])
         close(fd);
     }
     freeaddrinfo(res);
-    if (!ok)
-        fprintf(stderr, "hooprun: cannot find a free port on '%s': %s (use --master-port)\n", addr,
-                strerror(last_err));
-    return ok;
+    return ok ? 0 : last_err;
+}
+
+/*
+ * A port that was free a moment ago, drawn below the kernel's ephemeral range: a port from
+ * bind(0) lies inside it, where any process's outgoing connection may take it as its local port
+ * in the moment before rank 0's store binds it (jobs started side by side met exactly that).
+ */
+bool find_free_port(const char *addr, char out[8])
+{
+    int lo = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
+        fclose(f);
+    }
+    int rc = EADDRNOTAVAIL, gai = 0;
+    if (lo > 12000) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec;
+        for (int i = 0; i < 32; i++) {
+            x = x * 1103515245u + 12345u;
+            char port[16];
+            snprintf(port, sizeof port, "%d", 10000 + (int)((x >> 8) % (unsigned)(lo - 10000)));
+            rc = probe_port(addr, port, out, &gai);
+            if (rc == 0 && strcmp(out, port) == 0) return true;
+            if (rc < 0) break; /* the address does not resolve: no port will do */
+        }
+    }
+    if (rc >= 0) rc = probe_port(addr, "0", out, &gai);
+    if (rc == 0) return true;
+    if (rc < 0)
+        fprintf(stderr, "hooprun: cannot resolve master address '%s': %s\n", addr,
+                gai_strerror(gai));
+    else
+        fprintf(stderr, "hooprun: cannot find a free port on '%s': %s (use --master-port)\n",
+                addr, strerror(rc));
+    return false;
 }
 
 /*
