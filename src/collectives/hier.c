@@ -28,6 +28,7 @@
 #include <stdlib.h>
 
 #include "collectives/coll.h"
+#include "collectives/shm_coll.h"
 
 #define STAGING_SLOTS 4
 
@@ -187,8 +188,32 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
                  .rs = 1,
                  .trace_at = 0,
                  .name = "host reduce-scatter"};
-    hoop_result_t rc = gring_run(&a);
-    if (rc != HOOP_OK) return rc;
+    /* Stages A and C over CUDA IPC where every rank of this host has device buffers (each host
+     * decides for itself: stage B is the same either way). Learning that takes a round among
+     * the host's ranks, which host calls pay too: so auto tries from 64 x HOOP_SMALL_BYTES
+     * (1 MiB by default) only, where one round is small beside the call (docs/cuda.md), and
+     * HOOP_ALGO=hier always. */
+    int *local = malloc((size_t)L * sizeof *local);
+    if (local == NULL) return HOOP_ERR_NO_MEMORY;
+    for (int i = 0; i < L; i++) local[i] = at(comm, h, i);
+    hoop__ipc_hier_t *ix = NULL;
+    hoop_result_t rc = HOOP__SHC_FALLBACK;
+    if (hoop__algo_parse(comm->agreed.algo) == HOOP__ALGO_HIER ||
+        c->count * es >= 64 * comm->agreed.small_bytes)
+        rc = hoop__ipc_hier_open(c, local, L, l, &ix);
+    if (rc == HOOP_OK) {
+        rc = hoop__ipc_hier_reduce_scatter(ix);
+        if (rc == HOOP__SHC_FALLBACK) {
+            hoop__ipc_hier_close(ix, &rc);
+            ix = NULL;
+        }
+    }
+    if (rc == HOOP__SHC_FALLBACK) rc = gring_run(&a);
+    if (rc != HOOP_OK) {
+        hoop__ipc_hier_close(ix, &rc);
+        free(local);
+        return rc;
+    }
 
     size_t so, sl;
     hoop__part(c->count, L, mod(l + 1, L), &so, &sl);
@@ -208,15 +233,20 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
                  .trace_at = L - 1,
                  .name = "cross-host all-reduce"};
     rc = gring_run(&b);
-    if (rc != HOOP_OK) return rc;
-
-    gring_t g = a;
-    g.in = c->recvbuf;
-    g.rs = 0;
-    g.ag = 1;
-    g.trace_at = L - 1 + 2 * (H - 1);
-    g.name = "host all-gather";
-    return gring_run(&g);
+    if (rc == HOOP_OK && ix != NULL) {
+        rc = hoop__ipc_hier_allgather(ix);
+    } else if (rc == HOOP_OK) {
+        gring_t g = a;
+        g.in = c->recvbuf;
+        g.rs = 0;
+        g.ag = 1;
+        g.trace_at = L - 1 + 2 * (H - 1);
+        g.name = "host all-gather";
+        rc = gring_run(&g);
+    }
+    hoop__ipc_hier_close(ix, &rc);
+    free(local);
+    return rc;
 }
 
 /* All-gather and reduce-scatter work in a scratch copy of the p blocks laid out by (local index,

@@ -2,7 +2,8 @@
  * Collectives of CUDA device buffers between ranks of one node through CUDA IPC: all-reduce,
  * reduce, broadcast, all-gather and reduce-scatter (docs/cuda.md). Taken by `auto` where every
  * rank's buffers are device memory and the ranks share the shared-memory collectives' area (one
- * host: shm_coll.c's first step says so), and forced by HOOP_ALGO=ipc.
+ * host: shm_coll.c's first step says so), and forced by HOOP_ALGO=ipc. Also the hierarchical
+ * all-reduce's stages inside one host (the end of this file), over a group of the ranks.
  *
  * Each rank has an area of device memory (HOOP_CUDA_IPC_BYTES, 32 MiB by default) that its peers
  * open once from its IPC handle and keep open; no user buffer is ever exported, so no cache can
@@ -72,7 +73,9 @@ enum { READY, REDUCED, DONE }; /* each rank's IPC events (runtime.h) */
 typedef struct ipc {
     const hoop__call_t *call;
     hoop__call_t hc; /* the rounds' messages: host memory, named ipc on the wire and in traces */
+    const int *ranks; /* the group's ranks of the communicator in group order; NULL: all, 0..p-1 */
     int p, me, automatic;
+    int hier; /* stages of the hierarchical all-reduce: no AVG finish here (stage B's owner) */
     size_t es;
     size_t half;    /* bytes in each half of the smallest area, a multiple of 256 */
     size_t oneshot; /* chunks of at most this many bytes reduce in one shot */
@@ -84,6 +87,9 @@ typedef struct ipc {
     int began;  /* device work queued on the IPC stream: the end waits for it */
     double next_look; /* watch: when the peers' processes are looked at next */
 } ipc_t;
+
+/* Member q of the group, as a rank of the communicator. */
+static int peer(const ipc_t *x, int q) { return x->ranks != NULL ? x->ranks[q] : q; }
 
 int hoop__ipc_has(hoop__kind_t k)
 {
@@ -115,13 +121,13 @@ static hoop_result_t exchange(ipc_t *x, const void *mine, void *all, size_t len)
     int n = 0;
     for (int q = 0; q < p; q++) {
         if (q == me) continue;
-        hoop__xrecv(&x->hc, &xf[n], q, (char *)all + (size_t)q * len, len);
+        hoop__xrecv(&x->hc, &xf[n], peer(x, q), (char *)all + (size_t)q * len, len);
         xs[n] = &xf[n];
         n++;
     }
     for (int q = 0; q < p; q++) {
         if (q == me) continue;
-        hoop__xsend(&x->hc, &xf[n], q, mine, len);
+        hoop__xsend(&x->hc, &xf[n], peer(x, q), mine, len);
         xs[n] = &xf[n];
         n++;
     }
@@ -139,13 +145,13 @@ static hoop_result_t refuse(ipc_t *x, const hello_t *h)
     hoop_comm_t *c = call->comm;
     char why[400] = "";
     for (int q = 0; q < x->p && why[0] == '\0'; q++)
-        if (!h[q].ok) snprintf(why, sizeof why, "rank %d %.176s", q, h[q].why);
+        if (!h[q].ok) snprintf(why, sizeof why, "rank %d %.176s", peer(x, q), h[q].why);
     for (int q = 1; q < x->p && why[0] == '\0'; q++)
         if (strcmp(h[q].host, h[0].host) != 0)
             snprintf(why, sizeof why,
-                     "rank %d is on host %.64s and rank 0 on %.64s: CUDA IPC needs every rank on "
+                     "rank %d is on host %.64s and rank %d on %.64s: CUDA IPC needs every rank on "
                      "one node",
-                     q, h[q].host, h[0].host);
+                     peer(x, q), h[q].host, peer(x, 0), h[0].host);
     if (why[0] == '\0') return HOOP_OK;
     int all_host = 1;
     for (int q = 0; q < x->p; q++) all_host &= h[q].host_buffers;
@@ -178,8 +184,10 @@ static void ipc_free(ipc_t *x)
     free(x->flags);
 }
 
-/* The hello round, and every rank's area opened (its state said in the first round after). */
-static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
+/* The hello round, and every rank's area opened (its state said in the first round after), for
+ * the group ranks[0..p-1] (NULL: every rank) in which this rank is member me. */
+static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic, const int *ranks,
+                              int p, int me)
 {
     hoop_comm_t *c = call->comm;
     memset(x, 0, sizeof *x);
@@ -187,8 +195,9 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
     x->hc = *call;
     x->hc.mem = HOOP__MEM_HOST;
     x->hc.algo = HOOP__ALGO_IPC;
-    x->p = c->size;
-    x->me = c->rank;
+    x->ranks = ranks;
+    x->p = p;
+    x->me = me;
     x->automatic = automatic;
     x->es = hoop__dsize(call);
     x->h = malloc((size_t)x->p * sizeof *x->h);
@@ -219,14 +228,31 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
         mine.cap = cap;
     }
     hoop_result_t rc = HOOP_OK;
-    if (automatic && c->ipc_hellos != NULL && mine.ok) {
+    int cached = automatic && c->ipc_hellos != NULL && mine.ok;
+    if (ranks != NULL) {
+        /* The hierarchical stages have no area step to say what every rank of the host has:
+         * a round of one byte does (0 host buffers, 1 device buffers that cannot take part, 2
+         * ready), and every rank of the host decides alike from it. */
+        x->flags[me] = mine.ok ? 2 : mine.host_buffers ? 0 : 1;
+        x->hier = 1;
+        HOOP__TRACE_STEP(&x->hc, 0, "rank %d says what its buffers are to its host's ranks",
+                         c->rank);
+        if ((rc = exchange(x, &x->flags[me], x->flags, 1)) != HOOP_OK) return rc;
+        for (int q = 0; q < p; q++) {
+            if (x->flags[q] == 0) return HOOP__SHC_FALLBACK; /* this call only */
+            if (cached)
+                cached = x->flags[q] == 2 && ((const hello_t *)c->ipc_hellos)[peer(x, q)].ok;
+        }
+    }
+    if (cached) {
         /* Every rank's hello is what it was at the first call that went through: the areas
-         * and events live as long as the communicator, and the first area step said that
-         * every rank has device buffers. */
-        memcpy(x->h, c->ipc_hellos, (size_t)x->p * sizeof *x->h);
-        HOOP__TRACE_STEP(&x->hc, 0, "rank %d has every rank's hello from an earlier call", x->me);
+         * and events live as long as the communicator, and the first area step (or the round
+         * above) said that every rank has device buffers. */
+        for (int q = 0; q < p; q++) x->h[q] = ((const hello_t *)c->ipc_hellos)[peer(x, q)];
+        HOOP__TRACE_STEP(&x->hc, 0, "rank %d has every rank's hello from an earlier call",
+                         c->rank);
     } else {
-        HOOP__TRACE_STEP(&x->hc, 0, "rank %d sends its hello (%s) to every rank", x->me,
+        HOOP__TRACE_STEP(&x->hc, 0, "rank %d sends its hello (%s) to every rank", c->rank,
                          mine.ok ? "device buffers" : "cannot take part");
         rc = exchange(x, &mine, x->h, sizeof mine);
         if (rc == HOOP_OK) rc = refuse(x, x->h);
@@ -243,9 +269,10 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic)
             x->areas[q] = x->area;
             continue;
         }
-        x->areas[q] = hoop__cuda_ipc_peer(c, q, x->h[q].handle, x->st.why, sizeof x->st.why);
-        if (x->areas[q] == NULL ||
-            hoop__cuda_ipc_peer_events(c, q, x->h[q].events, x->st.why, sizeof x->st.why) != 0)
+        x->areas[q] =
+            hoop__cuda_ipc_peer(c, peer(x, q), x->h[q].handle, x->st.why, sizeof x->st.why);
+        if (x->areas[q] == NULL || hoop__cuda_ipc_peer_events(c, peer(x, q), x->h[q].events,
+                                                              x->st.why, sizeof x->st.why) != 0)
             x->st.ok = 0;
     }
     x->half = x->half / 256 * 256; /* segments keep the kernels' alignment */
@@ -264,7 +291,7 @@ static void wait_for(ipc_t *x, int q, int which)
 {
     if (!x->st.ok) return;
     for (int r = 0; r < x->p; r++)
-        if (r != x->me && (q < 0 || r == q)) hoop__cuda_ipc_wait(x->call, r, which);
+        if (r != x->me && (q < 0 || r == q)) hoop__cuda_ipc_wait(x->call, peer(x, r), which);
 }
 
 /* The end of a step: this rank's event which recorded after its work, then a round. */
@@ -305,7 +332,7 @@ static void reduce_all(ipc_t *x, void *out, size_t off, size_t n)
     else
         hoop__cuda_ipc_reduce(call, out, x->areas[0] + off, x->areas[1] + off, n);
     for (int q = 2; q < x->p; q++) hoop__cuda_ipc_reduce(call, out, out, x->areas[q] + off, n);
-    if (call->op == HOOP_AVG) hoop__cuda_ipc_avg(call, out, n);
+    if (call->op == HOOP_AVG && !x->hier) hoop__cuda_ipc_avg(call, out, n);
 }
 
 /* All-reduce (root < 0) and reduce. */
@@ -443,6 +470,16 @@ static hoop_result_t reduce_scatter_chunks(ipc_t *x)
     return rc;
 }
 
+/* Every rank's hello, kept by its rank in the communicator for the calls after a call that went
+ * through (the areas and events live as long as the communicator). */
+static void keep_hellos(ipc_t *x)
+{
+    hoop_comm_t *c = x->call->comm;
+    if (c->ipc_hellos == NULL) c->ipc_hellos = calloc((size_t)c->size, sizeof *x->h);
+    if (c->ipc_hellos == NULL) return; /* the next call says hello again */
+    for (int q = 0; q < x->p; q++) ((hello_t *)c->ipc_hellos)[peer(x, q)] = x->h[q];
+}
+
 /* While the host waits for the stream, which may wait for a peer's event: the transport's
  * progress (abort notices), and the peers' processes (ranks of one host), every 10 ms. */
 static int watch(void *arg)
@@ -458,7 +495,7 @@ static int watch(void *arg)
             hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
                             "lost rank %d (its process %lld exited) while %s (call #%llu) over "
                             "CUDA IPC waited for its device work",
-                            q, (long long)x->h[q].pid, hoop__kind_name(x->call->kind),
+                            peer(x, q), (long long)x->h[q].pid, hoop__kind_name(x->call->kind),
                             (unsigned long long)x->call->seq);
             return 1;
         }
@@ -468,7 +505,7 @@ static int watch(void *arg)
 hoop_result_t hoop__ipc_run(hoop__call_t *call, int automatic)
 {
     ipc_t x;
-    hoop_result_t rc = ipc_open(&x, call, automatic);
+    hoop_result_t rc = ipc_open(&x, call, automatic, NULL, call->comm->size, call->comm->rank);
     if (rc == HOOP_OK && call->count > 0 && x.half / x.es < (size_t)x.p) {
         /* every rank decides alike: the smallest area and the element size are agreed */
         hoop__comm_fail(call->comm, HOOP_ERR_UNSUPPORTED,
@@ -495,10 +532,7 @@ hoop_result_t hoop__ipc_run(hoop__call_t *call, int automatic)
         if (rc == HOOP_OK) rc = end;
     }
     /* Every rank gets here with HOOP_OK at the same call, or the communicator is aborted. */
-    if (rc == HOOP_OK && automatic && call->count > 0 && call->comm->ipc_hellos == NULL) {
-        call->comm->ipc_hellos = x.h;
-        x.h = NULL;
-    }
+    if (rc == HOOP_OK && automatic && call->count > 0) keep_hellos(&x);
     ipc_free(&x);
     return rc;
 }
@@ -507,4 +541,146 @@ void hoop__ipc_close(hoop_comm_t *c)
 {
     free(c->ipc_hellos);
     c->ipc_hellos = NULL;
+}
+
+/*
+ * Stages A and C of the hierarchical all-reduce (hier.c) over CUDA IPC among the L ranks of one
+ * host, where every one of them has device buffers; stage B, across hosts, stays hier.c's ring,
+ * staged through host memory. The segments are hier.c's (local index i owns segment i+1 of L),
+ * so the ranks of the other hosts see the same stage B whichever way this host ran A and C, and
+ * each host decides alone (its ranks alike, from the round of ipc_open).
+ *
+ *   A  per chunk: every rank puts its piece of each segment into its area (L pieces); rank i
+ *      reduces piece i+1 of every area, in local order, into its output's segment (no AVG
+ *      finish: stage B's owner does it). The stream is drained at the end: stage B's staged
+ *      copies read that segment.
+ *   C  per chunk: every rank puts its piece of its own segment; every rank reads every peer's.
+ *
+ * Bits: each host's partial sum of a segment is made by one rank and the hosts' partials are
+ * chained by stage B, then only copied: every rank of every host ends with the same bits.
+ */
+struct hoop__ipc_hier {
+    ipc_t x;
+    int own;         /* the segment this rank reduces */
+    size_t *so, *sl; /* each segment's first element and length */
+};
+
+void hoop__ipc_hier_close(hoop__ipc_hier_t *hx, hoop_result_t *rc)
+{
+    if (hx == NULL) return;
+    ipc_t *x = &hx->x;
+    if (x->began) {
+        if (*rc == HOOP_OK) wait_for(x, -1, DONE);
+        hoop_result_t end = hoop__cuda_ipc_end(x->call, watch, x);
+        if (*rc == HOOP_OK) *rc = end;
+    }
+    if (*rc == HOOP_OK && x->automatic) keep_hellos(x);
+    ipc_free(x);
+    free(hx->so);
+    free(hx->sl);
+    free(hx);
+}
+
+hoop_result_t hoop__ipc_hier_open(const hoop__call_t *call, const int *local, int L, int l,
+                                  hoop__ipc_hier_t **out)
+{
+    *out = NULL;
+    if (call->comm->ipc_off || call->count == 0) return HOOP__SHC_FALLBACK;
+    hoop__ipc_hier_t *hx = calloc(1, sizeof *hx);
+    if (hx == NULL) {
+        hoop__comm_fail(call->comm, HOOP_ERR_NO_MEMORY, "CUDA IPC: out of memory");
+        return HOOP_ERR_NO_MEMORY;
+    }
+    hoop_result_t rc = ipc_open(&hx->x, call, 1, local, L, l);
+    hx->so = malloc((size_t)L * sizeof *hx->so);
+    hx->sl = malloc((size_t)L * sizeof *hx->sl);
+    if (rc == HOOP_OK && (hx->so == NULL || hx->sl == NULL)) {
+        hoop__comm_fail(call->comm, HOOP_ERR_NO_MEMORY, "CUDA IPC: out of memory");
+        rc = HOOP_ERR_NO_MEMORY;
+    }
+    /* Every rank of the host decides alike: the smallest area and the element size agree. */
+    if (rc == HOOP_OK && 2 * hx->x.half / (size_t)L < hx->x.es) rc = HOOP__SHC_FALLBACK;
+    if (rc != HOOP_OK) {
+        hoop__ipc_hier_close(hx, &rc); /* nothing was read from any area yet */
+        return rc;
+    }
+    for (int q = 0; q < L; q++) hoop__part(call->count, L, q, &hx->so[q], &hx->sl[q]);
+    hx->own = (l + 1) % L;
+    *out = hx;
+    return HOOP_OK;
+}
+
+static size_t seg_longest(const hoop__ipc_hier_t *hx)
+{
+    size_t m = 0;
+    for (int q = 0; q < hx->x.p; q++)
+        if (hx->sl[q] > m) m = hx->sl[q];
+    return m;
+}
+
+hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx)
+{
+    ipc_t *x = &hx->x;
+    const hoop__call_t *call = x->call;
+    size_t es = x->es, piece = 2 * x->half / (size_t)x->p;
+    if (piece >= 256) piece = piece / 256 * 256;
+    size_t chunk = piece / es, longest = seg_longest(hx);
+    const char *in = call->sendbuf != NULL ? call->sendbuf : call->recvbuf;
+    char *out = call->recvbuf;
+    int own = hx->own;
+    hoop_result_t rc = HOOP_OK;
+    for (size_t off = 0; off < longest && rc == HOOP_OK; off += chunk) {
+        wait_for(x, -1, DONE);
+        for (int s = 0; s < x->p; s++)
+            if (off < hx->sl[s]) {
+                size_t len = hx->sl[s] - off < chunk ? hx->sl[s] - off : chunk;
+                put(x, (size_t)s * piece, in + (hx->so[s] + off) * es, len * es);
+            }
+        HOOP__TRACE_STEP(&x->hc, 1, "host reduce-scatter: segments' pieces at %zu in rank %d's area",
+                         off, call->comm->rank);
+        if ((rc = step_end(x, READY)) != HOOP_OK) break; /* the first may fall back */
+        wait_for(x, -1, READY);
+        if (off < hx->sl[own]) {
+            size_t len = hx->sl[own] - off < chunk ? hx->sl[own] - off : chunk;
+            reduce_all(x, out + (hx->so[own] + off) * es, (size_t)own * piece, len);
+        }
+        HOOP__TRACE_STEP(&x->hc, 2, "host reduce-scatter: rank %d reduces segment %d's piece",
+                         call->comm->rank, own);
+        rc = step_end(x, DONE);
+    }
+    /* Stage B's copies out read the reduced segment: the stream's work is done first. */
+    if (rc == HOOP_OK && x->began) rc = hoop__cuda_ipc_end(call, watch, x);
+    return rc;
+}
+
+hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx)
+{
+    ipc_t *x = &hx->x;
+    const hoop__call_t *call = x->call;
+    size_t es = x->es, chunk = 2 * x->half / es, longest = seg_longest(hx);
+    char *out = call->recvbuf;
+    int own = hx->own;
+    hoop__cuda_ipc_begin(call); /* after stage B's work on the call's stream */
+    hoop_result_t rc = HOOP_OK;
+    for (size_t off = 0; off < longest && rc == HOOP_OK; off += chunk) {
+        wait_for(x, -1, DONE);
+        if (off < hx->sl[own]) {
+            size_t len = hx->sl[own] - off < chunk ? hx->sl[own] - off : chunk;
+            put(x, 0, out + (hx->so[own] + off) * es, len * es);
+        }
+        HOOP__TRACE_STEP(&x->hc, 3, "host all-gather: segment %d at %zu in rank %d's area", own,
+                         off, call->comm->rank);
+        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        wait_for(x, -1, READY);
+        for (int q = 0; q < x->p; q++) {
+            int s = (q + 1) % x->p;
+            if (q == x->me || off >= hx->sl[s]) continue;
+            size_t len = hx->sl[s] - off < chunk ? hx->sl[s] - off : chunk;
+            hoop__cuda_ipc_copy(call, out + (hx->so[s] + off) * es, x->areas[q], len * es);
+        }
+        HOOP__TRACE_STEP(&x->hc, 4, "host all-gather: rank %d reads every segment",
+                         call->comm->rank);
+        rc = step_end(x, DONE);
+    }
+    return rc;
 }
