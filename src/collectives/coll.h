@@ -37,19 +37,22 @@ int hoop__ipc_has(hoop__kind_t k);
 int hoop__ipc_may(const hoop__call_t *c);
 hoop_result_t hoop__ipc_run(hoop__call_t *c, int automatic);
 void hoop__ipc_close(hoop_comm_t *c); /* when the communicator is freed */
-/* The hierarchical all-reduce's stages inside one host over CUDA IPC (ipc.c): open makes a
+/* The hierarchical collectives' stages inside one host over CUDA IPC (ipc.c): open makes a
  * session for the host's ranks local[0..L-1] (this rank is local[l]), or says
  * HOOP__SHC_FALLBACK where some rank of the host cannot take part (every rank of the host alike;
- * host buffers: this call only), and the host's ring stages run instead. reduce_scatter may also
- * fall back, at its first round, before it wrote anything. close ends the session whatever
- * happened (its device work done), and may turn *rc into the error that ending met. */
+ * host buffers: this call only), and the host's ring stages run instead. A session's first
+ * stage may also fall back, at its first round, before it wrote anything. Each stage works on n
+ * elements in hier.c's L segments (local index l owns segment l+1) and is done on the device
+ * when it returns. close ends the session whatever happened, and may turn *rc into the error
+ * that ending met. */
 typedef struct hoop__ipc_hier hoop__ipc_hier_t;
 hoop_result_t hoop__ipc_hier_open(const hoop__call_t *call, const int *local, int L, int l,
                                   hoop__ipc_hier_t **out);
-hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx);
-hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx);
+hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx, const void *in, void *out,
+                                            size_t n);
+hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *buf, size_t n);
 void hoop__ipc_hier_close(hoop__ipc_hier_t *hx, hoop_result_t *rc);
-hoop_result_t hoop__broadcast(hoop__call_t *c);     /* binomial tree small, pipelined chain large */
+hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */
 /* Whether hoop__reduce_coll runs its binomial tree for n bytes (reduce.c). */

@@ -24,6 +24,10 @@
  * its transfers are the communicator's, so a lost peer, a timeout or an abort in any stage fails
  * the call on every rank as for the flat algorithms, and every message's header carries the call
  * (a rank that called something else is told).
+ *
+ * On CUDA device buffers, a host whose ranks all have them runs its stages inside the host over
+ * CUDA IPC instead (ipc.c, ipc_try below), on the same segments: the stages across hosts do not
+ * change, so each host decides for itself.
  */
 #include <stdlib.h>
 
@@ -169,6 +173,48 @@ static int at(const hoop_comm_t *c, int h, int l)
     return hoop__ring_rank(c, mod(h, c->nhosts) * L + mod(l, L));
 }
 
+/*
+ * A CUDA IPC session for the stages inside this host (ipc.c), where every rank of the host has
+ * device buffers: each host decides for itself, since the stages across hosts are the same
+ * either way. Learning that takes a round among the host's ranks, which host calls pay too: so
+ * auto tries from 64 x HOOP_SMALL_BYTES (1 MiB by default) of the call's larger buffer only,
+ * where one round is small beside the call (docs/cuda.md), and HOOP_ALGO=hier always. *ix is
+ * NULL where the host's ring stages run; *local (the host's ranks in local order) is the
+ * caller's to free, with the session.
+ */
+static hoop_result_t ipc_try(hoop__call_t *c, size_t bytes, int **local, hoop__ipc_hier_t **ix)
+{
+    hoop_comm_t *comm = c->comm;
+    int L = comm->local_size, pos = hoop__ring_pos(comm);
+    *ix = NULL;
+    *local = malloc((size_t)L * sizeof **local);
+    if (*local == NULL) return HOOP_ERR_NO_MEMORY;
+    for (int i = 0; i < L; i++) (*local)[i] = at(comm, pos / L, i);
+    if (hoop__algo_parse(comm->agreed.algo) != HOOP__ALGO_HIER &&
+        bytes < 64 * comm->agreed.small_bytes)
+        return HOOP_OK;
+    hoop_result_t rc = hoop__ipc_hier_open(c, *local, L, pos % L, ix);
+    return rc == HOOP__SHC_FALLBACK ? HOOP_OK : rc;
+}
+
+/* A first IPC stage that fell back at its first round: the session ends, the ring stage runs. */
+static int ipc_fell_back(hoop_result_t *rc, hoop__ipc_hier_t **ix)
+{
+    if (*rc != HOOP__SHC_FALLBACK) return 0;
+    hoop__ipc_hier_close(*ix, rc);
+    *ix = NULL;
+    if (*rc == HOOP__SHC_FALLBACK) *rc = HOOP_OK;
+    return *rc == HOOP_OK;
+}
+
+/* The end of a call that may have had an IPC session. */
+static hoop_result_t ipc_done(hoop_result_t rc, int *local, hoop__ipc_hier_t *ix)
+{
+    hoop__ipc_hier_close(ix, &rc);
+    free(local);
+    return rc;
+}
+
 hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
@@ -188,32 +234,18 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
                  .rs = 1,
                  .trace_at = 0,
                  .name = "host reduce-scatter"};
-    /* Stages A and C over CUDA IPC where every rank of this host has device buffers (each host
-     * decides for itself: stage B is the same either way). Learning that takes a round among
-     * the host's ranks, which host calls pay too: so auto tries from 64 x HOOP_SMALL_BYTES
-     * (1 MiB by default) only, where one round is small beside the call (docs/cuda.md), and
-     * HOOP_ALGO=hier always. */
-    int *local = malloc((size_t)L * sizeof *local);
-    if (local == NULL) return HOOP_ERR_NO_MEMORY;
-    for (int i = 0; i < L; i++) local[i] = at(comm, h, i);
-    hoop__ipc_hier_t *ix = NULL;
-    hoop_result_t rc = HOOP__SHC_FALLBACK;
-    if (hoop__algo_parse(comm->agreed.algo) == HOOP__ALGO_HIER ||
-        c->count * es >= 64 * comm->agreed.small_bytes)
-        rc = hoop__ipc_hier_open(c, local, L, l, &ix);
-    if (rc == HOOP_OK) {
-        rc = hoop__ipc_hier_reduce_scatter(ix);
-        if (rc == HOOP__SHC_FALLBACK) {
-            hoop__ipc_hier_close(ix, &rc);
-            ix = NULL;
-        }
+    /* Stages A and C over CUDA IPC where every rank of this host has device buffers. */
+    int *local;
+    hoop__ipc_hier_t *ix;
+    hoop_result_t rc = ipc_try(c, c->count * es, &local, &ix);
+    if (rc == HOOP_OK && ix != NULL) {
+        rc = hoop__ipc_hier_reduce_scatter(ix, c->sendbuf != NULL ? c->sendbuf : c->recvbuf,
+                                           c->recvbuf, c->count);
+        if (ipc_fell_back(&rc, &ix)) rc = gring_run(&a);
+    } else if (rc == HOOP_OK) {
+        rc = gring_run(&a);
     }
-    if (rc == HOOP__SHC_FALLBACK) rc = gring_run(&a);
-    if (rc != HOOP_OK) {
-        hoop__ipc_hier_close(ix, &rc);
-        free(local);
-        return rc;
-    }
+    if (rc != HOOP_OK) return ipc_done(rc, local, ix);
 
     size_t so, sl;
     hoop__part(c->count, L, mod(l + 1, L), &so, &sl);
@@ -234,7 +266,7 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
                  .name = "cross-host all-reduce"};
     rc = gring_run(&b);
     if (rc == HOOP_OK && ix != NULL) {
-        rc = hoop__ipc_hier_allgather(ix);
+        rc = hoop__ipc_hier_allgather(ix, c->recvbuf, c->count);
     } else if (rc == HOOP_OK) {
         gring_t g = a;
         g.in = c->recvbuf;
@@ -244,9 +276,7 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
         g.name = "host all-gather";
         rc = gring_run(&g);
     }
-    hoop__ipc_hier_close(ix, &rc);
-    free(local);
-    return rc;
+    return ipc_done(rc, local, ix);
 }
 
 /* All-gather and reduce-scatter work in a scratch copy of the p blocks laid out by (local index,
@@ -270,6 +300,10 @@ hoop_result_t hoop__allgather_hier(hoop__call_t *c)
     /* Scratch of at least one byte: count 0 still runs both stages' (empty) messages. */
     uint8_t *s = hoop__scratch(c, blk * (size_t)p + 1);
     if (s == NULL) return HOOP_ERR_NO_MEMORY;
+    int *local;
+    hoop__ipc_hier_t *ix;
+    hoop_result_t rc = ipc_try(c, blk * (size_t)p, &local, &ix);
+    if (rc != HOOP_OK) return ipc_done(rc, local, ix);
     if (blk > 0) hoop__mem_copy(c, s + spos(comm, h, l) * blk, c->sendbuf, blk);
     uint8_t *mine = s + (size_t)mod(l + 1, L) * (size_t)H * blk;
     gring_t b = {.c = c,
@@ -283,8 +317,8 @@ hoop_result_t hoop__allgather_hier(hoop__call_t *c)
                  .out = mine,
                  .ag = 1,
                  .name = "cross-host all-gather"};
-    hoop_result_t rc = gring_run(&b);
-    if (rc != HOOP_OK) return rc;
+    rc = gring_run(&b);
+    if (rc != HOOP_OK) return ipc_done(rc, local, ix);
     gring_t a = {.c = c,
                  .p = L,
                  .r = l,
@@ -297,12 +331,18 @@ hoop_result_t hoop__allgather_hier(hoop__call_t *c)
                  .ag = 1,
                  .trace_at = H - 1,
                  .name = "host all-gather"};
-    if ((rc = gring_run(&a)) != HOOP_OK) return rc;
+    if (ix != NULL) {
+        rc = hoop__ipc_hier_allgather(ix, s, (size_t)p * m);
+        if (ipc_fell_back(&rc, &ix)) rc = gring_run(&a);
+    } else {
+        rc = gring_run(&a);
+    }
+    if (rc != HOOP_OK) return ipc_done(rc, local, ix);
     for (int hh = 0; hh < H && blk > 0; hh++)
         for (int ll = 0; ll < L; ll++)
             hoop__mem_copy(c, (uint8_t *)c->recvbuf + (size_t)at(comm, hh, ll) * blk,
                            s + spos(comm, hh, ll) * blk, blk);
-    return HOOP_OK;
+    return ipc_done(HOOP_OK, local, ix);
 }
 
 /* Reduce-scatter: inside each host (local rank l gets the host's sum of the blocks of every rank
@@ -338,19 +378,28 @@ hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
     size_t na = gring_plan(&a), nb = gring_plan(&b), stage = na > nb ? na : nb;
     uint8_t *s = hoop__scratch(c, blk * (size_t)p + stage);
     if (s == NULL) return HOOP_ERR_NO_MEMORY;
+    int *local;
+    hoop__ipc_hier_t *ix;
+    hoop_result_t rc = ipc_try(c, blk * (size_t)p, &local, &ix);
+    if (rc != HOOP_OK) return ipc_done(rc, local, ix);
     for (int hh = 0; hh < H && blk > 0; hh++)
         for (int ll = 0; ll < L; ll++)
             hoop__mem_copy(c, s + spos(comm, hh, ll) * blk,
                            (const uint8_t *)c->sendbuf + (size_t)at(comm, hh, ll) * blk, blk);
     a.in = a.out = s;
     a.staging = b.staging = s + blk * (size_t)p;
-    hoop_result_t rc = gring_run(&a);
-    if (rc != HOOP_OK) return rc;
+    if (ix != NULL) {
+        rc = hoop__ipc_hier_reduce_scatter(ix, s, s, (size_t)p * m);
+        if (ipc_fell_back(&rc, &ix)) rc = gring_run(&a);
+    } else {
+        rc = gring_run(&a);
+    }
+    if (rc != HOOP_OK) return ipc_done(rc, local, ix);
     uint8_t *mine = s + (size_t)mod(l + 1, L) * (size_t)H * blk;
     b.in = b.out = mine;
-    if ((rc = gring_run(&b)) != HOOP_OK) return rc;
+    if ((rc = gring_run(&b)) != HOOP_OK) return ipc_done(rc, local, ix);
     if (blk > 0) hoop__mem_copy(c, c->recvbuf, s + spos(comm, h, l) * blk, blk);
-    return HOOP_OK;
+    return ipc_done(HOOP_OK, local, ix);
 }
 
 /* Reduce (auto: where the flat one would leave its binomial tree): the all-reduce's first two
@@ -400,7 +449,15 @@ hoop_result_t hoop__reduce_hier(hoop__call_t *c)
     uint8_t *out = is_root ? (uint8_t *)c->recvbuf : s;
     a.out = out;
     a.staging = b.staging = s + work;
-    hoop_result_t rc = gring_run(&a);
+    int *local;
+    hoop__ipc_hier_t *ix;
+    hoop_result_t rc = ipc_try(c, n * es, &local, &ix);
+    if (rc == HOOP_OK && ix != NULL) {
+        rc = hoop__ipc_hier_reduce_scatter(ix, c->sendbuf, out, n);
+        if (ipc_fell_back(&rc, &ix)) rc = gring_run(&a);
+    } else if (rc == HOOP_OK) {
+        rc = gring_run(&a);
+    }
     if (rc == HOOP_OK) {
         b.in = b.out = out + so * es;
         rc = gring_run(&b);
@@ -432,5 +489,5 @@ hoop_result_t hoop__reduce_hier(hoop__call_t *c)
         for (int i = 0; i < nx && rc == HOOP_OK; i++) rc = hoop__xwait1(c, &xs[i]);
     }
     free(xs);
-    return rc;
+    return ipc_done(rc, local, ix);
 }

@@ -72,7 +72,7 @@ enum { READY, REDUCED, DONE }; /* each rank's IPC events (runtime.h) */
 /* One call's session: the areas every rank opened, and the rounds' buffers. */
 typedef struct ipc {
     const hoop__call_t *call;
-    hoop__call_t hc; /* the rounds' messages: host memory, named ipc on the wire and in traces */
+    hoop__call_t hc;  /* the rounds' messages: host memory, named ipc on the wire and in traces */
     const int *ranks; /* the group's ranks of the communicator in group order; NULL: all, 0..p-1 */
     int p, me, automatic;
     int hier; /* stages of the hierarchical all-reduce: no AVG finish here (stage B's owner) */
@@ -235,6 +235,7 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic,
          * ready), and every rank of the host decides alike from it. */
         x->flags[me] = mine.ok ? 2 : mine.host_buffers ? 0 : 1;
         x->hier = 1;
+        x->hc.algo = call->algo; /* the call's algorithm, as its other stages' messages say */
         HOOP__TRACE_STEP(&x->hc, 0, "rank %d says what its buffers are to its host's ranks",
                          c->rank);
         if ((rc = exchange(x, &x->flags[me], x->flags, 1)) != HOOP_OK) return rc;
@@ -249,8 +250,7 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic,
          * and events live as long as the communicator, and the first area step (or the round
          * above) said that every rank has device buffers. */
         for (int q = 0; q < p; q++) x->h[q] = ((const hello_t *)c->ipc_hellos)[peer(x, q)];
-        HOOP__TRACE_STEP(&x->hc, 0, "rank %d has every rank's hello from an earlier call",
-                         c->rank);
+        HOOP__TRACE_STEP(&x->hc, 0, "rank %d has every rank's hello from an earlier call", c->rank);
     } else {
         HOOP__TRACE_STEP(&x->hc, 0, "rank %d sends its hello (%s) to every rank", c->rank,
                          mine.ok ? "device buffers" : "cannot take part");
@@ -269,8 +269,8 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic,
             x->areas[q] = x->area;
             continue;
         }
-        x->areas[q] =
-            hoop__cuda_ipc_peer(c, peer(x, q), x->h[q].handle, x->st.why, sizeof x->st.why);
+        x->areas[q] = hoop__cuda_ipc_peer(c, peer(x, q), x->h[q].handle, x->st.why,
+                                          sizeof x->st.why);
         if (x->areas[q] == NULL || hoop__cuda_ipc_peer_events(c, peer(x, q), x->h[q].events,
                                                               x->st.why, sizeof x->st.why) != 0)
             x->st.ok = 0;
@@ -457,7 +457,8 @@ static hoop_result_t reduce_scatter_chunks(ipc_t *x)
     for (size_t off = 0; off < n && rc == HOOP_OK; off += chunk) {
         size_t len = n - off < chunk ? n - off : chunk;
         wait_for(x, -1, DONE);
-        for (int q = 0; q < p; q++) put(x, (size_t)q * piece, in + ((size_t)q * n + off) * es, len * es);
+        for (int q = 0; q < p; q++)
+            put(x, (size_t)q * piece, in + ((size_t)q * n + off) * es, len * es);
         HOOP__TRACE_STEP(&x->hc, 1, "pieces at %zu (%zu B each) in rank %d's area", off, len * es,
                          me);
         if ((rc = step_end(x, READY)) != HOOP_OK) break;
@@ -544,25 +545,26 @@ void hoop__ipc_close(hoop_comm_t *c)
 }
 
 /*
- * Stages A and C of the hierarchical all-reduce (hier.c) over CUDA IPC among the L ranks of one
- * host, where every one of them has device buffers; stage B, across hosts, stays hier.c's ring,
- * staged through host memory. The segments are hier.c's (local index i owns segment i+1 of L),
- * so the ranks of the other hosts see the same stage B whichever way this host ran A and C, and
- * each host decides alone (its ranks alike, from the round of ipc_open).
+ * The hierarchical collectives' stages inside one host (hier.c) over CUDA IPC among the L ranks
+ * of one host, where every one of them has device buffers; the stages across hosts stay
+ * hier.c's rings, staged through host memory. A stage works on n elements cut into hier.c's L
+ * segments (local index i owns segment i+1), so the ranks of other hosts see the same stages
+ * across whichever way this host ran its own, and each host decides alone (its ranks alike, from
+ * the round of ipc_open).
  *
- *   A  per chunk: every rank puts its piece of each segment into its area (L pieces); rank i
- *      reduces piece i+1 of every area, in local order, into its output's segment (no AVG
- *      finish: stage B's owner does it). The stream is drained at the end: stage B's staged
- *      copies read that segment.
- *   C  per chunk: every rank puts its piece of its own segment; every rank reads every peer's.
+ *   reduce-scatter  per chunk: every rank puts its piece of each segment into its area (L
+ *      pieces); rank i reduces piece i+1 of every area, in local order, into its segment of the
+ *      output (no AVG finish: the owner across hosts does it). The stream is drained at the
+ *      end, since what follows (a staged stage across hosts) reads that segment.
+ *   all-gather  per chunk: every rank puts its piece of its own segment; every rank reads every
+ *      peer's. Drained at the end too (copies out of scratch may follow).
  *
  * Bits: each host's partial sum of a segment is made by one rank and the hosts' partials are
- * chained by stage B, then only copied: every rank of every host ends with the same bits.
+ * chained across hosts, then only copied: every rank of every host ends with the same bits.
  */
 struct hoop__ipc_hier {
     ipc_t x;
-    int own;         /* the segment this rank reduces */
-    size_t *so, *sl; /* each segment's first element and length */
+    int own; /* the segment this rank reduces or holds */
 };
 
 void hoop__ipc_hier_close(hoop__ipc_hier_t *hx, hoop_result_t *rc)
@@ -576,8 +578,6 @@ void hoop__ipc_hier_close(hoop__ipc_hier_t *hx, hoop_result_t *rc)
     }
     if (*rc == HOOP_OK && x->automatic) keep_hellos(x);
     ipc_free(x);
-    free(hx->so);
-    free(hx->sl);
     free(hx);
 }
 
@@ -592,95 +592,87 @@ hoop_result_t hoop__ipc_hier_open(const hoop__call_t *call, const int *local, in
         return HOOP_ERR_NO_MEMORY;
     }
     hoop_result_t rc = ipc_open(&hx->x, call, 1, local, L, l);
-    hx->so = malloc((size_t)L * sizeof *hx->so);
-    hx->sl = malloc((size_t)L * sizeof *hx->sl);
-    if (rc == HOOP_OK && (hx->so == NULL || hx->sl == NULL)) {
-        hoop__comm_fail(call->comm, HOOP_ERR_NO_MEMORY, "CUDA IPC: out of memory");
-        rc = HOOP_ERR_NO_MEMORY;
-    }
     /* Every rank of the host decides alike: the smallest area and the element size agree. */
     if (rc == HOOP_OK && 2 * hx->x.half / (size_t)L < hx->x.es) rc = HOOP__SHC_FALLBACK;
     if (rc != HOOP_OK) {
         hoop__ipc_hier_close(hx, &rc); /* nothing was read from any area yet */
         return rc;
     }
-    for (int q = 0; q < L; q++) hoop__part(call->count, L, q, &hx->so[q], &hx->sl[q]);
     hx->own = (l + 1) % L;
     *out = hx;
     return HOOP_OK;
 }
 
-static size_t seg_longest(const hoop__ipc_hier_t *hx)
+/* The stage is done on the device: what follows reads its output. */
+static hoop_result_t drain(ipc_t *x)
 {
-    size_t m = 0;
-    for (int q = 0; q < hx->x.p; q++)
-        if (hx->sl[q] > m) m = hx->sl[q];
-    return m;
+    return x->began ? hoop__cuda_ipc_end(x->call, watch, x) : HOOP_OK;
 }
 
-hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx)
+hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx, const void *inp, void *outp,
+                                            size_t n)
 {
     ipc_t *x = &hx->x;
     const hoop__call_t *call = x->call;
     size_t es = x->es, piece = 2 * x->half / (size_t)x->p;
     if (piece >= 256) piece = piece / 256 * 256;
-    size_t chunk = piece / es, longest = seg_longest(hx);
-    const char *in = call->sendbuf != NULL ? call->sendbuf : call->recvbuf;
-    char *out = call->recvbuf;
-    int own = hx->own;
+    size_t chunk = piece / es, so, sl, oo, ol, longest;
+    hoop__part(n, x->p, 0, &so, &longest); /* the first segment is the longest */
+    hoop__part(n, x->p, hx->own, &oo, &ol);
+    const char *in = inp;
+    char *out = outp;
     hoop_result_t rc = HOOP_OK;
     for (size_t off = 0; off < longest && rc == HOOP_OK; off += chunk) {
         wait_for(x, -1, DONE);
-        for (int s = 0; s < x->p; s++)
-            if (off < hx->sl[s]) {
-                size_t len = hx->sl[s] - off < chunk ? hx->sl[s] - off : chunk;
-                put(x, (size_t)s * piece, in + (hx->so[s] + off) * es, len * es);
-            }
-        HOOP__TRACE_STEP(&x->hc, 1, "host reduce-scatter: segments' pieces at %zu in rank %d's area",
-                         off, call->comm->rank);
+        for (int s = 0; s < x->p; s++) {
+            hoop__part(n, x->p, s, &so, &sl);
+            if (off < sl)
+                put(x, (size_t)s * piece, in + (so + off) * es,
+                    (sl - off < chunk ? sl - off : chunk) * es);
+        }
+        HOOP__TRACE_STEP(&x->hc, 1,
+                         "over CUDA IPC, host reduce-scatter: pieces at %zu in rank %d's area", off,
+                         call->comm->rank);
         if ((rc = step_end(x, READY)) != HOOP_OK) break; /* the first may fall back */
         wait_for(x, -1, READY);
-        if (off < hx->sl[own]) {
-            size_t len = hx->sl[own] - off < chunk ? hx->sl[own] - off : chunk;
-            reduce_all(x, out + (hx->so[own] + off) * es, (size_t)own * piece, len);
-        }
-        HOOP__TRACE_STEP(&x->hc, 2, "host reduce-scatter: rank %d reduces segment %d's piece",
-                         call->comm->rank, own);
+        if (off < ol)
+            reduce_all(x, out + (oo + off) * es, (size_t)hx->own * piece,
+                       ol - off < chunk ? ol - off : chunk);
+        HOOP__TRACE_STEP(&x->hc, 2,
+                         "over CUDA IPC, host reduce-scatter: rank %d reduces segment %d",
+                         call->comm->rank, hx->own);
         rc = step_end(x, DONE);
     }
-    /* Stage B's copies out read the reduced segment: the stream's work is done first. */
-    if (rc == HOOP_OK && x->began) rc = hoop__cuda_ipc_end(call, watch, x);
-    return rc;
+    return rc == HOOP_OK ? drain(x) : rc;
 }
 
-hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx)
+hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *bufp, size_t n)
 {
     ipc_t *x = &hx->x;
     const hoop__call_t *call = x->call;
-    size_t es = x->es, chunk = 2 * x->half / es, longest = seg_longest(hx);
-    char *out = call->recvbuf;
-    int own = hx->own;
-    hoop__cuda_ipc_begin(call); /* after stage B's work on the call's stream */
+    size_t es = x->es, chunk = 2 * x->half / es, so, sl, oo, ol, longest;
+    hoop__part(n, x->p, 0, &so, &longest);
+    hoop__part(n, x->p, hx->own, &oo, &ol);
+    char *buf = bufp;
+    if (x->st.ok) hoop__cuda_ipc_begin(call); /* after the work before, on the call's stream */
     hoop_result_t rc = HOOP_OK;
     for (size_t off = 0; off < longest && rc == HOOP_OK; off += chunk) {
         wait_for(x, -1, DONE);
-        if (off < hx->sl[own]) {
-            size_t len = hx->sl[own] - off < chunk ? hx->sl[own] - off : chunk;
-            put(x, 0, out + (hx->so[own] + off) * es, len * es);
-        }
-        HOOP__TRACE_STEP(&x->hc, 3, "host all-gather: segment %d at %zu in rank %d's area", own,
-                         off, call->comm->rank);
-        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        if (off < ol) put(x, 0, buf + (oo + off) * es, (ol - off < chunk ? ol - off : chunk) * es);
+        HOOP__TRACE_STEP(&x->hc, 1,
+                         "over CUDA IPC, host all-gather: segment %d at %zu in rank %d's area",
+                         hx->own, off, call->comm->rank);
+        if ((rc = step_end(x, READY)) != HOOP_OK) break; /* the first may fall back */
         wait_for(x, -1, READY);
         for (int q = 0; q < x->p; q++) {
-            int s = (q + 1) % x->p;
-            if (q == x->me || off >= hx->sl[s]) continue;
-            size_t len = hx->sl[s] - off < chunk ? hx->sl[s] - off : chunk;
-            hoop__cuda_ipc_copy(call, out + (hx->so[s] + off) * es, x->areas[q], len * es);
+            hoop__part(n, x->p, (q + 1) % x->p, &so, &sl);
+            if (q == x->me || off >= sl) continue;
+            hoop__cuda_ipc_copy(call, buf + (so + off) * es, x->areas[q],
+                                (sl - off < chunk ? sl - off : chunk) * es);
         }
-        HOOP__TRACE_STEP(&x->hc, 4, "host all-gather: rank %d reads every segment",
+        HOOP__TRACE_STEP(&x->hc, 2, "over CUDA IPC, host all-gather: rank %d reads every segment",
                          call->comm->rank);
         rc = step_end(x, DONE);
     }
-    return rc;
+    return rc == HOOP_OK ? drain(x) : rc;
 }

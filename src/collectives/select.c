@@ -18,8 +18,8 @@
  * reduce-scatter through peers' device memory where every rank's buffers are device memory and
  * the shared area is in use (auto: its first step says what every rank has, so every rank
  * decides alike), or forced by HOOP_ALGO=ipc; otherwise device buffers are staged through host
- * memory by whichever algorithm above runs, except that the hierarchical all-reduce runs its
- * stages inside a host over IPC where that host's ranks all have device buffers (hier.c).
+ * memory by whichever algorithm above runs, except that the hierarchical ones run their stages
+ * inside a host over IPC where that host's ranks all have device buffers (hier.c).
  *
  * Hierarchical (hier.c, "hier"), where the ranks are several on each of several hosts, as many
  * on each (the ring's host layout, which every rank computed alike): all-reduce above

@@ -187,8 +187,8 @@ typedef struct tctx {
     uint64_t call;        /* calls made so far: part of every input */
     long checks, fails;
     int shown;
-    int broken;  /* a call failed: the communicator cannot be trusted any more */
-    int verbose; /* print every call with its timings */
+    int broken;     /* a call failed: the communicator cannot be trusted any more */
+    int verbose;    /* print every call with its timings */
     long ipc_lines; /* --expect-path: trace lines of the CUDA IPC path so far */
 } tctx_t;
 
@@ -218,7 +218,9 @@ static int g_expect;
 static void count_ipc_lines(void *ctx, const char *line)
 {
     tctx_t *t = ctx;
-    if (strstr(line, " ipc step 1: ") != NULL) t->ipc_lines++; /* data put in an area */
+    /* data put in an area: by the IPC path, or by the hierarchical stages inside a host */
+    if (strstr(line, " ipc step 1: ") != NULL || strstr(line, " step 1: over CUDA IPC") != NULL)
+        t->ipc_lines++;
 }
 
 /* A context for comm; a child of parent (a split) shares its marker directory and verbosity. */

@@ -174,8 +174,8 @@ bool find_free_port(const char *addr, char out[8])
         fprintf(stderr, "hooprun: cannot resolve master address '%s': %s\n", addr,
                 gai_strerror(gai));
     else
-        fprintf(stderr, "hooprun: cannot find a free port on '%s': %s (use --master-port)\n",
-                addr, strerror(rc));
+        fprintf(stderr, "hooprun: cannot find a free port on '%s': %s (use --master-port)\n", addr,
+                strerror(rc));
     return false;
 }
 
