@@ -19,6 +19,13 @@
  *                            still gated: the call must end, right, before the communicator goes.
  *   stream MODULE reuse      a device buffer freed and another allocated at the same address
  *                            between stream-ordered calls: each call reads the new one's data.
+ *   stream MODULE legacy     no stream set: the gate closes on the legacy default stream, the
+ *                            inputs' copy is queued there, and a thread opens the gate 30 ms
+ *                            later. A call without a stream must start after the work queued
+ *                            on the legacy stream, so it must read those inputs, and a
+ *                            blocking one returns only after the gate opened. (The test double
+ *                            has a legacy stream that runs late only under
+ *                            HOOP_CUDA_DOUBLE_LEGACY=async.)
  * Exit 0 when every check held. */
 #include <pthread.h>
 #include <stdint.h>
@@ -70,14 +77,17 @@ static void *open_later(void *arg)
     return NULL;
 }
 
-static void close_gate(void)
+/* The gate closed on s (the test's stream, or NULL: the legacy default stream). */
+static void close_gate_on(void *s)
 {
     round_no++;
-    if (mod->stream_wait_word(devbuf_ctx(), stream, gate, round_no) != 0) {
+    if (mod->stream_wait_word(devbuf_ctx(), s, gate, round_no) != 0) {
         fprintf(stderr, "stream_wait_word: %s\n", mod->error(devbuf_ctx()));
         exit(1);
     }
 }
+
+static void close_gate(void) { close_gate_on(stream); }
 
 static int gate_closed(void)
 {
@@ -178,6 +188,92 @@ static int one_round(hoop_comm_t *c, int kind, size_t n, int ordered)
     return bad == 0;
 }
 
+static void *open_soon(void *arg)
+{
+    struct timespec ts = {0, 30 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n(gate, *(uint32_t *)arg, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* One round of kind on n elements through the legacy default stream (mode legacy). */
+static void legacy_round(hoop_comm_t *c, int kind, size_t n)
+{
+    size_t out_n = kind == K_ALLGATHER ? n * (size_t)size : n;
+    float *hin = malloc(n * sizeof(float)), *hout = malloc(out_n * sizeof(float));
+    float *din = devbuf_alloc(n * sizeof(float)), *dout = devbuf_alloc(out_n * sizeof(float));
+    float *junk = malloc(out_n * sizeof(float));
+    for (size_t i = 0; i < n; i++) hin[i] = input(rank, round_no + 1, i);
+    for (size_t i = 0; i < out_n; i++) junk[i] = -1.0f;
+    devbuf_copy(din, junk, n * sizeof(float));
+    devbuf_copy(dout, junk, out_n * sizeof(float));
+
+    close_gate_on(NULL);
+    uint32_t want = round_no;
+    devbuf_copy_async(din, hin, n * sizeof(float), NULL);
+    pthread_t opener;
+    pthread_create(&opener, NULL, open_soon, &want);
+    hoop_result_t rc = HOOP_OK;
+    hoop_request_t *req = NULL;
+    int peer = rank ^ 1;
+    switch (kind) {
+    case K_ALLREDUCE: rc = hoop_allreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM); break;
+    case K_IALLREDUCE: rc = hoop_iallreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM, &req); break;
+    case K_BROADCAST: rc = hoop_broadcast(c, din, n, HOOP_FLOAT32, size - 1); break;
+    case K_ALLGATHER: rc = hoop_allgather(c, din, dout, n, HOOP_FLOAT32); break;
+    case K_SENDRECV:
+        if (peer >= size) break;
+        rc = rank % 2 == 0 ? hoop_send(c, din, n, HOOP_FLOAT32, peer)
+                           : hoop_recv(c, dout, n, HOOP_FLOAT32, peer);
+        break;
+    }
+    int returned_closed = gate_closed();
+    CHECK(rc == HOOP_OK, "%s of %zu: %s: %s", kind_name[kind], n, hoop_error_string(rc),
+          hoop_comm_last_error(c));
+    if (req != NULL) {
+        rc = hoop_wait(req);
+        CHECK(rc == HOOP_OK, "hoop_wait: %s", hoop_error_string(rc));
+    } else if (kind != K_SENDRECV || rank % 2 == 0 || peer < size) {
+        /* A blocking call without a stream returns with its result in device memory, after
+         * the work queued before it on the legacy stream: after the gate opened. */
+        CHECK(!returned_closed || (kind == K_SENDRECV && peer >= size),
+              "%s of %zu returned before the legacy stream's work it must follow", kind_name[kind],
+              n);
+    }
+    pthread_join(opener, NULL);
+    devbuf_copy_async(hout, kind == K_BROADCAST ? din : dout, out_n * sizeof(float), NULL);
+    devbuf_sync(NULL);
+    size_t bad = 0, first = 0;
+    float got = 0, exp = 0;
+    for (size_t i = 0; i < out_n; i++) {
+        float e;
+        if (kind == K_ALLREDUCE || kind == K_IALLREDUCE) {
+            e = 0;
+            for (int r = 0; r < size; r++) e += input(r, round_no, i);
+        } else if (kind == K_BROADCAST) {
+            e = input(size - 1, round_no, i);
+        } else if (kind == K_ALLGATHER) {
+            e = input((int)(i / n), round_no, i % n);
+        } else {
+            e = peer >= size || rank % 2 == 0 ? -1.0f : input(peer, round_no, i);
+        }
+        if (hout[i] != e && bad++ == 0) {
+            first = i;
+            got = hout[i];
+            exp = e;
+        }
+    }
+    CHECK(bad == 0,
+          "%s of %zu after the legacy stream: %zu wrong element(s), first at %zu: %g, "
+          "expected %g",
+          kind_name[kind], n, bad, first, (double)got, (double)exp);
+    devbuf_free(din);
+    devbuf_free(dout);
+    free(hin);
+    free(hout);
+    free(junk);
+}
+
 /* A freed buffer's address given to a new one between ordered calls: the calls read what the
  * new one holds. */
 static void reuse_rounds(hoop_comm_t *c)
@@ -208,7 +304,7 @@ static void reuse_rounds(hoop_comm_t *c)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: stream MODULE ordered|unordered|reuse\n");
+        fprintf(stderr, "usage: stream MODULE ordered|unordered|reuse|legacy\n");
         return 2;
     }
     char err[512];
@@ -229,7 +325,7 @@ int main(int argc, char **argv)
     stream = devbuf_stream();
     gate = mod->host_alloc(devbuf_ctx(), sizeof *gate);
     *gate = 0;
-    int ordered = strcmp(mode, "unordered") != 0;
+    int ordered = strcmp(mode, "unordered") != 0 && strcmp(mode, "legacy") != 0;
     if (ordered) {
         hoop_comm_set_stream(c, stream);
         CHECK(hoop_comm_get_stream(c) == stream, "hoop_comm_get_stream");
@@ -237,6 +333,11 @@ int main(int argc, char **argv)
     int rounds = 0;
     if (!strcmp(mode, "reuse")) {
         reuse_rounds(c);
+    } else if (!strcmp(mode, "legacy")) {
+        static const size_t counts[] = {1, 7, 1031, 65537};
+        for (int kind = 0; kind < K_COUNT; kind++)
+            for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+                legacy_round(c, kind, counts[k]);
     } else {
         static const size_t counts[] = {1, 7, 1031, 65537};
         for (int kind = 0; kind < K_COUNT; kind++)

@@ -68,7 +68,13 @@ static struct {
     int nimports;
     long fail_in; /* operations until the injected failure; 0: none */
     int nodriver;
-} g = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+    /* HOOP_CUDA_DOUBLE_LEGACY=async: the legacy default stream is a stream of the double, with
+     * its worker and delays, made at the first use (else it is always idle: see norm()). */
+    int legacy_async;
+    pthread_once_t legacy_once;
+    void *legacy;
+} g = {
+    .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER, .legacy_once = PTHREAD_ONCE_INIT};
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -89,6 +95,8 @@ static void arena_init(void)
     const char *f = getenv("HOOP_CUDA_DOUBLE_FAIL");
     g.fail_in = f != NULL ? atol(f) : 0;
     g.nodriver = getenv("HOOP_CUDA_DOUBLE_NODRIVER") != NULL;
+    const char *l = getenv("HOOP_CUDA_DOUBLE_LEGACY");
+    g.legacy_async = l != NULL && strcmp(l, "async") == 0;
     int fd = memfd_create("hoop-cuda-double", MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)g.bytes) != 0) die("cannot make the device arena");
     g.dev = mmap(NULL, g.bytes, PROT_NONE, MAP_SHARED, fd, 0);
@@ -219,10 +227,27 @@ static int stream_sync(hoop_cuda_ctx_t *ctx, void *stream);
 
 /* The synchronous operations on a stream start after the work queued there: the double waits
  * for it, then runs them on the calling thread. The legacy default stream (NULL) has no queue
- * here: it is always idle, as the double's streams never wait for it nor it for them (they
- * behave as cudaStreamNonBlocking streams do). */
+ * here by default: it is always idle, as the double's streams never wait for it nor it for them
+ * (they behave as cudaStreamNonBlocking streams do). Under HOOP_CUDA_DOUBLE_LEGACY=async it is
+ * a stream of the double like the others, so that work the application queued there and that a
+ * call must wait for (its input's copy) can be late: a call that does not order itself after
+ * the legacy stream then reads stale input. */
+static void *stream_create(hoop_cuda_ctx_t *ctx);
+static void legacy_make(void)
+{
+    hoop_cuda_ctx_t tmp = {0};
+    g.legacy = stream_create(&tmp);
+    if (g.legacy == NULL) die("cannot make the legacy default stream: %s", tmp.err);
+}
 /* cudaStreamLegacy and cudaStreamPerThread: the double's legacy default stream, NULL. */
-static void *norm(void *stream) { return (uintptr_t)stream <= 2 ? NULL : stream; }
+static void *norm(void *stream)
+{
+    if ((uintptr_t)stream > 2) return stream;
+    init();
+    if (!g.legacy_async) return NULL;
+    pthread_once(&g.legacy_once, legacy_make);
+    return g.legacy;
+}
 
 static int after(hoop_cuda_ctx_t *ctx, void *stream)
 {
@@ -390,8 +415,8 @@ typedef struct ev_counts {
 
 typedef struct devent {
     uint32_t magic;
-    int opened;     /* another process's IPC event: only waited for and queried here */
-    int fd;         /* an IPC event's memfd (its owner's), or -1 */
+    int opened; /* another process's IPC event: only waited for and queried here */
+    int fd;     /* an IPC event's memfd (its owner's), or -1 */
     uint64_t serial;
     ev_counts_t *c; /* &own, or the shared page */
     ev_counts_t own;
@@ -401,7 +426,8 @@ typedef struct sop {
     int kind;
     int dir; /* OP_COPY: D2H, H2D or OTHER, for the counts below */
     void *dst;
-    const void *src, *src2; /* OP_REDUCE: dst = src op src2, count elements; OP_AVG: dst /= divisor */
+    /* OP_REDUCE: dst = src op src2, count elements; OP_AVG: dst /= divisor */
+    const void *src, *src2;
     size_t n;
     hoop_dtype_t dt;
     hoop_op_t op;
@@ -498,7 +524,9 @@ static void *stream_main(void *arg)
             break;
         case OP_REDUCE: reduce_at(o->dst, o->src, o->src2, o->n, o->dt, o->op); break;
         case OP_AVG: avg_at(o->dst, o->n, o->dt, o->divisor); break;
-        case OP_RECORD: atomic_store_explicit(&o->ev->c->reached, o->gen, memory_order_release); break;
+        case OP_RECORD:
+            atomic_store_explicit(&o->ev->c->reached, o->gen, memory_order_release);
+            break;
         case OP_WAIT_EVENT:
             dropping = !wait_for("a stream's event wait", &o->ev->c->reached, o->gen, NULL, 0,
                                  &s->dying);
@@ -649,7 +677,8 @@ static int event_record(hoop_cuda_ctx_t *ctx, void *event, void *stream)
     stream = norm(stream);
     if (injected(ctx)) return -1;
     devent_t *e = as_event(event, "event_record");
-    if (e->opened) die("event_record: %p is another process's IPC event (only its owner records)", event);
+    if (e->opened)
+        die("event_record: %p is another process's IPC event (only its owner records)", event);
     uint64_t gen = atomic_fetch_add(&e->c->recorded, 1) + 1;
     if (stream == NULL)
         atomic_store_explicit(&e->c->reached, gen, memory_order_release);
@@ -739,8 +768,7 @@ static int peer_fd(hoop_cuda_ctx_t *ctx, int magic_ok, int64_t pid, int64_t pfd,
     }
     if (pid == getpid()) {
         snprintf(ctx->err, sizeof ctx->err,
-                 "an IPC %s handle cannot be opened in the process that made it (as CUDA's)",
-                 what);
+                 "an IPC %s handle cannot be opened in the process that made it (as CUDA's)", what);
         return -1;
     }
     char path[64];
@@ -799,8 +827,8 @@ static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
 
 /* ---- asynchronous kernels, IPC events ---- */
 
-static int reduce_async(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
-                        size_t count, hoop_dtype_t dt, hoop_op_t op, void *stream)
+static int reduce_async(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b, size_t count,
+                        hoop_dtype_t dt, hoop_op_t op, void *stream)
 {
     stream = norm(stream);
     if (stream == NULL) return reduce(ctx, out, a, b, count, dt, op, NULL);
@@ -859,7 +887,8 @@ static void *ipc_event_create(hoop_cuda_ctx_t *ctx, void *handle)
     }
     e->c = page;
     pthread_mutex_lock(&g.mu);
-    ipc_event_handle_t h = {.magic = IPC_EVENT_MAGIC, .serial = ++g.serial, .pid = getpid(), .fd = e->fd};
+    ipc_event_handle_t h = {
+        .magic = IPC_EVENT_MAGIC, .serial = ++g.serial, .pid = getpid(), .fd = e->fd};
     pthread_mutex_unlock(&g.mu);
     e->serial = h.serial;
     memset(handle, 0, HOOP__CUDA_IPC_HANDLE);
