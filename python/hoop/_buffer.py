@@ -1,9 +1,12 @@
 """Turning Python objects into (pointer, element count, dtype) for the C library.
 
-Accepted: numpy arrays, torch tensors (anything with data_ptr()), objects with __array_interface__,
+Accepted: numpy arrays, torch tensors (anything with data_ptr(); CUDA ones too), objects with
+__array_interface__, objects with __cuda_array_interface__ (CUDA device memory: CuPy, Numba, ...),
 and objects with the buffer protocol (bytearray, array.array, memoryview...). A non-contiguous
-array or tensor is copied into a contiguous one; for an output the result is copied back once the
-call has completed (Buffer.finish).
+host array or tensor is copied into a contiguous one; for an output the result is copied back once
+the call has completed (Buffer.finish). Device memory is told by the C library from the address
+(docs/cuda.md): a call without a stream starts after the work queued on the legacy default
+stream and returns with its result in device memory.
 """
 import ctypes
 import sys
@@ -94,9 +97,8 @@ def _fail(name, msg):
 
 def _from_tensor(obj, name, writable, dtype):
     dev = getattr(obj, "device", None)
-    if dev is not None and getattr(dev, "type", "cpu") != "cpu":
-        _fail(name, "a %s tensor: hoop was built without support for device memory, pass CPU "
-              "tensors" % dev.type)
+    if dev is not None and getattr(dev, "type", "cpu") not in ("cpu", "cuda"):
+        _fail(name, "a %s tensor: hoop takes CPU and CUDA tensors" % dev.type)
     dt = dtype or dtype_name(obj.dtype)
     if dt is None:
         _fail(name, "dtype %s is not supported (float32, float64, float16, bfloat16, int8, "
@@ -133,7 +135,7 @@ def _from_numpy(obj, name, writable, dtype):
     return Buffer(obj, a.__array_interface__["data"][0], a.nbytes, dt, a, back)
 
 
-def _from_interface(obj, ai, name, writable, dtype):
+def _from_interface(obj, ai, name, writable, dtype, device=False):
     typestr = ai["typestr"]
     order, kind, size = typestr[0], typestr[1], int(typestr[2:])
     if order not in ("|", "=", _NATIVE) and size > 1:
@@ -153,7 +155,7 @@ def _from_interface(obj, ai, name, writable, dtype):
                 contiguous = False
             expect *= dim
         if not contiguous:
-            if _np is not None:
+            if _np is not None and not device:
                 return _from_numpy(_np.asarray(obj), name, writable, dtype)
             _fail(name, "not contiguous (make it contiguous first)")
     ptr, readonly = ai["data"]
@@ -216,4 +218,7 @@ def as_buffer(obj, name, writable, dtype=None):
     ai = getattr(obj, "__array_interface__", None)
     if isinstance(ai, dict):
         return _from_interface(obj, ai, name, writable, dtype)
+    ai = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(ai, dict):
+        return _from_interface(obj, ai, name, writable, dtype, device=True)
     return _from_buffer(obj, name, writable, dtype)

@@ -56,9 +56,9 @@ def _check(t, what):
     if not isinstance(t, torch.Tensor):
         raise TypeError("hoop backend: %s expects tensors, got %s" % (what, type(t).__name__))
     if t.device.type != "cpu":
-        raise ValueError("hoop backend: %s got a %s tensor; this build of hoop has no device "
-                         "support, so tensors must be on the CPU (use gloo or nccl for %s "
-                         "tensors)" % (what, t.device.type, t.device.type))
+        raise ValueError("hoop backend: %s got a %s tensor; it takes CPU tensors only (CUDA "
+                         "tensors go to the collectives listed in docs/python.md)"
+                         % (what, t.device.type))
     if t.layout != torch.strided:
         raise ValueError("hoop backend: %s got a %s tensor; only dense tensors are supported"
                          % (what, t.layout))
@@ -726,8 +726,8 @@ _register()
 # thread, once that event has passed: its tensors are then final for any stream. The Work keeps
 # every tensor the call uses alive until then (peers may read them through CUDA IPC).
 #
-# hoop's binding refuses CUDA tensors (it takes host memory), so a tensor travels to it as its
-# address and length (_DevicePtr); libhoop itself tells device memory by the address.
+# A tensor travels to the binding as its address and length (_DevicePtr), whatever its dtype
+# (the call names the dtype); libhoop itself tells device memory by the address.
 
 import ctypes as _ctypes  # noqa: E402 - used by this section only
 import functools  # noqa: E402

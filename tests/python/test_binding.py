@@ -3,6 +3,13 @@
 Every rank builds every rank's input from (rank, call number), so each one computes the expected
 result with numpy alone and compares all elements. Integer-valued data keep float sums exact, so
 the comparison is exact whatever order hoop reduces in.
+
+With HOOP_TEST_DEVICE_MODULE (a CUDA module: the test double, or libhoop-cuda.so on a GPU) and
+HOOP_TEST_DEVBUF (tests/cuda's libhoop-test-devbuf.so, which allocates and copies through that
+module), the collective and point-to-point checks run on device buffers instead: every numpy
+array a check hands the binding is replaced by a twin in device memory, shown through
+__cuda_array_interface__, and copied back once the call (or its request) is done, so that the
+same checks compare what the device buffers hold.
 """
 import array
 import gc
@@ -26,6 +33,7 @@ LARGE = 3 * 131072 + 5  # elements: several 512 KiB chunks and a ragged end
 comm = hoop.init("env://", timeout=60)
 R, P = comm.rank, comm.size
 checks = 0
+DEVICE = os.environ.get("HOOP_TEST_DEVICE_MODULE")
 
 
 def fail(msg):
@@ -130,6 +138,114 @@ def next_salt():
     global salt
     salt += 1
     return salt
+
+
+# ---- device buffers (HOOP_TEST_DEVICE_MODULE) ----
+
+if DEVICE:
+    import ctypes
+    _db = ctypes.CDLL(os.environ["HOOP_TEST_DEVBUF"])
+    _db.devbuf_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    _db.devbuf_alloc.argtypes = [ctypes.c_size_t]
+    _db.devbuf_alloc.restype = ctypes.c_void_p
+    _db.devbuf_free.argtypes = [ctypes.c_void_p]
+    _db.devbuf_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    _err = ctypes.create_string_buffer(512)
+    if _db.devbuf_open(DEVICE.encode(), _err, 512) != 0:
+        print("rank %d: no CUDA device: %s" % (R, _err.value.decode()))
+        sys.exit(77)
+
+
+class DeviceArray:
+    """A numpy array's twin in device memory, filled from it; download() copies it back."""
+
+    def __init__(self, host):
+        self.host = host
+        self.work = np.ascontiguousarray(host)
+        self.ptr = _db.devbuf_alloc(max(self.work.nbytes, 1))
+        if self.work.nbytes:
+            _db.devbuf_copy(self.ptr, self.work.ctypes.data, self.work.nbytes)
+        self.__cuda_array_interface__ = {"data": (self.ptr, False), "shape": self.work.shape,
+                                         "typestr": self.work.dtype.str, "strides": None,
+                                         "version": 3}
+
+    def download(self):
+        if self.work.nbytes and self.host.flags.writeable:
+            _db.devbuf_copy(self.work.ctypes.data, self.ptr, self.work.nbytes)
+            if self.work is not self.host:
+                self.host[...] = self.work
+
+    def __del__(self):
+        _db.devbuf_free(self.ptr)
+
+
+def _to_host(r, twins):
+    if isinstance(r, DeviceArray):
+        return r.host
+    if isinstance(r, tuple):
+        return tuple(_to_host(x, twins) for x in r)
+    return r
+
+
+class DeviceRequest:
+    """A request of a call on device twins: done, the twins are copied back."""
+
+    def __init__(self, req, twins):
+        self._req, self._twins = req, twins
+
+    @property
+    def source(self):
+        return self._req.source
+
+    def wait(self):
+        try:
+            r = self._req.wait()
+        finally:
+            for t in self._twins:
+                t.download()
+        return _to_host(r, self._twins)
+
+    def test(self):
+        return self._req.test()
+
+
+class DeviceComm:
+    """comm, with every numpy array of a call replaced by its device twin (one twin per array, so
+    that a call given one array twice stays in place)."""
+
+    def __init__(self, c):
+        self._c = c
+
+    def __getattr__(self, name):
+        f = getattr(self._c, name)
+        if not callable(f):
+            return f
+
+        def call(*args, **kwargs):
+            twins = {}
+
+            def up(a):
+                if isinstance(a, np.ndarray):
+                    if id(a) not in twins:
+                        twins[id(a)] = DeviceArray(a)
+                    return twins[id(a)]
+                return a
+            r = f(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()})
+            if isinstance(r, hoop.Request):
+                return DeviceRequest(r, list(twins.values()))
+            for t in twins.values():
+                t.download()
+            return _to_host(r, twins)
+        return call
+
+
+if DEVICE:
+    comm = DeviceComm(comm)
+_wait_all = hoop.wait_all
+
+
+def wait_all(reqs):
+    return [r.wait() for r in reqs] if DEVICE else _wait_all(reqs)
 
 
 # ---- collectives against the reference ----
@@ -301,7 +417,7 @@ def check_p2p():
             out = np.zeros(n, storage(dt))
             reqs = [comm.irecv(out, left, **kw(dt)),
                     comm.isend(values(R, n, dt, "sum", s), right, **kw(dt))]
-            hoop.wait_all(reqs)
+            wait_all(reqs)
             same(out, values(left, n, dt, "sum", s), "isend/irecv ring %s n=%d" % (dt, n))
     # Blocking pairs 0<->1, 2<->3...: the lower rank sends first.
     s = next_salt()
@@ -631,10 +747,13 @@ def check_abort():
     comm.barrier()
 
 
-for check in (check_allreduce, check_broadcast, check_reduce, check_allgather_gather,
-              check_scatter, check_reduce_scatter, check_alltoall, check_barrier, check_p2p,
-              check_buffers, check_errors, check_split, check_init_methods, check_threads,
-              check_destroy_pending, check_abort):
+CHECKS = (check_allreduce, check_broadcast, check_reduce, check_allgather_gather, check_scatter,
+          check_reduce_scatter, check_alltoall, check_barrier, check_p2p)
+if not DEVICE:  # these check the binding's handling of host objects, threads and the Comm
+    CHECKS += (check_buffers, check_errors, check_split, check_init_methods, check_threads,
+               check_destroy_pending, check_abort)
+for check in CHECKS:
     check()
 comm.destroy()
-print("rank %d of %d: %d checks passed" % (R, P, checks))
+where = " on device buffers (%s)" % os.path.basename(DEVICE) if DEVICE else ""
+print("rank %d of %d: %d checks passed%s" % (R, P, checks, where))
