@@ -196,6 +196,18 @@ def wait_all(requests):
     return results
 
 
+def _stream_fn(name):
+    """hoop_comm_set_stream / hoop_comm_get_stream, typed at first use."""
+    fn = getattr(_lib(), name, None)
+    if fn is None:
+        raise HoopError("this libhoop (%s) has no %s" % (library_path(), name))
+    if name == "hoop_comm_set_stream":
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    else:
+        fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_void_p
+    return fn
+
+
 class Comm:
     """A communicator. Collectives must be called in the same order on every rank.
 
@@ -299,6 +311,34 @@ class Comm:
         with self._lock:
             self._check(_lib().hoop_comm_set_algo(self._handle(), str(algo).encode()),
                         "set_algo")
+
+    def set_stream(self, stream):
+        """Orders this Comm's calls on device buffers on a CUDA stream from now on (docs/cuda.md):
+        a call starts after the work queued there, work queued after it sees its result, and it
+        returns (a request completes) without waiting for the device. stream: a handle as an int
+        (0 is the legacy default stream), an object with one (CuPy's .ptr, torch's .cuda_stream),
+        or None for no stream (calls return with their result in device memory). A setting of
+        this rank alone; the stream must outlive the calls ordered on it."""
+        self._poster("set_stream")
+        if stream is not None and not isinstance(stream, int):
+            for attr in ("ptr", "cuda_stream"):
+                if isinstance(getattr(stream, attr, None), int):
+                    stream = getattr(stream, attr)
+                    break
+            else:
+                raise TypeError("set_stream: a stream handle (int), an object with .ptr or "
+                                ".cuda_stream, or None; got %s" % type(stream).__name__)
+        fn = _stream_fn("hoop_comm_set_stream")
+        handle = None if stream is None else ctypes.c_void_p(1 if stream == 0 else stream)
+        with self._lock:
+            self._check(fn(self._handle(), handle), "set_stream")
+
+    @property
+    def stream(self):
+        """The stream set by set_stream (0 for the legacy default stream), or None."""
+        with self._hlock:
+            v = _stream_fn("hoop_comm_get_stream")(self._handle())
+        return None if not v else 0 if v == 1 else v
 
     def stats(self):
         """Payload bytes and messages this rank sent and received on this communicator."""

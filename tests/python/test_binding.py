@@ -9,7 +9,9 @@ HOOP_TEST_DEVBUF (tests/cuda's libhoop-test-devbuf.so, which allocates and copie
 module), the collective and point-to-point checks run on device buffers instead: every numpy
 array a check hands the binding is replaced by a twin in device memory, shown through
 __cuda_array_interface__, and copied back once the call (or its request) is done, so that the
-same checks compare what the device buffers hold.
+same checks compare what the device buffers hold. HOOP_TEST_STREAM=1 also orders every call on a
+stream of the module (Comm.set_stream): the calls return without waiting for the device, and the
+twins are copied back only after that stream has been waited for.
 """
 import array
 import gc
@@ -34,6 +36,7 @@ comm = hoop.init("env://", timeout=60)
 R, P = comm.rank, comm.size
 checks = 0
 DEVICE = os.environ.get("HOOP_TEST_DEVICE_MODULE")
+STREAM = None
 
 
 def fail(msg):
@@ -150,10 +153,23 @@ if DEVICE:
     _db.devbuf_alloc.restype = ctypes.c_void_p
     _db.devbuf_free.argtypes = [ctypes.c_void_p]
     _db.devbuf_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    _db.devbuf_stream.restype = ctypes.c_void_p
+    _db.devbuf_sync.argtypes = [ctypes.c_void_p]
     _err = ctypes.create_string_buffer(512)
     if _db.devbuf_open(DEVICE.encode(), _err, 512) != 0:
         print("rank %d: no CUDA device: %s" % (R, _err.value.decode()))
         sys.exit(77)
+    STREAM = _db.devbuf_stream() if os.environ.get("HOOP_TEST_STREAM") == "1" else None
+    if STREAM is not None:
+        comm.set_stream(STREAM)
+        expect(comm.stream == STREAM, "Comm.stream: %r, set %r" % (comm.stream, STREAM))
+
+
+def _downloaded(twins):
+    if STREAM is not None:  # the calls' work is queued there, not done
+        _db.devbuf_sync(STREAM)
+    for t in twins:
+        t.download()
 
 
 class DeviceArray:
@@ -201,8 +217,7 @@ class DeviceRequest:
         try:
             r = self._req.wait()
         finally:
-            for t in self._twins:
-                t.download()
+            _downloaded(self._twins)
         return _to_host(r, self._twins)
 
     def test(self):
@@ -233,8 +248,7 @@ class DeviceComm:
             r = f(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()})
             if isinstance(r, hoop.Request):
                 return DeviceRequest(r, list(twins.values()))
-            for t in twins.values():
-                t.download()
+            _downloaded(twins.values())
             return _to_host(r, twins)
         return call
 
@@ -748,7 +762,12 @@ def check_abort():
 
 
 CHECKS = (check_allreduce, check_broadcast, check_reduce, check_allgather_gather, check_scatter,
-          check_reduce_scatter, check_alltoall, check_barrier, check_p2p)
+          check_reduce_scatter, check_alltoall, check_barrier)
+# Ordered on a stream, a rank's receive holds its stream until it completes, so the ring of
+# irecv-then-isend in check_p2p would wait on every rank at once: such exchanges need a group
+# call (docs/cuda.md, still to do), as NCCL's do.
+if not (DEVICE and STREAM is not None):
+    CHECKS += (check_p2p,)
 if not DEVICE:  # these check the binding's handling of host objects, threads and the Comm
     CHECKS += (check_buffers, check_errors, check_split, check_init_methods, check_threads,
                check_destroy_pending, check_abort)
