@@ -152,6 +152,16 @@ HOOP_API hoop_result_t hoop_comm_set_stream(hoop_comm_t *comm, void *stream);
 #define HOOP_STREAM_LEGACY ((void *)1)
 /* The stream set on comm, NULL when none. */
 HOOP_API void *hoop_comm_get_stream(const hoop_comm_t *comm);
+/* A group of stream-ordered calls, as NCCL's ncclGroupStart/ncclGroupEnd: between the two, the
+ * calls on device buffers posted while a stream is set start, as always, after the work queued on
+ * their stream before them, but none waits for another of the group; the streams are made to wait
+ * for all of them at hoop_group_end. Needed where a rank's calls would otherwise wait on each
+ * other across ranks, as a ring of irecv-then-isend on one stream does (each receive holds its
+ * stream until it is done). Calls without a stream are not affected. Groups nest (the outermost
+ * end counts); the posting thread's, local to this rank. hoop_group_end without a start is
+ * HOOP_ERR_INVALID_ARGUMENT. */
+HOOP_API hoop_result_t hoop_group_start(hoop_comm_t *comm);
+HOOP_API hoop_result_t hoop_group_end(hoop_comm_t *comm);
 
 HOOP_API hoop_result_t hoop_allreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t count, hoop_dtype_t dt, hoop_op_t op);

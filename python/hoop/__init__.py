@@ -197,14 +197,16 @@ def wait_all(requests):
 
 
 def _stream_fn(name):
-    """hoop_comm_set_stream / hoop_comm_get_stream, typed at first use."""
+    """hoop_comm_set_stream, hoop_comm_get_stream, hoop_group_start/end, typed at first use."""
     fn = getattr(_lib(), name, None)
     if fn is None:
         raise HoopError("this libhoop (%s) has no %s" % (library_path(), name))
     if name == "hoop_comm_set_stream":
         fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-    else:
+    elif name == "hoop_comm_get_stream":
         fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_void_p
+    else:
+        fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
     return fn
 
 
@@ -332,6 +334,37 @@ class Comm:
         handle = None if stream is None else ctypes.c_void_p(1 if stream == 0 else stream)
         with self._lock:
             self._check(fn(self._handle(), handle), "set_stream")
+
+    def group_start(self):
+        """Starts a group of stream-ordered calls (hoop_group_start; docs/cuda.md): until the
+        matching group_end, no call on device buffers posted under a stream waits for another
+        of the group, so that a ring of irecv-then-isend on one stream does not wait on itself.
+        Groups nest; `with comm.group():` pairs the two."""
+        self._poster("group_start")
+        fn = _stream_fn("hoop_group_start")
+        with self._lock:
+            self._check(fn(self._handle()), "group_start")
+
+    def group_end(self):
+        """Ends a group (see group_start): the streams now wait for the group's calls."""
+        self._poster("group_end")
+        fn = _stream_fn("hoop_group_end")
+        with self._lock:
+            self._check(fn(self._handle()), "group_end")
+
+    def group(self):
+        """A context manager: group_start on entry, group_end on exit."""
+        comm = self
+
+        class _Group:
+            def __enter__(self):
+                comm.group_start()
+                return comm
+
+            def __exit__(self, *exc):
+                comm.group_end()
+                return False
+        return _Group()
 
     @property
     def stream(self):

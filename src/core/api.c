@@ -139,6 +139,25 @@ hoop_result_t hoop_comm_set_stream(hoop_comm_t *c, void *stream)
 
 void *hoop_comm_get_stream(const hoop_comm_t *c) { return c != NULL ? c->stream : NULL; }
 
+/* Local too: a group changes when this rank's stream waits, not what moves where. */
+hoop_result_t hoop_group_start(hoop_comm_t *c)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    c->group++;
+    return HOOP_OK;
+}
+
+hoop_result_t hoop_group_end(hoop_comm_t *c)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    if (c->group == 0) {
+        hoop__comm_set_last(c, "hoop_group_end: no group was started (hoop_group_start)");
+        return HOOP_ERR_INVALID_ARGUMENT;
+    }
+    if (--c->group > 0) return HOOP_OK;
+    return hoop__mem_group_end(c);
+}
+
 hoop_result_t hoop_comm_abort(hoop_comm_t *c)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;

@@ -162,6 +162,7 @@ struct hoop_comm {
     /* The CUDA stream that device calls are ordered on (hoop_comm_set_stream), or NULL; read by
      * the posting thread only. */
     void *stream;
+    int group; /* hoop_group_start's depth: stream waits held back until the outermost end */
     /* Host buffers that transfers of device memory go through (runtime/stage.c, under exec). */
     struct hoop__stage *stage;
 

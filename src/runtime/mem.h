@@ -79,6 +79,9 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, struct hoop__call *call, void
 int hoop__mem_order_ready(const struct hoop__call *call);
 hoop_result_t hoop__mem_order_start(const struct hoop__call *call);
 void hoop__mem_order_end(struct hoop__call *call);
+/* The end of the outermost group (hoop_group_end): the streams of the calls posted in it are
+ * made to wait for them now (at posting, a call in a group only recorded its start event). */
+hoop_result_t hoop__mem_group_end(hoop_comm_t *c);
 
 /* Frees what the memory types hold for c (scratch, staging buffers, the CUDA module's context),
  * as the communicator goes. */

@@ -66,6 +66,14 @@ struct hoop__cuda {
     void *stream;
     uint32_t *words;
     order_slot_t slot[SLOTS];
+    /* Inside a group (hoop_group_start), the user's streams' waits for the words of the calls
+     * posted so far, queued only at the group's end: slot, value, stream. */
+    struct deferred {
+        int slot;
+        uint32_t value;
+        void *stream;
+    } *deferred;
+    int ndeferred, capdeferred;
     /* Staging's copy streams (runtime.h), device to host [0] and host to device [1], and the
      * event that orders them after a call's stream; under exec. */
     void *copy_stream[2];
@@ -371,6 +379,7 @@ void hoop__cuda_close(hoop_comm_t *c)
     if (st->ctx != NULL) st->t->close(st->ctx);
     if (st->dl != NULL) dlclose(st->dl);
     pthread_mutex_destroy(&st->mu);
+    free(st->deferred);
     free(st);
     atomic_store(&c->cuda, NULL);
 }
@@ -547,8 +556,27 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *str
     o->value = __atomic_load_n(&st->words[k], __ATOMIC_RELAXED) + 1;
     o->since = 0;
     int rc = t->event_record(st->ctx, o->ev_in, stream);
-    if (rc == 0) rc = t->stream_wait_word(st->ctx, stream, &st->words[k], o->value);
-    if (rc == 0) rc = t->event_record(st->ctx, o->ev_out, stream);
+    if (rc == 0 && c->group > 0) {
+        /* In a group, no call waits for another of the group: the stream's waits come at its
+         * end, after every call's start event (a receive before a send on one stream would
+         * otherwise hold the send until the receive is done, on every rank of a ring). */
+        if (st->ndeferred == st->capdeferred) {
+            int ncap = st->capdeferred ? 2 * st->capdeferred : 16;
+            struct deferred *nd = realloc(st->deferred, (size_t)ncap * sizeof *nd);
+            if (nd == NULL) {
+                pthread_mutex_unlock(&st->mu);
+                call->order = k + 1;
+                hoop__mem_order_end(call);
+                return hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "%s: out of memory", fn);
+            }
+            st->deferred = nd;
+            st->capdeferred = ncap;
+        }
+        st->deferred[st->ndeferred++] = (struct deferred){k, o->value, stream};
+    } else {
+        if (rc == 0) rc = t->stream_wait_word(st->ctx, stream, &st->words[k], o->value);
+        if (rc == 0) rc = t->event_record(st->ctx, o->ev_out, stream);
+    }
     pthread_mutex_unlock(&st->mu);
     call->order = k + 1;
     if (rc != 0) {
@@ -559,6 +587,30 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *str
         hoop__mem_order_end(call);
         return r;
     }
+    return HOOP_OK;
+}
+
+hoop_result_t hoop__mem_group_end(hoop_comm_t *c)
+{
+    struct hoop__cuda *st = cu(c);
+    if (st == NULL) return HOOP_OK;
+    pthread_mutex_lock(&st->mu);
+    int rc = 0;
+    /* Each call's stream waits for its word (a word only grows: a slot reused meanwhile by a
+     * later call has a larger value, and this wait passes at once). */
+    for (int i = 0; i < st->ndeferred; i++) {
+        struct deferred *d = &st->deferred[i];
+        int r = st->t->stream_wait_word(st->ctx, d->stream, &st->words[d->slot], d->value);
+        if (r == 0) r = st->t->event_record(st->ctx, st->slot[d->slot].ev_out, d->stream);
+        if (r != 0 && rc == 0) rc = r;
+    }
+    st->ndeferred = 0;
+    pthread_mutex_unlock(&st->mu);
+    if (rc != 0)
+        return hoop__comm_error(c, HOOP_ERR_SYSTEM,
+                                "hoop_group_end: cannot make a stream wait for the group's calls "
+                                "on rank %d: %s",
+                                c->rank, st->t->error(st->ctx));
     return HOOP_OK;
 }
 

@@ -19,6 +19,10 @@
  *                            still gated: the call must end, right, before the communicator goes.
  *   stream MODULE reuse      a device buffer freed and another allocated at the same address
  *                            between stream-ordered calls: each call reads the new one's data.
+ *   stream MODULE group      a ring ordered on the test's stream: every rank receives from its
+ *                            left, then sends to its right (nonblocking, then blocking), inside
+ *                            hoop_group_start/end. Without the group each rank's receive would
+ *                            hold its stream, and with it the send after it, on every rank.
  *   stream MODULE legacy     no stream set: the gate closes on the legacy default stream, the
  *                            inputs' copy is queued there, and a thread opens the gate 30 ms
  *                            later. A call without a stream must start after the work queued
@@ -274,6 +278,56 @@ static void legacy_round(hoop_comm_t *c, int kind, size_t n)
     free(junk);
 }
 
+/* Mode group: a ring of receive-then-send ordered on the stream, in a group. */
+static void group_rounds(hoop_comm_t *c)
+{
+    static const size_t counts[] = {1, 7, 1031, 65537};
+    int left = (rank + size - 1) % size, right = (rank + 1) % size;
+    for (int blocking = 0; blocking < 2; blocking++)
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+            size_t n = counts[k];
+            round_no++;
+            float *hin = malloc(n * sizeof(float)), *hout = malloc(n * sizeof(float));
+            float *din = devbuf_alloc(n * sizeof(float)), *dout = devbuf_alloc(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) {
+                hin[i] = input(rank, round_no, i);
+                hout[i] = -1.0f;
+            }
+            devbuf_copy(dout, hout, n * sizeof(float));
+            devbuf_copy_async(din, hin, n * sizeof(float), stream);
+            hoop_request_t *rr = NULL, *rs = NULL;
+            hoop_result_t a, b, g;
+            CHECK(hoop_group_start(c) == HOOP_OK, "hoop_group_start");
+            if (blocking) {
+                a = hoop_recv(c, dout, n, HOOP_FLOAT32, left);
+                b = hoop_send(c, din, n, HOOP_FLOAT32, right);
+            } else {
+                a = hoop_irecv(c, dout, n, HOOP_FLOAT32, left, &rr);
+                b = hoop_isend(c, din, n, HOOP_FLOAT32, right, &rs);
+            }
+            g = hoop_group_end(c);
+            CHECK(a == HOOP_OK && b == HOOP_OK && g == HOOP_OK, "group of %zu: %s / %s / %s: %s", n,
+                  hoop_error_string(a), hoop_error_string(b), hoop_error_string(g),
+                  hoop_comm_last_error(c));
+            devbuf_copy_async(hout, dout, n * sizeof(float), stream);
+            if (rr != NULL)
+                CHECK(hoop_wait(rr) == HOOP_OK, "wait irecv: %s", hoop_comm_last_error(c));
+            if (rs != NULL)
+                CHECK(hoop_wait(rs) == HOOP_OK, "wait isend: %s", hoop_comm_last_error(c));
+            devbuf_sync(stream);
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++) bad += hout[i] != input(left, round_no, i);
+            CHECK(bad == 0, "group %s ring of %zu: %zu wrong element(s)",
+                  blocking ? "blocking" : "nonblocking", n, bad);
+            devbuf_free(din);
+            devbuf_free(dout);
+            free(hin);
+            free(hout);
+        }
+    /* An end without a start is refused, and the communicator goes on. */
+    CHECK(hoop_group_end(c) == HOOP_ERR_INVALID_ARGUMENT, "hoop_group_end without a start");
+}
+
 /* A freed buffer's address given to a new one between ordered calls: the calls read what the
  * new one holds. */
 static void reuse_rounds(hoop_comm_t *c)
@@ -304,7 +358,7 @@ static void reuse_rounds(hoop_comm_t *c)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: stream MODULE ordered|unordered|reuse|legacy\n");
+        fprintf(stderr, "usage: stream MODULE ordered|unordered|reuse|group|legacy\n");
         return 2;
     }
     char err[512];
@@ -333,6 +387,8 @@ int main(int argc, char **argv)
     int rounds = 0;
     if (!strcmp(mode, "reuse")) {
         reuse_rounds(c);
+    } else if (!strcmp(mode, "group")) {
+        group_rounds(c);
     } else if (!strcmp(mode, "legacy")) {
         static const size_t counts[] = {1, 7, 1031, 65537};
         for (int kind = 0; kind < K_COUNT; kind++)

@@ -478,6 +478,24 @@ def check_p2p():
             comm.barrier()
 
 
+def check_group():
+    """Ordered on a stream, a ring of irecv-then-isend in a group (Comm.group)."""
+    if P == 1:
+        return
+    for dt in ("float32", "int8"):
+        for n in SIZES:
+            s = next_salt()
+            right, left = (R + 1) % P, (R - 1) % P
+            out = np.zeros(n, storage(dt))
+            with comm.group():
+                reqs = [comm.irecv(out, left, **kw(dt)),
+                        comm.isend(values(R, n, dt, "sum", s), right, **kw(dt))]
+            wait_all(reqs)
+            same(out, values(left, n, dt, "sum", s), "grouped ring %s n=%d" % (dt, n))
+    expect_raises(hoop.InvalidArgumentError, comm.group_end, "group_end without a start",
+                  "no group")
+
+
 # ---- buffers ----
 
 def check_buffers():
@@ -764,10 +782,12 @@ def check_abort():
 CHECKS = (check_allreduce, check_broadcast, check_reduce, check_allgather_gather, check_scatter,
           check_reduce_scatter, check_alltoall, check_barrier)
 # Ordered on a stream, a rank's receive holds its stream until it completes, so the ring of
-# irecv-then-isend in check_p2p would wait on every rank at once: such exchanges need a group
-# call (docs/cuda.md, still to do), as NCCL's do.
+# irecv-then-isend in check_p2p would wait on every rank at once: such exchanges go in a group,
+# as NCCL's do (check_group).
 if not (DEVICE and STREAM is not None):
     CHECKS += (check_p2p,)
+else:
+    CHECKS += (check_group,)
 if not DEVICE:  # these check the binding's handling of host objects, threads and the Comm
     CHECKS += (check_buffers, check_errors, check_split, check_init_methods, check_threads,
                check_destroy_pending, check_abort)
