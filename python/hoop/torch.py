@@ -845,6 +845,21 @@ class _CudaCall:
             finally:
                 _set_stream(comm, None)
 
+    def post_group(self, posts):
+        """Each (fn, args) of posts posted ordered on the stream in one group (docs/cuda.md,
+        "Groups"): none waits for another, so receives posted before the sends they depend on
+        (on every rank) do not wait for themselves. Under the lock throughout, so that no other
+        thread's call joins the group (its Work's event would come before its stream's wait)."""
+        comm = self.pg._comm
+        with _CUDA_LOCK:
+            _set_stream(comm, self.stream.cuda_stream)
+            comm.group_start()
+            try:
+                return [fn(*args) for fn, args in posts]
+            finally:
+                comm.group_end()
+                _set_stream(comm, None)
+
     def work(self, reqs, result, lane="coll"):
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             for f in self.after:
@@ -1015,16 +1030,17 @@ def _cuda_reduce_scatter_base(self, output, input, opts=None):
 
 
 def _cuda_alltoall_p2p(self, call, outs, ins):
-    """Blocks of different sizes: one send and one receive per peer, posted on the stream."""
-    me, reqs = self.rank(), []
+    """Blocks of different sizes: one send and one receive per peer, posted on the stream in one
+    group (every rank posts its receives first)."""
+    me, posts = self.rank(), []
     for p in range(self.size()):
         if p != me:
-            reqs.append(call.post(self._comm.irecv, call.buf(outs[p], True), p,
-                                  _dtype_name(outs[p].dtype)))
+            posts.append((self._comm.irecv, (call.buf(outs[p], True), p,
+                                             _dtype_name(outs[p].dtype))))
     for p in range(self.size()):
         if p != me:
-            reqs.append(call.post(self._comm.isend, call.buf(ins[p]), p,
-                                  _dtype_name(ins[p].dtype)))
+            posts.append((self._comm.isend, (call.buf(ins[p]), p, _dtype_name(ins[p].dtype))))
+    reqs = call.post_group(posts)
     outs[me].detach().copy_(ins[me])  # on the current stream, which is the call's
     return reqs
 
