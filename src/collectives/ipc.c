@@ -72,10 +72,11 @@ enum { READY, REDUCED, DONE }; /* each rank's IPC events (runtime.h) */
 /* One call's session: the areas every rank opened, and the rounds' buffers. */
 typedef struct ipc {
     const hoop__call_t *call;
-    hoop__call_t hc;  /* the rounds' messages: host memory, named ipc on the wire and in traces */
-    const int *ranks; /* the group's ranks of the communicator in group order; NULL: all, 0..p-1 */
+    hoop__call_t hc; /* the rounds' messages: host memory, named ipc on the wire and in traces */
+    /* The group's ranks of the communicator in group order; NULL: all, 0..p-1. A group is a host
+     * of the hierarchical collectives (the end of this file). */
+    const int *ranks;
     int p, me, automatic;
-    int hier; /* stages of the hierarchical all-reduce: no AVG finish here (stage B's owner) */
     size_t es;
     size_t half;    /* bytes in each half of the smallest area, a multiple of 256 */
     size_t oneshot; /* chunks of at most this many bytes reduce in one shot */
@@ -234,7 +235,6 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic,
          * a round of one byte does (0 host buffers, 1 device buffers that cannot take part, 2
          * ready), and every rank of the host decides alike from it. */
         x->flags[me] = mine.ok ? 2 : mine.host_buffers ? 0 : 1;
-        x->hier = 1;
         x->hc.algo = call->algo; /* the call's algorithm, as its other stages' messages say */
         HOOP__TRACE_STEP(&x->hc, 0, "rank %d says what its buffers are to its host's ranks",
                          c->rank);
@@ -332,7 +332,8 @@ static void reduce_all(ipc_t *x, void *out, size_t off, size_t n)
     else
         hoop__cuda_ipc_reduce(call, out, x->areas[0] + off, x->areas[1] + off, n);
     for (int q = 2; q < x->p; q++) hoop__cuda_ipc_reduce(call, out, out, x->areas[q] + off, n);
-    if (call->op == HOOP_AVG && !x->hier) hoop__cuda_ipc_avg(call, out, n);
+    /* In a host's stage of the hierarchical collectives the owner across hosts finishes it. */
+    if (call->op == HOOP_AVG && x->ranks == NULL) hoop__cuda_ipc_avg(call, out, n);
 }
 
 /* All-reduce (root < 0) and reduce. */
@@ -603,6 +604,12 @@ hoop_result_t hoop__ipc_hier_open(const hoop__call_t *call, const int *local, in
     return HOOP_OK;
 }
 
+/* Elements of a segment of len elements in the chunk at off (0 past its end). */
+static size_t in_chunk(size_t len, size_t off, size_t chunk)
+{
+    return off >= len ? 0 : len - off < chunk ? len - off : chunk;
+}
+
 /* The stage is done on the device: what follows reads its output. */
 static hoop_result_t drain(ipc_t *x)
 {
@@ -626,18 +633,16 @@ hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx, const void *in
         wait_for(x, -1, DONE);
         for (int s = 0; s < x->p; s++) {
             hoop__part(n, x->p, s, &so, &sl);
-            if (off < sl)
-                put(x, (size_t)s * piece, in + (so + off) * es,
-                    (sl - off < chunk ? sl - off : chunk) * es);
+            size_t k = in_chunk(sl, off, chunk);
+            if (k > 0) put(x, (size_t)s * piece, in + (so + off) * es, k * es);
         }
         HOOP__TRACE_STEP(&x->hc, 1,
                          "over CUDA IPC, host reduce-scatter: pieces at %zu in rank %d's area", off,
                          call->comm->rank);
         if ((rc = step_end(x, READY)) != HOOP_OK) break; /* the first may fall back */
         wait_for(x, -1, READY);
-        if (off < ol)
-            reduce_all(x, out + (oo + off) * es, (size_t)hx->own * piece,
-                       ol - off < chunk ? ol - off : chunk);
+        size_t k = in_chunk(ol, off, chunk);
+        if (k > 0) reduce_all(x, out + (oo + off) * es, (size_t)hx->own * piece, k);
         HOOP__TRACE_STEP(&x->hc, 2,
                          "over CUDA IPC, host reduce-scatter: rank %d reduces segment %d",
                          call->comm->rank, hx->own);
@@ -658,7 +663,8 @@ hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *bufp, size_t 
     hoop_result_t rc = HOOP_OK;
     for (size_t off = 0; off < longest && rc == HOOP_OK; off += chunk) {
         wait_for(x, -1, DONE);
-        if (off < ol) put(x, 0, buf + (oo + off) * es, (ol - off < chunk ? ol - off : chunk) * es);
+        size_t k = in_chunk(ol, off, chunk);
+        if (k > 0) put(x, 0, buf + (oo + off) * es, k * es);
         HOOP__TRACE_STEP(&x->hc, 1,
                          "over CUDA IPC, host all-gather: segment %d at %zu in rank %d's area",
                          hx->own, off, call->comm->rank);
@@ -666,9 +672,9 @@ hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *bufp, size_t 
         wait_for(x, -1, READY);
         for (int q = 0; q < x->p; q++) {
             hoop__part(n, x->p, (q + 1) % x->p, &so, &sl);
-            if (q == x->me || off >= sl) continue;
-            hoop__cuda_ipc_copy(call, buf + (so + off) * es, x->areas[q],
-                                (sl - off < chunk ? sl - off : chunk) * es);
+            size_t kq = in_chunk(sl, off, chunk);
+            if (q != x->me && kq > 0)
+                hoop__cuda_ipc_copy(call, buf + (so + off) * es, x->areas[q], kq * es);
         }
         HOOP__TRACE_STEP(&x->hc, 2, "over CUDA IPC, host all-gather: rank %d reads every segment",
                          call->comm->rank);

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "base/clock.h"
+#include "../../common/port.h"
 #include "base/log.h"
 #include "base/sock.h"
 #include "rendezvous/pmix_sym.h"
@@ -45,10 +45,9 @@ static int bind_probe(const struct addrinfo *res, int port, int *e)
     return -1;
 }
 
-/* A port free on host a moment ago. The store binds it a moment later; should something take it
- * in between, the store says the port is in use. It is drawn below the kernel's ephemeral range
- * (from the pid and the clock): a port from bind(0) lies inside it, where any process's outgoing
- * connection may take it as its local port in that moment. */
+/* A port free on host a moment ago, drawn below the kernel's ephemeral range (common/port.h).
+ * The store binds it a moment later; should something take it in between, the store says the
+ * port is in use. */
 static int free_port(const char *host, int *port, char *err, size_t errlen)
 {
     struct addrinfo *res = NULL;
@@ -58,21 +57,12 @@ static int free_port(const char *host, int *port, char *err, size_t errlen)
                   g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
         return -1;
     }
-    int lo = 32768, e = EADDRNOTAVAIL;
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
-    if (f != NULL) {
-        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
-        fclose(f);
-    }
+    int e = EADDRNOTAVAIL;
+    port_draw_t d;
+    port_draw_start(&d, 32);
     *port = -1;
-    if (lo > 12000) {
-        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)(hoop__now() * 1e6);
-        for (int i = 0; i < 32 && *port < 0; i++) {
-            x = x * 1103515245u + 12345u;
-            int want = 10000 + (int)((x >> 8) % (unsigned)(lo - 10000));
-            if (bind_probe(res, want, &e) == want) *port = want;
-        }
-    }
+    for (int want; *port < 0 && (want = port_draw_next(&d)) > 0;)
+        if (bind_probe(res, want, &e) == want) *port = want;
     if (*port < 0) *port = bind_probe(res, 0, &e);
     freeaddrinfo(res);
     if (*port > 0) return 0;

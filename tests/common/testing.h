@@ -10,11 +10,10 @@
 #include <unistd.h>
 
 #include "../../common/clock.h" /* now_s(), for deadlines and the times tests report */
+#include "../../common/port.h"
 #include "hoop.h"
 
-/* A loopback TCP port that was free a moment ago (for MASTER_PORT), or -1. It is drawn below
- * the kernel's ephemeral range: a port from bind(0) lies inside it, where any connect() of a test
- * running beside this one may take it as its local port before rank 0 binds it. */
+/* Binds loopback port (0: the kernel's choice) and lets it go: the port it got, or -1. */
 static inline int test_probe_port(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -31,23 +30,14 @@ static inline int test_probe_port(int port)
     return got;
 }
 
+/* A loopback TCP port that was free a moment ago (for MASTER_PORT), or -1; drawn below the
+ * ephemeral range (common/port.h), where no test's connect() beside this one can take it. */
 static inline int test_free_port(void)
 {
-    int lo = 32768;
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    if (f != NULL) {
-        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
-        fclose(f);
-    }
-    if (lo > 12000) {
-        /* pid and clock mixed, so that tests started together draw apart. */
-        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)(now_s() * 1e6);
-        for (int i = 0; i < 64; i++) {
-            x = x * 1103515245u + 12345u;
-            int port = 10000 + (int)((x >> 8) % (unsigned)(lo - 10000));
-            if (test_probe_port(port) == port) return port;
-        }
-    }
+    port_draw_t d;
+    port_draw_start(&d, 64);
+    for (int port; (port = port_draw_next(&d)) > 0;)
+        if (test_probe_port(port) == port) return port;
     return test_probe_port(0);
 }
 

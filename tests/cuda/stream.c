@@ -110,6 +110,52 @@ static float input(int r, uint32_t round, size_t i)
     return (float)((r * 7 + (int)round * 3 + (int)(i % 101)) % 50);
 }
 
+/* Posts one call of kind on n elements; for send/recv, even ranks send to rank ^ 1 and odd ones
+ * receive from it into dout. */
+static hoop_result_t post_kind(hoop_comm_t *c, int kind, float *din, float *dout, size_t n,
+                               hoop_request_t **req)
+{
+    int peer = rank ^ 1;
+    switch (kind) {
+    case K_ALLREDUCE: return hoop_allreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM);
+    case K_IALLREDUCE: return hoop_iallreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM, req);
+    case K_BROADCAST: return hoop_broadcast(c, din, n, HOOP_FLOAT32, size - 1);
+    case K_ALLGATHER: return hoop_allgather(c, din, dout, n, HOOP_FLOAT32);
+    default:
+        if (peer >= size) return HOOP_OK;
+        return rank % 2 == 0 ? hoop_send(c, din, n, HOOP_FLOAT32, peer)
+                             : hoop_recv(c, dout, n, HOOP_FLOAT32, peer);
+    }
+}
+
+/* The elements of hout (out_n of them) that are not what kind gives on n elements this round:
+ * how many, and the first (its index, value and the value expected). */
+static size_t count_wrong(int kind, size_t n, const float *hout, size_t out_n, size_t *first,
+                          float *got, float *exp)
+{
+    int peer = rank ^ 1;
+    size_t bad = 0;
+    for (size_t i = 0; i < out_n; i++) {
+        float e;
+        if (kind == K_ALLREDUCE || kind == K_IALLREDUCE) {
+            e = 0;
+            for (int r = 0; r < size; r++) e += input(r, round_no, i);
+        } else if (kind == K_BROADCAST) {
+            e = input(size - 1, round_no, i);
+        } else if (kind == K_ALLGATHER) {
+            e = input((int)(i / n), round_no, i % n);
+        } else {
+            e = peer >= size || rank % 2 == 0 ? -1.0f : input(peer, round_no, i);
+        }
+        if (hout[i] != e && bad++ == 0) {
+            *first = i;
+            *got = hout[i];
+            *exp = e;
+        }
+    }
+    return bad;
+}
+
 /* One round of kind on n elements; ordered: with the stream set. Returns 1 if the result was
  * right everywhere. */
 static int one_round(hoop_comm_t *c, int kind, size_t n, int ordered)
@@ -130,21 +176,8 @@ static int one_round(hoop_comm_t *c, int kind, size_t n, int ordered)
     pthread_t opener;
     pthread_create(&opener, NULL, late_open, &want);
     devbuf_copy_async(din, hin, n * sizeof(float), stream);
-    hoop_result_t rc = HOOP_OK;
     hoop_request_t *req = NULL;
-    int peer = rank ^ 1;
-    switch (kind) {
-    case K_ALLREDUCE: rc = hoop_allreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM); break;
-    case K_IALLREDUCE: rc = hoop_iallreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM, &req); break;
-    case K_BROADCAST: rc = hoop_broadcast(c, din, n, HOOP_FLOAT32, size - 1); break;
-    case K_ALLGATHER: rc = hoop_allgather(c, din, dout, n, HOOP_FLOAT32); break;
-    case K_SENDRECV:
-        if (peer >= size) break;
-        /* Even ranks send, odd ones receive into dout. */
-        rc = rank % 2 == 0 ? hoop_send(c, din, n, HOOP_FLOAT32, peer)
-                           : hoop_recv(c, dout, n, HOOP_FLOAT32, peer);
-        break;
-    }
+    hoop_result_t rc = post_kind(c, kind, din, dout, n, &req);
     int returned_closed = gate_closed();
     CHECK(rc == HOOP_OK, "%s of %zu: %s: %s", kind_name[kind], n, hoop_error_string(rc),
           hoop_comm_last_error(c));
@@ -161,26 +194,9 @@ static int one_round(hoop_comm_t *c, int kind, size_t n, int ordered)
     devbuf_sync(stream);
     pthread_join(opener, NULL);
 
-    size_t bad = 0, first = 0;
+    size_t first = 0;
     float got = 0, exp = 0;
-    for (size_t i = 0; i < out_n; i++) {
-        float e;
-        if (kind == K_ALLREDUCE || kind == K_IALLREDUCE) {
-            e = 0;
-            for (int r = 0; r < size; r++) e += input(r, round_no, i);
-        } else if (kind == K_BROADCAST) {
-            e = input(size - 1, round_no, i);
-        } else if (kind == K_ALLGATHER) {
-            e = input((int)(i / n), round_no, i % n);
-        } else {
-            e = peer >= size || rank % 2 == 0 ? -1.0f : input(peer, round_no, i);
-        }
-        if (hout[i] != e && bad++ == 0) {
-            first = i;
-            got = hout[i];
-            exp = e;
-        }
-    }
+    size_t bad = count_wrong(kind, n, hout, out_n, &first, &got, &exp);
     if (ordered)
         CHECK(bad == 0, "%s of %zu: %zu wrong element(s), first at %zu: %g, expected %g",
               kind_name[kind], n, bad, first, (double)got, (double)exp);
@@ -217,56 +233,27 @@ static void legacy_round(hoop_comm_t *c, int kind, size_t n)
     devbuf_copy_async(din, hin, n * sizeof(float), NULL);
     pthread_t opener;
     pthread_create(&opener, NULL, open_soon, &want);
-    hoop_result_t rc = HOOP_OK;
     hoop_request_t *req = NULL;
     int peer = rank ^ 1;
-    switch (kind) {
-    case K_ALLREDUCE: rc = hoop_allreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM); break;
-    case K_IALLREDUCE: rc = hoop_iallreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM, &req); break;
-    case K_BROADCAST: rc = hoop_broadcast(c, din, n, HOOP_FLOAT32, size - 1); break;
-    case K_ALLGATHER: rc = hoop_allgather(c, din, dout, n, HOOP_FLOAT32); break;
-    case K_SENDRECV:
-        if (peer >= size) break;
-        rc = rank % 2 == 0 ? hoop_send(c, din, n, HOOP_FLOAT32, peer)
-                           : hoop_recv(c, dout, n, HOOP_FLOAT32, peer);
-        break;
-    }
+    hoop_result_t rc = post_kind(c, kind, din, dout, n, &req);
     int returned_closed = gate_closed();
     CHECK(rc == HOOP_OK, "%s of %zu: %s: %s", kind_name[kind], n, hoop_error_string(rc),
           hoop_comm_last_error(c));
     if (req != NULL) {
         rc = hoop_wait(req);
         CHECK(rc == HOOP_OK, "hoop_wait: %s", hoop_error_string(rc));
-    } else if (kind != K_SENDRECV || rank % 2 == 0 || peer < size) {
+    } else if (kind != K_SENDRECV || peer < size) { /* a rank without a peer posts nothing */
         /* A blocking call without a stream returns with its result in device memory, after
          * the work queued before it on the legacy stream: after the gate opened. */
-        CHECK(!returned_closed || (kind == K_SENDRECV && peer >= size),
-              "%s of %zu returned before the legacy stream's work it must follow", kind_name[kind],
-              n);
+        CHECK(!returned_closed, "%s of %zu returned before the legacy stream's work it must follow",
+              kind_name[kind], n);
     }
     pthread_join(opener, NULL);
     devbuf_copy_async(hout, kind == K_BROADCAST ? din : dout, out_n * sizeof(float), NULL);
     devbuf_sync(NULL);
-    size_t bad = 0, first = 0;
+    size_t first = 0;
     float got = 0, exp = 0;
-    for (size_t i = 0; i < out_n; i++) {
-        float e;
-        if (kind == K_ALLREDUCE || kind == K_IALLREDUCE) {
-            e = 0;
-            for (int r = 0; r < size; r++) e += input(r, round_no, i);
-        } else if (kind == K_BROADCAST) {
-            e = input(size - 1, round_no, i);
-        } else if (kind == K_ALLGATHER) {
-            e = input((int)(i / n), round_no, i % n);
-        } else {
-            e = peer >= size || rank % 2 == 0 ? -1.0f : input(peer, round_no, i);
-        }
-        if (hout[i] != e && bad++ == 0) {
-            first = i;
-            got = hout[i];
-            exp = e;
-        }
-    }
+    size_t bad = count_wrong(kind, n, hout, out_n, &first, &got, &exp);
     CHECK(bad == 0,
           "%s of %zu after the legacy stream: %zu wrong element(s), first at %zu: %g, "
           "expected %g",

@@ -4,7 +4,8 @@
  *   hooprun -n N coll_test [--mode MODE] [--colls LIST] [--roots all|ends]
  *                          [--large-dtypes LIST|none] [--large-ops LIST] [--large-roots ends|last]
  *                          [--nreq K] [--late-rank R] [--device MODULE [--stream]
- *                          [--host-rank R] [--expect-path ipc|staged]] [--quick] [--verbose]
+ *                          [--host-rank R] [--expect-path ipc|staged|ipc-by-host]] [--quick]
+ *                          [--verbose]
  *
  * MODE: colls (default: every collective x dtype x op x root x count x in/out of place), split,
  * nonblocking, init-env, init-tcp, init-file, late, lines (every size around the shared area's
@@ -27,7 +28,9 @@
  * --host-rank R (with --device): world rank R keeps host buffers, the others device buffers.
  * --expect-path ipc|staged: every all-reduce, reduce, broadcast, all-gather and reduce-scatter
  * with a count must (ipc) or must not (staged) have gone through the CUDA IPC path, as its
- * schedule's trace lines tell.
+ * schedule's trace lines tell. ipc-by-host (with --fake-hosts and --host-rank): staged on the
+ * fake host of the host rank, ipc on the others (each host of the hierarchical stages decides
+ * alone).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -1363,7 +1366,8 @@ static void usage(void)
         "                 [--colls LIST] [--roots all|ends] [--large-dtypes LIST|none]\n"
         "                 [--large-ops LIST] [--large-roots ends|last] [--nreq K]\n"
         "                 [--late-rank R] [--fake-hosts K] [--device MODULE [--stream]\n"
-        "                 [--host-rank R] [--expect-path ipc|staged]] [--quick] [--verbose]\n");
+        "                 [--host-rank R] [--expect-path ipc|staged|ipc-by-host]] [--quick] "
+        "[--verbose]\n");
 }
 
 static const char *dt_name(int i) { return DT[i].name; }
@@ -1399,6 +1403,7 @@ static int parse_int_arg(const char *s, int lo, int hi, int *out)
 /* Returns 0 when every argument was understood. */
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
+    int by_host = 0, fake_hosts = 0, host_rank = -1; /* --expect-path ipc-by-host */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--quick")) {
@@ -1449,18 +1454,21 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             /* Mixed ranks: this world rank keeps its buffers in host memory (after --device). */
             int hr;
             bad = !g_device || parse_int_arg(v, 0, 1 << 20, &hr);
+            if (!bad) host_rank = hr;
             if (!bad && hr == env_int("RANK", -1)) {
                 g_device = 0;
                 g_stream = NULL;
             }
         } else if (!strcmp(a, "--expect-path")) {
-            bad = strcmp(v, "ipc") && strcmp(v, "staged");
-            g_expect = strcmp(v, "ipc") ? EXPECT_STAGED : EXPECT_IPC;
+            by_host = !strcmp(v, "ipc-by-host");
+            bad = strcmp(v, "ipc") && strcmp(v, "staged") && !by_host;
+            g_expect = !strcmp(v, "staged") ? EXPECT_STAGED : EXPECT_IPC;
         } else if (!strcmp(a, "--fake-hosts")) {
             /* Rank r claims host r % K: shared memory inside a fake host, TCP across, and a ring
              * that has to be reordered to keep each host's ranks together. */
             int k;
             bad = parse_int_arg(v, 1, 1 << 20, &k);
+            if (!bad) fake_hosts = k;
             if (!bad) {
                 char id[32];
                 snprintf(id, sizeof(id), "fake-host-%d", env_int("RANK", 0) % k);
@@ -1473,6 +1481,15 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             fprintf(stderr, "coll_test: bad argument: %s %s\n", a, v);
             return -1;
         }
+    }
+    if (by_host) {
+        if (fake_hosts == 0 || host_rank < 0) {
+            fprintf(stderr, "coll_test: --expect-path ipc-by-host needs --fake-hosts and "
+                            "--host-rank\n");
+            return -1;
+        }
+        int me = env_int("RANK", 0);
+        g_expect = me % fake_hosts == host_rank % fake_hosts ? EXPECT_STAGED : EXPECT_IPC;
     }
     return 0;
 }

@@ -255,11 +255,6 @@ class DeviceComm:
 
 if DEVICE:
     comm = DeviceComm(comm)
-_wait_all = hoop.wait_all
-
-
-def wait_all(reqs):
-    return [r.wait() for r in reqs] if DEVICE else _wait_all(reqs)
 
 
 # ---- collectives against the reference ----
@@ -431,7 +426,7 @@ def check_p2p():
             out = np.zeros(n, storage(dt))
             reqs = [comm.irecv(out, left, **kw(dt)),
                     comm.isend(values(R, n, dt, "sum", s), right, **kw(dt))]
-            wait_all(reqs)
+            hoop.wait_all(reqs)
             same(out, values(left, n, dt, "sum", s), "isend/irecv ring %s n=%d" % (dt, n))
     # Blocking pairs 0<->1, 2<->3...: the lower rank sends first.
     s = next_salt()
@@ -490,7 +485,7 @@ def check_group():
             with comm.group():
                 reqs = [comm.irecv(out, left, **kw(dt)),
                         comm.isend(values(R, n, dt, "sum", s), right, **kw(dt))]
-            wait_all(reqs)
+            hoop.wait_all(reqs)
             same(out, values(left, n, dt, "sum", s), "grouped ring %s n=%d" % (dt, n))
     expect_raises(hoop.InvalidArgumentError, comm.group_end, "group_end without a start",
                   "no group")

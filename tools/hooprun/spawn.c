@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../../common/clock.h"
+#include "../../common/port.h"
 #include "hooprun.h"
 
 extern char **environ;
@@ -141,32 +142,18 @@ static int probe_port(const char *addr, const char *port, char out[8], int *gai)
     return ok ? 0 : last_err;
 }
 
-/*
- * A port that was free a moment ago, drawn below the kernel's ephemeral range: a port from
- * bind(0) lies inside it, where any process's outgoing connection may take it as its local port
- * in the moment before rank 0's store binds it (jobs started side by side met exactly that).
- */
+/* A port that was free a moment ago, drawn below the kernel's ephemeral range (common/port.h). */
 bool find_free_port(const char *addr, char out[8])
 {
-    int lo = 32768;
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    if (f != NULL) {
-        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
-        fclose(f);
-    }
     int rc = EADDRNOTAVAIL, gai = 0;
-    if (lo > 12000) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec;
-        for (int i = 0; i < 32; i++) {
-            x = x * 1103515245u + 12345u;
-            char port[16];
-            snprintf(port, sizeof port, "%d", 10000 + (int)((x >> 8) % (unsigned)(lo - 10000)));
-            rc = probe_port(addr, port, out, &gai);
-            if (rc == 0 && strcmp(out, port) == 0) return true;
-            if (rc < 0) break; /* the address does not resolve: no port will do */
-        }
+    port_draw_t d;
+    port_draw_start(&d, 32);
+    for (int want; (want = port_draw_next(&d)) > 0;) {
+        char port[16];
+        snprintf(port, sizeof port, "%d", want);
+        rc = probe_port(addr, port, out, &gai);
+        if (rc == 0 && strcmp(out, port) == 0) return true;
+        if (rc < 0) break; /* the address does not resolve: no port will do */
     }
     if (rc >= 0) rc = probe_port(addr, "0", out, &gai);
     if (rc == 0) return true;
