@@ -45,12 +45,11 @@ static hoop_result_t tree(const hoop__call_t *c, char *buf, size_t n)
     return hoop__xwait(c, ptrs, k);
 }
 
-static hoop_result_t chain(const hoop__call_t *c, char *buf, size_t n, size_t chunk)
+/* One link of a chain: receive from left (none: < 0), pass on to right (none: < 0), chunk by
+ * chunk. */
+static hoop_result_t chain(const hoop__call_t *c, char *buf, size_t n, size_t chunk, int left,
+                           int right)
 {
-    int p = c->comm->size, r = c->comm->rank;
-    int v = (r - c->root + p) % p;
-    int left = v > 0 ? (r - 1 + p) % p : -1;
-    int right = v < p - 1 ? (r + 1) % p : -1;
     size_t m = n == 0 ? 1 : (n - 1) / chunk + 1;
     hoop__xfer_t rx[WINDOW], sx[WINDOW];
     hoop_result_t rc;
@@ -95,8 +94,16 @@ hoop_result_t hoop__broadcast(hoop__call_t *c)
         hoop__mem_move(c, buf, c->sendbuf, n);
     if (comm->size == 1) return HOOP_OK;
     if (n <= comm->agreed.small_bytes) return tree(c, buf, n);
+    int p = comm->size, r = comm->rank, v = (r - c->root + p) % p;
+    return hoop__broadcast_chain(c, buf, n, v > 0 ? (r - 1 + p) % p : -1,
+                                 v < p - 1 ? (r + 1) % p : -1);
+}
+
+hoop_result_t hoop__broadcast_chain(const hoop__call_t *c, void *buf, size_t n, int left, int right)
+{
     /* Whole elements per chunk keep messages readable in traces. */
-    size_t chunk = comm->agreed.chunk_bytes / ds * ds;
+    size_t ds = hoop__dsize(c), chunk = c->comm->agreed.chunk_bytes / ds * ds;
     if (chunk == 0) chunk = ds;
-    return chain(c, buf, n, chunk);
+    char none;
+    return chain(c, n > 0 ? buf : &none, n, chunk, left, right);
 }

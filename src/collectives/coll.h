@@ -29,6 +29,7 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c);
 hoop_result_t hoop__allgather_hier(hoop__call_t *c);
 hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c);
 hoop_result_t hoop__reduce_hier(hoop__call_t *c);
+hoop_result_t hoop__broadcast_hier(hoop__call_t *c); /* HOOP_ALGO=hier or ipc only */
 /* CUDA device buffers on one node through peers' memory (ipc.c): all-reduce, reduce, broadcast,
  * all-gather and reduce-scatter (hoop__ipc_has). automatic: a rank that cannot take part makes
  * every rank return HOOP__SHC_FALLBACK (and stop trying) instead of failing the call.
@@ -51,8 +52,14 @@ hoop_result_t hoop__ipc_hier_open(const hoop__call_t *call, const int *local, in
 hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx, const void *in, void *out,
                                             size_t n);
 hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *buf, size_t n);
+/* n bytes of buf from local index root to the host's other ranks */
+hoop_result_t hoop__ipc_hier_broadcast(hoop__ipc_hier_t *hx, void *buf, size_t n, int root);
 void hoop__ipc_hier_close(hoop__ipc_hier_t *hx, hoop_result_t *rc);
 hoop_result_t hoop__broadcast(hoop__call_t *c); /* binomial tree small, pipelined chain large */
+/* The pipelined chain's link on this rank, over any chain of ranks: n bytes of buf from left
+ * (none: < 0), passed on to right (none: < 0). */
+hoop_result_t hoop__broadcast_chain(const hoop__call_t *c, void *buf, size_t n, int left,
+                                    int right);
 hoop_result_t hoop__reduce_coll(
     hoop__call_t *c); /* binomial tree small, ring reduce-scatter + gather large */
 /* Whether hoop__reduce_coll runs its binomial tree for n bytes (reduce.c). */

@@ -1,7 +1,7 @@
 /*
  * Hierarchical collectives, for communicators of H hosts with L ranks each (H, L >= 2): the slow
  * links between hosts carry only what they must. All-reduce here; all-gather and reduce-scatter,
- * the same stages without the third, at the end.
+ * the same stages without the third, reduce and broadcast at the end.
  *
  *   A. inside each host, a ring reduce-scatter over the L local ranks (the shared-memory links):
  *      local rank l ends with segment l+1 of the buffer (of L) reduced over its host;
@@ -178,7 +178,7 @@ static int at(const hoop_comm_t *c, int h, int l)
  * device buffers: each host decides for itself, since the stages across hosts are the same
  * either way. Learning that takes a round among the host's ranks, which host calls pay too: so
  * auto tries from 64 x HOOP_SMALL_BYTES (1 MiB by default) of the call's larger buffer only,
- * where one round is small beside the call (docs/cuda.md), and HOOP_ALGO=hier always. *ix is
+ * where one round is small beside the call (docs/cuda.md), and HOOP_ALGO=hier or ipc always. *ix is
  * NULL where the host's ring stages run; *local (the host's ranks in local order) is the
  * caller's to free, with the session.
  */
@@ -190,7 +190,8 @@ static hoop_result_t ipc_try(hoop__call_t *c, size_t bytes, int **local, hoop__i
     *local = malloc((size_t)L * sizeof **local);
     if (*local == NULL) return HOOP_ERR_NO_MEMORY;
     for (int i = 0; i < L; i++) (*local)[i] = at(comm, pos / L, i);
-    if (hoop__algo_parse(comm->agreed.algo) != HOOP__ALGO_HIER &&
+    int forced = hoop__algo_parse(comm->agreed.algo);
+    if (forced != HOOP__ALGO_HIER && forced != HOOP__ALGO_IPC &&
         bytes < 64 * comm->agreed.small_bytes)
         return HOOP_OK;
     hoop_result_t rc = hoop__ipc_hier_open(c, *local, L, pos % L, ix);
@@ -489,5 +490,44 @@ hoop_result_t hoop__reduce_hier(hoop__call_t *c)
         for (int i = 0; i < nx && rc == HOOP_OK; i++) rc = hoop__xwait1(c, &xs[i]);
     }
     free(xs);
+    return ipc_done(rc, local, ix);
+}
+
+/* Broadcast (HOOP_ALGO=hier, or ipc on several hosts; auto keeps the flat chain, which already
+ * brings the buffer into each host once): the pipelined chain across hosts among the ranks of
+ * the root's local index, from the root's host on, then inside each host from that rank: over
+ * CUDA IPC where the host's ranks all have device buffers, else along the host's ranks in local
+ * order. Only copies: every rank ends with the root's bytes. */
+hoop_result_t hoop__broadcast_hier(hoop__call_t *c)
+{
+    hoop_comm_t *comm = c->comm;
+    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL;
+    int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
+    int h = pos / L, l = pos % L, rpos = 0;
+    while (hoop__ring_rank(comm, rpos) != c->root) rpos++;
+    int hr = rpos / L, l0 = rpos % L;
+    size_t n = c->count * hoop__dsize(c);
+    if (comm->rank == c->root && c->sendbuf != NULL && c->sendbuf != c->recvbuf && n > 0)
+        hoop__mem_move(c, c->recvbuf, c->sendbuf, n);
+    int *local;
+    hoop__ipc_hier_t *ix;
+    hoop_result_t rc = ipc_try(c, n, &local, &ix);
+    if (rc == HOOP_OK && l == l0) {
+        HOOP__TRACE_STEP(c, 0,
+                         "cross-host broadcast: rank %d passes the buffer on to rank %d (-1: none)",
+                         comm->rank, mod(h + 1, H) == hr ? -1 : at(comm, h + 1, l0));
+        rc = hoop__broadcast_chain(c, c->recvbuf, n, h == hr ? -1 : at(comm, h - 1, l0),
+                                   mod(h + 1, H) == hr ? -1 : at(comm, h + 1, l0));
+    }
+    if (rc == HOOP_OK && ix != NULL) {
+        rc = hoop__ipc_hier_broadcast(ix, c->recvbuf, n, l0);
+        if (!ipc_fell_back(&rc, &ix)) return ipc_done(rc, local, ix);
+    }
+    if (rc == HOOP_OK) {
+        HOOP__TRACE_STEP(c, 1, "host broadcast: rank %d passes the buffer on to rank %d (-1: none)",
+                         comm->rank, mod(l + 1, L) == l0 ? -1 : at(comm, h, l + 1));
+        rc = hoop__broadcast_chain(c, c->recvbuf, n, l == l0 ? -1 : at(comm, h, l - 1),
+                                   mod(l + 1, L) == l0 ? -1 : at(comm, h, l + 1));
+    }
     return ipc_done(rc, local, ix);
 }

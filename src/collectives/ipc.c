@@ -3,7 +3,7 @@
  * reduce, broadcast, all-gather and reduce-scatter (docs/cuda.md). Taken by `auto` where every
  * rank's buffers are device memory and the ranks share the shared-memory collectives' area (one
  * host: shm_coll.c's first step says so), and forced by HOOP_ALGO=ipc. Also the hierarchical
- * all-reduce's stages inside one host (the end of this file), over a group of the ranks.
+ * collectives' stages inside one host (the end of this file), over a group of the ranks.
  *
  * Each rank has an area of device memory (HOOP_CUDA_IPC_BYTES, 32 MiB by default) that its peers
  * open once from its IPC handle and keep open; no user buffer is ever exported, so no cache can
@@ -377,14 +377,14 @@ static hoop_result_t reduce_chunks(ipc_t *x, int root)
     return rc;
 }
 
-/* Broadcast: the root's chunks, each read from its area by every other rank. */
-static hoop_result_t broadcast_chunks(ipc_t *x)
+/* Broadcast of n bytes from group member root: its chunks (of src), each read from its area by
+ * every other member into buf (the root's own buf too where src is another buffer). */
+static hoop_result_t broadcast_bytes(ipc_t *x, int root, unsigned char *buf,
+                                     const unsigned char *src, size_t n, const char *what)
 {
     const hoop__call_t *call = x->call;
-    size_t n = call->count * x->es, cap = 2 * x->half;
-    int me = x->me, root = call->root;
-    unsigned char *buf = call->recvbuf;
-    const unsigned char *src = me == root && call->sendbuf != NULL ? call->sendbuf : buf;
+    size_t cap = 2 * x->half;
+    int me = x->me;
     hoop_result_t rc = HOOP_OK;
     for (size_t off = 0; off < n && rc == HOOP_OK; off += cap) {
         size_t len = n - off < cap ? n - off : cap;
@@ -392,18 +392,29 @@ static hoop_result_t broadcast_chunks(ipc_t *x)
             wait_for(x, -1, DONE);
             put(x, 0, src + off, len);
         }
-        HOOP__TRACE_STEP(&x->hc, 1, "bytes at %zu (%zu B) in rank %d's area", off, len, root);
-        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        HOOP__TRACE_STEP(&x->hc, 1, "%sbytes at %zu (%zu B) in rank %d's area", what, off, len,
+                         peer(x, root));
+        if ((rc = step_end(x, READY)) != HOOP_OK) break; /* the first may fall back */
         if (me != root) {
             wait_for(x, root, READY);
             hoop__cuda_ipc_copy(call, buf + off, x->areas[root], len);
         } else if (src != buf) {
             hoop__cuda_ipc_copy(call, buf + off, x->area, len);
         }
-        HOOP__TRACE_STEP(&x->hc, 2, "rank %d reads them", me);
+        HOOP__TRACE_STEP(&x->hc, 2, "%srank %d reads them", what, call->comm->rank);
         rc = step_end(x, DONE);
     }
     return rc;
+}
+
+static hoop_result_t broadcast_chunks(ipc_t *x)
+{
+    const hoop__call_t *call = x->call;
+    unsigned char *buf = call->recvbuf;
+    const unsigned char *src = x->me == call->root && call->sendbuf != NULL
+                                   ? (const unsigned char *)call->sendbuf
+                                   : buf;
+    return broadcast_bytes(x, call->root, buf, src, call->count * x->es, "");
 }
 
 /* All-gather: every rank's block of n bytes, read by every rank from its area. */
@@ -559,6 +570,8 @@ void hoop__ipc_close(hoop_comm_t *c)
  *      end, since what follows (a staged stage across hosts) reads that segment.
  *   all-gather  per chunk: every rank puts its piece of its own segment; every rank reads every
  *      peer's. Drained at the end too (copies out of scratch may follow).
+ *   broadcast  the flat broadcast's chunks from the host's rank that got the buffer across
+ *      hosts (ended by the call's end).
  *
  * Bits: each host's partial sum of a segment is made by one rank and the hosts' partials are
  * chained across hosts, then only copied: every rank of every host ends with the same bits.
@@ -681,4 +694,11 @@ hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *bufp, size_t 
         rc = step_end(x, DONE);
     }
     return rc == HOOP_OK ? drain(x) : rc;
+}
+
+hoop_result_t hoop__ipc_hier_broadcast(hoop__ipc_hier_t *hx, void *buf, size_t n, int root)
+{
+    ipc_t *x = &hx->x;
+    if (x->st.ok) hoop__cuda_ipc_begin(x->call); /* after the stage across hosts */
+    return broadcast_bytes(x, root, buf, buf, n, "over CUDA IPC, host broadcast: ");
 }

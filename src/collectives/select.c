@@ -19,7 +19,9 @@
  * the shared area is in use (auto: its first step says what every rank has, so every rank
  * decides alike), or forced by HOOP_ALGO=ipc; otherwise device buffers are staged through host
  * memory by whichever algorithm above runs, except that the hierarchical ones run their stages
- * inside a host over IPC where that host's ranks all have device buffers (hier.c).
+ * inside a host over IPC where that host's ranks all have device buffers (hier.c). HOOP_ALGO=ipc
+ * where the hierarchical layout fits is HOOP_ALGO=hier (whose stages inside hosts try IPC at
+ * every size), broadcast included.
  *
  * Hierarchical (hier.c, "hier"), where the ranks are several on each of several hosts, as many
  * on each (the ring's host layout, which every rank computed alike): all-reduce above
@@ -27,7 +29,8 @@
  * bytes across hosts), unless HOOP_ALGO names one of the flat all-reduce algorithms; reduce where
  * the flat one would leave its binomial tree (which brings each host's sum to the root's host
  * once, as few bytes as the hierarchical one there, in fewer hops: 0.86-0.90x at 1-4 MiB on 2
- * hosts of 2). HOOP_ALGO=hier where the layout does not fit runs the flat ones. Other
+ * hosts of 2); broadcast under HOOP_ALGO=hier only (the flat chain already brings the buffer
+ * into each host once). HOOP_ALGO=hier where the layout does not fit runs the flat ones. Other
  * collectives pick their own variant by size inside their file. */
 #define HOOP__LOG_SUBSYS HOOP__SUB_COLL /* of its INFO and TRACE lines (base/log.h) */
 #include <string.h>
@@ -58,7 +61,12 @@ static hoop__algo_t p2p_choose(const hoop__call_t *call, int forced)
 {
     size_t bytes = call->count * hoop_dtype_size(call->dtype);
     int hier = hoop__hier_fits(call->comm);
-    if (forced == HOOP__ALGO_IPC && hoop__ipc_has(call->kind)) return HOOP__ALGO_IPC;
+    if (forced == HOOP__ALGO_IPC && hoop__ipc_has(call->kind)) {
+        if (!hier) return HOOP__ALGO_IPC; /* which fails, saying why, where ranks span hosts */
+        forced = HOOP__ALGO_HIER;         /* several hosts: IPC inside each, at every size */
+    }
+    if (call->kind == HOOP__K_BROADCAST)
+        return hier && forced == HOOP__ALGO_HIER ? HOOP__ALGO_HIER : HOOP__ALGO_AUTO;
     if (call->kind == HOOP__K_ALLGATHER || call->kind == HOOP__K_REDUCE_SCATTER)
         return hier && (forced <= 0 || forced == HOOP__ALGO_HIER) ? HOOP__ALGO_HIER
                                                                   : HOOP__ALGO_AUTO;
@@ -151,7 +159,9 @@ static hoop_result_t dispatch_p2p(hoop__call_t *call)
         case HOOP__ALGO_HIER: return hoop__allreduce_hier(call);
         default: return hoop__allreduce_ring(call);
         }
-    case HOOP__K_BROADCAST: return hoop__broadcast(call);
+    case HOOP__K_BROADCAST:
+        if (algo == HOOP__ALGO_HIER) return hoop__broadcast_hier(call);
+        return hoop__broadcast(call);
     case HOOP__K_REDUCE:
         if (algo == HOOP__ALGO_HIER) return hoop__reduce_hier(call);
         return hoop__reduce_coll(call);
