@@ -190,7 +190,7 @@ static hoop_result_t ipc_try(hoop__call_t *c, size_t bytes, int **local, hoop__i
     *local = malloc((size_t)L * sizeof **local);
     if (*local == NULL) return HOOP_ERR_NO_MEMORY;
     for (int i = 0; i < L; i++) (*local)[i] = at(comm, pos / L, i);
-    int forced = hoop__algo_parse(comm->agreed.algo);
+    int forced = comm->algo;
     if (forced != HOOP__ALGO_HIER && forced != HOOP__ALGO_IPC &&
         bytes < 64 * comm->agreed.small_bytes)
         return HOOP_OK;

@@ -85,7 +85,7 @@ static hoop__algo_t p2p_choose(const hoop__call_t *call, int forced)
 hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
 {
     const hoop__agreed_t *ag = &call->comm->agreed;
-    int forced = hoop__algo_parse(ag->algo);
+    int forced = call->comm->algo;
     int shm = forced == HOOP__ALGO_SHM ||
               (forced == HOOP__ALGO_AUTO && call->comm->one_host &&
                (strcmp(ag->transport, "auto") == 0 || strcmp(ag->transport, "shm") == 0));

@@ -414,7 +414,7 @@ hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
 static int ring_measured_faster(const hoop__call_t *c, size_t n)
 {
     return c->comm->size == 2 && n >= ((size_t)32 << 10) && n <= ((size_t)256 << 10) &&
-           strcasecmp(c->comm->agreed.algo, "shm") != 0; /* HOOP_ALGO=shm forces the area */
+           c->comm->algo != HOOP__ALGO_SHM; /* HOOP_ALGO=shm forces the area */
 }
 
 /* All-gather and split: every rank's block of n bytes, block i from rank i. */

@@ -125,7 +125,8 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
                                 "ipc, shm, p2p or hier",
                                 algo ? algo : "(null)");
     /* Posting reads it on the posting thread; running calls already hold their choice. */
-    snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(hoop__algo_parse(algo)));
+    c->algo = hoop__algo_parse(algo);
+    snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(c->algo));
     return HOOP_OK;
 }
 

@@ -48,6 +48,7 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     c->size = size;
     c->cfg = *cfg;
     hoop__agreed_from(&c->agreed, cfg);
+    c->algo = hoop__algo_parse(c->agreed.algo);
     c->timeout_s = cfg->timeout_s;
     c->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
     c->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));
@@ -852,6 +853,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
             nc->timeout_s = c->timeout_s;
             nc->sched = c->sched;
             nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
+            nc->algo = c->algo;
             nc->spin_s = c->spin_s;
             memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
             oob_ctx = (split_oob_t){

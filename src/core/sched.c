@@ -53,6 +53,9 @@ static void held_run(hoop_comm_t *c);
 void hoop__sched_reap(hoop_comm_t *c)
 {
     if (c->held != NULL) held_run(c);
+    /* Staged transfers of device buffers move on: a send leaves once copied out, a receive is
+     * done once copied in (stage.c). */
+    if (c->stage != NULL) hoop__stage_reap(c);
     hoop_request_t **pp = &c->inflight;
     while (*pp != NULL) {
         hoop_request_t *r = *pp;
@@ -64,8 +67,6 @@ void hoop__sched_reap(hoop_comm_t *c)
         atomic_fetch_sub(&c->n_inflight, 1);
         c->inflight_progress = hoop__now();
         hoop_result_t st = r->xfer.status;
-        hoop__xfer_t *x = &r->xfer; /* a staged receive reaches its device buffer (stage.c) */
-        if (st == HOOP_OK && r->call.mem != HOOP__MEM_HOST) st = hoop__stage_done(&r->call, &x, 1);
         if (st != HOOP_OK && !atomic_load(&c->aborted))
             hoop__comm_fail(c, st, "%s with rank %d failed: %s",
                             r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv", r->call.root,
@@ -317,11 +318,18 @@ static void run_head(hoop_comm_t *c)
 static int inflight_step(hoop_comm_t *c, int ms)
 {
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    /* While staged copies are in flight, nothing in the transport would wake a sleep when they
+     * end: look again every 20 us instead. */
+    int copying = hoop__stage_busy(c);
     if (ab)
         c->tp_ops->abort(c->tp, ab, c->fatal_msg);
     else
-        c->tp_ops->progress(c->tp, ms);
+        c->tp_ops->progress(c->tp, copying ? 0 : ms);
     hoop__sched_reap(c);
+    if (!ab && copying && ms > 0) {
+        struct timespec ts = {0, 20 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (!ab) inflight_deadline(c);
     return !ab;
 }

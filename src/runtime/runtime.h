@@ -93,8 +93,8 @@ void hoop__scratch_free(hoop_comm_t *c);
  * collective's copies are asynchronous, on the copy streams below: a send is given to the
  * transport once its copy to host memory is done, a receive is done for the algorithm once its
  * copy to the device is, and waits (hoop__xwait) move every staged transfer of the call along
- * meanwhile. A point-to-point request's copies are synchronous: a send's as it is posted, a
- * receive's when a wait or the scheduler's reap sees it done (hoop__stage_done). A host-memory
+ * meanwhile. A point-to-point request's go the same way, moved along by the scheduler's reap
+ * (hoop__stage_reap) instead of a call's waits. A host-memory
  * message of a device call (hcall.mem = HOOP__MEM_HOST: the shared-memory area's setup, the IPC
  * path's steps) goes to the transport at once, and would overtake a staged send to the same peer
  * still being copied: such messages come before the call's staged sends, or instead of them. */
@@ -110,10 +110,16 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x);
  * nothing did, -1 when a copy failed (the communicator failed with its sentence). *busy says
  * whether copies are still in flight (a wait then polls rather than sleeps in the transport). */
 int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int n, int *busy);
-/* For the done point-to-point transfers among xs (NULL entries skipped): a received payload goes
- * to its buffer and the staging buffer is free again; transfers seen before are left alone.
- * Returns HOOP_ERR_SYSTEM if a copy failed (hoop__mem_failed). */
-hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs, int n);
+/* The scheduler's round for the point-to-point requests' staged transfers (and any other's):
+ * as hoop__stage_progress, without a call; on an aborted communicator (a failed copy aborts it)
+ * the requests' transfers complete with its code. Returns whether copies are in flight, and
+ * hoop__stage_busy what the last round saw: a thread driving requests then polls rather than
+ * sleeps in the transport. */
+int hoop__stage_reap(hoop_comm_t *c);
+int hoop__stage_busy(const hoop_comm_t *c);
+/* Gives the transport every staged send still queued (waiting for their copies out, bounded by
+ * the timeout), so that a host send posted now comes after them. */
+hoop_result_t hoop__stage_flush(hoop_comm_t *c);
 /* Frees the staging buffers (hoop__mem_close, after the transport is closed). */
 void hoop__stage_free(hoop_comm_t *c);
 

@@ -23,20 +23,23 @@
  * transfers they wait for: the sends of the next step leave while the algorithm waits for a
  * receive.
  *
- * Point-to-point requests complete in the scheduler's reap, which knows nothing of this: theirs
- * are copied synchronously, a send's as it is posted and a receive's when the reap or a wait sees
- * it done (SYNC: the transport has x itself). */
+ * Point-to-point requests (p2p) go the same way, but each transfer belongs to its request, not to
+ * a call that waits for it: the scheduler's reap moves them along (hoop__stage_reap) as it looks
+ * for requests to complete, a later call never abandons them, and an abort completes them with
+ * its code. Their copy streams are ordered after the request's stream as each is posted. */
 #include <stdlib.h>
+#include <time.h>
 
 #include "runtime/runtime.h"
 
-enum { FREE, COPY_OUT, WIRE, COPY_IN, SYNC };
+enum { FREE, COPY_OUT, WIRE, COPY_IN };
 
 typedef struct stage_buf {
     int state;
+    int p2p;         /* x is a point-to-point request's */
     hoop__xfer_t *x; /* the transfer it serves; NULL when free or abandoned (see abandon) */
-    uint64_t seq;    /* the call of x (not SYNC) */
-    hoop__xfer_t tx; /* what the transport is given (not SYNC) */
+    uint64_t seq;    /* the call of x (collectives) */
+    hoop__xfer_t tx; /* what the transport is given */
     void *ev;        /* the event of its copies, kept with the buffer */
     void *host;
     size_t cap;
@@ -52,6 +55,7 @@ struct hoop__stage {
     stage_buf_t *head, *tail; /* sends not yet given to the transport, in posting order */
     int began;                /* the copy streams were ordered after call seq's stream */
     uint64_t seq;
+    int busy; /* copies in flight, as the last round saw */
 };
 
 /* A free buffer of at least len bytes: the smallest that fits, else a free one regrown, else a new
@@ -142,28 +146,30 @@ static int pump(hoop_comm_t *c)
 
 /* Transfers of a call that ended without waiting for them, or of an aborted communicator (whose
  * waits return without them, and whose algorithms return at once), are no one's now: their
- * buffers go free once the device and the transport are done with them. */
+ * buffers go free once the device and the transport are done with them. A request's transfer is
+ * its own until an abort, which completes it with the abort's code (its reap ends it then). */
 static void abandon(hoop_comm_t *c, uint64_t seq)
 {
     struct hoop__stage *st = c->stage;
-    int all = atomic_load(&c->aborted) != 0;
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     for (int i = 0; i < st->n; i++) {
         stage_buf_t *b = st->b[i];
-        if (b->state != FREE && b->state != SYNC && (all || b->seq != seq)) b->x = NULL;
+        if (b->state == FREE || b->x == NULL || (!ab && (b->p2p || b->seq == seq))) continue;
+        if (b->p2p) complete_now(b->x, ab);
+        b->x = NULL;
     }
 }
 
 int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
 {
     hoop_comm_t *c = call->comm;
-    int pipelined = call->kind != HOOP__K_SEND;
+    int p2p = call->kind == HOOP__K_SEND;
     /* What the transport sees is host memory: the staging buffer, or for 0 bytes nothing at all
      * (the pointer may stay, it is never read or written). A send of 0 bytes still waits for the
      * sends before it. */
     x->mem = (hoop__mem_desc_t){.type = HOOP__MEM_HOST};
     struct hoop__stage *st = c->stage;
-    if (x->len == 0 && (!pipelined || x->dir == HOOP__XFER_RECV || st == NULL || st->head == NULL))
-        return 0;
+    if (x->len == 0 && (x->dir == HOOP__XFER_RECV || st == NULL || st->head == NULL)) return 0;
     stage_buf_t *b = take(c, call->mem, x->len);
     if (b == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,
@@ -174,31 +180,19 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
         return -1;
     }
     st = c->stage;
-    if (!pipelined) {
-        if (x->dir == HOOP__XFER_SEND) {
-            hoop__mem_copy(call, b->host, x->buf, x->len);
-            hoop_result_t rc = hoop__mem_failed(c);
-            if (rc != HOOP_OK) { /* the copy failed and said why */
-                complete_now(x, rc);
-                return -1;
-            }
-            b->dst = NULL;
-        } else {
-            b->dst = x->buf;
-        }
-        b->state = SYNC;
-        b->x = x;
-        x->buf = b->host;
-        return 0;
-    }
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) { /* what the transport would do with it */
         complete_now(x, ab);
         return -1;
     }
     /* The copy streams start after what the call's stream had queued when the call began, as its
-     * synchronous operations do. */
-    if (!st->began || st->seq != call->seq) {
+     * synchronous operations do; a request's, after what its stream had when it was posted. */
+    if (p2p && x->len > 0) {
+        if (hoop__cuda_stage_begin(call) != 0) {
+            complete_now(x, HOOP_ERR_SYSTEM);
+            return -1;
+        }
+    } else if (!p2p && (!st->began || st->seq != call->seq)) {
         abandon(c, call->seq);
         if (hoop__cuda_stage_begin(call) != 0) {
             complete_now(x, HOOP_ERR_SYSTEM);
@@ -212,6 +206,7 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
     b->tx.done = 0;
     b->tx.status = HOOP_OK;
     b->x = x;
+    b->p2p = p2p;
     b->seq = call->seq;
     x->done = 0;
     if (x->dir == HOOP__XFER_SEND) {
@@ -236,15 +231,11 @@ int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x)
     return 1;
 }
 
-int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int n, int *busy)
+/* One round over every staged transfer (see hoop__stage_progress). */
+static int advance(hoop_comm_t *c, const hoop__call_t *call)
 {
-    hoop_comm_t *c = call->comm;
     struct hoop__stage *st = c->stage;
-    *busy = 0;
-    if (st == NULL) return 0;
-    if (call->kind == HOOP__K_SEND) return hoop__stage_done(call, xs, n) == HOOP_OK ? 0 : -1;
-    if (st->seq != call->seq || atomic_load(&c->aborted)) abandon(c, call->seq);
-    int moved = pump(c), failed = moved < 0;
+    int moved = pump(c), failed = moved < 0, busy = 0;
     for (int i = 0; i < st->n; i++) {
         stage_buf_t *b = st->b[i];
         if (b->state == WIRE && b->tx.done) {
@@ -266,31 +257,66 @@ int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int 
                 moved = 1;
             }
         }
-        *busy |= b->state == COPY_OUT || b->state == COPY_IN;
+        busy |= b->state == COPY_OUT || b->state == COPY_IN;
     }
+    st->busy = busy;
     return failed ? -1 : moved;
 }
 
-hoop_result_t hoop__stage_done(const hoop__call_t *call, hoop__xfer_t *const *xs, int n)
+int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int n, int *busy)
 {
+    (void)xs;
+    (void)n;
     hoop_comm_t *c = call->comm;
     struct hoop__stage *st = c->stage;
-    if (st == NULL) return HOOP_OK;
-    for (int i = 0; i < n; i++) {
-        const hoop__xfer_t *x = xs[i];
-        if (x == NULL || !x->done) continue;
-        for (int k = 0; k < st->n; k++) {
-            stage_buf_t *b = st->b[k];
-            if (b->state != SYNC || b->x != x) continue;
-            if (x->status == HOOP_OK && b->dst != NULL)
-                hoop__mem_copy(call, b->dst, b->host, x->len);
-            b->x = NULL;
-            b->dst = NULL;
-            b->state = FREE;
-            break;
-        }
+    *busy = 0;
+    if (st == NULL) return 0;
+    if ((call->kind != HOOP__K_SEND && st->seq != call->seq) || atomic_load(&c->aborted))
+        abandon(c, call->seq);
+    int moved = advance(c, call);
+    *busy = st->busy;
+    return moved;
+}
+
+int hoop__stage_reap(hoop_comm_t *c)
+{
+    struct hoop__stage *st = c->stage;
+    if (st == NULL) return 0;
+    if (atomic_load(&c->aborted)) abandon(c, st->seq);
+    const hoop__call_t call = {.comm = c, .kind = HOOP__K_SEND, .mem = HOOP__MEM_CUDA};
+    int moved = advance(c, &call);
+    if (moved < 0) {
+        /* A failed copy failed the communicator: every request still staged ends with it. */
+        abandon(c, st->seq);
+        return 1;
     }
-    return hoop__mem_failed(c);
+    return st->busy;
+}
+
+int hoop__stage_busy(const hoop_comm_t *c) { return c->stage != NULL && c->stage->busy; }
+
+hoop_result_t hoop__stage_flush(hoop_comm_t *c)
+{
+    struct hoop__stage *st = c->stage;
+    double deadline = 0;
+    while (st != NULL && st->head != NULL) {
+        if (pump(c) < 0) return hoop__mem_failed(c);
+        if (st->head == NULL) break;
+        hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+        if (ab) return ab;
+        double now = hoop__now();
+        if (deadline == 0) {
+            deadline = now + c->timeout_s;
+        } else if (now > deadline) {
+            hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
+                            "staged sends on rank %d were not copied to host memory within %.1f s",
+                            c->rank, c->timeout_s);
+            return HOOP_ERR_TIMEOUT;
+        }
+        struct timespec ts = {0, 20 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return HOOP_OK;
 }
 
 void hoop__stage_free(hoop_comm_t *c)

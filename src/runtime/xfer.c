@@ -39,6 +39,16 @@ void hoop__xsend(const hoop__call_t *call, hoop__xfer_t *x, int peer, const void
     atomic_fetch_add_explicit(&call->comm->messages_sent, 1, memory_order_relaxed);
     /* Staged: the stage posts a transfer of its own, or x failed. */
     if (call->mem != HOOP__MEM_HOST && hoop__stage_post(call, x) != 0) return;
+    /* A host send goes after the staged sends still being copied out (a request's, posted
+     * before), as the transports keep each peer's messages in posting order. */
+    if (call->mem == HOOP__MEM_HOST && call->comm->stage != NULL) {
+        hoop_result_t rc = hoop__stage_flush(call->comm);
+        if (rc != HOOP_OK) {
+            x->status = rc;
+            x->done = 1;
+            return;
+        }
+    }
     call->comm->tp_ops->post(call->comm->tp, x);
 }
 
