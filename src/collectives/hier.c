@@ -505,29 +505,32 @@ hoop_result_t hoop__broadcast_hier(hoop__call_t *c)
     int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
     int h = pos / L, l = pos % L, rpos = 0;
     while (hoop__ring_rank(comm, rpos) != c->root) rpos++;
-    int hr = rpos / L, l0 = rpos % L;
+    int root_h = rpos / L, l0 = rpos % L;
     size_t n = c->count * hoop__dsize(c);
     if (comm->rank == c->root && c->sendbuf != NULL && c->sendbuf != c->recvbuf && n > 0)
         hoop__mem_move(c, c->recvbuf, c->sendbuf, n);
     int *local;
     hoop__ipc_hier_t *ix;
     hoop_result_t rc = ipc_try(c, n, &local, &ix);
+    /* The chains' neighbours (-1: none): across hosts from the root's host on, then inside each
+     * host from local index l0 on. */
+    int xprev = h == root_h ? -1 : at(comm, h - 1, l0),
+        xnext = mod(h + 1, H) == root_h ? -1 : at(comm, h + 1, l0);
+    int hprev = l == l0 ? -1 : at(comm, h, l - 1),
+        hnext = mod(l + 1, L) == l0 ? -1 : at(comm, h, l + 1);
     if (rc == HOOP_OK && l == l0) {
-        HOOP__TRACE_STEP(c, 0,
-                         "cross-host broadcast: rank %d passes the buffer on to rank %d (-1: none)",
-                         comm->rank, mod(h + 1, H) == hr ? -1 : at(comm, h + 1, l0));
-        rc = hoop__broadcast_chain(c, c->recvbuf, n, h == hr ? -1 : at(comm, h - 1, l0),
-                                   mod(h + 1, H) == hr ? -1 : at(comm, h + 1, l0));
+        HOOP__TRACE_STEP(c, 0, "cross-host broadcast: rank %d from rank %d on to rank %d",
+                         comm->rank, xprev, xnext);
+        rc = hoop__broadcast_chain(c, c->recvbuf, n, xprev, xnext);
     }
     if (rc == HOOP_OK && ix != NULL) {
         rc = hoop__ipc_hier_broadcast(ix, c->recvbuf, n, l0);
         if (!ipc_fell_back(&rc, &ix)) return ipc_done(rc, local, ix);
     }
     if (rc == HOOP_OK) {
-        HOOP__TRACE_STEP(c, 1, "host broadcast: rank %d passes the buffer on to rank %d (-1: none)",
-                         comm->rank, mod(l + 1, L) == l0 ? -1 : at(comm, h, l + 1));
-        rc = hoop__broadcast_chain(c, c->recvbuf, n, l == l0 ? -1 : at(comm, h, l - 1),
-                                   mod(l + 1, L) == l0 ? -1 : at(comm, h, l + 1));
+        HOOP__TRACE_STEP(c, 1, "host broadcast: rank %d from rank %d on to rank %d", comm->rank,
+                         hprev, hnext);
+        rc = hoop__broadcast_chain(c, c->recvbuf, n, hprev, hnext);
     }
     return ipc_done(rc, local, ix);
 }

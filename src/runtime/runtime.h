@@ -94,28 +94,27 @@ void hoop__scratch_free(hoop_comm_t *c);
  * transport once its copy to host memory is done, a receive is done for the algorithm once its
  * copy to the device is, and waits (hoop__xwait) move every staged transfer of the call along
  * meanwhile. A point-to-point request's go the same way, moved along by the scheduler's reap
- * (hoop__stage_reap) instead of a call's waits. A host-memory
- * message of a device call (hcall.mem = HOOP__MEM_HOST: the shared-memory area's setup, the IPC
- * path's steps) goes to the transport at once, and would overtake a staged send to the same peer
- * still being copied: such messages come before the call's staged sends, or instead of them. */
+ * (hoop__stage_reap) instead of a call's waits. A host-memory send (a host call, or a device
+ * call's host messages: the shared-memory area's setup, the IPC path's steps) first gives the
+ * transport the staged sends queued before it (hoop__stage_flush), so that none overtakes a
+ * staged send to the same peer still being copied. */
 
 /* Called by hoop__xsend/xrecv for a call not in host memory, x filled in. Returns 0 when x is to
  * go to the transport as it is now (x->buf pointed at the staging buffer, or 0 bytes), 1 when the
  * stage gives the transport a transfer of its own for x and completes x itself, or -1 having
  * completed x at once with the communicator's error (out of memory, a failed copy). */
 int hoop__stage_post(const hoop__call_t *call, hoop__xfer_t *x);
-/* A wait's round for a call not in host memory (xs, n: what it waits for): sends whose copy is
- * done go to the transport, in posting order; received payloads are copied to their buffers, and
+/* A wait's round for a call not in host memory, over every staged transfer (whichever the wait
+ * is for): sends whose copy is done go to the transport, in posting order; received payloads are copied to their buffers, and
  * transfers whose copy is done complete. Never blocks. Returns 1 when something moved, 0 when
  * nothing did, -1 when a copy failed (the communicator failed with its sentence). *busy says
  * whether copies are still in flight (a wait then polls rather than sleeps in the transport). */
-int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int n, int *busy);
+int hoop__stage_progress(const hoop__call_t *call, int *busy);
 /* The scheduler's round for the point-to-point requests' staged transfers (and any other's):
  * as hoop__stage_progress, without a call; on an aborted communicator (a failed copy aborts it)
- * the requests' transfers complete with its code. Returns whether copies are in flight, and
- * hoop__stage_busy what the last round saw: a thread driving requests then polls rather than
- * sleeps in the transport. */
-int hoop__stage_reap(hoop_comm_t *c);
+ * the requests' transfers complete with its code. hoop__stage_busy: whether the last round saw
+ * copies in flight (a thread driving requests then polls rather than sleeps in the transport). */
+void hoop__stage_reap(hoop_comm_t *c);
 int hoop__stage_busy(const hoop_comm_t *c);
 /* Gives the transport every staged send still queued (waiting for their copies out, bounded by
  * the timeout), so that a host send posted now comes after them. */

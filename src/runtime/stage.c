@@ -263,10 +263,8 @@ static int advance(hoop_comm_t *c, const hoop__call_t *call)
     return failed ? -1 : moved;
 }
 
-int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int n, int *busy)
+int hoop__stage_progress(const hoop__call_t *call, int *busy)
 {
-    (void)xs;
-    (void)n;
     hoop_comm_t *c = call->comm;
     struct hoop__stage *st = c->stage;
     *busy = 0;
@@ -278,19 +276,15 @@ int hoop__stage_progress(const hoop__call_t *call, hoop__xfer_t *const *xs, int 
     return moved;
 }
 
-int hoop__stage_reap(hoop_comm_t *c)
+void hoop__stage_reap(hoop_comm_t *c)
 {
     struct hoop__stage *st = c->stage;
-    if (st == NULL) return 0;
-    if (atomic_load(&c->aborted)) abandon(c, st->seq);
+    if (st == NULL) return;
+    /* The copies need only the communicator; a call stands for it. */
     const hoop__call_t call = {.comm = c, .kind = HOOP__K_SEND, .mem = HOOP__MEM_CUDA};
-    int moved = advance(c, &call);
-    if (moved < 0) {
-        /* A failed copy failed the communicator: every request still staged ends with it. */
-        abandon(c, st->seq);
-        return 1;
-    }
-    return st->busy;
+    if (atomic_load(&c->aborted)) abandon(c, st->seq);
+    /* A failed copy aborts the communicator: every request still staged ends with it. */
+    if (advance(c, &call) < 0) abandon(c, st->seq);
 }
 
 int hoop__stage_busy(const hoop_comm_t *c) { return c->stage != NULL && c->stage->busy; }

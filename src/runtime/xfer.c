@@ -116,7 +116,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
         /* Staged transfers move on: sends leave once copied to host memory, receives are done
          * once copied to the device (stage.c). A copy that completes is progress. */
         if (staged) {
-            int moved = hoop__stage_progress(call, xs, n, &copying);
+            int moved = hoop__stage_progress(call, &copying);
             if (moved < 0) {
                 hoop_result_t rc = hoop__mem_failed(c);
                 c->tp_ops->abort(c->tp, rc, c->fatal_msg);
