@@ -84,11 +84,8 @@ static hoop__algo_t p2p_choose(const hoop__call_t *call, int forced)
 
 hoop__algo_t hoop__algo_choose(const hoop__call_t *call)
 {
-    const hoop__agreed_t *ag = &call->comm->agreed;
     int forced = call->comm->algo;
-    int shm = forced == HOOP__ALGO_SHM ||
-              (forced == HOOP__ALGO_AUTO && call->comm->one_host &&
-               (strcmp(ag->transport, "auto") == 0 || strcmp(ag->transport, "shm") == 0));
+    int shm = forced == HOOP__ALGO_SHM || (forced == HOOP__ALGO_AUTO && call->comm->shm_auto);
     if (shm && has_shm(call->kind)) return HOOP__ALGO_SHM;
     if (forced == HOOP__ALGO_SHM || forced == HOOP__ALGO_P2P) forced = HOOP__ALGO_AUTO;
     return p2p_choose(call, forced);

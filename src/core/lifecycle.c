@@ -126,6 +126,8 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
     c->one_host = 1;
     for (int j = 1; j < p; j++)
         if (strcmp(keys[j], keys[0]) != 0) c->one_host = 0;
+    c->shm_auto = c->one_host && (strcmp(c->agreed.transport, "auto") == 0 ||
+                                  strcmp(c->agreed.transport, "shm") == 0);
     for (int h = 0; h < p; h++) {
         if (placed[h]) continue;
         for (int j = h; j < p; j++) {

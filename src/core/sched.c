@@ -514,12 +514,25 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
      * for its turn (above): it is queued. */
     int may_hold = (call->kind == HOOP__K_SEND && call->is_recv && call->any_source) ||
                    (atomic_load(&c->n_held) > 0 && (call->kind != HOOP__K_SEND || call->is_recv));
+    if (out == NULL && !detached && c->head == NULL && !c->busy && !may_hold && !is_p2p(call)) {
+        /* Nothing ahead of a collective: run it on this thread. Only the call is copied, not a
+         * whole request: clearing one costs more than a small call's work. */
+        hoop__call_t local = *call;
+        local.comm = c;
+        local.seq = c->seq++;
+        engine_enter(c);
+        hoop_result_t st = (hoop_result_t)atomic_load(&c->aborted);
+        if (st == HOOP_OK) st = run_collective(&local);
+        engine_leave(c);
+        pthread_mutex_unlock(&c->mu);
+        return st;
+    }
     if (out == NULL && !detached && c->head == NULL && !c->busy && !may_hold) {
-        /* Nothing ahead of us: run on this thread, the request on the stack. */
+        /* Nothing ahead of a point-to-point call: run it on this thread, the request on the
+         * stack. */
         hoop_request_t local;
         memset(&local, 0, sizeof(local));
         fill_request(c, &local, call, 1);
-        if (!is_p2p(call)) local.call.seq = c->seq++;
         engine_enter(c);
         hoop_result_t st = run(c, &local);
         engine_leave(c);

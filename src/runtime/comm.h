@@ -101,6 +101,9 @@ struct hoop_comm {
     /* Every rank published the same host identity (set with the ring): the shared-memory
      * collectives may run by default. */
     int one_host;
+    /* one_host, and the agreed transport allows shared memory (auto or shm): the shared-memory
+     * collectives are the default choice. Set with the ring, read on every call. */
+    int shm_auto;
 
     uint64_t seq; /* next collective call number */
     /* A thread is posting (or in a blocking call): the call numbers above are handed out in
