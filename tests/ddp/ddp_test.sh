@@ -181,7 +181,13 @@ test_resume_restart() {
             --fail-at-epoch 3 --fail-rank $r --metrics "$T/mb" --dump-weights "$T/wb" \
             >"$T/out" 2>"$T/err" || fail "the restarted job failed (rank $r failing)"
         expect_err "rank $r: failing on purpose in epoch 3, step 11"
-        expect_err "hooprun: restarting all ranks (restart 1 of 1) after rank $r failed"
+        # hooprun names the first failed rank it reaps. On a loaded machine a survivor that saw
+        # rank $r go may have exited too before hooprun ran, and then it cannot tell which went
+        # first: the rank it names is rank $r, or one that failed for having lost rank $r.
+        f=$(sed -n 's/^hooprun: restarting all ranks (restart 1 of 1) after rank \([0-9]*\) failed.*/\1/p' "$T/err")
+        [ -n "$f" ] || fail "stderr lacks hooprun's restart line"
+        [ "$f" = "$r" ] || grep -q "^\[$f\] .*lost rank $r " "$T/err" ||
+            fail "hooprun restarted after rank $f, which neither failed on purpose nor lost rank $r"
         grep -q "resuming from $T/ck after epoch 1 (restart 1)" "$T/out" || fail "no resume message"
         exact_weights "$T/wb" "$T/wa"
         exact_losses "$T/mb" "$T/ma"
