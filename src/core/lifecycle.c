@@ -123,11 +123,11 @@ static hoop_result_t set_ring(hoop_comm_t *c, const char *const *ptrs, const cha
     for (int j = 0; j < p && c->tp_ops->host_key != NULL; j++)
         c->tp_ops->host_key(j == c->rank ? own : ptrs[j], keys[j], sizeof(keys[j]));
     int pos = 0, identity = 1;
-    c->one_host = 1;
+    int one_host = 1;
     for (int j = 1; j < p; j++)
-        if (strcmp(keys[j], keys[0]) != 0) c->one_host = 0;
-    c->shm_auto = c->one_host && (strcmp(c->agreed.transport, "auto") == 0 ||
-                                  strcmp(c->agreed.transport, "shm") == 0);
+        if (strcmp(keys[j], keys[0]) != 0) one_host = 0;
+    c->shm_auto = one_host && (strcmp(c->agreed.transport, "auto") == 0 ||
+                               strcmp(c->agreed.transport, "shm") == 0);
     for (int h = 0; h < p; h++) {
         if (placed[h]) continue;
         for (int j = h; j < p; j++) {

@@ -270,12 +270,11 @@ static hoop_result_t run_collective(hoop__call_t *call)
     return st;
 }
 
-/* Under exec: runs one request to completion (point-to-point: posts it and, if blocking, waits). */
+/* Under exec: runs a blocking point-to-point request to completion: posts it and waits. */
 static hoop_result_t run(hoop_comm_t *c, hoop_request_t *r)
 {
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) return ab;
-    if (!is_p2p(&r->call)) return run_collective(&r->call);
     post_p2p(r);
     hoop__call_t wire = r->call;
     wire.root = -1;
@@ -514,7 +513,8 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
      * for its turn (above): it is queued. */
     int may_hold = (call->kind == HOOP__K_SEND && call->is_recv && call->any_source) ||
                    (atomic_load(&c->n_held) > 0 && (call->kind != HOOP__K_SEND || call->is_recv));
-    if (out == NULL && !detached && c->head == NULL && !c->busy && !may_hold && !is_p2p(call)) {
+    int now = out == NULL && !detached && c->head == NULL && !c->busy && !may_hold;
+    if (now && !is_p2p(call)) {
         /* Nothing ahead of a collective: run it on this thread. Only the call is copied, not a
          * whole request: clearing one costs more than a small call's work. */
         hoop__call_t local = *call;
@@ -527,7 +527,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         pthread_mutex_unlock(&c->mu);
         return st;
     }
-    if (out == NULL && !detached && c->head == NULL && !c->busy && !may_hold) {
+    if (now) {
         /* Nothing ahead of a point-to-point call: run it on this thread, the request on the
          * stack. */
         hoop_request_t local;

@@ -98,11 +98,9 @@ struct hoop_comm {
      * they differ): host h is ring positions h * local_size .. (h + 1) * local_size - 1. Set with
      * the ring, from what every rank published, so every rank sees the same. */
     int nhosts, local_size;
-    /* Every rank published the same host identity (set with the ring): the shared-memory
-     * collectives may run by default. */
-    int one_host;
-    /* one_host, and the agreed transport allows shared memory (auto or shm): the shared-memory
-     * collectives are the default choice. Set with the ring, read on every call. */
+    /* Every rank published the same host identity and the agreed transport allows shared memory
+     * (auto or shm): the shared-memory collectives are the default. Set with the ring, read on
+     * every call. */
     int shm_auto;
 
     uint64_t seq; /* next collective call number */
