@@ -9,11 +9,16 @@
 #                                          waits for all, exits non-zero if any rank failed;
 #                                          RANKS_PER_HOST=L runs L ranks on each (ranks i*L .. i*L+L-1
 #                                          on hoop-hi)
+#   bench/netns-cluster.sh mpirun N ARGS... Open MPI's mpirun, started on host 0, with
+#                                          RANKS_PER_HOST slots on each of hosts 0 .. N-1
+#                                          (default 1); ARGS: more mpirun options, then the
+#                                          program and its arguments
 #   bench/netns-cluster.sh down            remove every host and the switch
 #
 # Host i has address 10.77.0.(i+1)/24 on its interface eth0. Nothing leaves the machine.
 set -eu
 PREFIX=hoop-h
+SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 BR=hoopsw0
 
 up() {
@@ -78,14 +83,53 @@ run() {
     return $status
 }
 
+# Every host runs under its own hostname (a UTS namespace of its own): Open MPI names its
+# shared-memory segments after the host, so two "hosts" both called by the machine's name would
+# open each other's. $1: the host's index; the rest: the command.
+on_host() {
+    i=$1
+    shift
+    # shellcheck disable=SC2016 # $0 and $@ are the inner shell's
+    ip netns exec "$PREFIX$i" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$PREFIX$i" "$@"
+}
+
+mpirun_() {
+    n=$1
+    shift
+    per=${RANKS_PER_HOST:-1}
+    hosts=""
+    i=0
+    while [ "$i" -lt "$n" ]; do
+        hosts="$hosts${hosts:+,}10.77.0.$((i + 1)):$per"
+        i=$((i + 1))
+    done
+    root=""
+    [ "$(id -u)" -eq 0 ] && root=--allow-run-as-root
+    # mpirun reaches the other hosts through this script's "agent" in place of ssh; its own
+    # traffic and the MPI traffic between hosts stay on eth0, the rate-limited link.
+    on_host 0 mpirun $root --host "$hosts" -np "$((n * per))" --mca plm_rsh_agent "$SELF agent" \
+        --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth0 --mca btl self,vader,tcp \
+        --mca btl_tcp_if_include eth0 --mca pml ob1 "$@"
+}
+
+# mpirun's launch agent: "agent 10.77.0.(i+1) COMMAND" runs COMMAND (one shell string, as ssh
+# would pass it) on host i.
+agent() {
+    host=$1
+    shift
+    on_host "$((${host##*.} - 1))" sh -c "$*"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
 up) up "$@" ;;
 down) down ;;
 run) run "$@" ;;
+mpirun) mpirun_ "$@" ;;
+agent) agent "$@" ;;
 *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
