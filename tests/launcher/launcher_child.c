@@ -10,6 +10,8 @@
  *   fail R CODE             rank R exits CODE after 300 ms; the others sleep 60 s
  *   selfkill R              rank R kills itself with SIGKILL after 300 ms; the others sleep 60 s
  *   stubborn R CODE         like fail, but the others ignore SIGTERM
+ *   fail-when FILE CODE R.. ranks R.. exit CODE once FILE exists (looked for every 10 ms, for
+ *                           at most 30 s); the others sleep 60 s
  *   wait-signal             waits up to 30 s for SIGTERM/SIGHUP/SIGINT and reports which came
  *   sleep S                 says "ready", then sleeps S seconds
  *   flaky R HOLD_MS         reports its restart counts and MASTER_PORT; while HOOP_RESTART_COUNT < 2
@@ -139,6 +141,19 @@ static int mode_fail(int bad, int code, int how)
     return 0;
 }
 
+static int mode_fail_when(const char *file, int code, char **bad, int nbad)
+{
+    int r = my_rank();
+    out(1, "rank %d pid %ld\n", r, (long)getpid());
+    for (int i = 0; i < nbad; i++) {
+        if (atoi(bad[i]) != r) continue;
+        for (int t = 0; t < 3000 && access(file, F_OK) != 0; t++) sleep_ms(10);
+        return code;
+    }
+    sleep_ms(60000);
+    return 0;
+}
+
 static int mode_wait_signal(void)
 {
     int r = my_rank();
@@ -242,6 +257,8 @@ int main(int argc, char **argv)
     if (strcmp(m, "fail") == 0 && argc == 4) return mode_fail(atoi(argv[2]), atoi(argv[3]), 0);
     if (strcmp(m, "selfkill") == 0 && argc == 3) return mode_fail(atoi(argv[2]), 0, 1);
     if (strcmp(m, "stubborn") == 0 && argc == 4) return mode_fail(atoi(argv[2]), atoi(argv[3]), 2);
+    if (strcmp(m, "fail-when") == 0 && argc >= 5)
+        return mode_fail_when(argv[2], atoi(argv[3]), argv + 4, argc - 4);
     if (strcmp(m, "wait-signal") == 0) return mode_wait_signal();
     if (strcmp(m, "sleep") == 0 && argc == 3) {
         out(1, "rank %d ready pid %ld\n", my_rank(), (long)getpid());

@@ -2,7 +2,7 @@
 # Tests of hooprun, run from outside as a user would.
 #   launcher_test.sh CASE HOOPRUN CHILD
 # CASE: env output fail kill stubborn signal stopped omp timeout missing args restart restart-port
-#       restart-stop
+#       restart-stop fail-together
 # CHILD is launcher_child (see launcher_child.c for its modes).
 set -u
 
@@ -218,6 +218,42 @@ test_fail() {
     expect_rc 0
     [ -s "$T/err" ] && fail "stderr not empty on success"
     return 0
+}
+
+# Two ranks fail while hooprun is stopped (SIGSTOP), so that it finds both ended in one look: the
+# one the kernel lists first is the failure, and the other is named as having failed too. (A
+# rank that hooprun's own SIGTERM ends is never named: test_fail sees one message.)
+test_fail_together() {
+    bg_run -n 4 "$CHILD" fail-when "$T/go" 3 1 2
+    wait_lines 4 '^\[[0-9]\] rank [0-9] pid '
+    p1=$(pid_of_rank 1)
+    p2=$(pid_of_rank 2)
+    kill -STOP "$bg"
+    : >"$T/go"
+    i=0
+    while ! { is_zombie "$p1" && is_zombie "$p2"; }; do
+        i=$((i + 1))
+        if [ $i -gt 200 ]; then
+            kill -CONT "$bg"
+            fail "ranks 1 and 2 did not end"
+        fi
+        sleep 0.05
+    done
+    kill -CONT "$bg"
+    wait "$bg"
+    rc=$?
+    expect_rc 3
+    first=$(sed -n 's/^hooprun: rank \([12]\) (pid [0-9]*) exited with status 3$/\1/p' "$T/err")
+    [ -n "$first" ] || fail "no report of rank 1 or 2 failing"
+    other=$((3 - first))
+    expect_err_line "hooprun: rank $other (pid $(pid_of_rank $other)) had failed too: exited with status 3"
+    [ "$(grep -c '^hooprun: ' "$T/err")" -eq 2 ] || fail "expected two launcher messages"
+    expect_pids_gone 4
+}
+
+# Whether process $1 has ended and is not yet reaped.
+is_zombie() {
+    [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)" = Z ]
 }
 
 test_kill() {
@@ -602,6 +638,7 @@ case $case_name in
 env | output | fail | kill | stubborn | signal | stopped | omp | bind | timeout | missing | args | restart) "test_$case_name" ;;
 restart-port) test_restart_port ;;
 restart-stop) test_restart_stop ;;
+fail-together) test_fail_together ;;
 *)
     echo "unknown case '$case_name'" >&2
     exit 2

@@ -119,6 +119,7 @@ struct job {
     bool ending;              /* a failure, a timeout or a start error decided the status */
     int status;
     int failed_rank; /* the rank whose failure ended this attempt; -1: none */
+    int also_failed; /* ranks of this attempt that failed after (or with) failed_rank */
     bool timed_out;
     bool interrupted;    /* a signal came to us: the user wants the job over */
     int stop_signal;     /* the first such signal */

@@ -43,7 +43,7 @@ static void usage(FILE *f)
         "Options end at PROGRAM or after \"--\". The standard input of the ranks is /dev/null.\n"
         "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank, and ranks that end then\n"
         "are reported as stopped, not failed. When a rank fails the others get SIGTERM, then\n"
-        "SIGKILL after 3 s.\n"
+        "SIGKILL after 3 s; ranks found already ended with it, before that, are named too.\n"
         "\n"
         "OMP_NUM_THREADS is set to 1 for the ranks when it is not set and N > 1, as torchrun does\n"
         "(said on stderr at start): N ranks with a thread per core each would oversubscribe.\n"

@@ -89,7 +89,36 @@ static bool is_timeout_cmd(const char *path)
     return strcmp(base != NULL ? base + 1 : path, "timeout") == 0;
 }
 
-static void rank_exited(struct job *j, struct rank *rk, int wstatus)
+/* How many such failures are named one by one before the rest are only counted. */
+#define ALSO_NAMED 8
+
+/*
+ * A rank found ended in the same look as the failure that ends the attempt, before hooprun
+ * stopped the others, is named too: which of two ranks already gone ended first cannot be told,
+ * so the one reported first is only the one the kernel listed first. Every rank of a job that
+ * the user stopped, or that timed out, ended for that reason and is not named.
+ */
+static void also_failed(struct job *j, const struct rank *rk, int wstatus)
+{
+    if (j->interrupted || j->timed_out || j->failed_rank < 0) return;
+    if (++j->also_failed > ALSO_NAMED) {
+        if (j->also_failed == ALSO_NAMED + 1)
+            say(j->err, "more ranks had failed too; not naming them one by one");
+        return;
+    }
+    int sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
+    const char *name = signal_name(sig);
+    if (sig != 0)
+        say(j->err, "rank %d (pid %ld) had failed too: killed by signal %d%s%s%s", rk->rank,
+            (long)rk->pid, sig, name != NULL ? " (" : "", name != NULL ? name : "",
+            name != NULL ? ")" : "");
+    else
+        say(j->err, "rank %d (pid %ld) had failed too: exited with status %d", rk->rank,
+            (long)rk->pid, WEXITSTATUS(wstatus));
+}
+
+/* before_stop: the rank's end was collected before hooprun began stopping the job. */
+static void rank_exited(struct job *j, struct rank *rk, int wstatus, bool before_stop)
 {
     rk->running = false;
     j->nrunning--;
@@ -99,7 +128,11 @@ static void rank_exited(struct job *j, struct rank *rk, int wstatus)
     sink_flush(j->out);
 
     bool failed = !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
-    if (!failed || j->ending) return;
+    if (!failed) return;
+    if (j->ending) {
+        if (before_stop) also_failed(j, rk, wstatus);
+        return;
+    }
     j->ending = true;
     j->failed_rank = rk->rank;
     int sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
@@ -148,17 +181,28 @@ static void rank_exited(struct job *j, struct rank *rk, int wstatus)
 
 static void reap(struct job *j)
 {
+    /* Every end already there is collected before any is handled: handling the first failure
+     * stops the others, and those found ended beside it ended before that. */
+    enum { BATCH = 64 };
     for (;;) {
-        int ws;
-        pid_t pid = waitpid(-1, &ws, WNOHANG);
-        if (pid < 0 && errno == EINTR) continue;
-        if (pid <= 0) return;
-        for (int r = 0; r < j->started; r++) {
-            if (j->ranks[r].pid == pid && j->ranks[r].running) {
-                rank_exited(j, &j->ranks[r], ws);
-                break;
+        struct rank *rk[BATCH];
+        int ws[BATCH], n = 0;
+        bool before_stop = j->phase == RUNNING;
+        while (n < BATCH) {
+            int st;
+            pid_t pid = waitpid(-1, &st, WNOHANG);
+            if (pid < 0 && errno == EINTR) continue;
+            if (pid <= 0) break;
+            for (int r = 0; r < j->started; r++) {
+                if (j->ranks[r].pid == pid && j->ranks[r].running) {
+                    rk[n] = &j->ranks[r];
+                    ws[n++] = st;
+                    break;
+                }
             }
         }
+        for (int i = 0; i < n; i++) rank_exited(j, rk[i], ws[i], before_stop);
+        if (n < BATCH) return;
     }
 }
 
@@ -380,6 +424,7 @@ bool prepare_restart(struct job *j)
     j->ending = false;
     j->status = 0;
     j->failed_rank = -1;
+    j->also_failed = 0;
     return true;
 }
 
