@@ -498,7 +498,9 @@ static hoop_result_t resolve_rendezvous(init_t *in)
     if (in->cfg->log_file[0] != '\0') hoop__log_banner(&in->c->log, in->cfg->auth.set);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int local = rdv->local_size > 0 ? rdv->local_size : 1;
-    in->c->spin_s = ncpu > 0 && local > ncpu ? 0.0 : 20e-6;
+    int crowded = ncpu > 0 && local > ncpu;
+    in->c->spin_s = crowded ? 0.0 : 20e-6;
+    in->c->yield_s = crowded ? in->cfg->shm_spin_us * 1e-6 : 0.0;
     return HOOP_OK;
 }
 
@@ -857,6 +859,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
             nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
             nc->algo = c->algo;
             nc->spin_s = c->spin_s;
+            nc->yield_s = c->yield_s;
             memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
             oob_ctx = (split_oob_t){
                 .parent = c, .parent_of = parent_of, .rank = newrank, .size = n};

@@ -12,6 +12,7 @@
  * engine_enter and gives it back with engine_leave, whatever it runs.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -343,7 +344,10 @@ static void drive_inflight(hoop_comm_t *c, hoop_request_t *r)
     for (unsigned polls = 1; !atomic_load(&r->done) && (c->inflight != NULL || c->held != NULL);
          polls++) {
         if ((polls & 31) == 0 || now - start >= c->spin_s) now = hoop__now();
-        if (now - start > 1e-3 || !inflight_step(c, now - start < c->spin_s ? 0 : 1)) break;
+        int yield = now - start < c->yield_s;
+        if (now - start > 1e-3 || !inflight_step(c, now - start < c->spin_s || yield ? 0 : 1))
+            break;
+        if (yield) sched_yield();
     }
     engine_leave(c);
 }

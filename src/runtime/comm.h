@@ -83,6 +83,10 @@ struct hoop_comm {
     /* Waits poll without sleeping this long first: short operations finish without a wake-up.
      * Zero when ranks outnumber cores, where spinning only steals the CPU the peer needs. */
     double spin_s;
+    /* Where they do, waits yield the core between looks for this long (HOOP_SHM_SPIN_US) before
+     * they sleep: a sleeper wakes behind every runnable rank, a yielder as soon as its core's
+     * other rank waits in turn. Zero otherwise. */
+    double yield_s;
     char host[64];
     char
         route_hint[256]; /* the rendezvous host: the transport listens on the interface facing it */

@@ -4,6 +4,7 @@
  * caller's buffer. Runs under exec, on whichever thread the scheduler gave the call.
  */
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,10 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
             return HOOP_ERR_TIMEOUT;
         }
         int ms = now - start < c->spin_s ? 0 : 100;
+        if (ms && now - start < c->yield_s) {
+            ms = 0;
+            sched_yield();
+        }
         if (ms) spin_polls = 0;
         /* Copies in flight end without the transport knowing: look again soon, not in 100 ms. */
         if (ms && copying) {
