@@ -63,17 +63,17 @@ for layout in ${LAYOUTS:-2x2 2x4 4x2}; do
                     END {for (s in m) print s, m[s]}' | sort -n >"$out/$layout.$coll.$algo.med"
         done
         echo "## $coll, $H hosts x $L ranks, $rate links (ms: median; bound: the links' least)"
-        if [ "$algos" = "ring hier" ]; then
-            echo "| size | flat ring | bound | hierarchical | bound | flat / hier | hier / its bound |"
-            echo "|---|---|---|---|---|---|---|"
-            join "$out/$layout.$coll.ring.med" "$out/$layout.$coll.hier.med" >"$out/j"
-        else
-            echo "| size | flat ring | bound | hierarchical | bound | flat / hier | hier / its bound |" \
-                "Open MPI tuned | Open MPI han | best Open MPI / hier |"
-            echo "|---|---|---|---|---|---|---|---|---|---|"
-            join "$out/$layout.$coll.ring.med" "$out/$layout.$coll.hier.med" |
-                join - "$out/$layout.$coll.tuned.med" | join - "$out/$layout.$coll.han.med" >"$out/j"
+        hdr="| size | flat ring | bound | hierarchical | bound | flat / hier | hier / its bound |"
+        sep="|---|---|---|---|---|---|---|"
+        join "$out/$layout.$coll.ring.med" "$out/$layout.$coll.hier.med" >"$out/j"
+        if [ "$algos" != "ring hier" ]; then
+            hdr="$hdr Open MPI tuned | Open MPI han | best Open MPI / hier |"
+            sep="$sep---|---|---|"
+            join "$out/j" "$out/$layout.$coll.tuned.med" | join - "$out/$layout.$coll.han.med" >"$out/j2"
+            mv "$out/j2" "$out/j"
         fi
+        echo "$hdr"
+        echo "$sep"
         sort -n "$out/j" |
             awk -v H="$H" -v L="$L" -v bps="$bps" -v coll="$coll" '{
                 p = H * L; n = $1

@@ -97,12 +97,7 @@ mpirun_() {
     n=$1
     shift
     per=${RANKS_PER_HOST:-1}
-    hosts=""
-    i=0
-    while [ "$i" -lt "$n" ]; do
-        hosts="$hosts${hosts:+,}10.77.0.$((i + 1)):$per"
-        i=$((i + 1))
-    done
+    hosts=$(seq -s, -f "10.77.0.%g:$per" 1 "$n")
     root=""
     [ "$(id -u)" -eq 0 ] && root=--allow-run-as-root
     # mpirun reaches the other hosts through this script's "agent" in place of ssh; its own

@@ -96,11 +96,12 @@ static bool is_timeout_cmd(const char *path)
  * A rank found ended in the same look as the failure that ends the attempt, before hooprun
  * stopped the others, is named too: which of two ranks already gone ended first cannot be told,
  * so the one reported first is only the one the kernel listed first. Every rank of a job that
- * the user stopped, or that timed out, ended for that reason and is not named.
+ * the user stopped ended for that reason and is not named (nor any of an attempt that a timeout
+ * or a start error ended: it has no failed rank).
  */
 static void also_failed(struct job *j, const struct rank *rk, int wstatus)
 {
-    if (j->interrupted || j->timed_out || j->failed_rank < 0) return;
+    if (j->interrupted || j->failed_rank < 0) return;
     if (++j->also_failed > ALSO_NAMED) {
         if (j->also_failed == ALSO_NAMED + 1)
             say(j->err, "more ranks had failed too; not naming them one by one");
@@ -108,10 +109,12 @@ static void also_failed(struct job *j, const struct rank *rk, int wstatus)
     }
     int sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
     const char *name = signal_name(sig);
-    if (sig != 0)
-        say(j->err, "rank %d (pid %ld) had failed too: killed by signal %d%s%s%s", rk->rank,
-            (long)rk->pid, sig, name != NULL ? " (" : "", name != NULL ? name : "",
-            name != NULL ? ")" : "");
+    if (sig != 0 && name != NULL)
+        say(j->err, "rank %d (pid %ld) had failed too: killed by signal %d (%s)", rk->rank,
+            (long)rk->pid, sig, name);
+    else if (sig != 0)
+        say(j->err, "rank %d (pid %ld) had failed too: killed by signal %d", rk->rank,
+            (long)rk->pid, sig);
     else
         say(j->err, "rank %d (pid %ld) had failed too: exited with status %d", rk->rank,
             (long)rk->pid, WEXITSTATUS(wstatus));
