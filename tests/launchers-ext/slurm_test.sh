@@ -46,6 +46,10 @@ trap 'exit 1' INT TERM HUP
 
 # Ports below hoop's derived Slurm range (12000-31999), one pair per test process.
 ctld_port=$((7000 + ($$ % 2500) * 2))
+# Job ids, and so the ports hoop derives from them, apart per test process too: two runs at
+# once (two checkouts) would otherwise both start at one id and meet on one port. The derived
+# port repeats every 1250 jobs; this test submits at most 5.
+first_job=$((4242 + ($$ % 200) * 6))
 slurmd_port=$((ctld_port + 1))
 user=$(id -un)
 
@@ -58,7 +62,7 @@ munged -f --key-file="$dir/munge.key" --socket="$dir/munge.sock" --pid-file="$di
 mkdir -p "$dir/state" "$dir/spool"
 cat >"$dir/slurm.conf" <<CONF
 ClusterName=hooptest
-FirstJobId=4242
+FirstJobId=$first_job
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
@@ -153,7 +157,7 @@ fi
 # never comes) holds the port the next step derives. That step's rank 0 must say the port is in
 # use, and its other ranks, which reach the stranger's store, must name the other job; nobody
 # joins it or waits out the timeout.
-next=$((4242 + nsrun))
+next=$((first_job + nsrun))
 port=$((12000 + (next * 16) % 20000))
 HOOP_TIMEOUT=20 RANK=0 WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=$port HOOP_JOB_ID=stale-job \
     SLURM_CONF= "$holder" --mode init-env >"$dir/holder.out" 2>&1 &
