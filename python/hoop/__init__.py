@@ -81,8 +81,8 @@ def init(method=None, rank=-1, size=-1, timeout=None, algo=None, any_thread=Fals
     """Joins a communicator. method: "env://" (default: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE
     as torchrun and hooprun set them, or Slurm/Open MPI variables), "tcp://HOST:PORT" (rank 0
     serves the rendezvous there) or "file:///PATH". rank/size of -1 come from the environment.
-    timeout (seconds) and algo (as HOOP_ALGO: "auto", "ring", "rd", "ps", "ps-sharded", "ipc",
-    "shm", "p2p", "hier") apply once joined.
+    timeout (seconds) and algo (as HOOP_ALGO: "auto", "ring", "rd", "rabenseifner", "ps",
+    "ps-sharded", "ipc", "shm", "p2p", "hier") apply once joined.
     any_thread: see Comm (threads)."""
     rank = _integer(rank, "init: rank")
     size = _integer(size, "init: size")
@@ -307,8 +307,8 @@ class Comm:
         self._check(rc, "set_timeout")
 
     def set_algo(self, algo):
-        """Algorithm from now on, as HOOP_ALGO: auto, ring, rd, ps, ps-sharded, ipc, shm, p2p or
-        hier (the same on every rank)."""
+        """Algorithm from now on, as HOOP_ALGO: auto, ring, rd, rabenseifner, ps, ps-sharded, ipc,
+        shm, p2p or hier (the same on every rank)."""
         self._poster("set_algo")
         with self._lock:
             self._check(_lib().hoop_comm_set_algo(self._handle(), str(algo).encode()),

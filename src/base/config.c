@@ -113,11 +113,12 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
             return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp, shm or ibverbs");
     }
     if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto", "ring", "rd",  "ps",   "ps-sharded",
-                                            "ipc",  "shm",  "p2p", "hier", NULL};
+        static const char *const names[] = {"auto",       "ring",         "rd",  "ps",
+                                            "ps-sharded", "ipc",          "shm", "p2p",
+                                            "hier",       "rabenseifner", NULL};
         if (copy_word(c->algo, sizeof(c->algo), v, names) != 0)
             return bad(err, errlen, "HOOP_ALGO", v,
-                       "auto, ring, rd, ps, ps-sharded, ipc, shm, p2p or hier");
+                       "auto, ring, rd, rabenseifner, ps, ps-sharded, ipc, shm, p2p or hier");
     }
     if ((v = get("HOOP_SOCKET_IFNAME", ctx)) != NULL) {
         if (strlen(v) >= sizeof(c->ifname))

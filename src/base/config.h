@@ -12,7 +12,7 @@ typedef struct hoop__config {
     unsigned log_subsys; /* HOOP_DEBUG_SUBSYS: HOOP__SUB_* bits (default all) */
     char log_file[256];  /* HOOP_DEBUG_FILE: "" = stderr */
     char transport[16];  /* HOOP_TRANSPORT: auto (default), tcp, shm, ibverbs */
-    char algo[16];       /* HOOP_ALGO: auto (default), ring, rd, ps, ps-sharded, ipc, shm, p2p, hier */
+    char algo[16];       /* HOOP_ALGO: auto (default), ring, rd, rabenseifner, ps, ... */
     char ifname[128]; /* HOOP_SOCKET_IFNAME: "" = automatic; prefix list, '^' excludes, '=' exact */
     int sockets_per_peer;  /* HOOP_SOCKETS_PER_PEER: 1..16 */
     size_t chunk_bytes;    /* HOOP_CHUNK_BYTES: pipelining unit of large collectives */

@@ -100,7 +100,7 @@ hoop_result_t hoop__wire_match(const hoop__wire_hdr_t *e, const hoop__wire_hdr_t
 const char *hoop__wire_algo_name(int algo)
 {
     static const char *const names[HOOP__WIRE_ALGO_COUNT] = {
-        "auto", "ring", "rd", "ps", "ps-sharded", "ipc", "shm", "p2p", "hier"};
+        "auto", "ring", "rd", "ps", "ps-sharded", "ipc", "shm", "p2p", "hier", "rabenseifner"};
     return algo >= 0 && algo < HOOP__WIRE_ALGO_COUNT ? names[algo] : "unknown";
 }
 

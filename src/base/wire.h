@@ -59,7 +59,7 @@ const char *hoop__kind_name(int kind);
 /* The algorithms' names by hdr.algo value (hoop__algo_t: "auto", "ring", "rd", ...), "unknown"
  * outside; the one table of them. */
 const char *hoop__wire_algo_name(int algo);
-#define HOOP__WIRE_ALGO_COUNT 9
+#define HOOP__WIRE_ALGO_COUNT 10
 /* The sentence for a received header that does not match the posted receive, naming both calls:
  * "rank 1 called broadcast(count=10, float32, root=0) as call #7 where rank 0 called ...". */
 const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *expect, const hoop__wire_hdr_t *got,

@@ -17,21 +17,27 @@
  */
 #include "collectives/coll.h"
 
+hoop_result_t hoop__allreduce_pow2_start(hoop__call_t *c, uint8_t **tmp, int *q)
+{
+    int p = c->comm->size;
+    size_t bytes = c->count * hoop__dsize(c);
+    *tmp = NULL;
+    if (c->sendbuf != c->recvbuf) hoop__mem_copy(c, c->recvbuf, c->sendbuf, bytes);
+    if (p == 1) return HOOP_OK;
+    if ((*tmp = hoop__scratch(c, bytes)) == NULL) return HOOP_ERR_NO_MEMORY;
+    for (*q = 1; *q * 2 <= p;) *q *= 2;
+    return HOOP_OK;
+}
+
 hoop_result_t hoop__allreduce_rd(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    int p = comm->size, r = comm->rank;
+    int p = comm->size, r = comm->rank, q;
     size_t n = c->count, bytes = n * hoop__dsize(c);
-    uint8_t *buf = c->recvbuf;
-    if (c->sendbuf != c->recvbuf) hoop__mem_copy(c, buf, c->sendbuf, bytes);
-    if (p == 1) return HOOP_OK;
-    uint8_t *tmp = hoop__scratch(c, bytes);
-    if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
-
-    int q = 1;
-    while (q * 2 <= p) q *= 2;
+    uint8_t *buf = c->recvbuf, *tmp;
+    hoop_result_t rc = hoop__allreduce_pow2_start(c, &tmp, &q);
+    if (rc != HOOP_OK || tmp == NULL) return rc;
     int e = p - q;
-    hoop_result_t rc;
     int vr; /* rank among the q survivors, -1 when folded away */
     if (r < 2 * e) {
         if (r % 2 == 0) {

@@ -20,6 +20,11 @@ void hoop__shc_close(hoop_comm_t *c);
 /* Algorithms: one file each. */
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c);
 hoop_result_t hoop__allreduce_rd(hoop__call_t *c);
+hoop_result_t hoop__allreduce_rabenseifner(hoop__call_t *c);
+/* Where recursive doubling and Rabenseifner's start (allreduce_rd.c): the input copied into the
+ * output unless in place, *tmp scratch for one whole buffer (NULL on one rank: nothing left to
+ * do), *q the largest power of two not above the size. */
+hoop_result_t hoop__allreduce_pow2_start(hoop__call_t *c, uint8_t **tmp, int *q);
 hoop_result_t hoop__allreduce_ps(hoop__call_t *c);
 hoop_result_t hoop__allreduce_ps_sharded(hoop__call_t *c);
 /* Hierarchical (hier.c): where hoop__hier_fits, several ranks on each of several hosts, as many on

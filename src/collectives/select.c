@@ -10,8 +10,9 @@
  *
  * Point-to-point (HOOP_TRANSPORT=tcp, or HOOP_ALGO naming one of them): all-reduce by recursive
  * doubling at or below HOOP_SMALL_BYTES (latency-bound: log2(p) rounds), the ring above
- * (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO forces one, including the parameter
- * servers, which auto never picks: they are there to be compared with. HOOP_ALGO=shm forces the
+ * (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO forces one, including Rabenseifner's
+ * and the parameter servers, which auto never picks: Rabenseifner's won nowhere it was measured
+ * (docs/performance.md), the parameter servers are there to be compared with. HOOP_ALGO=shm forces the
  * shared area whatever the transport; HOOP_ALGO=p2p is auto without it.
  *
  * CUDA device buffers (ipc.c, "ipc"): all-reduce, reduce, broadcast, all-gather and
@@ -151,6 +152,7 @@ static hoop_result_t dispatch_p2p(hoop__call_t *call)
     case HOOP__K_ALLREDUCE:
         switch (algo) {
         case HOOP__ALGO_RD: return hoop__allreduce_rd(call);
+        case HOOP__ALGO_RABEN: return hoop__allreduce_rabenseifner(call);
         case HOOP__ALGO_PS: return hoop__allreduce_ps(call);
         case HOOP__ALGO_PS_SHARDED: return hoop__allreduce_ps_sharded(call);
         case HOOP__ALGO_HIER: return hoop__allreduce_hier(call);

@@ -29,6 +29,7 @@ typedef enum {
     HOOP__ALGO_SHM,        /* every collective through an area all ranks map (one host) */
     HOOP__ALGO_P2P,        /* HOOP_ALGO only: auto's choice without the shared area */
     HOOP__ALGO_HIER,       /* inside each host, then across hosts, then inside (hier.c) */
+    HOOP__ALGO_RABEN,      /* Rabenseifner's: recursive halving, then recursive doubling */
     HOOP__ALGO_COUNT
 } hoop__algo_t;
 

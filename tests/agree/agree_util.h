@@ -83,8 +83,8 @@ enum ag_coll {
     AG_NCOLL
 };
 extern const char *const ag_coll_names[AG_NCOLL];
-enum { AG_NALGO = 4 };
-extern const char *const ag_algo_names[AG_NALGO]; /* ring, rd, ps, ps-sharded */
+enum { AG_NALGO = 5 };
+extern const char *const ag_algo_names[AG_NALGO]; /* ring, rd, ps, ps-sharded, rabenseifner */
 
 /* Input values: any 32-bit pattern (uint32 sums wrap, exact); small non-negative integers, exact
  * in every dtype; small signed integers (int32, for every op); 21-bit signed (int32 sums). */

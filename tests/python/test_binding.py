@@ -568,7 +568,7 @@ def check_errors():
     expect("bogus" in comm.last_error, "last_error: %r" % comm.last_error)
     expect_raises(hoop.InvalidArgumentError, lambda: comm.set_timeout(-1), "set_timeout", "-1")
     # Every algorithm gives the same (exact) result.
-    for algo in ("ring", "rd", "ps", "ps-sharded", "auto"):
+    for algo in ("ring", "rd", "rabenseifner", "ps", "ps-sharded", "auto"):
         comm.set_algo(algo)
         s = next_salt()
         inputs = [values(r, 1031, "int32", "sum", s) for r in range(P)]

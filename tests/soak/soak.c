@@ -50,7 +50,7 @@ enum {
 static const char *const KIND[K_COUNT] = {"allreduce", "broadcast", "reduce",         "allgather",
                                           "gather",    "scatter",   "reduce_scatter", "alltoall",
                                           "barrier",   "sendrecv"};
-static const char *const ALGO[] = {"auto", "ring", "rd", "ps", "ps-sharded"};
+static const char *const ALGO[] = {"auto", "ring", "rd", "ps", "ps-sharded", "rabenseifner"};
 
 /* Element sizes and names of our own, not the library's. */
 static const size_t ES[HOOP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
@@ -177,7 +177,7 @@ static int draw_call(soak_t *s, call_t *k, uint64_t no)
     k->inplace = (int)(draw(s) & 1);
     k->null_unused = (int)(draw(s) & 1);
     k->shift = 1 + (int)(draw(s) % (uint64_t)(p > 1 ? p - 1 : 1));
-    k->algo = (int)(draw(s) % 5);
+    k->algo = (int)(draw(s) % (sizeof ALGO / sizeof ALGO[0]));
     size_t mx = s->max_count;
     switch (draw(s) % 8) {
     case 0: k->n = 0; break;
