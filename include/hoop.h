@@ -121,8 +121,8 @@ HOOP_API hoop_result_t hoop_comm_abort(hoop_comm_t *comm);
 HOOP_API int hoop_comm_rank(const hoop_comm_t *comm);
 HOOP_API int hoop_comm_size(const hoop_comm_t *comm);
 /* Algorithm of comm from now on: "auto", "ring", "rd", "rabenseifner", "ps", "ps-sharded", "ipc",
- * "shm", "p2p" or "hier" (as HOOP_ALGO; "ipc": CUDA device buffers on every rank, all on one node, through CUDA
- * IPC; "hier" runs the flat algorithms where the ranks are not several on each of several hosts,
+ * "shm", "p2p" or "hier" (as HOOP_ALGO; "ipc": CUDA device buffers on every rank, all on one
+ * node, through CUDA IPC; "hier" runs the flat algorithms where the ranks are not several on each of several hosts,
  * as many on each).
  * Every rank must make the same choice before the same call, or that call fails with
  * HOOP_ERR_MISMATCH. */

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "base/log.h"
+#include "base/wire.h"
 
 void hoop__config_defaults(hoop__config_t *c)
 {
@@ -113,9 +114,10 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
             return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp, shm or ibverbs");
     }
     if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto",       "ring",         "rd",  "ps",
-                                            "ps-sharded", "ipc",          "shm", "p2p",
-                                            "hier",       "rabenseifner", NULL};
+        /* The wire's table is the one list of algorithm names. */
+        const char *names[HOOP__WIRE_ALGO_COUNT + 1];
+        for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++) names[i] = hoop__wire_algo_name(i);
+        names[HOOP__WIRE_ALGO_COUNT] = NULL;
         if (copy_word(c->algo, sizeof(c->algo), v, names) != 0)
             return bad(err, errlen, "HOOP_ALGO", v,
                        "auto, ring, rd, rabenseifner, ps, ps-sharded, ipc, shm, p2p or hier");

@@ -27,7 +27,6 @@
 #include "collectives/coll.h"
 
 typedef struct {
-    hoop__call_t *c;
     size_t n, es;
     int q;
 } rab_t;
@@ -51,7 +50,7 @@ hoop_result_t hoop__allreduce_rabenseifner(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
     int p = comm->size, pos = hoop__ring_pos(comm);
-    rab_t g = {.c = c, .n = c->count, .es = hoop__dsize(c)};
+    rab_t g = {.n = c->count, .es = hoop__dsize(c)};
     size_t bytes = g.n * g.es;
     uint8_t *buf = c->recvbuf, *tmp;
     hoop_result_t rc = hoop__allreduce_pow2_start(c, &tmp, &g.q);

@@ -12,8 +12,8 @@
  * doubling at or below HOOP_SMALL_BYTES (latency-bound: log2(p) rounds), the ring above
  * (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO forces one, including Rabenseifner's
  * and the parameter servers, which auto never picks: Rabenseifner's won nowhere it was measured
- * (docs/performance.md), the parameter servers are there to be compared with. HOOP_ALGO=shm forces the
- * shared area whatever the transport; HOOP_ALGO=p2p is auto without it.
+ * (docs/performance.md), the parameter servers are there to be compared with. HOOP_ALGO=shm
+ * forces the shared area whatever the transport; HOOP_ALGO=p2p is auto without it.
  *
  * CUDA device buffers (ipc.c, "ipc"): all-reduce, reduce, broadcast, all-gather and
  * reduce-scatter through peers' device memory where every rank's buffers are device memory and

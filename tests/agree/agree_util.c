@@ -316,8 +316,7 @@ int ag_log_line(const char *path, const char *needle, char *buf, size_t n)
 const char *const ag_coll_names[AG_NCOLL] = {"allreduce",      "broadcast", "reduce",
                                              "allgather",      "gather",    "scatter",
                                              "reduce_scatter", "alltoall",  "barrier"};
-const char *const ag_algo_names[AG_NALGO] = {"ring", "rd", "ps", "ps-sharded",
-                                                   "rabenseifner"};
+const char *const ag_algo_names[AG_NALGO] = {"ring", "rd", "ps", "ps-sharded", "rabenseifner"};
 
 static uint32_t mix(uint32_t a, uint32_t b, uint32_t c)
 {
