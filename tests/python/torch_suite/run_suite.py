@@ -31,9 +31,13 @@ What this runner changes, and nothing else (no assertion is touched):
     as broken in this torch, apart from the failures, for either backend;
   * the tests in KNOWN_FAILING (none now) run and are listed as known to fail without failing
     the run; one that passes fails it, to be taken off the list;
-  * with --jobs N the tests are dealt round-robin to N runner processes.
+  * with --jobs N the tests are dealt round-robin to N runner processes;
+  * each test's ranks are forked from the runner (as upstream's test_distributed_fork.py did
+    before torch dropped it for CUDA's sake), not spawned: a spawned rank imports torch and
+    compiles this 9000-line suite again, which was most of the run's time (--start spawn is
+    upstream's way, for comparison).
 The test class is the one upstream defines: TestDistBackend with _DistTestBase, each test in
-WORLD_SIZE spawned processes that join through a file:// init method.
+WORLD_SIZE processes that join through a file:// init method.
 """
 import os
 import sys
@@ -49,15 +53,19 @@ if __name__ == "__main__":
                     help="run only tests whose name contains this (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the tests and exit")
     ap.add_argument("--json", help="write each test's outcome and seconds here")
+    ap.add_argument("--start", choices=["fork", "spawn"], default="fork",
+                    help="how each test's ranks start (default fork: see above)")
     ap.add_argument("--shard", help=argparse.SUPPRESS)  # i/N, for --jobs
     ARGS = ap.parse_args()
+    os.environ["HOOP_SUITE_START"] = ARGS.start
     os.environ["BACKEND"] = ARGS.backend
     os.environ["WORLD_SIZE"] = str(ARGS.world_size)
     # As upstream's run of this suite with a file:// init method (each test's setUp then names
     # its own file): the tests that re-create the default group need it.
     os.environ.setdefault("INIT_METHOD", "file://")
 
-# The spawned ranks import this file again (as __mp_main__) and take the backend from BACKEND.
+# Spawned ranks (--start spawn) import this file again (as __mp_main__) and take the backend
+# from BACKEND.
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
@@ -148,11 +156,21 @@ if os.environ.get("BACKEND") == "hoop":
 
 
 class TestDistBackendWithSpawn(_suite.TestDistBackend, _suite.DistributedTest._DistTestBase):
-    # As upstream's test_distributed_spawn.py.
+    # As upstream's test_distributed_spawn.py, but for the way the ranks start (START).
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        if os.environ["HOOP_SUITE_START"] == "fork":
+            self._start_processes(torch.multiprocessing.get_context("fork").Process)
+        else:
+            self._spawn_processes()
         torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
+
+    @classmethod
+    def _run(cls, rank, test_name, file_name, pipe):
+        # A spawned rank imports the suite after setUp has put this test's file in INIT_METHOD
+        # (initialize_temp_directories); a forked one kept the runner's import: read it again.
+        _suite.INIT_METHOD = os.environ["INIT_METHOD"]
+        super()._run(rank, test_name, file_name, pipe)
 
 
 # What torch 1.13 raises when DistributedDataParallel imports torch.distributed._shard under
@@ -310,7 +328,8 @@ def main():
             procs = []
             for i in range(ARGS.jobs):
                 cmd = [sys.executable, os.path.abspath(__file__), "--backend", ARGS.backend,
-                       "--world-size", str(ARGS.world_size), "--shard", "%d/%d" % (i, ARGS.jobs),
+                       "--world-size", str(ARGS.world_size), "--start", ARGS.start,
+                       "--shard", "%d/%d" % (i, ARGS.jobs),
                        "--json", os.path.join(tmp, "%d.json" % i)]
                 for p in ARGS.patterns:
                     cmd += ["-k", p]
