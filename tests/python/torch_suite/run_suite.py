@@ -156,10 +156,10 @@ if os.environ.get("BACKEND") == "hoop":
 
 
 class TestDistBackendWithSpawn(_suite.TestDistBackend, _suite.DistributedTest._DistTestBase):
-    # As upstream's test_distributed_spawn.py, but for the way the ranks start (START).
+    # As upstream's test_distributed_spawn.py, but for the way the ranks start (--start).
     def setUp(self):
         super().setUp()
-        if os.environ["HOOP_SUITE_START"] == "fork":
+        if os.environ.get("HOOP_SUITE_START", "fork") == "fork":
             self._start_processes(torch.multiprocessing.get_context("fork").Process)
         else:
             self._spawn_processes()
