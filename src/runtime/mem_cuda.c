@@ -6,7 +6,9 @@
  * at its first call. Until the driver is in the process no pointer can be device memory, and a
  * call pays one look at the loader's count of loaded objects (dl_iterate_phdr, stopped at the
  * first object: tens of nanoseconds); the objects' names are searched for the driver only when
- * that count has changed. Once the driver is there, the module is loaded and asked about each
+ * that count has changed. Buffers in the process's brk heap skip even that: the heap is one
+ * mapping of host memory from its start to the current break, which no other mapping, device
+ * memory included, can overlap. Once the driver is there, the module is loaded and asked about each
  * call's buffers (cudaPointerGetAttributes), with a small cache of device allocations.
  *
  * The state is per communicator (hoop_comm.cuda), made on first need. Testing only (docs/cuda.md):
@@ -46,6 +48,7 @@ struct hoop__cuda {
     atomic_int state;   /* NO_DRIVER, READY (the module answers) or BROKEN (why says) */
     atomic_int failed;  /* an operation on device memory failed (hoop__mem_failed) */
     _Atomic unsigned long long libs; /* NO_DRIVER: the loader's count when it was looked for */
+    uintptr_t heap_lo;               /* where the brk heap starts; 0 if unknown */
     void *dl;
     const hoop_cuda_module_t *t;
     hoop_cuda_ctx_t *ctx; /* on the communicator's device, from its first device buffer on */
@@ -268,6 +271,39 @@ static int device_of(struct hoop__cuda *st, const void *p, char *err, size_t err
     return type == 2 /* CU_MEMORYTYPE_DEVICE */ || type == 4 /* UNIFIED */ ? 0 : IS_HOST;
 }
 
+/* The start of the brk heap ("start_brk", field 47 of /proc/self/stat), or 0. */
+static uintptr_t heap_start(void)
+{
+    FILE *f = fopen("/proc/self/stat", "re");
+    if (f == NULL) return 0;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields from the third on follow the last ')' (the command's name may hold any). */
+    const char *p = strrchr(buf, ')');
+    if (p == NULL) return 0;
+    p++;
+    for (int field = 3; field <= 47; field++) {
+        while (*p == ' ') p++;
+        if (field == 47) {
+            char *end;
+            unsigned long long v = strtoull(p, &end, 10);
+            return end != p ? (uintptr_t)v : 0;
+        }
+        while (*p != ' ' && *p != '\0') p++;
+        if (*p == '\0') return 0;
+    }
+    return 0;
+}
+
+/* Whether p is NULL or in the brk heap as it is now: host memory, whatever was loaded. */
+static int in_heap(const struct hoop__cuda *st, const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    return p == NULL || (st->heap_lo != 0 && a >= st->heap_lo && a < (uintptr_t)sbrk(0));
+}
+
 static struct hoop__cuda *state_of(hoop_comm_t *c)
 {
     struct hoop__cuda *st = atomic_load_explicit(&c->cuda, memory_order_acquire);
@@ -278,6 +314,7 @@ static struct hoop__cuda *state_of(hoop_comm_t *c)
     atomic_init(&st->state, NO_DRIVER);
     atomic_init(&st->failed, 0);
     atomic_init(&st->libs, NO_COUNT);
+    st->heap_lo = heap_start();
     struct hoop__cuda *none = NULL;
     if (!atomic_compare_exchange_strong(&c->cuda, &none, st)) { /* another thread was first */
         pthread_mutex_destroy(&st->mu);
@@ -334,7 +371,9 @@ hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoo
     if (s == NULL && r == NULL) return HOOP_OK;
     struct hoop__cuda *st = state_of(c);
     if (st == NULL) return HOOP_OK; /* no memory for the state: nothing was loaded either */
-    /* The fast path of every host call: no driver, and nothing loaded since it was missed. */
+    /* The fast paths of host calls: buffers in the heap; no driver, and nothing loaded since
+     * it was missed. */
+    if (in_heap(st, s) && in_heap(st, r)) return HOOP_OK;
     if (atomic_load_explicit(&st->state, memory_order_acquire) == NO_DRIVER) {
         unsigned long long now = loaded_count();
         if (now != NO_COUNT && now == atomic_load_explicit(&st->libs, memory_order_relaxed))
