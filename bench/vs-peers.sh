@@ -12,7 +12,9 @@
 # torch.distributed. Each run is up to three jobs: the all-reduce latency (-z 1: every call then a
 # barrier, the same loop in every library), sizes up to 1 MiB with many iterations, and larger
 # sizes with few. A plain TCP stream between two processes (bench/peers/tcp_stream.c) is measured
-# too, as the yardstick for hoop's TCP. Every library's ranks keep large blocks on the heap
+# too, as the yardstick for hoop's TCP, and for 2 ranks over shared memory a cache line's one-way
+# time and two processes copying at once (line-pingpong, mem-copy), the yardsticks of the
+# latency and of large all-reduces. Every library's ranks keep large blocks on the heap
 # (--malloc-default explains why and turns that off).
 #
 # hoop over RDMA verbs (--hoop ibverbs): on a host with an active RDMA port, like the others; on
@@ -365,6 +367,19 @@ fi
 stream_bytes=1G
 [ "$quick" = 1 ] && stream_bytes=256M
 
+# The machine's own limits beside 2-rank hoop shm all-reduce, each repetition: a cache line's
+# one-way time and the smallest two-rank exchange (line-pingpong), and two processes copying
+# the largest size at once (mem-copy, at most 256 MiB), which bounds an out-of-cache
+# all-reduce (bench/peers/report.py says how).
+yard=0
+if in_list shm "$hoops" && in_list 2 "$ranks" && in_list allreduce "$colls" &&
+    [ -x "$build/bench/peers/line-pingpong" ] && [ -x "$build/bench/peers/mem-copy" ]; then
+    yard=1
+    copy_bytes=$maxb
+    [ "$copy_bytes" -gt 268435456 ] && copy_bytes=268435456
+    [ "$copy_bytes" -lt 1048576 ] && copy_bytes=1048576
+fi
+
 start=$(date +%s)
 echo "# vs-peers: ranks $ranks, collectives $colls, $reps repetition(s), sizes $sizes," \
     "latency ${lat}, iterations $iters; runs: $configs" >&2
@@ -375,6 +390,14 @@ while [ "$rep" -le "$reps" ]; do
         "$stream" -s "$stream_bytes" >"$out/raw/tcp-stream.$rep.txt" 2>"$out/logs/tcp-stream.$rep.log" || {
             failures=$((failures + 1))
             echo "vs-peers.sh: tcp-stream failed: $(cat "$out/logs/tcp-stream.$rep.log")" >&2
+        }
+    fi
+    if [ "$yard" = 1 ]; then
+        "$build/bench/peers/line-pingpong" >"$out/raw/line.$rep.txt" 2>"$out/logs/line.$rep.log" &&
+            "$build/bench/peers/mem-copy" -p 2 -s "$copy_bytes" -n 3 >"$out/raw/mem-copy.$rep.txt" \
+                2>"$out/logs/mem-copy.$rep.log" || {
+            failures=$((failures + 1))
+            echo "vs-peers.sh: line-pingpong or mem-copy failed (see $out/logs)" >&2
         }
     fi
     for n in $(echo "$ranks" | tr , ' '); do

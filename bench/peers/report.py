@@ -67,12 +67,23 @@ class Data:
                         if r[v + "_wrong"] != "":
                             self.checked.setdefault(key, set()).add(int(r["size_bytes"]))
                             self.wrong[key] = self.wrong.get(key, 0) + int(r[v + "_wrong"])
-        self.stream = []
-        for path in glob.glob(os.path.join(out, "raw", "tcp-stream.*.txt")):
+        self.stream = self.figures(out, "tcp-stream", "stream_GBps")
+        self.one_way = self.figures(out, "line", "one_way_ns")
+        self.exchange = self.figures(out, "line", "exchange_ns")
+        self.copy = self.figures(out, "mem-copy", "procs", -1)
+        self.copy_bytes = [int(v) for v in self.figures(out, "mem-copy", "procs", 3)]
+
+    @staticmethod
+    def figures(out, name, key, field=1):
+        """Field `field` of the lines starting with `key` in OUT/raw/<name>.<rep>.txt."""
+        vals = []
+        for path in sorted(glob.glob(os.path.join(out, "raw", name + ".*.txt"))):
             with open(path) as f:
                 for line in f:
-                    if line.startswith("stream_GBps "):
-                        self.stream.append(float(line.split()[1]))
+                    w = line.split()
+                    if w and w[0] == key:
+                        vals.append(float(w[field]))
+        return vals
 
     def variant(self, n, coll, config):
         """'oop' when the config's rows have out-of-place figures, else 'ip'."""
@@ -225,6 +236,49 @@ class Report:
                                                    ">=%.2f" % t, v))
         print()
 
+    def limits_table(self, n):
+        """2-rank hoop shm all-reduce (and Open MPI's) against the machine's own limits."""
+        d = self.d
+        if not d.one_way or not d.copy:
+            return
+        print("== all-reduce, %d ranks, hoop shm and Open MPI vader against this machine's limits"
+              % n)
+        ow, ex = stat(d.one_way), stat(d.exchange)
+        print("   a cache line one way between the two CPUs: %.1f ns [%.1f-%.1f] (line-pingpong)" % ow)
+        if ex[0] is not None:
+            print("   the smallest all-reduce, two threads trading 8 bytes through lines with no "
+                  "library around\n   it: %.1f ns [%.1f-%.1f] (line-pingpong)" % ex)
+        rows = []
+        for cfg in ("hoop-shm", "ompi-shm"):
+            t = d.series(n, "allreduce", cfg, ("small",), "oop", "time_us").get(8)
+            if t:
+                rows.append((cfg, statistics.median(t)))
+        for cfg, t in rows:
+            ratio = t * 1e3 / ow[0]
+            v = (" (target <=1.30) " + self.verdict(ratio <= 1.3 + 1e-9)) if cfg == "hoop-shm" \
+                else ""
+            print("   8 B back to back, %s: %.3f us = %.1fx the line's one-way time%s%s"
+                  % (cfg, t, ratio, v, "" if ex[0] is None else
+                     ", %.1fx the smallest all-reduce" % (t * 1e3 / ex[0])))
+        if not rows:
+            print("   (no 8 B row back to back: --sizes from 8 gives one)")
+        cp = stat(d.copy)
+        print("   two processes copying %s each at once (mem-copy): %.2f GB/s per process "
+              "[%.2f-%.2f]. An\n   out-of-place all-reduce out of cache reads every input and "
+              "writes every output at least\n   once, such a copy, so at 2 ranks its bus bandwidth "
+              "is at most that rate: each library's\n   bus bandwidth as a fraction of it"
+              % ((human(d.copy_bytes[0]),) + cp))
+        hb = d.series(n, "allreduce", "hoop-shm", ("small", "large"), "oop", "busbw")
+        pb = d.series(n, "allreduce", "ompi-shm", ("small", "large"), "oop", "busbw")
+        print("   %9s  %8s  %9s  %8s  %9s" % ("size", "hoop", "fraction", "peer", "fraction"))
+        for size in sorted(x for x in set(hb) | set(pb) if x >= 16 * MIB):
+            h, p = stat(hb.get(size, []))[0], stat(pb.get(size, []))[0]
+            print("   %9s  %8s  %9s  %8s  %9s"
+                  % (human(size), "-" if h is None else "%.3f" % h,
+                     "-" if h is None else "%.2f" % (h / cp[0]),
+                     "-" if p is None else "%.3f" % p, "-" if p is None else "%.2f" % (p / cp[0])))
+        print()
+
     def run(self):
         m = self.meta
         ranks = [int(x) for x in m.get("ranks", "2").split(",")]
@@ -262,6 +316,8 @@ class Report:
                         pairs.append((hoop, peer))
                 for hoop, peer in pairs:
                     self.table(n, coll, hoop, peer)
+            if "shm" in hoops and "ompi-shm" in peers and "allreduce" in colls and n == 2:
+                self.limits_table(n)
             if "tcp" in hoops and "allreduce" in colls and n == 2:
                 self.stream_table(n)
         print("# verdicts: %d PASS, %d MISS (against the issue's targets; a report, not a test)"
