@@ -9,6 +9,10 @@
  *   mix), with and without a thread blocked in hoop_wait on them, returns within 1 s although the
  *   communicator's timeout is 20 s; the blocked wait returns HOOP_ERR_ABORTED (destroy lets it
  *   leave before it frees anything); the peer's next call on that communicator fails at once;
+ * - hoop_comm_abort from another thread ends a blocking all-reduce that the peer never joins, on
+ *   a communicator that never had a nonblocking call (so the call runs without the scheduler's
+ *   queue), within 1 s of the abort although the timeout is 20 s, and the peer's next call
+ *   fails;
  * - a split whose new communicator cannot connect (this program refuses its own connect() and its
  *   opening of peers' shared-memory segments for the while) names ranks as the parent numbers
  *   them, with the new numbers beside them;
@@ -251,6 +255,59 @@ static void destroy_pending(hoop_comm_t *w, int what, int with_waiter)
     }
 }
 
+/* ---- hoop_comm_abort from another thread, during a blocking call ---- */
+
+typedef struct aborter {
+    hoop_comm_t *c;
+    double at;
+    pthread_t th;
+} aborter_t;
+
+static void *abort_thread(void *arg)
+{
+    aborter_t *a = arg;
+    sleep_s(0.2); /* the all-reduce is waiting for the peer */
+    a->at = now_s();
+    hoop_comm_abort(a->c);
+    return NULL;
+}
+
+static void abort_blocking(hoop_comm_t *w)
+{
+    hoop_comm_t *sub = NULL;
+    hoop_result_t rc = hoop_comm_split(w, 0, rank_, &sub);
+    CHECK(rc == HOOP_OK && sub != NULL, "split: %s", hoop_comm_last_error(w));
+    if (sub == NULL) return;
+    hoop_comm_set_timeout(sub, 20);
+    rc = hoop_barrier(sub); /* connected on both sides */
+    CHECK(rc == HOOP_OK, "barrier: %s", hoop_comm_last_error(sub));
+    float v[300] = {0};
+    if (rank_ == 0) {
+        aborter_t ab = {.c = sub};
+        CHECK(pthread_create(&ab.th, NULL, abort_thread, &ab) == 0, "pthread_create");
+        rc = hoop_allreduce(sub, v, v, 300, HOOP_FLOAT32, HOOP_SUM);
+        double end = now_s();
+        pthread_join(ab.th, NULL);
+        CHECK(rc == HOOP_ERR_ABORTED, "the blocking all-reduce returned %s: %s",
+              hoop_error_string(rc), hoop_comm_last_error(sub));
+        CHECK(end - ab.at < 1.0, "the blocking all-reduce returned %.3f s after the abort",
+              end - ab.at);
+        printf("rank 0: hoop_comm_abort from another thread ended a blocking all-reduce after "
+               "%.3f ms: %s\n", (end - ab.at) * 1e3, hoop_comm_last_error(sub));
+        rc = hoop_barrier(w);
+        CHECK(rc == HOOP_OK, "world barrier: %s", hoop_comm_last_error(w));
+    } else {
+        rc = hoop_barrier(w); /* rank 0's call has ended */
+        CHECK(rc == HOOP_OK, "world barrier: %s", hoop_comm_last_error(w));
+        double t0 = now_s();
+        rc = hoop_allreduce(sub, v, v, 300, HOOP_FLOAT32, HOOP_SUM);
+        double dt = now_s() - t0;
+        CHECK(rc != HOOP_OK && dt < 5.0, "all-reduce with a peer that aborted: %s after %.3f s",
+              hoop_error_string(rc), dt);
+    }
+    CHECK(hoop_comm_destroy(sub) == HOOP_OK, "destroy");
+}
+
 /* ---- a split that cannot connect ---- */
 
 static void split_numbering(hoop_comm_t *w)
@@ -381,6 +438,7 @@ int main(void)
     for (int what = P_BCAST; what <= P_MIX; what++)
         for (int with_waiter = 0; with_waiter < 2; with_waiter++)
             destroy_pending(w, what, with_waiter);
+    abort_blocking(w);
     split_numbering(w);
     out_of_memory(w);
     hoop_result_t rc = hoop_barrier(w);
