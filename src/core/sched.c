@@ -517,7 +517,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         /* No call has ever been queued (the first one starts the progress thread): no request,
          * no waiter and no queue exist, and only this thread, the one posting, could make
          * them. The engine is then exec alone; mu and the busy flag, which serve the threads
-         * that share a queue, cost a small call a fifth of its time (three lock pairs). */
+         * that share a queue, cost a small call a quarter of its time (three lock pairs). */
         hoop__call_t local = *call;
         local.comm = c;
         local.seq = c->seq++;
