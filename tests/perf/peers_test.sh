@@ -96,6 +96,24 @@ expect="all-reduce, 2 ranks: hoop tcp vs"
 case ",$peers," in *,ompi-tcp,*) grep -q "^== $expect Open MPI tcp" "$tmp/report" || fail "no tcp table" ;; esac
 case ",$peers," in *,gloo,*) grep -q "^== $expect gloo" "$tmp/report" || fail "no gloo table" ;; esac
 awk '
+    # The 2-rank shm table against this machine (limits): free-form lines, each of a known shape.
+    /^== .*against this machine.s limits$/ { inlim = 1; limits++; next }
+    inlim && /^ *$/ {
+        if (oneway != 1 || copy != 1) { print "limits table: " oneway " one-way lines, " copy " copy lines"; bad = 1 }
+        inlim = 0; next
+    }
+    inlim {
+        r = " \\[[0-9.]+-[0-9.]+\\]"
+        if ($0 ~ "^   a cache line one way between the two CPUs: [0-9.]+ ns" r " \\(line-pingpong\\)$") oneway++
+        else if ($0 ~ "^   two processes copying [0-9]+ (B|KiB|MiB|GiB) each at once \\(mem-copy\\): [0-9.]+ GB/s per process" r "\\. An$") copy++
+        else if ($0 ~ /^   (the smallest all-reduce, two threads|out-of-place all-reduce out of cache|once, such a copy|bus bandwidth as a fraction of it$|\(no 8 B row back to back)/) ;
+        else if ($0 ~ "^   it: [0-9.]+ ns" r " \\(line-pingpong\\)$") ;
+        else if ($0 ~ /^   8 B back to back, (hoop|ompi)-shm: [0-9.]+ us = [0-9.]+x the line.s one-way time/) ;
+        else if ($0 ~ /^ +size +hoop +fraction +peer +fraction$/) ;
+        else if (NF == 6 && $1 ~ /^[0-9]+$/ && $2 ~ /^(B|KiB|MiB|GiB)$/ && $3 $4 $5 $6 ~ /^[0-9.-]+$/) ;
+        else { print "limits table line: " $0; bad = 1 }
+        next
+    }
     /^== / { intable = 1; tables++; rows = 0; next }
     intable && /^ *$/ {
         if (rows != 3) { print "table " tables ": " rows " rows, expected 3 (4K, 16K, 64K)"; bad = 1 }
