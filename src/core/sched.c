@@ -7,6 +7,14 @@
  * Point-to-point requests are posted to the transport when their turn comes and then overlap with
  * what follows; they complete when the transport finishes them.
  *
+ * A small nonblocking collective is left to a waiter for up to DEFER_S: a thread that waits for it
+ * soon (post then wait, the common pattern) runs it itself, with no wake-up of the progress thread
+ * and no switch between threads on a core they share, which cost a small call three quarters of
+ * its time. So that such a post need not wake the thread either, the thread, while calls come,
+ * sleeps no longer than DEFER_S at a time; it takes a deferred call once it is that old and no
+ * waiter has run one for as long (a waiter going through many calls, one hoop_wait after another,
+ * keeps them).
+ *
  * Locks: `mu` guards the queue and completion flags; `exec` is held by whoever drives the transport.
  * Nobody takes exec while holding mu. A thread takes the engine (busy, then exec) with
  * engine_enter and gives it back with engine_leave, whatever it runs; until the first call is
@@ -104,6 +112,20 @@ static void inflight_deadline(hoop_comm_t *c)
 }
 
 static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP__K_SEND; }
+
+/* How long a small collective waits in the queue for a waiter before the progress thread takes it,
+ * and how long the thread sleeps at most while calls come (they came within ACTIVE_S). */
+#define DEFER_S 1e-3
+#define ACTIVE_S 0.1
+
+/* Whether the progress thread leaves r to a waiter for DEFER_S: a collective of at most
+ * HOOP_SMALL_BYTES per rank, not ordered on a stream. Larger calls start at once: for them the
+ * wake-up is small, and the overlap with what the caller does meanwhile is the point. */
+static int deferrable(const hoop_comm_t *c, const hoop_request_t *r)
+{
+    return !is_p2p(&r->call) && r->call.order == 0 &&
+           r->call.count * hoop_dtype_size(r->call.dtype) <= c->agreed.small_bytes;
+}
 
 /* Under mu, when the engine comes free: wakes waiters, and the progress thread only if it has
  * something to take (a wake-up it does not need costs a scheduler trip on a busy machine). */
@@ -375,9 +397,15 @@ static void *progress_thread(void *arg)
     (void)pthread_setname_np(pthread_self(), "hoop-progress");
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
+        double now = hoop__now(), wake = 0;
         if (c->head != NULL && !c->busy && c->waiters == 0 && head_ready(c)) {
-            run_head(c);
-            continue;
+            double since = c->head->posted > c->last_waiter_ran ? c->head->posted
+                                                                 : c->last_waiter_ran;
+            if (!deferrable(c, c->head) || now - since >= DEFER_S) {
+                run_head(c);
+                continue;
+            }
+            wake = since + DEFER_S; /* a waiter may still come for it */
         }
         if (atomic_load(&c->n_inflight) > 0 && !c->busy && c->waiters == 0) {
             c->thread_polls = 1;
@@ -389,19 +417,24 @@ static void *progress_thread(void *arg)
             c->thread_polls = 0;
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        /* Work a waiter left behind is looked at within a millisecond (see hoop_wait). */
+        /* Work a waiter left behind is looked at within a millisecond (see hoop_wait), and so is
+         * the queue while calls come (a small one is then queued without waking this thread). */
         int left = c->head != NULL || atomic_load(&c->n_inflight) > 0;
         /* A head waiting for its stream is looked at again soon: the stream may get there any
          * time, and nothing wakes this thread when it does. */
         int stream_wait = c->head != NULL && c->head->call.order != 0;
-        ts.tv_nsec += stream_wait ? 50 * 1000 : left ? 1000 * 1000 : 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
+        double nap = stream_wait ? 50e-6 : left || now - c->last_queued < ACTIVE_S ? DEFER_S : 0.1;
+        if (wake > 0 && wake - now < nap) nap = wake - now;
+        c->thread_wake = now + nap;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(nap * 1e9);
+        while (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&c->tcv, &c->mu, &ts);
+        c->thread_wake = 0;
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -567,6 +600,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         return trc != HOOP_OK ? trc : HOOP_ERR_NO_MEMORY;
     }
     fill_request(c, r, call, out == NULL && !detached);
+    r->posted = c->last_queued = hoop__now();
     r->detached = detached;
     c->n_detached += detached;
     if (!is_p2p(call)) r->call.seq = c->seq++;
@@ -577,8 +611,8 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
     c->tail = r;
     if (c->waiters > 0)
         pthread_cond_broadcast(&c->cv);
-    else
-        pthread_cond_signal(&c->tcv);
+    else if (!(deferrable(c, r) && c->thread_wake > 0 && c->thread_wake <= r->posted + DEFER_S))
+        pthread_cond_signal(&c->tcv); /* else the thread looks in time by itself */
     int thread_polls = c->thread_polls;
     hoop_request_t *h = req_handle(r);
     pthread_mutex_unlock(&c->mu);
@@ -641,6 +675,7 @@ hoop_result_t hoop__sched_wait(hoop_request_t *h)
         /* Calls ahead of r (or r itself) that nobody runs yet: run them here. */
         if (c->head != NULL && !c->busy && !c->stop && head_ready(c)) {
             run_head(c);
+            c->last_waiter_ran = hoop__now();
             continue;
         }
         /* Point-to-point transfers in flight: drive them here rather than wait for the progress

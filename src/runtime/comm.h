@@ -60,6 +60,7 @@ struct hoop_request {
     int blocking; /* posted by a blocking call: freed by it */
     int detached; /* a blocking call ordered on a stream: returned once queued, freed as it ends */
     double held_since; /* a receive held behind one from any source: when it was held (sched.c) */
+    double posted;     /* when it was queued (sched.c) */
     struct hoop_request *next; /* queue link; free-list link while the slot is free */
     /* Slot bookkeeping (sched.c), never cleared: a request handed out lives in a slot of its
      * communicator until the communicator is freed, so a stale handle still points at memory the
@@ -145,6 +146,9 @@ struct hoop_comm {
     int waiters;                 /* threads in hoop_wait: they run queued calls themselves */
     int n_detached;              /* stream-ordered blocking calls not yet ended */
     int has_thread, stop;
+    /* The progress thread's sleep (sched.c, under mu): when it ends (hoop__now()), 0 while the
+     * thread is awake; when a call was last queued; when a waiter last ran one. */
+    double thread_wake, last_queued, last_waiter_ran;
     int thread_polls; /* the progress thread may be in the transport's poll, holding exec */
     pthread_t thread;
     pthread_mutex_t exec;
