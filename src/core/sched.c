@@ -423,7 +423,11 @@ static void *progress_thread(void *arg)
         /* A head waiting for its stream is looked at again soon: the stream may get there any
          * time, and nothing wakes this thread when it does. */
         int stream_wait = c->head != NULL && c->head->call.order != 0;
-        double nap = stream_wait ? 50e-6 : left || now - c->last_queued < ACTIVE_S ? DEFER_S : 0.1;
+        double nap = 0.1; /* idle: nothing queued or in flight, no call for ACTIVE_S */
+        if (stream_wait)
+            nap = 50e-6;
+        else if (left || now - c->last_queued < ACTIVE_S)
+            nap = DEFER_S;
         if (wake > 0 && wake - now < nap) nap = wake - now;
         c->thread_wake = now + nap;
         struct timespec ts;

@@ -95,6 +95,10 @@ grep -q '^# verdicts: [0-9]* PASS, [0-9]* MISS' "$tmp/report" || fail "no verdic
 expect="all-reduce, 2 ranks: hoop tcp vs"
 case ",$peers," in *,ompi-tcp,*) grep -q "^== $expect Open MPI tcp" "$tmp/report" || fail "no tcp table" ;; esac
 case ",$peers," in *,gloo,*) grep -q "^== $expect gloo" "$tmp/report" || fail "no gloo table" ;; esac
+case " $libs " in *" hoop-shm"*" ompi-shm "*)
+    grep -q "^== all-reduce, 2 ranks, .* against this machine's limits$" "$tmp/report" ||
+        fail "no table against the machine's limits" ;;
+esac
 awk '
     # The 2-rank shm table against this machine (limits): free-form lines, each of a known shape.
     /^== .*against this machine.s limits$/ { inlim = 1; limits++; next }
