@@ -12,8 +12,9 @@
  *   fail hoop_init with HOOP_ERR_MISMATCH, say why in its log (no empty reason, no stray bytes),
  *   and one of them must log a WARN line naming what the ranks said. Three allowances, each for a
  *   process that cannot know better: where the other processes form a whole job by themselves
- *   (an extra process), they may pass with right results and the extra one may time out (it came
- *   after the store closed, and then nobody is left to name the disagreement); of two claimants
+ *   (an extra process), they may pass with right results and the extra one may time out or lose
+ *   the store (it came after the store closed, or as it closed, and then nobody is left to name
+ *   the disagreement); of two claimants
  *   of one rank beside a whole job, one may be the one that joined; a process turned away for
  *   another job id does not fail the job it tried to join, whose ranks then time out waiting for
  *   it. A process whose init succeeds runs two checked all-reduces (rd, then the ring), with
@@ -167,6 +168,15 @@ typedef struct ictx {
     const icase_t *c;
     const char *tp;
 } ictx_t;
+
+/* An init that failed because the store was gone, or went while this process spoke to it. */
+static int is_late(hoop_result_t rc, const char *sentence)
+{
+    if (rc == HOOP_ERR_TIMEOUT)
+        return strstr(sentence, "could not reach the rendezvous store") != NULL;
+    return rc == HOOP_ERR_PEER_LOST && strstr(sentence, "rendezvous store") != NULL &&
+           strstr(sentence, "closed the connection") != NULL;
+}
 
 static void init_env(void *ctx, int slot)
 {
@@ -533,11 +543,10 @@ static void check_init_case(const opts_t *o, irun_t *r)
                     break;
                 }
             while (bl > 0 && (unsigned char)buf[bl - 1] <= ' ') buf[--bl] = '\0';
-            /* An extra process that came after the whole job had closed its store: nobody was
-             * left to compare it with, so nobody can name the disagreement. */
-            if (odd && c->complete && rc == HOOP_ERR_TIMEOUT &&
-                strstr(buf, "could not reach the rendezvous store") != NULL)
-                late++;
+            /* An extra process that came after the whole job had closed its store, or while it
+             * closed (connected in the listen backlog, then reset): nobody was left to compare it
+             * with, so nobody can name the disagreement. */
+            if (odd && c->complete && is_late(rc, buf)) late++;
             if (bl == 0 || buf[bl - 1] == ':') {
                 fail("init case '%s': process %d failed hoop_init (%s) without a reason in its "
                      "log: '%s'",
@@ -555,7 +564,7 @@ static void check_init_case(const opts_t *o, irun_t *r)
             bad++;
         } else if (rc != HOOP_OK && !(odd && c->dupx) && rc != HOOP_ERR_MISMATCH &&
                    !(may_wait && (rc == HOOP_ERR_TIMEOUT || rc == HOOP_ERR_PEER_LOST)) &&
-                   !(odd && c->complete && rc == HOOP_ERR_TIMEOUT)) {
+                   !(odd && c->complete && (rc == HOOP_ERR_TIMEOUT || is_late(rc, buf)))) {
             ag_log_line(path, "hoop_init failed", buf, sizeof buf);
             fail("init case '%s': process %d (RANK=%d%s) failed hoop_init with %s, want "
                  "HOOP_ERR_MISMATCH (after %.2f s): %s",
