@@ -71,6 +71,8 @@ static hoop_comm_t *comm_alloc(const hoop__config_t *cfg, int rank, int size)
     pthread_mutex_init(&c->exec, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
+    /* Timed waits count on the monotonic clock: a step of the wall clock must not stretch them. */
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cv, &ca);
     pthread_cond_init(&c->tcv, &ca);
     pthread_condattr_destroy(&ca);

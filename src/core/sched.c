@@ -431,7 +431,7 @@ static void *progress_thread(void *arg)
         if (wake > 0 && wake - now < nap) nap = wake - now;
         c->thread_wake = now + nap;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += (long)(nap * 1e9);
         while (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
@@ -689,7 +689,7 @@ hoop_result_t hoop__sched_wait(hoop_request_t *h)
             continue;
         }
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         if (c->head != NULL && c->head->call.order != 0 && !c->busy) { /* see progress_thread */
             ts.tv_nsec += 50 * 1000;
             if (ts.tv_nsec >= 1000000000L) {
@@ -762,7 +762,7 @@ void hoop__sched_drain(hoop_comm_t *c)
     double deadline = hoop__now() + c->timeout_s;
     while (c->n_detached > 0 && !atomic_load(&c->aborted) && hoop__now() < deadline) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += 10 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
