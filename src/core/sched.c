@@ -7,13 +7,14 @@
  * Point-to-point requests are posted to the transport when their turn comes and then overlap with
  * what follows; they complete when the transport finishes them.
  *
- * A small nonblocking collective is left to a waiter for up to DEFER_S: a thread that waits for it
- * soon (post then wait, the common pattern) runs it itself, with no wake-up of the progress thread
- * and no switch between threads on a core they share, which cost a small call three quarters of
- * its time. So that such a post need not wake the thread either, the thread, while calls come,
- * sleeps no longer than DEFER_S at a time; it takes a deferred call once it is that old and no
- * waiter has run one for as long (a waiter going through many calls, one hoop_wait after another,
- * keeps them).
+ * A small nonblocking collective is left to a waiter for DEFER_S to 2 DEFER_S: a thread that waits
+ * for it soon (post then wait, the common pattern) runs it itself, with no wake-up of the progress
+ * thread and no switch between threads on a core they share, which cost a small call three
+ * quarters of its time. So that such a post need not wake the thread either, the thread, while
+ * calls come, sleeps no longer than DEFER_S at a time; it takes a deferred call once it has found
+ * it at the head of the queue for DEFER_S with no waiter running a call meanwhile (a waiter going
+ * through many calls, one hoop_wait after another, keeps them). The thread keeps the time; posting
+ * and waiting only count, as a clock read costs a small call a tenth of its time.
  *
  * Locks: `mu` guards the queue and completion flags; `exec` is held by whoever drives the transport.
  * Nobody takes exec while holding mu. A thread takes the engine (busy, then exec) with
@@ -113,8 +114,8 @@ static void inflight_deadline(hoop_comm_t *c)
 
 static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP__K_SEND; }
 
-/* How long a small collective waits in the queue for a waiter before the progress thread takes it,
- * and how long the thread sleeps at most while calls come (they came within ACTIVE_S). */
+/* How long the progress thread leaves a small collective at the head of the queue to a waiter, and
+ * how long it sleeps at most while calls come (they came within ACTIVE_S). */
 #define DEFER_S 1e-3
 #define ACTIVE_S 0.1
 
@@ -395,17 +396,30 @@ static void *progress_thread(void *arg)
     hoop_comm_t *c = arg;
     /* Named, so that top -H, perf and a debugger tell its CPU apart from the application's. */
     (void)pthread_setname_np(pthread_self(), "hoop-progress");
+    /* What the thread saw: the count of calls queued and when it changed; the deferrable head
+     * (its call number), the count of calls waiters had run, and since when both are so. */
+    uint64_t queued = 0, head_seq = UINT64_MAX, waiter_ran = 0;
+    double queued_at = 0, head_at = 0;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
         double now = hoop__now(), wake = 0;
+        if (c->n_queued != queued) {
+            queued = c->n_queued;
+            queued_at = now;
+        }
         if (c->head != NULL && !c->busy && c->waiters == 0 && head_ready(c)) {
-            double since = c->head->posted > c->last_waiter_ran ? c->head->posted
-                                                                 : c->last_waiter_ran;
-            if (!deferrable(c, c->head) || now - since >= DEFER_S) {
+            if (deferrable(c, c->head)) {
+                if (c->head->call.seq != head_seq || c->n_waiter_ran != waiter_ran) {
+                    head_seq = c->head->call.seq;
+                    waiter_ran = c->n_waiter_ran;
+                    head_at = now;
+                }
+                if (now - head_at < DEFER_S) wake = head_at + DEFER_S; /* a waiter may come */
+            }
+            if (wake == 0) {
                 run_head(c);
                 continue;
             }
-            wake = since + DEFER_S; /* a waiter may still come for it */
         }
         if (atomic_load(&c->n_inflight) > 0 && !c->busy && c->waiters == 0) {
             c->thread_polls = 1;
@@ -426,10 +440,10 @@ static void *progress_thread(void *arg)
         double nap = 0.1; /* idle: nothing queued or in flight, no call for ACTIVE_S */
         if (stream_wait)
             nap = 50e-6;
-        else if (left || now - c->last_queued < ACTIVE_S)
+        else if (left || now - queued_at < ACTIVE_S)
             nap = DEFER_S;
         if (wake > 0 && wake - now < nap) nap = wake - now;
-        c->thread_wake = now + nap;
+        c->thread_looks_soon = nap <= DEFER_S;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += (long)(nap * 1e9);
@@ -438,7 +452,7 @@ static void *progress_thread(void *arg)
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&c->tcv, &c->mu, &ts);
-        c->thread_wake = 0;
+        c->thread_looks_soon = 0;
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -604,7 +618,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         return trc != HOOP_OK ? trc : HOOP_ERR_NO_MEMORY;
     }
     fill_request(c, r, call, out == NULL && !detached);
-    r->posted = c->last_queued = hoop__now();
+    c->n_queued++;
     r->detached = detached;
     c->n_detached += detached;
     if (!is_p2p(call)) r->call.seq = c->seq++;
@@ -615,7 +629,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
     c->tail = r;
     if (c->waiters > 0)
         pthread_cond_broadcast(&c->cv);
-    else if (!(deferrable(c, r) && c->thread_wake > 0 && c->thread_wake <= r->posted + DEFER_S))
+    else if (!(deferrable(c, r) && c->thread_looks_soon))
         pthread_cond_signal(&c->tcv); /* else the thread looks in time by itself */
     int thread_polls = c->thread_polls;
     hoop_request_t *h = req_handle(r);
@@ -679,7 +693,7 @@ hoop_result_t hoop__sched_wait(hoop_request_t *h)
         /* Calls ahead of r (or r itself) that nobody runs yet: run them here. */
         if (c->head != NULL && !c->busy && !c->stop && head_ready(c)) {
             run_head(c);
-            c->last_waiter_ran = hoop__now();
+            c->n_waiter_ran++;
             continue;
         }
         /* Point-to-point transfers in flight: drive them here rather than wait for the progress

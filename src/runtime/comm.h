@@ -60,7 +60,6 @@ struct hoop_request {
     int blocking; /* posted by a blocking call: freed by it */
     int detached; /* a blocking call ordered on a stream: returned once queued, freed as it ends */
     double held_since; /* a receive held behind one from any source: when it was held (sched.c) */
-    double posted;     /* when it was queued (sched.c) */
     struct hoop_request *next; /* queue link; free-list link while the slot is free */
     /* Slot bookkeeping (sched.c), never cleared: a request handed out lives in a slot of its
      * communicator until the communicator is freed, so a stale handle still points at memory the
@@ -78,7 +77,7 @@ struct hoop_comm {
     hoop__config_t cfg;
     /* The settings every rank compared at init (agree.h): what algorithms read, never cfg. */
     hoop__agreed_t agreed;
-    int algo; /* agreed.algo parsed (hoop__algo_parse), read on every call */
+    int algo;       /* agreed.algo parsed (hoop__algo_parse), read on every call */
     uint32_t sched; /* digest of the agreed settings (agree.h), in every header */
     hoop__log_t log;
     double timeout_s;
@@ -138,17 +137,18 @@ struct hoop_comm {
      * waits for a message to arrive; the receives posted after it wait behind it, since it may
      * match what they would. They count in n_inflight. */
     hoop_request_t *held, *held_tail;
-    atomic_int n_held;           /* held's length, readable without exec */
-    int next_source;             /* where the next match from any source starts looking */
-    atomic_int n_inflight;       /* its length (and held's), readable without exec */
-    double inflight_progress;    /* when one of them last completed, or the first was posted */
-    int busy;                    /* a queued or blocking call is running */
-    int waiters;                 /* threads in hoop_wait: they run queued calls themselves */
-    int n_detached;              /* stream-ordered blocking calls not yet ended */
+    atomic_int n_held;        /* held's length, readable without exec */
+    int next_source;          /* where the next match from any source starts looking */
+    atomic_int n_inflight;    /* its length (and held's), readable without exec */
+    double inflight_progress; /* when one of them last completed, or the first was posted */
+    int busy;                 /* a queued or blocking call is running */
+    int waiters;              /* threads in hoop_wait: they run queued calls themselves */
+    int n_detached;           /* stream-ordered blocking calls not yet ended */
     int has_thread, stop;
-    /* The progress thread's sleep (sched.c, under mu): when it ends (hoop__now()), 0 while the
-     * thread is awake; when a call was last queued; when a waiter last ran one. */
-    double thread_wake, last_queued, last_waiter_ran;
+    /* For the progress thread's naps (sched.c, under mu): calls queued and calls waiters ran, so
+     * far; whether it sleeps now, for at most DEFER_S. */
+    uint64_t n_queued, n_waiter_ran;
+    int thread_looks_soon;
     int thread_polls; /* the progress thread may be in the transport's poll, holding exec */
     pthread_t thread;
     pthread_mutex_t exec;

@@ -5,6 +5,7 @@
  * - a request that was waited for is gone: a second hoop_wait, or hoop_test after it, fails with
  *   HOOP_ERR_INVALID_ARGUMENT and says so, also once its slot serves a newer request (which goes on
  *   unharmed); of two threads waiting for one request, one gets its result, the other the error;
+ * - small nonblocking calls that nobody waits for (hoop_test alone) end, with the right sums;
  * - hoop_comm_destroy with calls the peer never matches (a broadcast from the peer, a receive, a
  *   mix), with and without a thread blocked in hoop_wait on them, returns within 1 s although the
  *   communicator's timeout is 20 s; the blocked wait returns HOOP_ERR_ABORTED (destroy lets it
@@ -196,6 +197,46 @@ static void handles(hoop_comm_t *w)
 /* ---- destroy with calls pending ---- */
 
 enum { P_BCAST, P_RECV, P_MIX };
+/* Small nonblocking calls that nobody waits for still run: they are left to a waiter for a while,
+ * then the progress thread takes them. Polled with hoop_test alone (which runs nothing): one call
+ * posted once the thread has gone idle (it must be woken), one right after another call (the
+ * thread naps briefly and looks by itself), then four at once, which end in order with the right
+ * sums. The 5 s bound only proves that they run; how soon is for benchmarks. */
+static void unwaited(hoop_comm_t *w)
+{
+    for (int round = 0; round < 3; round++) {
+        if (round == 0) sleep_s(0.3); /* calls stopped: the thread sleeps long */
+        const int n = round == 2 ? 4 : 1;
+        int64_t x[4];
+        hoop_request_t *q[4] = {NULL};
+        for (int i = 0; i < n; i++) {
+            x[i] = 10 * rank_ + i + round;
+            hoop_result_t rc = hoop_iallreduce(w, &x[i], &x[i], 1, HOOP_INT64, HOOP_SUM, &q[i]);
+            CHECK(rc == HOOP_OK, "round %d: iallreduce %d: %s", round, i, hoop_comm_last_error(w));
+        }
+        const double t0 = now_s();
+        int done = 0;
+        while (done < n && now_s() - t0 < 5.0) {
+            int d = 0;
+            hoop_result_t rc = hoop_test(q[done], &d);
+            CHECK(rc == HOOP_OK, "round %d: hoop_test of call %d: %s", round, done,
+                  hoop_error_string(rc));
+            if (rc != HOOP_OK) break;
+            if (d)
+                done++;
+            else
+                sleep_s(50e-6);
+        }
+        CHECK(done == n, "round %d: %d of %d calls nobody waited for ended within %.1f s", round,
+              done, n, now_s() - t0);
+        for (int i = 0; i < n; i++) {
+            hoop_result_t rc = hoop_wait(q[i]);
+            CHECK(rc == HOOP_OK && x[i] == 10 + 2 * (i + round), "round %d: call %d: %s, x=%lld",
+                  round, i, hoop_error_string(rc), (long long)x[i]);
+        }
+    }
+}
+
 static const char *const pending_name[] = {"a broadcast from the peer", "a receive", "four calls"};
 
 static void destroy_pending(hoop_comm_t *w, int what, int with_waiter)
@@ -295,7 +336,8 @@ static void abort_blocking(hoop_comm_t *w)
         CHECK(end - ab.at < 1.0, "the blocking all-reduce returned %.3f s after the abort",
               end - ab.at);
         printf("rank 0: hoop_comm_abort from another thread ended a blocking all-reduce after "
-               "%.3f ms: %s\n", (end - ab.at) * 1e3, hoop_comm_last_error(sub));
+               "%.3f ms: %s\n",
+               (end - ab.at) * 1e3, hoop_comm_last_error(sub));
         rc = hoop_barrier(w);
         CHECK(rc == HOOP_OK, "world barrier: %s", hoop_comm_last_error(w));
     } else {
@@ -312,8 +354,8 @@ static void abort_blocking(hoop_comm_t *w)
         double dt = now_s() - t0;
         CHECK(rc != HOOP_OK && dt < 5.0, "all-reduce with a peer that aborted: %s after %.3f s",
               hoop_error_string(rc), dt);
-        printf("rank 1: the peer aborted: %s after %.3f ms: %s\n", hoop_error_string(rc),
-               dt * 1e3, hoop_comm_last_error(sub));
+        printf("rank 1: the peer aborted: %s after %.3f ms: %s\n", hoop_error_string(rc), dt * 1e3,
+               hoop_comm_last_error(sub));
     }
     CHECK(hoop_comm_destroy(sub) == HOOP_OK, "destroy");
 }
@@ -445,6 +487,7 @@ int main(void)
     }
     hoop_comm_set_timeout(w, 30);
     handles(w);
+    unwaited(w);
     for (int what = P_BCAST; what <= P_MIX; what++)
         for (int with_waiter = 0; with_waiter < 2; with_waiter++)
             destroy_pending(w, what, with_waiter);
