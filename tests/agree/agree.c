@@ -14,11 +14,11 @@
  *   process that cannot know better: where the other processes form a whole job by themselves
  *   (an extra process), they may pass with right results and the extra one may time out or lose
  *   the store (it came after the store closed, or as it closed, and then nobody is left to name
- *   the disagreement); of two claimants
- *   of one rank beside a whole job, one may be the one that joined; a process turned away for
- *   another job id does not fail the job it tried to join, whose ranks then time out waiting for
- *   it. A process whose init succeeds runs two checked all-reduces (rd, then the ring), with
- *   inputs salted by its job id, so that ranks of two jobs mixing their data are caught. Controls (the same values, spelled differently;
+ *   the disagreement); of two claimants of one rank beside a whole job, one may be the one that
+ *   joined; a process turned away for another job id does not fail the job it tried to join,
+ *   whose ranks then time out waiting for it. A process whose init succeeds runs two checked
+ *   all-reduces (rd, then the ring), with inputs salted by its job id, so that ranks of two jobs
+ *   mixing their data are caught. Controls (the same values, spelled differently;
  *   lower-precedence job-id variables that differ under an equal higher one) must succeed with
  *   the right data, so a library that fails everything does not pass.
  * call: one job of P ranks runs many cases, each on a fresh communicator split off the job's
@@ -544,8 +544,8 @@ static void check_init_case(const opts_t *o, irun_t *r)
                 }
             while (bl > 0 && (unsigned char)buf[bl - 1] <= ' ') buf[--bl] = '\0';
             /* An extra process that came after the whole job had closed its store, or while it
-             * closed (connected in the listen backlog, then reset): nobody was left to compare it
-             * with, so nobody can name the disagreement. */
+             * closed (its connection reset): nobody was left to compare it with, so nobody can
+             * name the disagreement. */
             if (odd && c->complete && is_late(rc, buf)) late++;
             if (bl == 0 || buf[bl - 1] == ':') {
                 fail("init case '%s': process %d failed hoop_init (%s) without a reason in its "

@@ -194,9 +194,8 @@ static void handles(hoop_comm_t *w)
            rank_, stale_calls);
 }
 
-/* ---- destroy with calls pending ---- */
+/* ---- calls nobody waits for ---- */
 
-enum { P_BCAST, P_RECV, P_MIX };
 /* Small nonblocking calls that nobody waits for still run: they are left to a waiter for a while,
  * then the progress thread takes them. Polled with hoop_test alone (which runs nothing): one call
  * posted once the thread has gone idle (it must be woken), one right after another call (the
@@ -237,6 +236,9 @@ static void unwaited(hoop_comm_t *w)
     }
 }
 
+/* ---- destroy with calls pending ---- */
+
+enum { P_BCAST, P_RECV, P_MIX };
 static const char *const pending_name[] = {"a broadcast from the peer", "a receive", "four calls"};
 
 static void destroy_pending(hoop_comm_t *w, int what, int with_waiter)
