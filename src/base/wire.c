@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/tables.h"
+
 /* Explicit little-endian packing: the layout never depends on the compiler or the host. */
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -124,10 +126,10 @@ const char *hoop__wire_describe(const hoop__wire_hdr_t *h, char *buf, size_t n)
         snprintf(buf, n, "barrier()");
     } else {
         char op[32] = "", root[32] = "";
-        if (has_op) snprintf(op, sizeof(op), ", %s", hoop_op_name((hoop_op_t)h->op));
+        if (has_op) snprintf(op, sizeof(op), ", %s", hoop__op_name((hoop_op_t)h->op));
         if (has_root) snprintf(root, sizeof(root), ", root=%d", (int)h->root);
         snprintf(buf, n, "%s(count=%" PRIu64 ", %s%s%s)", hoop__kind_name(h->kind), h->count,
-                 hoop_dtype_name((hoop_dtype_t)h->dtype), op, root);
+                 hoop__dtype_name((hoop_dtype_t)h->dtype), op, root);
     }
     return buf;
 }

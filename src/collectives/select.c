@@ -60,7 +60,7 @@ static int has_shm(hoop__kind_t k)
 /* The point-to-point choice; forced is HOOP_ALGO's value, AUTO for auto, shm and p2p. */
 static hoop__algo_t p2p_choose(const hoop__call_t *call, int forced)
 {
-    size_t bytes = call->count * hoop_dtype_size(call->dtype);
+    size_t bytes = call->count * hoop__dtype_size(call->dtype);
     int hier = hoop__hier_fits(call->comm);
     if (forced == HOOP__ALGO_IPC && hoop__ipc_has(call->kind)) {
         if (!hier) return HOOP__ALGO_IPC; /* which fails, saying why, where ranks span hosts */
@@ -117,7 +117,7 @@ static hoop_result_t dispatch(hoop__call_t *call)
                      c->rank, c->size);
     HOOP__TRACE(&c->log, "call #%llu: %s count=%zu %s %s root=%d algo=%s",
                 (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
-                hoop_dtype_name(call->dtype), hoop_op_name(call->op), call->root,
+                hoop__dtype_name(call->dtype), hoop__op_name(call->op), call->root,
                 hoop__algo_name(call->algo));
     /* count 0 still exchanges (empty) messages or steps, so a rank that passed another count is
      * told. */

@@ -95,7 +95,7 @@ size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, i
     char host[256] = "?";
     if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "?");
     host[sizeof(host) - 1] = '\0';
-    put_line(buf, cap, &o, F_VERSION, "%s/wire%d", hoop_version(), HOOP__WIRE_VERSION);
+    put_line(buf, cap, &o, F_VERSION, "%s/wire%d", HOOP_VERSION_STRING, HOOP__WIRE_VERSION);
     put_line(buf, cap, &o, F_SIZE, "%d", size);
     put_line(buf, cap, &o, F_JOB, "%s", job != NULL && job[0] != '\0' ? job : "-");
     put_line(buf, cap, &o, "rank", "%d", rank);

@@ -1,6 +1,7 @@
 /*
- * The entry points: every function of hoop.h that an application calls, with its argument checks,
- * and the public tables. A call with bad arguments fails here, with a sentence in
+ * The entry points: every function of hoop.h that an application calls, with its argument checks
+ * (the tables of names and sizes are base/tables.c's, which every layer reads directly; no library
+ * code calls an entry point). A call with bad arguments fails here, with a sentence in
  * hoop_comm_last_error(), before anything is posted; the rest goes to the lifecycle (lifecycle.c)
  * or, as a hoop__call_t, to the scheduler (sched.c).
  */
@@ -12,45 +13,12 @@
 #include "core/lifecycle.h"
 #include "core/sched.h"
 
-/* ---- public tables ---- */
+/* ---- public tables (base/tables.c) ---- */
 
-const char *hoop_error_string(hoop_result_t r)
-{
-    switch (r) {
-    case HOOP_OK: return "success";
-    case HOOP_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case HOOP_ERR_SYSTEM: return "system error";
-    case HOOP_ERR_TIMEOUT: return "timed out";
-    case HOOP_ERR_PEER_LOST: return "peer lost";
-    case HOOP_ERR_MISMATCH: return "ranks disagree (mismatched calls or settings)";
-    case HOOP_ERR_AUTH: return "authentication failed";
-    case HOOP_ERR_UNSUPPORTED: return "unsupported";
-    case HOOP_ERR_ABORTED: return "communicator aborted";
-    case HOOP_ERR_NO_MEMORY: return "out of memory";
-    case HOOP_ERR_INTERNAL: return "internal error";
-    }
-    return "unknown error";
-}
-
-const char *hoop_dtype_name(hoop_dtype_t dt)
-{
-    static const char *const names[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                                        "uint64", "float16", "bfloat16", "float32", "float64"};
-    return (unsigned)dt < HOOP_DTYPE_COUNT ? names[dt] : "invalid-dtype";
-}
-
-const char *hoop_op_name(hoop_op_t op)
-{
-    static const char *const names[] = {"sum", "prod", "min", "max", "avg"};
-    return (unsigned)op < HOOP_OP_COUNT ? names[op] : "invalid-op";
-}
-
-size_t hoop_dtype_size(hoop_dtype_t dt)
-{
-    static const unsigned char sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
-    return (unsigned)dt < HOOP_DTYPE_COUNT ? sizes[dt] : 0;
-}
-
+const char *hoop_error_string(hoop_result_t r) { return hoop__error_string(r); }
+const char *hoop_dtype_name(hoop_dtype_t dt) { return hoop__dtype_name(dt); }
+const char *hoop_op_name(hoop_op_t op) { return hoop__op_name(op); }
+size_t hoop_dtype_size(hoop_dtype_t dt) { return hoop__dtype_size(dt); }
 const char *hoop_version(void) { return HOOP_VERSION_STRING; }
 
 const char *hoop_comm_last_error(const hoop_comm_t *c)
@@ -89,20 +57,25 @@ hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t 
     if ((unsigned)dt >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
         return HOOP_ERR_INVALID_ARGUMENT;
     if (count > 0 && (out == NULL || a == NULL || b == NULL)) return HOOP_ERR_INVALID_ARGUMENT;
-    if (count > SIZE_MAX / hoop_dtype_size(dt)) return HOOP_ERR_INVALID_ARGUMENT;
+    if (count > SIZE_MAX / hoop__dtype_size(dt)) return HOOP_ERR_INVALID_ARGUMENT;
     hoop__reduce(out, a, b, count, dt, op);
     return HOOP_OK;
 }
 
 /* ---- communicators ---- */
 
-hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, int world_size)
+static hoop_result_t init(hoop_comm_t **out, const char *init_method, int rank, int world_size)
 {
     if (out == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     return hoop__comm_init(out, init_method, rank, world_size);
 }
 
-hoop_result_t hoop_init_from_env(hoop_comm_t **comm) { return hoop_init(comm, NULL, -1, -1); }
+hoop_result_t hoop_init(hoop_comm_t **out, const char *init_method, int rank, int world_size)
+{
+    return init(out, init_method, rank, world_size);
+}
+
+hoop_result_t hoop_init_from_env(hoop_comm_t **comm) { return init(comm, NULL, -1, -1); }
 
 hoop_result_t hoop_comm_set_timeout(hoop_comm_t *c, double seconds)
 {
@@ -202,10 +175,10 @@ static hoop_result_t check_call(hoop_comm_t *c, const char *fn, const void *sbuf
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "%s: root %d is outside the communicator (size %d)", fn, root,
                                 c->size);
-    size_t es = hoop_dtype_size(dt);
+    size_t es = hoop__dtype_size(dt);
     if (count > SIZE_MAX / es / mult || count * es * mult > (size_t)1 << 62)
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: count %zu of %s is too large",
-                                fn, count, hoop_dtype_name(dt));
+                                fn, count, hoop__dtype_name(dt));
     if (count > 0 && sbuf == NULL)
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL", fn);
     if (count > 0 && need_rbuf && rbuf == NULL)

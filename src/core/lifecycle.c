@@ -292,7 +292,7 @@ static hoop_result_t split_oob_fail(split_oob_t *o, hoop_result_t rc, const char
 {
     snprintf(o->err, sizeof(o->err), "out-of-band exchange over the parent communicator: %s: %s",
              what,
-             hoop__comm_last(o->parent)[0] ? hoop__comm_last(o->parent) : hoop_error_string(rc));
+             hoop__comm_last(o->parent)[0] ? hoop__comm_last(o->parent) : hoop__error_string(rc));
     return rc;
 }
 
@@ -436,7 +436,7 @@ static hoop_result_t init_fail(init_t *in, hoop_result_t rc, const char *msg)
     free(in->ptrs);
     hoop__store_close(in->st);
     /* No communicator reaches the caller, so the reason goes to the log (WARN is on by default). */
-    HOOP__WARN(&in->boot, "hoop_init failed: %s: %s", hoop_error_string(rc), msg);
+    HOOP__WARN(&in->boot, "hoop_init failed: %s: %s", hoop__error_string(rc), msg);
     if (in->c != NULL) comm_free(in->c);
     return rc;
 }
@@ -873,7 +873,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
             hoop_result_t orc = open_transport(nc, addr, &oob);
             if (orc != HOOP_OK) {
                 to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc)
-                                                       : hoop_error_string(orc),
+                                                       : hoop__error_string(orc),
                                 parent_of, n, why, sizeof(why));
                 rc = hoop__comm_error(c, orc == HOOP_ERR_NO_MEMORY ? orc : HOOP_ERR_SYSTEM,
                                       "hoop_comm_split: rank %d of the parent communicator cannot "
@@ -906,7 +906,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     hoop_result_t orc = split_oob_end(&oob_ctx);
     if (rc == HOOP_OK) rc = orc;
     if (rc != HOOP_OK) {
-        to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop_error_string(rc),
+        to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop__error_string(rc),
                         parent_of, n, why, sizeof(why));
         rc = hoop__comm_error(
             c, rc,

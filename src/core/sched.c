@@ -81,7 +81,7 @@ void hoop__sched_reap(hoop_comm_t *c)
         if (st != HOOP_OK && !atomic_load(&c->aborted))
             hoop__comm_fail(c, st, "%s with rank %d failed: %s",
                             r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv", r->call.root,
-                            hoop_error_string(st));
+                            hoop__error_string(st));
         if (r->call.source != NULL) *r->call.source = r->call.root;
         complete(c, r, st == HOOP_OK ? HOOP_OK : (hoop_result_t)atomic_load(&c->aborted));
     }
@@ -107,7 +107,7 @@ static void inflight_deadline(hoop_comm_t *c)
     const hoop_request_t *r = c->inflight;
     hoop__comm_fail(c, HOOP_ERR_TIMEOUT, "%s(count=%zu, %s) with rank %d timed out after %.1f s",
                     r->xfer.dir == HOOP__XFER_SEND ? "send" : "recv", r->call.count,
-                    hoop_dtype_name(r->call.dtype), r->call.root, c->timeout_s);
+                    hoop__dtype_name(r->call.dtype), r->call.root, c->timeout_s);
     c->tp_ops->abort(c->tp, HOOP_ERR_TIMEOUT, c->fatal_msg);
     hoop__sched_reap(c);
 }
@@ -125,7 +125,7 @@ static int is_p2p(const hoop__call_t *call) { return call->kind == HOOP__K_SEND;
 static int deferrable(const hoop_comm_t *c, const hoop_request_t *r)
 {
     return !is_p2p(&r->call) && r->call.order == 0 &&
-           r->call.count * hoop_dtype_size(r->call.dtype) <= c->agreed.small_bytes;
+           r->call.count * hoop__dtype_size(r->call.dtype) <= c->agreed.small_bytes;
 }
 
 /* Under mu, when the engine comes free: wakes waiters, and the progress thread only if it has
@@ -163,7 +163,7 @@ static void post_p2p(hoop_request_t *r)
 {
     hoop__call_t *call = &r->call;
     hoop_comm_t *c = call->comm;
-    size_t bytes = call->count * hoop_dtype_size(call->dtype);
+    size_t bytes = call->count * hoop__dtype_size(call->dtype);
     int peer = call->root;
     hoop__call_t wire = *call;
     wire.root = -1;
@@ -250,7 +250,7 @@ static void held_run(hoop_comm_t *c)
                                  "receive from any source (count=%zu, %s) on rank %d: no send "
                                  "from any rank arrived within the timeout (%.1f s); the "
                                  "communicator stays usable",
-                                 r->call.count, hoop_dtype_name(r->call.dtype), c->rank,
+                                 r->call.count, hoop__dtype_name(r->call.dtype), c->rank,
                                  c->timeout_s);
                 held_end(c, r, HOOP_ERR_TIMEOUT);
                 continue;
@@ -288,7 +288,7 @@ static hoop_result_t run_collective(hoop__call_t *call)
             char what[128];
             hoop__call_describe(call, what, sizeof(what));
             hoop__comm_fail(c, st, "%s (call #%llu) failed on rank %d: %s", what,
-                            (unsigned long long)call->seq, c->rank, hoop_error_string(st));
+                            (unsigned long long)call->seq, c->rank, hoop__error_string(st));
         }
         c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
     }

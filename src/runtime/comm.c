@@ -41,7 +41,7 @@ hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *f
     pthread_mutex_lock(&c->err_mu);
     show_last(c, msg);
     pthread_mutex_unlock(&c->err_mu);
-    HOOP__INFO(&c->log, "%s: %s", hoop_error_string(code), msg);
+    HOOP__INFO(&c->log, "%s: %s", hoop__error_string(code), msg);
     return code;
 }
 
@@ -61,5 +61,5 @@ void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     show_last(c, c->fatal_msg);
     pthread_mutex_unlock(&c->err_mu);
     if (first)
-        HOOP__WARN(&c->log, "%s: %s; the communicator is aborted", hoop_error_string(code), msg);
+        HOOP__WARN(&c->log, "%s: %s; the communicator is aborted", hoop__error_string(code), msg);
 }

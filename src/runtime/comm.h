@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/tables.h"
 #include "base/wire.h"
 #include "hoop.h"
 #include "runtime/mem.h"

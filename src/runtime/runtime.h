@@ -184,7 +184,7 @@ void hoop__cuda_close(hoop_comm_t *c);
 
 /* ---- shapes of a schedule ---- */
 
-static inline size_t hoop__dsize(const hoop__call_t *c) { return hoop_dtype_size(c->dtype); }
+static inline size_t hoop__dsize(const hoop__call_t *c) { return hoop__dtype_size(c->dtype); }
 
 /* Ring order (see hoop_comm.ring): the rank at ring position pos, and this rank's position. Ranks
  * of one host are neighbours, so ring algorithms cross each host boundary once. */

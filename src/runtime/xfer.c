@@ -95,7 +95,7 @@ static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x
     char mine[128];
     hoop__call_describe(call, mine, sizeof(mine));
     hoop__comm_fail(c, x->status, "%s (call #%llu) failed with rank %d: %s", mine,
-                    (unsigned long long)call->seq, x->peer, hoop_error_string(x->status));
+                    (unsigned long long)call->seq, x->peer, hoop__error_string(x->status));
     return x->status;
 }
 

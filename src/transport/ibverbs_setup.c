@@ -308,7 +308,7 @@ static hoop_result_t oob_failed(hoop__tp_t *tp, hoop_result_t rc, int j, const c
 {
     char msg[480];
     snprintf(msg, sizeof(msg), "ibverbs: %s with rank %d: %s", what, j,
-             tp->p.oob.error != NULL ? tp->p.oob.error(tp->p.oob.ctx) : hoop_error_string(rc));
+             tp->p.oob.error != NULL ? tp->p.oob.error(tp->p.oob.ctx) : hoop__error_string(rc));
     hoop__ibt_report(tp, rc, j, msg);
     return rc;
 }

@@ -706,7 +706,7 @@ static void shm_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
     tp->failed = code;
     if (tp->sh != NULL && !atomic_load(&tp->sh->aborted)) {
         snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s",
-                 reason != NULL && reason[0] ? reason : hoop_error_string(code));
+                 reason != NULL && reason[0] ? reason : hoop__error_string(code));
         atomic_store(&tp->sh->aborted, (uint32_t)code);
     }
     for (int j = 0; j < tp->p.size; j++) {

@@ -120,7 +120,7 @@ static hoop_result_t connect_failed(hoop__tp_t *tp, hoop_result_t rc, const char
     tp->failed = rc;
     if (atomic_load(&tp->sh->aborted) != 0) return rc;
     if (tp->sh->reason[0] == '\0')
-        snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s", hoop_error_string(rc));
+        snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s", hoop__error_string(rc));
     atomic_store(&tp->sh->aborted, (uint32_t)rc);
     uint32_t want = 0;
     for (int j = 0; addrs != NULL && j < tp->p.size; j++)

@@ -478,7 +478,7 @@ hoop_result_t hoop__tcp_connect_failed(hoop__tp_t *tp, const char *const *addrs,
 {
     if (!tp->failed) hoop__tcp_abort(tp, rc, tp->conn_err[0] ? tp->conn_err : NULL);
     tp->failed = rc;
-    farewell(tp, addrs, tp->conn_err[0] ? tp->conn_err : hoop_error_string(rc), gate);
+    farewell(tp, addrs, tp->conn_err[0] ? tp->conn_err : hoop__error_string(rc), gate);
     return rc;
 }
 

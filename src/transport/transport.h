@@ -16,6 +16,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/memtype.h"
+#include "base/tables.h"
 #include "base/wire.h"
 #include "hoop.h"
 
@@ -210,7 +211,7 @@ const char *hoop__fd_error(int err, char *buf, size_t n);
 static inline const char *hoop__tp_abort_text(hoop_result_t code, const char *reason, size_t max,
                                               size_t *len)
 {
-    const char *text = reason != NULL && reason[0] != '\0' ? reason : hoop_error_string(code);
+    const char *text = reason != NULL && reason[0] != '\0' ? reason : hoop__error_string(code);
     *len = strlen(text);
     if (*len > max) *len = max;
     return text;
