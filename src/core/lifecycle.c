@@ -380,7 +380,7 @@ static hoop_result_t split_oob_end(split_oob_t *o)
 {
     hoop_result_t rc = HOOP_OK;
     for (int i = 0; i < o->nreq; i++) {
-        hoop_result_t r = hoop_wait(o->req[i]);
+        hoop_result_t r = hoop__sched_wait(o->req[i]);
         if (rc == HOOP_OK) rc = r;
         free(o->frame[i]);
     }
