@@ -1,6 +1,6 @@
 /*
  * hoop-perf --device cuda: the send and receive buffers in device memory. hoop-perf does not link
- * CUDA: it loads the CUDA module libhoop loads (src/cuda/module.h; HOOP_CUDA_MODULE names
+ * CUDA: it loads the CUDA module libhoop loads (src/cuda/module.h; HOOP_TEST_CUDA_MODULE names
  * another, as for libhoop, else libhoop-cuda.so beside libhoop) and allocates, fills and reads
  * back through its table, as an application would with cudaMalloc and cudaMemcpy. Inputs are
  * written into host twins of the buffers and copied over; for #wrong the receive buffer comes
@@ -36,7 +36,7 @@ int parse_device(const char *s, bench_t *b)
 /* The module's path as libhoop finds it (src/runtime/mem_cuda.c), so that both get one copy. */
 static void module_path(char *out, size_t n)
 {
-    const char *m = getenv("HOOP_CUDA_MODULE");
+    const char *m = getenv("HOOP_TEST_CUDA_MODULE");
     if (m != NULL && m[0] != '\0') {
         snprintf(out, n, "%s", m);
         return;

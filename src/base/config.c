@@ -1,3 +1,6 @@
+/* The one reader of the HOOP_* variables (config.h): each is read once, here, into
+ * hoop__config_t, and a malformed value is a sentence naming it. Every variable read is one line
+ * below; docs/configuration.md lists them all. */
 #include "base/config.h"
 
 #include <ctype.h>
@@ -9,6 +12,10 @@
 
 #include "base/log.h"
 #include "base/wire.h"
+
+/* clang-format off: the registry's order (transport/registry.c) */
+const char *const hoop__transport_words[] = {"shm", "ibverbs", "tcp", NULL};
+/* clang-format on */
 
 void hoop__config_defaults(hoop__config_t *c)
 {
@@ -27,6 +34,10 @@ void hoop__config_defaults(hoop__config_t *c)
     c->shm_cma_bytes = 0;
     c->shm_spin_us = 200;
     c->shm_stream_bytes = (size_t)16 << 20;
+    c->cuda_ipc_bytes = (size_t)32 << 20;
+    c->cuda_ipc_oneshot_bytes = (size_t)256 << 10;
+    c->ib_gid_index = -1;
+    strcpy(c->ib_reg_cache, "auto");
 }
 
 int hoop__parse_size(const char *s, size_t *out)
@@ -67,132 +78,229 @@ int hoop__parse_size(const char *s, size_t *out)
     return 0;
 }
 
-static hoop_result_t bad(char *err, size_t errlen, const char *name, const char *val,
-                         const char *expect)
+const char *hoop__words_join(const char *const *list, int n, char *buf, size_t cap)
 {
-    snprintf(err, errlen, "%s=\"%s\" is not valid: expected %s", name, val, expect);
-    return HOOP_ERR_INVALID_ARGUMENT;
-}
-
-static int copy_word(char *dst, size_t cap, const char *src, const char *const *allowed)
-{
-    for (const char *const *a = allowed; *a != NULL; a++) {
-        if (strcasecmp(src, *a) == 0) {
-            snprintf(dst, cap, "%s", *a);
-            return 0;
-        }
+    if (n < 0)
+        for (n = 0; list[n] != NULL; n++) continue;
+    size_t o = 0;
+    if (cap > 0) buf[0] = '\0';
+    for (int i = 0; i < n && o < cap; i++) {
+        const char *sep = i == 0 ? "" : i == n - 1 ? " or " : ", ";
+        int w = snprintf(buf + o, cap - o, "%s%s", sep, list[i]);
+        if (w < 0) break;
+        o += (size_t)w;
     }
-    return -1;
+    return buf;
 }
 
-hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *ctx, char *err,
-                                 size_t errlen)
+const char *hoop__algo_words(char *buf, size_t cap)
 {
-    hoop__config_defaults(c);
-    const char *v;
+    const char *names[HOOP__WIRE_ALGO_COUNT];
+    for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++) names[i] = hoop__wire_algo_name(i);
+    return hoop__words_join(names, HOOP__WIRE_ALGO_COUNT, buf, cap);
+}
 
-    if ((v = get("HOOP_DEBUG", ctx)) != NULL && v[0] != '\0') {
+/* ---- the reader ---- */
+
+typedef struct reader {
+    hoop__getenv_fn get;
+    void *ctx;
+    char *err;
+    size_t errlen;
+    hoop_result_t rc; /* the first bad value's; later ones keep their defaults silently */
+} reader_t;
+
+/* The variable's value, NULL where it is unset or empty (an empty one means its default). */
+static const char *value(const reader_t *r, const char *name)
+{
+    const char *v = r->get(name, r->ctx);
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+static void bad(reader_t *r, const char *name, const char *val, const char *expect)
+{
+    if (r->rc != HOOP_OK) return;
+    r->rc = HOOP_ERR_INVALID_ARGUMENT;
+    /* The value as typed, but no byte that would break a log line or a rank's hello. */
+    char shown[160];
+    size_t n = 0;
+    for (; val[n] != '\0' && n + 1 < sizeof(shown); n++)
+        shown[n] = (unsigned char)val[n] < 0x20 || val[n] == 0x7f ? '?' : val[n];
+    shown[n] = '\0';
+    snprintf(r->err, r->errlen, "%s=\"%s%s\" is not valid: expected %s", name, shown,
+             val[n] != '\0' ? "..." : "", expect);
+}
+
+/* A size in [lo, hi] (a power of two where pow2). */
+static void size_var(reader_t *r, const char *name, size_t *field, size_t lo, size_t hi, int pow2,
+                     const char *expect)
+{
+    const char *v = value(r, name);
+    size_t n;
+    if (v == NULL) return;
+    if (hoop__parse_size(v, &n) != 0 || n < lo || n > hi || (pow2 && (n & (n - 1)) != 0))
+        bad(r, name, v, expect);
+    else
+        *field = n;
+}
+
+/* A decimal integer in [lo, hi], digits only (no sign, no blank). */
+static void int_var(reader_t *r, const char *name, int *field, long lo, long hi, const char *expect)
+{
+    const char *v = value(r, name);
+    if (v == NULL) return;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (!isdigit((unsigned char)v[0]) || *end != '\0' || errno != 0 || n < lo || n > hi)
+        bad(r, name, v, expect);
+    else
+        *field = (int)n;
+}
+
+/* Text shorter than cap bytes, kept as typed. */
+static void text_var(reader_t *r, const char *name, char *field, size_t cap, const char *expect)
+{
+    const char *v = value(r, name);
+    if (v == NULL) return;
+    if (strlen(v) >= cap)
+        bad(r, name, v, expect);
+    else
+        snprintf(field, cap, "%s", v);
+}
+
+/* One of words (any case), kept as the list spells it. */
+static void word_var(reader_t *r, const char *name, char *field, size_t cap,
+                     const char *const *words, int n)
+{
+    const char *v = value(r, name);
+    if (v == NULL) return;
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(v, words[i]) == 0) {
+            snprintf(field, cap, "%s", words[i]);
+            return;
+        }
+    char expect[200];
+    bad(r, name, v, hoop__words_join(words, n, expect, sizeof(expect)));
+}
+
+static void read_debug(reader_t *r, hoop__config_t *c)
+{
+    const char *v = value(r, "HOOP_DEBUG");
+    if (v != NULL) {
         static const char *const names[] = {"NONE", "WARN", "INFO", "TRACE"};
         int lvl = -1;
         for (int i = 0; i < 4; i++)
             if (strcasecmp(v, names[i]) == 0) lvl = i;
+        /* NCCL's words for its default level. */
         if (strcasecmp(v, "VERSION") == 0 || strcasecmp(v, "ERROR") == 0) lvl = HOOP__LOG_WARN;
-        if (lvl < 0) return bad(err, errlen, "HOOP_DEBUG", v, "NONE, WARN, INFO or TRACE");
-        c->log_level = lvl;
+        if (lvl < 0)
+            bad(r, "HOOP_DEBUG", v, "NONE, WARN, INFO or TRACE");
+        else
+            c->log_level = lvl;
     }
-    if ((v = get("HOOP_DEBUG_SUBSYS", ctx)) != NULL &&
-        hoop__log_subsys_parse(v, &c->log_subsys, err, errlen) != 0)
-        return HOOP_ERR_INVALID_ARGUMENT;
-    if ((v = get("HOOP_DEBUG_FILE", ctx)) != NULL) {
-        if (strlen(v) >= sizeof(c->log_file))
-            return bad(err, errlen, "HOOP_DEBUG_FILE", v, "a path shorter than 256 bytes");
-        strcpy(c->log_file, v);
+    if ((v = r->get("HOOP_DEBUG_SUBSYS", r->ctx)) != NULL) {
+        char why[256];
+        unsigned mask;
+        if (hoop__log_subsys_parse(v, &mask, why, sizeof(why)) == 0) {
+            c->log_subsys = mask;
+        } else if (r->rc == HOOP_OK) {
+            r->rc = HOOP_ERR_INVALID_ARGUMENT;
+            snprintf(r->err, r->errlen, "%s", why);
+        }
     }
-    if ((v = get("HOOP_TRANSPORT", ctx)) != NULL && v[0] != '\0') {
-        static const char *const names[] = {"auto", "tcp", "shm", "ibverbs", NULL};
-        if (copy_word(c->transport, sizeof(c->transport), v, names) != 0)
-            return bad(err, errlen, "HOOP_TRANSPORT", v, "auto, tcp, shm or ibverbs");
-    }
-    if ((v = get("HOOP_ALGO", ctx)) != NULL && v[0] != '\0') {
-        /* The wire's table is the one list of algorithm names. */
-        const char *names[HOOP__WIRE_ALGO_COUNT + 1];
-        for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++) names[i] = hoop__wire_algo_name(i);
-        names[HOOP__WIRE_ALGO_COUNT] = NULL;
-        if (copy_word(c->algo, sizeof(c->algo), v, names) != 0)
-            return bad(err, errlen, "HOOP_ALGO", v,
-                       "auto, ring, rd, rabenseifner, ps, ps-sharded, ipc, shm, p2p or hier");
-    }
-    if ((v = get("HOOP_SOCKET_IFNAME", ctx)) != NULL) {
-        if (strlen(v) >= sizeof(c->ifname))
-            return bad(err, errlen, "HOOP_SOCKET_IFNAME", v, "a list shorter than 128 bytes");
-        strcpy(c->ifname, v);
-    }
-    if ((v = get("HOOP_SOCKETS_PER_PEER", ctx)) != NULL && v[0] != '\0') {
-        char *end;
-        long n = strtol(v, &end, 10);
-        if (*end != '\0' || n < 1 || n > 16)
-            return bad(err, errlen, "HOOP_SOCKETS_PER_PEER", v, "an integer from 1 to 16");
-        c->sockets_per_peer = (int)n;
-    }
-    if ((v = get("HOOP_CHUNK_BYTES", ctx)) != NULL && v[0] != '\0') {
-        size_t n;
-        if (hoop__parse_size(v, &n) != 0 || n < 4096 || n > (1u << 30))
-            return bad(err, errlen, "HOOP_CHUNK_BYTES", v, "a size from 4K to 1G, e.g. 512K");
-        c->chunk_bytes = n;
-    }
-    if ((v = get("HOOP_SMALL_BYTES", ctx)) != NULL && v[0] != '\0') {
-        size_t n;
-        if (hoop__parse_size(v, &n) != 0 || n > (1u << 30))
-            return bad(err, errlen, "HOOP_SMALL_BYTES", v, "a size up to 1G, e.g. 16K");
-        c->small_bytes = n;
-    }
-    if ((v = get("HOOP_TIMEOUT", ctx)) != NULL && v[0] != '\0') {
+    text_var(r, "HOOP_DEBUG_FILE", c->log_file, sizeof(c->log_file),
+             "a path shorter than 256 bytes");
+    static const char *const trace[] = {"0", "1"};
+    char t[2] = "0";
+    word_var(r, "HOOP_TRACE", t, sizeof(t), trace, 2);
+    c->trace = t[0] == '1';
+}
+
+static void read_choices(reader_t *r, hoop__config_t *c)
+{
+    const char *transports[8] = {"auto"};
+    int nt = 1;
+    for (int i = 0; hoop__transport_words[i] != NULL && nt < 8; i++)
+        transports[nt++] = hoop__transport_words[i];
+    word_var(r, "HOOP_TRANSPORT", c->transport, sizeof(c->transport), transports, nt);
+    const char *algos[HOOP__WIRE_ALGO_COUNT];
+    for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++) algos[i] = hoop__wire_algo_name(i);
+    word_var(r, "HOOP_ALGO", c->algo, sizeof(c->algo), algos, HOOP__WIRE_ALGO_COUNT);
+    size_var(r, "HOOP_CHUNK_BYTES", &c->chunk_bytes, 4096, 1u << 30, 0,
+             "a size from 4K to 1G, e.g. 512K");
+    size_var(r, "HOOP_SMALL_BYTES", &c->small_bytes, 0, 1u << 30, 0, "a size up to 1G, e.g. 16K");
+    const char *v = value(r, "HOOP_TIMEOUT");
+    if (v != NULL) {
         char *end;
         errno = 0;
         double t = strtod(v, &end);
         /* Below a millisecond no wait can see its peer at all; above 1e7 s (four months) is
          * "never" spelt out, which the default already is in practice. NaN fails both tests. */
         if (errno != 0 || end == v || *end != '\0' || !(t >= 1e-3 && t <= 1e7))
-            return bad(err, errlen, "HOOP_TIMEOUT", v,
-                       "seconds, a number from 0.001 (1 ms) to 10000000");
-        c->timeout_s = t;
+            bad(r, "HOOP_TIMEOUT", v, "seconds, a number from 0.001 (1 ms) to 10000000");
+        else
+            c->timeout_s = t;
     }
-    if ((v = get("HOOP_TRACE", ctx)) != NULL && v[0] != '\0') {
-        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-            return bad(err, errlen, "HOOP_TRACE", v, "0 or 1");
-        c->trace = v[0] == '1';
+}
+
+static void read_transports(reader_t *r, hoop__config_t *c)
+{
+    text_var(r, "HOOP_SOCKET_IFNAME", c->ifname, sizeof(c->ifname),
+             "a list shorter than 128 bytes");
+    int_var(r, "HOOP_SOCKETS_PER_PEER", &c->sockets_per_peer, 1, 16, "an integer from 1 to 16");
+    text_var(r, "HOOP_HOSTID", c->host_id, sizeof(c->host_id), "an id shorter than 64 bytes");
+    size_var(r, "HOOP_SHM_RING_BYTES", &c->shm_ring_bytes, 4096, 1u << 30, 1,
+             "a power of two from 4K to 1G");
+    size_var(r, "HOOP_SHM_CMA_BYTES", &c->shm_cma_bytes, 0, SIZE_MAX, 0,
+             "a size, e.g. 256K, or 0 for never");
+    size_var(r, "HOOP_SHM_STREAM_BYTES", &c->shm_stream_bytes, 0, SIZE_MAX, 0,
+             "a size, e.g. 24M, or 0 for never");
+    int_var(r, "HOOP_SHM_SPIN_US", &c->shm_spin_us, 0, 1000000, "microseconds from 0 to 1000000");
+    text_var(r, "HOOP_IB_HCA", c->ib_hca, sizeof(c->ib_hca), "a list shorter than 256 bytes");
+    int_var(r, "HOOP_IB_GID_INDEX", &c->ib_gid_index, 0, HOOP__CONFIG_GID_INDEX_MAX,
+            "a GID table index from 0 to 255 (unset chooses one per port)");
+    static const char *const reg[] = {"auto", "off"};
+    word_var(r, "HOOP_IB_REG_CACHE", c->ib_reg_cache, sizeof(c->ib_reg_cache), reg, 2);
+}
+
+static void read_devices(reader_t *r, hoop__config_t *c)
+{
+    /* The area must hold one element of every rank in each half: 8K covers 256 ranks of 16. */
+    size_var(r, "HOOP_CUDA_IPC_BYTES", &c->cuda_ipc_bytes, 8192, SIZE_MAX, 0,
+             "a size of at least 8K, e.g. 32M");
+    size_var(r, "HOOP_CUDA_IPC_ONESHOT_BYTES", &c->cuda_ipc_oneshot_bytes, 0, SIZE_MAX, 0,
+             "a size, e.g. 256K, or 0 for never");
+}
+
+static void read_test_hooks(reader_t *r, hoop__config_t *c)
+{
+    static const char path[] = "a path shorter than 512 bytes";
+    text_var(r, "HOOP_TEST_CUDA_MODULE", c->test_cuda_module, sizeof(c->test_cuda_module), path);
+    text_var(r, "HOOP_TEST_CUDA_DRIVER", c->test_cuda_driver, sizeof(c->test_cuda_driver), path);
+    text_var(r, "HOOP_TEST_IBV_DOUBLE", c->test_ibv_double, sizeof(c->test_ibv_double), path);
+}
+
+hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *ctx, char *err,
+                                 size_t errlen)
+{
+    hoop__config_defaults(c);
+    reader_t r = {.get = get, .ctx = ctx, .err = err, .errlen = errlen, .rc = HOOP_OK};
+    read_debug(&r, c);
+    read_choices(&r, c);
+    read_transports(&r, c);
+    read_devices(&r, c);
+    read_test_hooks(&r, c);
+    if (r.rc != HOOP_OK) snprintf(c->invalid, sizeof(c->invalid), "%s", err);
+    char why[512];
+    hoop_result_t krc = hoop__auth_key_from_env(&c->auth, get, ctx, why, sizeof(why));
+    if (krc != HOOP_OK) {
+        /* A rank that cannot authenticate cannot tell the others anything: its own failure. */
+        c->invalid[0] = '\0';
+        snprintf(err, errlen, "%s", why);
+        return krc;
     }
-    if ((v = get("HOOP_HOSTID", ctx)) != NULL) {
-        if (strlen(v) >= sizeof(c->host_id))
-            return bad(err, errlen, "HOOP_HOSTID", v, "an id shorter than 64 bytes");
-        strcpy(c->host_id, v);
-    }
-    if ((v = get("HOOP_SHM_RING_BYTES", ctx)) != NULL && v[0] != '\0') {
-        size_t n;
-        if (hoop__parse_size(v, &n) != 0 || n < 4096 || n > (1u << 30) || (n & (n - 1)) != 0)
-            return bad(err, errlen, "HOOP_SHM_RING_BYTES", v, "a power of two from 4K to 1G");
-        c->shm_ring_bytes = n;
-    }
-    if ((v = get("HOOP_SHM_CMA_BYTES", ctx)) != NULL && v[0] != '\0') {
-        size_t n;
-        if (hoop__parse_size(v, &n) != 0)
-            return bad(err, errlen, "HOOP_SHM_CMA_BYTES", v, "a size, e.g. 256K, or 0 for never");
-        c->shm_cma_bytes = n;
-    }
-    if ((v = get("HOOP_SHM_STREAM_BYTES", ctx)) != NULL && v[0] != '\0') {
-        size_t n;
-        if (hoop__parse_size(v, &n) != 0)
-            return bad(err, errlen, "HOOP_SHM_STREAM_BYTES", v, "a size, e.g. 24M, or 0 for never");
-        c->shm_stream_bytes = n;
-    }
-    if ((v = get("HOOP_SHM_SPIN_US", ctx)) != NULL && v[0] != '\0') {
-        char *end;
-        long n = strtol(v, &end, 10);
-        if (*end != '\0' || n < 0 || n > 1000000)
-            return bad(err, errlen, "HOOP_SHM_SPIN_US", v, "microseconds from 0 to 1000000");
-        c->shm_spin_us = (int)n;
-    }
-    return hoop__auth_key_from_env(&c->auth, get, ctx, err, errlen);
+    return r.rc;
 }
 
 void hoop__config_wipe(hoop__config_t *c)

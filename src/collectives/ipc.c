@@ -47,12 +47,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/config.h"
 #include "base/proc.h"
 #include "collectives/shm_coll.h"
-
-#define DEFAULT_AREA ((size_t)32 << 20)
-#define DEFAULT_ONESHOT ((size_t)256 << 10)
 
 typedef struct hello {
     uint8_t ok;
@@ -168,15 +164,6 @@ static hoop_result_t refuse(ipc_t *x, const hello_t *h)
     return HOOP_ERR_UNSUPPORTED;
 }
 
-/* A size from the environment (K, M, G suffixes), or dflt where unset, malformed or below least. */
-static size_t env_bytes(const char *name, size_t dflt, size_t least)
-{
-    const char *v = getenv(name);
-    size_t b;
-    if (v == NULL || hoop__parse_size(v, &b) != 0 || b < least) return dflt;
-    return b;
-}
-
 static void ipc_free(ipc_t *x)
 {
     free(x->h);
@@ -212,7 +199,7 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic,
 
     hello_t mine;
     memset(&mine, 0, sizeof mine);
-    mine.oneshot = env_bytes("HOOP_CUDA_IPC_ONESHOT_BYTES", DEFAULT_ONESHOT, 0);
+    mine.oneshot = c->cfg.cuda_ipc_oneshot_bytes;
     mine.pid = getpid();
     snprintf(mine.host, sizeof mine.host, "%s", c->host);
     size_t cap = 0;
@@ -222,8 +209,8 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic,
         mine.host_buffers = call->mem == HOOP__MEM_HOST;
         snprintf(mine.why, sizeof mine.why,
                  "has host buffers: the CUDA IPC path needs device buffers on every rank");
-    } else if (hoop__cuda_ipc_area(c, env_bytes("HOOP_CUDA_IPC_BYTES", DEFAULT_AREA, 8192),
-                                   &x->area, &cap, mine.handle, mine.why, sizeof mine.why) == 0 &&
+    } else if (hoop__cuda_ipc_area(c, c->cfg.cuda_ipc_bytes, &x->area, &cap, mine.handle, mine.why,
+                                   sizeof mine.why) == 0 &&
                hoop__cuda_ipc_events(c, mine.events, mine.why, sizeof mine.why) == 0) {
         mine.ok = 1;
         mine.cap = cap;

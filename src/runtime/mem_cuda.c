@@ -11,9 +11,9 @@
  * memory included, can overlap. Once the driver is there, the module is loaded and asked about each
  * call's buffers (cudaPointerGetAttributes), with a small cache of device allocations.
  *
- * The state is per communicator (hoop_comm.cuda), made on first need. Testing only (docs/cuda.md):
- * HOOP_CUDA_MODULE names another module (the test double), HOOP_CUDA_DRIVER the library that
- * counts as the driver. */
+ * The state is per communicator (hoop_comm.cuda), made on first need. Testing only (test hooks,
+ * docs/configuration.md): HOOP_TEST_CUDA_MODULE names another module (the test double),
+ * HOOP_TEST_CUDA_DRIVER the library that counts as the driver. */
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
@@ -45,6 +45,7 @@ typedef struct order_slot {
 
 struct hoop__cuda {
     pthread_mutex_t mu; /* all but the two atomics: the posting thread's, briefly */
+    const hoop__config_t *cfg; /* the communicator's: its test hooks name the module and driver */
     atomic_int state;   /* NO_DRIVER, READY (the module answers) or BROKEN (why says) */
     atomic_int failed;  /* an operation on device memory failed (hoop__mem_failed) */
     _Atomic unsigned long long libs; /* NO_DRIVER: the loader's count when it was looked for */
@@ -138,19 +139,19 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *data)
     return 1;
 }
 
-static const char *driver_name(void)
+static const char *driver_name(const struct hoop__cuda *st)
 {
-    const char *d = getenv("HOOP_CUDA_DRIVER");
-    return d != NULL && d[0] != '\0' ? d : "libcuda.so.1";
+    const char *d = st->cfg->test_cuda_driver;
+    return d[0] != '\0' ? d : "libcuda.so.1";
 }
 
 /* ---- loading the module ---- */
 
 /* libhoop-cuda.so beside the libhoop this code is in, else the loader's search. */
-static void module_path(char *out, size_t n)
+static void module_path(const struct hoop__cuda *st, char *out, size_t n)
 {
-    const char *m = getenv("HOOP_CUDA_MODULE");
-    if (m != NULL && m[0] != '\0') {
+    const char *m = st->cfg->test_cuda_module;
+    if (m[0] != '\0') {
         snprintf(out, n, "%s", m);
         return;
     }
@@ -168,18 +169,15 @@ static void module_path(char *out, size_t n)
 static void load_module(struct hoop__cuda *st, const char *driver)
 {
     char path[PATH_MAX];
-    const char *m = getenv("HOOP_CUDA_MODULE");
 #ifndef HOOP__CUDA_BUILT
-    if (m == NULL || m[0] == '\0') {
+    if (st->cfg->test_cuda_module[0] == '\0') {
         snprintf(st->why, sizeof st->why,
                  "this libhoop was built without CUDA (no nvcc at build time: rebuild with "
                  "-Dcuda=enabled)");
         goto broken;
     }
-#else
-    (void)m;
 #endif
-    module_path(path, sizeof path);
+    module_path(st, path, sizeof path);
     /* Never unloaded (RTLD_NODELETE): its CUDA runtime does not survive being unloaded and
      * loaded again in one process; a communicator's dlclose only drops its reference. */
     st->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
@@ -214,7 +212,7 @@ static void module_failed(struct hoop__cuda *st, const char *err)
 {
     /* t stays: calls already given device memory may still be queued and use it. */
     snprintf(st->why, sizeof st->why, "%.60s: %.330s", st->t->name, err);
-    void *drv = dlopen(driver_name(), RTLD_LAZY | RTLD_NOLOAD);
+    void *drv = dlopen(driver_name(st), RTLD_LAZY | RTLD_NOLOAD);
     if (drv != NULL) {
         *(void **)&st->cu_attr = dlsym(drv, "cuPointerGetAttribute");
         dlclose(drv);
@@ -228,7 +226,7 @@ static void probe(struct hoop__cuda *st)
 {
     unsigned long long now = loaded_count();
     if (now != NO_COUNT && now == atomic_load_explicit(&st->libs, memory_order_relaxed)) return;
-    find_t f = {.base = base_name(driver_name())};
+    find_t f = {.base = base_name(driver_name(st))};
     if (dl_iterate_phdr(find_cb, &f) == 0) {
         atomic_store_explicit(&st->libs, now, memory_order_relaxed);
         return;
@@ -311,6 +309,7 @@ static struct hoop__cuda *state_of(hoop_comm_t *c)
     st = calloc(1, sizeof *st);
     if (st == NULL) return NULL;
     pthread_mutex_init(&st->mu, NULL);
+    st->cfg = &c->cfg;
     atomic_init(&st->state, NO_DRIVER);
     atomic_init(&st->failed, 0);
     atomic_init(&st->libs, NO_COUNT);

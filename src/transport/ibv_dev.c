@@ -133,23 +133,6 @@ int hoop__ibv_hca_match(const hoop__ibv_hca_t *h, const char *dev, int port)
     return h->exclude ? !hit : hit;
 }
 
-int hoop__ibv_gid_index_parse(const char *s, int *index, char *err, size_t errlen)
-{
-    *index = -1;
-    if (s == NULL || *s == '\0') return 0;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v >= HOOP__IBV_GID_MAX) {
-        hoop__say(err, errlen,
-                  "HOOP_IB_GID_INDEX=\"%s\": not a GID table index (0-%d; unset chooses one)", s,
-                  HOOP__IBV_GID_MAX - 1);
-        return -1;
-    }
-    *index = (int)v;
-    return 0;
-}
-
 static int gid_empty(const uint8_t *r)
 {
     for (int i = 0; i < 16; i++)

@@ -87,10 +87,9 @@ static const sym_t syms[] = {
     SYM(is_fork_initialized, "ibv_is_fork_initialized", 0),
 };
 
-/* The test double, where HOOP_TEST_IBV_DOUBLE names one (ibv_sym.h). 0, or -1 with t unloaded. */
-static int load_double(hoop__ibv_t *t, char *err, size_t errlen)
+/* The test double at path, if any (HOOP_TEST_IBV_DOUBLE; ibv_sym.h). 0, or -1 with t unloaded. */
+static int load_double(hoop__ibv_t *t, const char *path, char *err, size_t errlen)
 {
-    const char *path = getenv("HOOP_TEST_IBV_DOUBLE");
     if (path == NULL || path[0] == '\0') return 0;
     void *d = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     void *fn = d != NULL ? dlsym(d, HOOP__IBV_DOUBLE_FN) : NULL;
@@ -107,7 +106,7 @@ static int load_double(hoop__ibv_t *t, char *err, size_t errlen)
     return 0;
 }
 
-int hoop__ibv_load(hoop__ibv_t *t, char *err, size_t errlen)
+int hoop__ibv_load(hoop__ibv_t *t, const char *test_double, char *err, size_t errlen)
 {
     memset(t, 0, sizeof(*t));
     dlerror();
@@ -142,7 +141,7 @@ int hoop__ibv_load(hoop__ibv_t *t, char *err, size_t errlen)
     t->post_send = post_send_ops;
     t->post_recv = post_recv_ops;
     t->lib = lib;
-    return load_double(t, err, errlen);
+    return load_double(t, test_double, err, errlen);
 }
 
 void hoop__ibv_unload(hoop__ibv_t *t)

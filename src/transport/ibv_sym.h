@@ -76,10 +76,11 @@ typedef struct hoop__ibv {
 /* Opens libibverbs.so.1 and fills t. Returns 0, or -1 with t zeroed and a sentence in err: the
  * library is not installed ("libibverbs.so.1 not found: install rdma-core ..."), cannot be loaded,
  * or lacks a function hoop needs. */
-int hoop__ibv_load(hoop__ibv_t *t, char *err, size_t errlen);
-/* Tests only: where HOOP_TEST_IBV_DOUBLE names a shared object, hoop__ibv_load opens it after
- * filling the table and calls its HOOP__IBV_DOUBLE_FN(t), which may replace entries with its own
- * (tests/rdma/ibv_double.c injects faults at chosen points while forwarding to libibverbs). */
+int hoop__ibv_load(hoop__ibv_t *t, const char *test_double, char *err, size_t errlen);
+/* Tests only: where test_double (HOOP_TEST_IBV_DOUBLE; NULL or "": none) names a shared object,
+ * hoop__ibv_load opens it after filling the table and calls its HOOP__IBV_DOUBLE_FN(t), which may
+ * replace entries with its own (tests/rdma/ibv_double.c injects faults at chosen points while
+ * forwarding to libibverbs). */
 #define HOOP__IBV_DOUBLE_FN "hoop_test_ibv_double"
 typedef int (*hoop__ibv_double_fn)(hoop__ibv_t *t);
 

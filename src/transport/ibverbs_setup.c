@@ -44,13 +44,12 @@ static int any_device(void)
 /* Finds the port and makes what every peer shares. 0, or -1 with the sentence in err. */
 static int open_port(hoop__tp_t *tp, char *err, size_t errlen)
 {
-    if (hoop__ibv_load(&tp->v, err, errlen) != 0) return -1;
+    const hoop__config_t *cfg = tp->p.cfg;
+    if (hoop__ibv_load(&tp->v, cfg->test_ibv_double, err, errlen) != 0) return -1;
     tp->loaded = 1;
     hoop__ibv_hca_t hca;
-    int gidx;
-    if (hoop__ibv_hca_parse(getenv("HOOP_IB_HCA"), &hca, err, errlen) != 0 ||
-        hoop__ibv_gid_index_parse(getenv("HOOP_IB_GID_INDEX"), &gidx, err, errlen) != 0)
-        return -1;
+    int gidx = cfg->ib_gid_index;
+    if (hoop__ibv_hca_parse(cfg->ib_hca, &hca, err, errlen) != 0) return -1;
     hoop__ibv_port_t ports[8];
     int n = hoop__ibv_discover(&tp->v, &hca, gidx, ports, 8, tp->p.log, err, errlen);
     if (n <= 0) return -1;
@@ -89,8 +88,8 @@ static int open_port(hoop__tp_t *tp, char *err, size_t errlen)
         return -1;
     }
     const char *why;
-    if (hoop__ibv_mrc_init(&tp->mrc, &tp->v, tp->pd, getenv("HOOP_IB_REG_CACHE"), tp->probe_word,
-                           &why, err, errlen) != 0)
+    if (hoop__ibv_mrc_init(&tp->mrc, &tp->v, tp->pd, tp->p.cfg->ib_reg_cache, tp->probe_word, &why,
+                           err, errlen) != 0)
         return -1;
     if (why != NULL)
         HOOP__INFO(tp->p.log,

@@ -1,6 +1,6 @@
 /* Device buffers that cannot be served, and failing device operations, run as every rank under
- * hooprun with the CUDA test double (HOOP_CUDA_DRIVER names it; HOOP_CUDA_MODULE as each case
- * needs):
+ * hooprun with the CUDA test double (HOOP_TEST_CUDA_DRIVER names it; HOOP_TEST_CUDA_MODULE as
+ * each case needs):
  *   errors --case host-only        no driver in the process: host calls load nothing
  *   errors --case mixed DOUBLE     host sendbuf, device recvbuf: HOOP_ERR_UNSUPPORTED, and the
  *                                  communicator goes on
@@ -93,9 +93,9 @@ int main(int argc, char **argv)
               "in-place device all-reduce: %s", hoop_comm_last_error(c));
     } else if (!strcmp(which, "no-module") || !strcmp(which, "no-driver") ||
                !strcmp(which, "built-without")) {
-        /* no-module: HOOP_CUDA_MODULE names no file. no-driver: the module's runtime cannot
+        /* no-module: HOOP_TEST_CUDA_MODULE names no file. no-driver: the module's runtime cannot
          * classify (HOOP_CUDA_DOUBLE_NODRIVER). built-without: a libhoop built without CUDA,
-         * no HOOP_CUDA_MODULE. Each time the driver's classification stands in, so that the
+         * no HOOP_TEST_CUDA_MODULE. Each time the driver's classification stands in, so that the
          * sentence is given and host buffers work. */
         const char *want = !strcmp(which, "no-module")   ? "the CUDA module cannot be loaded: "
                            : !strcmp(which, "no-driver") ? "no usable CUDA driver"

@@ -127,7 +127,7 @@ static int cost(const char *dev)
 {
     hoop__ibv_t v;
     char err[400];
-    if (hoop__ibv_load(&v, err, sizeof(err)) != 0) {
+    if (hoop__ibv_load(&v, NULL, err, sizeof(err)) != 0) {
         printf("SKIP: %s\n", err);
         return 77;
     }

@@ -359,14 +359,20 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     static probe_t p;
     char err[512];
-    if (hoop__ibv_load(&p.v, err, sizeof(err)) != 0) {
+    /* HOOP_IB_HCA and HOOP_IB_GID_INDEX as the library reads them. */
+    hoop__config_t cfg;
+    if (hoop__config_load(&cfg, err, sizeof(err)) != HOOP_OK) {
+        printf("FAIL: %s\n", err);
+        return 1;
+    }
+    hoop__config_wipe(&cfg);
+    if (hoop__ibv_load(&p.v, NULL, err, sizeof(err)) != 0) {
         printf("SKIP: %s\n", err);
         return 77;
     }
     hoop__ibv_hca_t hca;
-    int gid_index;
-    if (hoop__ibv_hca_parse(getenv("HOOP_IB_HCA"), &hca, err, sizeof(err)) != 0 ||
-        hoop__ibv_gid_index_parse(getenv("HOOP_IB_GID_INDEX"), &gid_index, err, sizeof(err)) != 0) {
+    int gid_index = cfg.ib_gid_index;
+    if (hoop__ibv_hca_parse(cfg.ib_hca, &hca, err, sizeof(err)) != 0) {
         printf("FAIL: %s\n", err);
         return 1;
     }

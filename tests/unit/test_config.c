@@ -12,6 +12,8 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/wire.h"
+#include "transport/registry.h"
 
 typedef struct {
     const char *kv[16][2];
@@ -106,6 +108,18 @@ static void bad_values_name_the_variable(void **state)
         {"HOOP_SHM_RING_BYTES", "2G"},
         {"HOOP_SHM_CMA_BYTES", "1.5M"},
         {"HOOP_SMALL_BYTES", "99999999999999999999"},
+        {"HOOP_CUDA_IPC_BYTES", "4K"},
+        {"HOOP_CUDA_IPC_BYTES", "lots"},
+        {"HOOP_CUDA_IPC_ONESHOT_BYTES", "1.5M"},
+        {"HOOP_IB_GID_INDEX", "-1"},
+        {"HOOP_IB_GID_INDEX", "x"},
+        {"HOOP_IB_GID_INDEX", "1x"},
+        {"HOOP_IB_GID_INDEX", " 1"},
+        {"HOOP_IB_GID_INDEX", "+1"},
+        {"HOOP_IB_GID_INDEX", "256"},
+        {"HOOP_IB_GID_INDEX", "99999999999999999999"},
+        {"HOOP_IB_REG_CACHE", "yes"},
+        {"HOOP_TRACE", "2"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hoop__config_t c;
@@ -114,6 +128,98 @@ static void bad_values_name_the_variable(void **state)
         assert_non_null(strstr(err, cases[i][0]));
         assert_non_null(strstr(err, cases[i][1]));
     }
+}
+
+/* The settings read for the engines and transports below the core, and the test hooks. */
+static void engine_settings(void **state)
+{
+    (void)state;
+    hoop__config_t c;
+    char err[256];
+    env_t none = {{{NULL, NULL}}};
+    assert_int_equal(hoop__config_parse(&c, lookup, &none, err, sizeof(err)), HOOP_OK);
+    assert_int_equal(c.cuda_ipc_bytes, 32u << 20);
+    assert_int_equal(c.cuda_ipc_oneshot_bytes, 256u << 10);
+    assert_int_equal(c.ib_gid_index, -1);
+    assert_string_equal(c.ib_reg_cache, "auto");
+    assert_string_equal(c.ib_hca, "");
+    assert_string_equal(c.test_cuda_module, "");
+    assert_string_equal(c.invalid, "");
+    env_t e = {{{"HOOP_CUDA_IPC_BYTES", "8G"},
+                {"HOOP_CUDA_IPC_ONESHOT_BYTES", "0"},
+                {"HOOP_IB_HCA", "^=mlx5_1:1"},
+                {"HOOP_IB_GID_INDEX", "255"},
+                {"HOOP_IB_REG_CACHE", "OFF"},
+                {"HOOP_TEST_CUDA_MODULE", "/x/libdouble.so"},
+                {"HOOP_TEST_CUDA_DRIVER", "/x/libdriver.so"},
+                {"HOOP_TEST_IBV_DOUBLE", "/x/ibv.so"}}};
+    assert_int_equal(hoop__config_parse(&c, lookup, &e, err, sizeof(err)), HOOP_OK);
+    assert_int_equal(c.cuda_ipc_bytes, (size_t)8 << 30);
+    assert_int_equal(c.cuda_ipc_oneshot_bytes, 0);
+    assert_string_equal(c.ib_hca, "^=mlx5_1:1");
+    assert_int_equal(c.ib_gid_index, 255);
+    assert_string_equal(c.ib_reg_cache, "off");
+    assert_string_equal(c.test_cuda_module, "/x/libdouble.so");
+    assert_string_equal(c.test_cuda_driver, "/x/libdriver.so");
+    assert_string_equal(c.test_ibv_double, "/x/ibv.so");
+    assert_int_equal(parse1(&c, "HOOP_IB_GID_INDEX", "0", err), HOOP_OK);
+    assert_int_equal(c.ib_gid_index, 0);
+}
+
+/* A bad value is said, and kept at its default, while every other variable is still read: the
+ * rank goes on to tell the others (core/agree.c). The sentence is in c.invalid too, free of bytes
+ * that would break a log line. */
+static void bad_value_keeps_the_rest(void **state)
+{
+    (void)state;
+    hoop__config_t c;
+    char err[256];
+    env_t e = {{{"HOOP_CHUNK_BYTES", "12Q"},
+                {"HOOP_ALGO", "ring"},
+                {"HOOP_TIMEOUT", "bad\nline"},
+                {"HOOP_SMALL_BYTES", "64K"}}};
+    assert_int_equal(hoop__config_parse(&c, lookup, &e, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "HOOP_CHUNK_BYTES=\"12Q\""));
+    assert_string_equal(c.invalid, err);
+    assert_int_equal(c.chunk_bytes, 512 * 1024);
+    assert_true(c.timeout_s == 300.0);
+    assert_string_equal(c.algo, "ring");
+    assert_int_equal(c.small_bytes, 64 << 10);
+    env_t f = {{{"HOOP_TIMEOUT", "bad\nline"}}};
+    assert_int_equal(hoop__config_parse(&c, lookup, &f, err, sizeof(err)),
+                     HOOP_ERR_INVALID_ARGUMENT);
+    assert_null(strchr(err, '\n'));
+    assert_non_null(strstr(err, "bad?line"));
+    /* A bad key: that rank's own failure, nothing to tell. */
+    env_t k = {{{"HOOP_AUTH_KEY_FILE", "/nonexistent/hoop-key"}, {"HOOP_CHUNK_BYTES", "12Q"}}};
+    assert_int_not_equal(hoop__config_parse(&c, lookup, &k, err, sizeof(err)), HOOP_OK);
+    assert_string_equal(c.invalid, "");
+    hoop__config_wipe(&c);
+}
+
+/* The words of the sentences come from the tables: every algorithm of the wire's table, every
+ * transport of the registry. */
+static void words_from_the_tables(void **state)
+{
+    (void)state;
+    char buf[256], err[256];
+    hoop__algo_words(buf, sizeof(buf));
+    for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++)
+        assert_non_null(strstr(buf, hoop__wire_algo_name(i)));
+    assert_non_null(strstr(buf, "auto, ring, "));
+    hoop__config_t c;
+    for (int t = 0; t < hoop__tp_registry_n; t++) {
+        assert_int_equal(parse1(&c, "HOOP_TRANSPORT", hoop__tp_registry[t].name, err), HOOP_OK);
+        assert_string_equal(c.transport, hoop__tp_registry[t].name);
+    }
+    assert_int_equal(parse1(&c, "HOOP_TRANSPORT", "carrier-pigeon", err),
+                     HOOP_ERR_INVALID_ARGUMENT);
+    for (int i = 0; hoop__transport_words[i] != NULL; i++)
+        assert_non_null(strstr(err, hoop__transport_words[i]));
+    const char *three[] = {"a", "b", "c"};
+    assert_string_equal(hoop__words_join(three, 3, buf, sizeof(buf)), "a, b or c");
+    assert_string_equal(hoop__words_join(three, 1, buf, sizeof(buf)), "a");
 }
 
 /* The bounds of HOOP_TIMEOUT are themselves accepted, and mean what they say. */
@@ -219,6 +325,9 @@ int main(void)
         cmocka_unit_test(every_variable),
         cmocka_unit_test(bad_values_name_the_variable),
         cmocka_unit_test(timeout_bounds),
+        cmocka_unit_test(engine_settings),
+        cmocka_unit_test(bad_value_keeps_the_rest),
+        cmocka_unit_test(words_from_the_tables),
         cmocka_unit_test(unopenable_debug_file),
         cmocka_unit_test(sizes),
     };

@@ -167,30 +167,6 @@ static void hca_bad(void **state)
     parse_bad(many, "more than 32 entries");
 }
 
-static void gid_index(void **state)
-{
-    (void)state;
-    char err[256];
-    int idx = 7;
-    assert_int_equal(hoop__ibv_gid_index_parse(NULL, &idx, err, sizeof(err)), 0);
-    assert_int_equal(idx, -1);
-    assert_int_equal(hoop__ibv_gid_index_parse("", &idx, err, sizeof(err)), 0);
-    assert_int_equal(idx, -1);
-    assert_int_equal(hoop__ibv_gid_index_parse("3", &idx, err, sizeof(err)), 0);
-    assert_int_equal(idx, 3);
-    assert_int_equal(hoop__ibv_gid_index_parse("0", &idx, err, sizeof(err)), 0);
-    assert_int_equal(idx, 0);
-    assert_int_equal(hoop__ibv_gid_index_parse("255", &idx, err, sizeof(err)), 0);
-    assert_int_equal(idx, 255);
-    const char *bad[] = {"-1", "x", "1x", " 1", "+1", "256", "99999999999999999999"};
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        err[0] = '\0';
-        assert_int_equal(hoop__ibv_gid_index_parse(bad[i], &idx, err, sizeof(err)), -1);
-        assert_non_null(strstr(err, "HOOP_IB_GID_INDEX"));
-        assert_non_null(strstr(err, "not a GID table index (0-255"));
-    }
-}
-
 static hoop__ibv_gid_t gid(const char *text, hoop__ibv_gid_type_t type)
 {
     hoop__ibv_gid_t g;
@@ -435,7 +411,6 @@ int main(void)
         cmocka_unit_test(hca_exclude),
         cmocka_unit_test(hca_ports),
         cmocka_unit_test(hca_bad),
-        cmocka_unit_test(gid_index),
         cmocka_unit_test(gid_choice),
         cmocka_unit_test(discovery),
     };

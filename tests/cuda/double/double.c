@@ -8,7 +8,7 @@
  * ranges against the live allocations and aborts the process naming the culprit when one is out
  * of bounds, freed, or (for a kernel) host memory. The kernels are the CPU reductions. It also
  * exports the driver's cuPointerGetAttribute, so that it can stand for the driver too
- * (HOOP_CUDA_DRIVER) in tests of a libhoop that has no module.
+ * (HOOP_TEST_CUDA_DRIVER) in tests of a libhoop that has no module.
  *
  * Streams are worker threads with random delays, events count records, a stream may wait for
  * an event or a host word, and IPC handles name the arena's memfd so that another process can
