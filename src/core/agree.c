@@ -3,7 +3,9 @@
  * about the job, and a difference fails init on every rank that can see it.
  *
  * Each rank publishes a hello: what must be equal everywhere (library and wire version, world
- * size, job id, the settings of agree.h) and who it is (host, pid). The store:
+ * size, job id, the settings of agree.h), whether it could read all its settings ("ok", or the
+ * sentence about the first malformed one: such a rank takes part only to make init fail on every
+ * rank with that sentence), and who it is (host, pid). The store:
  *
  *   hoop/rank/R    claimed (set only if absent) by rank R with its hello: a second process that
  *                  claims R finds the first one's hello there and fails, naming both
@@ -41,6 +43,7 @@
 #define F_VERSION "version"
 #define F_SIZE "WORLD_SIZE"
 #define F_JOB "job"
+#define F_SETTINGS "settings" /* "ok", or why this rank cannot use its settings (config.h) */
 
 static void put_line(char *buf, size_t cap, size_t *o, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -98,6 +101,7 @@ size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, i
     put_line(buf, cap, &o, F_VERSION, "%s/wire%d", HOOP_VERSION_STRING, HOOP__WIRE_VERSION);
     put_line(buf, cap, &o, F_SIZE, "%d", size);
     put_line(buf, cap, &o, F_JOB, "%s", job != NULL && job[0] != '\0' ? job : "-");
+    put_line(buf, cap, &o, F_SETTINGS, "%s", cfg->invalid[0] != '\0' ? cfg->invalid : "ok");
     put_line(buf, cap, &o, "rank", "%d", rank);
     put_line(buf, cap, &o, "host", "%s", host);
     put_line(buf, cap, &o, "pid", "%ld", (long)getpid());
@@ -124,11 +128,12 @@ int hoop__agree_field(const char *hello, const char *name, char *out, size_t cap
     return 0;
 }
 
-/* The fields every rank must share: version, job, size, then the settings. The job comes before
- * the size: a rank of another job (a stale store on the port) differs in both, and the job is why. */
+/* The fields every rank must share: version, job, whether the settings could be read, size, then
+ * the settings. The job comes before the size: a rank of another job (a stale store on the port)
+ * differs in both, and the job is why; a malformed setting comes before its value. */
 static const char *agreed_name(int i)
 {
-    static const char *const fixed[] = {F_VERSION, F_JOB, F_SIZE};
+    static const char *const fixed[] = {F_VERSION, F_JOB, F_SETTINGS, F_SIZE};
     static const char *const settings[] = {
 #define X(field, env, kind) env,
         HOOP__AGREED_SETTINGS(X)
@@ -144,9 +149,17 @@ int hoop__agree_compare(const char *mine, int me, const char *theirs, int them, 
 {
     for (int i = 0; agreed_name(i) != NULL; i++) {
         const char *name = agreed_name(i);
-        char a[160], b[160];
+        char a[400], b[400];
         hoop__agree_field(mine, name, a, sizeof(a));
         hoop__agree_field(theirs, name, b, sizeof(b));
+        if (strcmp(name, F_SETTINGS) == 0) {
+            /* Not a comparison: the other rank could not read its own. This rank's own is no
+             * difference: it goes on so that its hello reaches every rank, and fails after the
+             * verdict (lifecycle.c). */
+            if (strcmp(b, "ok") == 0) continue;
+            snprintf(msg, n, "rank %d cannot use its settings: %s", them, b);
+            return 1;
+        }
         if (strcmp(a, b) == 0) continue;
         if (strcmp(name, F_VERSION) == 0)
             snprintf(msg, n,
@@ -347,6 +360,10 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
          * once: the ranks after it may never come (a WORLD_SIZE larger than the job). */
         int bad = 0, seen = 0, reach = p;
         char first[512] = "";
+        /* Rank 0's own malformed setting: the others see it in its hello and fail at once; it
+         * reads their hellos all the same, so that the store stays up until they have. */
+        char own[400];
+        hoop__agree_field(mine, F_SETTINGS, own, sizeof(own));
         for (int j = 1; j < p && !bad; j++) {
             snprintf(key, sizeof(key), "hoop/rank/%d", j);
             rc = get_or_conflict(st, key, j, theirs, sizeof(theirs) - 1, &len, in->deadline, first,
@@ -370,6 +387,10 @@ hoop_result_t hoop__agree_verdict(hoop__store_t *st, hoop__agree_t *a, char *err
                 snprintf(first, sizeof(first), "%s", msg);
                 bad = 1;
             }
+        }
+        if (!bad && strcmp(own, "ok") != 0) {
+            snprintf(first, sizeof(first), "rank 0 cannot use its settings: %.450s", own);
+            bad = 1;
         }
         if (bad)
             snprintf(verdict, sizeof(verdict), "fail %s", first);

@@ -28,7 +28,8 @@ size_t hoop__agree_hello(const hoop__config_t *cfg, const char *job, int rank, i
 /* The value of field name in a hello into out; 0 (and "") when absent. */
 int hoop__agree_field(const char *hello, const char *name, char *out, size_t cap);
 /* 0 when two hellos agree; else 1 and a sentence naming both ranks and what each said:
- * "rank 1 says WORLD_SIZE=3 where rank 0 says WORLD_SIZE=2: ...". */
+ * "rank 1 says WORLD_SIZE=3 where rank 0 says WORLD_SIZE=2: ...", or, where theirs could not read
+ * its settings, "rank 1 cannot use its settings: HOOP_CHUNK_BYTES=...". */
 int hoop__agree_compare(const char *mine, int me, const char *theirs, int them, char *msg,
                         size_t n);
 

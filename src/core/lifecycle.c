@@ -431,6 +431,12 @@ typedef struct init {
 
 static hoop_result_t init_fail(init_t *in, hoop_result_t rc, const char *msg)
 {
+    /* A rank with a malformed setting fails with its sentence, whatever else went wrong: it is
+     * why (the others learnt it from its hello). */
+    if (in->cfg->invalid[0] != '\0') {
+        rc = HOOP_ERR_INVALID_ARGUMENT;
+        msg = in->cfg->invalid;
+    }
     free(in->ag);
     free(in->addrs);
     free(in->ptrs);
@@ -441,10 +447,14 @@ static hoop_result_t init_fail(init_t *in, hoop_result_t rc, const char *msg)
     return rc;
 }
 
-/* Step 1: the HOOP_* settings, and a log to say why init fails. */
+/* Step 1: the HOOP_* settings, and a log to say why init fails. A malformed setting (cfg.invalid)
+ * is not the end yet: the rank meets the others, its bad settings at their defaults, so that its
+ * hello makes init fail on every rank with the sentence (agree.c); init_fail then says it here. A
+ * key that cannot be read is this rank's failure alone: it could not meet anyone. */
 static hoop_result_t load_config(init_t *in)
 {
     hoop_result_t rc = hoop__config_load(in->cfg, in->err, sizeof(in->err));
+    if (rc != HOOP_OK && in->cfg->invalid[0] != '\0') rc = HOOP_OK;
     hoop__log_open(&in->boot, rc == HOOP_OK ? in->cfg->log_level : HOOP__LOG_WARN, NULL, in->rank);
     if (rc == HOOP_OK) {
         in->boot.subsys = in->cfg->log_subsys;
@@ -658,6 +668,8 @@ static hoop_result_t init_comm(init_t *in)
     if (rc != HOOP_OK) return init_fail(in, rc, in->err);
     hoop_comm_t *c = in->c;
 
+    if (in->rdv->size == 1 && in->cfg->invalid[0] != '\0')
+        return init_fail(in, HOOP_ERR_INVALID_ARGUMENT, in->cfg->invalid);
     if (in->rdv->size == 1) {
         /* Nobody to meet: no store, no connections. */
         if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id))
@@ -668,6 +680,8 @@ static hoop_result_t init_comm(init_t *in)
     rc = agree_claim(in);
     if (rc == HOOP_OK) rc = listen_step(in);
     if (rc == HOOP_OK) rc = agree_verdict(in);
+    /* A malformed setting never gets further (the verdict failed already). */
+    if (rc == HOOP_OK && in->cfg->invalid[0] != '\0') rc = HOOP_ERR_INVALID_ARGUMENT;
     if (rc == HOOP_OK) rc = exchange_addresses(in);
     if (rc == HOOP_OK) rc = connect_peers(in);
     rc = release_store(in, rc);

@@ -8,8 +8,9 @@
  * init: one fresh job per case; the ranks differ in WORLD_SIZE, claim one RANK twice, carry
  *   different job ids (from each launcher variable hoop reads one from), or differ in one entry of
  *   HOOP__AGREED_SETTINGS (src/base/agreed.h, iterated here through its X-macro: an entry without
- *   test values below fails the test, so a new setting cannot be left out). Every process must
- *   fail hoop_init with HOOP_ERR_MISMATCH, say why in its log (no empty reason, no stray bytes),
+ *   test values below fails the test, so a new setting cannot be left out), or one rank (or every
+ *   rank) has a malformed value, which that rank fails with HOOP_ERR_INVALID_ARGUMENT. Every
+ *   other process must fail hoop_init with HOOP_ERR_MISMATCH, say why in its log (no empty reason, no stray bytes),
  *   and one of them must log a WARN line naming what the ranks said. Three allowances, each for a
  *   process that cannot know better: where the other processes form a whole job by themselves
  *   (an extra process), they may pass with right results and the extra one may time out or lose
@@ -137,9 +138,9 @@ static const char *other_tp(const char *tp) { return strcmp(tp, "tcp") == 0 ? "s
  * init: one job per case
  * ============================================================================================== */
 
-enum { IP_SIZE, IP_DUP, IP_JOB, IP_SETTING, IP_CONTROL, IP_N };
-static const char *const IP_NAME[] = {"world size", "duplicate rank", "job id", "setting",
-                                      "control"};
+enum { IP_SIZE, IP_DUP, IP_JOB, IP_SETTING, IP_MALFORMED, IP_CONTROL, IP_N };
+static const char *const IP_NAME[] = {"world size", "duplicate rank",    "job id",
+                                      "setting",    "malformed setting", "control"};
 
 typedef struct ienv {
     const char *name;
@@ -443,6 +444,24 @@ static int build_init_cases(const opts_t *o, icase_t *cs, int cap)
                                   p / 2, t->env, va, same);
             for (int q = 0; q < p; q++) add_env(c, q, t->env, q == p / 2 ? same : va);
         }
+
+        /* A malformed value on one rank (rank 0, which holds the store, or the last), or on every
+         * rank: each variable kind once, a setting ranks must agree on, a local one, and one that
+         * used to be read apart. The rank that has it fails with HOOP_ERR_INVALID_ARGUMENT, the
+         * others at once with HOOP_ERR_MISMATCH, naming it: none waits for its timeout. */
+        static const char *const malformed[][2] = {
+            {"HOOP_TIMEOUT", "soon"}, {"HOOP_CUDA_IPC_BYTES", "lots"}, {"HOOP_CHUNK_BYTES", "12Q"}};
+        for (int k = 0; k < 3; k++) {
+            int v = k == 0 ? 0 : k == 1 ? p - 1 : -1;
+            icase_t *c = v >= 0 ? new_case(cs, &n, IP_MALFORMED, p, p, "p=%d rank %d has %s=%s", p,
+                                           v, malformed[k][0], malformed[k][1])
+                                : new_case(cs, &n, IP_MALFORMED, p, p, "p=%d every rank has %s=%s",
+                                           p, malformed[k][0], malformed[k][1]);
+            for (int q = 0; q < p; q++)
+                if (v < 0 || q == v) add_env(c, q, malformed[k][0], malformed[k][1]);
+            c->odd = v >= 0 ? 1u << v : (1u << p) - 1;
+            needles(c, malformed[k][0], malformed[k][1], "is not valid");
+        }
     }
     return n;
 }
@@ -562,6 +581,17 @@ static void check_init_case(const opts_t *o, irun_t *r)
                  cw[q][0] ? " with WRONG data" : "", ag_code_name(crc[q][1]),
                  cw[q][1] ? " with WRONG data" : "", cw[q][0] ? cmsg[q][0] : cmsg[q][1]);
             bad++;
+        } else if (c->param == IP_MALFORMED) {
+            /* Exactly these: a timeout would mean a rank waited for one that had given up. */
+            int want = odd ? HOOP_ERR_INVALID_ARGUMENT : HOOP_ERR_MISMATCH;
+            if (rc != want) {
+                ag_log_line(path, "hoop_init failed", buf, sizeof buf);
+                fail("init case '%s': process %d (RANK=%d%s) failed hoop_init with %s, want %s "
+                     "(after %.2f s): %s",
+                     c->name, q, c->rank[q], odd ? ", the malformed one" : "", ag_code_name(rc),
+                     ag_code_name(want), secs[q], buf);
+                bad++;
+            }
         } else if (rc != HOOP_OK && !(odd && c->dupx) && rc != HOOP_ERR_MISMATCH &&
                    !(may_wait && (rc == HOOP_ERR_TIMEOUT || rc == HOOP_ERR_PEER_LOST)) &&
                    !(odd && c->complete && (rc == HOOP_ERR_TIMEOUT || is_late(rc, buf)))) {

@@ -147,11 +147,14 @@ static void init_case(int line, const char *method, int rank, int size, hoop_res
              key ? key : "", log);
 }
 
-/* hoop_init_from_env with one variable set to a bad value (single-rank runs only). */
+/* hoop_init_from_env with one variable set to a bad value (single-rank runs only). A launcher
+ * variable is tried as rank 0 of 2, whose other rank never comes: the rendezvous refuses it before
+ * waiting. A HOOP_* one as a job of its own: in a larger job that rank meets the others first, to
+ * fail init on every rank with its sentence (tests/agree, init mode), and here nobody would come. */
 static void env_case(int line, const char *var, const char *val, const char *key)
 {
     const char *vars[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
-    const char *vals[] = {"0", "2", "127.0.0.1", "1"};
+    const char *vals[] = {"0", strncmp(var, "HOOP_", 5) == 0 ? "1" : "2", "127.0.0.1", "1"};
     for (int i = 0; i < 4; i++) setenv(vars[i], vals[i], 1);
     char *old = getenv(var) ? strdup(getenv(var)) : NULL;
     setenv(var, val, 1);
