@@ -13,7 +13,8 @@ allowed() {
         transport) echo "base transport" ;;
         cuda) echo "cuda" ;;
         runtime) echo "base reduce transport cuda runtime" ;;
-        collectives) echo "base reduce transport runtime collectives" ;;
+        local) echo "base reduce transport runtime collectives local" ;;
+        collectives) echo "base reduce transport runtime local collectives" ;;
         core) echo "base reduce rendezvous transport runtime collectives core" ;;
         *) echo "" ;;
     esac

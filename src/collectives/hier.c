@@ -32,7 +32,7 @@
 #include <stdlib.h>
 
 #include "collectives/coll.h"
-#include "collectives/shm_coll.h"
+#include "local/shm_coll.h"
 
 #define STAGING_SLOTS 4
 

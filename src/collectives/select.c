@@ -38,7 +38,7 @@
 #include <strings.h>
 
 #include "collectives/coll.h"
-#include "collectives/shm_coll.h"
+#include "local/shm_coll.h"
 
 _Static_assert(HOOP__ALGO_COUNT == HOOP__WIRE_ALGO_COUNT, "an algorithm the wire cannot name");
 

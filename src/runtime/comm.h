@@ -178,10 +178,10 @@ struct hoop_comm {
     /* Host buffers that transfers of device memory go through (runtime/stage.c, under exec). */
     struct hoop__stage *stage;
 
-    /* The shared-memory collectives' area (collectives/shm_area.c), made by the first call that
+    /* The shared-memory collectives' area (local/shm_area.c), made by the first call that
      * runs one; NULL before. Used under exec. */
     struct hoop__shc *shc;
-    /* The CUDA IPC path (collectives/ipc.c) found unusable under auto: set by every rank at the
+    /* The CUDA IPC path (local/ipc.c) found unusable under auto: set by every rank at the
      * same call, from what every rank said; later calls stage. Used under exec. */
     int ipc_off;
     /* Under auto, every rank's hello from the first CUDA IPC call that went through (ipc.c):

@@ -13,7 +13,7 @@ rdv=$(ls src/rendezvous/*.c | grep -v pmix)
 for t in wire store nodelist; do
     # shellcheck disable=SC2086
     clang $cflags "tests/fuzz/fuzz_$t.c" src/base/*.c src/core/*.c $rdv src/runtime/*.c \
-        src/transport/*.c src/collectives/*.c src/reduce/*.c \
+        src/transport/*.c src/collectives/*.c src/local/*.c src/reduce/*.c \
         -lpthread -lsodium -o "$out/fuzz_$t"
     mkdir -p "$out/corpus_$t"
     cp tests/fuzz/corpus/"$t"/* "$out/corpus_$t/"

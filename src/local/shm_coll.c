@@ -29,7 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "collectives/shm_coll.h"
+#include "local/shm_coll.h"
 
 #define ALIGN 64
 

@@ -48,7 +48,7 @@
 #include <unistd.h>
 
 #include "base/proc.h"
-#include "collectives/shm_coll.h"
+#include "local/shm_coll.h"
 
 typedef struct hello {
     uint8_t ok;

@@ -53,7 +53,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "collectives/shm_coll.h"
+#include "local/shm_coll.h"
 #include "base/proc.h"
 
 #define AREA_MAGIC 0x4c4c4f435f504f48ull /* "HOOP_COLL" */
