@@ -1,4 +1,4 @@
-/* The algorithms: choice and dispatch (select.c), one file per schedule. They see the call, their
+/* The algorithms: choice and dispatch (plan.c), one file per schedule. They see the call, their
  * peers and the runtime (runtime/runtime.h: transfers, memory, scratch, tracing). Never sockets. */
 #ifndef HOOP_COLL_H
 #define HOOP_COLL_H
@@ -7,7 +7,7 @@
 
 #include "runtime/runtime.h"
 
-/* Picks and runs the algorithm of call (select.c). */
+/* Picks and runs the algorithm of call (plan.c). */
 hoop_result_t hoop__collective_run(hoop__call_t *call);
 /* The algorithm that will run call (resolves HOOP__ALGO_AUTO by size and rank count). */
 hoop__algo_t hoop__algo_choose(const hoop__call_t *call);

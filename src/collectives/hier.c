@@ -219,7 +219,7 @@ static hoop_result_t ipc_done(hoop_result_t rc, int *local, hoop__ipc_hier_t *ix
 hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL; /* select.c never asks */
+    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL; /* plan.c never asks */
     int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
     int h = pos / L, l = pos % L;
     size_t es = hoop__dsize(c);

@@ -19,7 +19,7 @@
 #include "runtime/mem.h"
 #include "transport/transport.h"
 
-/* The algorithms that have a name on the wire (hoop__wire_algo_name); select.c chooses. */
+/* The algorithms that have a name on the wire (hoop__wire_algo_name); plan.c chooses. */
 typedef enum {
     HOOP__ALGO_AUTO = 0,
     HOOP__ALGO_RING,

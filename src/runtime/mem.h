@@ -17,7 +17,7 @@ struct hoop__call;
  * may need, the CUDA module's context; a stream-ordered call runs on the communicator's
  * stream); allocations take the communicator. One that fails aborts the communicator with its
  * sentence (hoop__comm_fail): the algorithm notices at its next wait, the call's end at the
- * latest (select.c). */
+ * latest (plan.c). */
 typedef struct hoop__mem_ops {
     const char *name;
     /* dst and src do not overlap; either may also be host memory. */
