@@ -1,8 +1,8 @@
 #!/bin/sh
 # The folders of src/ and which others each may include: the layers of docs/design.md, checked.
 # A folder includes its own headers and those of the folders below it, never one above, so data
-# and calls flow one way (core -> collectives -> runtime -> transport, rendezvous, reduce -> base;
-# runtime -> cuda, the CUDA module's table, which stands alone).
+# and calls flow one way (core -> collectives -> local -> runtime -> transport, rendezvous,
+# reduce -> base; runtime -> cuda, the CUDA module's table, which stands alone).
 #   scripts/check-layers.sh [SRC_DIR]      exit 1 naming each include that goes the wrong way
 cd "${1:-$(dirname "$0")/../src}" || exit 2
 allowed() {
@@ -13,7 +13,7 @@ allowed() {
         transport) echo "base transport" ;;
         cuda) echo "cuda" ;;
         runtime) echo "base reduce transport cuda runtime" ;;
-        local) echo "base reduce transport runtime collectives local" ;;
+        local) echo "base reduce transport runtime local" ;;
         collectives) echo "base reduce transport runtime local collectives" ;;
         core) echo "base reduce rendezvous transport runtime collectives core" ;;
         *) echo "" ;;

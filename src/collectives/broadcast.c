@@ -2,7 +2,7 @@
  * Broadcast of n bytes from root, in place in c->recvbuf. v = (r - root + p) % p is the rank
  * relative to the root.
  *
- * Small (n <= small_bytes): binomial tree.
+ * Small (the plan's small variant, n <= small_bytes): binomial tree.
  *   v != 0 receives the whole buffer from v - lowbit(v); then every node (root included) sends it
  *   to v + 2^j for 2^j < lowbit(v) (root: 2^j < p), largest subtree first.
  *   Cost: ceil(log2 p) * (alpha + n*beta).
@@ -93,7 +93,7 @@ hoop_result_t hoop__broadcast(hoop__call_t *c)
     if (comm->rank == c->root && c->sendbuf != NULL && c->sendbuf != c->recvbuf && n > 0)
         hoop__mem_move(c, buf, c->sendbuf, n);
     if (comm->size == 1) return HOOP_OK;
-    if (n <= comm->agreed.small_bytes) return tree(c, buf, n);
+    if (c->plan.small) return tree(c, buf, n);
     int p = comm->size, r = comm->rank, v = (r - c->root + p) % p;
     return hoop__broadcast_chain(c, buf, n, v > 0 ? (r - 1 + p) % p : -1,
                                  v < p - 1 ? (r + 1) % p : -1);

@@ -26,13 +26,13 @@
  * (a rank that called something else is told).
  *
  * On CUDA device buffers, a host whose ranks all have them runs its stages inside the host over
- * CUDA IPC instead (ipc.c, ipc_try below), on the same segments: the stages across hosts do not
- * change, so each host decides for itself.
+ * CUDA IPC instead (local/ipc.c, ipc_try below), where the plan says to try (plan.c: ipc_stages),
+ * on the same segments: the stages across hosts do not change, so each host decides for itself.
  */
 #include <stdlib.h>
 
 #include "collectives/coll.h"
-#include "local/shm_coll.h"
+#include "local/local.h"
 
 #define STAGING_SLOTS 4
 
@@ -164,7 +164,8 @@ static hoop_result_t gring_run(gring_t *g)
     return rc;
 }
 
-int hoop__hier_fits(const hoop_comm_t *c) { return c->nhosts >= 2 && c->local_size >= 2; }
+/* The layout the plan chose this for (plan.c); never otherwise. */
+static int fits(const hoop_comm_t *c) { return c->nhosts >= 2 && c->local_size >= 2; }
 
 /* The rank at host h, local index l (both taken modulo their counts). */
 static int at(const hoop_comm_t *c, int h, int l)
@@ -174,15 +175,13 @@ static int at(const hoop_comm_t *c, int h, int l)
 }
 
 /*
- * A CUDA IPC session for the stages inside this host (ipc.c), where every rank of the host has
- * device buffers: each host decides for itself, since the stages across hosts are the same
- * either way. Learning that takes a round among the host's ranks, which host calls pay too: so
- * auto tries from 64 x HOOP_SMALL_BYTES (1 MiB by default) of the call's larger buffer only,
- * where one round is small beside the call (docs/cuda.md), and HOOP_ALGO=hier or ipc always. *ix is
- * NULL where the host's ring stages run; *local (the host's ranks in local order) is the
- * caller's to free, with the session.
+ * A CUDA IPC session for the stages inside this host (local/ipc.c), where the plan says to try
+ * (plan.c) and every rank of the host has device buffers: each host decides for itself, since
+ * the stages across hosts are the same either way; the session's opening round among the host's
+ * ranks says what each has. *ix is NULL where the host's ring stages run; *local (the host's ranks
+ * in local order) is the caller's to free, with the session.
  */
-static hoop_result_t ipc_try(hoop__call_t *c, size_t bytes, int **local, hoop__ipc_hier_t **ix)
+static hoop_result_t ipc_try(hoop__call_t *c, int **local, hoop__ipc_hier_t **ix)
 {
     hoop_comm_t *comm = c->comm;
     int L = comm->local_size, pos = hoop__ring_pos(comm);
@@ -190,21 +189,16 @@ static hoop_result_t ipc_try(hoop__call_t *c, size_t bytes, int **local, hoop__i
     *local = malloc((size_t)L * sizeof **local);
     if (*local == NULL) return HOOP_ERR_NO_MEMORY;
     for (int i = 0; i < L; i++) (*local)[i] = at(comm, pos / L, i);
-    int forced = comm->algo;
-    if (forced != HOOP__ALGO_HIER && forced != HOOP__ALGO_IPC &&
-        bytes < 64 * comm->agreed.small_bytes)
-        return HOOP_OK;
-    hoop_result_t rc = hoop__ipc_hier_open(c, *local, L, pos % L, ix);
-    return rc == HOOP__SHC_FALLBACK ? HOOP_OK : rc;
+    if (!c->plan.ipc_stages) return HOOP_OK;
+    return hoop__ipc_hier_open(c, *local, L, pos % L, ix);
 }
 
-/* A first IPC stage that fell back at its first round: the session ends, the ring stage runs. */
-static int ipc_fell_back(hoop_result_t *rc, hoop__ipc_hier_t **ix)
+/* A first IPC stage that declined at its first round: the session ends, the ring stage runs. */
+static int ipc_declined(hoop_result_t *rc, hoop__ipc_hier_t **ix)
 {
-    if (*rc != HOOP__SHC_FALLBACK) return 0;
+    if (*rc != HOOP_OK || !hoop__ipc_hier_declined(*ix)) return 0;
     hoop__ipc_hier_close(*ix, rc);
     *ix = NULL;
-    if (*rc == HOOP__SHC_FALLBACK) *rc = HOOP_OK;
     return *rc == HOOP_OK;
 }
 
@@ -219,7 +213,7 @@ static hoop_result_t ipc_done(hoop_result_t rc, int *local, hoop__ipc_hier_t *ix
 hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL; /* plan.c never asks */
+    if (!fits(comm)) return HOOP_ERR_INTERNAL; /* plan.c never asks */
     int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
     int h = pos / L, l = pos % L;
     size_t es = hoop__dsize(c);
@@ -238,11 +232,11 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
     /* Stages A and C over CUDA IPC where every rank of this host has device buffers. */
     int *local;
     hoop__ipc_hier_t *ix;
-    hoop_result_t rc = ipc_try(c, c->count * es, &local, &ix);
+    hoop_result_t rc = ipc_try(c, &local, &ix);
     if (rc == HOOP_OK && ix != NULL) {
         rc = hoop__ipc_hier_reduce_scatter(ix, c->sendbuf != NULL ? c->sendbuf : c->recvbuf,
                                            c->recvbuf, c->count);
-        if (ipc_fell_back(&rc, &ix)) rc = gring_run(&a);
+        if (ipc_declined(&rc, &ix)) rc = gring_run(&a);
     } else if (rc == HOOP_OK) {
         rc = gring_run(&a);
     }
@@ -294,7 +288,7 @@ static size_t spos(const hoop_comm_t *c, int h, int l)
 hoop_result_t hoop__allgather_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL;
+    if (!fits(comm)) return HOOP_ERR_INTERNAL;
     int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm), p = comm->size;
     int h = pos / L, l = pos % L;
     size_t es = hoop__dsize(c), m = c->count, blk = m * es;
@@ -303,7 +297,7 @@ hoop_result_t hoop__allgather_hier(hoop__call_t *c)
     if (s == NULL) return HOOP_ERR_NO_MEMORY;
     int *local;
     hoop__ipc_hier_t *ix;
-    hoop_result_t rc = ipc_try(c, blk * (size_t)p, &local, &ix);
+    hoop_result_t rc = ipc_try(c, &local, &ix);
     if (rc != HOOP_OK) return ipc_done(rc, local, ix);
     if (blk > 0) hoop__mem_copy(c, s + spos(comm, h, l) * blk, c->sendbuf, blk);
     uint8_t *mine = s + (size_t)mod(l + 1, L) * (size_t)H * blk;
@@ -334,7 +328,7 @@ hoop_result_t hoop__allgather_hier(hoop__call_t *c)
                  .name = "host all-gather"};
     if (ix != NULL) {
         rc = hoop__ipc_hier_allgather(ix, s, (size_t)p * m);
-        if (ipc_fell_back(&rc, &ix)) rc = gring_run(&a);
+        if (ipc_declined(&rc, &ix)) rc = gring_run(&a);
     } else {
         rc = gring_run(&a);
     }
@@ -352,7 +346,7 @@ hoop_result_t hoop__allgather_hier(hoop__call_t *c)
 hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL;
+    if (!fits(comm)) return HOOP_ERR_INTERNAL;
     int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm), p = comm->size;
     int h = pos / L, l = pos % L;
     size_t es = hoop__dsize(c), m = c->count, blk = m * es;
@@ -381,7 +375,7 @@ hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
     if (s == NULL) return HOOP_ERR_NO_MEMORY;
     int *local;
     hoop__ipc_hier_t *ix;
-    hoop_result_t rc = ipc_try(c, blk * (size_t)p, &local, &ix);
+    hoop_result_t rc = ipc_try(c, &local, &ix);
     if (rc != HOOP_OK) return ipc_done(rc, local, ix);
     for (int hh = 0; hh < H && blk > 0; hh++)
         for (int ll = 0; ll < L; ll++)
@@ -391,7 +385,7 @@ hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
     a.staging = b.staging = s + blk * (size_t)p;
     if (ix != NULL) {
         rc = hoop__ipc_hier_reduce_scatter(ix, s, s, (size_t)p * m);
-        if (ipc_fell_back(&rc, &ix)) rc = gring_run(&a);
+        if (ipc_declined(&rc, &ix)) rc = gring_run(&a);
     } else {
         rc = gring_run(&a);
     }
@@ -412,7 +406,7 @@ hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
 hoop_result_t hoop__reduce_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL;
+    if (!fits(comm)) return HOOP_ERR_INTERNAL;
     int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
     int h = pos / L, l = pos % L, root = c->root, is_root = comm->rank == root;
     size_t es = hoop__dsize(c), n = c->count;
@@ -452,10 +446,10 @@ hoop_result_t hoop__reduce_hier(hoop__call_t *c)
     a.staging = b.staging = s + work;
     int *local;
     hoop__ipc_hier_t *ix;
-    hoop_result_t rc = ipc_try(c, n * es, &local, &ix);
+    hoop_result_t rc = ipc_try(c, &local, &ix);
     if (rc == HOOP_OK && ix != NULL) {
         rc = hoop__ipc_hier_reduce_scatter(ix, c->sendbuf, out, n);
-        if (ipc_fell_back(&rc, &ix)) rc = gring_run(&a);
+        if (ipc_declined(&rc, &ix)) rc = gring_run(&a);
     } else if (rc == HOOP_OK) {
         rc = gring_run(&a);
     }
@@ -501,7 +495,7 @@ hoop_result_t hoop__reduce_hier(hoop__call_t *c)
 hoop_result_t hoop__broadcast_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
-    if (!hoop__hier_fits(comm)) return HOOP_ERR_INTERNAL;
+    if (!fits(comm)) return HOOP_ERR_INTERNAL;
     int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
     int h = pos / L, l = pos % L, rpos = 0;
     while (hoop__ring_rank(comm, rpos) != c->root) rpos++;
@@ -511,7 +505,7 @@ hoop_result_t hoop__broadcast_hier(hoop__call_t *c)
         hoop__mem_move(c, c->recvbuf, c->sendbuf, n);
     int *local;
     hoop__ipc_hier_t *ix;
-    hoop_result_t rc = ipc_try(c, n, &local, &ix);
+    hoop_result_t rc = ipc_try(c, &local, &ix);
     /* The chains' neighbours (-1: none): across hosts from the root's host on, then inside each
      * host from local index l0 on. */
     int xprev = h == root_h ? -1 : at(comm, h - 1, l0),
@@ -525,7 +519,7 @@ hoop_result_t hoop__broadcast_hier(hoop__call_t *c)
     }
     if (rc == HOOP_OK && ix != NULL) {
         rc = hoop__ipc_hier_broadcast(ix, c->recvbuf, n, l0);
-        if (!ipc_fell_back(&rc, &ix)) return ipc_done(rc, local, ix);
+        if (!ipc_declined(&rc, &ix)) return ipc_done(rc, local, ix);
     }
     if (rc == HOOP_OK) {
         HOOP__TRACE_STEP(c, 1, "host broadcast: rank %d from rank %d on to rank %d", comm->rank,

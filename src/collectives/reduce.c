@@ -1,10 +1,8 @@
 /*
  * Reduce of N elements (n bytes) to root. v = (r - root + p) % p is the rank relative to the root.
  *
- * Small (n <= small_bytes; on up to 4 ranks, n <= 256 x small_bytes, 4 MiB by default): binomial
- * tree, the mirror of broadcast's. On 2 and 4 ranks over shared memory it beat Rabenseifner by
- * 1.2-2x from 256 KiB to 4 MiB (one hop per level against two phases); they are even at 16 MiB.
- * With more ranks the root's log2(p) full buffers cost more, so the cut stays at small_bytes.
+ * Small (the plan's small variant: n <= small_bytes, or on up to 4 ranks n <= 256 x small_bytes;
+ * plan.c says why): binomial tree, the mirror of broadcast's.
  *   v receives from its children v + 2^j (2^j < lowbit(v), or < p for the root), all posted at
  *   once, and folds them in increasing j: acc = acc op child. Child v + 2^j holds the ranks
  *   [v + 2^j, v + 2^(j+1)), so every result is x[v0] op x[v0+1] op ... in relative rank order,
@@ -23,7 +21,7 @@
 
 #include "collectives/coll.h"
 
-enum { MAX_CHILDREN = 32, ALIGN = 64, TREE_FACTOR = 256 };
+enum { MAX_CHILDREN = 32, ALIGN = 64 };
 
 static size_t align_up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -118,11 +116,6 @@ static hoop_result_t rabenseifner(const hoop__call_t *c, const char *in, char *o
     return rc;
 }
 
-int hoop__reduce_tree_fits(const hoop_comm_t *comm, size_t n)
-{
-    return (comm->size <= 4 ? n / TREE_FACTOR : n) <= comm->agreed.small_bytes;
-}
-
 hoop_result_t hoop__reduce_coll(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
@@ -137,6 +130,6 @@ hoop_result_t hoop__reduce_coll(hoop__call_t *c)
         if (out != in && n > 0) hoop__mem_move(c, out, in, n);
         return HOOP_OK; /* AVG over one rank divides by 1 */
     }
-    if (hoop__reduce_tree_fits(comm, n)) return tree(c, in, out, n);
+    if (c->plan.small) return tree(c, in, out, n);
     return rabenseifner(c, in, out, c->count);
 }

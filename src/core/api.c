@@ -228,7 +228,7 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
         .root = root,
         .mem = mem,
     };
-    call.algo = hoop__algo_choose(&call);
+    hoop__plan(&call);
     if (mem == HOOP__MEM_CUDA && c->stream != NULL) {
         hoop_result_t orc = hoop__mem_order_post(c, &call, c->stream, fn);
         if (orc != HOOP_OK) return orc;

@@ -101,8 +101,7 @@ static void comm_free(hoop_comm_t *c)
     pthread_cond_destroy(&c->tcv);
     free(c->p2p_send_seq);
     free(c->p2p_recv_seq);
-    hoop__shc_close(c);
-    hoop__ipc_close(c);
+    hoop__collectives_close(c);
     hoop__mem_close(c);
     free(c->ring);
     free(c);
@@ -692,12 +691,10 @@ static hoop_result_t init_comm(init_t *in)
     hoop__store_close(in->st);
     HOOP__INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
                (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);
-    if (hoop__algo_parse(in->cfg->algo) > 0)
-        HOOP__INFO(&c->log, "all-reduce algorithm: %s (HOOP_ALGO)", in->cfg->algo);
-    else
-        HOOP__INFO(&c->log,
-                   "all-reduce algorithm: rd up to %zu bytes, ring above; chunks of %zu bytes",
-                   in->cfg->small_bytes, in->cfg->chunk_bytes);
+    HOOP__INFO(&c->log,
+               "collectives: HOOP_ALGO=%s, HOOP_SMALL_BYTES=%zu, HOOP_CHUNK_BYTES=%zu; each "
+               "collective's plan is said at its first call",
+               c->agreed.algo, c->agreed.small_bytes, c->agreed.chunk_bytes);
     return HOOP_OK;
 }
 

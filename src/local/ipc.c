@@ -1,8 +1,8 @@
 /*
- * Collectives of CUDA device buffers between ranks of one node through CUDA IPC: all-reduce,
- * reduce, broadcast, all-gather and reduce-scatter (docs/cuda.md). Taken by `auto` where every
- * rank's buffers are device memory and the ranks share the shared-memory collectives' area (one
- * host: shm_coll.c's first step says so), and forced by HOOP_ALGO=ipc. Also the hierarchical
+ * Collectives of CUDA device buffers between ranks of one node through CUDA IPC, a one-host engine
+ * (local.h): all-reduce, reduce, broadcast, all-gather and reduce-scatter (docs/cuda.md). The
+ * planner gives it a call where the area's agreement step found that every rank's buffers are
+ * device memory that may take it (auto), or where HOOP_ALGO=ipc names it. Also the hierarchical
  * collectives' stages inside one host (the end of this file), over a group of the ranks.
  *
  * Each rank has an area of device memory (HOOP_CUDA_IPC_BYTES, 32 MiB by default) that its peers
@@ -39,8 +39,10 @@
  * A rank that cannot take part (host buffers, another host, an area it cannot allocate or a
  * peer's it cannot open) says so in its hello or in the first ready message, which every rank
  * sees alike: under HOOP_ALGO=ipc every rank fails the call with the same sentence (a call with
- * host buffers on every rank runs as under auto instead); under auto every rank runs the staging
- * path instead, for this call and every later one (ipc_off).
+ * host buffers on every rank declines instead: HOOP__VERDICT_HOST, and the planner runs it as
+ * under auto); under auto every rank declines (HOOP__VERDICT_NO_IPC) and the planner stages it,
+ * this call and every later one (the engine's state says off). A call declines before its output
+ * is written.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +67,36 @@ typedef struct hello {
 
 enum { READY, REDUCED, DONE }; /* each rank's IPC events (runtime.h) */
 
+/* The engine's state per communicator (hoop_comm.local->ipc). Used under exec. */
+struct hoop__ipc_comm {
+    /* Found unusable under auto: set by every rank at the same call, from what every rank said;
+     * later calls stage. */
+    int off;
+    /* Under auto, every rank's hello from the first call that went through: later calls skip
+     * that round. NULL before. */
+    hello_t *hellos;
+};
+
+static struct hoop__ipc_comm *state(const hoop_comm_t *c)
+{
+    return c->local != NULL ? c->local->ipc : NULL;
+}
+
+/* The state, made at its first need; NULL without memory (then the engine forgets: it says
+ * hello again, or tries again at the next call). */
+static struct hoop__ipc_comm *state_made(hoop_comm_t *c)
+{
+    struct hoop__local *l = hoop__local_of(c);
+    if (l != NULL && l->ipc == NULL) l->ipc = calloc(1, sizeof(*l->ipc));
+    return l != NULL ? l->ipc : NULL;
+}
+
+static int is_off(const hoop_comm_t *c)
+{
+    const struct hoop__ipc_comm *s = state(c);
+    return s != NULL && s->off;
+}
+
 /* One call's session: the areas every rank opened, and the rounds' buffers. */
 typedef struct ipc {
     const hoop__call_t *call;
@@ -83,12 +115,20 @@ typedef struct ipc {
     int rounds; /* rounds of messages so far: the first after hello carries the areas' state */
     int began;  /* device work queued on the IPC stream: the end waits for it */
     double next_look; /* watch: when the peers' processes are looked at next */
+    /* RAN while the call goes on; what every rank found where it declined (refuse). */
+    hoop__verdict_t verdict;
 } ipc_t;
 
 /* Member q of the group, as a rank of the communicator. */
 static int peer(const ipc_t *x, int q) { return x->ranks != NULL ? x->ranks[q] : q; }
 
-int hoop__ipc_has(hoop__kind_t k)
+/* Whether the call goes on here: no error, and no rank has declined. */
+static int going(const ipc_t *x, hoop_result_t rc)
+{
+    return rc == HOOP_OK && x->verdict == HOOP__VERDICT_RAN;
+}
+
+static int has(hoop__kind_t k)
 {
     return k == HOOP__K_ALLREDUCE || k == HOOP__K_REDUCE || k == HOOP__K_BROADCAST ||
            k == HOOP__K_ALLGATHER || k == HOOP__K_REDUCE_SCATTER;
@@ -96,7 +136,7 @@ int hoop__ipc_has(hoop__kind_t k)
 
 int hoop__ipc_may(const hoop__call_t *c)
 {
-    return c->mem == HOOP__MEM_CUDA && !c->comm->ipc_off && c->count > 0 && hoop__ipc_has(c->kind);
+    return c->mem == HOOP__MEM_CUDA && !is_off(c->comm) && c->count > 0 && has(c->kind);
 }
 
 /* Every rank sends len bytes of mine to every other and receives theirs at all + q * len (mine
@@ -134,8 +174,8 @@ static hoop_result_t exchange(ipc_t *x, const void *mine, void *all, size_t len)
     return rc;
 }
 
-/* The first rank whose message says it cannot go on: under auto every rank falls back (and
- * stops trying), under HOOP_ALGO=ipc every rank fails the call, with the same sentence. */
+/* The first rank whose message says it cannot go on: under auto every rank declines (and stops
+ * trying), under HOOP_ALGO=ipc every rank fails the call, with the same sentence. */
 static hoop_result_t refuse(ipc_t *x, const hello_t *h)
 {
     const hoop__call_t *call = x->call;
@@ -152,12 +192,17 @@ static hoop_result_t refuse(ipc_t *x, const hello_t *h)
     if (why[0] == '\0') return HOOP_OK;
     int all_host = 1;
     for (int q = 0; q < x->p; q++) all_host &= h[q].host_buffers;
-    if (all_host) return HOOP__SHC_FALLBACK; /* HOOP_ALGO=ipc: host calls run as under auto */
+    if (all_host) {
+        x->verdict = HOOP__VERDICT_HOST; /* HOOP_ALGO=ipc: host calls run as under auto */
+        return HOOP_OK;
+    }
     if (x->automatic) {
-        c->ipc_off = 1;
+        struct hoop__ipc_comm *s = state_made(c);
+        if (s != NULL) s->off = 1;
         HOOP__INFO(&c->log, "%s (call #%llu): CUDA IPC not used from now on, staging instead: %s",
                    hoop__kind_name(call->kind), (unsigned long long)call->seq, why);
-        return HOOP__SHC_FALLBACK;
+        x->verdict = HOOP__VERDICT_NO_IPC;
+        return HOOP_OK;
     }
     hoop__comm_fail(c, HOOP_ERR_UNSUPPORTED, "%s (call #%llu) over CUDA IPC (HOOP_ALGO=ipc): %s",
                     hoop__kind_name(call->kind), (unsigned long long)call->seq, why);
@@ -216,7 +261,9 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic,
         mine.cap = cap;
     }
     hoop_result_t rc = HOOP_OK;
-    int cached = automatic && c->ipc_hellos != NULL && mine.ok;
+    const struct hoop__ipc_comm *s = state(c);
+    const hello_t *kept = automatic && s != NULL ? s->hellos : NULL;
+    int cached = kept != NULL && mine.ok;
     if (ranks != NULL) {
         /* The hierarchical stages have no area step to say what every rank of the host has:
          * a round of one byte does (0 host buffers, 1 device buffers that cannot take part, 2
@@ -226,24 +273,28 @@ static hoop_result_t ipc_open(ipc_t *x, const hoop__call_t *call, int automatic,
         HOOP__TRACE_STEP(&x->hc, 0, "rank %d says what its buffers are to its host's ranks",
                          c->rank);
         if ((rc = exchange(x, &x->flags[me], x->flags, 1)) != HOOP_OK) return rc;
+        int hosts = 0;
         for (int q = 0; q < p; q++) {
-            if (x->flags[q] == 0) return HOOP__SHC_FALLBACK; /* this call only */
-            if (cached)
-                cached = x->flags[q] == 2 && ((const hello_t *)c->ipc_hellos)[peer(x, q)].ok;
+            hosts += x->flags[q] == 0;
+            if (cached) cached = x->flags[q] == 2 && kept[peer(x, q)].ok;
+        }
+        if (hosts > 0) { /* this call only */
+            x->verdict = hosts == p ? HOOP__VERDICT_HOST : HOOP__VERDICT_MIXED;
+            return HOOP_OK;
         }
     }
     if (cached) {
         /* Every rank's hello is what it was at the first call that went through: the areas
          * and events live as long as the communicator, and the first area step (or the round
          * above) said that every rank has device buffers. */
-        for (int q = 0; q < p; q++) x->h[q] = ((const hello_t *)c->ipc_hellos)[peer(x, q)];
+        for (int q = 0; q < p; q++) x->h[q] = kept[peer(x, q)];
         HOOP__TRACE_STEP(&x->hc, 0, "rank %d has every rank's hello from an earlier call", c->rank);
     } else {
         HOOP__TRACE_STEP(&x->hc, 0, "rank %d sends its hello (%s) to every rank", c->rank,
                          mine.ok ? "device buffers" : "cannot take part");
         rc = exchange(x, &mine, x->h, sizeof mine);
         if (rc == HOOP_OK) rc = refuse(x, x->h);
-        if (rc != HOOP_OK) return rc;
+        if (!going(x, rc)) return rc;
     }
     /* Every rank's area, opened once (hoop__cuda_ipc_peer keeps it); chunks fit the smallest. */
     x->half = SIZE_MAX;
@@ -296,7 +347,7 @@ static void put(ipc_t *x, size_t at, const void *src, size_t n)
 }
 
 /* A round of messages after this rank's device operations: the first one also says whether
- * every rank opened every area (and fails or falls back alike everywhere where one did not). */
+ * every rank opened every area (and fails or declines alike everywhere where one did not). */
 static hoop_result_t ipc_round(ipc_t *x)
 {
     hoop_result_t rc = hoop__mem_failed(x->hc.comm);
@@ -332,12 +383,12 @@ static hoop_result_t reduce_chunks(ipc_t *x, int root)
     const char *in = call->sendbuf != NULL ? call->sendbuf : call->recvbuf;
     char *out = call->recvbuf;
     hoop_result_t rc = HOOP_OK;
-    for (size_t off = 0; off < n && rc == HOOP_OK; off += chunk) {
+    for (size_t off = 0; off < n && going(x, rc); off += chunk) {
         size_t len = n - off < chunk ? n - off : chunk;
         wait_for(x, -1, DONE);
         put(x, 0, in + off * es, len * es);
         HOOP__TRACE_STEP(&x->hc, 1, "chunk at %zu (%zu B) in rank %d's area", off, len * es, me);
-        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        if (!going(x, rc = step_end(x, READY))) break;
         wait_for(x, -1, READY);
         if (len * es <= x->oneshot) {
             /* one shot: straight into the output, in rank order (the same bits everywhere) */
@@ -350,7 +401,7 @@ static hoop_result_t reduce_chunks(ipc_t *x, int root)
         hoop__part(len, p, me, &soff, &slen);
         reduce_all(x, (unsigned char *)x->area + x->half + soff * es, soff * es, slen);
         HOOP__TRACE_STEP(&x->hc, 2, "rank %d reduces segment %d (%zu B)", me, me, slen * es);
-        if ((rc = step_end(x, REDUCED)) != HOOP_OK) break;
+        if (!going(x, rc = step_end(x, REDUCED))) break;
         if (gets) wait_for(x, -1, REDUCED);
         for (int q = 0; q < p && gets; q++) {
             hoop__part(len, p, q, &soff, &slen);
@@ -373,7 +424,7 @@ static hoop_result_t broadcast_bytes(ipc_t *x, int root, unsigned char *buf,
     size_t cap = 2 * x->half;
     int me = x->me;
     hoop_result_t rc = HOOP_OK;
-    for (size_t off = 0; off < n && rc == HOOP_OK; off += cap) {
+    for (size_t off = 0; off < n && going(x, rc); off += cap) {
         size_t len = n - off < cap ? n - off : cap;
         if (me == root) {
             wait_for(x, -1, DONE);
@@ -381,7 +432,7 @@ static hoop_result_t broadcast_bytes(ipc_t *x, int root, unsigned char *buf,
         }
         HOOP__TRACE_STEP(&x->hc, 1, "%sbytes at %zu (%zu B) in rank %d's area", what, off, len,
                          peer(x, root));
-        if ((rc = step_end(x, READY)) != HOOP_OK) break; /* the first may fall back */
+        if (!going(x, rc = step_end(x, READY))) break; /* the first may decline */
         if (me != root) {
             wait_for(x, root, READY);
             hoop__cuda_ipc_copy(call, buf + off, x->areas[root], len);
@@ -413,12 +464,12 @@ static hoop_result_t allgather_chunks(ipc_t *x)
     unsigned char *out = call->recvbuf, *own = out + (size_t)me * n;
     const unsigned char *in = call->sendbuf;
     hoop_result_t rc = HOOP_OK;
-    for (size_t off = 0; off < n && rc == HOOP_OK; off += cap) {
+    for (size_t off = 0; off < n && going(x, rc); off += cap) {
         size_t len = n - off < cap ? n - off : cap;
         wait_for(x, -1, DONE);
         put(x, 0, in + off, len);
         HOOP__TRACE_STEP(&x->hc, 1, "block bytes at %zu (%zu B) in rank %d's area", off, len, me);
-        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        if (!going(x, rc = step_end(x, READY))) break;
         /* In place when sendbuf lies anywhere in recvbuf: the own block is moved first (as the
          * ring's), and read from there; only once the first round said every rank goes on, so
          * that a fallback finds the input untouched. */
@@ -453,20 +504,20 @@ static hoop_result_t reduce_scatter_chunks(ipc_t *x)
         if (res == NULL) return HOOP_ERR_NO_MEMORY;
     }
     hoop_result_t rc = HOOP_OK;
-    for (size_t off = 0; off < n && rc == HOOP_OK; off += chunk) {
+    for (size_t off = 0; off < n && going(x, rc); off += chunk) {
         size_t len = n - off < chunk ? n - off : chunk;
         wait_for(x, -1, DONE);
         for (int q = 0; q < p; q++)
             put(x, (size_t)q * piece, in + ((size_t)q * n + off) * es, len * es);
         HOOP__TRACE_STEP(&x->hc, 1, "pieces at %zu (%zu B each) in rank %d's area", off, len * es,
                          me);
-        if ((rc = step_end(x, READY)) != HOOP_OK) break;
+        if (!going(x, rc = step_end(x, READY))) break;
         wait_for(x, -1, READY);
         reduce_all(x, res + off * es, (size_t)me * piece, len);
         HOOP__TRACE_STEP(&x->hc, 2, "rank %d reduces piece %d", me, me);
         rc = step_end(x, DONE);
     }
-    if (rc == HOOP_OK && res != out) hoop__cuda_ipc_copy(call, out, res, nb);
+    if (going(x, rc) && res != out) hoop__cuda_ipc_copy(call, out, res, nb);
     return rc;
 }
 
@@ -475,9 +526,10 @@ static hoop_result_t reduce_scatter_chunks(ipc_t *x)
 static void keep_hellos(ipc_t *x)
 {
     hoop_comm_t *c = x->call->comm;
-    if (c->ipc_hellos == NULL) c->ipc_hellos = calloc((size_t)c->size, sizeof *x->h);
-    if (c->ipc_hellos == NULL) return; /* the next call says hello again */
-    for (int q = 0; q < x->p; q++) ((hello_t *)c->ipc_hellos)[peer(x, q)] = x->h[q];
+    struct hoop__ipc_comm *s = state_made(c);
+    if (s != NULL && s->hellos == NULL) s->hellos = calloc((size_t)c->size, sizeof *x->h);
+    if (s == NULL || s->hellos == NULL) return; /* the next call says hello again */
+    for (int q = 0; q < x->p; q++) s->hellos[peer(x, q)] = x->h[q];
 }
 
 /* While the host waits for the stream, which may wait for a peer's event: the transport's
@@ -502,18 +554,20 @@ static int watch(void *arg)
     return atomic_load(&c->aborted) != 0;
 }
 
-hoop_result_t hoop__ipc_run(hoop__call_t *call, int automatic)
+/* The engine's run (local.h). automatic: a rank that cannot take part makes every rank decline;
+ * otherwise (HOOP_ALGO=ipc) every rank fails the call, unless every rank has host buffers. */
+static hoop_result_t ipc_run(hoop__call_t *call, int automatic, hoop__verdict_t *v)
 {
     ipc_t x;
     hoop_result_t rc = ipc_open(&x, call, automatic, NULL, call->comm->size, call->comm->rank);
-    if (rc == HOOP_OK && call->count > 0 && x.half / x.es < (size_t)x.p) {
+    if (going(&x, rc) && call->count > 0 && x.half / x.es < (size_t)x.p) {
         /* every rank decides alike: the smallest area and the element size are agreed */
         hoop__comm_fail(call->comm, HOOP_ERR_UNSUPPORTED,
                         "%s over CUDA IPC: areas of %zu B are too small for %d ranks' elements",
                         hoop__kind_name(call->kind), 2 * x.half, x.p);
         rc = HOOP_ERR_UNSUPPORTED;
     }
-    if (rc == HOOP_OK && call->count > 0) {
+    if (going(&x, rc) && call->count > 0) {
         switch (call->kind) {
         case HOOP__K_ALLREDUCE: rc = reduce_chunks(&x, -1); break;
         case HOOP__K_REDUCE: rc = reduce_chunks(&x, call->root); break;
@@ -527,20 +581,32 @@ hoop_result_t hoop__ipc_run(hoop__call_t *call, int automatic)
      * once the last round is through, nothing of the peers' either that reads this rank's area
      * (which goes with the communicator): the stream waits for their last DONE first. */
     if (x.began) {
-        if (rc == HOOP_OK) wait_for(&x, -1, DONE);
+        if (going(&x, rc)) wait_for(&x, -1, DONE);
         hoop_result_t end = hoop__cuda_ipc_end(call, watch, &x);
-        if (rc == HOOP_OK) rc = end;
+        if (going(&x, rc)) rc = end;
     }
-    /* Every rank gets here with HOOP_OK at the same call, or the communicator is aborted. */
-    if (rc == HOOP_OK && automatic && call->count > 0) keep_hellos(&x);
+    /* Every rank gets here going at the same call, or declined, or the communicator is
+     * aborted. */
+    if (going(&x, rc) && automatic && call->count > 0) keep_hellos(&x);
+    *v = x.verdict;
     ipc_free(&x);
     return rc;
 }
 
+static hoop_result_t run(hoop__call_t *call, hoop__verdict_t *v)
+{
+    return ipc_run(call, call->plan.forced != HOOP__ALGO_IPC, v);
+}
+
+const hoop__engine_ops_t hoop__local_ipc = {.name = "ipc", .has = has, .run = run};
+
 void hoop__ipc_close(hoop_comm_t *c)
 {
-    free(c->ipc_hellos);
-    c->ipc_hellos = NULL;
+    struct hoop__ipc_comm *s = state(c);
+    if (s == NULL) return;
+    free(s->hellos);
+    free(s);
+    c->local->ipc = NULL;
 }
 
 /*
@@ -573,20 +639,25 @@ void hoop__ipc_hier_close(hoop__ipc_hier_t *hx, hoop_result_t *rc)
     if (hx == NULL) return;
     ipc_t *x = &hx->x;
     if (x->began) {
-        if (*rc == HOOP_OK) wait_for(x, -1, DONE);
+        if (going(x, *rc)) wait_for(x, -1, DONE);
         hoop_result_t end = hoop__cuda_ipc_end(x->call, watch, x);
-        if (*rc == HOOP_OK) *rc = end;
+        if (going(x, *rc)) *rc = end;
     }
-    if (*rc == HOOP_OK && x->automatic) keep_hellos(x);
+    if (going(x, *rc) && x->automatic) keep_hellos(x);
     ipc_free(x);
     free(hx);
+}
+
+int hoop__ipc_hier_declined(const hoop__ipc_hier_t *hx)
+{
+    return hx->x.verdict != HOOP__VERDICT_RAN;
 }
 
 hoop_result_t hoop__ipc_hier_open(const hoop__call_t *call, const int *local, int L, int l,
                                   hoop__ipc_hier_t **out)
 {
     *out = NULL;
-    if (call->comm->ipc_off || call->count == 0) return HOOP__SHC_FALLBACK;
+    if (is_off(call->comm) || call->count == 0) return HOOP_OK;
     hoop__ipc_hier_t *hx = calloc(1, sizeof *hx);
     if (hx == NULL) {
         hoop__comm_fail(call->comm, HOOP_ERR_NO_MEMORY, "CUDA IPC: out of memory");
@@ -594,8 +665,9 @@ hoop_result_t hoop__ipc_hier_open(const hoop__call_t *call, const int *local, in
     }
     hoop_result_t rc = ipc_open(&hx->x, call, 1, local, L, l);
     /* Every rank of the host decides alike: the smallest area and the element size agree. */
-    if (rc == HOOP_OK && 2 * hx->x.half / (size_t)L < hx->x.es) rc = HOOP__SHC_FALLBACK;
-    if (rc != HOOP_OK) {
+    if (going(&hx->x, rc) && 2 * hx->x.half / (size_t)L < hx->x.es)
+        hx->x.verdict = HOOP__VERDICT_NO_IPC;
+    if (!going(&hx->x, rc)) {
         hoop__ipc_hier_close(hx, &rc); /* nothing was read from any area yet */
         return rc;
     }
@@ -629,7 +701,7 @@ hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx, const void *in
     const char *in = inp;
     char *out = outp;
     hoop_result_t rc = HOOP_OK;
-    for (size_t off = 0; off < longest && rc == HOOP_OK; off += chunk) {
+    for (size_t off = 0; off < longest && going(x, rc); off += chunk) {
         wait_for(x, -1, DONE);
         for (int s = 0; s < x->p; s++) {
             hoop__part(n, x->p, s, &so, &sl);
@@ -639,7 +711,7 @@ hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx, const void *in
         HOOP__TRACE_STEP(&x->hc, 1,
                          "over CUDA IPC, host reduce-scatter: pieces at %zu in rank %d's area", off,
                          call->comm->rank);
-        if ((rc = step_end(x, READY)) != HOOP_OK) break; /* the first may fall back */
+        if (!going(x, rc = step_end(x, READY))) break; /* the first may decline */
         wait_for(x, -1, READY);
         size_t k = in_chunk(ol, off, chunk);
         if (k > 0) reduce_all(x, out + (oo + off) * es, (size_t)hx->own * piece, k);
@@ -648,7 +720,7 @@ hoop_result_t hoop__ipc_hier_reduce_scatter(hoop__ipc_hier_t *hx, const void *in
                          call->comm->rank, hx->own);
         rc = step_end(x, DONE);
     }
-    return rc == HOOP_OK ? drain(x) : rc;
+    return going(x, rc) ? drain(x) : rc;
 }
 
 hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *bufp, size_t n)
@@ -661,14 +733,14 @@ hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *bufp, size_t 
     char *buf = bufp;
     if (x->st.ok) hoop__cuda_ipc_begin(call); /* after the work before, on the call's stream */
     hoop_result_t rc = HOOP_OK;
-    for (size_t off = 0; off < longest && rc == HOOP_OK; off += chunk) {
+    for (size_t off = 0; off < longest && going(x, rc); off += chunk) {
         wait_for(x, -1, DONE);
         size_t k = in_chunk(ol, off, chunk);
         if (k > 0) put(x, 0, buf + (oo + off) * es, k * es);
         HOOP__TRACE_STEP(&x->hc, 1,
                          "over CUDA IPC, host all-gather: segment %d at %zu in rank %d's area",
                          hx->own, off, call->comm->rank);
-        if ((rc = step_end(x, READY)) != HOOP_OK) break; /* the first may fall back */
+        if (!going(x, rc = step_end(x, READY))) break; /* the first may decline */
         wait_for(x, -1, READY);
         for (int q = 0; q < x->p; q++) {
             hoop__part(n, x->p, (q + 1) % x->p, &so, &sl);
@@ -680,7 +752,7 @@ hoop_result_t hoop__ipc_hier_allgather(hoop__ipc_hier_t *hx, void *bufp, size_t 
                          call->comm->rank);
         rc = step_end(x, DONE);
     }
-    return rc == HOOP_OK ? drain(x) : rc;
+    return going(x, rc) ? drain(x) : rc;
 }
 
 hoop_result_t hoop__ipc_hier_broadcast(hoop__ipc_hier_t *hx, void *buf, size_t n, int root)

@@ -117,12 +117,13 @@ static void area_unmap(hoop__shc_t *a)
 
 void hoop__shc_close(hoop_comm_t *c)
 {
-    if (c->shc == NULL) return;
+    hoop__shc_t *a = c->local != NULL ? c->local->shc : NULL;
+    if (a == NULL) return;
     /* A peer still waiting for a step of this rank's learns that it will not come. */
-    if (c->shc->ready) atomic_store(&ctl_of(c->shc, c->rank)->closed, 1);
-    area_unmap(c->shc);
-    free(c->shc);
-    c->shc = NULL;
+    if (a->ready) atomic_store(&ctl_of(a, c->rank)->closed, 1);
+    area_unmap(a);
+    free(a);
+    c->local->shc = NULL;
 }
 
 static void layout(hoop_comm_t *c, hoop__shc_t *a)
@@ -248,17 +249,31 @@ hoop_result_t hoop__shc_get(const hoop__call_t *call, hoop__shc_t **out)
     hoop_comm_t *c = call->comm;
     *out = NULL;
     if (c->size < 2) return HOOP_OK;
-    if (c->shc == NULL) {
-        c->shc = calloc(1, sizeof(hoop__shc_t));
-        if (c->shc == NULL) {
-            hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "shared-memory collectives: no memory");
-            return HOOP_ERR_NO_MEMORY;
-        }
-        hoop_result_t rc = area_setup(call, c->shc);
+    struct hoop__local *l = hoop__local_of(c);
+    if (l != NULL && l->shc == NULL) l->shc = calloc(1, sizeof(hoop__shc_t));
+    if (l == NULL || l->shc == NULL) {
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "shared-memory collectives: no memory");
+        return HOOP_ERR_NO_MEMORY;
+    }
+    if (!l->shc->tried) {
+        l->shc->tried = 1;
+        hoop_result_t rc = area_setup(call, l->shc);
         if (rc != HOOP_OK) return rc;
     }
-    if (c->shc->ready) *out = c->shc;
+    *out = hoop__shc_ready(c);
     return HOOP_OK;
+}
+
+hoop__shc_t *hoop__shc_ready(const hoop_comm_t *c)
+{
+    hoop__shc_t *a = c->local != NULL ? c->local->shc : NULL;
+    return a != NULL && a->ready ? a : NULL;
+}
+
+uint32_t hoop__shc_flags(const hoop__call_t *call)
+{
+    if (call->mem == HOOP__MEM_HOST) return HOOP__SHC_HOST;
+    return hoop__ipc_may(call) ? HOOP__SHC_DEVICE : 0;
 }
 
 /* ---- steps ---- */
@@ -539,6 +554,8 @@ hoop_result_t hoop__shc_step_lines(const hoop__call_t *call, hoop__shc_t *a, uin
     }
     if (rc != HOOP_OK) return rc;
     prefetch_own(a, me);
-    if (all & HOOP__SHC_HOST) return HOOP_OK;
-    return (all & HOOP__SHC_DEVICE) ? HOOP__SHC_IPC : HOOP__SHC_FALLBACK;
+    a->verdict = (all & HOOP__SHC_HOST)     ? HOOP__VERDICT_HOST
+                 : (all & HOOP__SHC_DEVICE) ? HOOP__VERDICT_DEVICE
+                                            : HOOP__VERDICT_MIXED;
+    return HOOP_OK;
 }

@@ -3,9 +3,9 @@
  * host: every rank writes its contribution once into its own buffer, a step tells everyone, and
  * the readers take what they need where it lies. No messages, no rings, no headers to parse.
  *
- * Small all-reduce (at most HOOP_SMALL_BYTES): one step. Every rank reduces all p contributions
- * itself, in the order recursive doubling combines them (pairs folded, then halves, lower group
- * first), so the bits are the ones HOOP_ALGO=rd gives. Needs p >= 2.
+ * Small all-reduce (the plan's small variant, at most HOOP_SMALL_BYTES): one step. Every rank
+ * reduces all p contributions itself, in the order recursive doubling combines them (pairs folded,
+ * then halves, lower group first), so the bits are the ones HOOP_ALGO=rd gives. Needs p >= 2.
  *
  * Large all-reduce, reduce and reduce-scatter: rounds of one chunk of every block. Blocks are the
  * ring's segments (hoop__part), each owned by one rank; in round k every rank copies chunk k of
@@ -18,12 +18,14 @@
  * copy in, the fold and the copy out.
  *
  * Broadcast and all-gather: rounds of one step, the root's (or every rank's) chunk copied in and
- * copied out by the others. Barrier: one step. Gather, scatter, all-to-all and split keep their
- * point-to-point schedules after one step that compares the calls (hoop__shm_enter), so that the
- * ranks stay in step and a rank in another call is told.
+ * copied out by the others. Barrier: one step. The collectives the area has no schedule for keep
+ * their point-to-point ones after one step that compares the calls (hoop__local_agree), so that
+ * the ranks stay in step and a rank in another call is told.
  *
- * Every algorithm's first step carries whether this rank's buffers are host memory; where some
- * rank's are not, every rank runs the point-to-point algorithm instead (HOOP__SHC_FALLBACK).
+ * Every call's first step is the agreement (local.h): it carries whether this rank's buffers are
+ * host memory, or device memory that may go over CUDA IPC. A rank with device buffers takes part
+ * in that step only; where some rank's are not host memory, every rank returns from it with the
+ * verdict and the planner plans again (CUDA IPC where every rank may take it, else staging).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,20 +53,11 @@ static void put_out(int stream, void *dst, const void *src, size_t n)
         memcpy(dst, src, n);
 }
 
-/* The area, or NULL (then *rc says: HOOP__SHC_FALLBACK to run point-to-point, or an error). */
-static hoop__shc_t *area(const hoop__call_t *c, hoop_result_t *rc)
+/* Whether a call stops after a step: an error, or the agreement of its first step found that
+ * some rank's buffers are not host memory (the engine's run returns that verdict). */
+static int stop(hoop_result_t rc, const hoop__shc_t *a)
 {
-    hoop__shc_t *a;
-    *rc = hoop__shc_get(c, &a);
-    if (*rc == HOOP_OK && a == NULL) *rc = HOOP__SHC_FALLBACK;
-    return a;
-}
-
-/* A rank whose buffers are not host memory takes part in the first step only, to say so, and
- * whether it may take the CUDA IPC path: HOOP__SHC_IPC where every rank may. */
-static hoop_result_t device_rank(const hoop__call_t *c, hoop__shc_t *a)
-{
-    return hoop__shc_step(c, a, hoop__ipc_may(c) ? HOOP__SHC_DEVICE : 0);
+    return rc != HOOP_OK || a->verdict != HOOP__VERDICT_HOST;
 }
 
 /* The 64-byte aligned part of a buffer, after its first line (which holds the first 24 bytes
@@ -91,21 +84,9 @@ static const uint8_t *take(const hoop__call_t *c, hoop__shc_t *a, int q, size_t 
     return x;
 }
 
-hoop_result_t hoop__shm_enter(hoop__call_t *c)
+static hoop_result_t barrier(hoop__call_t *c, hoop__shc_t *a)
 {
-    hoop__shc_t *a = c->comm->shc;
-    if (a == NULL || !a->ready) return HOOP_OK;
-    hoop_result_t rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
-    return rc == HOOP__SHC_FALLBACK ? HOOP_OK : rc;
-}
-
-hoop_result_t hoop__shm_barrier(hoop__call_t *c)
-{
-    hoop_result_t rc;
-    hoop__shc_t *a = area(c, &rc);
-    if (a == NULL) return rc;
-    rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
-    return rc == HOOP__SHC_FALLBACK ? HOOP_OK : rc;
+    return hoop__shc_step(c, a, HOOP__SHC_HOST);
 }
 
 /* ---- all-reduce, small ---- */
@@ -161,7 +142,7 @@ static hoop_result_t allreduce_small(hoop__call_t *c, hoop__shc_t *a)
         memcpy(payload(hoop__shc_next(a, comm->rank), bytes), c->sendbuf, bytes);
         rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
     }
-    if (rc != HOOP_OK) return rc;
+    if (stop(rc, a)) return rc;
     const uint8_t **x = (const uint8_t **)(void *)tmp;
     for (int i = 0; i < p; i++) {
         x[i] = lines ? take(c, a, i, bytes, tmp + ptrs + part + (size_t)i * bytes)
@@ -264,7 +245,7 @@ static hoop_result_t run_rounds(rounds_t *g)
             if (len > 0 && !(b == mb && g->own_direct))
                 memcpy(slot_of(g, mydata, b), g->in + off * es, len * es);
         }
-        if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
+        if (stop(rc = hoop__shc_step(c, a, HOOP__SHC_HOST), a)) return rc;
         if (k > 0 && g->kind != R_RS) copy_out(g, k - 1);
         if (k == nrounds) {
             /* The last results were read from the owners' buffers of the step before, which a
@@ -342,44 +323,18 @@ static hoop_result_t reduce_rounds(hoop__call_t *c, hoop__shc_t *a, int kind, si
     return run_rounds(&g);
 }
 
-hoop_result_t hoop__shm_allreduce(hoop__call_t *c)
+static hoop_result_t allreduce(hoop__call_t *c, hoop__shc_t *a)
 {
-    hoop_result_t rc;
-    hoop__shc_t *a = area(c, &rc);
-    if (a == NULL) return rc;
-    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
     size_t bytes = c->count * hoop__dsize(c);
-    if (bytes <= c->comm->agreed.small_bytes && bytes <= a->data_bytes)
-        return allreduce_small(c, a);
+    if (c->plan.small && bytes <= a->data_bytes) return allreduce_small(c, a);
     return reduce_rounds(c, a, R_ALLREDUCE, c->count);
-}
-
-hoop_result_t hoop__shm_reduce(hoop__call_t *c)
-{
-    hoop_result_t rc;
-    hoop__shc_t *a = area(c, &rc);
-    if (a == NULL) return rc;
-    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
-    return reduce_rounds(c, a, R_REDUCE, c->count);
-}
-
-hoop_result_t hoop__shm_reduce_scatter(hoop__call_t *c)
-{
-    hoop_result_t rc;
-    hoop__shc_t *a = area(c, &rc);
-    if (a == NULL) return rc;
-    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
-    return reduce_rounds(c, a, R_RS, c->count * (size_t)c->comm->size);
 }
 
 /* ---- copies in rounds ---- */
 
-hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
+static hoop_result_t broadcast(hoop__call_t *c, hoop__shc_t *a)
 {
     hoop_result_t rc;
-    hoop__shc_t *a = area(c, &rc);
-    if (a == NULL) return rc;
-    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
     hoop_comm_t *comm = c->comm;
     int root = c->root, me = comm->rank;
     size_t n = c->count * hoop__dsize(c), cap = a->data_bytes;
@@ -390,7 +345,7 @@ hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
     if (in_lines(n)) {
         uint8_t tmp[HOOP__SHC_LINES_MAX];
         if (me == root) hoop__shc_put(a, me, src, n);
-        if ((rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, n, root)) != HOOP_OK) return rc;
+        if (stop(rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, n, root), a)) return rc;
         const uint8_t *x = src;
         if (me != root && (x = take(c, a, root, n, tmp)) == NULL) return HOOP_ERR_INTERNAL;
         if (n > 0 && x != buf) memcpy(buf, x, n);
@@ -399,7 +354,7 @@ hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
         if (me == root && len > 0) memcpy(payload(hoop__shc_next(a, me), len), src + off, len);
-        if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
+        if (stop(rc = hoop__shc_step(c, a, HOOP__SHC_HOST), a)) return rc;
         if (len > 0 && (me != root || src != buf))
             put_out(stream, buf + off,
                     me == root ? src + off : payload(hoop__shc_cur(a, root), len), len);
@@ -407,30 +362,13 @@ hoop_result_t hoop__shm_broadcast(hoop__call_t *c)
     return HOOP_OK;
 }
 
-/* Where the point-to-point ring measured faster than the area on host buffers (docs/
- * performance.md, "Which algorithm, measured"): a 2-rank all-gather of 32 to 256 KiB per rank,
- * one message each way (1.2-1.5x). The area's step still comes first: where every rank has
- * device buffers, device_rank takes them to the CUDA IPC path instead. n: bytes per rank. */
-static int ring_measured_faster(const hoop__call_t *c, size_t n)
-{
-    return c->comm->size == 2 && n >= ((size_t)32 << 10) && n <= ((size_t)256 << 10) &&
-           c->comm->algo != HOOP__ALGO_SHM; /* HOOP_ALGO=shm forces the area */
-}
-
-/* All-gather and split: every rank's block of n bytes, block i from rank i. */
-hoop_result_t hoop__shm_allgather(hoop__call_t *c)
+/* All-gather: every rank's block of n bytes, block i from rank i. */
+static hoop_result_t allgather(hoop__call_t *c, hoop__shc_t *a)
 {
     hoop_result_t rc;
-    hoop__shc_t *a = area(c, &rc);
-    if (a == NULL) return rc;
-    if (c->mem != HOOP__MEM_HOST) return device_rank(c, a);
     hoop_comm_t *comm = c->comm;
     int p = comm->size, me = comm->rank;
     size_t n = c->count * hoop__dsize(c), cap = a->data_bytes;
-    if (ring_measured_faster(c, n)) {
-        rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
-        return rc == HOOP_OK ? HOOP__SHC_FALLBACK : rc;
-    }
     uint8_t *out = c->recvbuf;
     const uint8_t *in = c->sendbuf;
     size_t rounds = n == 0 ? 1 : (n + cap - 1) / cap;
@@ -438,7 +376,7 @@ hoop_result_t hoop__shm_allgather(hoop__call_t *c)
     if (in_lines(n)) {
         uint8_t tmp[HOOP__SHC_LINES_MAX];
         hoop__shc_put(a, me, in, n);
-        if ((rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, n, -1)) != HOOP_OK) return rc;
+        if (stop(rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, n, -1), a)) return rc;
         for (int q = 0; q < p && n > 0; q++) {
             /* In place, block me is where it goes already (the input); a rank's own lines
              * hold the same bytes. */
@@ -451,9 +389,43 @@ hoop_result_t hoop__shm_allgather(hoop__call_t *c)
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
         if (len > 0) memcpy(payload(hoop__shc_next(a, me), len), in + off, len);
-        if ((rc = hoop__shc_step(c, a, HOOP__SHC_HOST)) != HOOP_OK) return rc;
+        if (stop(rc = hoop__shc_step(c, a, HOOP__SHC_HOST), a)) return rc;
         for (int q = 0; q < p && len > 0; q++)
             put_out(stream, out + (size_t)q * n + off, payload(hoop__shc_cur(a, q), len), len);
     }
     return HOOP_OK;
 }
+
+/* ---- the engine ---- */
+
+static int has(hoop__kind_t k)
+{
+    return k == HOOP__K_ALLREDUCE || k == HOOP__K_BROADCAST || k == HOOP__K_REDUCE ||
+           k == HOOP__K_ALLGATHER || k == HOOP__K_REDUCE_SCATTER || k == HOOP__K_BARRIER;
+}
+
+static hoop_result_t run(hoop__call_t *c, hoop__verdict_t *v)
+{
+    /* A rank whose buffers are not host memory takes part in the first step only, to say so and
+     * whether it may take CUDA IPC: that step is hoop__local_agree's. */
+    if (c->mem != HOOP__MEM_HOST) return hoop__local_agree(c, 1, v);
+    hoop__shc_t *a;
+    hoop_result_t rc = hoop__shc_get(c, &a);
+    *v = HOOP__VERDICT_NO_AREA;
+    if (rc != HOOP_OK || a == NULL) return rc;
+    switch (c->kind) {
+    case HOOP__K_ALLREDUCE: rc = allreduce(c, a); break;
+    case HOOP__K_BROADCAST: rc = broadcast(c, a); break;
+    case HOOP__K_REDUCE: rc = reduce_rounds(c, a, R_REDUCE, c->count); break;
+    case HOOP__K_ALLGATHER: rc = allgather(c, a); break;
+    case HOOP__K_REDUCE_SCATTER:
+        rc = reduce_rounds(c, a, R_RS, c->count * (size_t)c->comm->size);
+        break;
+    case HOOP__K_BARRIER: rc = barrier(c, a); break;
+    default: return HOOP_ERR_INTERNAL; /* the planner asked has() */
+    }
+    *v = a->verdict == HOOP__VERDICT_HOST ? HOOP__VERDICT_RAN : a->verdict;
+    return rc;
+}
+
+const hoop__engine_ops_t hoop__local_shm = {.name = "shm", .has = has, .run = run};

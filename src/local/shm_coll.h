@@ -1,12 +1,12 @@
-/* The shared-memory collectives: the area and its steps (shm_area.c), the algorithms
- * (shm_coll.c). How they work: shm_area.c. Included by the collectives only. */
+/* The shared-memory collectives, the first one-host engine (local.h): the area and its steps
+ * (shm_area.c), the algorithms (shm_coll.c). How they work: shm_area.c. Included by local/ only. */
 #ifndef HOOP_SHM_COLL_H
 #define HOOP_SHM_COLL_H
 
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "collectives/coll.h"
+#include "local/local.h"
 
 /* Payload bytes per buffer (two per rank): what a round of a large call moves per rank. Small
  * enough that a round of every rank stays in cache. */
@@ -14,12 +14,6 @@
 #define HOOP__SHC_HOST 1u /* step flag: this rank's buffers are host memory */
 /* step flag: this rank's buffers are CUDA device memory and it may take the CUDA IPC path */
 #define HOOP__SHC_DEVICE 2u
-/* hoop__shc_step's answer when some rank's buffers are not host memory: every rank then runs the
- * point-to-point algorithm instead. Never returned to a caller of the library. */
-#define HOOP__SHC_FALLBACK ((hoop_result_t)-1)
-/* hoop__shc_step's answer when every rank's buffers are device memory that may go through CUDA
- * IPC (ipc.c): every rank then tries that path. Never returned to a caller either. */
-#define HOOP__SHC_IPC ((hoop_result_t)-2)
 
 /* The first line of a buffer: the step it holds, the call's descriptor, then the payload. */
 typedef struct hoop__shc_line {
@@ -48,9 +42,13 @@ struct hoop__shc {
     uint8_t *base;
     size_t len, slot_bytes, buf_bytes, data_bytes;
     int p, ready;
+    int tried;     /* area_setup ran (once per communicator, whatever it found) */
     uint64_t step; /* this rank's last published step */
     int *pidfd;    /* per peer, -1 where none */
     double next_gone_check;
+    /* What the last step found every rank's flags to say: HOST, DEVICE or MIXED. Every step of
+     * a call after its first says HOST: only ranks with host buffers go on. */
+    hoop__verdict_t verdict;
 };
 typedef struct hoop__shc hoop__shc_t;
 
@@ -58,6 +56,11 @@ typedef struct hoop__shc hoop__shc_t;
  * rank: every rank asks at the same call). *a is NULL where there is none (one rank, a rank that
  * could not map it: then on every rank); an error aborted the communicator. */
 hoop_result_t hoop__shc_get(const hoop__call_t *call, hoop__shc_t **a);
+/* The area if it was made and every rank mapped it, else NULL; never makes one. */
+hoop__shc_t *hoop__shc_ready(const hoop_comm_t *c);
+/* This rank's step flags for call: HOOP__SHC_HOST for host buffers, HOOP__SHC_DEVICE for device
+ * buffers that may take CUDA IPC (hoop__ipc_may), 0 otherwise. */
+uint32_t hoop__shc_flags(const hoop__call_t *call);
 /* Rank r's buffer of the next step (the one this rank writes before hoop__shc_step). */
 uint8_t *hoop__shc_next(const hoop__shc_t *a, int r);
 /* The line of rank r's buffer for step s. */
@@ -67,9 +70,9 @@ static inline uint8_t *hoop__shc_cur(const hoop__shc_t *a, int r)
 {
     return hoop__shc_line(a, r, a->step)->data;
 }
-/* Publishes the next step and waits until every rank has; compares the calls. HOOP_OK (every
- * rank's flags had HOOP__SHC_HOST), HOOP__SHC_IPC (every rank's had HOOP__SHC_DEVICE),
- * HOOP__SHC_FALLBACK, or the error that aborted the communicator. */
+/* Publishes the next step and waits until every rank has; compares the calls. HOOP_OK with
+ * a->verdict what every rank's flags say (HOOP__VERDICT_HOST where all had HOOP__SHC_HOST, DEVICE
+ * where all had HOOP__SHC_DEVICE, MIXED otherwise), or the error that aborted the communicator. */
 hoop_result_t hoop__shc_step(const hoop__call_t *call, hoop__shc_t *a, uint32_t flags);
 
 /* Payloads of at most HOOP__SHC_LINES_MAX bytes in lines. hoop__shc_put writes n bytes into rank

@@ -19,7 +19,8 @@
 #include "runtime/mem.h"
 #include "transport/transport.h"
 
-/* The algorithms that have a name on the wire (hoop__wire_algo_name); plan.c chooses. */
+/* The algorithms that have a name on the wire (hoop__wire_algo_name); the planner chooses
+ * (collectives/plan.c). */
 typedef enum {
     HOOP__ALGO_AUTO = 0,
     HOOP__ALGO_RING,
@@ -34,6 +35,30 @@ typedef enum {
     HOOP__ALGO_COUNT
 } hoop__algo_t;
 
+/* Who runs a call: point-to-point schedules over transfers (src/collectives), or a one-host
+ * engine (src/local). */
+typedef enum {
+    HOOP__ENGINE_P2P = 0,
+    HOOP__ENGINE_SHM, /* the shared area every rank of the host maps (local/shm_coll.c) */
+    HOOP__ENGINE_IPC, /* CUDA device buffers through the peers' device memory (local/ipc.c) */
+    HOOP__ENGINE_COUNT
+} hoop__engine_t;
+
+/* The planner's answer for one call (collectives/plan.c): made as the call is posted, from what
+ * every rank knows alike, and final once the agreement step has said what only the run can know.
+ * All zero is the point-to-point engine running the call's one schedule: the core's own
+ * exchanges (a split) are posted so. */
+typedef struct hoop__plan {
+    uint8_t engine; /* hoop__engine_t */
+    uint8_t algo;   /* hoop__algo_t: the point-to-point schedule, under P2P and after a one-host
+                     * engine declines (AUTO: the collective's own by size, or its one) */
+    uint8_t why;    /* hoop__plan_why_t (collectives/plan.h): the reason, said by INFO and traces */
+    uint8_t small;  /* the latency-bound variant: one step of the area, binomial trees */
+    uint8_t agree;  /* P2P: the area's agreement step first; what it finds may change the plan */
+    uint8_t ipc_stages; /* hierarchical: the stages inside a host may go over CUDA IPC */
+    uint8_t forced;     /* the hoop__algo_t HOOP_ALGO named, AUTO for none */
+} hoop__plan_t;
+
 /* One call, as an algorithm sees it. */
 typedef struct hoop__call {
     hoop_comm_t *comm;
@@ -45,7 +70,8 @@ typedef struct hoop__call {
     hoop_op_t op;
     int root;             /* root, or the peer of a send/recv; -1 if neither */
     uint64_t seq;         /* call number on the communicator */
-    hoop__algo_t algo;    /* resolved when the call is posted */
+    hoop__algo_t algo;    /* the name its messages and steps carry, fixed when it is posted */
+    hoop__plan_t plan;    /* who runs it, how and why (collectives/plan.c) */
     hoop__mem_type_t mem; /* where sendbuf and recvbuf live */
     int is_recv;          /* point-to-point: a receive */
     int order;            /* stream-ordered: its ordering slot + 1 (mem.h), 0 for none */
@@ -178,15 +204,13 @@ struct hoop_comm {
     /* Host buffers that transfers of device memory go through (runtime/stage.c, under exec). */
     struct hoop__stage *stage;
 
-    /* The shared-memory collectives' area (local/shm_area.c), made by the first call that
-     * runs one; NULL before. Used under exec. */
-    struct hoop__shc *shc;
-    /* The CUDA IPC path (local/ipc.c) found unusable under auto: set by every rank at the
-     * same call, from what every rank said; later calls stage. Used under exec. */
-    int ipc_off;
-    /* Under auto, every rank's hello from the first CUDA IPC call that went through (ipc.c):
-     * later calls skip that round. NULL before; freed by hoop__ipc_close. Used under exec. */
-    void *ipc_hellos;
+    /* The one-host engines' state (local/local.h: the shared area, CUDA IPC's), made by the
+     * first call that needs it; NULL before. Used under exec. */
+    struct hoop__local *local;
+    /* The last plans INFO said, per kind (collectives/plan.c): each is said once while it is
+     * among them. Under exec. */
+#define HOOP__PLANS_SAID 4
+    uint32_t plan_said[HOOP__K_COUNT][HOOP__PLANS_SAID];
 
     /* Request slots (sched.c, under mu): chunks made on demand and freed with the communicator;
      * released slots queue first in, first out, so that a slot is reused as late as possible. */
