@@ -1,5 +1,5 @@
-/* --explain: runs one traced all-reduce and prints every rank's schedule, by step, and its
- * traffic. */
+/* --explain: runs one traced all-reduce and prints the library's plan for it (who runs it and
+ * why, from its "plan:" trace lines), every rank's schedule, by step, and its traffic. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +100,21 @@ static void print_schedule(const bench_t *b, const char *all, const uint64_t *st
     free(lines);
 }
 
+/* The plan as rank 0's trace says it: its "plan: " lines, the last one final (a one-host engine
+ * that gives way is planned again). */
+static void print_plan(const char *trace)
+{
+    int n = 0;
+    for (const char *p = trace; (p = strstr(p, ": plan: ")) != NULL; n++) {
+        p += 8;
+        size_t len = strcspn(p, "\n");
+        printf("# plan%s: %.*s\n", n > 0 ? ", then" : "", (int)len, p);
+        p += len;
+    }
+    if (n == 0) printf("# plan: (no plan line: the library traced none)\n");
+    printf("#\n");
+}
+
 static void print_traffic(const bench_t *b, size_t bytes, const uint64_t *stats)
 {
     printf("#\n# traffic of this all-reduce: payload bytes per rank; x: multiple of the %zu-byte "
@@ -171,6 +186,7 @@ int run_explain(bench_t *b)
                "algorithm %s\n#\n",
                bytes, k.count, b->size, b->algo);
         for (int r = 0; r < b->size; r++) all[(size_t)(r + 1) * TRACE_BYTES - 1] = '\0';
+        print_plan(all);
         print_schedule(b, all, stats);
         print_traffic(b, bytes, stats);
         printf("#\n# Out of bounds values : %" PRIu64 " %s\n", b->wrong_total,

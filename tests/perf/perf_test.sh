@@ -7,8 +7,8 @@
 #       --csv / --json output: the header, ROWS rows of COLLECTIVE, no wrong element, and
 #       busbw = algbw x the bus factor of nccl-tests; the table ends with "0 OK"
 #   perf_test.sh explain HOOPRUN PERF NRANKS ALGO SENT0 SENT1
-#       traced all-reduce: schedule lines sorted by step, rank 0 sent/received SENT0 times the
-#       buffer, every other rank SENT1 times
+#       traced all-reduce: the plan the library says for it, schedule lines sorted by step,
+#       rank 0 sent/received SENT0 times the buffer, every other rank SENT1 times
 #   perf_test.sh model HOOPRUN PERF NRANKS
 set -u
 mode=$1
@@ -147,6 +147,8 @@ explain)
     hooprun=$1 perf=$2 n=$3 algo=$4 x0=$5 x1=$6
     run_perf "$hooprun" "$perf" "$n" --explain -b 4K --algo "$algo" || fail "exit status $?"
     grep -q '^# Out of bounds values : 0 OK$' "$tmp/out" || fail "no '0 OK' footer"
+    # The library's plan, and why: the algorithm --algo forced, point to point.
+    grep -qx "# plan: p2p $algo (HOOP_ALGO=$algo)" "$tmp/out" || fail "plan: $(grep '^# plan' "$tmp/out")"
     # The schedule: lines "[rank R] allreduce#C ALGO step K: ...", K never decreasing.
     awk -v algo="$algo" -v n="$n" '
         /^\[rank [0-9]+\] allreduce#[0-9]+ / {
