@@ -174,6 +174,33 @@ static int at(const hoop_comm_t *c, int h, int l)
     return hoop__ring_rank(c, mod(h, c->nhosts) * L + mod(l, L));
 }
 
+/* Every stage runs on one of this rank's two rings: HOST_RING, the L ranks of its host in local
+ * order, or CROSS_RING, the H ranks of its local index, one on each host in host order. */
+enum { HOST_RING, CROSS_RING };
+enum { RS = 1, AG = 2 }; /* a stage's parts: its reduce-scatter, its all-gather */
+
+/* A stage on ring which over n elements (in and out are the caller's to set): its parts, the
+ * first step number of its trace lines, its name. The reduce-scatter across hosts is the last
+ * fold of every element, so its owner finishes HOOP_AVG there. */
+static gring_t ring(hoop__call_t *c, int which, int parts, size_t n, int trace_at, const char *name)
+{
+    hoop_comm_t *comm = c->comm;
+    int L = comm->local_size, pos = hoop__ring_pos(comm), h = pos / L, l = pos % L;
+    int across = which == CROSS_RING;
+    return (gring_t){.c = c,
+                     .p = across ? comm->nhosts : L,
+                     .r = across ? h : l,
+                     .left = across ? at(comm, h - 1, l) : at(comm, h, l - 1),
+                     .right = across ? at(comm, h + 1, l) : at(comm, h, l + 1),
+                     .es = hoop__dsize(c),
+                     .n = n,
+                     .rs = (parts & RS) != 0,
+                     .ag = (parts & AG) != 0,
+                     .avg = across && (parts & RS) && c->op == HOOP_AVG,
+                     .trace_at = trace_at,
+                     .name = name};
+}
+
 /*
  * A CUDA IPC session for the stages inside this host (local/ipc.c), where the plan says to try
  * (plan.c) and every rank of the host has device buffers: each host decides for itself, since
@@ -214,21 +241,11 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
     if (!fits(comm)) return HOOP_ERR_INTERNAL; /* plan.c never asks */
-    int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
-    int h = pos / L, l = pos % L;
+    int L = comm->local_size, H = comm->nhosts, l = hoop__ring_pos(comm) % L;
     size_t es = hoop__dsize(c);
-    gring_t a = {.c = c,
-                 .p = L,
-                 .r = l,
-                 .left = at(comm, h, l - 1),
-                 .right = at(comm, h, l + 1),
-                 .es = es,
-                 .n = c->count,
-                 .in = c->sendbuf,
-                 .out = c->recvbuf,
-                 .rs = 1,
-                 .trace_at = 0,
-                 .name = "host reduce-scatter"};
+    gring_t a = ring(c, HOST_RING, RS, c->count, 0, "host reduce-scatter");
+    a.in = c->sendbuf;
+    a.out = c->recvbuf;
     /* Stages A and C over CUDA IPC where every rank of this host has device buffers. */
     int *local;
     hoop__ipc_hier_t *ix;
@@ -245,20 +262,8 @@ hoop_result_t hoop__allreduce_hier(hoop__call_t *c)
     size_t so, sl;
     hoop__part(c->count, L, mod(l + 1, L), &so, &sl);
     uint8_t *seg = (uint8_t *)c->recvbuf + so * es;
-    gring_t b = {.c = c,
-                 .p = H,
-                 .r = h,
-                 .left = at(comm, h - 1, l),
-                 .right = at(comm, h + 1, l),
-                 .es = es,
-                 .n = sl,
-                 .in = seg,
-                 .out = seg,
-                 .rs = 1,
-                 .ag = 1,
-                 .avg = c->op == HOOP_AVG,
-                 .trace_at = L - 1,
-                 .name = "cross-host all-reduce"};
+    gring_t b = ring(c, CROSS_RING, RS | AG, sl, L - 1, "cross-host all-reduce");
+    b.in = b.out = seg;
     rc = gring_run(&b);
     if (rc == HOOP_OK && ix != NULL) {
         rc = hoop__ipc_hier_allgather(ix, c->recvbuf, c->count);
@@ -301,31 +306,12 @@ hoop_result_t hoop__allgather_hier(hoop__call_t *c)
     if (rc != HOOP_OK) return ipc_done(rc, local, ix);
     if (blk > 0) hoop__mem_copy(c, s + spos(comm, h, l) * blk, c->sendbuf, blk);
     uint8_t *mine = s + (size_t)mod(l + 1, L) * (size_t)H * blk;
-    gring_t b = {.c = c,
-                 .p = H,
-                 .r = h,
-                 .left = at(comm, h - 1, l),
-                 .right = at(comm, h + 1, l),
-                 .es = es,
-                 .n = (size_t)H * m,
-                 .in = mine,
-                 .out = mine,
-                 .ag = 1,
-                 .name = "cross-host all-gather"};
+    gring_t b = ring(c, CROSS_RING, AG, (size_t)H * m, 0, "cross-host all-gather");
+    b.in = b.out = mine;
     rc = gring_run(&b);
     if (rc != HOOP_OK) return ipc_done(rc, local, ix);
-    gring_t a = {.c = c,
-                 .p = L,
-                 .r = l,
-                 .left = at(comm, h, l - 1),
-                 .right = at(comm, h, l + 1),
-                 .es = es,
-                 .n = (size_t)p * m,
-                 .in = s,
-                 .out = s,
-                 .ag = 1,
-                 .trace_at = H - 1,
-                 .name = "host all-gather"};
+    gring_t a = ring(c, HOST_RING, AG, (size_t)p * m, H - 1, "host all-gather");
+    a.in = a.out = s;
     if (ix != NULL) {
         rc = hoop__ipc_hier_allgather(ix, s, (size_t)p * m);
         if (ipc_declined(&rc, &ix)) rc = gring_run(&a);
@@ -350,26 +336,8 @@ hoop_result_t hoop__reduce_scatter_hier(hoop__call_t *c)
     int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm), p = comm->size;
     int h = pos / L, l = pos % L;
     size_t es = hoop__dsize(c), m = c->count, blk = m * es;
-    gring_t a = {.c = c,
-                 .p = L,
-                 .r = l,
-                 .left = at(comm, h, l - 1),
-                 .right = at(comm, h, l + 1),
-                 .es = es,
-                 .n = (size_t)p * m,
-                 .rs = 1,
-                 .name = "host reduce-scatter"};
-    gring_t b = {.c = c,
-                 .p = H,
-                 .r = h,
-                 .left = at(comm, h - 1, l),
-                 .right = at(comm, h + 1, l),
-                 .es = es,
-                 .n = (size_t)H * m,
-                 .rs = 1,
-                 .avg = c->op == HOOP_AVG,
-                 .trace_at = L - 1,
-                 .name = "cross-host reduce-scatter"};
+    gring_t a = ring(c, HOST_RING, RS, (size_t)p * m, 0, "host reduce-scatter");
+    gring_t b = ring(c, CROSS_RING, RS, (size_t)H * m, L - 1, "cross-host reduce-scatter");
     size_t na = gring_plan(&a), nb = gring_plan(&b), stage = na > nb ? na : nb;
     uint8_t *s = hoop__scratch(c, blk * (size_t)p + stage);
     if (s == NULL) return HOOP_ERR_NO_MEMORY;
@@ -407,32 +375,14 @@ hoop_result_t hoop__reduce_hier(hoop__call_t *c)
 {
     hoop_comm_t *comm = c->comm;
     if (!fits(comm)) return HOOP_ERR_INTERNAL;
-    int L = comm->local_size, H = comm->nhosts, pos = hoop__ring_pos(comm);
-    int h = pos / L, l = pos % L, root = c->root, is_root = comm->rank == root;
+    int L = comm->local_size, H = comm->nhosts, l = hoop__ring_pos(comm) % L;
+    int root = c->root, is_root = comm->rank == root;
     size_t es = hoop__dsize(c), n = c->count;
-    gring_t a = {.c = c,
-                 .p = L,
-                 .r = l,
-                 .left = at(comm, h, l - 1),
-                 .right = at(comm, h, l + 1),
-                 .es = es,
-                 .n = n,
-                 .in = c->sendbuf,
-                 .rs = 1,
-                 .name = "host reduce-scatter"};
+    gring_t a = ring(c, HOST_RING, RS, n, 0, "host reduce-scatter");
+    a.in = c->sendbuf;
     size_t so, sl;
     hoop__part(n, L, mod(l + 1, L), &so, &sl);
-    gring_t b = {.c = c,
-                 .p = H,
-                 .r = h,
-                 .left = at(comm, h - 1, l),
-                 .right = at(comm, h + 1, l),
-                 .es = es,
-                 .n = sl,
-                 .rs = 1,
-                 .avg = c->op == HOOP_AVG,
-                 .trace_at = L - 1,
-                 .name = "cross-host reduce-scatter"};
+    gring_t b = ring(c, CROSS_RING, RS, sl, L - 1, "cross-host reduce-scatter");
     size_t na = gring_plan(&a), nb = gring_plan(&b), stage = na > nb ? na : nb;
     size_t work = is_root ? 0 : n * es;
     uint8_t *s = hoop__scratch(c, work + stage);
