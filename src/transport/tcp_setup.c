@@ -482,153 +482,209 @@ hoop_result_t hoop__tcp_connect_failed(hoop__tp_t *tp, const char *const *addrs,
     return rc;
 }
 
-hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
+/* The step of connect that dials: this rank dials every lower rank, nsock connections each.
+ * *expected: the connections the higher ranks will dial in. */
+static hoop_result_t dial_lower(hoop__tp_t *tp, const char *const *addrs, double deadline,
+                                int *expected)
 {
-    if (tp->failed) return tp->failed;
-    int me = tp->p.rank, expected = 0;
+    int me = tp->p.rank;
+    *expected = 0;
     for (int j = 0; j < tp->p.size; j++) {
         if (j == me || addrs[j] == NULL) continue;
         if (j > me) {
-            expected += tp->nsock;
+            *expected += tp->nsock;
             continue;
         }
         for (int k = 0; k < tp->nsock; k++) {
             hoop_result_t rc = connect_one(tp, j, k, addrs[j], deadline);
-            if (rc != HOOP_OK) return hoop__tcp_connect_failed(tp, addrs, rc, NULL);
+            if (rc != HOOP_OK) return rc;
         }
     }
+    return HOOP_OK;
+}
+
+/* What the accepting step keeps between its polls. */
+typedef struct accepting {
+    const char *const *addrs;
+    double deadline;
+    int expected;    /* connections not yet identified */
+    int auth_failed; /* connections that named a missing rank with the wrong key */
+    hoop__sock_gate_t gate;
     /* Polled: the listener, the connections still identifying themselves, and socket 0 of the
      * peers connected already, whose abort notice or end fails this connect at once. */
+    struct pollfd *pf;
+    int *who; /* pf[i]'s pending slot (connections identifying themselves) or peer */
+    int n, first_peer;
+} accepting_t;
+
+/* The deadline passed: the sentence names the ranks that never connected. */
+static hoop_result_t accept_timed_out(hoop__tp_t *tp, const accepting_t *ac)
+{
+    char msg[400], missing[128] = "";
+    size_t o = 0;
+    int nmissing = 0;
+    for (int j = tp->p.rank + 1; j < tp->p.size && o + 12 < sizeof(missing); j++) {
+        int in = 0;
+        for (int k = 0; k < tp->nsock; k++) in += tp->peers[j].socks[k].fd >= 0;
+        if (ac->addrs[j] != NULL && in < tp->nsock) {
+            o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "", j);
+            nmissing++;
+        }
+    }
+    hoop_result_t rc = HOOP_ERR_TIMEOUT;
+    int n = snprintf(msg, sizeof(msg), "timed out waiting for rank%s %s to connect",
+                     nmissing == 1 ? "" : "(s)", missing);
+    if (ac->auth_failed > 0 && n > 0 && (size_t)n < sizeof(msg)) {
+        /* Connections that named a missing rank but had the wrong key: say that. */
+        snprintf(msg + n, sizeof(msg) - (size_t)n,
+                 "; %d connection(s) failed authentication (is HOOP_AUTH_KEY the same on every "
+                 "rank?)",
+                 ac->auth_failed);
+        rc = HOOP_ERR_AUTH;
+    }
+    hoop__tcp_connect_report(tp, rc, -1, msg);
+    return rc;
+}
+
+/* What the next poll watches (accepting_t.pf). */
+static void poll_set(hoop__tp_t *tp, accepting_t *ac)
+{
+    int n = 0;
+    ac->pf[n].fd = tp->listen_fd;
+    ac->pf[n].events = POLLIN;
+    ac->who[n++] = -1;
+    for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
+        if (ac->gate.slot[i].fd < 0) continue;
+        ac->pf[n].fd = ac->gate.slot[i].fd;
+        ac->pf[n].events = ac->gate.slot[i].events;
+        ac->who[n++] = i;
+    }
+    ac->first_peer = n;
+    for (int j = 0; j < tp->p.size; j++) {
+        const sock_t *so = &tp->peers[j].socks[0];
+        if (j == tp->p.rank || so->fd < 0 || so->hup || so->hb_len == HOOP__WIRE_HDR_SIZE) continue;
+        ac->pf[n].fd = so->fd;
+        ac->pf[n].events = POLLIN;
+        ac->who[n++] = j;
+    }
+    ac->n = n;
+}
+
+/* Takes the connections the listener holds into the gate, where they identify themselves. */
+static hoop_result_t accept_new(hoop__tp_t *tp, accepting_t *ac)
+{
+    hoop_result_t rc = HOOP_OK;
+    for (int a = 0; a < 16 && ac->expected > 0; a++) {
+        char from[64];
+        int fd = hoop__sock_accept(tp->listen_fd, from, sizeof(from));
+        if (fd < 0 && errno == ECONNABORTED) continue;
+        if (fd < 0 && HOOP__FD_EXHAUSTED(errno)) {
+            /* The connection stays queued and the listener readable: retrying would spin. */
+            char msg[400], why[256];
+            snprintf(msg, sizeof(msg), "tcp: cannot accept the connections of its peers: %s",
+                     hoop__fd_error(errno, why, sizeof(why)));
+            hoop__tcp_connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
+            rc = HOOP_ERR_SYSTEM;
+        }
+        if (fd < 0) break;
+        int full;
+        hoop__sock_pending_t *pd = hoop__sock_gate_room(&ac->gate, &full);
+        if (full)
+            pending_drop(tp, pd,
+                         "%d connections were identifying themselves at once; this was the oldest",
+                         HOOP__SOCK_PENDING_MAX);
+        const double window_end = hoop__now() + HOOP__SOCK_AUTH_WINDOW;
+        hoop__sock_pending_admit(pd, fd, from,
+                                 window_end < ac->deadline ? window_end : ac->deadline);
+        if (pending_step(tp, pd, ac->addrs, &ac->auth_failed) == 1) ac->expected--;
+    }
+    return rc;
+}
+
+/* One round of the accepting step: drop the connections whose window closed, poll, read the
+ * peers' notices, move the pending connections on, accept new ones. */
+static hoop_result_t accept_round(hoop__tp_t *tp, accepting_t *ac)
+{
+    double now = hoop__now();
+    for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++)
+        if (ac->gate.slot[i].fd >= 0 && now >= ac->gate.slot[i].deadline)
+            pending_drop(tp, &ac->gate.slot[i], "it did not identify itself%s within %g s",
+                         tp->p.cfg->auth.set ? " and authenticate" : "", HOOP__SOCK_AUTH_WINDOW);
+    double wake = hoop__sock_gate_next(&ac->gate, ac->deadline);
+    if (wake > ac->deadline) wake = ac->deadline;
+    if (now >= ac->deadline) return accept_timed_out(tp, ac);
+    poll_set(tp, ac);
+    double left = wake - now;
+    int ms = left > 1.0 ? 1000 : (int)(left * 1000.0) + 1;
+    if (poll(ac->pf, (nfds_t)ac->n, ms) < 0) {
+        if (errno == EINTR) return HOOP_OK;
+        char msg[160];
+        snprintf(msg, sizeof(msg), "waiting for peers to connect: poll: %s", strerror(errno));
+        hoop__tcp_connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
+        return HOOP_ERR_SYSTEM;
+    }
+    for (int i = ac->first_peer; i < ac->n && !tp->failed; i++)
+        if (ac->pf[i].revents != 0) hoop__tcp_idle_read(tp, ac->who[i]);
+    if (tp->failed) return tp->failed;
+    for (int i = 1; i < ac->first_peer && ac->expected > 0; i++) {
+        hoop__sock_pending_t *pd = &ac->gate.slot[ac->who[i]];
+        if (ac->pf[i].revents == 0 || pd->fd != ac->pf[i].fd) continue;
+        if (pending_step(tp, pd, ac->addrs, &ac->auth_failed) == 1) ac->expected--;
+    }
+    if (ac->expected > 0 && (ac->pf[0].revents & POLLIN)) return accept_new(tp, ac);
+    return HOOP_OK;
+}
+
+/* The step of connect that accepts: the expected connections of the higher ranks, each admitted
+ * to the gate, where it must identify itself (and authenticate) within its window. */
+static hoop_result_t accept_higher(hoop__tp_t *tp, const char *const *addrs, double deadline,
+                                   int expected)
+{
+    if (expected == 0) return HOOP_OK;
     const int npf = 1 + HOOP__SOCK_PENDING_MAX + tp->p.size;
-    hoop__sock_gate_t *gate = expected > 0 ? malloc(sizeof(*gate)) : NULL;
-    struct pollfd *pf = expected > 0 ? calloc((size_t)npf, sizeof(*pf)) : NULL;
-    int *who = expected > 0 ? calloc((size_t)npf, sizeof(*who)) : NULL;
-    if (expected > 0 && (gate == NULL || pf == NULL || who == NULL)) {
-        free(gate);
-        free(pf);
-        free(who);
+    accepting_t *ac = calloc(1, sizeof(*ac));
+    if (ac != NULL) {
+        ac->pf = calloc((size_t)npf, sizeof(*ac->pf));
+        ac->who = calloc((size_t)npf, sizeof(*ac->who));
+    }
+    if (ac == NULL || ac->pf == NULL || ac->who == NULL) {
+        if (ac != NULL) {
+            free(ac->pf);
+            free(ac->who);
+        }
+        free(ac);
         hoop__tcp_connect_report(tp, HOOP_ERR_NO_MEMORY, -1, "out of memory accepting peers");
         return hoop__tcp_connect_failed(tp, addrs, HOOP_ERR_NO_MEMORY, NULL);
     }
-    if (gate != NULL) hoop__sock_gate_init(gate);
-    int auth_failed = 0;
+    ac->addrs = addrs;
+    ac->deadline = deadline;
+    ac->expected = expected;
+    hoop__sock_gate_init(&ac->gate);
     hoop_result_t rc = HOOP_OK;
-    while (expected > 0) {
-        double now = hoop__now();
-        for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++)
-            if (gate->slot[i].fd >= 0 && now >= gate->slot[i].deadline)
-                pending_drop(tp, &gate->slot[i], "it did not identify itself%s within %g s",
-                             tp->p.cfg->auth.set ? " and authenticate" : "",
-                             HOOP__SOCK_AUTH_WINDOW);
-        double wake = hoop__sock_gate_next(gate, deadline);
-        if (wake > deadline) wake = deadline;
-        if (now >= deadline) {
-            char msg[400], missing[128] = "";
-            size_t o = 0;
-            int nmissing = 0;
-            for (int j = me + 1; j < tp->p.size && o + 12 < sizeof(missing); j++) {
-                int in = 0;
-                for (int k = 0; k < tp->nsock; k++) in += tp->peers[j].socks[k].fd >= 0;
-                if (addrs[j] != NULL && in < tp->nsock) {
-                    o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "",
-                                          j);
-                    nmissing++;
-                }
-            }
-            rc = HOOP_ERR_TIMEOUT;
-            int n = snprintf(msg, sizeof(msg), "timed out waiting for rank%s %s to connect",
-                             nmissing == 1 ? "" : "(s)", missing);
-            if (auth_failed > 0 && n > 0 && (size_t)n < sizeof(msg)) {
-                /* Connections that named a missing rank but had the wrong key: say that. */
-                snprintf(
-                    msg + n, sizeof(msg) - (size_t)n,
-                    "; %d connection(s) failed authentication (is HOOP_AUTH_KEY the same on every "
-                    "rank?)",
-                    auth_failed);
-                rc = HOOP_ERR_AUTH;
-            }
-            hoop__tcp_connect_report(tp, rc, -1, msg);
-            break;
-        }
-        int n = 0;
-        pf[n].fd = tp->listen_fd;
-        pf[n].events = POLLIN;
-        who[n++] = -1;
-        for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++) {
-            if (gate->slot[i].fd < 0) continue;
-            pf[n].fd = gate->slot[i].fd;
-            pf[n].events = gate->slot[i].events;
-            who[n++] = i;
-        }
-        const int first_peer = n;
-        for (int j = 0; j < tp->p.size; j++) {
-            const sock_t *so = &tp->peers[j].socks[0];
-            if (j == me || so->fd < 0 || so->hup || so->hb_len == HOOP__WIRE_HDR_SIZE) continue;
-            pf[n].fd = so->fd;
-            pf[n].events = POLLIN;
-            who[n++] = j;
-        }
-        double left = wake - now;
-        int ms = left > 1.0 ? 1000 : (int)(left * 1000.0) + 1;
-        if (poll(pf, (nfds_t)n, ms) < 0) {
-            if (errno == EINTR) continue;
-            char msg[160];
-            snprintf(msg, sizeof(msg), "waiting for peers to connect: poll: %s", strerror(errno));
-            hoop__tcp_connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
-            rc = HOOP_ERR_SYSTEM;
-            break;
-        }
-        for (int i = first_peer; i < n && !tp->failed; i++)
-            if (pf[i].revents != 0) hoop__tcp_idle_read(tp, who[i]);
-        if (tp->failed) {
-            rc = tp->failed;
-            break;
-        }
-        for (int i = 1; i < first_peer && expected > 0; i++) {
-            hoop__sock_pending_t *pd = &gate->slot[who[i]];
-            if (pf[i].revents == 0 || pd->fd != pf[i].fd) continue;
-            if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
-        }
-        for (int a = 0; a < 16 && expected > 0 && (pf[0].revents & POLLIN); a++) {
-            char from[64];
-            int fd = hoop__sock_accept(tp->listen_fd, from, sizeof(from));
-            if (fd < 0 && errno == ECONNABORTED) continue;
-            if (fd < 0 && HOOP__FD_EXHAUSTED(errno)) {
-                /* The connection stays queued and the listener readable: retrying would spin. */
-                char msg[400], why[256];
-                snprintf(msg, sizeof(msg), "tcp: cannot accept the connections of its peers: %s",
-                         hoop__fd_error(errno, why, sizeof(why)));
-                hoop__tcp_connect_report(tp, HOOP_ERR_SYSTEM, -1, msg);
-                rc = HOOP_ERR_SYSTEM;
-            }
-            if (fd < 0) break;
-            int full;
-            hoop__sock_pending_t *pd = hoop__sock_gate_room(gate, &full);
-            if (full)
-                pending_drop(
-                    tp, pd,
-                    "%d connections were identifying themselves at once; this was the oldest",
-                    HOOP__SOCK_PENDING_MAX);
-            const double window_end = hoop__now() + HOOP__SOCK_AUTH_WINDOW;
-            hoop__sock_pending_admit(pd, fd, from, window_end < deadline ? window_end : deadline);
-            if (pending_step(tp, pd, addrs, &auth_failed) == 1) expected--;
-        }
-        if (rc != HOOP_OK) break;
-    }
-    if (rc != HOOP_OK) hoop__tcp_connect_failed(tp, addrs, rc, gate);
-    for (int i = 0; gate != NULL && i < HOOP__SOCK_PENDING_MAX; i++)
-        if (gate->slot[i].fd >= 0)
-            pending_drop(tp, &gate->slot[i],
+    while (ac->expected > 0 && rc == HOOP_OK) rc = accept_round(tp, ac);
+    if (rc != HOOP_OK) hoop__tcp_connect_failed(tp, addrs, rc, &ac->gate);
+    for (int i = 0; i < HOOP__SOCK_PENDING_MAX; i++)
+        if (ac->gate.slot[i].fd >= 0)
+            pending_drop(tp, &ac->gate.slot[i],
                          "it had not identified itself when every peer was connected");
-    free(gate);
-    free(pf);
-    free(who);
-    if (rc != HOOP_OK) return rc;
+    free(ac->pf);
+    free(ac->who);
+    free(ac);
+    return rc;
+}
+
+hoop_result_t hoop__tcp_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
+{
+    if (tp->failed) return tp->failed;
+    int expected;
+    hoop_result_t rc = dial_lower(tp, addrs, deadline, &expected);
+    if (rc != HOOP_OK) return hoop__tcp_connect_failed(tp, addrs, rc, NULL);
+    if ((rc = accept_higher(tp, addrs, deadline, expected)) != HOOP_OK) return rc;
     /* Nobody else is expected: stop listening, so that nothing more can knock. */
     if (tp->listen_fd >= 0) close(tp->listen_fd);
     tp->listen_fd = -1;
     int npeers = 0;
-    for (int j = 0; j < tp->p.size; j++) npeers += j != me && addrs[j] != NULL;
+    for (int j = 0; j < tp->p.size; j++) npeers += j != tp->p.rank && addrs[j] != NULL;
     HOOP__INFO(tp->p.log, "tcp: connected to %d peer(s)", npeers);
     return HOOP_OK;
 }
