@@ -338,133 +338,174 @@ static int fail_if_aborted(hoop__tp_t *tp, int j)
     return 1;
 }
 
+/* The first step of reading a frame: how many bytes of peer's ring this rank may read now
+ * (*avail), and whether the frame at the tail was written whole (*whole: its stamp shows). 0
+ * where a new frame's stamp and header are not there yet. */
+static int frame_visible(const hoop__tp_t *tp, peer_t *pe, const op_t *o, size_t *avail, int *whole)
+{
+    *avail = (int64_t)(pe->in_head_seen - pe->in_tail) > 0
+                 ? (size_t)(pe->in_head_seen - pe->in_tail)
+                 : 0;
+    *whole = 0;
+    if (o->pos == 0 && *avail < STAMP + SHDR_SIZE) {
+        /* A frame written whole shows by its stamp, in the line the reader is about to read
+         * anyway: look there before head's line. */
+        if (atomic_load_explicit(stamp_at(pe->in_data, tp->ring_bytes, pe->in_tail),
+                                 memory_order_acquire) == stamp_of(pe->in_tail, tp->nonce))
+            *whole = 1;
+        else if ((*avail = in_avail(pe)) < STAMP + SHDR_SIZE)
+            return 0;
+    } else if (*avail == 0 || (o->pos < STAMP + o->hlen && *avail < STAMP + o->hlen - o->pos)) {
+        *avail = in_avail(pe);
+    }
+    return 1;
+}
+
+/* A frame's stamp and header, checked against the receive posted before a byte of payload goes
+ * anywhere. -1 where they do not match (peer j failed). */
+static int frame_header(hoop__tp_t *tp, int j, op_t *o, int whole, size_t *avail)
+{
+    peer_t *pe = &tp->peers[j];
+    hoop__xfer_t *x = o->x;
+    ring_read(pe->in_data, tp->ring_bytes, pe->in_tail + STAMP, o->hdr, SHDR_SIZE);
+    shdr_decode(o->hdr, &x->got);
+    x->got.src = (uint32_t)j;
+    x->got.comm_id = tp->p.comm_id;
+    char msg[400];
+    if (hoop__wire_check_recv(&x->hdr, x->len, &x->got, (x->got.flags & ~F_CMA) == 0, j, tp->p.rank,
+                              msg, sizeof(msg)) != HOOP_OK) {
+        peer_fail(tp, j, HOOP_ERR_MISMATCH, msg);
+        return -1;
+    }
+    if (x->got.flags & F_CMA) {
+        o->cma = 1;
+        o->hlen += DESC_SIZE;
+    }
+    if (whole) {
+        uint64_t end = pe->in_tail + round_up(STAMP + o->hlen + (o->cma ? 0 : x->len), LINE);
+        if ((int64_t)(end - pe->in_head_seen) > 0) pe->in_head_seen = end;
+        *avail = (size_t)(pe->in_head_seen - pe->in_tail);
+    }
+    consumed(pe, STAMP + SHDR_SIZE);
+    *avail -= STAMP + SHDR_SIZE;
+    o->pos = STAMP + SHDR_SIZE;
+    return 0;
+}
+
+/* A single-copy frame's payload: its descriptor from the ring, then the bytes read straight out
+ * of the sender's buffer. 1 when it is all here, 0 to wait for the descriptor, -1 where peer j
+ * failed. */
+static int frame_single_copy(hoop__tp_t *tp, int j, op_t *o, size_t *avail, int *moved)
+{
+    peer_t *pe = &tp->peers[j];
+    hoop__xfer_t *x = o->x;
+    if (o->pos < STAMP + o->hlen) {
+        if (*avail < DESC_SIZE && (*avail = in_avail(pe)) < DESC_SIZE) return 0;
+        ring_read(pe->in_data, tp->ring_bytes, pe->in_tail, o->hdr + SHDR_SIZE, DESC_SIZE);
+        consumed(pe, DESC_SIZE);
+        *avail -= DESC_SIZE;
+        o->pos = STAMP + o->hlen;
+        uint64_t l;
+        memcpy(&l, o->hdr + SHDR_SIZE + 8, 8);
+        if (l != x->len) {
+            peer_fail(tp, j, HOOP_ERR_MISMATCH,
+                      "shm: a single-copy descriptor does not "
+                      "match its header");
+            return -1;
+        }
+    }
+    uint64_t a;
+    memcpy(&a, o->hdr + SHDR_SIZE, 8);
+    /* A closed sender dropped this send and may have freed its buffer. */
+    if (atomic_load(&pe->sh->closed)) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "lost rank %d (it closed its connections)", j);
+        peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
+        return -1;
+    }
+    while (o->cma_pos < x->len) {
+        size_t n = x->len - o->cma_pos < CMA_PIECE ? x->len - o->cma_pos : CMA_PIECE;
+        struct iovec l = {.iov_base = (uint8_t *)x->buf + o->cma_pos, .iov_len = n};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(a + o->cma_pos), .iov_len = n};
+        ssize_t got = process_vm_readv(pe->pid, &l, 1, &r, 1, 0);
+        /* A writer that aborted may have returned and let go of the buffer. */
+        if (got <= 0 && fail_if_aborted(tp, j)) return -1;
+        if (got <= 0) {
+            int e = got < 0 ? errno : EIO;
+            char msg[200];
+            snprintf(msg, sizeof(msg), "shm: single-copy read from rank %d failed: %s", j,
+                     strerror(e));
+            peer_fail(tp, j, e == ESRCH ? HOOP_ERR_PEER_LOST : HOOP_ERR_SYSTEM, msg);
+            return -1;
+        }
+        o->cma_pos += (size_t)got;
+        pe->moved += (uint64_t)got;
+        *moved = 1;
+    }
+    /* An aborting writer raises its flag before its call returns and the buffer is the
+     * caller's again: a copy that may have raced with that is not to be trusted. */
+    if (fail_if_aborted(tp, j)) return -1;
+    if (o->cma_pos == x->len) {
+        o->cma_pos = x->len + 1; /* counted once, even if the padding waits */
+        atomic_fetch_add(&pe->in->cma_done, 1);
+        notify(pe);
+    }
+    return 1;
+}
+
+/* A frame's payload through the ring, as much as has come. 1 when it is all here. */
+static int frame_payload(hoop__tp_t *tp, peer_t *pe, op_t *o, size_t *avail, int *moved)
+{
+    hoop__xfer_t *x = o->x;
+    size_t total = STAMP + o->hlen + x->len;
+    while (o->pos < total) {
+        if (*avail == 0 && (*avail = in_avail(pe)) == 0) break;
+        size_t done = o->pos - STAMP - o->hlen, n = x->len - done;
+        if (n > *avail) n = *avail;
+        if (n > PIECE) n = PIECE;
+        ring_read(pe->in_data, tp->ring_bytes, pe->in_tail, (uint8_t *)x->buf + done, n);
+        consumed(pe, n);
+        *avail -= n;
+        o->pos += n;
+        *moved = 1;
+    }
+    return o->pos == total;
+}
+
+/* The padding that ends a frame at a line: 1 once it is passed. */
+static int frame_padding(peer_t *pe, op_t *o, size_t *avail)
+{
+    size_t framed = round_up(STAMP + o->hlen + (o->cma ? 0 : o->x->len), LINE);
+    if (o->pos < framed) {
+        size_t pad = framed - o->pos;
+        if (*avail < pad && (*avail = in_avail(pe)) < pad) return 0;
+        consumed(pe, pad);
+        o->pos = framed;
+    }
+    return 1;
+}
+
 /* recv_some() without publishing the tail. Frames: an 8-byte stamp, the header (and a single copy's
  * descriptor), the payload, padding to 8 bytes. */
 static int recv_frames(hoop__tp_t *tp, int j)
 {
     peer_t *pe = &tp->peers[j];
-    size_t rb = tp->ring_bytes;
     int moved = 0;
     while (pe->rq.head != NULL) {
         op_t *o = pe->rq.head;
-        hoop__xfer_t *x = o->x;
-        size_t avail = (int64_t)(pe->in_head_seen - pe->in_tail) > 0
-                           ? (size_t)(pe->in_head_seen - pe->in_tail)
-                           : 0;
-        int whole = 0;
-        if (o->pos == 0 && avail < STAMP + SHDR_SIZE) {
-            /* A frame written whole shows by its stamp, in the line the reader is about to read
-             * anyway: look there before head's line. */
-            if (atomic_load_explicit(stamp_at(pe->in_data, rb, pe->in_tail),
-                                     memory_order_acquire) == stamp_of(pe->in_tail, tp->nonce))
-                whole = 1;
-            else if ((avail = in_avail(pe)) < STAMP + SHDR_SIZE)
-                break;
-        } else if (avail == 0 || (o->pos < STAMP + o->hlen && avail < STAMP + o->hlen - o->pos)) {
-            avail = in_avail(pe);
-        }
+        size_t avail;
+        int whole;
+        if (!frame_visible(tp, pe, o, &avail, &whole)) break;
         if (o->pos == 0) {
-            ring_read(pe->in_data, rb, pe->in_tail + STAMP, o->hdr, SHDR_SIZE);
-            shdr_decode(o->hdr, &x->got);
-            x->got.src = (uint32_t)j;
-            x->got.comm_id = tp->p.comm_id;
-            char msg[400];
-            if (hoop__wire_check_recv(&x->hdr, x->len, &x->got, (x->got.flags & ~F_CMA) == 0, j,
-                                      tp->p.rank, msg, sizeof(msg)) != HOOP_OK) {
-                peer_fail(tp, j, HOOP_ERR_MISMATCH, msg);
-                return 1;
-            }
-            if (x->got.flags & F_CMA) {
-                o->cma = 1;
-                o->hlen += DESC_SIZE;
-            }
-            if (whole) {
-                uint64_t end = pe->in_tail +
-                               round_up(STAMP + o->hlen + (o->cma ? 0 : x->len), LINE);
-                if ((int64_t)(end - pe->in_head_seen) > 0) pe->in_head_seen = end;
-                avail = (size_t)(pe->in_head_seen - pe->in_tail);
-            }
-            consumed(pe, STAMP + SHDR_SIZE);
-            avail -= STAMP + SHDR_SIZE;
-            o->pos = STAMP + SHDR_SIZE;
+            if (frame_header(tp, j, o, whole, &avail) != 0) return 1;
             moved = 1;
         }
-        if (o->cma) {
-            if (o->pos < STAMP + o->hlen) {
-                if (avail < DESC_SIZE && (avail = in_avail(pe)) < DESC_SIZE) break;
-                ring_read(pe->in_data, rb, pe->in_tail, o->hdr + SHDR_SIZE, DESC_SIZE);
-                consumed(pe, DESC_SIZE);
-                avail -= DESC_SIZE;
-                o->pos = STAMP + o->hlen;
-                uint64_t l;
-                memcpy(&l, o->hdr + SHDR_SIZE + 8, 8);
-                if (l != x->len) {
-                    peer_fail(tp, j, HOOP_ERR_MISMATCH,
-                              "shm: a single-copy descriptor does not "
-                              "match its header");
-                    return 1;
-                }
-            }
-            uint64_t a;
-            memcpy(&a, o->hdr + SHDR_SIZE, 8);
-            /* A closed sender dropped this send and may have freed its buffer. */
-            if (atomic_load(&pe->sh->closed)) {
-                char msg[96];
-                snprintf(msg, sizeof(msg), "lost rank %d (it closed its connections)", j);
-                peer_fail(tp, j, HOOP_ERR_PEER_LOST, msg);
-                return 1;
-            }
-            while (o->cma_pos < x->len) {
-                size_t n = x->len - o->cma_pos < CMA_PIECE ? x->len - o->cma_pos : CMA_PIECE;
-                struct iovec l = {.iov_base = (uint8_t *)x->buf + o->cma_pos, .iov_len = n};
-                struct iovec r = {.iov_base = (void *)(uintptr_t)(a + o->cma_pos), .iov_len = n};
-                ssize_t got = process_vm_readv(pe->pid, &l, 1, &r, 1, 0);
-                /* A writer that aborted may have returned and let go of the buffer. */
-                if (got <= 0 && fail_if_aborted(tp, j)) return 1;
-                if (got <= 0) {
-                    int e = got < 0 ? errno : EIO;
-                    char msg[200];
-                    snprintf(msg, sizeof(msg), "shm: single-copy read from rank %d failed: %s", j,
-                             strerror(e));
-                    peer_fail(tp, j, e == ESRCH ? HOOP_ERR_PEER_LOST : HOOP_ERR_SYSTEM, msg);
-                    return 1;
-                }
-                o->cma_pos += (size_t)got;
-                pe->moved += (uint64_t)got;
-                moved = 1;
-            }
-            /* An aborting writer raises its flag before its call returns and the buffer is the
-             * caller's again: a copy that may have raced with that is not to be trusted. */
-            if (fail_if_aborted(tp, j)) return 1;
-            if (o->cma_pos == x->len) {
-                o->cma_pos = x->len + 1; /* counted once, even if the padding waits */
-                atomic_fetch_add(&pe->in->cma_done, 1);
-                notify(pe);
-            }
-        } else {
-            size_t total = STAMP + o->hlen + x->len;
-            while (o->pos < total) {
-                if (avail == 0 && (avail = in_avail(pe)) == 0) break;
-                size_t done = o->pos - STAMP - o->hlen, n = x->len - done;
-                if (n > avail) n = avail;
-                if (n > PIECE) n = PIECE;
-                ring_read(pe->in_data, rb, pe->in_tail, (uint8_t *)x->buf + done, n);
-                consumed(pe, n);
-                avail -= n;
-                o->pos += n;
-                moved = 1;
-            }
-            if (o->pos < total) break;
-        }
-        size_t framed = round_up(STAMP + o->hlen + (o->cma ? 0 : x->len), LINE);
-        if (o->pos < framed) {
-            size_t pad = framed - o->pos;
-            if (avail < pad && (avail = in_avail(pe)) < pad) break;
-            consumed(pe, pad);
-            o->pos = framed;
-        }
+        int in = o->cma ? frame_single_copy(tp, j, o, &avail, &moved)
+                        : frame_payload(tp, pe, o, &avail, &moved);
+        if (in < 0) return 1;
+        if (in == 0 || !frame_padding(pe, o, &avail)) break;
         q_pop(&pe->rq);
-        finish(x, HOOP_OK);
+        finish(o->x, HOOP_OK);
         op_free(tp, o);
     }
     return moved;
