@@ -811,139 +811,179 @@ static void to_parent_ranks(const char *msg, const int *parent_of, int n, char *
     out[o] = '\0';
 }
 
-/*
- * Two exchanges over the parent: (color, key) to learn the new numbering, then the addresses of the
- * new communicators' listeners. Every rank of the parent takes part, members or not. Errors name
- * ranks in the parent's numbering.
- */
-hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **newcomm)
-{
-    hoop_result_t rc;
-    size_t p = (size_t)c->size;
-    split_entry_t *all = calloc(p, sizeof(*all));
-    split_entry_t *members = calloc(p, sizeof(*members));
-    char(*addrs)[ADDR_LEN] = calloc(p, ADDR_LEN);
-    const char **ptrs = calloc(p, sizeof(char *));
-    int *parent_of = calloc(p, sizeof(int));
-    hoop_comm_t *nc = NULL;
-    char addr[ADDR_LEN] = "", why[sizeof(c->last_error[0])];
-    split_oob_t oob_ctx = {.parent = c};
+/* What a split carries from one step to the next (hoop__comm_split). */
+typedef struct split {
+    hoop_comm_t *c; /* the parent */
+    int color;
+    size_t p;                /* the parent's size */
+    split_entry_t *all;      /* every rank's (color, key, rank) */
+    split_entry_t *members;  /* those of this rank's color, in the new order */
+    char (*addrs)[ADDR_LEN]; /* every rank's new listener, as the parent numbers them */
+    const char **ptrs;       /* the members' addresses for connect, NULL for this rank */
+    int *parent_of;          /* new rank -> parent rank */
+    int n, newrank;          /* the new communicator's size, this rank's place in it */
+    hoop_comm_t *nc;         /* the new communicator while it is being made */
+    char addr[ADDR_LEN];     /* this rank's new listener ("" where it has none) */
+    split_oob_t oob_ctx;     /* the new transport's out-of-band exchange, over the parent */
     hoop__tp_oob_t oob;
-    if (all == NULL || members == NULL || addrs == NULL || ptrs == NULL || parent_of == NULL) {
-        /* Before the first exchange: the call is refused, as one with bad arguments is. */
-        rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
-                              "hoop_comm_split: out of memory: cannot allocate %zu bytes for the "
-                              "exchange among %zu ranks",
-                              p * (2 * sizeof(*all) + ADDR_LEN + sizeof(char *) + sizeof(int)), p);
-        goto out;
-    }
-    split_entry_t me = {.color = color, .key = key, .rank = c->rank};
-    uint32_t nth = c->splits++;
-    rc = split_exchange(c, &me, all, sizeof(me));
-    if (rc != HOOP_OK) goto out;
+} split_t;
 
-    int n = 0;
-    for (size_t i = 0; i < p; i++)
-        if (color != HOOP_SPLIT_NONE && all[i].color == color) members[n++] = all[i];
-    qsort(members, (size_t)n, sizeof(*members), cmp_entry);
-    int newrank = -1;
-    for (int i = 0; i < n; i++) {
-        parent_of[i] = members[i].rank;
-        if (members[i].rank == c->rank) newrank = i;
+/* Step 1: what the exchanges need, refused at once (as bad arguments are) without memory. */
+static hoop_result_t split_alloc(split_t *sp)
+{
+    size_t p = sp->p;
+    sp->all = calloc(p, sizeof(*sp->all));
+    sp->members = calloc(p, sizeof(*sp->members));
+    sp->addrs = calloc(p, ADDR_LEN);
+    sp->ptrs = calloc(p, sizeof(char *));
+    sp->parent_of = calloc(p, sizeof(int));
+    if (sp->all != NULL && sp->members != NULL && sp->addrs != NULL && sp->ptrs != NULL &&
+        sp->parent_of != NULL)
+        return HOOP_OK;
+    return hoop__comm_error(sp->c, HOOP_ERR_NO_MEMORY,
+                            "hoop_comm_split: out of memory: cannot allocate %zu bytes for the "
+                            "exchange among %zu ranks",
+                            p * (2 * sizeof(*sp->all) + ADDR_LEN + sizeof(char *) + sizeof(int)),
+                            p);
+}
+
+/* Step 2, after the first exchange: the members of this rank's color, ordered by key then
+ * parent rank, and this rank's place among them. */
+static void split_members(split_t *sp)
+{
+    sp->n = 0;
+    for (size_t i = 0; i < sp->p; i++)
+        if (sp->color != HOOP_SPLIT_NONE && sp->all[i].color == sp->color)
+            sp->members[sp->n++] = sp->all[i];
+    qsort(sp->members, (size_t)sp->n, sizeof(*sp->members), cmp_entry);
+    sp->newrank = -1;
+    for (int i = 0; i < sp->n; i++) {
+        sp->parent_of[i] = sp->members[i].rank;
+        if (sp->members[i].rank == sp->c->rank) sp->newrank = i;
     }
-    if (color != HOOP_SPLIT_NONE) {
-        hoop__config_t cfg = c->cfg;
-        /* A debug file the parent could not open was reported then; its children stay quiet. */
-        if (!c->log.own_out) cfg.log_file[0] = '\0';
-        nc = comm_alloc(&cfg, newrank, n);
-        hoop__config_wipe(&cfg);
-        if (nc == NULL) {
-            rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
-                                  "hoop_comm_split: out of memory: cannot create the new "
-                                  "communicator of %d ranks (color %d)",
-                                  n, color);
-            /* Still take part in the second exchange so the others do not hang. */
-        } else {
-            /* Same id on every member, distinct per split and color. */
-            nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) +
-                     ((uint64_t)(uint32_t)color << 32);
-            nc->timeout_s = c->timeout_s;
-            nc->sched = c->sched;
-            nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
-            nc->algo = c->algo;
-            nc->spin_s = c->spin_s;
-            nc->yield_s = c->yield_s;
-            memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
-            oob_ctx = (split_oob_t){
-                .parent = c, .parent_of = parent_of, .rank = newrank, .size = n};
-            oob = (hoop__tp_oob_t){.allgather = split_oob_allgather,
-                                   .put = split_oob_put,
-                                   .get = split_oob_get,
-                                   .error = split_oob_error,
-                                   .ctx = &oob_ctx};
-            hoop_result_t orc = open_transport(nc, addr, &oob);
-            if (orc != HOOP_OK) {
-                to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc)
-                                                       : hoop__error_string(orc),
-                                parent_of, n, why, sizeof(why));
-                rc = hoop__comm_error(c, orc == HOOP_ERR_NO_MEMORY ? orc : HOOP_ERR_SYSTEM,
-                                      "hoop_comm_split: rank %d of the parent communicator cannot "
-                                      "open the new communicator (color %d): %s",
-                                      c->rank, color, why);
-                addr[0] = '\0';
-            }
-        }
-    }
-    hoop_result_t rc2 = split_exchange(c, addr, addrs, ADDR_LEN);
-    if (rc2 != HOOP_OK) rc = rc2;
-    if (rc != HOOP_OK || nc == NULL) goto out;
-    for (int i = 0; i < n; i++) {
-        addrs[parent_of[i]][ADDR_LEN - 1] = '\0';
-        ptrs[i] = i == newrank ? NULL : addrs[parent_of[i]];
-        if (ptrs[i] != NULL && ptrs[i][0] == '\0') {
-            rc = hoop__comm_error(c, HOOP_ERR_SYSTEM,
-                                  "hoop_comm_split: rank %d of the parent communicator could not "
-                                  "open its part of the new communicator (color %d)",
-                                  parent_of[i], color);
-            goto out;
-        }
+}
+
+/* Step 3, for a member: the new communicator, with the parent's agreed settings, and its
+ * transport listening (its address in sp->addr, "" where it could not open). nth: the parent's
+ * split count, which with the color makes the new id. */
+static hoop_result_t split_open(split_t *sp, uint32_t nth)
+{
+    hoop_comm_t *c = sp->c;
+    hoop__config_t cfg = c->cfg;
+    /* A debug file the parent could not open was reported then; its children stay quiet. */
+    if (!c->log.own_out) cfg.log_file[0] = '\0';
+    hoop_comm_t *nc = sp->nc = comm_alloc(&cfg, sp->newrank, sp->n);
+    hoop__config_wipe(&cfg);
+    if (nc == NULL)
+        return hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
+                                "hoop_comm_split: out of memory: cannot create the new "
+                                "communicator of %d ranks (color %d)",
+                                sp->n, sp->color);
+    /* Same id on every member, distinct per split and color. */
+    nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) + ((uint64_t)(uint32_t)sp->color << 32);
+    nc->timeout_s = c->timeout_s;
+    nc->sched = c->sched;
+    nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
+    nc->algo = c->algo;
+    nc->spin_s = c->spin_s;
+    nc->yield_s = c->yield_s;
+    memcpy(nc->route_hint, c->route_hint, sizeof(nc->route_hint));
+    sp->oob_ctx = (split_oob_t){
+        .parent = c, .parent_of = sp->parent_of, .rank = sp->newrank, .size = sp->n};
+    sp->oob = (hoop__tp_oob_t){.allgather = split_oob_allgather,
+                               .put = split_oob_put,
+                               .get = split_oob_get,
+                               .error = split_oob_error,
+                               .ctx = &sp->oob_ctx};
+    hoop_result_t orc = open_transport(nc, sp->addr, &sp->oob);
+    if (orc == HOOP_OK) return HOOP_OK;
+    char why[sizeof(c->last_error[0])];
+    to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop__error_string(orc),
+                    sp->parent_of, sp->n, why, sizeof(why));
+    sp->addr[0] = '\0';
+    return hoop__comm_error(c, orc == HOOP_ERR_NO_MEMORY ? orc : HOOP_ERR_SYSTEM,
+                            "hoop_comm_split: rank %d of the parent communicator cannot open the "
+                            "new communicator (color %d): %s",
+                            c->rank, sp->color, why);
+}
+
+/* Step 4, after the second exchange: connect the members, in the parent's numbering where it
+ * fails, and order the new ring. */
+static hoop_result_t split_connect(split_t *sp)
+{
+    hoop_comm_t *c = sp->c, *nc = sp->nc;
+    for (int i = 0; i < sp->n; i++) {
+        sp->addrs[sp->parent_of[i]][ADDR_LEN - 1] = '\0';
+        sp->ptrs[i] = i == sp->newrank ? NULL : sp->addrs[sp->parent_of[i]];
+        if (sp->ptrs[i] != NULL && sp->ptrs[i][0] == '\0')
+            return hoop__comm_error(c, HOOP_ERR_SYSTEM,
+                                    "hoop_comm_split: rank %d of the parent communicator could "
+                                    "not open its part of the new communicator (color %d)",
+                                    sp->parent_of[i], sp->color);
     }
     /* The new communicator's own warnings number ranks its way: at the default level, a failure
      * is said once, below, in the parent's numbering (INFO and TRACE keep everything). */
     int level = nc->log.level;
     if (level == HOOP__LOG_WARN) nc->log.level = HOOP__LOG_NONE;
-    rc = nc->tp_ops->connect(nc->tp, ptrs, hoop__now() + c->timeout_s);
+    hoop_result_t rc = nc->tp_ops->connect(nc->tp, sp->ptrs, hoop__now() + c->timeout_s);
     nc->log.level = level;
-    hoop_result_t orc = split_oob_end(&oob_ctx);
+    hoop_result_t orc = split_oob_end(&sp->oob_ctx);
     if (rc == HOOP_OK) rc = orc;
     if (rc != HOOP_OK) {
+        char why[sizeof(c->last_error[0])];
         to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop__error_string(rc),
-                        parent_of, n, why, sizeof(why));
-        rc = hoop__comm_error(
-            c, rc,
-            "hoop_comm_split: connecting the new communicator (color %d, %d ranks) "
-            "failed; ranks as numbered in the parent communicator: %s",
-            color, n, why);
+                        sp->parent_of, sp->n, why, sizeof(why));
+        rc = hoop__comm_error(c, rc,
+                              "hoop_comm_split: connecting the new communicator (color %d, %d "
+                              "ranks) failed; ranks as numbered in the parent communicator: %s",
+                              sp->color, sp->n, why);
         HOOP__WARN(&c->log, "%s", hoop__comm_last(c));
-        goto out;
+        return rc;
     }
-    if (set_ring(nc, ptrs, addr) != HOOP_OK) {
-        rc = hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
-                              "hoop_comm_split: out of memory: cannot allocate the ring order of "
-                              "%d ranks",
-                              n);
-        goto out;
+    if (set_ring(nc, sp->ptrs, sp->addr) != HOOP_OK)
+        return hoop__comm_error(c, HOOP_ERR_NO_MEMORY,
+                                "hoop_comm_split: out of memory: cannot allocate the ring order "
+                                "of %d ranks",
+                                sp->n);
+    return HOOP_OK;
+}
+
+/*
+ * Two exchanges over the parent: (color, key) to learn the new numbering, then the addresses of the
+ * new communicators' listeners. Every rank of the parent takes part, members or not, in both,
+ * whatever failed on it before the second. Errors name ranks in the parent's numbering.
+ */
+hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **newcomm)
+{
+    split_t sp = {.c = c, .color = color, .p = (size_t)c->size};
+    sp.oob_ctx = (split_oob_t){.parent = c};
+    hoop_result_t rc = split_alloc(&sp);
+    if (rc == HOOP_OK) {
+        split_entry_t me = {.color = color, .key = key, .rank = c->rank};
+        uint32_t nth = c->splits++;
+        rc = split_exchange(c, &me, sp.all, sizeof(me));
+        if (rc == HOOP_OK) {
+            split_members(&sp);
+            /* A member that fails to open still takes part in the second exchange, with no
+             * address, so that the others do not hang. */
+            if (color != HOOP_SPLIT_NONE) rc = split_open(&sp, nth);
+            hoop_result_t rc2 = split_exchange(c, sp.addr, sp.addrs, ADDR_LEN);
+            if (rc2 != HOOP_OK) rc = rc2;
+        }
     }
-    HOOP__INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, newrank, n);
-    *newcomm = nc;
-    nc = NULL;
-out:
-    (void)split_oob_end(&oob_ctx);
-    if (nc != NULL) comm_free(nc);
-    free(all);
-    free(members);
-    free(addrs);
-    free(ptrs);
-    free(parent_of);
+    if (rc == HOOP_OK && sp.nc != NULL) rc = split_connect(&sp);
+    if (rc == HOOP_OK && sp.nc != NULL) {
+        HOOP__INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, sp.newrank,
+                   sp.n);
+        *newcomm = sp.nc;
+        sp.nc = NULL;
+    }
+    (void)split_oob_end(&sp.oob_ctx);
+    if (sp.nc != NULL) comm_free(sp.nc);
+    free(sp.all);
+    free(sp.members);
+    free(sp.addrs);
+    free(sp.ptrs);
+    free(sp.parent_of);
     return rc;
 }
