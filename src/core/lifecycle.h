@@ -1,4 +1,5 @@
-/* The communicator's life (lifecycle.c), for the entry points: they have checked the arguments. */
+/* The communicator's life (lifecycle.c; split.c), for the entry points: they have checked the
+ * arguments. */
 #ifndef HOOP_LIFECYCLE_H
 #define HOOP_LIFECYCLE_H
 
@@ -11,6 +12,18 @@ hoop_result_t hoop__comm_init(hoop_comm_t **out, const char *method, int rank, i
 hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **newcomm);
 void hoop__comm_abort(hoop_comm_t *c);
 void hoop__comm_destroy(hoop_comm_t *c);
+
+/* What init and split share (lifecycle.c). */
+#define HOOP__ADDR_LEN 320 /* a transport's published address, NUL included */
+/* A communicator of size ranks with the settings cfg (copied), before its transport; NULL (the
+ * reason logged) without memory or for a size out of range. */
+hoop_comm_t *hoop__comm_alloc(const hoop__config_t *cfg, int rank, int size);
+void hoop__comm_free(hoop_comm_t *c);
+/* Opens c's transport, listening; its address into addr (HOOP__ADDR_LEN). oob: the out-of-band
+ * exchange for the transport, or NULL where there is none. */
+hoop_result_t hoop__comm_listen(hoop_comm_t *c, char *addr, const hoop__tp_oob_t *oob);
+/* Orders the ring host by host from the addresses every rank published (ptrs[rank] NULL: own). */
+hoop_result_t hoop__comm_set_ring(hoop_comm_t *c, const char *const *ptrs, const char *own);
 
 /* The out-of-band exchange init offers the transports (hoop__tp_oob_t in transport.h), over the
  * open store st, for rank of size; *ctx holds its state and must outlive every use of *oob.
