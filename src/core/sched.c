@@ -9,12 +9,12 @@
  *
  * A small nonblocking collective is left to a waiter for DEFER_S to 2 DEFER_S: a thread that waits
  * for it soon (post then wait, the common pattern) runs it itself, with no wake-up of the progress
- * thread and no switch between threads on a core they share, which cost a small call three
- * quarters of its time. So that such a post need not wake the thread either, the thread, while
+ * thread and no switch between threads on a core they share, which were most of a small call's
+ * cost (docs/performance.md). So that such a post need not wake the thread either, the thread, while
  * calls come, sleeps no longer than DEFER_S at a time; it takes a deferred call once it has found
  * it at the head of the queue for DEFER_S with no waiter running a call meanwhile (a waiter going
  * through many calls, one hoop_wait after another, keeps them). The thread keeps the time; posting
- * and waiting only count, as a clock read costs a small call a tenth of its time.
+ * and waiting only count, as reading the clock is a measurable part of a small call.
  *
  * Locks: `mu` guards the queue and completion flags; `exec` is held by whoever drives the transport.
  * Nobody takes exec while holding mu. A thread takes the engine (busy, then exec) with
@@ -568,7 +568,8 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         /* No call has ever been queued (the first one starts the progress thread): no request,
          * no waiter and no queue exist, and only this thread, the one posting, could make
          * them. The engine is then exec alone; mu and the busy flag, which serve the threads
-         * that share a queue, cost a small call a quarter of its time (three lock pairs). */
+         * that share a queue, are three lock pairs a small call need not pay (docs/
+         * performance.md, "A small call's own costs"). */
         hoop__call_t local = *call;
         local.comm = c;
         local.seq = c->seq++;

@@ -14,8 +14,9 @@
  * line it is about to read sees a small payload in the same cache-line transfer. A payload of up
  * to 248 bytes continues in the lines after it, each with its own step number written after its
  * bytes: the reader polls those lines with the first, so all their transfers overlap (one more
- * line fetched after the first had said it was there cost 0.12 us, a third of an 8-byte
- * all-reduce). Larger payloads follow the lines, 64-byte aligned. A rank can be at
+ * line fetched only after the first had said it was there was a large part of a small
+ * all-reduce: docs/performance.md, "Small payloads in lines"). Larger payloads follow the lines,
+ * 64-byte aligned. A rank can be at
  * most one step ahead of the slowest (it waits for everyone at every step), so buffer s % 2 is
  * not written again before every reader of step s has published step s + 1, i.e. finished with
  * it: two buffers are enough for any schedule that reads step s's data before its next step.

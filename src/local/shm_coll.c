@@ -38,8 +38,8 @@
 /* Copies into the caller's output: with streaming stores when the output is at least
  * HOOP_SHM_STREAM_BYTES (it will not stay in the caches, and they spare reading every line of
  * it before writing it), and out of place only: in place, the lines written were just read as
- * input and are in the cache already, where plain stores are faster (measured: streaming them
- * took 0.55-0.8x the time's inverse, docs/performance.md). */
+ * input and are in the cache already, where plain stores measured faster (docs/performance.md,
+ * "Large messages: the own block in place, and streaming stores"). */
 static int streams(const hoop__call_t *c, size_t out_bytes)
 {
     size_t t = c->comm->cfg.shm_stream_bytes;

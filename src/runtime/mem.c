@@ -67,7 +67,7 @@ void *hoop__scratch(const hoop__call_t *call, size_t bytes)
     int same = call->mem == c->scratch_mem;
     if (same && bytes <= c->scratch_len) return c->scratch;
     /* Nothing in it outlives a call, so no copy; doubling keeps regrowth (and the page faults
-     * of fresh memory, 20 us apiece on some VMs) to a few times in a job. */
+     * of fresh memory, slow on VMs) to a few times in a job. */
     const hoop__mem_ops_t *mo = hoop__mem_ops(call->mem);
     size_t want = same && c->scratch_len > 0 ? c->scratch_len : 4096;
     while (want < bytes && want <= SIZE_MAX / 2) want *= 2;

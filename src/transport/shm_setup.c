@@ -207,14 +207,14 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     pe->out_data = pe->map + tp->data_off + (size_t)tp->p.rank * tp->ring_bytes;
     pe->in = &tp->ctl[j];
     pe->in_data = tp->seg + tp->data_off + (size_t)j * tp->ring_bytes;
-    /* Fault the two rings of this pair in now: a page fault costs tens of microseconds on a VM,
-     * and a ring touched lazily makes a collective's first megabytes through it several times
-     * slower. Both processes populate their own page tables; older kernels just skip it. */
+    /* Fault the two rings of this pair in now: a page fault is slow on a VM, and a ring touched
+     * lazily makes a collective's first megabytes through it slower. Both processes populate
+     * their own page tables; older kernels just skip it. */
     (void)madvise(pe->out_data, tp->ring_bytes, MADV_POPULATE_WRITE);
     (void)madvise(pe->in_data, tp->ring_bytes, MADV_POPULATE_WRITE);
     /* And into the cache: the kernel zeroed those pages behind the cache, so every message of a
-     * ring's first lap would otherwise wait for memory (8-byte all-reduce: 0.8-1.0 us in the
-     * first lap, 0.4-0.6 after). Each rank warms the rings it reads; nobody writes them yet. */
+     * ring's first lap would otherwise wait for memory (docs/performance.md, "What changed the
+     * figures"). Each rank warms the rings it reads; nobody writes them yet. */
     memset(pe->in_data, 0, tp->ring_bytes);
     pe->pid = pid;
     pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
