@@ -1,5 +1,6 @@
 /*
- * hoop: collective communication over TCP and shared memory.
+ * hoop: collective communication between processes, over shared memory, TCP and RDMA verbs, on
+ * host memory and CUDA device buffers.
  *
  * One communicator joins `size` processes ("ranks"). Every call returns a hoop_result_t (HOOP_OK = 0);
  * hoop_comm_last_error() gives the detail of the last failure on a communicator (peer, call, errno).

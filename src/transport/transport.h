@@ -1,7 +1,10 @@
 /*
  * The transport interface. A transport moves messages (a wire header followed by a payload) between
- * the ranks of one communicator. Collectives never see a transport's own file: they post transfers
- * through the engine, which hands them to the transport chosen for each peer.
+ * the ranks of one communicator. The point-to-point schedules never see a transport's own file:
+ * they post transfers through the runtime (runtime/xfer.c) to mux (mux.c), the one transport a
+ * communicator drives, which hands each to the transport of the registry (registry.c) its peer
+ * was given at init. The one-host engines (src/local) move nothing through a transport; they
+ * drive it while they wait (progress, abort), so that notices from peers still arrive.
  *
  * Ordering: transfers to one peer in one direction complete in the order they were posted on both
  * sides; a posted receive takes the next message that arrives from its peer.
