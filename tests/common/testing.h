@@ -67,4 +67,29 @@ static inline void vsay_fail(const char *fmt, va_list ap)
     fflush(stdout);
 }
 
+/* ---- CHECK(ok, fmt, ...): the one check of the multi-process test programs ----
+ * Counts a check; where ok is false, counts a failure and prints "rank R: FAIL line L (ok): <the
+ * sentence>" on stdout, flushed (the first TEST_FAILS_SHOWN of them). test_rank is what the
+ * program sets once it knows its rank; it reports and exits by test_failures. */
+#define TEST_FAILS_SHOWN 20
+static int test_rank __attribute__((unused)) = -1;
+static long test_checks __attribute__((unused)), test_failures __attribute__((unused));
+
+static inline void test_check_at(int line, const char *cond, int ok, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline void test_check_at(int line, const char *cond, int ok, const char *fmt, ...)
+{
+    test_checks++;
+    if (ok) return;
+    if (++test_failures > TEST_FAILS_SHOWN) return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("rank %d: FAIL line %d (%s): ", test_rank, line, cond);
+    vprintf(fmt, ap);
+    putchar('\n');
+    fflush(stdout);
+    va_end(ap);
+}
+#define CHECK(ok, ...) test_check_at(__LINE__, #ok, (ok) != 0, __VA_ARGS__)
+
 #endif

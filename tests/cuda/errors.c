@@ -8,10 +8,10 @@
  *                                  the loader's reason; host buffers still work
  *   errors --case no-driver DOUBLE the module's runtime finds no usable driver: likewise
  *   errors --case built-without DOUBLE  a libhoop built without CUDA: likewise
- *   errors --case failure DOUBLE   rank 0's device operation fails: both ranks' calls fail with
+ *   errors --case failure DOUBLE   rank 0's device operation test_failures: both ranks' calls fail with
  *                                  its sentence and the communicator is aborted
  *   errors --case ipc-host DOUBLE  HOOP_ALGO=ipc with host buffers on rank 0: every rank's call
- *                                  fails with the sentence that names rank 0
+ *                                  test_failures with the sentence that names rank 0
  *   errors --case failure-staged DOUBLE N  likewise, rank 0's Nth device operation of a ring
  *                                  all-reduce cut into many chunks, while other staged copies
  *                                  are in flight: both ranks' calls fail with its sentence, and
@@ -25,18 +25,7 @@
 
 #include "devbuf.h"
 #include "hoop.h"
-
-static int fails;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fails++;                                                                               \
-            printf("rank %d: FAIL %s: ", rank, #cond);                                             \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "../common/testing.h"
 
 static int rank;
 
@@ -65,7 +54,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "errors: hoop_init_from_env: %s\n", hoop_error_string(rc));
         return 1;
     }
-    rank = hoop_comm_rank(c);
+    rank = test_rank = hoop_comm_rank(c);
     int size = hoop_comm_size(c);
     char err[512];
     float *dev = NULL;
@@ -152,7 +141,7 @@ int main(int argc, char **argv)
         devbuf_free(big);
         free(h);
     } else if (!strcmp(which, "ipc-host")) {
-        /* HOOP_ALGO=ipc, rank 0 with host buffers: every rank's call fails with the sentence
+        /* HOOP_ALGO=ipc, rank 0 with host buffers: every rank's call test_failures with the sentence
          * naming rank 0, and nothing hangs. */
         rc = rank == 0 ? hoop_allreduce(c, host, host, 16, HOOP_FLOAT32, HOOP_SUM)
                        : hoop_allreduce(c, dev, dev, 16, HOOP_FLOAT32, HOOP_SUM);
@@ -169,6 +158,6 @@ int main(int argc, char **argv)
     }
     devbuf_free(dev);
     hoop_comm_destroy(c);
-    printf("rank %d: %s: %s\n", rank, which, fails ? "FAILED" : "ok");
-    return fails ? 1 : 0;
+    printf("rank %d: %s: %s\n", rank, which, test_failures ? "FAILED" : "ok");
+    return test_failures ? 1 : 0;
 }

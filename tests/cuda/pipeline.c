@@ -15,7 +15,7 @@
  *   - copies to the device queued while copies to host memory were in flight: a receive's copy
  *     is queued only once the transport has completed it, so the network completed a receive
  *     while a send's copy was still pending.
- * Staging with synchronous copies queues no asynchronous copy at all and fails all three.
+ * Staging with synchronous copies queues no asynchronous copy at all and test_failures all three.
  *
  * p2p: point-to-point requests instead, each rank posting P nonblocking sends of device buffers
  * to the next rank and P receives from the one before, then waiting for them all; every byte
@@ -30,19 +30,9 @@
 
 #include "devbuf.h"
 #include "hoop.h"
+#include "../common/testing.h"
 
-static int rank, size, fails;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fails++;                                                                               \
-            printf("rank %d: FAIL %s: ", rank, #cond);                                             \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
+static int rank, size;
 
 /* Rank r's element i in round k: small integers, so that float32 sums are exact too. */
 static int32_t value(int r, int k, size_t i) { return (int32_t)((r * 7 + k * 3 + i % 977) % 500); }
@@ -169,7 +159,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "pipeline: hoop_init_from_env: %s\n", hoop_error_string(rc));
         return 1;
     }
-    rank = hoop_comm_rank(c);
+    rank = test_rank = hoop_comm_rank(c);
     size = hoop_comm_size(c);
     int p2p = argc > 2 && strcmp(argv[2], "p2p") == 0;
     /* Large counts span several chunks per ring segment; the small ones one chunk, or less. */
@@ -206,6 +196,6 @@ int main(int argc, char **argv)
           "flight: the network never completed a receive while a send was copied");
     rc = hoop_comm_destroy(c);
     CHECK(rc == HOOP_OK, "destroy: %s", hoop_error_string(rc));
-    printf("rank %d: pipeline: %s\n", rank, fails ? "FAILED" : "ok");
-    return fails ? 1 : 0;
+    printf("rank %d: pipeline: %s\n", rank, test_failures ? "FAILED" : "ok");
+    return test_failures ? 1 : 0;
 }

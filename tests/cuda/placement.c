@@ -18,20 +18,9 @@
 
 #include "devbuf.h"
 #include "hoop.h"
+#include "../common/testing.h"
 
-static int fails, rank, size;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fails++;                                                                               \
-            if (fails <= 10) {                                                                     \
-                printf("rank %d: FAIL: ", rank);                                                   \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
+static int rank, size;
 
 static int32_t val(int q, size_t i, int salt) { return (int32_t)((q + 1) * 1000003 + (int)i * 7 + salt); }
 
@@ -95,7 +84,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "hoop_init: %s\n", hoop_error_string(rc));
         return 1;
     }
-    rank = hoop_comm_rank(c);
+    rank = test_rank = hoop_comm_rank(c);
     size = hoop_comm_size(c);
     /* One chunk, and many (the tests give small IPC areas and chunks). */
     static const size_t counts[] = {1, 7, 1031, 70001};
@@ -105,7 +94,7 @@ int main(int argc, char **argv)
         reduce_scatter(c, n, (size_t)size * n - 1);
         for (int b = 0; b < size; b++) allgather(c, n, b);
     }
-    printf("rank %d: placement: %s\n", rank, fails == 0 ? "ok" : "FAILED");
+    printf("rank %d: placement: %s\n", rank, test_failures == 0 ? "ok" : "FAILED");
     hoop_comm_destroy(c);
-    return fails == 0 ? 0 : 1;
+    return test_failures == 0 ? 0 : 1;
 }

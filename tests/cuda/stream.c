@@ -40,19 +40,9 @@
 
 #include "devbuf.h"
 #include "hoop.h"
+#include "../common/testing.h"
 
-static int rank, size, fails, wrong_rounds;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fails++;                                                                               \
-            printf("rank %d: FAIL %s: ", rank, #cond);                                             \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
+static int rank, size, wrong_rounds;
 
 static const hoop_cuda_module_t *mod;
 static void *stream;
@@ -361,7 +351,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "stream: hoop_init_from_env: %s\n", hoop_error_string(rc));
         return 1;
     }
-    rank = hoop_comm_rank(c);
+    rank = test_rank = hoop_comm_rank(c);
     size = hoop_comm_size(c);
     stream = devbuf_stream();
     gate = mod->host_alloc(devbuf_ctx(), sizeof *gate);
@@ -439,6 +429,6 @@ int main(int argc, char **argv)
     }
     mod->host_free(devbuf_ctx(), gate);
     mod->stream_destroy(devbuf_ctx(), stream);
-    printf("rank %d: %s: %s\n", rank, mode, fails ? "FAILED" : "ok");
-    return fails ? 1 : 0;
+    printf("rank %d: %s: %s\n", rank, mode, test_failures ? "FAILED" : "ok");
+    return test_failures ? 1 : 0;
 }

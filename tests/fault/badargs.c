@@ -81,7 +81,7 @@ static void expect_at(int line, const char *text, hoop_comm_t *c, hoop_result_t 
         expect_at(__LINE__, #call, (c), r_, now_s() - t0_, (want), (fn), (key));                   \
     } while (0)
 
-#define CHECK(cond)                                                                                \
+#define CHECK_TRUE(cond)                                                                           \
     do {                                                                                           \
         tried++;                                                                                   \
         if (!(cond)) fail(__LINE__, "%s", #cond);                                                  \
@@ -200,16 +200,16 @@ static void free_functions(void)
         const char *e = hoop_error_string((hoop_result_t)vals[i]);
         const char *d = hoop_dtype_name((hoop_dtype_t)vals[i]);
         const char *o = hoop_op_name((hoop_op_t)vals[i]);
-        CHECK(e != NULL && e[0] != '\0');
-        CHECK(d != NULL && d[0] != '\0');
-        CHECK(o != NULL && o[0] != '\0');
-        CHECK(hoop_dtype_size((hoop_dtype_t)vals[i]) == 0);
+        CHECK_TRUE(e != NULL && e[0] != '\0');
+        CHECK_TRUE(d != NULL && d[0] != '\0');
+        CHECK_TRUE(o != NULL && o[0] != '\0');
+        CHECK_TRUE(hoop_dtype_size((hoop_dtype_t)vals[i]) == 0);
     }
-    CHECK(hoop_version() != NULL && hoop_version()[0] != '\0');
-    CHECK(hoop_comm_rank(NULL) == -1);
-    CHECK(hoop_comm_size(NULL) == -1);
+    CHECK_TRUE(hoop_version() != NULL && hoop_version()[0] != '\0');
+    CHECK_TRUE(hoop_comm_rank(NULL) == -1);
+    CHECK_TRUE(hoop_comm_size(NULL) == -1);
     const char *m = hoop_comm_last_error(NULL);
-    CHECK(m != NULL && m[0] != '\0');
+    CHECK_TRUE(m != NULL && m[0] != '\0');
 
     /* hoop_reduce_local has no communicator: the code alone. */
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1}, out[4];
@@ -232,7 +232,7 @@ static void free_functions(void)
     EXPECT(NULL, hoop_reduce_local(NULL, NULL, NULL, 0, HOOP_FLOAT32, HOOP_SUM), HOOP_OK, NULL,
            NULL);
     EXPECT(NULL, hoop_reduce_local(out, a, b, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_OK, NULL, NULL);
-    CHECK(out[0] == 2 && out[1] == 3 && out[2] == 4 && out[3] == 5);
+    CHECK_TRUE(out[0] == 2 && out[1] == 3 && out[2] == 4 && out[3] == 5);
 
     EXPECT(NULL, hoop_wait(NULL), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
     int done = 0;
@@ -455,7 +455,7 @@ static void collectives(hoop_comm_t *c, int extra)
         hoop_comm_t *nc = (hoop_comm_t *)&tried;
         EXPECT(c, hoop_comm_split(c, 0, 0, NULL), INV, "hoop_comm_split", "newcomm");
         EXPECT(c, hoop_comm_split(c, -2, 0, &nc), INV, "hoop_comm_split", "color");
-        CHECK(nc == NULL);
+        CHECK_TRUE(nc == NULL);
         EXPECT(c, hoop_comm_split(c, INT_MIN, 0, &nc), INV, "hoop_comm_split", "color");
     }
 
@@ -509,7 +509,7 @@ static void request_args(hoop_comm_t *c)
     }
     EXPECT(c, hoop_test(q, NULL), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
     EXPECT(c, hoop_wait(q), HOOP_OK, NULL, NULL);
-    CHECK(v == hoop_comm_size(c));
+    CHECK_TRUE(v == hoop_comm_size(c));
 }
 
 /* Every call on an aborted communicator fails at once with HOOP_ERR_ABORTED, naming itself. */

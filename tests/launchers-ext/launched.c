@@ -17,19 +17,7 @@
 
 #include "hoop.h"
 
-static int failed, passed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            printf("rank %d: FAIL ", rank);                                                        \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "../common/testing.h"
 
 /* The launcher's own numbering: what hoop must agree with. */
 static int launcher_int(const char *const *names, int *out)
@@ -128,10 +116,11 @@ int main(int argc, char **argv)
             return 1;
         }
         printf("rank %d of job %s: init failed: %s\n", rank, job ? job : "?", hoop_error_string(e));
-        return failed == 0 ? 0 : 1;
+        return test_failures == 0 ? 0 : 1;
     }
     int rounds = argc > 1 ? atoi(argv[1]) : 2;
     for (int k = 0; k < rounds; k++) round_trip(k, rank, size);
-    printf("rank %d: %d checks passed, %d failed\n", rank, passed, failed);
-    return failed == 0 && passed > 0 ? 0 : 1;
+    printf("rank %d: %ld checks passed, %ld failed\n", rank, test_checks - test_failures,
+           test_failures);
+    return test_failures == 0 && test_checks > 0 ? 0 : 1;
 }

@@ -37,23 +37,7 @@
 #include "../cuda/devbuf.h"
 
 static int rank_, size_;
-static int failures;
 static int device; /* --device: the fan-in's buffers are device memory */
-
-static void check_at(int line, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check_at(int line, int ok, const char *fmt, ...)
-{
-    if (ok) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("rank %d: FAIL line %d: ", rank_, line);
-    vprintf(fmt, ap);
-    putchar('\n');
-    fflush(stdout);
-    va_end(ap);
-    failures++;
-}
-#define CHECK(ok, ...) check_at(__LINE__, (ok), __VA_ARGS__)
 
 static void sleep_s(double s)
 {
@@ -377,7 +361,7 @@ int main(int argc, char **argv)
         printf("FAIL: hoop_init\n");
         return 1;
     }
-    rank_ = hoop_comm_rank(w);
+    rank_ = test_rank = hoop_comm_rank(w);
     size_ = hoop_comm_size(w);
     if (size_ < 3 || size_ > 64) {
         printf("SKIP: run as 3 to 64 ranks (hooprun -n 3)\n");
@@ -390,8 +374,8 @@ int main(int argc, char **argv)
     if (device) { /* the rest is host memory's, tested without --device */
         CHECK(hoop_barrier(w) == HOOP_OK, "final barrier: %s", hoop_comm_last_error(w));
         hoop_comm_destroy(w);
-        printf("rank %d: %s\n", rank_, failures ? "FAILED" : "all checks passed");
-        return failures != 0;
+        printf("rank %d: %s\n", rank_, test_failures ? "FAILED" : "all checks passed");
+        return test_failures != 0;
     }
     each_in_turn(w);
     no_overtaking(w);
@@ -400,6 +384,6 @@ int main(int argc, char **argv)
     bad_arguments(w);
     count_mismatch(w);
     hoop_comm_destroy(w);
-    printf("rank %d: %s\n", rank_, failures ? "FAILED" : "all checks passed");
-    return failures != 0;
+    printf("rank %d: %s\n", rank_, test_failures ? "FAILED" : "all checks passed");
+    return test_failures != 0;
 }

@@ -44,22 +44,6 @@
 #include "../common/testing.h"
 
 static int rank_;
-static int failures;
-
-static void check_at(int line, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check_at(int line, int ok, const char *fmt, ...)
-{
-    if (ok) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("rank %d: FAIL line %d: ", rank_, line);
-    vprintf(fmt, ap);
-    putchar('\n');
-    fflush(stdout);
-    va_end(ap);
-    failures++;
-}
-#define CHECK(ok, ...) check_at(__LINE__, (ok), __VA_ARGS__)
 
 static void sleep_s(double s)
 {
@@ -481,7 +465,7 @@ int main(void)
         printf("FAIL: hoop_init\n");
         return 1;
     }
-    rank_ = hoop_comm_rank(w);
+    rank_ = test_rank = hoop_comm_rank(w);
     if (hoop_comm_size(w) != 2) {
         printf("SKIP: run as 2 ranks (hooprun -n 2)\n");
         hoop_comm_destroy(w);
@@ -499,6 +483,6 @@ int main(void)
     hoop_result_t rc = hoop_barrier(w);
     CHECK(rc == HOOP_OK, "final barrier: %s", hoop_comm_last_error(w));
     hoop_comm_destroy(w);
-    printf("rank %d: %s\n", rank_, failures ? "FAILED" : "all checks passed");
-    return failures != 0;
+    printf("rank %d: %s\n", rank_, test_failures ? "FAILED" : "all checks passed");
+    return test_failures != 0;
 }

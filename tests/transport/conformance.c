@@ -204,27 +204,28 @@ int drive1(ctx_t *c, hoop__xfer_t *x, double limit_s, const char *what)
 int check_recv(ctx_t *c, const hoop__xfer_t *x, const hoop__wire_hdr_t *sent, uint64_t seed,
                const char *what)
 {
-    CHECK(c, x->done, "%s: not done", what);
-    CHECK(c, x->status == HOOP_OK, "%s (%zu bytes from rank %d): %s", what, x->len, x->peer,
-          hoop_error_string(x->status));
+    REQUIRE(c, x->done, "%s: not done", what);
+    REQUIRE(c, x->status == HOOP_OK, "%s (%zu bytes from rank %d): %s", what, x->len, x->peer,
+            hoop_error_string(x->status));
     const hoop__wire_hdr_t *g = &x->got;
-    CHECK(c,
-          g->kind == sent->kind && g->dtype == sent->dtype && g->op == sent->op &&
-              g->root == sent->root && g->src == sent->src && g->comm_id == sent->comm_id &&
-              g->seq == sent->seq && g->count == sent->count && g->payload_len == sent->payload_len,
-          "%s: header arrived as kind %d dtype %d op %d root %d src %u comm %" PRIx64
-          " seq %" PRIu64 " count %" PRIx64 " len %" PRIu64
-          ", sent kind %d dtype %d op %d root %d src %u comm %" PRIx64 " seq %" PRIu64
-          " count %" PRIx64 " len %" PRIu64,
-          what, g->kind, g->dtype, g->op, g->root, g->src, g->comm_id, g->seq, g->count,
-          g->payload_len, sent->kind, sent->dtype, sent->op, sent->root, sent->src, sent->comm_id,
-          sent->seq, sent->count, sent->payload_len);
+    REQUIRE(c,
+            g->kind == sent->kind && g->dtype == sent->dtype && g->op == sent->op &&
+                g->root == sent->root && g->src == sent->src && g->comm_id == sent->comm_id &&
+                g->seq == sent->seq && g->count == sent->count &&
+                g->payload_len == sent->payload_len,
+            "%s: header arrived as kind %d dtype %d op %d root %d src %u comm %" PRIx64
+            " seq %" PRIu64 " count %" PRIx64 " len %" PRIu64
+            ", sent kind %d dtype %d op %d root %d src %u comm %" PRIx64 " seq %" PRIu64
+            " count %" PRIx64 " len %" PRIu64,
+            what, g->kind, g->dtype, g->op, g->root, g->src, g->comm_id, g->seq, g->count,
+            g->payload_len, sent->kind, sent->dtype, sent->op, sent->root, sent->src, sent->comm_id,
+            sent->seq, sent->count, sent->payload_len);
     if (x->len > 0) {
         long bad = check_pattern(x->buf, x->len, seed);
-        CHECK(c, bad < 0, "%s: payload of %zu bytes from rank %d differs at byte %ld", what, x->len,
-              x->peer, bad);
-        CHECK(c, guard_ok(x->buf, x->len), "%s: bytes written past the end of a %zu-byte receive",
-              what, x->len);
+        REQUIRE(c, bad < 0, "%s: payload of %zu bytes from rank %d differs at byte %ld", what,
+                x->len, x->peer, bad);
+        REQUIRE(c, guard_ok(x->buf, x->len), "%s: bytes written past the end of a %zu-byte receive",
+                what, x->len);
     }
     return 0;
 }

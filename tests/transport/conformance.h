@@ -120,7 +120,8 @@ typedef struct ctx {
     char oob_err[200];
 } ctx_t;
 
-#define CHECK(c, cond, ...)                                                                        \
+/* A condition the case cannot go on without: where it fails, the case fails and returns. */
+#define REQUIRE(c, cond, ...)                                                                      \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
             failf((c), __LINE__, __VA_ARGS__);                                                     \

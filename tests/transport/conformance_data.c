@@ -21,7 +21,7 @@ int case_exchange(ctx_t *c)
             /* A zero-length transfer may come without a buffer at all. */
             sb[i] = len == 0 && i == 0 ? NULL : malloc(len + 1);
             rb[i] = len == 0 && i == 0 ? NULL : rbuf_new(len);
-            CHECK(c, (sb[i] != NULL && rb[i] != NULL) || i == 0, "out of memory");
+            REQUIRE(c, (sb[i] != NULL && rb[i] != NULL) || i == 0, "out of memory");
             if (sb[i] != NULL) fill(sb[i], len, seed_of(c, me, peer, seq));
             hoop__wire_hdr_t hs = mkhdr(c, me, seq, (uint64_t)i, len);
             hoop__wire_hdr_t hr = mkhdr(c, peer, seq, (uint64_t)i, len);
@@ -48,8 +48,8 @@ int case_exchange(ctx_t *c)
         for (int i = 0; i < NEXCH; i++) {
             char what[96];
             snprintf(what, sizeof(what), "exchange round %d, %zu bytes", round, exch_lens[i]);
-            CHECK(c, xs[i].status == HOOP_OK, "%s: send failed: %s", what,
-                  hoop_error_string(xs[i].status));
+            REQUIRE(c, xs[i].status == HOOP_OK, "%s: send failed: %s", what,
+                    hoop_error_string(xs[i].status));
             hoop__wire_hdr_t sent = mkhdr(c, peer, base + (uint64_t)i, (uint64_t)i, exch_lens[i]);
             TRY(check_recv(c, &xr[i], &sent, seed_of(c, peer, me, base + (uint64_t)i), what));
             free(sb[i]);
@@ -67,13 +67,13 @@ int case_huge(ctx_t *c)
     hoop__xfer_t x;
     if (me == 0) {
         uint8_t *out = malloc(len), *back = rbuf_new(len);
-        CHECK(c, out != NULL && back != NULL, "out of memory");
+        REQUIRE(c, out != NULL && back != NULL, "out of memory");
         fill(out, len, seed_of(c, 0, 1, 1));
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 7, len);
         xinit(&x, HOOP__XFER_SEND, peer, &h, out, len);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 30, "huge send"));
-        CHECK(c, x.status == HOOP_OK, "huge send: %s", hoop_error_string(x.status));
+        REQUIRE(c, x.status == HOOP_OK, "huge send: %s", hoop_error_string(x.status));
         free(out);
         h = mkhdr(c, 1, 2, 8, len);
         xinit(&x, HOOP__XFER_RECV, peer, &h, back, len);
@@ -84,7 +84,7 @@ int case_huge(ctx_t *c)
         free(back);
     } else {
         uint8_t *in = rbuf_new(len);
-        CHECK(c, in != NULL, "out of memory");
+        REQUIRE(c, in != NULL, "out of memory");
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 7, len);
         xinit(&x, HOOP__XFER_RECV, peer, &h, in, len);
         c->ops->post(c->tp, &x);
@@ -94,7 +94,7 @@ int case_huge(ctx_t *c)
         xinit(&x, HOOP__XFER_SEND, peer, &h, in, len);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 30, "huge echo send"));
-        CHECK(c, x.status == HOOP_OK, "huge echo send: %s", hoop_error_string(x.status));
+        REQUIRE(c, x.status == HOOP_OK, "huge echo send: %s", hoop_error_string(x.status));
         free(in);
     }
     return 0;
@@ -122,7 +122,7 @@ int case_many(ctx_t *c)
 {
     int me = c->rank, peer = 1 - me;
     slot_t *ss = calloc(WS, sizeof(slot_t)), *rs = calloc(WR, sizeof(slot_t));
-    CHECK(c, ss != NULL && rs != NULL, "out of memory");
+    REQUIRE(c, ss != NULL && rs != NULL, "out of memory");
     long s_post = 0, s_done = 0, r_post = 0, r_done = 0;
     double end = now_s() + lim(c, 60);
     while (s_done < NSMALL || r_done < NSMALL) {
@@ -148,12 +148,12 @@ int case_many(ctx_t *c)
         c->ops->progress(c->tp, 10);
         while (s_done < s_post && ss[s_done % WS].x.done) {
             slot_t *s = &ss[s_done % WS];
-            CHECK(c, s->x.status == HOOP_OK, "small send #%ld: %s", s->k,
-                  hoop_error_string(s->x.status));
+            REQUIRE(c, s->x.status == HOOP_OK, "small send #%ld: %s", s->k,
+                    hoop_error_string(s->x.status));
             s_done++;
         }
         for (long k = s_done + 1; k < s_post; k++)
-            CHECK(c, !ss[k % WS].x.done, "small send #%ld completed before #%ld", k, s_done);
+            REQUIRE(c, !ss[k % WS].x.done, "small send #%ld completed before #%ld", k, s_done);
         while (r_done < r_post && rs[r_done % WR].x.done) {
             slot_t *s = &rs[r_done % WR];
             char what[64];
@@ -161,13 +161,14 @@ int case_many(ctx_t *c)
             hoop__wire_hdr_t sent = mkhdr(c, peer, 1000 + (uint64_t)s->k, HOOP__K_SEND - 1,
                                           small_len(c, peer, s->k));
             TRY(check_recv(c, &s->x, &sent, seed_of(c, peer, me, sent.seq), what));
-            CHECK(c, guard_ok(s->buf, s->x.len), "%s: written past its end", what);
+            REQUIRE(c, guard_ok(s->buf, s->x.len), "%s: written past its end", what);
             r_done++;
         }
         for (long k = r_done + 1; k < r_post; k++)
-            CHECK(c, !rs[k % WR].x.done, "small receive #%ld completed before #%ld", k, r_done);
-        CHECK(c, now_s() < end, "many small: only %ld sends and %ld receives of %d done in %.0f s",
-              s_done, r_done, NSMALL, lim(c, 60));
+            REQUIRE(c, !rs[k % WR].x.done, "small receive #%ld completed before #%ld", k, r_done);
+        REQUIRE(c, now_s() < end,
+                "many small: only %ld sends and %ld receives of %d done in %.0f s", s_done, r_done,
+                NSMALL, lim(c, 60));
     }
     free(ss);
     free(rs);
@@ -191,7 +192,7 @@ static int post_set(ctx_t *c, hoop__xfer_t *x, uint8_t **bufs, int dir, int peer
         uint64_t seq = seq0 + (uint64_t)i;
         int src = dir == HOOP__XFER_SEND ? me : peer;
         bufs[i] = dir == HOOP__XFER_SEND ? malloc(lens[i] + 1) : rbuf_new(lens[i]);
-        CHECK(c, bufs[i] != NULL, "out of memory");
+        REQUIRE(c, bufs[i] != NULL, "out of memory");
         if (dir == HOOP__XFER_SEND) fill(bufs[i], lens[i], seed_of(c, me, peer, seq));
         hoop__wire_hdr_t h = mkhdr(c, src, seq, (uint64_t)(i + 3), lens[i]);
         xinit(&x[i], dir, peer, &h, bufs[i], lens[i]);
@@ -209,8 +210,8 @@ static int check_set(ctx_t *c, hoop__xfer_t *x, uint8_t **bufs, int dir, int pee
         snprintf(w, sizeof(w), "%s, %zu bytes %s rank %d", what, lens[i],
                  dir == HOOP__XFER_SEND ? "to" : "from", peer);
         if (dir == HOOP__XFER_SEND) {
-            CHECK(c, x[i].done && x[i].status == HOOP_OK, "%s: %s", w,
-                  x[i].done ? hoop_error_string(x[i].status) : "not done");
+            REQUIRE(c, x[i].done && x[i].status == HOOP_OK, "%s: %s", w,
+                    x[i].done ? hoop_error_string(x[i].status) : "not done");
         } else {
             hoop__wire_hdr_t sent = mkhdr(c, peer, seq, (uint64_t)(i + 3), lens[i]);
             TRY(check_recv(c, &x[i], &sent, seed_of(c, peer, c->rank, seq), w));
@@ -229,7 +230,7 @@ int case_three(ctx_t *c)
     if (me == 0) {
         b01 = malloc(big01);
         b10 = rbuf_new(big10);
-        CHECK(c, b01 != NULL && b10 != NULL, "out of memory");
+        REQUIRE(c, b01 != NULL && b10 != NULL, "out of memory");
         fill(b01, big01, seed_of(c, 0, 1, 1));
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 1, big01);
         xinit(&s01, HOOP__XFER_SEND, 1, &h, b01, big01);
@@ -245,12 +246,12 @@ int case_three(ctx_t *c)
             with2[N3 + i] = &xb[i];
         }
         TRY(drive(c, with2, 2 * N3, 20, "exchange with rank 2 while rank 1 holds back"));
-        CHECK(c, !r10.done, "the receive from rank 1 completed before rank 1 sent anything");
+        REQUIRE(c, !r10.done, "the receive from rank 1 completed before rank 1 sent anything");
         TRY(check_set(c, xa, ba, HOOP__XFER_SEND, 2, three_a, N3, 10, "phase 1"));
         TRY(check_set(c, xb, bb, HOOP__XFER_RECV, 2, three_b, N3, 20, "phase 1"));
         hoop__xfer_t *with1[2] = {&s01, &r10};
         TRY(drive(c, with1, 2, 30, "the held-back exchange with rank 1"));
-        CHECK(c, s01.status == HOOP_OK, "send to rank 1: %s", hoop_error_string(s01.status));
+        REQUIRE(c, s01.status == HOOP_OK, "send to rank 1: %s", hoop_error_string(s01.status));
         h = mkhdr(c, 1, 2, 2, big10);
         TRY(check_recv(c, &r10, &h, seed_of(c, 1, 0, 2), "phase 1, from rank 1"));
         free(b01);
@@ -271,7 +272,7 @@ int case_three(ctx_t *c)
         xinit(&go, HOOP__XFER_SEND, 1, &h, gobuf, 16);
         c->ops->post(c->tp, &go);
         TRY(drive1(c, &go, 10, "the go-ahead to rank 1"));
-        CHECK(c, go.status == HOOP_OK, "go-ahead: %s", hoop_error_string(go.status));
+        REQUIRE(c, go.status == HOOP_OK, "go-ahead: %s", hoop_error_string(go.status));
     } else {
         memset(gobuf, GUARD_BYTE, sizeof(gobuf));
         hoop__wire_hdr_t h = mkhdr(c, 2, 30, 4, 16);
@@ -281,7 +282,7 @@ int case_three(ctx_t *c)
         TRY(check_recv(c, &go, &h, seed_of(c, 2, 1, 30), "go-ahead"));
         b01 = rbuf_new(big01);
         b10 = malloc(big10);
-        CHECK(c, b01 != NULL && b10 != NULL, "out of memory");
+        REQUIRE(c, b01 != NULL && b10 != NULL, "out of memory");
         fill(b10, big10, seed_of(c, 1, 0, 2));
         h = mkhdr(c, 0, 1, 1, big01);
         xinit(&s01, HOOP__XFER_RECV, 0, &h, b01, big01);
@@ -292,7 +293,7 @@ int case_three(ctx_t *c)
         hoop__xfer_t *with0[2] = {&s01, &r10};
         TRY(drive(c, with0, 2, 30, "the held-back exchange with rank 0"));
         TRY(check_recv(c, &s01, &h, seed_of(c, 0, 1, 1), "phase 1, from rank 0"));
-        CHECK(c, r10.status == HOOP_OK, "send to rank 0: %s", hoop_error_string(r10.status));
+        REQUIRE(c, r10.status == HOOP_OK, "send to rank 0: %s", hoop_error_string(r10.status));
         free(b01);
         free(b10);
     }
@@ -348,20 +349,20 @@ int case_mismatch(ctx_t *c)
         xinit(&x, HOOP__XFER_SEND, 1, &h, out, len);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 10, "the send that rank 1 does not expect"));
-        CHECK(c, x.status == HOOP_OK, "send: %s", hoop_error_string(x.status));
+        REQUIRE(c, x.status == HOOP_OK, "send: %s", hoop_error_string(x.status));
         hoop__wire_hdr_t hy = mkhdr(c, 1, 8, 1, 8);
         memset(in, GUARD_BYTE, sizeof(in));
         xinit(&y, HOOP__XFER_RECV, 1, &hy, in, 8);
         c->ops->post(c->tp, &y);
         TRY(drive1(c, &y, 5, "a receive from rank 1 after it failed on a mismatch"));
         /* A disagreement stays one on the rank that is told of it. */
-        CHECK(c, is_fail_code(y.status) || y.status == HOOP_ERR_MISMATCH,
-              "receive from the failed rank 1: %s, expected %s, %s or %s",
-              hoop_error_string(y.status), hoop_error_string(HOOP_ERR_MISMATCH),
-              hoop_error_string(HOOP_ERR_PEER_LOST), hoop_error_string(HOOP_ERR_ABORTED));
-        CHECK(c, c->rep.n > 0 && c->rep.peer == 1 && strstr(c->rep.msg, "rank 1") != NULL,
-              "report should name rank 1: %d report(s), peer %d, \"%s\"", c->rep.n, c->rep.peer,
-              c->rep.msg);
+        REQUIRE(c, is_fail_code(y.status) || y.status == HOOP_ERR_MISMATCH,
+                "receive from the failed rank 1: %s, expected %s, %s or %s",
+                hoop_error_string(y.status), hoop_error_string(HOOP_ERR_MISMATCH),
+                hoop_error_string(HOOP_ERR_PEER_LOST), hoop_error_string(HOOP_ERR_ABORTED));
+        REQUIRE(c, c->rep.n > 0 && c->rep.peer == 1 && strstr(c->rep.msg, "rank 1") != NULL,
+                "report should name rank 1: %d report(s), peer %d, \"%s\"", c->rep.n, c->rep.peer,
+                c->rep.msg);
         return 0;
     }
     hoop__wire_hdr_t e = h;
@@ -389,27 +390,27 @@ int case_mismatch(ctx_t *c)
         break;
     }
     uint8_t *in = rbuf_new(elen);
-    CHECK(c, in != NULL, "out of memory");
+    REQUIRE(c, in != NULL, "out of memory");
     hoop__xfer_t x;
     xinit(&x, HOOP__XFER_RECV, 0, &e, in, elen);
     c->ops->post(c->tp, &x);
     TRY(drive1(c, &x, 10, "the mismatched receive"));
-    CHECK(c, x.status == HOOP_ERR_MISMATCH, "mismatched %s: status %s, expected %s",
-          mm_name[c->variant], hoop_error_string(x.status), hoop_error_string(HOOP_ERR_MISMATCH));
-    CHECK(c,
-          x.got.kind == h.kind && x.got.seq == h.seq && x.got.count == h.count &&
-              x.got.payload_len == len && x.got.comm_id == h.comm_id,
-          "got should hold the header that arrived: kind %d seq %" PRIu64 " count %" PRIu64
-          " len %" PRIu64,
-          x.got.kind, x.got.seq, x.got.count, x.got.payload_len);
-    CHECK(c, guard_ok(in, elen), "bytes written past the end of the receive buffer");
-    CHECK(c, c->rep.n > 0, "report() was not called");
-    CHECK(c, c->rep.code == HOOP_ERR_MISMATCH && c->rep.peer == 0,
-          "report: %s for peer %d, expected %s for peer 0", hoop_error_string(c->rep.code),
-          c->rep.peer, hoop_error_string(HOOP_ERR_MISMATCH));
-    CHECK(c, strstr(c->rep.msg, theirs) != NULL && (mine == NULL || strstr(c->rep.msg, mine)),
-          "report \"%s\" should contain \"%s\"%s%s", c->rep.msg, theirs, mine ? " and " : "",
-          mine ? mine : "");
+    REQUIRE(c, x.status == HOOP_ERR_MISMATCH, "mismatched %s: status %s, expected %s",
+            mm_name[c->variant], hoop_error_string(x.status), hoop_error_string(HOOP_ERR_MISMATCH));
+    REQUIRE(c,
+            x.got.kind == h.kind && x.got.seq == h.seq && x.got.count == h.count &&
+                x.got.payload_len == len && x.got.comm_id == h.comm_id,
+            "got should hold the header that arrived: kind %d seq %" PRIu64 " count %" PRIu64
+            " len %" PRIu64,
+            x.got.kind, x.got.seq, x.got.count, x.got.payload_len);
+    REQUIRE(c, guard_ok(in, elen), "bytes written past the end of the receive buffer");
+    REQUIRE(c, c->rep.n > 0, "report() was not called");
+    REQUIRE(c, c->rep.code == HOOP_ERR_MISMATCH && c->rep.peer == 0,
+            "report: %s for peer %d, expected %s for peer 0", hoop_error_string(c->rep.code),
+            c->rep.peer, hoop_error_string(HOOP_ERR_MISMATCH));
+    REQUIRE(c, strstr(c->rep.msg, theirs) != NULL && (mine == NULL || strstr(c->rep.msg, mine)),
+            "report \"%s\" should contain \"%s\"%s%s", c->rep.msg, theirs, mine ? " and " : "",
+            mine ? mine : "");
     /* The pair is out of step now: a later receive from rank 0 must fail, not wait. */
     hoop__wire_hdr_t hz = mkhdr(c, 0, 9, 2, 8);
     uint8_t z[8 + GUARD];
@@ -417,7 +418,7 @@ int case_mismatch(ctx_t *c)
     xinit(&y, HOOP__XFER_RECV, 0, &hz, z, 8);
     c->ops->post(c->tp, &y);
     TRY(drive1(c, &y, 2, "a receive after the mismatch"));
-    CHECK(c, y.status != HOOP_OK, "a receive after the mismatch succeeded");
+    REQUIRE(c, y.status != HOOP_OK, "a receive after the mismatch succeeded");
     free(in);
     return 0;
 }
@@ -431,10 +432,10 @@ static int exchange_ok(ctx_t *c, uint64_t seq, const char *what, int registered)
     uint8_t in[16 + GUARD], out[16];
     void *rin = NULL, *rout = NULL;
     if (registered)
-        CHECK(c,
-              ops->reg(c->tp, in, sizeof(in), HOOP__MEM_HOST, &rin) == HOOP_OK &&
-                  ops->reg(c->tp, out, sizeof(out), HOOP__MEM_HOST, &rout) == HOOP_OK,
-              "reg: %s", c->rep.msg);
+        REQUIRE(c,
+                ops->reg(c->tp, in, sizeof(in), HOOP__MEM_HOST, &rin) == HOOP_OK &&
+                    ops->reg(c->tp, out, sizeof(out), HOOP__MEM_HOST, &rout) == HOOP_OK,
+                "reg: %s", c->rep.msg);
     memset(in, GUARD_BYTE, sizeof(in));
     fill(out, 16, seed_of(c, me, peer, seq));
     hoop__xfer_t r, s;
@@ -449,7 +450,7 @@ static int exchange_ok(ctx_t *c, uint64_t seq, const char *what, int registered)
     char w[96];
     snprintf(w, sizeof(w), "an exchange %s", what);
     TRY(drive(c, both, 2, 10, w));
-    CHECK(c, s.status == HOOP_OK, "send %s: %s", what, hoop_error_string(s.status));
+    REQUIRE(c, s.status == HOOP_OK, "send %s: %s", what, hoop_error_string(s.status));
     TRY(check_recv(c, &r, &hr, seed_of(c, peer, me, seq), what));
     if (registered) {
         ops->dereg(c->tp, rin);
@@ -476,7 +477,7 @@ int case_badpeer(ctx_t *c)
             snprintf(what, sizeof(what), "a %s to peer %s",
                      dir == HOOP__XFER_SEND ? "send" : "receive", name[i]);
             TRY(drive1(c, &x, 1, what));
-            CHECK(c, x.status != HOOP_OK, "%s succeeded", what);
+            REQUIRE(c, x.status != HOOP_OK, "%s succeeded", what);
         }
     }
     return exchange_ok(c, 2, "after the bad posts", 0);
@@ -502,10 +503,10 @@ static int untaken_type(void)
 int case_memory(ctx_t *c)
 {
     const hoop__transport_ops_t *ops = c->ops;
-    CHECK(c, ops->caps & HOOP__TP_MEM(HOOP__MEM_HOST), "%s does not take host memory", ops->name);
-    CHECK(c, (ops->reg == NULL) == (ops->dereg == NULL), "reg() and dereg() come together");
-    CHECK(c, !(ops->caps & HOOP__TP_WANTS_REG) || ops->reg != NULL,
-          "the caps ask for registration but there is no reg()");
+    REQUIRE(c, ops->caps & HOOP__TP_MEM(HOOP__MEM_HOST), "%s does not take host memory", ops->name);
+    REQUIRE(c, (ops->reg == NULL) == (ops->dereg == NULL), "reg() and dereg() come together");
+    REQUIRE(c, !(ops->caps & HOOP__TP_WANTS_REG) || ops->reg != NULL,
+            "the caps ask for registration but there is no reg()");
     int me = c->rank, peer = 1 - me;
     const int types[2] = {untaken_type(), HOOP__MEM_COUNT + 3};
     for (int i = 0; i < 2; i++) {
@@ -525,15 +526,16 @@ int case_memory(ctx_t *c)
             x.mem.type = (hoop__mem_type_t)types[i];
             memset(&c->rep, 0, sizeof(c->rep));
             ops->post(c->tp, &x);
-            CHECK(c, x.done && x.status == want, "a %s of memory type %d: %s, expected %s at once",
-                  dir == HOOP__XFER_SEND ? "send" : "receive", types[i],
-                  x.done ? hoop_error_string(x.status) : "not done", hoop_error_string(want));
-            CHECK(c,
-                  c->rep.n > 0 && c->rep.code == want && strstr(c->rep.msg, text) != NULL &&
-                      strstr(c->rep.msg, peer_s) != NULL,
-                  "report: %d call(s), %s, \"%s\" (expected %s, \"%s\" and \"%s\")", c->rep.n,
-                  hoop_error_string(c->rep.code), c->rep.msg, hoop_error_string(want), text,
-                  peer_s);
+            REQUIRE(c, x.done && x.status == want,
+                    "a %s of memory type %d: %s, expected %s at once",
+                    dir == HOOP__XFER_SEND ? "send" : "receive", types[i],
+                    x.done ? hoop_error_string(x.status) : "not done", hoop_error_string(want));
+            REQUIRE(c,
+                    c->rep.n > 0 && c->rep.code == want && strstr(c->rep.msg, text) != NULL &&
+                        strstr(c->rep.msg, peer_s) != NULL,
+                    "report: %d call(s), %s, \"%s\" (expected %s, \"%s\" and \"%s\")", c->rep.n,
+                    hoop_error_string(c->rep.code), c->rep.msg, hoop_error_string(want), text,
+                    peer_s);
         }
     }
     TRY(exchange_ok(c, 2, "after the refused posts", 0));
@@ -556,16 +558,16 @@ int case_realloc(ctx_t *c)
         for (int round = 0; round < 3; round++) {
             uint64_t seq = (1ull << 44) + (uint64_t)(k * 8 + round);
             uint8_t *b = me == 0 ? malloc(len) : rbuf_new(len);
-            CHECK(c, b != NULL, "out of memory");
+            REQUIRE(c, b != NULL, "out of memory");
             int again = round > 0 && (void *)b == prev;
             same += again;
             prev = b;
             void *reg = NULL;
             if (c->ops->reg != NULL)
-                CHECK(c,
-                      c->ops->reg(c->tp, b, len + (me == 0 ? 0 : GUARD), HOOP__MEM_HOST, &reg) ==
-                          HOOP_OK,
-                      "reg of %zu bytes: %s", len, c->rep.msg);
+                REQUIRE(c,
+                        c->ops->reg(c->tp, b, len + (me == 0 ? 0 : GUARD), HOOP__MEM_HOST, &reg) ==
+                            HOOP_OK,
+                        "reg of %zu bytes: %s", len, c->rep.msg);
             hoop__xfer_t x;
             hoop__wire_hdr_t h = mkhdr(c, 0, seq, (uint64_t)round, len);
             if (me == 0) fill(b, len, seed_of(c, 0, 1, seq));
@@ -577,7 +579,7 @@ int case_realloc(ctx_t *c)
             snprintf(what, sizeof(what), "%zu bytes, round %d (same address as before: %s)", len,
                      round, again ? "yes" : "no");
             if (me == 0)
-                CHECK(c, x.status == HOOP_OK, "%s: send: %s", what, hoop_error_string(x.status));
+                REQUIRE(c, x.status == HOOP_OK, "%s: send: %s", what, hoop_error_string(x.status));
             else
                 TRY(check_recv(c, &x, &h, seed_of(c, 0, 1, seq), what));
             if (reg != NULL) c->ops->dereg(c->tp, reg);
@@ -605,7 +607,7 @@ int case_probe(ctx_t *c)
     hoop__wire_hdr_t h[N];
     for (int i = 0; i < N; i++) {
         b[i] = rbuf_new(lens[i]);
-        CHECK(c, b[i] != NULL, "out of memory");
+        REQUIRE(c, b[i] != NULL, "out of memory");
         h[i] = mkhdr(c, 1, 300 + (uint64_t)i, (uint64_t)i, lens[i]);
     }
     if (c->rank == 1) {
@@ -619,15 +621,15 @@ int case_probe(ctx_t *c)
         }
         TRY(drive(c, all, N, lim(c, 30), "sends rank 0 probes"));
         for (int i = 0; i < N; i++)
-            CHECK(c, x[i].status == HOOP_OK, "send %d: %s", i, hoop_error_string(x[i].status));
+            REQUIRE(c, x[i].status == HOOP_OK, "send %d: %s", i, hoop_error_string(x[i].status));
     } else {
         hoop__wire_hdr_t got;
-        CHECK(c, !c->ops->probe(c->tp, 0, &got), "probe of this rank itself found a message");
-        CHECK(c, !c->ops->probe(c->tp, -1, &got) && !c->ops->probe(c->tp, 2, &got),
-              "probe of a rank outside the communicator found a message");
+        REQUIRE(c, !c->ops->probe(c->tp, 0, &got), "probe of this rank itself found a message");
+        REQUIRE(c, !c->ops->probe(c->tp, -1, &got) && !c->ops->probe(c->tp, 2, &got),
+                "probe of a rank outside the communicator found a message");
         for (int k = 0; k < 20; k++) {
             c->ops->progress(c->tp, 1);
-            CHECK(c, !c->ops->probe(c->tp, 1, &got), "probe found a message nobody sent");
+            REQUIRE(c, !c->ops->probe(c->tp, 1, &got), "probe found a message nobody sent");
         }
         atomic_store(&c->board->v[B_POSTED], 1);
         for (int i = 0; i < N; i++) {
@@ -635,25 +637,25 @@ int case_probe(ctx_t *c)
             int seen = 0;
             while (!(seen = c->ops->probe(c->tp, 1, &got)) && now_ns() < end)
                 c->ops->progress(c->tp, 1);
-            CHECK(c, seen, "message %d (%zu bytes) never showed to probe", i, lens[i]);
+            REQUIRE(c, seen, "message %d (%zu bytes) never showed to probe", i, lens[i]);
             for (int again = 0; again < 2; again++) {
-                CHECK(c, got.kind == h[i].kind && got.seq == h[i].seq && got.count == h[i].count &&
-                             got.dtype == h[i].dtype && got.op == h[i].op &&
-                             got.root == h[i].root && got.src == 1 &&
-                             got.comm_id == c->comm_id && got.payload_len == lens[i],
-                      "probe of message %d: kind %d seq %" PRIu64 " count %" PRIu64
-                      " src %u payload %" PRIu64 ", sent kind %d seq %" PRIu64 " count %" PRIu64
-                      " payload %zu",
-                      i, got.kind, got.seq, got.count, got.src, got.payload_len, h[i].kind,
-                      h[i].seq, h[i].count, lens[i]);
+                REQUIRE(c,
+                        got.kind == h[i].kind && got.seq == h[i].seq && got.count == h[i].count &&
+                            got.dtype == h[i].dtype && got.op == h[i].op && got.root == h[i].root &&
+                            got.src == 1 && got.comm_id == c->comm_id && got.payload_len == lens[i],
+                        "probe of message %d: kind %d seq %" PRIu64 " count %" PRIu64
+                        " src %u payload %" PRIu64 ", sent kind %d seq %" PRIu64 " count %" PRIu64
+                        " payload %zu",
+                        i, got.kind, got.seq, got.count, got.src, got.payload_len, h[i].kind,
+                        h[i].seq, h[i].count, lens[i]);
                 c->ops->progress(c->tp, 0);
                 memset(&got, 0, sizeof got);
-                CHECK(c, c->ops->probe(c->tp, 1, &got), "message %d gone after a probe", i);
+                REQUIRE(c, c->ops->probe(c->tp, 1, &got), "message %d gone after a probe", i);
             }
             xinit(&x[i], HOOP__XFER_RECV, 1, &h[i], b[i], lens[i]);
             c->ops->post(c->tp, &x[i]);
-            CHECK(c, x[i].done || !c->ops->probe(c->tp, 1, &got),
-                  "probe looked past the receive queued for message %d", i);
+            REQUIRE(c, x[i].done || !c->ops->probe(c->tp, 1, &got),
+                    "probe looked past the receive queued for message %d", i);
             TRY(drive1(c, &x[i], lim(c, 30), "receive after probing"));
             char what[64];
             snprintf(what, sizeof what, "message %d received after probing", i);

@@ -9,14 +9,14 @@ int case_peer_exit(ctx_t *c)
     const size_t big = 16 * (size_t)MIB, second = 1 * (size_t)MIB;
     if (c->rank == 0) {
         uint8_t *out = malloc(big), *in = malloc(big);
-        CHECK(c, out != NULL && in != NULL, "out of memory");
+        REQUIRE(c, out != NULL && in != NULL, "out of memory");
         fill(out, big, seed_of(c, 0, 1, 1));
         hoop__xfer_t x, y;
         hoop__wire_hdr_t h = mkhdr(c, 0, 1, 1, big);
         xinit(&x, HOOP__XFER_SEND, 1, &h, out, big);
         h = mkhdr(c, 1, 3, 3, big);
         xinit(&y, HOOP__XFER_RECV, 1, &h, in, big);
-        CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 1 never posted");
+        REQUIRE(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 1 never posted");
         c->ops->post(c->tp, &x);
         c->ops->post(c->tp, &y);
         double until = now_s() + 0.003;
@@ -28,7 +28,7 @@ int case_peer_exit(ctx_t *c)
         return 1;
     }
     uint8_t *a = rbuf_new(big), *b = rbuf_new(second), *s = malloc(big);
-    CHECK(c, a != NULL && b != NULL && s != NULL, "out of memory");
+    REQUIRE(c, a != NULL && b != NULL && s != NULL, "out of memory");
     fill(s, big, seed_of(c, 1, 0, 3));
     hoop__xfer_t xa, xb, xs;
     hoop__wire_hdr_t ha = mkhdr(c, 0, 1, 1, big), hb = mkhdr(c, 0, 2, 2, second);
@@ -49,24 +49,24 @@ int case_peer_exit(ctx_t *c)
     TRY(drive(c, all, 3, 0, "transfers with the rank that died"));
     if (t_b == 0) t_b = now_s();
     int64_t t_dead = atomic_load(&c->board->v[B_T_EVENT]);
-    CHECK(c, t_dead != 0, "transfers ended before rank 0 died");
+    REQUIRE(c, t_dead != 0, "transfers ended before rank 0 died");
     double late = t_b - (double)t_dead * 1e-9;
-    CHECK(c, is_fail_code(xb.status), "the receive rank 0 never sent: %s, expected %s or %s",
-          hoop_error_string(xb.status), hoop_error_string(HOOP_ERR_PEER_LOST),
-          hoop_error_string(HOOP_ERR_ABORTED));
-    CHECK(c, late < lim(c, 2.0), "failed %.2f s after rank 0 died (at most 2 s)", late);
+    REQUIRE(c, is_fail_code(xb.status), "the receive rank 0 never sent: %s, expected %s or %s",
+            hoop_error_string(xb.status), hoop_error_string(HOOP_ERR_PEER_LOST),
+            hoop_error_string(HOOP_ERR_ABORTED));
+    REQUIRE(c, late < lim(c, 2.0), "failed %.2f s after rank 0 died (at most 2 s)", late);
     if (xa.status == HOOP_OK) {
         /* It got through before the end: then it must be whole. */
         TRY(check_recv(c, &xa, &ha, seed_of(c, 0, 1, 1), "the large message before the exit"));
     } else {
-        CHECK(c, is_fail_code(xa.status), "the interrupted receive: %s",
-              hoop_error_string(xa.status));
+        REQUIRE(c, is_fail_code(xa.status), "the interrupted receive: %s",
+                hoop_error_string(xa.status));
     }
-    CHECK(c, xs.status == HOOP_OK || is_fail_code(xs.status), "the send to the dead rank: %s",
-          hoop_error_string(xs.status));
-    CHECK(c, c->rep.n > 0 && c->rep.peer == 0 && strstr(c->rep.msg, "rank 0") != NULL,
-          "report should name rank 0: %d report(s), peer %d, \"%s\"", c->rep.n, c->rep.peer,
-          c->rep.msg);
+    REQUIRE(c, xs.status == HOOP_OK || is_fail_code(xs.status), "the send to the dead rank: %s",
+            hoop_error_string(xs.status));
+    REQUIRE(c, c->rep.n > 0 && c->rep.peer == 0 && strstr(c->rep.msg, "rank 0") != NULL,
+            "report should name rank 0: %d report(s), peer %d, \"%s\"", c->rep.n, c->rep.peer,
+            c->rep.msg);
     if (c->o->verbose)
         notef(c,
               "failed %.3f s after the death; large send %s before it; large receive %s; "
@@ -79,7 +79,7 @@ int case_peer_exit(ctx_t *c)
     xinit(&z, HOOP__XFER_SEND, 0, &hz, s, 8);
     c->ops->post(c->tp, &z);
     TRY(drive1(c, &z, 1, "a send posted after the peer died"));
-    CHECK(c, z.status != HOOP_OK, "a send to the dead rank succeeded");
+    REQUIRE(c, z.status != HOOP_OK, "a send to the dead rank succeeded");
     free(a);
     free(b);
     free(s);
@@ -93,23 +93,23 @@ int case_peer_close(ctx_t *c)
     uint8_t b[100 + GUARD];
     hoop__wire_hdr_t h1 = mkhdr(c, 0, 1, 1, 100);
     if (c->rank == 0) {
-        CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 1 never posted");
+        REQUIRE(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 1 never posted");
         fill(b, 100, seed_of(c, 0, 1, 1));
         hoop__xfer_t x;
         xinit(&x, HOOP__XFER_SEND, 1, &h1, b, 100);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 10, "the last send"));
-        CHECK(c, x.status == HOOP_OK, "the last send: %s", hoop_error_string(x.status));
+        REQUIRE(c, x.status == HOOP_OK, "the last send: %s", hoop_error_string(x.status));
         sleep_s(0.1);
         atomic_store(&c->board->v[B_T_EVENT], now_ns());
         c->ops->close(c->tp);
         c->tp = NULL;
-        CHECK(c, board_wait(c, B_RELEASE, 1, 10) == 0, "rank 1 did not finish");
+        REQUIRE(c, board_wait(c, B_RELEASE, 1, 10) == 0, "rank 1 did not finish");
         return 0;
     }
     const size_t len = MIB;
     uint8_t *r = rbuf_new(len);
-    CHECK(c, r != NULL, "out of memory");
+    REQUIRE(c, r != NULL, "out of memory");
     memset(b, GUARD_BYTE, sizeof(b));
     hoop__xfer_t x1, x2;
     hoop__wire_hdr_t h2 = mkhdr(c, 0, 2, 2, len);
@@ -123,14 +123,14 @@ int case_peer_close(ctx_t *c)
     double t_fail = now_s();
     atomic_store(&c->board->v[B_RELEASE], 1);
     TRY(check_recv(c, &x1, &h1, seed_of(c, 0, 1, 1), "the message sent before close()"));
-    CHECK(c, x2.done, "still waiting %.0f s after rank 0 closed", lim(c, 5));
+    REQUIRE(c, x2.done, "still waiting %.0f s after rank 0 closed", lim(c, 5));
     double late = t_fail - (double)atomic_load(&c->board->v[B_T_EVENT]) * 1e-9;
-    CHECK(c, is_fail_code(x2.status), "receive from the closed rank: %s",
-          hoop_error_string(x2.status));
-    CHECK(c, late < lim(c, 2.0), "failed %.2f s after rank 0 closed (at most 2 s)", late);
-    CHECK(c, c->rep.n > 0 && c->rep.peer == 0 && strstr(c->rep.msg, "rank 0") != NULL,
-          "report should name rank 0: %d report(s), peer %d, \"%s\"", c->rep.n, c->rep.peer,
-          c->rep.msg);
+    REQUIRE(c, is_fail_code(x2.status), "receive from the closed rank: %s",
+            hoop_error_string(x2.status));
+    REQUIRE(c, late < lim(c, 2.0), "failed %.2f s after rank 0 closed (at most 2 s)", late);
+    REQUIRE(c, c->rep.n > 0 && c->rep.peer == 0 && strstr(c->rep.msg, "rank 0") != NULL,
+            "report should name rank 0: %d report(s), peer %d, \"%s\"", c->rep.n, c->rep.peer,
+            c->rep.msg);
     free(r);
     return 0;
 }
@@ -145,34 +145,34 @@ int case_abort(ctx_t *c)
         /* The receive for rank 0's send, never progressed: abort() must fail it. */
         const size_t slen = 8 * (size_t)MIB;
         uint8_t *q = rbuf_new(slen);
-        CHECK(c, q != NULL, "out of memory");
+        REQUIRE(c, q != NULL, "out of memory");
         hoop__xfer_t x, y;
         hoop__wire_hdr_t h = mkhdr(c, 0, 2, 2, slen);
         xinit(&x, HOOP__XFER_RECV, 0, &h, q, slen);
         c->ops->post(c->tp, &x);
-        CHECK(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 0 never posted");
+        REQUIRE(c, board_wait(c, B_POSTED, 1, 10) == 0, "rank 0 never posted");
         sleep_s(0.1); /* rank 0 is asleep in progress() by now */
         atomic_store(&c->board->v[B_T_EVENT], now_ns());
         c->ops->abort(c->tp, HOOP_ERR_ABORTED, reason);
-        CHECK(c, x.done && x.status == HOOP_ERR_ABORTED,
-              "a queued receive after abort(): %s, expected %s at once",
-              x.done ? hoop_error_string(x.status) : "not done",
-              hoop_error_string(HOOP_ERR_ABORTED));
+        REQUIRE(c, x.done && x.status == HOOP_ERR_ABORTED,
+                "a queued receive after abort(): %s, expected %s at once",
+                x.done ? hoop_error_string(x.status) : "not done",
+                hoop_error_string(HOOP_ERR_ABORTED));
         c->ops->abort(c->tp, HOOP_ERR_TIMEOUT, "a second reason");
         h = mkhdr(c, 1, 1, 1, 16);
         xinit(&y, HOOP__XFER_SEND, 0, &h, q, 16);
         c->ops->post(c->tp, &y);
-        CHECK(c, y.done && y.status == HOOP_ERR_ABORTED,
-              "a send posted after abort(): %s, expected %s at once",
-              y.done ? hoop_error_string(y.status) : "not done",
-              hoop_error_string(HOOP_ERR_ABORTED));
-        CHECK(c, board_wait(c, B_RELEASE, 1, 10) == 0, "rank 0 did not finish");
+        REQUIRE(c, y.done && y.status == HOOP_ERR_ABORTED,
+                "a send posted after abort(): %s, expected %s at once",
+                y.done ? hoop_error_string(y.status) : "not done",
+                hoop_error_string(HOOP_ERR_ABORTED));
+        REQUIRE(c, board_wait(c, B_RELEASE, 1, 10) == 0, "rank 0 did not finish");
         free(q);
         return 0;
     }
     const size_t rlen = MIB, slen = 8 * (size_t)MIB;
     uint8_t *r = rbuf_new(rlen), *s = malloc(slen);
-    CHECK(c, r != NULL && s != NULL, "out of memory");
+    REQUIRE(c, r != NULL && s != NULL, "out of memory");
     fill(s, slen, seed_of(c, 0, 1, 2));
     hoop__xfer_t xr, xs;
     hoop__wire_hdr_t hr = mkhdr(c, 1, 1, 1, rlen), hs = mkhdr(c, 0, 2, 2, slen);
@@ -185,21 +185,21 @@ int case_abort(ctx_t *c)
     while (!xr.done && now_s() < end) c->ops->progress(c->tp, 1000);
     t_fail = now_s();
     atomic_store(&c->board->v[B_RELEASE], 1);
-    CHECK(c, xr.done, "the receive from the aborted rank is still waiting after %.0f s",
-          lim(c, 10));
+    REQUIRE(c, xr.done, "the receive from the aborted rank is still waiting after %.0f s",
+            lim(c, 10));
     int64_t t_ab = atomic_load(&c->board->v[B_T_EVENT]);
     double late = t_fail - (double)t_ab * 1e-9;
-    CHECK(c, t_ab != 0, "the receive ended before rank 1 aborted: %s",
-          hoop_error_string(xr.status));
-    CHECK(c, late < lim(c, 2.0), "failed %.2f s after rank 1 aborted (at most 2 s)", late);
-    CHECK(c, c->rep.n > 0 && c->rep.peer == 1, "report: %d call(s), peer %d, expected peer 1",
-          c->rep.n, c->rep.peer);
-    CHECK(c, xr.status == HOOP_ERR_ABORTED, "receive from the aborting rank: %s, expected %s",
-          hoop_error_string(xr.status), hoop_error_string(HOOP_ERR_ABORTED));
-    CHECK(c, c->rep.code == HOOP_ERR_ABORTED, "report code %s, expected %s",
-          hoop_error_string(c->rep.code), hoop_error_string(HOOP_ERR_ABORTED));
-    CHECK(c, strstr(c->rep.msg, "rank 1 aborted: reason text") != NULL,
-          "report \"%s\" should contain \"rank 1 aborted: reason text\"", c->rep.msg);
+    REQUIRE(c, t_ab != 0, "the receive ended before rank 1 aborted: %s",
+            hoop_error_string(xr.status));
+    REQUIRE(c, late < lim(c, 2.0), "failed %.2f s after rank 1 aborted (at most 2 s)", late);
+    REQUIRE(c, c->rep.n > 0 && c->rep.peer == 1, "report: %d call(s), peer %d, expected peer 1",
+            c->rep.n, c->rep.peer);
+    REQUIRE(c, xr.status == HOOP_ERR_ABORTED, "receive from the aborting rank: %s, expected %s",
+            hoop_error_string(xr.status), hoop_error_string(HOOP_ERR_ABORTED));
+    REQUIRE(c, c->rep.code == HOOP_ERR_ABORTED, "report code %s, expected %s",
+            hoop_error_string(c->rep.code), hoop_error_string(HOOP_ERR_ABORTED));
+    REQUIRE(c, strstr(c->rep.msg, "rank 1 aborted: reason text") != NULL,
+            "report \"%s\" should contain \"rank 1 aborted: reason text\"", c->rep.msg);
     hoop__xfer_t *xsp = &xs;
     TRY(drive(c, &xsp, 1, 2, "the send to the aborted rank"));
     free(r);
@@ -218,7 +218,7 @@ static int try_connect(ctx_t *c, int me, const char *peer_addr, hoop_result_t wa
     char own[ADDR_MAX];
     hoop__tp_t *tp = NULL;
     hoop_result_t rc = c->ops->listen(&c->p, &tp, own, sizeof(own));
-    CHECK(c, rc == HOOP_OK && tp != NULL, "%s: listen: %s", what, hoop_error_string(rc));
+    REQUIRE(c, rc == HOOP_OK && tp != NULL, "%s: listen: %s", what, hoop_error_string(rc));
     const char *addrs[2];
     addrs[me] = own;
     addrs[1 - me] = peer_addr;
@@ -291,7 +291,7 @@ typedef struct bad_addr {
 static int tcp_bad_addrs(ctx_t *c, bad_addr_t *bad, int *n)
 {
     int port = dead_port();
-    CHECK(c, port > 0, "no free loopback port");
+    REQUIRE(c, port > 0, "no free loopback port");
     bad_addr_t b[] = {
         {"", 1, HOOP_ERR_TIMEOUT, "rank 0", 0.5, "connect to a closed port"},
         {"", 0, HOOP_ERR_TIMEOUT, "1", 0.5, "wait for a rank that never connects"},
@@ -313,16 +313,16 @@ static int shm_bad_addrs(ctx_t *c, bad_addr_t *bad, int *n)
     c->p.rank = 0;
     c->p.size = 2;
     const hoop__transport_ops_t *shm = hoop__tp_registry[hoop__tp_find("shm")].ops;
-    CHECK(c, shm->listen(&c->p, &tp, own, sizeof(own)) == HOOP_OK, "shm listen");
+    REQUIRE(c, shm->listen(&c->p, &tp, own, sizeof(own)) == HOOP_OK, "shm listen");
     shm->close(tp);
     int pid, fd;
     uint64_t nonce;
     size_t len;
-    CHECK(c, sscanf(own, "%d:%d:%" SCNx64 ":%zu", &pid, &fd, &nonce, &len) == 4,
-          "unexpected shm address \"%s\"", own);
+    REQUIRE(c, sscanf(own, "%d:%d:%" SCNx64 ":%zu", &pid, &fd, &nonce, &len) == 4,
+            "unexpected shm address \"%s\"", own);
     /* Left open: the process ends with the case. */
     int memfd = memfd_create("not-a-segment", MFD_CLOEXEC);
-    CHECK(c, memfd >= 0 && ftruncate(memfd, (off_t)len) == 0, "memfd: %s", strerror(errno));
+    REQUIRE(c, memfd >= 0 && ftruncate(memfd, (off_t)len) == 0, "memfd: %s", strerror(errno));
     bad_addr_t b[] = {
         {"garbage", 1, HOOP_ERR_INTERNAL, "rank 0", 1.0, "a malformed address"},
         {"", 1, HOOP_ERR_PEER_LOST, "lost rank 0", 1.0, "the pid of an exited process"},
@@ -373,15 +373,15 @@ static int noconnect_mux(ctx_t *c)
     hoop__tp_t *tp = NULL;
     c->p.rank = 0;
     c->p.size = 2;
-    CHECK(c, c->ops->listen(&c->p, &tp, own, sizeof(own)) == HOOP_OK, "listen");
+    REQUIRE(c, c->ops->listen(&c->p, &tp, own, sizeof(own)) == HOOP_OK, "listen");
     c->ops->close(tp);
     c->ops->host_key(own, key, sizeof(key));
-    CHECK(c, key[0] != '\0', "no host identity in \"%s\"", own);
+    REQUIRE(c, key[0] != '\0', "no host identity in \"%s\"", own);
     /* A row this rank publishes nothing for (verbs without an RDMA port) cannot be chosen. */
     char split[ADDR_MAX];
     const char *own_host, *own_parts[HOOP__TP_ROWS_MAX];
-    CHECK(c, hoop__mux_addr_split(own, split, sizeof(split), &own_host, own_parts) == 0,
-          "cannot split \"%s\"", own);
+    REQUIRE(c, hoop__mux_addr_split(own, split, sizeof(split), &own_host, own_parts) == 0,
+            "cannot split \"%s\"", own);
     TRY(try_connect(c, 1, "garbage", HOOP_ERR_INTERNAL, "rank 0", 1.0, "a malformed address"));
     static bad_addr_t bad[HOOP__TP_ROWS_MAX][BAD_MAX];
     int nbad[HOOP__TP_ROWS_MAX], far = -1;
@@ -392,7 +392,7 @@ static int noconnect_mux(ctx_t *c)
         for (int i = 0; i < nbad[t]; i++) {
             const char *one[HOOP__TP_ROWS_MAX] = {NULL};
             one[t] = bad[t][i].addr;
-            CHECK(c, hoop__mux_addr(key, one, addr, sizeof(addr)) == 0, "address too long");
+            REQUIRE(c, hoop__mux_addr(key, one, addr, sizeof(addr)) == 0, "address too long");
             TRY(try_connect(c, bad[t][i].me, addr, bad[t][i].code, bad[t][i].text,
                             bad[t][i].deadline_s, bad[t][i].what));
         }
@@ -401,10 +401,10 @@ static int noconnect_mux(ctx_t *c)
         if (far < 0 && nbad[t] > 0 && hoop__tp_registry[t].reaches(&me, &other)) far = t;
     }
     if (far < 0) return 0;
-    CHECK(c, bad[far][0].me == 1, "the first bad address of %s is not for rank 1",
-          hoop__tp_registry[far].name);
-    CHECK(c, hoop__mux_addr("0000000000005eed", parts, addr, sizeof(addr)) == 0,
-          "address too long");
+    REQUIRE(c, bad[far][0].me == 1, "the first bad address of %s is not for rank 1",
+            hoop__tp_registry[far].name);
+    REQUIRE(c, hoop__mux_addr("0000000000005eed", parts, addr, sizeof(addr)) == 0,
+            "address too long");
     char what[96];
     snprintf(what, sizeof(what), "another host, through %s: %s", hoop__tp_registry[far].name,
              bad[far][0].what);
@@ -447,7 +447,7 @@ static int wake_round(ctx_t *c, double delay, const char *what)
     waker_t w = {.c = c, .delay = delay};
     atomic_store(&w.at, 0);
     pthread_t th;
-    CHECK(c, pthread_create(&th, NULL, waker_main, &w) == 0, "pthread_create");
+    REQUIRE(c, pthread_create(&th, NULL, waker_main, &w) == 0, "pthread_create");
     double t0 = now_s();
     int calls = 0;
     while (atomic_load(&w.at) == 0 && now_s() - t0 < lim(c, 10)) {
@@ -457,9 +457,9 @@ static int wake_round(ctx_t *c, double delay, const char *what)
     double t_end = now_s();
     pthread_join(th, NULL);
     int64_t at = atomic_load(&w.at);
-    CHECK(c, at != 0, "%s: the waker never ran", what);
+    REQUIRE(c, at != 0, "%s: the waker never ran", what);
     double late = t_end - (double)at * 1e-9;
-    CHECK(c, late < lim(c, 1.0), "%s: progress(5000) returned %.2f s after wake()", what, late);
+    REQUIRE(c, late < lim(c, 1.0), "%s: progress(5000) returned %.2f s after wake()", what, late);
     if (c->o->verbose)
         notef(c, "%s: returned %.1f ms after wake() (%d progress call(s))", what, late * 1e3,
               calls);
@@ -482,10 +482,10 @@ int case_wake_pending(ctx_t *c)
             double t0 = now_s();
             c->ops->progress(c->tp, 2000);
             double dt = now_s() - t0;
-            CHECK(c, dt < lim(c, 1.0),
-                  "progress(2000) right after wake() slept %.2f s with %s: "
-                  "the wake-up was lost",
-                  dt, posted ? "a receive waiting" : "nothing posted");
+            REQUIRE(c, dt < lim(c, 1.0),
+                    "progress(2000) right after wake() slept %.2f s with %s: "
+                    "the wake-up was lost",
+                    dt, posted ? "a receive waiting" : "nothing posted");
         }
     }
     atomic_store(&c->board->v[B_STEP_DONE], 1);
@@ -495,7 +495,7 @@ int case_wake_pending(ctx_t *c)
 int case_wake(ctx_t *c)
 {
     if (c->rank == 1) {
-        CHECK(c, board_wait(c, B_STEP_DONE, 1, 30) == 0, "rank 0 did not finish its wake tests");
+        REQUIRE(c, board_wait(c, B_STEP_DONE, 1, 30) == 0, "rank 0 did not finish its wake tests");
         uint8_t b[32];
         fill(b, 32, seed_of(c, 1, 0, 1));
         hoop__xfer_t x;
@@ -503,7 +503,7 @@ int case_wake(ctx_t *c)
         xinit(&x, HOOP__XFER_SEND, 0, &h, b, 32);
         c->ops->post(c->tp, &x);
         TRY(drive1(c, &x, 10, "send after the wake tests"));
-        CHECK(c, x.status == HOOP_OK, "send: %s", hoop_error_string(x.status));
+        REQUIRE(c, x.status == HOOP_OK, "send: %s", hoop_error_string(x.status));
         return 0;
     }
     TRY(wake_round(c, 0.1, "nothing posted"));
@@ -514,7 +514,7 @@ int case_wake(ctx_t *c)
     xinit(&x, HOOP__XFER_RECV, 1, &h, b, 32);
     c->ops->post(c->tp, &x);
     for (int i = 0; i < 3; i++) TRY(wake_round(c, 0.05 + 0.05 * i, "a receive waiting"));
-    CHECK(c, !x.done, "the receive completed before rank 1 sent");
+    REQUIRE(c, !x.done, "the receive completed before rank 1 sent");
     atomic_store(&c->board->v[B_STEP_DONE], 1);
     TRY(drive1(c, &x, 10, "receive after the wake tests"));
     TRY(check_recv(c, &x, &h, seed_of(c, 1, 0, 1), "after the wake tests"));
@@ -536,12 +536,12 @@ static int idle_round(ctx_t *c, const char *what)
         calls++;
     }
     double wall = now_s() - wall0, cpu = cpu_s() - cpu0;
-    CHECK(c, worst < t_ms * 1e-3 + lim(c, 0.25), "%s: progress(%d) took %.0f ms", what, t_ms,
-          worst * 1e3);
-    CHECK(c, cpu < 0.1 * wall + lim(c, 0.03),
-          "%s: %.0f ms of CPU in %.0f ms of progress(%d) "
-          "(%d calls): it spins",
-          what, cpu * 1e3, wall * 1e3, t_ms, calls);
+    REQUIRE(c, worst < t_ms * 1e-3 + lim(c, 0.25), "%s: progress(%d) took %.0f ms", what, t_ms,
+            worst * 1e3);
+    REQUIRE(c, cpu < 0.1 * wall + lim(c, 0.03),
+            "%s: %.0f ms of CPU in %.0f ms of progress(%d) "
+            "(%d calls): it spins",
+            what, cpu * 1e3, wall * 1e3, t_ms, calls);
     if (c->o->verbose)
         notef(c, "%s: %d call(s) in %.0f ms, longest %.0f ms, CPU %.1f ms", what, calls, wall * 1e3,
               worst * 1e3, cpu * 1e3);
@@ -554,7 +554,7 @@ int case_idle(ctx_t *c)
     double t0 = now_s();
     for (int i = 0; i < 100; i++) c->ops->progress(c->tp, 0);
     double dt = now_s() - t0;
-    CHECK(c, dt < lim(c, 0.2), "100 calls of progress(0) took %.0f ms", dt * 1e3);
+    REQUIRE(c, dt < lim(c, 0.2), "100 calls of progress(0) took %.0f ms", dt * 1e3);
     TRY(idle_round(c, "nothing posted"));
     uint8_t in[100 + GUARD], out[100];
     memset(in, GUARD_BYTE, sizeof(in));
@@ -565,13 +565,13 @@ int case_idle(ctx_t *c)
     xinit(&s, HOOP__XFER_SEND, peer, &hs, out, 100);
     c->ops->post(c->tp, &r);
     TRY(idle_round(c, "a receive waiting"));
-    CHECK(c, !r.done, "the receive completed before the peer sent");
+    REQUIRE(c, !r.done, "the receive completed before the peer sent");
     atomic_fetch_or(&c->board->v[B_STEP_DONE], 1 << me);
-    CHECK(c, board_wait(c, B_STEP_DONE, 3, 10) == 0, "the peer did not finish");
+    REQUIRE(c, board_wait(c, B_STEP_DONE, 3, 10) == 0, "the peer did not finish");
     c->ops->post(c->tp, &s);
     hoop__xfer_t *both[2] = {&r, &s};
     TRY(drive(c, both, 2, 10, "the exchange after idling"));
-    CHECK(c, s.status == HOOP_OK, "send: %s", hoop_error_string(s.status));
+    REQUIRE(c, s.status == HOOP_OK, "send: %s", hoop_error_string(s.status));
     TRY(check_recv(c, &r, &hr, seed_of(c, peer, me, 1), "after idling"));
     return 0;
 }
@@ -587,7 +587,7 @@ int case_close(ctx_t *c)
     uint8_t *bufs[2 * NB], small[NS][64];
     for (int i = 0; i < 2 * NB; i++) {
         bufs[i] = malloc(big);
-        CHECK(c, bufs[i] != NULL, "out of memory");
+        REQUIRE(c, bufs[i] != NULL, "out of memory");
         memset(bufs[i], i, big);
         int send = (i % 2) == me;
         /* Receives expect other sequence numbers than the peer sends: nothing finishes cleanly. */
@@ -603,7 +603,7 @@ int case_close(ctx_t *c)
     }
     for (int i = 0; i < 20; i++) c->ops->progress(c->tp, 0);
     atomic_fetch_or(&c->board->v[B_STEP_DONE], 1 << me);
-    CHECK(c, board_wait(c, B_STEP_DONE, 3, 10) == 0, "the peer did not get here");
+    REQUIRE(c, board_wait(c, B_STEP_DONE, 3, 10) == 0, "the peer did not get here");
     c->ops->close(c->tp);
     c->tp = NULL;
     for (int i = 0; i < 2 * NB; i++) free(bufs[i]);
@@ -611,18 +611,18 @@ int case_close(ctx_t *c)
     /* Listen only, never connected. */
     char addr[ADDR_MAX];
     hoop__tp_t *tp = NULL;
-    CHECK(c, c->ops->listen(&c->p, &tp, addr, sizeof(addr)) == HOOP_OK, "listen");
+    REQUIRE(c, c->ops->listen(&c->p, &tp, addr, sizeof(addr)) == HOOP_OK, "listen");
     c->ops->close(tp);
     /* Listen, a transfer posted before any connect, abort, close. */
     tp = NULL;
-    CHECK(c, c->ops->listen(&c->p, &tp, addr, sizeof(addr)) == HOOP_OK, "listen");
+    REQUIRE(c, c->ops->listen(&c->p, &tp, addr, sizeof(addr)) == HOOP_OK, "listen");
     uint8_t b[8];
     hoop__xfer_t x;
     hoop__wire_hdr_t h = mkhdr(c, peer, 1, 1, 8);
     xinit(&x, HOOP__XFER_RECV, peer, &h, b, 8);
     c->ops->post(tp, &x);
     c->ops->abort(tp, HOOP_ERR_ABORTED, "closing");
-    CHECK(c, x.done && x.status != HOOP_OK, "a receive posted before connect survived abort()");
+    REQUIRE(c, x.done && x.status != HOOP_OK, "a receive posted before connect survived abort()");
     c->ops->close(tp);
     return 0;
 }

@@ -34,7 +34,7 @@ static void failf(int rank, const char *fmt, ...)
     va_end(ap);
 }
 
-#define CHECK(cond, ...)                                                                           \
+#define REQUIRE(cond, ...)                                                                         \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
             failf(rank, __VA_ARGS__);                                                              \
@@ -54,7 +54,7 @@ static int rank_main(hoop__rdv_t rdv)
     char err[512] = "";
     hoop__store_t *st = NULL;
     hoop_result_t rc = hoop__store_open(&rdv, 10.0, NULL, &st, err, sizeof err);
-    CHECK(rc == HOOP_OK, "store: %s", err);
+    REQUIRE(rc == HOOP_OK, "store: %s", err);
     hoop__oob_ctx_t ctx;
     hoop__tp_oob_t oob;
     hoop__oob_over_store(&ctx, st, rank, RANKS, &oob);
@@ -68,12 +68,12 @@ static int rank_main(hoop__rdv_t rdv)
         snprintf(tag, sizeof tag, "test.all-%d", k);
         for (size_t i = 0; i < lens[k]; i++) mine[i] = byte_of(rank, k, i);
         rc = oob.allgather(oob.ctx, tag, mine, all, lens[k], deadline);
-        CHECK(rc == HOOP_OK, "allgather %s: %s: %s", tag, hoop_error_string(rc),
-              oob.error(oob.ctx));
+        REQUIRE(rc == HOOP_OK, "allgather %s: %s: %s", tag, hoop_error_string(rc),
+                oob.error(oob.ctx));
         for (int j = 0; j < RANKS; j++)
             for (size_t i = 0; i < lens[k]; i++)
-                CHECK(all[(size_t)j * lens[k] + i] == byte_of(j, k, i),
-                      "allgather %s: byte %zu of rank %d differs", tag, i, j);
+                REQUIRE(all[(size_t)j * lens[k] + i] == byte_of(j, k, i),
+                        "allgather %s: byte %zu of rank %d differs", tag, i, j);
     }
 
     /* Every pair, both ways, each value of its own length. */
@@ -83,42 +83,42 @@ static int rank_main(hoop__rdv_t rdv)
         size_t n = 10 + (size_t)(rank * 7 + j);
         for (size_t i = 0; i < n; i++) buf[i] = byte_of(rank, j, i);
         rc = oob.put(oob.ctx, "test.pair", j, buf, n);
-        CHECK(rc == HOOP_OK, "put for rank %d: %s", j, oob.error(oob.ctx));
+        REQUIRE(rc == HOOP_OK, "put for rank %d: %s", j, oob.error(oob.ctx));
     }
     for (int j = 0; j < RANKS; j++) {
         if (j == rank) continue;
         size_t got = 0, want = 10 + (size_t)(j * 7 + rank);
         rc = oob.get(oob.ctx, "test.pair", j, buf, sizeof buf, &got, deadline);
-        CHECK(rc == HOOP_OK, "get from rank %d: %s", j, oob.error(oob.ctx));
-        CHECK(got == want, "get from rank %d: %zu bytes, expected %zu", j, got, want);
+        REQUIRE(rc == HOOP_OK, "get from rank %d: %s", j, oob.error(oob.ctx));
+        REQUIRE(got == want, "get from rank %d: %zu bytes, expected %zu", j, got, want);
         for (size_t i = 0; i < got; i++)
-            CHECK(buf[i] == byte_of(j, rank, i), "get from rank %d: byte %zu differs", j, i);
+            REQUIRE(buf[i] == byte_of(j, rank, i), "get from rank %d: byte %zu differs", j, i);
     }
 
     /* Failures, each with a sentence. */
     size_t got = 0;
     double t0 = hoop__now();
     rc = oob.get(oob.ctx, "test.nobody", (rank + 1) % RANKS, buf, sizeof buf, &got, t0 + 0.2);
-    CHECK(rc == HOOP_ERR_TIMEOUT && oob.error(oob.ctx)[0] != '\0' && hoop__now() - t0 < 5.0,
-          "a get nobody answers: %s after %.2f s: \"%s\"", hoop_error_string(rc), hoop__now() - t0,
-          oob.error(oob.ctx));
+    REQUIRE(rc == HOOP_ERR_TIMEOUT && oob.error(oob.ctx)[0] != '\0' && hoop__now() - t0 < 5.0,
+            "a get nobody answers: %s after %.2f s: \"%s\"", hoop_error_string(rc),
+            hoop__now() - t0, oob.error(oob.ctx));
     rc = oob.put(oob.ctx, "a/b", 0, buf, 1);
-    CHECK(rc == HOOP_ERR_INVALID_ARGUMENT && strstr(oob.error(oob.ctx), "bad tag") != NULL,
-          "a tag with a slash: %s: \"%s\"", hoop_error_string(rc), oob.error(oob.ctx));
+    REQUIRE(rc == HOOP_ERR_INVALID_ARGUMENT && strstr(oob.error(oob.ctx), "bad tag") != NULL,
+            "a tag with a slash: %s: \"%s\"", hoop_error_string(rc), oob.error(oob.ctx));
     /* Rank 1 gives 3 bytes where the others give 4: everyone fails, naming a rank that differs. */
     rc = oob.allgather(oob.ctx, "test.uneven", mine, all, rank == 1 ? 3 : 4, deadline);
-    CHECK(rc == HOOP_ERR_MISMATCH &&
-              strstr(oob.error(oob.ctx), rank == 1 ? "rank 0" : "rank 1") != NULL,
-          "an uneven allgather: %s: \"%s\"", hoop_error_string(rc), oob.error(oob.ctx));
+    REQUIRE(rc == HOOP_ERR_MISMATCH &&
+                strstr(oob.error(oob.ctx), rank == 1 ? "rank 0" : "rank 1") != NULL,
+            "an uneven allgather: %s: \"%s\"", hoop_error_string(rc), oob.error(oob.ctx));
 
     /* Rank 0's store goes when it closes: it waits for everyone to say they are through. */
     for (int j = 1; j < RANKS && rank == 0; j++) {
         rc = oob.get(oob.ctx, "test.through", j, buf, sizeof buf, &got, deadline);
-        CHECK(rc == HOOP_OK, "rank %d is not through: %s", j, oob.error(oob.ctx));
+        REQUIRE(rc == HOOP_OK, "rank %d is not through: %s", j, oob.error(oob.ctx));
     }
     if (rank != 0) {
         rc = oob.put(oob.ctx, "test.through", 0, "", 0);
-        CHECK(rc == HOOP_OK, "through: %s", oob.error(oob.ctx));
+        REQUIRE(rc == HOOP_OK, "through: %s", oob.error(oob.ctx));
     }
     hoop__store_close(st);
     return 0;
