@@ -7,6 +7,8 @@
  *   lines K                 K numbered lines on stdout and on stderr, each written in two pieces
  *   partial                 a last line without newline, on stdout and stderr
  *   long BYTES              one line of BYTES letters, then "after"
+ *   bigline BYTES           on stdout one line of BYTES letters, then "tail R" without newline;
+ *                           on stderr "errtail R" without newline
  *   fail R CODE             rank R exits CODE after 300 ms; the others sleep 60 s
  *   selfkill R              rank R kills itself with SIGKILL after 300 ms; the others sleep 60 s
  *   stubborn R CODE         like fail, but the others ignore SIGTERM
@@ -231,6 +233,24 @@ static int mode_flaky(int bad, long hold_ms)
     return 0;
 }
 
+static int mode_bigline(long bytes)
+{
+    int r = my_rank();
+    char c = (char)('a' + r % 26);
+    char chunk[4096];
+    memset(chunk, c, sizeof chunk);
+    for (long done = 0; done < bytes;) {
+        long n = bytes - done < (long)sizeof chunk ? bytes - done : (long)sizeof chunk;
+        ssize_t w = write(1, chunk, (size_t)n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return 90;
+        done += w;
+    }
+    out(1, "\ntail %d", r);
+    out(2, "errtail %d", r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -266,6 +286,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(m, "flaky") == 0 && argc == 4) return mode_flaky(atoi(argv[2]), atol(argv[3]));
+    if (strcmp(m, "bigline") == 0 && argc == 3) return mode_bigline(atol(argv[2]));
     fprintf(stderr, "launcher_child: bad mode '%s'\n", m);
     return 99;
 }

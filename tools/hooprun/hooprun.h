@@ -21,8 +21,9 @@
 #include <sys/types.h>
 
 enum {
-    LINE_CAP = 64 * 1024,    /* longest line kept whole; longer ones are split */
-    SINK_CAP = 2 * LINE_CAP, /* one prefixed line always fits after a flush */
+    STREAM_START = 4096,      /* a stream's first buffer, doubled while a line needs more */
+    LINE_KEEP = 64 * 1024,    /* and shrunk back to this once a longer line is out */
+    SINK_CAP = 2 * LINE_KEEP, /* lines are gathered up to this; a longer one is written directly */
     MAX_NPROC = 4096,
     GRACE_MS = 3000,        /* SIGTERM -> SIGKILL */
     KILL_WAIT_MS = 5000,    /* after SIGKILL, how long to wait for the kernel to reap */
@@ -62,7 +63,8 @@ int parse_args(int argc, char **argv, struct opts *o);
 /* One of our own output streams. Whole lines are appended, so ranks never interleave mid-line. */
 struct sink {
     int fd;
-    bool broken; /* the reader went away: output is dropped, the job goes on */
+    bool broken;   /* the reader went away: output is dropped, the job goes on */
+    bool mid_line; /* the last byte out was not a newline (a rank's last line, --no-prefix) */
     size_t len;
     char buf[SINK_CAP];
 };
@@ -71,8 +73,11 @@ struct sink {
 struct stream {
     int fd; /* -1 once closed */
     struct sink *sink;
+    struct sink *notes; /* where to say that a line had to be cut */
+    int rank;
     const char *prefix;
     size_t plen;
+    bool cut; /* part of the current line is out already (no memory to hold it whole) */
     char *buf;
     size_t len, cap, scanned;
 };
@@ -82,10 +87,13 @@ void sink_put(struct sink *s, const char *prefix, size_t plen, const char *data,
               bool add_newline);
 /* A message of the launcher itself, ordered with the rank output already read. */
 void say(struct sink *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void stream_init(struct stream *st, int fd, struct sink *sink, const char *prefix, size_t plen);
+/* A stream not open yet (fd -1) with its first buffer; false without memory for it. */
+bool stream_init(struct stream *st, struct sink *sink, struct sink *notes, int rank,
+                 const char *prefix, size_t plen);
+/* Puts out a last line without newline, closes the pipe and frees the buffer. */
 void stream_close(struct stream *st);
-/* Reads what the pipe holds (at most max_reads reads). Returns false on allocation failure. */
-bool stream_pump(struct stream *st, int max_reads);
+/* Reads what the pipe holds (at most max_reads reads). */
+void stream_pump(struct stream *st, int max_reads);
 
 /* ---- the job ------------------------------------------------------------------------------ */
 

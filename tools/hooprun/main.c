@@ -58,9 +58,11 @@ int main(int argc, char **argv)
     memcpy(j.master_port, o.master_port, sizeof j.master_port);
     j.out->fd = STDOUT_FILENO;
     j.out->broken = false;
+    j.out->mid_line = false;
     j.out->len = 0;
     j.err->fd = STDERR_FILENO;
     j.err->broken = false;
+    j.err->mid_line = false;
     j.err->len = 0;
     fflush(NULL);
 

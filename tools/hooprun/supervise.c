@@ -249,7 +249,7 @@ static void pump_ready(const struct pollfd *pfd, struct stream **map, int from, 
 {
     for (int i = from; i < np; i++)
         if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
-            if (!stream_pump(map[i], READS_PER_ROUND)) stream_close(map[i]);
+            stream_pump(map[i], READS_PER_ROUND);
 }
 
 void run_loop(struct job *j)
