@@ -6,8 +6,8 @@
  * with a "[RANK] " prefix; the first rank to fail brings the whole job down, so a crashed rank never
  * leaves its peers blocked in a collective forever.
  *
- * Standalone: C11 + POSIX (+ signalfd and PR_SET_PDEATHSIG on Linux), no libhoop. hooprun.h says
- * which file holds what.
+ * Standalone: C11 + POSIX (+ signalfd, PR_SET_PDEATHSIG and PR_SET_CHILD_SUBREAPER on Linux), no
+ * libhoop. hooprun.h says which file holds what.
  */
 #include <errno.h>
 #include <fcntl.h>
