@@ -13,9 +13,12 @@ Counts follow the C API (hoop.h): allgather/gather take the per-rank send buffer
 buffer `size` times larger; scatter/reduce_scatter the reverse; alltoall one block per rank.
 Failures raise HoopError subclasses carrying hoop's own sentence (hoop_comm_last_error).
 """
+import atexit
 import ctypes
+import itertools
 import operator
 import threading
+import weakref
 
 from . import _library
 from ._buffer import as_buffer
@@ -42,6 +45,27 @@ SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 _OP_ALIASES = {"sum": 0, "prod": 1, "product": 1, "min": 2, "max": 3, "avg": 4, "mean": 4}
 
 SPLIT_NONE = -1
+
+# The objects each nonblocking call hands the C side (its buffers), by communicator and call,
+# referenced from this module so that no collection can free them while the call may still read
+# or write them: an entry goes once hoop says the call is over (its hoop_wait returned, or its
+# communicator was destroyed), not when the Python objects that posted it go. A call's number is
+# taken before it is posted, so its buffers are held even if posting is cut short by an exception.
+_IN_FLIGHT = {}  # Comm._n -> {call number: buffers}
+_COMMS = weakref.WeakValueDictionary()  # Comm._n -> Comm: the open ones, for _at_exit
+_numbers = itertools.count()
+
+
+@atexit.register
+def _at_exit():
+    """Before the interpreter frees its objects: a communicator with calls in flight is destroyed
+    (so aborted, the peers told why), so that no call runs on to buffers already freed."""
+    for comm in list(_COMMS.values()):
+        try:
+            if comm._h is not None and (comm._keep or comm._busy):
+                comm.destroy()
+        except Exception:  # noqa: BLE001 - the others are still to be closed
+            pass
 
 
 def _lib():
@@ -107,13 +131,14 @@ def init(method=None, rank=-1, size=-1, timeout=None, algo=None, any_thread=Fals
 
 
 class Request:
-    """A nonblocking call. Its buffers stay referenced until it has completed."""
+    """A nonblocking call. Its buffers stay referenced until it has completed, and it keeps its
+    Comm alive."""
 
-    def __init__(self, comm, handle, what, keep, outs, result):
+    def __init__(self, comm, handle, what, n, outs, result):
         self._comm = comm
         self._h = handle
         self._what = what
-        self._keep = keep
+        self._n = n  # its entry in the Comm's calls in flight
         self._outs = outs
         self._result = result
         self._error = None
@@ -136,7 +161,7 @@ class Request:
         except BaseException as e:  # a copy-back that failed is this request's failure
             self._error = e
         finally:
-            self._keep = self._outs = None
+            self._outs = None
             self._h = None
             self._comm._forget(self)
 
@@ -233,7 +258,12 @@ class Comm:
         self._lock = threading.RLock()  # posting: one thread at a time, as hoop.h requires
         self._plock = threading.Lock()  # the pending set, touched by completing threads
         self._hlock = threading.Lock()  # the handle's lifetime, for calls outside _lock
-        self._pending = set()
+        # Requests not yet completed, weakly: a Request keeps its Comm, not the reverse, so that a
+        # Comm nothing references is destroyed at once; what a call uses is held in _keep.
+        self._pending = weakref.WeakSet()
+        self._n = next(_numbers)
+        self._keep = _IN_FLIGHT.setdefault(self._n, {})  # call number -> buffers, until over
+        _COMMS[self._n] = self
         self._busy = 0  # blocking calls under way
         self._closing = False  # aborted by destroy(): pending calls fail for that reason
         self._any_thread = bool(any_thread)
@@ -297,8 +327,10 @@ class Comm:
             raise self._error(rc, what)
 
     def _forget(self, req):
+        """req is over on the C side: its buffers may go."""
         with self._plock:
             self._pending.discard(req)
+            self._keep.pop(req._n, None)
 
     def set_timeout(self, seconds):
         """Timeout of every blocking wait on this communicator (default HOOP_TIMEOUT, 300 s)."""
@@ -414,7 +446,8 @@ class Comm:
         if self._h is None:
             return
         with self._plock:
-            unfinished = bool(self._pending)
+            # Calls in flight, including those whose Request was dropped unwaited.
+            unfinished = bool(self._keep)
         if unfinished or self._busy:
             self._abort_pending()  # a blocking call in another thread holds _lock until it ends
         with self._lock:
@@ -422,7 +455,8 @@ class Comm:
                 return
             with self._plock:
                 pending = list(self._pending)
-            if pending and not unfinished:  # posted meanwhile
+                posted = bool(self._keep)
+            if posted and not unfinished:  # posted meanwhile
                 self._abort_pending()
             for r in pending:  # prompt once aborted; their handles die with the communicator
                 try:
@@ -432,6 +466,10 @@ class Comm:
             with self._hlock:
                 h, self._h = self._h, None
                 _lib().hoop_comm_destroy(h)
+            # Every call of the communicator is over (failed if it was still pending).
+            with self._plock:
+                self._keep.clear()
+            _IN_FLIGHT.pop(self._n, None)
 
     def __enter__(self):
         return self
@@ -440,11 +478,13 @@ class Comm:
         self.destroy()
 
     def __del__(self):
-        # Only an idle communicator is freed here: pending requests may still use its memory.
+        # Nothing references the Comm, so no Request of it is left to wait for: it is destroyed,
+        # which aborts the calls still in flight (bounded by the timeout, not a wait for peers) so
+        # that they are over before the buffers held for them in _IN_FLIGHT are let go.
         try:
-            if self._h is not None and not self._pending:
+            if getattr(self, "_h", None) is not None:
                 self.destroy()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a finaliser must not raise
             pass
 
     def __repr__(self):
@@ -471,10 +511,16 @@ class Comm:
                         b.finish()
                 self._check(rc, what)
                 return result
+            n = next(_numbers)
+            with self._plock:
+                self._keep[n] = bufs
             req = ctypes.c_void_p()
             rc = getattr(lib, "hoop_i" + fn[5:])(h, *args, ctypes.byref(req))
-            self._check(rc, what)
-            r = Request(self, req.value, what, bufs, outs, result)
+            if rc != _library.OK:
+                with self._plock:
+                    self._keep.pop(n, None)
+                self._check(rc, what)
+            r = Request(self, req.value, what, n, outs, result)
             with self._plock:
                 self._pending.add(r)
             return r
