@@ -17,10 +17,12 @@ import atexit
 import ctypes
 import itertools
 import operator
+import signal
 import threading
 import weakref
+from threading import get_ident as _get_ident
 
-from . import _library
+from . import _interrupt, _library
 from ._buffer import as_buffer
 from ._errors import (AbortedError, AuthError, HoopError, InternalError, InvalidArgumentError,
                       MismatchError, NoMemoryError, PeerLostError, SystemCallError, TimeoutError,
@@ -173,12 +175,40 @@ class Request:
             return None
         return self._source.value
 
+    def _wait_locked(self):
+        """hoop_wait, then _complete; under self._lock, with the request not yet done."""
+        comm = self._comm
+        if not _interrupt.in_main():
+            self._complete(_lib().hoop_wait(self._h))
+            return
+        # The main thread, where a signal's handler may raise as soon as hoop_wait returns, before
+        # its result is kept: ctypes keeps it (_main_wait), and the request is completed whatever
+        # is raised, its handle being freed by then. A handler that waits too stacks its result
+        # above this one.
+        rc = _WAIT_RC
+        at = len(rc)
+        wait = _main_wait()
+        _interrupt.blocked = comm
+        try:
+            wait(self._h)
+            self._complete(rc[at])
+            if comm._interrupted:
+                _interrupt.deliver()  # the KeyboardInterrupt, where not raised yet
+        except BaseException:
+            if len(rc) > at and self._h is not None:
+                self._complete(rc[at])
+            raise
+        finally:
+            _interrupt.blocked = None
+            del rc[at:]
+
     def wait(self):
         """Blocks until the call completes; returns its output object (None for barrier, send).
-        Raises the HoopError the call failed with."""
+        Raises the HoopError the call failed with. In the main thread, Ctrl-C aborts the
+        communicator and raises KeyboardInterrupt (docs/python.md)."""
         with self._lock:
             if self._h is not None:
-                self._complete(_lib().hoop_wait(self._h))
+                self._wait_locked()
         if self._error is not None:
             raise self._error
         return self._result
@@ -194,7 +224,7 @@ class Request:
                 lib.hoop_test(self._h, ctypes.byref(flag))
                 if not flag.value:
                     return False
-                self._complete(lib.hoop_wait(self._h))
+                self._wait_locked()  # returns at once
         finally:
             self._lock.release()
         if self._error is not None:
@@ -203,6 +233,24 @@ class Request:
 
     def __repr__(self):
         return "<hoop.Request %s %s>" % (self._what, "done" if self.done else "pending")
+
+
+_WAIT_RC = []  # the main thread's hoop_wait results, appended by ctypes (a stack)
+_main_wait_fn = None
+
+
+def _main_wait():
+    """hoop_wait whose result ctypes appends to _WAIT_RC as the call returns: restype is a C
+    method, which runs no Python code, so no signal handler can raise before the result is kept
+    (one may, right after, in the main thread)."""
+    global _main_wait_fn
+    if _main_wait_fn is None:
+        lib = _lib()
+        fn = lib._FuncPtr(("hoop_wait", lib))
+        fn.argtypes = [ctypes.c_void_p]
+        fn.restype = _WAIT_RC.append
+        _main_wait_fn = fn
+    return _main_wait_fn
 
 
 def wait_all(requests):
@@ -266,11 +314,13 @@ class Comm:
         _COMMS[self._n] = self
         self._busy = 0  # blocking calls under way
         self._closing = False  # aborted by destroy(): pending calls fail for that reason
+        self._interrupted = None  # the signal that aborted it while the main thread waited
         self._any_thread = bool(any_thread)
         self._owner = threading.get_ident()
         self._owner_name = threading.current_thread().name
         self._rank = _lib().hoop_comm_rank(handle)
         self._size = _lib().hoop_comm_size(handle)
+        _interrupt.arm()  # in the main thread: see _interrupt.py
 
     # ---- state ----
 
@@ -316,10 +366,20 @@ class Comm:
             self._owner = threading.get_ident()
             self._owner_name = threading.current_thread().name
 
+    def _on_signal(self, sig):
+        """From the binding's signal thread (_interrupt.py): sig came while the main thread was
+        in a call on this Comm, and its handler will raise: the call ends now, as abort() ends
+        it, and so do the peers' calls."""
+        self._interrupted = sig
+        self.abort()
+
     def _error(self, rc, what):
         msg = self.last_error or _lib().hoop_error_string(rc).decode()
         if self._closing and rc == AbortedError.code:
             msg = "the communicator was destroyed with this call pending (%s)" % msg
+        elif self._interrupted is not None and rc == AbortedError.code:
+            msg = ("%s arrived while the main thread was in a call, so the communicator was "
+                   "aborted (%s)" % (_signal_name(self._interrupted), msg))
         return error_for(rc, "%s: %s" % (what, msg))
 
     def _check(self, rc, what):
@@ -422,7 +482,22 @@ class Comm:
         k = self._rank if key is None else _integer(key, "split: key")
         self._poster("split")
         with self._lock:
-            self._check(_lib().hoop_comm_split(self._handle(), c, k, ctypes.byref(nc)), "split")
+            lib, h = _lib(), self._handle()
+            main = _interrupt.in_main()
+            if main:
+                _interrupt.blocked = self
+            try:
+                rc = lib.hoop_comm_split(h, c, k, ctypes.byref(nc))
+                if main and self._interrupted:
+                    _interrupt.deliver()
+            except BaseException:
+                if nc.value:  # split, then interrupted before it became a Comm
+                    _lib().hoop_comm_destroy(nc.value)
+                raise
+            finally:
+                if main:
+                    _interrupt.blocked = None
+            self._check(rc, "split")
         return Comm(nc.value, self._any_thread) if nc.value else None
 
     def abort(self):
@@ -501,11 +576,24 @@ class Comm:
         with self._lock:
             h = self._handle()
             if not nonblocking:
+                # Made directly, not as the nonblocking twin waited for in slices, which would hand
+                # the call to another thread: in the main thread, Ctrl-C ends it through
+                # _interrupt.py instead.
+                f = getattr(lib, fn)
+                main = _get_ident() == _interrupt.main
+                if main:
+                    if not _interrupt.tried:
+                        _interrupt.arm()
+                    _interrupt.blocked = self
                 self._busy += 1
                 try:
-                    rc = getattr(lib, fn)(h, *args)
+                    rc = f(h, *args)
+                    if main and self._interrupted:
+                        _interrupt.deliver()
                 finally:
                     self._busy -= 1
+                    if main:
+                        _interrupt.blocked = None  # no call here: a handler could raise in it
                 if rc == _library.OK:
                     for b in outs:
                         b.finish()
@@ -788,4 +876,11 @@ class Comm:
 
 def _DT(buf):
     return _library.DTYPE_CODE[buf.dtype]
+
+
+def _signal_name(sig):
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "signal %d" % sig
 
