@@ -276,13 +276,58 @@ static void hold(hoop_comm_t *c, hoop_request_t *r)
     held_run(c);
 }
 
+/* The bytes of input (*in) and output (*out) this rank's part of call reads and writes, and
+ * whether sendbuf and recvbuf lie as one of hoop.h's in-place forms. */
+static int in_place_form(const hoop__call_t *call, size_t *in, size_t *out)
+{
+    const hoop_comm_t *c = call->comm;
+    size_t n = call->count * hoop_dtype_size(call->dtype), all = n * (size_t)c->size;
+    /* Addresses as numbers: a buffer this rank does not use may be NULL. */
+    uintptr_t s = (uintptr_t)call->sendbuf, r = (uintptr_t)call->recvbuf;
+    int root = c->rank == call->root;
+    switch (call->kind) {
+    case HOOP__K_ALLREDUCE: *in = n, *out = n; return s == r;
+    case HOOP__K_REDUCE: *in = n, *out = root ? n : 0; return s == r;
+    case HOOP__K_ALLGATHER: *in = n, *out = all; return s == r + (size_t)c->rank * n;
+    case HOOP__K_GATHER: *in = n, *out = root ? all : 0; return s == r + (size_t)c->rank * n;
+    case HOOP__K_SCATTER: *in = root ? all : 0, *out = n; return r == s + (size_t)call->root * n;
+    case HOOP__K_REDUCE_SCATTER:
+        *in = all, *out = n;
+        return r == s || r == s + (size_t)c->rank * n;
+    case HOOP__K_ALLTOALL: *in = all, *out = all; return s == r;
+    default: *in = 0, *out = 0; return 0; /* one buffer, or none: nothing can overlap */
+    }
+}
+
+/* Under exec, before the algorithm runs. Where this rank's input overlaps its output other than
+ * in one of hoop.h's in-place forms (by a single byte even), the algorithms, which write output
+ * before they have read all the input, would compute over bytes they had already overwritten:
+ * the input is copied aside and the call reads the copy. The in-place forms, which every
+ * algorithm serves, go as they are. Local to this rank: where it reads its input from changes
+ * nothing that moves between ranks, so ranks need not agree on it. */
+static hoop_result_t separate_input(hoop__call_t *call)
+{
+    size_t in, out;
+    if (in_place_form(call, &in, &out) || in == 0 || out == 0) return HOOP_OK;
+    uintptr_t s = (uintptr_t)call->sendbuf, r = (uintptr_t)call->recvbuf;
+    if (s >= r + out || r >= s + in) return HOOP_OK;
+    void *copy = hoop__input_copy(call, in);
+    if (copy == NULL) return HOOP_ERR_NO_MEMORY;
+    hoop__mem_copy(call, copy, call->sendbuf, in);
+    call->sendbuf = copy;
+    return HOOP_OK;
+}
+
 /* Under exec. A collective that failed has left its peers in the middle of the call: the
  * communicator is aborted (here, if the algorithm did not say why: an allocation, say), and so is
  * the transport, which tells the peers the reason now rather than closing on them later. */
 static hoop_result_t run_collective(hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
-    hoop_result_t st = hoop__collective_run(call);
+    const void *sendbuf = call->sendbuf;
+    hoop_result_t st = separate_input(call);
+    if (st == HOOP_OK) st = hoop__collective_run(call);
+    call->sendbuf = sendbuf;
     if (st != HOOP_OK) {
         if (!atomic_load(&c->aborted)) {
             char what[128];

@@ -167,6 +167,11 @@ struct hoop_comm {
     void *scratch;
     size_t scratch_len;
     hoop__mem_type_t scratch_mem;
+    /* A copy of a call's input where it overlaps the output (sched.c, runtime/mem.c): the
+     * same way, under exec only. */
+    void *in_copy;
+    size_t in_copy_len;
+    hoop__mem_type_t in_copy_mem;
     /* Device memory (runtime/mem_cuda.c): the CUDA module's state, made by the first call that
      * looks for the driver (any thread that posts; atomic for that); NULL before. */
     _Atomic(struct hoop__cuda *) cuda;
