@@ -16,6 +16,9 @@ int hoop__algo_parse(const char *s); /* -1 if unknown */
 
 /* Unmaps the shared-memory collectives' area (shm_area.c) when the communicator is freed. */
 void hoop__shc_close(hoop_comm_t *c);
+/* Where the area is in use, says in it that the communicator is aborted and why (its sentence),
+ * once, so that peers waiting in a step learn the reason (shm_area.c). Under exec. */
+void hoop__shc_abort(hoop_comm_t *c);
 
 /* Algorithms: one file each. */
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c);

@@ -306,6 +306,12 @@ static void say_aborted(hoop_comm_t *c, hoop__shc_t *a, hoop_result_t code)
         futex(&hoop__shc_line(a, c->rank, b)->step, FUTEX_WAKE, INT_MAX, NULL);
 }
 
+void hoop__shc_abort(hoop_comm_t *c)
+{
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab != HOOP_OK && c->shc != NULL && c->shc->ready) say_aborted(c, c->shc, ab);
+}
+
 /* The communicator failed inside a step: say so where the peers look, and abort the transports
  * (which tells the peers too). */
 static hoop_result_t step_failed(const hoop__call_t *call, hoop__shc_t *a, hoop_result_t code)

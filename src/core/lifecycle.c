@@ -707,7 +707,7 @@ hoop_result_t hoop__comm_init(hoop_comm_t **out, const char *method, int rank, i
 void hoop__comm_abort(hoop_comm_t *c)
 {
     hoop__comm_fail(c, HOOP_ERR_ABORTED, "hoop_comm_abort was called on rank %d", c->rank);
-    hoop__sched_abort(c, HOOP_ERR_ABORTED);
+    hoop__sched_abort(c);
 }
 
 void hoop__comm_destroy(hoop_comm_t *c)

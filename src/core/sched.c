@@ -138,6 +138,20 @@ static void engine_free(hoop_comm_t *c)
         pthread_cond_signal(&c->tcv);
 }
 
+/* Under exec, as it is given back: where the communicator is aborted, its peers learn why, through
+ * the transport and the shared area. A failure found under exec was told them already; this one
+ * came from another thread (hoop_comm_abort, a peer's notice read by it) while this one held exec,
+ * which the abort could not take, and a call that completed all the same would otherwise leave
+ * the peers to learn only that this rank closed its connections, once it is freed. A no-op while
+ * the communicator is healthy, and cheap once they have been told. */
+static void tell_abort(hoop_comm_t *c)
+{
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab == HOOP_OK || c->tp == NULL) return;
+    c->tp_ops->abort(c->tp, ab, c->fatal_msg);
+    hoop__shc_abort(c);
+}
+
 /* Takes the engine: called with mu held and busy clear; returns holding exec, not mu. */
 static void engine_enter(hoop_comm_t *c)
 {
@@ -152,6 +166,7 @@ static void engine_enter(hoop_comm_t *c)
 /* Gives the engine back: called holding exec; returns with mu held. */
 static void engine_leave(hoop_comm_t *c)
 {
+    tell_abort(c);
     pthread_mutex_unlock(&c->exec);
     pthread_mutex_lock(&c->mu);
     engine_free(c);
@@ -471,6 +486,7 @@ static void *progress_thread(void *arg)
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&c->exec);
             if (c->inflight != NULL || c->held != NULL) inflight_step(c, 20);
+            tell_abort(c);
             pthread_mutex_unlock(&c->exec);
             pthread_mutex_lock(&c->mu);
             c->thread_polls = 0;
@@ -620,6 +636,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         pthread_mutex_lock(&c->exec);
         hoop_result_t st = (hoop_result_t)atomic_load(&c->aborted);
         if (st == HOOP_OK) st = run_collective(&local);
+        tell_abort(c);
         pthread_mutex_unlock(&c->exec);
         return st;
     }
@@ -701,7 +718,7 @@ static hoop_result_t post_enter(hoop_comm_t *c, const char *what)
                     "time; calls on one communicator must come from one thread at a time (or be "
                     "serialized by the caller), else ranks see them in different orders",
                     what, c->rank);
-    hoop__sched_abort(c, HOOP_ERR_INVALID_ARGUMENT);
+    hoop__sched_abort(c);
     return HOOP_ERR_INVALID_ARGUMENT;
 }
 
@@ -800,12 +817,12 @@ hoop_result_t hoop__sched_test(hoop_request_t *h, int *done)
 
 /* ---- abort, stop ---- */
 
-void hoop__sched_abort(hoop_comm_t *c, hoop_result_t code)
+void hoop__sched_abort(hoop_comm_t *c)
 {
-    /* Whoever drives the transport notices the flag; if nobody does, shut it down here so that
-     * peers see the connections go. */
+    /* Whoever holds the engine tells the peers as it gives it back (tell_abort); if nobody does,
+     * tell them here. */
     if (pthread_mutex_trylock(&c->exec) == 0) {
-        if (c->tp != NULL) c->tp_ops->abort(c->tp, code, c->fatal_msg);
+        tell_abort(c);
         pthread_mutex_unlock(&c->exec);
     }
     if (c->tp != NULL) c->tp_ops->wake(c->tp);
@@ -856,6 +873,10 @@ void hoop__sched_stop(hoop_comm_t *c)
     pthread_mutex_lock(&c->mu);
     while (c->busy) pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
+    /* Before the connections close: an abort nobody told the peers yet reaches them first. */
+    pthread_mutex_lock(&c->exec);
+    tell_abort(c);
+    pthread_mutex_unlock(&c->exec);
     /* Requests nobody ran: fail them so their owners' waits end. */
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab == HOOP_OK) ab = HOOP_ERR_ABORTED;
