@@ -1,7 +1,7 @@
 /*
  * Send and receive buffers that partly overlap, run as every rank under hooprun.
  *
- *   overlap_test [--fake-hosts K] [--algos A,B,...] [--ranks-differ 0|1]
+ *   overlap_test [--fake-hosts K] [--algos A,B,...] [--device MODULE [--stream]]
  *
  * For every collective with two buffers (all-reduce, reduce, all-gather, gather, scatter,
  * reduce-scatter, all-to-all), every algorithm that can run it (hoop_comm_set_algo, the same on
@@ -17,6 +17,10 @@
  *
  * Inputs are small integers (within +-7), so sums, maxima and integer averages are exact in every
  * dtype used and the reference needs no rounding.
+ *
+ * --device: the allocation is device memory of that CUDA module (tests/cuda: the test double, or
+ * libhoop-cuda.so on a GPU), filled and read back through it; --stream also orders every call on
+ * a stream of the module, the copies in and out queued on it around the call.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +28,7 @@
 #include <string.h>
 
 #include "hoop.h"
+#include "../cuda/devbuf.h"
 
 enum kind { K_ALLREDUCE, K_REDUCE, K_ALLGATHER, K_GATHER, K_SCATTER, K_REDUCE_SCATTER, K_ALLTOALL, K_N };
 static const char *const KIND_NAME[] = {"allreduce", "reduce",         "allgather", "gather",
@@ -50,6 +55,8 @@ static const size_t SMALL[] = {1, 7, 1031};
 
 static int R, P, fails, calls;
 static hoop_comm_t *C;
+static int g_device;   /* --device */
+static void *g_stream; /* --stream */
 
 static int is_reduction(enum kind k)
 {
@@ -253,7 +260,26 @@ static int one(const char *algo, enum kind k, size_t n, combo_t cb, int root, lo
     memcpy(want, a, span);
     unsigned char *wr = want + (rb - a);
     for (size_t i = 0; i < out; i++) store(wr, i, cb.dt, expected(k, cb.op, n, root, i, t));
-    hoop_result_t rc = post(k, in > 0 ? sb : NULL, out > 0 ? rb : NULL, n, cb, root, nb);
+    /* The call's buffers: in a, or at the same offsets in device memory. */
+    unsigned char *dev = NULL, *base = a;
+    if (g_device) {
+        base = dev = devbuf_alloc(span);
+        if (g_stream)
+            devbuf_copy_async(dev, a, span, g_stream);
+        else
+            devbuf_copy(dev, a, span);
+    }
+    unsigned char *crb = base + (rb - a), *csb = base + (sb - a);
+    hoop_result_t rc = post(k, in > 0 ? csb : NULL, out > 0 ? crb : NULL, n, cb, root, nb);
+    if (g_device) {
+        if (g_stream) { /* queued after the call on its stream; then the stream is waited for */
+            devbuf_copy_async(a, dev, span, g_stream);
+            devbuf_sync(g_stream);
+        } else {
+            devbuf_copy(a, dev, span);
+        }
+        devbuf_free(dev);
+    }
     calls++;
     const char *what = control ? "in place (control)" : "partial overlap";
     if (rc != HOOP_OK) {
@@ -308,8 +334,18 @@ int main(int argc, char **argv)
             setenv("HOOP_HOSTID", id, 1);
         } else if (!strcmp(argv[i], "--algos") && i + 1 < argc) {
             algos = argv[++i];
+        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            char err[512];
+            if (devbuf_open(argv[++i], err, sizeof err) != 0) {
+                printf("SKIP: %s\n", err);
+                return 77;
+            }
+            g_device = 1;
+        } else if (!strcmp(argv[i], "--stream") && g_device) {
+            g_stream = devbuf_stream();
         } else {
-            fprintf(stderr, "usage: overlap_test [--fake-hosts K] [--algos A,B,...]\n");
+            fprintf(stderr, "usage: overlap_test [--fake-hosts K] [--algos A,B,...] "
+                            "[--device MODULE [--stream]]\n");
             return 2;
         }
     }
@@ -320,6 +356,7 @@ int main(int argc, char **argv)
     }
     R = hoop_comm_rank(C);
     P = hoop_comm_size(C);
+    if (g_stream != NULL) hoop_comm_set_stream(C, g_stream);
     /* The all-reduce algorithms one by one; the other collectives choose among the area, the
      * point-to-point schedules and the hierarchical ones only. */
     static const char *const ALL[] = {"auto", "ring", "rd", "rabenseifner", "ps", "ps-sharded",
