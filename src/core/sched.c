@@ -147,9 +147,23 @@ static void engine_free(hoop_comm_t *c)
 static void tell_abort(hoop_comm_t *c)
 {
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-    if (ab == HOOP_OK || c->tp == NULL) return;
+    if (ab == HOOP_OK || c->tp == NULL || atomic_load(&c->abort_told)) return;
     c->tp_ops->abort(c->tp, ab, c->fatal_msg);
     hoop__shc_abort(c);
+    atomic_store(&c->abort_told, 1);
+}
+
+/* Gives exec back, the peers told of an abort first. One that came between that look and the
+ * unlock found exec taken (hoop__sched_abort), so it is looked for again after. */
+static void exec_unlock(hoop_comm_t *c)
+{
+    tell_abort(c);
+    pthread_mutex_unlock(&c->exec);
+    if (atomic_load(&c->aborted) && !atomic_load(&c->abort_told) &&
+        pthread_mutex_trylock(&c->exec) == 0) {
+        tell_abort(c);
+        pthread_mutex_unlock(&c->exec);
+    }
 }
 
 /* Takes the engine: called with mu held and busy clear; returns holding exec, not mu. */
@@ -166,8 +180,7 @@ static void engine_enter(hoop_comm_t *c)
 /* Gives the engine back: called holding exec; returns with mu held. */
 static void engine_leave(hoop_comm_t *c)
 {
-    tell_abort(c);
-    pthread_mutex_unlock(&c->exec);
+    exec_unlock(c);
     pthread_mutex_lock(&c->mu);
     engine_free(c);
 }
@@ -486,8 +499,7 @@ static void *progress_thread(void *arg)
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&c->exec);
             if (c->inflight != NULL || c->held != NULL) inflight_step(c, 20);
-            tell_abort(c);
-            pthread_mutex_unlock(&c->exec);
+            exec_unlock(c);
             pthread_mutex_lock(&c->mu);
             c->thread_polls = 0;
             continue;
@@ -636,8 +648,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         pthread_mutex_lock(&c->exec);
         hoop_result_t st = (hoop_result_t)atomic_load(&c->aborted);
         if (st == HOOP_OK) st = run_collective(&local);
-        tell_abort(c);
-        pthread_mutex_unlock(&c->exec);
+        exec_unlock(c);
         return st;
     }
     pthread_mutex_lock(&c->mu);
@@ -819,7 +830,7 @@ hoop_result_t hoop__sched_test(hoop_request_t *h, int *done)
 
 void hoop__sched_abort(hoop_comm_t *c)
 {
-    /* Whoever holds the engine tells the peers as it gives it back (tell_abort); if nobody does,
+    /* Whoever holds the engine tells the peers as it gives it back (exec_unlock); if nobody does,
      * tell them here. */
     if (pthread_mutex_trylock(&c->exec) == 0) {
         tell_abort(c);
