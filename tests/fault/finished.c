@@ -51,7 +51,10 @@ static const char *const ABORT_WHY = "hoop_comm_abort was called on rank 1";
         failures++;                                                                                \
     } while (0)
 
-static int32_t val(int rank, size_t i, int call) { return (int32_t)((rank + 1) * 7 + i % 13 + call); }
+static int32_t val(int rank, size_t i, int call)
+{
+    return (int32_t)((rank + 1) * 7 + i % 13 + call);
+}
 
 /* An all-reduce of n int32 as the call-th call of the round; *right says whether its sum is. */
 static hoop_result_t call_allreduce(hoop_comm_t *c, int32_t *s, int32_t *r, size_t n, int call,
@@ -102,8 +105,8 @@ static void round_(hoop_comm_t *world, int scen, int round)
     int right;
     rc = call_allreduce(c, s, r, n, 0, &right);
     if (rc != HOOP_OK || !right) {
-        FAIL("round %d (%s, count %zu): call #0: %s%s", round, SCEN[scen], n,
-             hoop_error_string(rc), rc == HOOP_OK ? " with a wrong sum" : hoop_comm_last_error(c));
+        FAIL("round %d (%s, count %zu): call #0: %s: %s", round, SCEN[scen], n,
+             hoop_error_string(rc), rc == HOOP_OK ? "wrong sum" : hoop_comm_last_error(c));
         goto out;
     }
     if (scen == S_ABORT_DURING) {
@@ -144,7 +147,8 @@ static void round_(hoop_comm_t *world, int scen, int round)
         if (threaded) pthread_join(th, NULL);
         /* After the abort, every rank's next call fails. */
         rc = call_allreduce(c, s, r, n, 5, &right);
-        if (rc == HOOP_OK) FAIL("round %d (count %zu): call #5 after the abort succeeded", round, n);
+        if (rc == HOOP_OK)
+            FAIL("round %d (count %zu): call #5 after the abort succeeded", round, n);
         goto out;
     }
     rc = call_allreduce(c, s, r, n, 1, &right);

@@ -30,7 +30,16 @@
 #include "hoop.h"
 #include "../cuda/devbuf.h"
 
-enum kind { K_ALLREDUCE, K_REDUCE, K_ALLGATHER, K_GATHER, K_SCATTER, K_REDUCE_SCATTER, K_ALLTOALL, K_N };
+enum kind {
+    K_ALLREDUCE,
+    K_REDUCE,
+    K_ALLGATHER,
+    K_GATHER,
+    K_SCATTER,
+    K_REDUCE_SCATTER,
+    K_ALLTOALL,
+    K_N
+};
 static const char *const KIND_NAME[] = {"allreduce", "reduce",         "allgather", "gather",
                                         "scatter",   "reduce_scatter", "alltoall"};
 
@@ -45,7 +54,8 @@ static const combo_t RED[] = {{HOOP_INT32, HOOP_SUM},
                               {HOOP_INT8, HOOP_SUM},
                               {HOOP_FLOAT64, HOOP_MIN},
                               {HOOP_INT32, HOOP_AVG}};
-static const combo_t MOVE[] = {{HOOP_INT32, HOOP_SUM}, {HOOP_INT8, HOOP_SUM}, {HOOP_FLOAT64, HOOP_SUM}};
+static const combo_t MOVE[] = {
+    {HOOP_INT32, HOOP_SUM}, {HOOP_INT8, HOOP_SUM}, {HOOP_FLOAT64, HOOP_SUM}};
 
 static const size_t SMALL[] = {1, 7, 1031};
 /* Over the shared area's 256 KiB rounds per rank in int32, and over HOOP_SMALL_BYTES. */
@@ -66,8 +76,8 @@ static int is_reduction(enum kind k)
 /* Rank r's input element j in case t: an integer in [-7, 7]. */
 static int64_t in_val(int r, size_t j, unsigned t)
 {
-    uint64_t x = ((uint64_t)(unsigned)r * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)j * 0xC2B2AE3D27D4EB4Full) ^
-                 ((uint64_t)t * 0x165667B19E3779F9ull);
+    uint64_t x = ((uint64_t)(unsigned)r * 0x9E3779B97F4A7C15ull) ^
+                 ((uint64_t)j * 0xC2B2AE3D27D4EB4Full) ^ ((uint64_t)t * 0x165667B19E3779F9ull);
     x ^= x >> 29;
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 32;
@@ -174,7 +184,8 @@ static hoop_result_t post(enum kind k, const void *s, void *r, size_t n, combo_t
     hoop_result_t rc;
     switch (k) {
     case K_ALLREDUCE:
-        rc = nb ? hoop_iallreduce(C, s, r, n, cb.dt, cb.op, rq) : hoop_allreduce(C, s, r, n, cb.dt, cb.op);
+        rc = nb ? hoop_iallreduce(C, s, r, n, cb.dt, cb.op, rq)
+                : hoop_allreduce(C, s, r, n, cb.dt, cb.op);
         break;
     case K_REDUCE:
         rc = nb ? hoop_ireduce(C, s, r, n, cb.dt, cb.op, root, rq)
@@ -187,7 +198,8 @@ static hoop_result_t post(enum kind k, const void *s, void *r, size_t n, combo_t
         rc = nb ? hoop_igather(C, s, r, n, cb.dt, root, rq) : hoop_gather(C, s, r, n, cb.dt, root);
         break;
     case K_SCATTER:
-        rc = nb ? hoop_iscatter(C, s, r, n, cb.dt, root, rq) : hoop_scatter(C, s, r, n, cb.dt, root);
+        rc = nb ? hoop_iscatter(C, s, r, n, cb.dt, root, rq)
+                : hoop_scatter(C, s, r, n, cb.dt, root);
         break;
     case K_REDUCE_SCATTER:
         rc = nb ? hoop_ireduce_scatter(C, s, r, n, cb.dt, cb.op, rq)
@@ -213,7 +225,8 @@ static void offsets(enum kind k, size_t n, int root, size_t in, size_t out, long
     int m = 0;
     for (int i = 0; i < (int)(sizeof cand / sizeof cand[0]) && m < NOFF; i++) {
         long x = cand[i];
-        if (in == 0 || out == 0 || x <= -I || x >= O || x == 0 || documented_in_place(k, n, root, x))
+        if (in == 0 || out == 0 || x <= -I || x >= O || x == 0 ||
+            documented_in_place(k, n, root, x))
             continue;
         int dup = 0;
         for (int j = 0; j < m; j++) dup |= d[j] == x;
@@ -359,8 +372,8 @@ int main(int argc, char **argv)
     if (g_stream != NULL) hoop_comm_set_stream(C, g_stream);
     /* The all-reduce algorithms one by one; the other collectives choose among the area, the
      * point-to-point schedules and the hierarchical ones only. */
-    static const char *const ALL[] = {"auto", "ring", "rd", "rabenseifner", "ps", "ps-sharded",
-                                      "shm", "p2p", "hier"};
+    static const char *const ALL[] = {"auto",       "ring", "rd",  "rabenseifner", "ps",
+                                      "ps-sharded", "shm",  "p2p", "hier"};
     unsigned t = 1;
     for (size_t ai = 0; ai < sizeof ALL / sizeof ALL[0]; ai++) {
         const char *algo = ALL[ai];
