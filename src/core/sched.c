@@ -319,9 +319,7 @@ static int in_place_form(const hoop__call_t *call, size_t *in, size_t *out)
     case HOOP__K_ALLGATHER: *in = n, *out = all; return s == r + (size_t)c->rank * n;
     case HOOP__K_GATHER: *in = n, *out = root ? all : 0; return s == r + (size_t)c->rank * n;
     case HOOP__K_SCATTER: *in = root ? all : 0, *out = n; return r == s + (size_t)call->root * n;
-    case HOOP__K_REDUCE_SCATTER:
-        *in = all, *out = n;
-        return r == s || r == s + (size_t)c->rank * n;
+    case HOOP__K_REDUCE_SCATTER: *in = all, *out = n; return r == s || r == s + (size_t)c->rank * n;
     case HOOP__K_ALLTOALL: *in = all, *out = all; return s == r;
     default: *in = 0, *out = 0; return 0; /* one buffer, or none: nothing can overlap */
     }

@@ -149,7 +149,7 @@ struct hoop_comm {
      * far; whether it sleeps now, for at most DEFER_S. */
     uint64_t n_queued, n_waiter_ran;
     int thread_looks_soon;
-    int thread_polls; /* the progress thread may be in the transport's poll, holding exec */
+    int thread_polls;      /* the progress thread may be in the transport's poll, holding exec */
     atomic_int abort_told; /* the peers were told of the abort (sched.c's tell_abort) */
     pthread_t thread;
     pthread_mutex_t exec;

@@ -81,8 +81,8 @@ static void *grow(const hoop__call_t *call, size_t bytes, void **buf, size_t *le
         /* Asked for in the middle of a collective: its peers are in the call too, so the
          * communicator cannot go on. */
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,
-                        "cannot allocate %zu bytes of %s for a collective on rank %d", bytes,
-                        what, c->rank);
+                        "cannot allocate %zu bytes of %s for a collective on rank %d", bytes, what,
+                        c->rank);
         return NULL;
     }
     if (*buf != NULL) hoop__mem_ops(*mem)->free(c, *buf);
