@@ -446,8 +446,8 @@ static hoop_result_t launcher_address(hoop__rdv_t *out, char *err, size_t errlen
     return HOOP_OK;
 }
 
-/* The arguments, the method (where to meet), who this rank is, where it sits, its job, what the
- * launcher says of rank 0's address, and the key: one step each, the first failure ends it. */
+/* The arguments, the kind of method, who this rank is, where to meet, where it sits, its job, what
+ * the launcher says of rank 0's address, and the key: one step each, the first failure ends it. */
 hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out,
                                 char *err, size_t errlen)
 {
@@ -457,8 +457,11 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     const char *m = (init_method == NULL || *init_method == '\0') ? "env://" : init_method;
     size_t row = 0;
     r = find_method(m, &row, err, errlen);
-    if (r == HOOP_OK) r = methods[row].parse(m, m + strlen(methods[row].scheme), out, err, errlen);
+    /* Who before where: a launcher variable that is not a number would otherwise hide behind
+     * the address it failed to give (mpirun with a garbled OMPI_COMM_WORLD_SIZE is not "missing
+     * MASTER_ADDR"). */
     if (r == HOOP_OK) r = resolve_rank_size(rank, size, out, err, errlen);
+    if (r == HOOP_OK) r = methods[row].parse(m, m + strlen(methods[row].scheme), out, err, errlen);
     if (r == HOOP_OK) r = resolve_local(!(rank >= 0 && size >= 1), out, err, errlen);
     if (r == HOOP_OK) r = job_id(out, err, errlen);
     if (r == HOOP_OK) r = launcher_address(out, err, errlen);

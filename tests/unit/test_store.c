@@ -355,6 +355,16 @@ static void test_resolve_errors(void **state)
          "LOCAL_RANK=2"},
         {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_WORLD_SIZE=8", "LOCAL_WORLD_SIZE=8"},
         {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_RANK=one", "LOCAL_RANK"},
+        /* A launcher variable that is not a number is named with its value, even where the
+         * address is missing too: it is what to fix first. */
+        {"env://", -1, -1, "OMPI_COMM_WORLD_RANK=0;OMPI_COMM_WORLD_SIZE=four",
+         "OMPI_COMM_WORLD_SIZE=\"four\""},
+        {NULL, -1, -1, "OMPI_COMM_WORLD_RANK=1.0;OMPI_COMM_WORLD_SIZE=2",
+         "OMPI_COMM_WORLD_RANK=\"1.0\""},
+        {NULL, -1, -1, "SLURM_PROCID=0;SLURM_NTASKS=", "no world size"},
+        {NULL, -1, -1, "SLURM_PROCID=0;SLURM_NTASKS=8x", "SLURM_NTASKS=\"8x\""},
+        {NULL, -1, -1, "RANK= 1;WORLD_SIZE=2;MASTER_PORT=5", "RANK=\" 1\""},
+        {NULL, -1, -1, "RANK=0;WORLD_SIZE=99999999999;MASTER_ADDR=h", "WORLD_SIZE=\"99999999999\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bad_case_t *c = &cases[i];
