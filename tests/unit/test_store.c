@@ -13,8 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1393,6 +1397,81 @@ static void test_file_open_errors(void **state)
     rm_rf(base);
 }
 
+/* Opens a file store at dir/sub/job in a child process after prepare(dir) ran there (a file
+ * system made read-only, privileges dropped), and says whether the error names want. The child's
+ * exit status: 0 the error says want, 1 it does not (or the open passed), 77 prepare could not
+ * run here. */
+static int open_in_child(const char *dir, int (*prepare)(const char *), const char *want, char *got,
+                         size_t cap)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        if (prepare(dir) != 0) _exit(77);
+        char path[300], err[512] = "";
+        snprintf(path, sizeof path, "%s/sub/job", dir);
+        hoop__rdv_t r = file_rdv(path, 0, 2);
+        hoop__store_t *st = NULL;
+        hoop_result_t rc = hoop__store_open(&r, 1.0, NULL, &st, err, sizeof err);
+        if (rc == HOOP_OK) hoop__store_close(st);
+        ssize_t n = write(p[1], err, strlen(err));
+        (void)n;
+        _exit(rc == HOOP_ERR_SYSTEM && strstr(err, want) != NULL ? 0 : 1);
+    }
+    close(p[1]);
+    size_t n = 0;
+    for (ssize_t r; n + 1 < cap && (r = read(p[0], got + n, cap - 1 - n)) > 0;) n += (size_t)r;
+    got[n] = '\0';
+    close(p[0]);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+}
+
+/* dir becomes an empty read-only file system, in a mount namespace of this process's own (as
+ * root, or as anyone where user namespaces are allowed). */
+static int make_read_only(const char *dir)
+{
+    if (unshare(CLONE_NEWNS) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return -1;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -1;
+    return mount("hoop-test", dir, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+}
+
+/* dir becomes a directory this process may not write to: read-only to it, or, for root (whom
+ * modes do not stop), owned by root while the process drops to nobody. */
+static int make_unwritable(const char *dir)
+{
+    if (geteuid() != 0) return chmod(dir, 0555);
+    if (chmod(dir, 0755) != 0 || setgroups(0, NULL) != 0 || setgid(65534) != 0 ||
+        setuid(65534) != 0)
+        return -1;
+    return 0;
+}
+
+/* A store directory that cannot be made says why: the file system's own error, not the "No such
+ * file or directory" of the look that follows a failed mkdir. */
+static void test_file_unwritable(void **state)
+{
+    (void)state;
+    char base[] = "/tmp/hoop-store-ro-XXXXXX";
+    assert_non_null(mkdtemp(base));
+    char got[600];
+    int rc = open_in_child(base, make_read_only, strerror(EROFS), got, sizeof got);
+    if (rc == 77)
+        print_message("no mount namespace here: the read-only case is not run\n");
+    else if (rc != 0)
+        fail_msg("a read-only file system: \"%s\", want \"%s\"", got, strerror(EROFS));
+    rc = open_in_child(base, make_unwritable, strerror(EACCES), got, sizeof got);
+    if (rc != 0)
+        fail_msg("a directory without write access: \"%s\", want \"%s\"", got, strerror(EACCES));
+    assert_non_null(strstr(got, "cannot create the file store directory"));
+    assert_int_equal(chmod(base, 0700), 0);
+    rm_rf(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1417,6 +1496,7 @@ int main(void)
         cmocka_unit_test(test_claim_once),
         cmocka_unit_test(test_file_atomic_values),
         cmocka_unit_test(test_file_open_errors),
+        cmocka_unit_test(test_file_unwritable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
