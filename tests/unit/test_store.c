@@ -922,6 +922,123 @@ static void test_tcp_server_gone(void **state)
     hoop__store_close(s1);
 }
 
+/* A child process that listens on port and, for seconds, accepts each connection and closes it
+ * without a byte, as a store that is closing does to a client that reached it in time; it exits
+ * then. Returns its pid once it listens. */
+static pid_t closing_store(int port, double seconds)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0) _exit(1);
+        if (write(ready[1], "r", 1) != 1) _exit(1);
+        const double end = now_s() + seconds;
+        for (double now; (now = now_s()) < end;) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, (int)((end - now) * 1000) + 1) <= 0) continue;
+            int c = accept(fd, NULL, NULL);
+            if (c >= 0) close(c);
+        }
+        _exit(0);
+    }
+    close(ready[1]);
+    char r;
+    assert_int_equal(read(ready[0], &r, 1), 1);
+    close(ready[0]);
+    return pid;
+}
+
+typedef struct keyed_client {
+    hoop__rdv_t rdv;
+    double timeout;
+    hoop_result_t open_rc, get_rc;
+    double took; /* of the open */
+    char err[512], val[16];
+} keyed_client_t;
+
+/* Opens the store as rdv says and reads key "v" from it. */
+static void *keyed_client_main(void *arg)
+{
+    keyed_client_t *k = arg;
+    hoop__store_t *st = NULL;
+    const double t0 = now_s();
+    k->open_rc = hoop__store_open(&k->rdv, k->timeout, NULL, &st, k->err, sizeof k->err);
+    k->took = now_s() - t0;
+    if (k->open_rc != HOOP_OK) return NULL;
+    size_t len = 0;
+    k->get_rc = hoop__store_get(st, "v", k->val, sizeof k->val - 1, &len, k->timeout);
+    if (k->get_rc != HOOP_OK) snprintf(k->err, sizeof k->err, "%s", hoop__store_error(st));
+    hoop__store_close(st);
+    return NULL;
+}
+
+static hoop__rdv_t keyed_rdv(int port, int rank, const char *key)
+{
+    hoop__rdv_t r = tcp_rdv("127.0.0.1", port, rank, 2);
+    char err[256];
+    if (key != NULL) assert_int_equal(hoop__auth_key_from_string(&r.auth, key, err, sizeof err), 0);
+    return r;
+}
+
+/* A client with a key that reaches a store while it closes (init, destroy, init again at once:
+ * the next init's store comes up on the same port) waits for the next one; a store without a
+ * key, or with another key, is an error at once. */
+static void test_tcp_store_closes_under_client(void **state)
+{
+    (void)state;
+    const char *key = "one key for both";
+    int port = test_free_port();
+    assert_true(port > 0);
+    pid_t fake = closing_store(port, 0.5);
+    keyed_client_t c = {.rdv = keyed_rdv(port, 1, key), .timeout = 5.0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, keyed_client_main, &c), 0);
+    int ws = 0;
+    assert_int_equal(waitpid(fake, &ws, 0), fake);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    hoop__rdv_t r0 = keyed_rdv(port, 0, key);
+    hoop__store_t *s0 = NULL;
+    char err[512] = "";
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_set(s0, "v", "next", 4), HOOP_OK);
+    pthread_join(th, NULL);
+    if (c.open_rc != HOOP_OK || c.get_rc != HOOP_OK)
+        fail_msg("the client of the store that closed: open %s (after %.2f s), get %s: %s",
+                 hoop_error_string(c.open_rc), c.took, hoop_error_string(c.get_rc), c.err);
+    assert_string_equal(c.val, "next");
+    hoop__store_close(s0);
+    hoop__auth_key_wipe(&r0.auth);
+
+    /* The store of rank 0 has no key: said at once, well before the timeout. */
+    r0 = keyed_rdv(port, 0, NULL);
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    c = (keyed_client_t){.rdv = keyed_rdv(port, 1, key), .timeout = 5.0};
+    keyed_client_main(&c);
+    if (c.open_rc != HOOP_ERR_AUTH || c.took > 1.5 || strstr(c.err, "has no key") == NULL)
+        fail_msg("a keyless store: %s after %.2f s: %s", hoop_error_string(c.open_rc), c.took,
+                 c.err);
+    hoop__store_close(s0);
+
+    /* Another key: rejected at once. */
+    r0 = keyed_rdv(port, 0, "another key");
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    c = (keyed_client_t){.rdv = keyed_rdv(port, 1, key), .timeout = 5.0};
+    keyed_client_main(&c);
+    if (c.open_rc != HOOP_ERR_AUTH || c.took > 1.5 || strstr(c.err, "rejected our key") == NULL)
+        fail_msg("another key: %s after %.2f s: %s", hoop_error_string(c.open_rc), c.took, c.err);
+    hoop__store_close(s0);
+    hoop__auth_key_wipe(&r0.auth);
+    hoop__auth_key_wipe(&c.rdv.auth);
+}
+
 static int raw_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -1490,6 +1607,7 @@ int main(void)
         cmocka_unit_test(test_tcp_nothing_listens),
         cmocka_unit_test(test_tcp_port_in_use),
         cmocka_unit_test(test_tcp_server_gone),
+        cmocka_unit_test(test_tcp_store_closes_under_client),
         cmocka_unit_test(test_tcp_malformed_client),
         cmocka_unit_test(test_tcp_ipv6),
         cmocka_unit_test(test_file_exchange),
