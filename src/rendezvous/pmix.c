@@ -11,8 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../common/port.h"
 #include "base/log.h"
+#include "base/port.h"
 #include "base/sock.h"
 #include "rendezvous/pmix_sym.h"
 
@@ -45,7 +45,7 @@ static int bind_probe(const struct addrinfo *res, int port, int *e)
     return -1;
 }
 
-/* A port free on host a moment ago, drawn below the kernel's ephemeral range (common/port.h).
+/* A port free on host a moment ago, drawn below the kernel's ephemeral range (base/port.h).
  * The store binds it a moment later; should something take it in between, the store says the
  * port is in use. */
 static int free_port(const char *host, int *port, char *err, size_t errlen)
@@ -58,10 +58,10 @@ static int free_port(const char *host, int *port, char *err, size_t errlen)
         return -1;
     }
     int e = EADDRNOTAVAIL;
-    port_draw_t d;
-    port_draw_start(&d, 32);
+    hoop__port_draw_t d;
+    hoop__port_draw_start(&d, 32);
     *port = -1;
-    for (int want; *port < 0 && (want = port_draw_next(&d)) > 0;)
+    for (int want; *port < 0 && (want = hoop__port_draw_next(&d)) > 0;)
         if (bind_probe(res, want, &e) == want) *port = want;
     if (*port < 0) *port = bind_probe(res, 0, &e);
     freeaddrinfo(res);
