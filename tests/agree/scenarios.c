@@ -27,6 +27,10 @@
  *       MASTER_PORT, with jitter so a fast rank meets the store of the round before; then P
  *       times two inits back to back, both kept and both used; with a HOOP_AUTH_KEY, and N
  *       busy processes beside the job, where asked.
+ *   scenarios --scenario identity
+ *       2-rank jobs started by hand (MASTER_ADDR/PORT, RANK, WORLD_SIZE), each rank initialising
+ *       twice: with neither a job id nor a key, rank 0 warns once that the job has no identity,
+ *       naming HOOP_JOB_ID; with HOOP_JOB_ID, a launcher's job id or a key, nobody warns.
  *   scenarios --scenario hooprun --hooprun PATH
  *       hooprun gives each job a HOOP_JOB_ID, the same to all its ranks and another per job; a
  *       job of two hooprun launches (--nnodes 2) still runs.
@@ -903,6 +907,111 @@ static int scenario_reinit(const opts_t *o)
 }
 
 /* ================================================================================================
+ * identity: a job with neither a job id nor a key is warned about
+ * ============================================================================================== */
+
+typedef struct idcase {
+    const char *name, *var, *val; /* var NULL: nothing but MASTER_*, RANK, WORLD_SIZE */
+    int warned;                   /* rank 0 must warn (once); rank 1 never does */
+} idcase_t;
+
+static void identity_env(void *ctx, int slot)
+{
+    const idcase_t *x = ctx;
+    char v[16];
+    snprintf(v, sizeof v, "%d", slot);
+    setenv("RANK", v, 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("HOOP_TRANSPORT", "tcp", 1);
+    setenv("HOOP_TIMEOUT", "10", 1);
+    if (x->var != NULL) setenv(x->var, x->val, 1);
+}
+
+/* Two inits, each checked with an all-reduce: the warning is said once per process. */
+static int identity_rank(void *ctx, int slot, int fd)
+{
+    (void)ctx;
+    for (int round = 0; round < 2; round++) {
+        hoop_comm_t *c = NULL;
+        hoop_result_t rc = hoop_init_from_env(&c);
+        ag_outcome_t o = {0};
+        if (rc == HOOP_OK) {
+            hoop_comm_set_timeout(c, 5);
+            checked(c, 700u + (uint32_t)round, 100, &o);
+            hoop_comm_destroy(c);
+        }
+        ag_say(fd, "N %d %d %d %d %d", slot, round, (int)rc, (int)o.rc, o.wrong);
+    }
+    return 0;
+}
+
+/* Lines of the log at path that hold needle. */
+static int log_count(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+static int scenario_identity(const opts_t *o)
+{
+    static const idcase_t cases[] = {
+        {"no job id, no key", NULL, NULL, 1},
+        {"torchrun's run id \"none\", which names no job", "TORCHELASTIC_RUN_ID", "none", 1},
+        {"HOOP_JOB_ID", "HOOP_JOB_ID", "identity-test", 0},
+        {"a launcher's job id", "TORCHELASTIC_RUN_ID", "run-7", 0},
+        {"HOOP_AUTH_KEY", "HOOP_AUTH_KEY", "a key of this launch", 0},
+    };
+    const char *needle = "has no identity";
+    printf(
+        "identity: 2-rank jobs, two inits each; rank 0 warns once, naming HOOP_JOB_ID, where the "
+        "job has neither a job id nor a key\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const idcase_t *x = &cases[i];
+        ag_job_t j;
+        if (ag_job_start(&j, 2, ag_free_port(), identity_env, identity_rank, (void *)x) != 0)
+            return 2;
+        if (!run_job(&j, 30)) fail("%s: the ranks were still running after 30 s", x->name);
+        check_exits(&j, x->name);
+        char *line;
+        int good = 0;
+        while ((line = ag_job_next_line(&j)) != NULL) {
+            int slot, round, rc, orc, w;
+            if (sscanf(line, "N %d %d %d %d %d", &slot, &round, &rc, &orc, &w) != 5) continue;
+            if (rc != HOOP_OK || orc != HOOP_OK || w)
+                fail("%s: rank %d round %d: init %s, all-reduce %s%s", x->name, slot, round,
+                     ag_code_name(rc), ag_code_name(orc), w ? " with WRONG data" : "");
+            else
+                good++;
+        }
+        if (good != 4)
+            fail("%s: %d of 4 rank-rounds initialised and all-reduced right", x->name, good);
+        char path[128], l0[1200] = "";
+        ag_job_log_path(&j, 0, path, sizeof path);
+        const int n0 = log_count(path, needle);
+        const char *const nd[2] = {needle, "HOOP_JOB_ID"};
+        const int named = ag_log_has_warn(path, nd, 2);
+        ag_log_line(path, needle, l0, sizeof l0);
+        ag_job_log_path(&j, 1, path, sizeof path);
+        const int n1 = log_count(path, needle);
+        printf("  %s: rank 0 warned %d time(s), rank 1 %d%s%s\n", x->name, n0, n1,
+               l0[0] ? ": " : "", l0);
+        if (x->warned && (n0 != 1 || !named))
+            fail("%s: rank 0 logged %d WARN line(s) saying \"%s\" and naming HOOP_JOB_ID, want 1",
+                 x->name, n0, needle);
+        if (!x->warned && n0 != 0) fail("%s: rank 0 warned of a job without identity", x->name);
+        if (n1 != 0) fail("%s: rank 1 warned too (rank 0 says it for the job)", x->name);
+        ag_job_dump_logs(&j, failures > 0 || o->verbose);
+        ag_job_free(&j);
+    }
+    return failures ? 1 : 0;
+}
+
+/* ================================================================================================
  * hooprun: a job id per job
  * ============================================================================================== */
 
@@ -1055,7 +1164,7 @@ static int scenario_hooprun(const opts_t *o, const char *self)
 static int usage(void)
 {
     fprintf(stderr,
-            "usage: scenarios --scenario size|algo|stale|threads|reinit|hooprun "
+            "usage: scenarios --scenario size|algo|stale|threads|reinit|identity|hooprun "
             "[--transport T] [--sizes A,B,C] [--algos A,B] [--count N] [--key K | --no-key] "
             "[--rounds R] [--pairs P] [--load N] [--hooprun PATH] [--verbose]\n");
     return 2;
@@ -1122,6 +1231,8 @@ int main(int argc, char **argv)
         if (o.rounds <= 0) o.rounds = 20;
         if (o.pairs <= 0) o.pairs = 1;
         rc = scenario_reinit(&o);
+    } else if (strcmp(o.scenario, "identity") == 0) {
+        rc = scenario_identity(&o);
     } else if (strcmp(o.scenario, "hooprun") == 0 && o.hooprun != NULL)
         rc = scenario_hooprun(&o, self);
     else
