@@ -1,45 +1,13 @@
-/* The port rank 0's rendezvous store listens on, where nobody gave one: drawn below the kernel's
- * ephemeral range. A port that bind(0) hands out lies inside that range, where any process's
- * outgoing connection may take it as its local port in the moment between the probe and the
- * store's bind (jobs and tests started side by side met exactly that). Header-only, without
- * state: hooprun, the tests and the library's PMIx rendezvous (which picks rank 0's port itself)
- * each probe the candidates their own way. */
+/* The draw of rank 0's port (src/base/port.h, the library's own) under the names hooprun and the
+ * tests use: one draw for all, so that the library and the programs beside it pick alike. */
 #ifndef HOOP_COMMON_PORT_H
 #define HOOP_COMMON_PORT_H
 
-#include <stdio.h>
-#include <time.h>
-#include <unistd.h>
+#include "../src/base/port.h"
 
-typedef struct port_draw {
-    unsigned x; /* the generator's state */
-    int lo;     /* the first ephemeral port; candidates lie in [10000, lo) */
-    int left;   /* candidates still to give */
-} port_draw_t;
+typedef hoop__port_draw_t port_draw_t;
 
-/* Starts a draw of up to tries candidates, seeded by the pid and the clock so that processes
- * started together draw apart; none where the ephemeral range starts too low to leave room. */
-static inline void port_draw_start(port_draw_t *d, int tries)
-{
-    d->lo = 32768;
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
-    if (f != NULL) {
-        if (fscanf(f, "%d", &d->lo) != 1) d->lo = 32768;
-        fclose(f);
-    }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    d->x = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec;
-    d->left = d->lo > 12000 ? tries : 0;
-}
-
-/* The next candidate, or 0 once the draw is over (then let the kernel choose: port 0). */
-static inline int port_draw_next(port_draw_t *d)
-{
-    if (d->left <= 0) return 0;
-    d->left--;
-    d->x = d->x * 1103515245u + 12345u;
-    return 10000 + (int)((d->x >> 8) % (unsigned)(d->lo - 10000));
-}
+static inline void port_draw_start(port_draw_t *d, int tries) { hoop__port_draw_start(d, tries); }
+static inline int port_draw_next(port_draw_t *d) { return hoop__port_draw_next(d); }
 
 #endif

@@ -10,7 +10,9 @@
  * In place: sendbuf == recvbuf for allreduce, reduce, alltoall and reduce_scatter (whose result then
  * lands at the start of recvbuf; NCCL's recvbuf == sendbuf + rank * recvcount works too); for
  * allgather and gather, NCCL's sendbuf == recvbuf + rank * sendcount; for scatter at the root,
- * recvbuf == sendbuf + root * recvcount. HOOP_AVG is the sum divided by the rank count (integers
+ * recvbuf == sendbuf + root * recvcount. Buffers that overlap in any other way (by a single byte
+ * even) are served as if they lay apart: the call first copies its input aside, into memory the
+ * communicator keeps for that. HOOP_AVG is the sum divided by the rank count (integers
  * truncate toward zero). A program started without any launcher variable runs as a single rank.
  * Where a collective has a root, only the root's recvbuf (gather, reduce) or sendbuf (scatter) is used.
  *

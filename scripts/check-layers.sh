@@ -2,7 +2,8 @@
 # The folders of src/ and which others each may include: the layers of docs/design.md, checked.
 # A folder includes its own headers and those of the folders below it, never one above, so data
 # and calls flow one way (core -> collectives -> local -> runtime -> transport, rendezvous,
-# reduce -> base; runtime -> cuda, the CUDA module's table, which stands alone).
+# reduce -> base; runtime -> cuda, the CUDA module's table, which stands alone). Nothing in src/
+# reaches outside it by a relative path ("../"): what the library needs lives in the library.
 #   scripts/check-layers.sh [SRC_DIR]      exit 1 naming each include that goes the wrong way
 cd "${1:-$(dirname "$0")/../src}" || exit 2
 allowed() {
@@ -30,6 +31,10 @@ for dir in */; do
     fi
     for f in "$dir"/*.[ch] "$dir"/*.cu; do
         [ -e "$f" ] || continue
+        for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]\([^>"]*\.\.\/[^>"]*\)[>"].*/\1/p' "$f"); do
+            echo "src/$f includes $inc: nothing in src/ may climb out with ../ (move what it needs into src/)"
+            bad=1
+        done
         for inc in $(sed -n 's/^#include "\([a-z_]*\)\/.*/\1/p' "$f" | sort -u); do
             case " $ok " in
                 *" $inc "*) ;;

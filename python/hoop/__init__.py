@@ -13,11 +13,16 @@ Counts follow the C API (hoop.h): allgather/gather take the per-rank send buffer
 buffer `size` times larger; scatter/reduce_scatter the reverse; alltoall one block per rank.
 Failures raise HoopError subclasses carrying hoop's own sentence (hoop_comm_last_error).
 """
+import atexit
 import ctypes
+import itertools
 import operator
+import signal
 import threading
+import weakref
+from threading import get_ident as _get_ident
 
-from . import _library
+from . import _interrupt, _library
 from ._buffer import as_buffer
 from ._errors import (AbortedError, AuthError, HoopError, InternalError, InvalidArgumentError,
                       MismatchError, NoMemoryError, PeerLostError, SystemCallError, TimeoutError,
@@ -42,6 +47,27 @@ SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 _OP_ALIASES = {"sum": 0, "prod": 1, "product": 1, "min": 2, "max": 3, "avg": 4, "mean": 4}
 
 SPLIT_NONE = -1
+
+# The objects each nonblocking call hands the C side (its buffers), by communicator and call,
+# referenced from this module so that no collection can free them while the call may still read
+# or write them: an entry goes once hoop says the call is over (its hoop_wait returned, or its
+# communicator was destroyed), not when the Python objects that posted it go. A call's number is
+# taken before it is posted, so its buffers are held even if posting is cut short by an exception.
+_IN_FLIGHT = {}  # Comm._n -> {call number: buffers}
+_COMMS = weakref.WeakValueDictionary()  # Comm._n -> Comm: the open ones, for _at_exit
+_numbers = itertools.count()
+
+
+@atexit.register
+def _at_exit():
+    """Before the interpreter frees its objects: a communicator with calls in flight is destroyed
+    (so aborted, the peers told why), so that no call runs on to buffers already freed."""
+    for comm in list(_COMMS.values()):
+        try:
+            if comm._h is not None and (comm._keep or comm._busy):
+                comm.destroy()
+        except Exception:  # noqa: BLE001 - the others are still to be closed
+            pass
 
 
 def _lib():
@@ -107,13 +133,14 @@ def init(method=None, rank=-1, size=-1, timeout=None, algo=None, any_thread=Fals
 
 
 class Request:
-    """A nonblocking call. Its buffers stay referenced until it has completed."""
+    """A nonblocking call. Its buffers stay referenced until it has completed, and it keeps its
+    Comm alive."""
 
-    def __init__(self, comm, handle, what, keep, outs, result):
+    def __init__(self, comm, handle, what, n, outs, result):
         self._comm = comm
         self._h = handle
         self._what = what
-        self._keep = keep
+        self._n = n  # its entry in the Comm's calls in flight
         self._outs = outs
         self._result = result
         self._error = None
@@ -136,7 +163,7 @@ class Request:
         except BaseException as e:  # a copy-back that failed is this request's failure
             self._error = e
         finally:
-            self._keep = self._outs = None
+            self._outs = None
             self._h = None
             self._comm._forget(self)
 
@@ -148,12 +175,40 @@ class Request:
             return None
         return self._source.value
 
+    def _wait_locked(self):
+        """hoop_wait, then _complete; under self._lock, with the request not yet done."""
+        comm = self._comm
+        if not _interrupt.in_main():
+            self._complete(_lib().hoop_wait(self._h))
+            return
+        # The main thread, where a signal's handler may raise as soon as hoop_wait returns, before
+        # its result is kept: ctypes keeps it (_main_wait), and the request is completed whatever
+        # is raised, its handle being freed by then. A handler that waits too stacks its result
+        # above this one.
+        rc = _WAIT_RC
+        at = len(rc)
+        wait = _main_wait()
+        _interrupt.blocked = comm
+        try:
+            wait(self._h)
+            self._complete(rc[at])
+            if comm._interrupted:
+                _interrupt.deliver()  # the KeyboardInterrupt, where not raised yet
+        except BaseException:
+            if len(rc) > at and self._h is not None:
+                self._complete(rc[at])
+            raise
+        finally:
+            _interrupt.blocked = None
+            del rc[at:]
+
     def wait(self):
         """Blocks until the call completes; returns its output object (None for barrier, send).
-        Raises the HoopError the call failed with."""
+        Raises the HoopError the call failed with. In the main thread, Ctrl-C aborts the
+        communicator and raises KeyboardInterrupt (docs/python.md)."""
         with self._lock:
             if self._h is not None:
-                self._complete(_lib().hoop_wait(self._h))
+                self._wait_locked()
         if self._error is not None:
             raise self._error
         return self._result
@@ -169,7 +224,7 @@ class Request:
                 lib.hoop_test(self._h, ctypes.byref(flag))
                 if not flag.value:
                     return False
-                self._complete(lib.hoop_wait(self._h))
+                self._wait_locked()  # returns at once
         finally:
             self._lock.release()
         if self._error is not None:
@@ -178,6 +233,24 @@ class Request:
 
     def __repr__(self):
         return "<hoop.Request %s %s>" % (self._what, "done" if self.done else "pending")
+
+
+_WAIT_RC = []  # the main thread's hoop_wait results, appended by ctypes (a stack)
+_main_wait_fn = None
+
+
+def _main_wait():
+    """hoop_wait whose result ctypes appends to _WAIT_RC as the call returns: restype is a C
+    method, which runs no Python code, so no signal handler can raise before the result is kept
+    (one may, right after, in the main thread)."""
+    global _main_wait_fn
+    if _main_wait_fn is None:
+        lib = _lib()
+        fn = lib._FuncPtr(("hoop_wait", lib))
+        fn.argtypes = [ctypes.c_void_p]
+        fn.restype = _WAIT_RC.append
+        _main_wait_fn = fn
+    return _main_wait_fn
 
 
 def wait_all(requests):
@@ -233,14 +306,21 @@ class Comm:
         self._lock = threading.RLock()  # posting: one thread at a time, as hoop.h requires
         self._plock = threading.Lock()  # the pending set, touched by completing threads
         self._hlock = threading.Lock()  # the handle's lifetime, for calls outside _lock
-        self._pending = set()
+        # Requests not yet completed, weakly: a Request keeps its Comm, not the reverse, so that a
+        # Comm nothing references is destroyed at once; what a call uses is held in _keep.
+        self._pending = weakref.WeakSet()
+        self._n = next(_numbers)
+        self._keep = _IN_FLIGHT.setdefault(self._n, {})  # call number -> buffers, until over
+        _COMMS[self._n] = self
         self._busy = 0  # blocking calls under way
         self._closing = False  # aborted by destroy(): pending calls fail for that reason
+        self._interrupted = None  # the signal that aborted it while the main thread waited
         self._any_thread = bool(any_thread)
         self._owner = threading.get_ident()
         self._owner_name = threading.current_thread().name
         self._rank = _lib().hoop_comm_rank(handle)
         self._size = _lib().hoop_comm_size(handle)
+        _interrupt.arm()  # in the main thread: see _interrupt.py
 
     # ---- state ----
 
@@ -286,10 +366,20 @@ class Comm:
             self._owner = threading.get_ident()
             self._owner_name = threading.current_thread().name
 
+    def _on_signal(self, sig):
+        """From the binding's signal thread (_interrupt.py): sig came while the main thread was
+        in a call on this Comm, and its handler will raise: the call ends now, as abort() ends
+        it, and so do the peers' calls."""
+        self._interrupted = sig
+        self.abort()
+
     def _error(self, rc, what):
         msg = self.last_error or _lib().hoop_error_string(rc).decode()
         if self._closing and rc == AbortedError.code:
             msg = "the communicator was destroyed with this call pending (%s)" % msg
+        elif self._interrupted is not None and rc == AbortedError.code:
+            msg = ("%s arrived while the main thread was in a call, so the communicator was "
+                   "aborted (%s)" % (_signal_name(self._interrupted), msg))
         return error_for(rc, "%s: %s" % (what, msg))
 
     def _check(self, rc, what):
@@ -297,8 +387,10 @@ class Comm:
             raise self._error(rc, what)
 
     def _forget(self, req):
+        """req is over on the C side: its buffers may go."""
         with self._plock:
             self._pending.discard(req)
+            self._keep.pop(req._n, None)
 
     def set_timeout(self, seconds):
         """Timeout of every blocking wait on this communicator (default HOOP_TIMEOUT, 300 s)."""
@@ -390,7 +482,22 @@ class Comm:
         k = self._rank if key is None else _integer(key, "split: key")
         self._poster("split")
         with self._lock:
-            self._check(_lib().hoop_comm_split(self._handle(), c, k, ctypes.byref(nc)), "split")
+            lib, h = _lib(), self._handle()
+            main = _interrupt.in_main()
+            if main:
+                _interrupt.blocked = self
+            try:
+                rc = lib.hoop_comm_split(h, c, k, ctypes.byref(nc))
+                if main and self._interrupted:
+                    _interrupt.deliver()
+            except BaseException:
+                if nc.value:  # split, then interrupted before it became a Comm
+                    _lib().hoop_comm_destroy(nc.value)
+                raise
+            finally:
+                if main:
+                    _interrupt.blocked = None
+            self._check(rc, "split")
         return Comm(nc.value, self._any_thread) if nc.value else None
 
     def abort(self):
@@ -414,7 +521,8 @@ class Comm:
         if self._h is None:
             return
         with self._plock:
-            unfinished = bool(self._pending)
+            # Calls in flight, including those whose Request was dropped unwaited.
+            unfinished = bool(self._keep)
         if unfinished or self._busy:
             self._abort_pending()  # a blocking call in another thread holds _lock until it ends
         with self._lock:
@@ -422,7 +530,8 @@ class Comm:
                 return
             with self._plock:
                 pending = list(self._pending)
-            if pending and not unfinished:  # posted meanwhile
+                posted = bool(self._keep)
+            if posted and not unfinished:  # posted meanwhile
                 self._abort_pending()
             for r in pending:  # prompt once aborted; their handles die with the communicator
                 try:
@@ -432,6 +541,10 @@ class Comm:
             with self._hlock:
                 h, self._h = self._h, None
                 _lib().hoop_comm_destroy(h)
+            # Every call of the communicator is over (failed if it was still pending).
+            with self._plock:
+                self._keep.clear()
+            _IN_FLIGHT.pop(self._n, None)
 
     def __enter__(self):
         return self
@@ -440,11 +553,13 @@ class Comm:
         self.destroy()
 
     def __del__(self):
-        # Only an idle communicator is freed here: pending requests may still use its memory.
+        # Nothing references the Comm, so no Request of it is left to wait for: it is destroyed,
+        # which aborts the calls still in flight (bounded by the timeout, not a wait for peers) so
+        # that they are over before the buffers held for them in _IN_FLIGHT are let go.
         try:
-            if self._h is not None and not self._pending:
+            if getattr(self, "_h", None) is not None:
                 self.destroy()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a finaliser must not raise
             pass
 
     def __repr__(self):
@@ -461,20 +576,39 @@ class Comm:
         with self._lock:
             h = self._handle()
             if not nonblocking:
+                # Made directly, not as the nonblocking twin waited for in slices, which would hand
+                # the call to another thread: in the main thread, Ctrl-C ends it through
+                # _interrupt.py instead.
+                f = getattr(lib, fn)
+                main = _get_ident() == _interrupt.main
+                if main:
+                    if not _interrupt.tried:
+                        _interrupt.arm()
+                    _interrupt.blocked = self
                 self._busy += 1
                 try:
-                    rc = getattr(lib, fn)(h, *args)
+                    rc = f(h, *args)
+                    if main and self._interrupted:
+                        _interrupt.deliver()
                 finally:
                     self._busy -= 1
+                    if main:
+                        _interrupt.blocked = None  # no call here: a handler could raise in it
                 if rc == _library.OK:
                     for b in outs:
                         b.finish()
                 self._check(rc, what)
                 return result
+            n = next(_numbers)
+            with self._plock:
+                self._keep[n] = bufs
             req = ctypes.c_void_p()
             rc = getattr(lib, "hoop_i" + fn[5:])(h, *args, ctypes.byref(req))
-            self._check(rc, what)
-            r = Request(self, req.value, what, bufs, outs, result)
+            if rc != _library.OK:
+                with self._plock:
+                    self._keep.pop(n, None)
+                self._check(rc, what)
+            r = Request(self, req.value, what, n, outs, result)
             with self._plock:
                 self._pending.add(r)
             return r
@@ -742,4 +876,11 @@ class Comm:
 
 def _DT(buf):
     return _library.DTYPE_CODE[buf.dtype]
+
+
+def _signal_name(sig):
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "signal %d" % sig
 

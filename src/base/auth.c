@@ -367,22 +367,37 @@ static int on_message(hoop__auth_t *a, char *err, size_t errlen)
     return HOOP__AUTH_MORE;
 }
 
-/* A peer with a key says hello before anything else: one that goes away before its hello is
- * complete has none (or is no hoop rank); one that goes later may have had to make room for others,
- * and a client may try again. */
+/* A peer that goes away, before its hello or after, is lost rather than refused: a store that is
+ * closing drops the connections it has not served yet, a server drops the oldest to make room,
+ * and a client may try again. A peer without a key says so (HOOP__AUTH_NO_KEY). */
 static int lost(hoop__auth_t *a, int e, const char *doing, char *err, size_t errlen)
 {
     const int gone = e == 0 || e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNABORTED;
     if (gone && a->phase == P_HELLO)
-        return fail(
-            a, HOOP_ERR_AUTH, err, errlen,
-            "the peer closed the connection without answering the authentication (no key on its "
-            "side?)");
+        return fail(a, HOOP_ERR_PEER_LOST, err, errlen,
+                    "the peer closed the connection before its authentication hello (it may have "
+                    "been closing)");
     if (gone)
         return fail(a, HOOP_ERR_PEER_LOST, err, errlen,
                     "the peer closed the connection during authentication");
     return fail(a, HOOP_ERR_SYSTEM, err, errlen, "%s during authentication: %s", doing,
                 strerror(e));
+}
+
+/* The first bytes of the peer's hello so far: HOOP__AUTH_MORE while they may still become one
+ * (or the answer of a peer without a key), else the failure. */
+static int check_magic(hoop__auth_t *a, char *err, size_t errlen)
+{
+    const size_t m = a->in_len < 8 ? a->in_len : 8;
+    if (memcmp(a->in, HELLO_MAGIC, m) == 0) return HOOP__AUTH_MORE;
+    if (memcmp(a->in, HOOP__AUTH_NO_KEY, m) == 0)
+        return m < 8 ? HOOP__AUTH_MORE
+                     : fail(a, HOOP_ERR_AUTH, err, errlen,
+                            "the peer has no key: set the same HOOP_AUTH_KEY (or "
+                            "HOOP_AUTH_KEY_FILE) on every rank");
+    return fail(a, HOOP_ERR_AUTH, err, errlen,
+                "the peer did not start the authentication exchange (no key on its side, or not a "
+                "hoop rank)");
 }
 
 int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t errlen)
@@ -433,12 +448,10 @@ int hoop__auth_step(hoop__auth_t *a, int fd, short *events, char *err, size_t er
                 size_t before = a->in_len;
                 a->in_len += (size_t)n;
                 /* Tell a stranger (or a peer without a key) apart as soon as the magic is in. */
-                if (a->phase == P_HELLO && before < 8 &&
-                    memcmp(a->in, HELLO_MAGIC, a->in_len < 8 ? a->in_len : 8) != 0)
-                    return fail(
-                        a, HOOP_ERR_AUTH, err, errlen,
-                        "the peer did not start the authentication exchange (no key on its side, "
-                        "or not a hoop rank)");
+                if (a->phase == P_HELLO && before < 8) {
+                    int r = check_magic(a, err, errlen);
+                    if (r != HOOP__AUTH_MORE) return r;
+                }
                 continue;
             }
             if (n == 0) return lost(a, 0, "receiving", err, errlen);

@@ -32,6 +32,10 @@
 #define HOOP__AUTH_MAC_BYTES 32
 /* Longest message of the exchange: the server's verdict and proof. */
 #define HOOP__AUTH_MAX_MSG (1 + HOOP__AUTH_MAC_BYTES)
+/* What a peer without a key answers a hello with before it closes the connection: the other side
+ * then fails at once. A peer that closes without a word may only be going away (a store that is
+ * closing, a listener making room), which a client may retry. */
+#define HOOP__AUTH_NO_KEY "HOOPNOKY"
 
 typedef struct hoop__auth_key {
     int set; /* 0: no key, connections are not authenticated */
@@ -91,12 +95,11 @@ void hoop__auth_clear(hoop__auth_t *a);
 /*
  * The whole exchange on a connected stream fd (TCP or Unix socket, blocking or not), waiting in
  * poll() until deadline (monotonic seconds, as CLOCK_MONOTONIC). HOOP_OK once both sides have
- * proved the key; HOOP_ERR_AUTH when the peer's proof is wrong, it rejected ours, it spoke
- * something else, or it closed the connection before its hello (a peer without a key);
- * HOOP_ERR_PEER_LOST when it closed the connection after its hello (a server may drop connections
- * to make room: a client may retry); HOOP_ERR_TIMEOUT at the deadline; HOOP_ERR_SYSTEM on another
- * socket error. err gets a sentence (without the peer's name:
- * the caller knows it).
+ * proved the key; HOOP_ERR_AUTH when the peer's proof is wrong, it rejected ours, it answered that
+ * it has no key (HOOP__AUTH_NO_KEY), or it spoke something else; HOOP_ERR_PEER_LOST when it closed
+ * the connection before the exchange was through (a server may drop connections to make room, or
+ * be closing: a client may retry); HOOP_ERR_TIMEOUT at the deadline; HOOP_ERR_SYSTEM on another
+ * socket error. err gets a sentence (without the peer's name: the caller knows it).
  */
 hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_server,
                                    uint64_t context, double deadline, char *err, size_t errlen);

@@ -139,6 +139,8 @@ const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *e, const hoop__wire_
 {
     char mine[128], theirs[128];
     hoop__wire_describe(e, mine, sizeof(mine));
+    /* Both ends of a point-to-point message carry kind send; the one checking is a receive. */
+    if (e->kind == HOOP__K_SEND) memcpy(mine, "recv", 4);
     if (g->kind == HOOP__K_NONE) {
         snprintf(buf, n, "rank %d sent a malformed message during %s (call #%" PRIu64 ")", peer,
                  mine, e->seq);

@@ -61,7 +61,8 @@ const char *hoop__kind_name(int kind);
 const char *hoop__wire_algo_name(int algo);
 #define HOOP__WIRE_ALGO_COUNT 10
 /* The sentence for a received header that does not match the posted receive, naming both calls:
- * "rank 1 called broadcast(count=10, float32, root=0) as call #7 where rank 0 called ...". */
+ * "rank 1 called broadcast(count=10, float32, root=0) as call #7 where rank 0 called ..."; a
+ * point-to-point receive (kind send on the wire, as its message) is named recv. */
 const char *hoop__wire_mismatch_msg(const hoop__wire_hdr_t *expect, const hoop__wire_hdr_t *got,
                                     int peer, int me, char *buf, size_t n);
 /* The one check of a header that arrived (got, from peer) against the receive posted (posted,

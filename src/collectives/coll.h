@@ -16,6 +16,9 @@ void hoop__plan(hoop__call_t *call);
 hoop_result_t hoop__collective_run(hoop__call_t *call);
 /* Frees what the engines keep with the communicator (run.c). */
 void hoop__collectives_close(hoop_comm_t *c);
+/* After the communicator aborted: the engines tell the peers that wait on them why (run.c). Under
+ * exec. */
+void hoop__collectives_abort(hoop_comm_t *c);
 const char *hoop__algo_name(int algo);
 int hoop__algo_parse(const char *s); /* -1 if unknown */
 

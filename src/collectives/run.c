@@ -107,3 +107,5 @@ hoop_result_t hoop__collective_run(hoop__call_t *call)
 }
 
 void hoop__collectives_close(hoop_comm_t *c) { hoop__local_close(c); }
+
+void hoop__collectives_abort(hoop_comm_t *c) { hoop__local_abort(c); }

@@ -4,6 +4,7 @@
  * (making and freeing a communicator, its listener, its ring). The entry points (api.c) have
  * checked the arguments.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +338,23 @@ static int standalone(const char *method, int rank, int size)
     return 1;
 }
 
+/* A job with neither a job id nor a key cannot be told from another launch that reaches its
+ * rendezvous while it waits (a job restarted on the same port): their ranks could join each other
+ * and compute with mixed data. Nothing can detect that, so it is said, by rank 0, once a process. */
+static void warn_no_identity(init_t *in)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    const hoop__rdv_t *rdv = in->rdv;
+    if (rdv->rank != 0 || rdv->size <= 1 || rdv->job[0] != '\0' || in->cfg->auth.set) return;
+    if (atomic_flag_test_and_set(&said)) return;
+    HOOP__WARN(&in->boot,
+               "this job has no identity (no job id: HOOP_JOB_ID or a launcher's; no key: "
+               "HOOP_AUTH_KEY): another launch that reaches this rendezvous while it waits (a job "
+               "restarted on the same port) cannot be told apart, and its ranks could join this "
+               "job's; give every rank of a launch the same HOOP_JOB_ID, unique to that launch "
+               "(hooprun, srun, mpirun and torchrun --rdzv-id give one)");
+}
+
 /* Step 2: this rank's number, the world size and where to meet (rendezvous.c), then the
  * communicator itself. */
 static hoop_result_t resolve_rendezvous(init_t *in)
@@ -357,6 +375,7 @@ static hoop_result_t resolve_rendezvous(init_t *in)
          * The store's key stays unbound, so that a rank that reaches another job's store
          * (a stale job on the port) reads its hello and can say which job it met. */
         hoop__auth_key_bind(&in->cfg->auth, rdv->job);
+        warn_no_identity(in);
     }
     in->boot.rank = rdv->rank;
 
@@ -578,7 +597,7 @@ hoop_result_t hoop__comm_init(hoop_comm_t **out, const char *method, int rank, i
 void hoop__comm_abort(hoop_comm_t *c)
 {
     hoop__comm_fail(c, HOOP_ERR_ABORTED, "hoop_comm_abort was called on rank %d", c->rank);
-    hoop__sched_abort(c, HOOP_ERR_ABORTED);
+    hoop__sched_abort(c);
 }
 
 void hoop__comm_destroy(hoop_comm_t *c)

@@ -138,6 +138,34 @@ static void engine_free(hoop_comm_t *c)
         pthread_cond_signal(&c->tcv);
 }
 
+/* Under exec, as it is given back: where the communicator is aborted, its peers learn why, through
+ * the transport and the shared area. A failure found under exec was told them already; this one
+ * came from another thread (hoop_comm_abort, a peer's notice read by it) while this one held exec,
+ * which the abort could not take, and a call that completed all the same would otherwise leave
+ * the peers to learn only that this rank closed its connections, once it is freed. A no-op while
+ * the communicator is healthy, and cheap once they have been told. */
+static void tell_abort(hoop_comm_t *c)
+{
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    if (ab == HOOP_OK || c->tp == NULL || atomic_load(&c->abort_told)) return;
+    c->tp_ops->abort(c->tp, ab, c->fatal_msg);
+    hoop__collectives_abort(c);
+    atomic_store(&c->abort_told, 1);
+}
+
+/* Gives exec back, the peers told of an abort first. One that came between that look and the
+ * unlock found exec taken (hoop__sched_abort), so it is looked for again after. */
+static void exec_unlock(hoop_comm_t *c)
+{
+    tell_abort(c);
+    pthread_mutex_unlock(&c->exec);
+    if (atomic_load(&c->aborted) && !atomic_load(&c->abort_told) &&
+        pthread_mutex_trylock(&c->exec) == 0) {
+        tell_abort(c);
+        pthread_mutex_unlock(&c->exec);
+    }
+}
+
 /* Takes the engine: called with mu held and busy clear; returns holding exec, not mu. */
 static void engine_enter(hoop_comm_t *c)
 {
@@ -152,7 +180,7 @@ static void engine_enter(hoop_comm_t *c)
 /* Gives the engine back: called holding exec; returns with mu held. */
 static void engine_leave(hoop_comm_t *c)
 {
-    pthread_mutex_unlock(&c->exec);
+    exec_unlock(c);
     pthread_mutex_lock(&c->mu);
     engine_free(c);
 }
@@ -276,13 +304,56 @@ static void hold(hoop_comm_t *c, hoop_request_t *r)
     held_run(c);
 }
 
+/* The bytes of input (*in) and output (*out) this rank's part of call reads and writes, and
+ * whether sendbuf and recvbuf lie as one of hoop.h's in-place forms. */
+static int in_place_form(const hoop__call_t *call, size_t *in, size_t *out)
+{
+    const hoop_comm_t *c = call->comm;
+    size_t n = call->count * hoop__dtype_size(call->dtype), all = n * (size_t)c->size;
+    /* Addresses as numbers: a buffer this rank does not use may be NULL. */
+    uintptr_t s = (uintptr_t)call->sendbuf, r = (uintptr_t)call->recvbuf;
+    int root = c->rank == call->root;
+    switch (call->kind) {
+    case HOOP__K_ALLREDUCE: *in = n, *out = n; return s == r;
+    case HOOP__K_REDUCE: *in = n, *out = root ? n : 0; return s == r;
+    case HOOP__K_ALLGATHER: *in = n, *out = all; return s == r + (size_t)c->rank * n;
+    case HOOP__K_GATHER: *in = n, *out = root ? all : 0; return s == r + (size_t)c->rank * n;
+    case HOOP__K_SCATTER: *in = root ? all : 0, *out = n; return r == s + (size_t)call->root * n;
+    case HOOP__K_REDUCE_SCATTER: *in = all, *out = n; return r == s || r == s + (size_t)c->rank * n;
+    case HOOP__K_ALLTOALL: *in = all, *out = all; return s == r;
+    default: *in = 0, *out = 0; return 0; /* one buffer, or none: nothing can overlap */
+    }
+}
+
+/* Under exec, before the algorithm runs. Where this rank's input overlaps its output other than
+ * in one of hoop.h's in-place forms (by a single byte even), the algorithms, which write output
+ * before they have read all the input, would compute over bytes they had already overwritten:
+ * the input is copied aside and the call reads the copy. The in-place forms, which every
+ * algorithm serves, go as they are. Local to this rank: where it reads its input from changes
+ * nothing that moves between ranks, so ranks need not agree on it. */
+static hoop_result_t separate_input(hoop__call_t *call)
+{
+    size_t in, out;
+    if (in_place_form(call, &in, &out) || in == 0 || out == 0) return HOOP_OK;
+    uintptr_t s = (uintptr_t)call->sendbuf, r = (uintptr_t)call->recvbuf;
+    if (s >= r + out || r >= s + in) return HOOP_OK;
+    void *copy = hoop__input_copy(call, in);
+    if (copy == NULL) return HOOP_ERR_NO_MEMORY;
+    hoop__mem_copy(call, copy, call->sendbuf, in);
+    call->sendbuf = copy;
+    return HOOP_OK;
+}
+
 /* Under exec. A collective that failed has left its peers in the middle of the call: the
  * communicator is aborted (here, if the algorithm did not say why: an allocation, say), and so is
  * the transport, which tells the peers the reason now rather than closing on them later. */
 static hoop_result_t run_collective(hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
-    hoop_result_t st = hoop__collective_run(call);
+    const void *sendbuf = call->sendbuf;
+    hoop_result_t st = separate_input(call);
+    if (st == HOOP_OK) st = hoop__collective_run(call);
+    call->sendbuf = sendbuf;
     if (st != HOOP_OK) {
         if (!atomic_load(&c->aborted)) {
             char what[128];
@@ -426,7 +497,7 @@ static void *progress_thread(void *arg)
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&c->exec);
             if (c->inflight != NULL || c->held != NULL) inflight_step(c, 20);
-            pthread_mutex_unlock(&c->exec);
+            exec_unlock(c);
             pthread_mutex_lock(&c->mu);
             c->thread_polls = 0;
             continue;
@@ -576,7 +647,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         pthread_mutex_lock(&c->exec);
         hoop_result_t st = (hoop_result_t)atomic_load(&c->aborted);
         if (st == HOOP_OK) st = run_collective(&local);
-        pthread_mutex_unlock(&c->exec);
+        exec_unlock(c);
         return st;
     }
     pthread_mutex_lock(&c->mu);
@@ -657,7 +728,7 @@ static hoop_result_t post_enter(hoop_comm_t *c, const char *what)
                     "time; calls on one communicator must come from one thread at a time (or be "
                     "serialized by the caller), else ranks see them in different orders",
                     what, c->rank);
-    hoop__sched_abort(c, HOOP_ERR_INVALID_ARGUMENT);
+    hoop__sched_abort(c);
     return HOOP_ERR_INVALID_ARGUMENT;
 }
 
@@ -756,12 +827,12 @@ hoop_result_t hoop__sched_test(hoop_request_t *h, int *done)
 
 /* ---- abort, stop ---- */
 
-void hoop__sched_abort(hoop_comm_t *c, hoop_result_t code)
+void hoop__sched_abort(hoop_comm_t *c)
 {
-    /* Whoever drives the transport notices the flag; if nobody does, shut it down here so that
-     * peers see the connections go. */
+    /* Whoever holds the engine tells the peers as it gives it back (exec_unlock); if nobody does,
+     * tell them here. */
     if (pthread_mutex_trylock(&c->exec) == 0) {
-        if (c->tp != NULL) c->tp_ops->abort(c->tp, code, c->fatal_msg);
+        tell_abort(c);
         pthread_mutex_unlock(&c->exec);
     }
     if (c->tp != NULL) c->tp_ops->wake(c->tp);
@@ -812,6 +883,10 @@ void hoop__sched_stop(hoop_comm_t *c)
     pthread_mutex_lock(&c->mu);
     while (c->busy) pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
+    /* Before the connections close: an abort nobody told the peers yet reaches them first. */
+    pthread_mutex_lock(&c->exec);
+    tell_abort(c);
+    pthread_mutex_unlock(&c->exec);
     /* Requests nobody ran: fail them so their owners' waits end. */
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab == HOOP_OK) ab = HOOP_ERR_ABORTED;

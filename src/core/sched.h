@@ -14,9 +14,10 @@ hoop_result_t hoop__sched_post(hoop_comm_t *c, const hoop__call_t *call, hoop_re
 hoop_result_t hoop__sched_wait(hoop_request_t *h);
 hoop_result_t hoop__sched_test(hoop_request_t *h, int *done);
 
-/* After hoop__comm_fail from outside the engine: makes the abort take effect now (the transport
- * is shut if nobody drives it, waiters and the progress thread wake). */
-void hoop__sched_abort(hoop_comm_t *c, hoop_result_t code);
+/* After hoop__comm_fail from outside the engine: makes the abort take effect now (the peers are
+ * told and the transport shut if nobody holds the engine, else by whoever does as it gives the
+ * engine back; waiters and the progress thread wake). */
+void hoop__sched_abort(hoop_comm_t *c);
 /* Waits, with the timeout, for the stream-ordered blocking calls already returned to end: they
  * told their caller HOOP_OK once queued, so hoop_comm_destroy lets them finish rather than abort
  * them. */

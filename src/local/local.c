@@ -32,6 +32,8 @@ void hoop__local_close(hoop_comm_t *c)
     c->local = NULL;
 }
 
+void hoop__local_abort(hoop_comm_t *c) { hoop__shc_abort(c); }
+
 hoop_result_t hoop__local_agree(hoop__call_t *call, int make, hoop__verdict_t *v)
 {
     hoop__shc_t *a = NULL;

@@ -61,6 +61,10 @@ struct hoop__local {
 struct hoop__local *hoop__local_of(hoop_comm_t *c);
 /* Frees every engine's state with the communicator. */
 void hoop__local_close(hoop_comm_t *c);
+/* After the communicator aborted: where the area is in use, it says there that the
+ * communicator is aborted and why (its sentence), once, so that peers waiting in a step learn
+ * the reason. Under exec. */
+void hoop__local_abort(hoop_comm_t *c);
 
 /* ---- between the engines ---- */
 
@@ -71,6 +75,8 @@ int hoop__ipc_may(const hoop__call_t *c);
 /* Frees each engine's part of hoop_comm.local (hoop__local_close calls them). */
 void hoop__shc_close(hoop_comm_t *c);
 void hoop__ipc_close(hoop_comm_t *c);
+/* hoop__local_abort's part in the area (shm_area.c). */
+void hoop__shc_abort(hoop_comm_t *c);
 
 /* ---- engine services for the point-to-point schedules ---- */
 

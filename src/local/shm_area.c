@@ -308,27 +308,82 @@ static void to_hdr(const hoop__call_t *call, const hoop__shc_line_t *l, int src,
     h->sched = l->sched;
 }
 
-/* The communicator failed inside a step: say so where the peers look, wake whoever sleeps on this
- * rank's lines, and abort the transports (which tells the peers too). */
+/* Says where the peers look that this rank failed with code and why (the communicator's
+ * sentence), once, and wakes whoever sleeps on this rank's lines. */
+static void say_aborted(hoop_comm_t *c, hoop__shc_t *a, hoop_result_t code)
+{
+    slot_ctl_t *me = ctl_of(a, c->rank);
+    if (atomic_load(&me->aborted) != 0) return;
+    size_t n = strnlen(c->fatal_msg, sizeof(me->reason) - 1);
+    memcpy(me->reason, c->fatal_msg, n);
+    me->reason[n] = '\0';
+    atomic_store(&me->aborted, (uint32_t)code);
+    for (uint64_t b = 0; b < 2; b++)
+        futex(&hoop__shc_line(a, c->rank, b)->step, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+void hoop__shc_abort(hoop_comm_t *c)
+{
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    hoop__shc_t *a = hoop__shc_ready(c);
+    if (ab != HOOP_OK && a != NULL) say_aborted(c, a, ab);
+}
+
+/* The communicator failed inside a step: say so where the peers look, and abort the transports
+ * (which tells the peers too). */
 static hoop_result_t step_failed(const hoop__call_t *call, hoop__shc_t *a, hoop_result_t code)
 {
     hoop_comm_t *c = call->comm;
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) code = ab;
-    slot_ctl_t *me = ctl_of(a, c->rank);
-    if (atomic_load(&me->aborted) == 0) {
-        size_t n = strnlen(c->fatal_msg, sizeof(me->reason) - 1);
-        memcpy(me->reason, c->fatal_msg, n);
-        me->reason[n] = '\0';
-        atomic_store(&me->aborted, (uint32_t)code);
-        for (uint64_t b = 0; b < 2; b++)
-            futex(&hoop__shc_line(a, c->rank, b)->step, FUTEX_WAKE, INT_MAX, NULL);
-    }
+    say_aborted(c, a, code);
     c->tp_ops->abort(c->tp, code, c->fatal_msg);
     return code;
 }
 
-/* Between sleeps: the transport, the peers' abort flags and processes, the deadline. */
+/* Whether rank q has published step s. Its payload lines were written before, and whatever it
+ * did after (failed a later call, aborted, closed) was written after: a wait that sees the step
+ * is over, and nothing that happened later fails it. */
+static int published(const hoop__shc_t *a, int q, uint64_t s)
+{
+    return atomic_load_explicit(&hoop__shc_line(a, q, s)->step, memory_order_acquire) >= s;
+}
+
+/* Fails the communicator for rank q, which aborted (with its reason), or whose process is gone
+ * or which closed the communicator (gone: 1, closed: 2) without an abort. */
+static hoop_result_t peer_failed(const hoop__call_t *call, hoop__shc_t *a, int q, int how)
+{
+    hoop_comm_t *c = call->comm;
+    slot_ctl_t *pc = ctl_of(a, q);
+    /* What it wrote before it went may be its abort reason: read that first. */
+    uint32_t ab = atomic_load(&pc->aborted);
+    char mine[128];
+    hoop__call_describe(call, mine, sizeof(mine));
+    if (ab != 0) {
+        char why[REASON];
+        memcpy(why, pc->reason, sizeof(why));
+        why[sizeof(why) - 1] = '\0';
+        hoop__comm_fail(c, HOOP_ERR_ABORTED, "rank %d aborted: %s", q, why);
+        return step_failed(call, a, HOOP_ERR_ABORTED);
+    }
+    if (how == 1)
+        hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
+                        "%s (call #%llu) failed with rank %d: lost rank %d (its process %d "
+                        "exited)",
+                        mine, (unsigned long long)call->seq, q, q, (int)pc->pid);
+    else
+        hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
+                        "%s (call #%llu) failed with rank %d: lost rank %d (it closed its "
+                        "connections)",
+                        mine, (unsigned long long)call->seq, q, q);
+    return step_failed(call, a, HOOP_ERR_PEER_LOST);
+}
+
+/* Between sleeps, waiting for peer's step s: the transport, the peers' abort flags and
+ * processes, the deadline. Whatever it finds fails the wait only while peer has not published
+ * the step, looked at after finding it: a rank that has published every step of a call may go on
+ * to the next and fail there, or abort, and the call it finished must not fail on the ranks
+ * still finishing it (every rank's part of it is done: they only read what is published). */
 static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int peer, uint64_t s,
                                  double start, double now)
 {
@@ -337,8 +392,8 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
      * enough calls that it does look, for the abort notices it carries. */
     for (int i = 0; i < 64; i++) c->tp_ops->progress(c->tp, 0);
     if (c->inflight != NULL || c->held != NULL) c->reap(c);
-    if (atomic_load(&c->aborted)) return step_failed(call, a, HOOP_ERR_ABORTED);
-    char mine[128];
+    if (atomic_load(&c->aborted))
+        return published(a, peer, s) ? HOOP_OK : step_failed(call, a, HOOP_ERR_ABORTED);
     /* Dead peers first, so that a rank that sees both names the dead one rather than a peer
      * that aborted because of it; then peers that aborted. */
     for (int pass = 0; pass < 2; pass++)
@@ -348,8 +403,8 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
             uint32_t ab = pass == 1 ? atomic_load(&pc->aborted) : 0;
             int gone = 0;
             /* A peer that has published this step may end (its last call is done): only one that
-         * has not can fail this wait. */
-            if (pass == 0 && atomic_load(&hoop__shc_line(a, q, s)->step) >= s) continue;
+             * has not can fail this wait. */
+            if (pass == 0 && published(a, q, s)) continue;
             if (pass == 0 && a->pidfd[q] >= 0) {
                 struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
                 gone = poll(&pf, 1, 0) > 0;
@@ -358,32 +413,14 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
                 gone = hoop__process_gone((pid_t)pc->pid);
             }
             if (ab == 0 && !gone) continue;
-            /* What it wrote before it went may be its abort reason: read that first. */
-            ab = atomic_load(&pc->aborted);
-            hoop__call_describe(call, mine, sizeof(mine));
-            if (ab != 0) {
-                char why[REASON];
-                memcpy(why, pc->reason, sizeof(why));
-                why[sizeof(why) - 1] = '\0';
-                hoop__comm_fail(c, HOOP_ERR_ABORTED, "rank %d aborted: %s", q, why);
-            } else {
-                hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
-                                "%s (call #%llu) failed with rank %d: lost rank %d (its process %d "
-                                "exited)",
-                                mine, (unsigned long long)call->seq, q, q, (int)pc->pid);
-            }
-            return step_failed(call, a, ab != 0 ? HOOP_ERR_ABORTED : HOOP_ERR_PEER_LOST);
+            if (published(a, peer, s)) return HOOP_OK;
+            return peer_failed(call, a, q, 1);
         }
-    if (atomic_load(&ctl_of(a, peer)->closed) &&
-        atomic_load(&hoop__shc_line(a, peer, s)->step) < s) {
-        hoop__call_describe(call, mine, sizeof(mine));
-        hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
-                        "%s (call #%llu) failed with rank %d: lost rank %d (it closed its "
-                        "connections)",
-                        mine, (unsigned long long)call->seq, peer, peer);
-        return step_failed(call, a, HOOP_ERR_PEER_LOST);
-    }
-    if (now - start >= c->timeout_s) {
+    /* Its abort flag, if it has one, was set before it closed: peer_failed reads it again. */
+    if (atomic_load(&ctl_of(a, peer)->closed) && !published(a, peer, s))
+        return peer_failed(call, a, peer, 2);
+    if (now - start >= c->timeout_s && !published(a, peer, s)) {
+        char mine[128];
         hoop__call_describe(call, mine, sizeof(mine));
         hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
                         "%s (call #%llu) timed out after %.1f s waiting for rank(s) %d", mine,

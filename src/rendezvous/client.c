@@ -66,7 +66,9 @@ static hoop_result_t client_connect(hoop__store_t *st, tcp_store_t *t, double ti
                         fd, &t->auth, 0, hoop__auth_context(HOOP__STORE_AUTH_TAG, 0, 0, 0),
                         hs_deadline, hwhy, sizeof hwhy);
                     if (a == HOOP_ERR_PEER_LOST) {
-                        /* Dropped after the server's hello: it may have made room for others. */
+                        /* Dropped before the exchange was through: the server made room for
+                         * others, or is closing (init again at once: this rank reached the last
+                         * store, and the next comes up on the same port). Try again. */
                         close(fd);
                         snprintf(why, sizeof why, "authentication: %s", hwhy);
                         continue;

@@ -35,10 +35,15 @@ static int mkdir_p(const char *dir)
         const char saved = buf[i];
         buf[i] = '\0';
         struct stat sb;
-        /* Existing parents may answer EACCES or EROFS rather than EEXIST. */
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST &&
-            !(stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode)))
-            return -1;
+        /* Existing parents may answer EACCES or EROFS rather than EEXIST. Where the directory is
+         * not there, mkdir's error is the reason, not the look's ENOENT. */
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            const int e = errno;
+            if (!(stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+                errno = e;
+                return -1;
+            }
+        }
         buf[i] = saved;
     }
     struct stat sb;

@@ -300,15 +300,13 @@ static hoop_result_t job_id(hoop__rdv_t *out, char *err, size_t errlen)
     return HOOP_OK;
 }
 
-hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out,
-                                char *err, size_t errlen)
+/* out starts empty, and the caller's rank and size are each a number or -1. */
+static hoop_result_t check_args(int rank, int size, hoop__rdv_t *out, char *err, size_t errlen)
 {
-    if (err != NULL && errlen > 0) err[0] = '\0';
     if (out == NULL) return fail(err, errlen, "internal error: no place to store the rendezvous");
     memset(out, 0, sizeof *out);
     out->rank = out->size = -1;
     out->local_rank = out->local_size = -1;
-
     if (rank < -1)
         return fail(err, errlen,
                     "rank %d is invalid: pass a rank >= 0, or -1 to take it from the environment",
@@ -318,8 +316,12 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
                     "world size %d is invalid: pass a size from 1 to %d, or -1 to take it from the "
                     "environment",
                     size, MAX_RANKS);
+    return HOOP_OK;
+}
 
-    const char *m = (init_method == NULL || *init_method == '\0') ? "env://" : init_method;
+/* The row of methods[] whose scheme starts m, into *row. */
+static hoop_result_t find_method(const char *m, size_t *row, char *err, size_t errlen)
+{
     size_t i = 0;
     while (i < sizeof methods / sizeof methods[0] &&
            strncasecmp(m, methods[i].scheme, strlen(methods[i].scheme)) != 0)
@@ -329,9 +331,15 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
                     "unknown init method \"%.300s\": use env://, tcp://HOST:PORT, file:///PATH, "
                     "slurm:// or pmix://",
                     m);
-    hoop_result_t r = methods[i].parse(m, m + strlen(methods[i].scheme), out, err, errlen);
-    if (r != HOOP_OK) return r;
+    *row = i;
+    return HOOP_OK;
+}
 
+/* This rank's number and the world size, each from the caller or else from the first
+ * launcher variable set (rank_vars, size_vars), and the one in range of the other. */
+static hoop_result_t resolve_rank_size(int rank, int size, hoop__rdv_t *out, char *err,
+                                       size_t errlen)
+{
     long v;
     const char *rank_from = NULL, *size_from = NULL;
     if (rank >= 0) {
@@ -371,11 +379,15 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
                     "rank %s is out of range for world size %s: a rank must be from 0 to size-1",
                     rs, ss);
     }
+    return HOOP_OK;
+}
 
-    /* Local placement is a hint for transports. When the caller passed both rank and size, stray
-     * launcher variables (a test run inside an allocation) must not make init fail: inconsistent
-     * ones are dropped. When the rank came from a launcher, an inconsistency is a launcher error. */
-    const int strict = !(rank >= 0 && size >= 1);
+/* Local placement, a hint for transports. When the caller passed both rank and size
+ * (strict = 0), stray launcher variables (a test run inside an allocation) must not make init
+ * fail: inconsistent ones are dropped. When the rank came from a launcher, an inconsistency is a
+ * launcher error. */
+static hoop_result_t resolve_local(int strict, hoop__rdv_t *out, char *err, size_t errlen)
+{
     const char *lr_from = NULL, *ls_from = NULL;
     long lr = -1, ls = -1;
     int got = env_int(lrank_vars, 0, MAX_RANKS - 1, "local rank", &lr, &lr_from, err, errlen);
@@ -412,13 +424,17 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
     }
     out->local_rank = (int)lr;
     out->local_size = (int)ls;
-    r = job_id(out, err, errlen);
-    if (r != HOOP_OK) return r;
-    if (strcmp(out->via, "slurm") == 0) {
-        r = hoop__slurm_address(out, out->addr_given, out->port_given, err, errlen);
-        if (r != HOOP_OK) return r;
-    } else if (strcmp(out->via, "pmix") == 0 && hoop__slurm_in_step()) {
-        /* Ready in case libpmix does not load (hoop__rdv_exchange); not an error until then. */
+    return HOOP_OK;
+}
+
+/* Rank 0's address from Slurm's variables where the launcher's way is Slurm's; under
+ * srun --mpi=pmix, the same made ready in case libpmix does not load (hoop__rdv_exchange), which
+ * is not an error until then. */
+static hoop_result_t launcher_address(hoop__rdv_t *out, char *err, size_t errlen)
+{
+    if (strcmp(out->via, "slurm") == 0)
+        return hoop__slurm_address(out, out->addr_given, out->port_given, err, errlen);
+    if (strcmp(out->via, "pmix") == 0 && hoop__slurm_in_step()) {
         char why[256];
         out->slurm_ok = hoop__slurm_address(out, out->addr_given, out->port_given, why,
                                             sizeof why) == HOOP_OK;
@@ -427,11 +443,32 @@ hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoo
             if (!out->port_given) out->port = 0;
         }
     }
-    /* Last, so that no error path above leaves a key behind. */
-    if (strcmp(out->method, "tcp") == 0) {
-        return hoop__auth_key_from_env(&out->auth, getenv_ctx, NULL, err, errlen);
-    }
     return HOOP_OK;
+}
+
+/* The arguments, the kind of method, who this rank is, where to meet, where it sits, its job, what
+ * the launcher says of rank 0's address, and the key: one step each, the first failure ends it. */
+hoop_result_t hoop__rdv_resolve(const char *init_method, int rank, int size, hoop__rdv_t *out,
+                                char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    hoop_result_t r = check_args(rank, size, out, err, errlen);
+    if (r != HOOP_OK) return r;
+    const char *m = (init_method == NULL || *init_method == '\0') ? "env://" : init_method;
+    size_t row = 0;
+    r = find_method(m, &row, err, errlen);
+    /* Who before where: a launcher variable that is not a number would otherwise hide behind
+     * the address it failed to give (mpirun with a garbled OMPI_COMM_WORLD_SIZE is not "missing
+     * MASTER_ADDR"). */
+    if (r == HOOP_OK) r = resolve_rank_size(rank, size, out, err, errlen);
+    if (r == HOOP_OK) r = methods[row].parse(m, m + strlen(methods[row].scheme), out, err, errlen);
+    if (r == HOOP_OK) r = resolve_local(!(rank >= 0 && size >= 1), out, err, errlen);
+    if (r == HOOP_OK) r = job_id(out, err, errlen);
+    if (r == HOOP_OK) r = launcher_address(out, err, errlen);
+    /* Last, so that no error path above leaves a key behind. */
+    if (r == HOOP_OK && strcmp(out->method, "tcp") == 0)
+        r = hoop__auth_key_from_env(&out->auth, getenv_ctx, NULL, err, errlen);
+    return r;
 }
 
 hoop_result_t hoop__rdv_exchange(hoop__rdv_t *rdv, double timeout_s, const hoop__log_t *log,

@@ -126,6 +126,10 @@ static int conn_process(server_t *s, conn_t *c)
                            "this store has no key (is HOOP_AUTH_KEY set on rank 0 as on the other "
                            "ranks?)",
                            s->where, c->peer);
+                /* Said, so that the client fails at once instead of waiting for a store that
+                 * closed under it to come back (auth.h); best effort, on an empty socket. */
+                (void)send(c->fd, HOOP__AUTH_NO_KEY, sizeof HOOP__AUTH_NO_KEY - 1,
+                           MSG_DONTWAIT | MSG_NOSIGNAL);
             } else {
                 HOOP__WARN(
                     s->log,

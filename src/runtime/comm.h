@@ -176,7 +176,8 @@ struct hoop_comm {
      * far; whether it sleeps now, for at most DEFER_S. */
     uint64_t n_queued, n_waiter_ran;
     int thread_looks_soon;
-    int thread_polls; /* the progress thread may be in the transport's poll, holding exec */
+    int thread_polls;      /* the progress thread may be in the transport's poll, holding exec */
+    atomic_int abort_told; /* the peers were told of the abort (sched.c's tell_abort) */
     pthread_t thread;
     pthread_mutex_t exec;
     /* Completes the point-to-point requests whose transfers have finished (sched.c): the runtime
@@ -194,6 +195,11 @@ struct hoop_comm {
     void *scratch;
     size_t scratch_len;
     hoop__mem_type_t scratch_mem;
+    /* A copy of a call's input where it overlaps the output (sched.c, runtime/mem.c): the
+     * same way, under exec only. */
+    void *in_copy;
+    size_t in_copy_len;
+    hoop__mem_type_t in_copy_mem;
     /* Device memory (runtime/mem_cuda.c): the CUDA module's state, made by the first call that
      * looks for the driver (any thread that posts; atomic for that); NULL before. */
     _Atomic(struct hoop__cuda *) cuda;

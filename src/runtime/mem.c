@@ -60,16 +60,19 @@ const hoop__mem_ops_t *hoop__mem_ops(hoop__mem_type_t type)
     }
 }
 
-void *hoop__scratch(const hoop__call_t *call, size_t bytes)
+/* The communicator's buffer *buf (of *len bytes, in memory *mem) holding at least bytes in the
+ * call's memory type: grown (never shrunk) as needed. */
+static void *grow(const hoop__call_t *call, size_t bytes, void **buf, size_t *len,
+                  hoop__mem_type_t *mem, const char *what)
 {
     hoop_comm_t *c = call->comm;
     if (bytes == 0) bytes = 1; /* a valid pointer even for empty buffers */
-    int same = call->mem == c->scratch_mem;
-    if (same && bytes <= c->scratch_len) return c->scratch;
+    int same = call->mem == *mem;
+    if (same && bytes <= *len) return *buf;
     /* Nothing in it outlives a call, so no copy; doubling keeps regrowth (and the page faults
      * of fresh memory, slow on VMs) to a few times in a job. */
     const hoop__mem_ops_t *mo = hoop__mem_ops(call->mem);
-    size_t want = same && c->scratch_len > 0 ? c->scratch_len : 4096;
+    size_t want = same && *len > 0 ? *len : 4096;
     while (want < bytes && want <= SIZE_MAX / 2) want *= 2;
     if (want < bytes) want = bytes;
     void *p = mo->alloc(c, want);
@@ -78,15 +81,28 @@ void *hoop__scratch(const hoop__call_t *call, size_t bytes)
         /* Asked for in the middle of a collective: its peers are in the call too, so the
          * communicator cannot go on. */
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY,
-                        "cannot allocate %zu bytes of scratch space for a collective on rank %d",
-                        bytes, c->rank);
+                        "cannot allocate %zu bytes of %s for a collective on rank %d", bytes, what,
+                        c->rank);
         return NULL;
     }
-    hoop__scratch_free(c);
-    c->scratch = p;
-    c->scratch_len = want;
-    c->scratch_mem = call->mem;
+    if (*buf != NULL) hoop__mem_ops(*mem)->free(c, *buf);
+    *buf = p;
+    *len = want;
+    *mem = call->mem;
     return p;
+}
+
+void *hoop__scratch(const hoop__call_t *call, size_t bytes)
+{
+    hoop_comm_t *c = call->comm;
+    return grow(call, bytes, &c->scratch, &c->scratch_len, &c->scratch_mem, "scratch space");
+}
+
+void *hoop__input_copy(const hoop__call_t *call, size_t bytes)
+{
+    hoop_comm_t *c = call->comm;
+    return grow(call, bytes, &c->in_copy, &c->in_copy_len, &c->in_copy_mem,
+                "space for a copy of its input (which overlaps its output)");
 }
 
 void hoop__scratch_free(hoop_comm_t *c)
@@ -94,6 +110,9 @@ void hoop__scratch_free(hoop_comm_t *c)
     if (c->scratch != NULL) hoop__mem_ops(c->scratch_mem)->free(c, c->scratch);
     c->scratch = NULL;
     c->scratch_len = 0;
+    if (c->in_copy != NULL) hoop__mem_ops(c->in_copy_mem)->free(c, c->in_copy);
+    c->in_copy = NULL;
+    c->in_copy_len = 0;
 }
 
 void hoop__mem_close(hoop_comm_t *c)

@@ -84,7 +84,11 @@ static inline void hoop__mem_avg_finish(const hoop__call_t *call, void *buf, siz
  * malloc aligns and valid until the call returns; NULL if out of memory (the communicator is then
  * failed with the size it could not have). */
 void *hoop__scratch(const hoop__call_t *call, size_t bytes);
-/* Frees the scratch space (hoop__mem_close, and a scratch space that grows). */
+/* As hoop__scratch, a second buffer of the communicator's, which the scheduler alone uses: where
+ * a call's input overlaps its output other than as hoop.h's in-place forms, it copies the input
+ * there before the algorithm runs (sched.c), so that the algorithm's own scratch stays free. */
+void *hoop__input_copy(const hoop__call_t *call, size_t bytes);
+/* Frees both (hoop__mem_close). */
 void hoop__scratch_free(hoop_comm_t *c);
 
 /* ---- staging (stage.c) ----

@@ -22,10 +22,15 @@
  *       which: a thread's call may meet the other thread's on the other rank, which no library
  *       can tell where the posts did not overlap), the late post is HOOP_ERR_INVALID_ARGUMENT
  *       naming the misuse; never a result that is no such pairing.
- *   scenarios --scenario reinit --transport T [--rounds R]
+ *   scenarios --scenario reinit --transport T [--rounds R] [--pairs P] [--key K] [--load N]
  *       3 ranks, R rounds of init / checked all-reduce / destroy in one process on one
- *       MASTER_PORT, with jitter so a fast rank meets the store of the round before; then two
- *       inits back to back, both kept and both used.
+ *       MASTER_PORT, with jitter so a fast rank meets the store of the round before; then P
+ *       times two inits back to back, both kept and both used; with a HOOP_AUTH_KEY, and N
+ *       busy processes beside the job, where asked.
+ *   scenarios --scenario identity
+ *       2-rank jobs started by hand (MASTER_ADDR/PORT, RANK, WORLD_SIZE), each rank initialising
+ *       twice: with neither a job id nor a key, rank 0 warns once that the job has no identity,
+ *       naming HOOP_JOB_ID; with HOOP_JOB_ID, a launcher's job id or a key, nobody warns.
  *   scenarios --scenario hooprun --hooprun PATH
  *       hooprun gives each job a HOOP_JOB_ID, the same to all its ranks and another per job; a
  *       job of two hooprun launches (--nnodes 2) still runs.
@@ -65,6 +70,7 @@ typedef struct opts {
     int sizes[AG_MAXPROC], nsizes;
     size_t count;
     int rounds, no_key, verbose;
+    int pairs, load; /* reinit: back-to-back pairs; busy processes beside the job */
 } opts_t;
 
 static void msleep(int ms)
@@ -745,6 +751,7 @@ static void reinit_env(void *ctx, int slot)
     setenv("HOOP_TRANSPORT", x->o->tp, 1);
     setenv("HOOP_TIMEOUT", "10", 1);
     setenv("HOOP_JOB_ID", x->jobid, 1);
+    if (x->o->key != NULL) setenv("HOOP_AUTH_KEY", x->o->key, 1);
 }
 
 static int checked(hoop_comm_t *c, uint32_t salt, size_t count, ag_outcome_t *o)
@@ -784,36 +791,71 @@ static int reinit_rank(void *ctx, int slot, int fd)
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         if ((rng >> 40) & 1) msleep((int)((rng >> 33) % 10));
     }
-    /* Two inits back to back, both kept; each used, the second first. */
-    hoop_comm_t *c1 = NULL, *c2 = NULL;
-    hoop_result_t r1 = hoop_init_from_env(&c1);
-    hoop_result_t r2 = hoop_init_from_env(&c2);
-    ag_outcome_t o1 = {0}, o2 = {0};
-    if (r2 == HOOP_OK) {
-        hoop_comm_set_timeout(c2, 5);
-        checked(c2, 900, 3000, &o2);
+    /* Two inits back to back, both kept; each used, the second first. The first store closes
+     * while a fast rank's second init may be connecting to it. */
+    for (int pair = 0; pair < x->o->pairs; pair++) {
+        hoop_comm_t *c1 = NULL, *c2 = NULL;
+        hoop_result_t r1 = hoop_init_from_env(&c1);
+        hoop_result_t r2 = hoop_init_from_env(&c2);
+        ag_outcome_t o1 = {0}, o2 = {0};
+        if (r2 == HOOP_OK) {
+            hoop_comm_set_timeout(c2, 5);
+            checked(c2, 900u + 2u * (uint32_t)pair, 3000, &o2);
+        }
+        if (r1 == HOOP_OK) {
+            hoop_comm_set_timeout(c1, 5);
+            checked(c1, 901u + 2u * (uint32_t)pair, 700, &o1);
+        }
+        ag_say(fd, "B %d %d %d %d %d %d %d |%s|%s", slot, (int)r1, (int)r2, (int)o1.rc, o1.wrong,
+               (int)o2.rc, o2.wrong, o1.wrong ? o1.why : o1.msg, o2.wrong ? o2.why : o2.msg);
+        if (c2 != NULL) hoop_comm_destroy(c2);
+        if (c1 != NULL) hoop_comm_destroy(c1);
+        /* A failed pair leaves the ranks out of step: the next would only time out. */
+        if (r1 != HOOP_OK || r2 != HOOP_OK) break;
     }
-    if (r1 == HOOP_OK) {
-        hoop_comm_set_timeout(c1, 5);
-        checked(c1, 901, 700, &o1);
-    }
-    ag_say(fd, "B %d %d %d %d %d %d %d |%s|%s", slot, (int)r1, (int)r2, (int)o1.rc, o1.wrong,
-           (int)o2.rc, o2.wrong, o1.wrong ? o1.why : o1.msg, o2.wrong ? o2.why : o2.msg);
-    if (c2 != NULL) hoop_comm_destroy(c2);
-    if (c1 != NULL) hoop_comm_destroy(c1);
     return 0;
+}
+
+/* Busy processes beside a job, so that its ranks and their store threads lose the CPU at any
+ * moment (the windows where a store closes under a connecting rank open wider). Each spins until
+ * killed, or for at most a minute should the driver die first. */
+static int start_load(pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        if (pids[i] < 0) return i;
+        if (pids[i] == 0) {
+            double end = now_s() + 60;
+            volatile unsigned long spin = 0;
+            while (now_s() < end) spin++;
+            _exit(0);
+        }
+    }
+    return n;
+}
+
+static void stop_load(const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+    for (int i = 0; i < n; i++) waitpid(pids[i], NULL, 0);
 }
 
 static int scenario_reinit(const opts_t *o)
 {
     rctx_t x = {.o = o};
     snprintf(x.jobid, sizeof x.jobid, "agree-reinit-%d", (int)getpid());
-    printf("reinit: 3 ranks, HOOP_TRANSPORT=%s, %d rounds of init / all-reduce / destroy on one "
-           "MASTER_PORT, then two inits back to back\n",
-           o->tp, o->rounds);
+    printf("reinit: 3 ranks, HOOP_TRANSPORT=%s%s, %d rounds of init / all-reduce / destroy on one "
+           "MASTER_PORT, then %d pair(s) of inits back to back, %d busy process(es) beside\n",
+           o->tp, o->key != NULL ? " with a key" : "", o->rounds, o->pairs, o->load);
+    pid_t load[AG_MAXPROC];
+    int nload = start_load(load, o->load < AG_MAXPROC ? o->load : AG_MAXPROC);
     ag_job_t j;
-    if (ag_job_start(&j, 3, ag_free_port(), reinit_env, reinit_rank, &x) != 0) return 2;
+    if (ag_job_start(&j, 3, ag_free_port(), reinit_env, reinit_rank, &x) != 0) {
+        stop_load(load, nload);
+        return 2;
+    }
     if (!run_job(&j, 55)) fail("the ranks were still running after 55 s");
+    stop_load(load, nload);
     check_exits(&j, "reinit");
     char *line;
     int rounds_ok = 0, rounds_seen = 0, back = 0;
@@ -845,12 +887,14 @@ static int scenario_reinit(const opts_t *o)
         }
     }
     printf(
-        "  %d of %d rank-rounds initialised and all-reduced right (slowest init %.3f s); %d of 3 "
-        "ranks reported the back-to-back inits\n",
-        rounds_ok, 3 * o->rounds, tmax, back);
+        "  %d of %d rank-rounds initialised and all-reduced right (slowest init %.3f s); %d of %d "
+        "back-to-back pairs reported\n",
+        rounds_ok, 3 * o->rounds, tmax, back, 3 * o->pairs);
     if (rounds_seen != 3 * o->rounds)
         fail("%d of %d rank-rounds reported", rounds_seen, 3 * o->rounds);
-    if (back != 3) fail("%d of 3 ranks reported the back-to-back inits", back);
+    /* A failed pair ends the ranks' pairs early (said above); otherwise every one reports. */
+    if (back != 3 * o->pairs && failures == 0)
+        fail("%d of %d back-to-back pairs reported", back, 3 * o->pairs);
     char path[128], l2[1200];
     for (int q = 0; q < 3; q++) {
         ag_job_log_path(&j, q, path, sizeof path);
@@ -859,6 +903,111 @@ static int scenario_reinit(const opts_t *o)
     }
     ag_job_dump_logs(&j, failures > 0 || o->verbose);
     ag_job_free(&j);
+    return failures ? 1 : 0;
+}
+
+/* ================================================================================================
+ * identity: a job with neither a job id nor a key is warned about
+ * ============================================================================================== */
+
+typedef struct idcase {
+    const char *name, *var, *val; /* var NULL: nothing but MASTER_*, RANK, WORLD_SIZE */
+    int warned;                   /* rank 0 must warn (once); rank 1 never does */
+} idcase_t;
+
+static void identity_env(void *ctx, int slot)
+{
+    const idcase_t *x = ctx;
+    char v[16];
+    snprintf(v, sizeof v, "%d", slot);
+    setenv("RANK", v, 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("HOOP_TRANSPORT", "tcp", 1);
+    setenv("HOOP_TIMEOUT", "10", 1);
+    if (x->var != NULL) setenv(x->var, x->val, 1);
+}
+
+/* Two inits, each checked with an all-reduce: the warning is said once per process. */
+static int identity_rank(void *ctx, int slot, int fd)
+{
+    (void)ctx;
+    for (int round = 0; round < 2; round++) {
+        hoop_comm_t *c = NULL;
+        hoop_result_t rc = hoop_init_from_env(&c);
+        ag_outcome_t o = {0};
+        if (rc == HOOP_OK) {
+            hoop_comm_set_timeout(c, 5);
+            checked(c, 700u + (uint32_t)round, 100, &o);
+            hoop_comm_destroy(c);
+        }
+        ag_say(fd, "N %d %d %d %d %d", slot, round, (int)rc, (int)o.rc, o.wrong);
+    }
+    return 0;
+}
+
+/* Lines of the log at path that hold needle. */
+static int log_count(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+static int scenario_identity(const opts_t *o)
+{
+    static const idcase_t cases[] = {
+        {"no job id, no key", NULL, NULL, 1},
+        {"torchrun's run id \"none\", which names no job", "TORCHELASTIC_RUN_ID", "none", 1},
+        {"HOOP_JOB_ID", "HOOP_JOB_ID", "identity-test", 0},
+        {"a launcher's job id", "TORCHELASTIC_RUN_ID", "run-7", 0},
+        {"HOOP_AUTH_KEY", "HOOP_AUTH_KEY", "a key of this launch", 0},
+    };
+    const char *needle = "has no identity";
+    printf(
+        "identity: 2-rank jobs, two inits each; rank 0 warns once, naming HOOP_JOB_ID, where the "
+        "job has neither a job id nor a key\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const idcase_t *x = &cases[i];
+        ag_job_t j;
+        if (ag_job_start(&j, 2, ag_free_port(), identity_env, identity_rank, (void *)x) != 0)
+            return 2;
+        if (!run_job(&j, 30)) fail("%s: the ranks were still running after 30 s", x->name);
+        check_exits(&j, x->name);
+        char *line;
+        int good = 0;
+        while ((line = ag_job_next_line(&j)) != NULL) {
+            int slot, round, rc, orc, w;
+            if (sscanf(line, "N %d %d %d %d %d", &slot, &round, &rc, &orc, &w) != 5) continue;
+            if (rc != HOOP_OK || orc != HOOP_OK || w)
+                fail("%s: rank %d round %d: init %s, all-reduce %s%s", x->name, slot, round,
+                     ag_code_name(rc), ag_code_name(orc), w ? " with WRONG data" : "");
+            else
+                good++;
+        }
+        if (good != 4)
+            fail("%s: %d of 4 rank-rounds initialised and all-reduced right", x->name, good);
+        char path[128], l0[1200] = "";
+        ag_job_log_path(&j, 0, path, sizeof path);
+        const int n0 = log_count(path, needle);
+        const char *const nd[2] = {needle, "HOOP_JOB_ID"};
+        const int named = ag_log_has_warn(path, nd, 2);
+        ag_log_line(path, needle, l0, sizeof l0);
+        ag_job_log_path(&j, 1, path, sizeof path);
+        const int n1 = log_count(path, needle);
+        printf("  %s: rank 0 warned %d time(s), rank 1 %d%s%s\n", x->name, n0, n1,
+               l0[0] ? ": " : "", l0);
+        if (x->warned && (n0 != 1 || !named))
+            fail("%s: rank 0 logged %d WARN line(s) saying \"%s\" and naming HOOP_JOB_ID, want 1",
+                 x->name, n0, needle);
+        if (!x->warned && n0 != 0) fail("%s: rank 0 warned of a job without identity", x->name);
+        if (n1 != 0) fail("%s: rank 1 warned too (rank 0 says it for the job)", x->name);
+        ag_job_dump_logs(&j, failures > 0 || o->verbose);
+        ag_job_free(&j);
+    }
     return failures ? 1 : 0;
 }
 
@@ -1015,9 +1164,9 @@ static int scenario_hooprun(const opts_t *o, const char *self)
 static int usage(void)
 {
     fprintf(stderr,
-            "usage: scenarios --scenario size|algo|stale|threads|reinit|hooprun "
+            "usage: scenarios --scenario size|algo|stale|threads|reinit|identity|hooprun "
             "[--transport T] [--sizes A,B,C] [--algos A,B] [--count N] [--key K | --no-key] "
-            "[--rounds R] [--hooprun PATH] [--verbose]\n");
+            "[--rounds R] [--pairs P] [--load N] [--hooprun PATH] [--verbose]\n");
     return 2;
 }
 
@@ -1045,6 +1194,10 @@ int main(int argc, char **argv)
             o.key = v;
         else if (strcmp(a, "--rounds") == 0)
             o.rounds = atoi(v);
+        else if (strcmp(a, "--pairs") == 0)
+            o.pairs = atoi(v);
+        else if (strcmp(a, "--load") == 0)
+            o.load = atoi(v);
         else if (strcmp(a, "--hooprun") == 0)
             o.hooprun = v;
         else if (strcmp(a, "--sizes") == 0) {
@@ -1076,7 +1229,10 @@ int main(int argc, char **argv)
         rc = scenario_threads(&o);
     } else if (strcmp(o.scenario, "reinit") == 0) {
         if (o.rounds <= 0) o.rounds = 20;
+        if (o.pairs <= 0) o.pairs = 1;
         rc = scenario_reinit(&o);
+    } else if (strcmp(o.scenario, "identity") == 0) {
+        rc = scenario_identity(&o);
     } else if (strcmp(o.scenario, "hooprun") == 0 && o.hooprun != NULL)
         rc = scenario_hooprun(&o, self);
     else

@@ -142,7 +142,7 @@ case_keys() {
     expect_in "$T/err1" "requires authentication: set the same HOOP_AUTH_KEY"
 
     pair_fails "HOOP_DEBUG=INFO" "HOOP_AUTH_KEY=$A"
-    expect_in "$T/err1" "closed the connection without answering the authentication"
+    expect_in "$T/err1" "the peer has no key: set the same HOOP_AUTH_KEY"
     expect_in "$T/err0" "wants to authenticate: this store has no key"
 
     # The same key as a string and in key files (with white space around it) works.

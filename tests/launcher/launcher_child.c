@@ -7,31 +7,48 @@
  *   lines K                 K numbered lines on stdout and on stderr, each written in two pieces
  *   partial                 a last line without newline, on stdout and stderr
  *   long BYTES              one line of BYTES letters, then "after"
+ *   bigline BYTES           on stdout one line of BYTES letters, then "tail R" without newline;
+ *                           on stderr "errtail R" without newline
  *   fail R CODE             rank R exits CODE after 300 ms; the others sleep 60 s
  *   selfkill R              rank R kills itself with SIGKILL after 300 ms; the others sleep 60 s
  *   stubborn R CODE         like fail, but the others ignore SIGTERM
  *   fail-when FILE CODE R.. ranks R.. exit CODE once FILE exists (looked for every 10 ms, for
  *                           at most 30 s); the others sleep 60 s
- *   wait-signal             waits up to 30 s for SIGTERM/SIGHUP/SIGINT and reports which came
+ *   wait-signal [MS]        waits up to 30 s for SIGTERM/SIGHUP/SIGINT and reports which came;
+ *                           then takes MS ms to exit 0, as a rank that saves its state would
+ *   deaf                    ignores SIGINT, SIGTERM and SIGHUP, says "ready", sleeps 60 s
+ *   strays CODE R [FILE]    leaves four processes behind, each reported as "rank R stray P":
+ *                           a child in the job's process group with a grandchild, and a child
+ *                           in a session of its own (without the job's pipes) with a grandchild,
+ *                           both ignoring SIGTERM; all sleep 60 s. Then rank R (every rank if R is
+ *                           -1) exits CODE (once FILE exists, if given: looked for every 10 ms,
+ *                           for at most 30 s), the others sleep 60 s
+ *   holder SOCK HOLD_MS     outside the job: listens on the unix socket SOCK, says "ready", and
+ *                           keeps each listening socket a rank hands it for HOLD_MS ms, one at a
+ *                           time; exits after two, or after 30 s without one
  *   sleep S                 says "ready", then sleeps S seconds
- *   flaky R HOLD_MS         reports its restart counts and MASTER_PORT; while HOOP_RESTART_COUNT < 2
+ *   flaky R [SOCK]          reports its restart counts and MASTER_PORT; while HOOP_RESTART_COUNT < 2
  *                           rank R exits 3 after 200 ms and the others sleep 10 s. Rank 0 (if not R)
  *                           first listens on MASTER_PORT, as a rendezvous store would, and exits 4
- *                           if it cannot; with HOLD_MS > 0, on a failing attempt, it leaves behind
- *                           a process outside the job that keeps the port for HOLD_MS ms
+ *                           if it cannot; with SOCK, on a failing attempt, it hands its listening
+ *                           socket to the holder there (outside the job), which keeps the port
  *
  * Ranks that start long sleeps first print "rank R pid P" so the tests can check they are gone.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -154,7 +171,7 @@ static int mode_fail_when(const char *file, int code, char **bad, int nbad)
     return 0;
 }
 
-static int mode_wait_signal(void)
+static int mode_wait_signal(long linger_ms)
 {
     int r = my_rank();
     sigset_t set;
@@ -174,6 +191,7 @@ static int mode_wait_signal(void)
         return 1;
     }
     out(1, "rank %d got signal %d\n", r, sig);
+    sleep_ms(linger_ms);
     return 0;
 }
 
@@ -194,7 +212,90 @@ static int listen_master_port(void)
     return fd;
 }
 
-static int mode_flaky(int bad, long hold_ms)
+/* A unix socket listening at path, or connected to it; -1 if it cannot be had. */
+static int unix_socket(const char *path, bool listening)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) return -1;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    int rc = listening ? bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ? listen(fd, 4) : -1
+                       : connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    if (rc != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Hands fd to the holder at path (SCM_RIGHTS). */
+static bool hand_over(const char *path, int fd)
+{
+    int s = unix_socket(path, false);
+    if (s < 0) return false;
+    char byte = 'h';
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    bool ok = sendmsg(s, &msg, 0) == 1;
+    /* Wait for the holder's answer, so that the socket is its own before this rank goes on. */
+    ok = ok && read(s, &byte, 1) == 1;
+    close(s);
+    return ok;
+}
+
+static int mode_holder(const char *path, long hold_ms)
+{
+    int ls = unix_socket(path, true);
+    if (ls < 0) {
+        out(2, "holder: cannot listen on %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    out(1, "ready\n");
+    for (int held = 0; held < 2;) {
+        struct pollfd p = {.fd = ls, .events = POLLIN};
+        if (poll(&p, 1, 30000) <= 0) break;
+        int s = accept(ls, NULL, NULL);
+        if (s < 0) continue;
+        char byte;
+        struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } ctl;
+        struct msghdr msg = {.msg_iov = &iov,
+                             .msg_iovlen = 1,
+                             .msg_control = ctl.buf,
+                             .msg_controllen = sizeof ctl.buf};
+        int fd = -1;
+        if (recvmsg(s, &msg, 0) == 1) {
+            struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+            if (c != NULL && c->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        }
+        (void)!write(s, "k", 1);
+        close(s);
+        if (fd < 0) continue;
+        sleep_ms(hold_ms);
+        close(fd);
+        held++;
+    }
+    close(ls);
+    unlink(path);
+    return 0;
+}
+
+static int mode_flaky(int bad, const char *holder)
 {
     int r = my_rank();
     const char *rc = var("HOOP_RESTART_COUNT");
@@ -209,17 +310,11 @@ static int mode_flaky(int bad, long hold_ms)
             return 4;
         }
         out(1, "rank 0 restart %d listening\n", attempt);
-        if (hold_ms > 0 && attempt < 2) {
-            /* The holder leaves the job's process group, so stopping the job does not reach it. */
-            pid_t pid = fork();
-            if (pid == 0) {
-                (void)setsid();
-                /* Nor does it keep the job's output pipes open. */
-                close(1);
-                close(2);
-                sleep_ms(hold_ms);
-                _exit(0);
-            }
+        /* Something outside the job keeps the port after this attempt ends: the job's own
+         * processes cannot, as hooprun ends them all. */
+        if (holder != NULL && attempt < 2 && !hand_over(holder, fd)) {
+            out(1, "rank 0 restart %d cannot reach the holder: %s\n", attempt, strerror(errno));
+            return 5;
         }
     }
     if (attempt >= 2) return 0;
@@ -228,6 +323,90 @@ static int mode_flaky(int bad, long hold_ms)
         return 3;
     }
     sleep_ms(10000);
+    return 0;
+}
+
+static int mode_deaf(void)
+{
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    out(1, "rank %d ready pid %ld\n", my_rank(), (long)getpid());
+    sleep_ms(60000);
+    return 0;
+}
+
+/* A child that sleeps 60 s after forking a grandchild that does the same; both pids go to the
+ * pipe w. With own_session, the child first leaves the job's session and process group, lets go
+ * of the job's output pipes and ignores SIGTERM (which the grandchild inherits). */
+static void spawn_stray(int w, bool own_session)
+{
+    pid_t pid = fork();
+    if (pid != 0) return;
+    if (own_session) {
+        (void)setsid();
+        signal(SIGTERM, SIG_IGN);
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 1);
+        dup2(null, 2);
+        close(null);
+    }
+    pid_t me = getpid();
+    pid_t g = fork();
+    if (g == 0) {
+        close(w);
+        sleep_ms(60000);
+        _exit(0);
+    }
+    pid_t both[2] = {me, g};
+    (void)!write(w, both, sizeof both);
+    close(w);
+    sleep_ms(60000);
+    _exit(0);
+}
+
+static int mode_strays(int code, int bad, const char *file)
+{
+    int r = my_rank();
+    int p[2];
+    if (pipe(p) != 0) return 91;
+    spawn_stray(p[1], false);
+    spawn_stray(p[1], true);
+    close(p[1]);
+    pid_t pids[4];
+    size_t got = 0;
+    while (got < sizeof pids) {
+        ssize_t n = read(p[0], (char *)pids + got, sizeof pids - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return 92;
+        got += (size_t)n;
+    }
+    close(p[0]);
+    for (int i = 0; i < 4; i++) out(1, "rank %d stray %ld\n", r, (long)pids[i]);
+    out(1, "rank %d pid %ld\n", r, (long)getpid());
+    if (bad != -1 && bad != r) {
+        sleep_ms(60000);
+        return 0;
+    }
+    for (int t = 0; file != NULL && t < 3000 && access(file, F_OK) != 0; t++) sleep_ms(10);
+    return code;
+}
+
+static int mode_bigline(long bytes)
+{
+    int r = my_rank();
+    char c = (char)('a' + r % 26);
+    char chunk[4096];
+    memset(chunk, c, sizeof chunk);
+    for (long done = 0; done < bytes;) {
+        long n = bytes - done < (long)sizeof chunk ? bytes - done : (long)sizeof chunk;
+        ssize_t w = write(1, chunk, (size_t)n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return 90;
+        done += w;
+    }
+    out(1, "\ntail %d", r);
+    out(2, "errtail %d", r);
     return 0;
 }
 
@@ -259,13 +438,20 @@ int main(int argc, char **argv)
     if (strcmp(m, "stubborn") == 0 && argc == 4) return mode_fail(atoi(argv[2]), atoi(argv[3]), 2);
     if (strcmp(m, "fail-when") == 0 && argc >= 5)
         return mode_fail_when(argv[2], atoi(argv[3]), argv + 4, argc - 4);
-    if (strcmp(m, "wait-signal") == 0) return mode_wait_signal();
+    if (strcmp(m, "wait-signal") == 0 && argc <= 3)
+        return mode_wait_signal(argc == 3 ? atol(argv[2]) : 0);
     if (strcmp(m, "sleep") == 0 && argc == 3) {
         out(1, "rank %d ready pid %ld\n", my_rank(), (long)getpid());
         sleep_ms(atol(argv[2]) * 1000);
         return 0;
     }
-    if (strcmp(m, "flaky") == 0 && argc == 4) return mode_flaky(atoi(argv[2]), atol(argv[3]));
+    if (strcmp(m, "flaky") == 0 && (argc == 3 || argc == 4))
+        return mode_flaky(atoi(argv[2]), argc == 4 ? argv[3] : NULL);
+    if (strcmp(m, "holder") == 0 && argc == 4) return mode_holder(argv[2], atol(argv[3]));
+    if (strcmp(m, "deaf") == 0) return mode_deaf();
+    if (strcmp(m, "strays") == 0 && (argc == 4 || argc == 5))
+        return mode_strays(atoi(argv[2]), atoi(argv[3]), argc == 5 ? argv[4] : NULL);
+    if (strcmp(m, "bigline") == 0 && argc == 3) return mode_bigline(atol(argv[2]));
     fprintf(stderr, "launcher_child: bad mode '%s'\n", m);
     return 99;
 }

@@ -17,8 +17,9 @@
  *   before it sends what the receive takes);
  * - nothing to receive: HOOP_ERR_TIMEOUT after the communicator's timeout, *source = -1, and the
  *   communicator still runs an all-reduce right;
- * - a send whose count differs from the receive's: HOOP_ERR_MISMATCH with the sender in *source,
- *   and every rank's next call fails (run last);
+ * - a send whose count differs from the receive's, with hoop_recv_any and with hoop_irecv_any
+ *   (each on a communicator split for it): HOOP_ERR_MISMATCH with the sender in *source, a
+ *   sentence that calls the receive a receive, and every rank's next call on it fails;
  * - bad arguments: a communicator of one rank (split), a NULL request.
  *
  * --device MODULE: the fan-in only, over device buffers of that CUDA module (the test double
@@ -314,24 +315,41 @@ static void bad_arguments(hoop_comm_t *w)
     CHECK(hoop_barrier(w) == HOOP_OK, "barrier: %s", hoop_comm_last_error(w));
 }
 
-/* Last: the communicator is aborted after it. */
-static void count_mismatch(hoop_comm_t *w)
+/* On a communicator split from w for it, which the mismatch aborts. */
+static void count_mismatch(hoop_comm_t *w, int nonblocking, int late)
 {
+    const char *how = nonblocking ? "hoop_irecv_any" : "hoop_recv_any";
+    hoop_comm_t *c = NULL;
+    if (hoop_comm_split(w, 0, rank_, &c) != HOOP_OK) {
+        CHECK(0, "split for the count mismatch: %s", hoop_comm_last_error(w));
+        return;
+    }
     int32_t b[8] = {0};
     if (rank_ == 1) {
-        hoop_result_t rc = hoop_send(w, b, 5, HOOP_INT32, 0);
+        if (late) sleep_s(0.05); /* the receive is posted, and held, before the send */
+        hoop_result_t rc = hoop_send(c, b, 5, HOOP_INT32, 0);
         /* Delivered into the receiver's buffer, or failed by its abort: never anything else. */
         CHECK(rc == HOOP_OK || rc == HOOP_ERR_MISMATCH || rc == HOOP_ERR_ABORTED ||
                   rc == HOOP_ERR_PEER_LOST,
               "send of 5: %s", test_code_name(rc));
     } else if (rank_ == 0) {
         int src = -7;
-        hoop_result_t rc = hoop_recv_any(w, b, 6, HOOP_INT32, &src);
-        CHECK(rc == HOOP_ERR_MISMATCH, "receive of 6 from a send of 5: %s", test_code_name(rc));
-        CHECK(src == 1, "source of the mismatched message: %d", src);
+        hoop_request_t *q = NULL;
+        hoop_result_t rc = nonblocking ? hoop_irecv_any(c, b, 6, HOOP_INT32, &src, &q)
+                                       : hoop_recv_any(c, b, 6, HOOP_INT32, &src);
+        if (nonblocking && rc == HOOP_OK) rc = hoop_wait(q);
+        const char *m = hoop_comm_last_error(c);
+        CHECK(rc == HOOP_ERR_MISMATCH, "%s of 6 from a send of 5: %s", how, test_code_name(rc));
+        /* It had matched rank 1's message before it failed on it. */
+        CHECK(src == 1, "%s: source of the mismatched message: %d", how, src);
+        /* The sender's call is a send, this rank's a receive. */
+        CHECK(strstr(m, "rank 1 called send(count=5") != NULL &&
+                  strstr(m, "rank 0 called recv(count=6") != NULL,
+              "%s: the mismatch's sentence: %s", how, m);
     }
-    hoop_result_t rc = hoop_barrier(w);
-    CHECK(rc != HOOP_OK, "the call after a mismatch succeeded");
+    hoop_result_t rc = hoop_barrier(c);
+    CHECK(rc != HOOP_OK, "%s: the call after a mismatch succeeded", how);
+    hoop_comm_destroy(c);
 }
 
 int main(int argc, char **argv)
@@ -382,7 +400,11 @@ int main(int argc, char **argv)
     collective_after(w);
     nothing_arrives(w);
     bad_arguments(w);
-    count_mismatch(w);
+    for (int late = 0; late < 2; late++) {
+        count_mismatch(w, 0, late);
+        count_mismatch(w, 1, late);
+    }
+    CHECK(hoop_barrier(w) == HOOP_OK, "final barrier: %s", hoop_comm_last_error(w));
     hoop_comm_destroy(w);
     printf("rank %d: %s\n", rank_, test_failures ? "FAILED" : "all checks passed");
     return test_failures != 0;

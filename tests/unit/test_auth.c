@@ -222,25 +222,51 @@ static void garbage_and_truncation(void **state)
     assert_int_equal(buf[HOOP__AUTH_HELLO_BYTES], 1);
     close(sv[0]);
 
-    /* Half a hello, then the connection closes: no key on that side, as far as anyone can tell. */
+    /* Half a hello, then the connection closes: a peer that went away, not a wrong key. */
     pair(sv, 0);
     t = start_server(&s, sv[1], &k, 5);
     assert_int_equal(send(sv[0], h, 20, MSG_NOSIGNAL), 20);
     close(sv[0]);
     pthread_join(t, NULL);
-    assert_int_equal(s.rc, HOOP_ERR_AUTH);
-    assert_non_null(strstr(s.err, "without answering"));
+    assert_int_equal(s.rc, HOOP_ERR_PEER_LOST);
+    assert_non_null(strstr(s.err, "closed the connection before its authentication hello"));
     close(sv[1]);
 
-    /* A client whose server closes without a word (a store without a key, say). */
+    /* A client whose server closes without a word (a store that is closing): it may retry. */
     pair(sv, 0);
     side_t c0 = {.fd = sv[0], .key = &k, .is_server = 0, .ctx = 1, .timeout = 5};
     pthread_create(&t, NULL, side_main, &c0);
     assert_true(drain(sv[1], buf, HOOP__AUTH_HELLO_BYTES, 2000) == HOOP__AUTH_HELLO_BYTES);
     close(sv[1]);
     pthread_join(t, NULL);
-    assert_int_equal(c0.rc, HOOP_ERR_AUTH);
+    assert_int_equal(c0.rc, HOOP_ERR_PEER_LOST);
     close(sv[0]);
+
+    /* A server without a key says so (in two pieces here): final, and named. */
+    pair(sv, 0);
+    c0 = (side_t){.fd = sv[0], .key = &k, .is_server = 0, .ctx = 1, .timeout = 5};
+    pthread_create(&t, NULL, side_main, &c0);
+    assert_true(drain(sv[1], buf, HOOP__AUTH_HELLO_BYTES, 2000) == HOOP__AUTH_HELLO_BYTES);
+    assert_int_equal(send(sv[1], HOOP__AUTH_NO_KEY, 5, MSG_NOSIGNAL), 5);
+    usleep(50 * 1000);
+    assert_int_equal(send(sv[1], &HOOP__AUTH_NO_KEY[5], 3, MSG_NOSIGNAL), 3);
+    pthread_join(t, NULL);
+    assert_int_equal(c0.rc, HOOP_ERR_AUTH);
+    assert_non_null(strstr(c0.err, "has no key"));
+    close(sv[0]);
+    close(sv[1]);
+
+    /* Bytes that start like a hello and then are not one. */
+    pair(sv, 0);
+    c0 = (side_t){.fd = sv[0], .key = &k, .is_server = 0, .ctx = 1, .timeout = 5};
+    pthread_create(&t, NULL, side_main, &c0);
+    assert_true(drain(sv[1], buf, HOOP__AUTH_HELLO_BYTES, 2000) == HOOP__AUTH_HELLO_BYTES);
+    assert_int_equal(send(sv[1], "HOOPAXTH", 8, MSG_NOSIGNAL), 8);
+    pthread_join(t, NULL);
+    assert_int_equal(c0.rc, HOOP_ERR_AUTH);
+    assert_non_null(strstr(c0.err, "did not start the authentication"));
+    close(sv[0]);
+    close(sv[1]);
 
     /* A server that closes after its hello (to make room for others): the client may retry. */
     pair(sv, 0);

@@ -1,19 +1,29 @@
 /* Launchers as a rendezvous: Slurm's host list expander, the port derived from the job and step,
  * what env://, slurm:// and pmix:// resolve to from srun's and mpirun's variables (and which of
  * MASTER_ADDR / MASTER_PORT and the launcher wins), and the PMIx exchange's fallback. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "base/log.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/slurm.h"
+#include "../common/testing.h"
 
 static const char *const all_vars[] = {
     "MASTER_ADDR",
@@ -412,7 +422,146 @@ static void test_resolve_pmix(void **state)
     assert_string_equal(r.via, "pmix");
 }
 
-int main(void)
+/* A PMIx server that takes connections and never answers, as a stopped mpirun's socket does: a
+ * child process listening on loopback that accepts and holds every connection until it is killed.
+ * Its port in *port. */
+static pid_t silent_pmix_server(int *port)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        /* Gone with the test, whatever becomes of it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        alarm(60);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0 ||
+            getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+            _exit(1);
+        int got = ntohs(a.sin_port);
+        if (write(p[1], &got, sizeof got) != (ssize_t)sizeof got) _exit(1);
+        for (;;) (void)accept(fd, NULL, NULL); /* kept open, never read */
+    }
+    close(p[1]);
+    assert_int_equal(read(p[0], port, sizeof *port), (ssize_t)sizeof *port);
+    close(p[0]);
+    return pid;
+}
+
+static void stop_child(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* What mpirun gives rank 1 of 2, its PMIx server on loopback port. */
+static void pmix_launch_env(int port)
+{
+    static const char *const uris[] = {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3",
+                                       "PMIX_SERVER_URI21", "PMIX_SERVER_URI2"};
+    char uri[128];
+    snprintf(uri, sizeof uri, "silent@1.0;tcp4://127.0.0.1:%d", port);
+    for (size_t i = 0; i < sizeof uris / sizeof uris[0]; i++) setenv(uris[i], uri, 1);
+    setenv("PMIX_NAMESPACE", "silent@1", 1);
+    setenv("PMIX_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+}
+
+typedef struct timed_call {
+    int whole_init; /* hoop_init itself, else the exchange alone */
+    double timeout;
+    hoop_result_t rc;
+    double took;
+    char err[512];
+} timed_call_t;
+
+static void *timed_call_main(void *arg)
+{
+    timed_call_t *x = arg;
+    const double t0 = now_s();
+    if (x->whole_init) {
+        hoop_comm_t *c = NULL;
+        x->rc = hoop_init(&c, "env://", -1, -1);
+        if (c != NULL) hoop_comm_destroy(c);
+    } else {
+        hoop__rdv_t r;
+        x->rc = hoop__rdv_resolve(NULL, -1, -1, &r, x->err, sizeof x->err);
+        if (x->rc == HOOP_OK)
+            x->rc = hoop__rdv_exchange(&r, x->timeout, NULL, x->err, sizeof x->err);
+    }
+    x->took = now_s() - t0;
+    return NULL;
+}
+
+/* Runs x on a thread and fails the test unless it is back within limit seconds (a call stuck in
+ * libpmix is left behind: the test has failed anyway). */
+static void call_within(timed_call_t *x, double limit)
+{
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, timed_call_main, x), 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)limit;
+    ts.tv_nsec += (long)((limit - (double)(time_t)limit) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if (pthread_timedjoin_np(t, NULL, &ts) != 0) {
+        pthread_detach(t);
+        fail_msg("%s still waits for the PMIx server after %g s (HOOP_TIMEOUT %g s)",
+                 x->whole_init ? "hoop_init" : "hoop__rdv_exchange", limit, x->timeout);
+    }
+}
+
+/* Every wait of init is bounded by HOOP_TIMEOUT, libpmix's too: a PMIx server that never answers
+ * is a timeout that names PMIx and the server, within the timeout and 2 s. */
+static void test_pmix_server_silent(void **state)
+{
+    (void)state;
+    int port = 0;
+    pid_t srv = silent_pmix_server(&port);
+    pmix_launch_env(port);
+    char want[96];
+    snprintf(want, sizeof want, "PMIx server at tcp4://127.0.0.1:%d (PMIX_SERVER_URI41)", port);
+    timed_call_t x = {.timeout = 2.0};
+    call_within(&x, x.timeout + 2);
+    if (strstr(x.err, "install PMIx") != NULL) {
+        stop_child(srv);
+        skip(); /* no libpmix here to be stuck in */
+    }
+    if (x.rc != HOOP_ERR_TIMEOUT || x.took < x.timeout - 0.1 ||
+        strstr(x.err, "PMIx_Init") == NULL || strstr(x.err, want) == NULL)
+        fail_msg("a silent PMIx server: %s after %.2f s: \"%s\"", hoop_error_string(x.rc), x.took,
+                 x.err);
+    /* hoop_init as a program calls it, while the last PMIx_Init is still stuck. */
+    setenv("HOOP_TIMEOUT", "2", 1);
+    timed_call_t w = {.whole_init = 1, .timeout = 2.0};
+    call_within(&w, w.timeout + 2);
+    unsetenv("HOOP_TIMEOUT");
+    if (w.rc != HOOP_ERR_TIMEOUT)
+        fail_msg("hoop_init under a silent PMIx server: %s after %.2f s", hoop_error_string(w.rc),
+                 w.took);
+    /* Once the server is gone the stuck call ends, and the next exchange asks PMIx afresh. */
+    stop_child(srv);
+    srv = silent_pmix_server(&port);
+    pmix_launch_env(port);
+    snprintf(want, sizeof want, "PMIx server at tcp4://127.0.0.1:%d (PMIX_SERVER_URI41)", port);
+    x = (timed_call_t){.timeout = 3.0};
+    call_within(&x, x.timeout + 2);
+    if (x.rc != HOOP_ERR_TIMEOUT || strstr(x.err, "PMIx_Init") == NULL ||
+        strstr(x.err, want) == NULL)
+        fail_msg("a second silent PMIx server: %s after %.2f s: \"%s\"", hoop_error_string(x.rc),
+                 x.took, x.err);
+    stop_child(srv);
+}
+
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nodelist_valid),
@@ -423,5 +572,12 @@ int main(void)
         cmocka_unit_test_setup(test_resolve_slurm_errors, env_setup),
         cmocka_unit_test_setup(test_resolve_pmix, env_setup),
     };
+    /* In a process of its own: libpmix crashes in a PMIx_Init that reaches a server after one in
+     * the same process found none (test_resolve_pmix's). */
+    const struct CMUnitTest silent[] = {
+        cmocka_unit_test_setup(test_pmix_server_silent, env_setup),
+    };
+    if (argc > 1 && strcmp(argv[1], "--pmix-silent") == 0)
+        return cmocka_run_group_tests(silent, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

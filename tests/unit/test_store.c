@@ -13,8 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -355,6 +359,16 @@ static void test_resolve_errors(void **state)
          "LOCAL_RANK=2"},
         {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_WORLD_SIZE=8", "LOCAL_WORLD_SIZE=8"},
         {"tcp://h:5", -1, -1, "RANK=1;WORLD_SIZE=4;LOCAL_RANK=one", "LOCAL_RANK"},
+        /* A launcher variable that is not a number is named with its value, even where the
+         * address is missing too: it is what to fix first. */
+        {"env://", -1, -1, "OMPI_COMM_WORLD_RANK=0;OMPI_COMM_WORLD_SIZE=four",
+         "OMPI_COMM_WORLD_SIZE=\"four\""},
+        {NULL, -1, -1, "OMPI_COMM_WORLD_RANK=1.0;OMPI_COMM_WORLD_SIZE=2",
+         "OMPI_COMM_WORLD_RANK=\"1.0\""},
+        {NULL, -1, -1, "SLURM_PROCID=0;SLURM_NTASKS=", "no world size"},
+        {NULL, -1, -1, "SLURM_PROCID=0;SLURM_NTASKS=8x", "SLURM_NTASKS=\"8x\""},
+        {NULL, -1, -1, "RANK= 1;WORLD_SIZE=2;MASTER_PORT=5", "RANK=\" 1\""},
+        {NULL, -1, -1, "RANK=0;WORLD_SIZE=99999999999;MASTER_ADDR=h", "WORLD_SIZE=\"99999999999\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bad_case_t *c = &cases[i];
@@ -908,6 +922,123 @@ static void test_tcp_server_gone(void **state)
     hoop__store_close(s1);
 }
 
+/* A child process that listens on port and, for seconds, accepts each connection and closes it
+ * without a byte, as a store that is closing does to a client that reached it in time; it exits
+ * then. Returns its pid once it listens. */
+static pid_t closing_store(int port, double seconds)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0) _exit(1);
+        if (write(ready[1], "r", 1) != 1) _exit(1);
+        const double end = now_s() + seconds;
+        for (double now; (now = now_s()) < end;) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, (int)((end - now) * 1000) + 1) <= 0) continue;
+            int c = accept(fd, NULL, NULL);
+            if (c >= 0) close(c);
+        }
+        _exit(0);
+    }
+    close(ready[1]);
+    char r;
+    assert_int_equal(read(ready[0], &r, 1), 1);
+    close(ready[0]);
+    return pid;
+}
+
+typedef struct keyed_client {
+    hoop__rdv_t rdv;
+    double timeout;
+    hoop_result_t open_rc, get_rc;
+    double took; /* of the open */
+    char err[512], val[16];
+} keyed_client_t;
+
+/* Opens the store as rdv says and reads key "v" from it. */
+static void *keyed_client_main(void *arg)
+{
+    keyed_client_t *k = arg;
+    hoop__store_t *st = NULL;
+    const double t0 = now_s();
+    k->open_rc = hoop__store_open(&k->rdv, k->timeout, NULL, &st, k->err, sizeof k->err);
+    k->took = now_s() - t0;
+    if (k->open_rc != HOOP_OK) return NULL;
+    size_t len = 0;
+    k->get_rc = hoop__store_get(st, "v", k->val, sizeof k->val - 1, &len, k->timeout);
+    if (k->get_rc != HOOP_OK) snprintf(k->err, sizeof k->err, "%s", hoop__store_error(st));
+    hoop__store_close(st);
+    return NULL;
+}
+
+static hoop__rdv_t keyed_rdv(int port, int rank, const char *key)
+{
+    hoop__rdv_t r = tcp_rdv("127.0.0.1", port, rank, 2);
+    char err[256];
+    if (key != NULL) assert_int_equal(hoop__auth_key_from_string(&r.auth, key, err, sizeof err), 0);
+    return r;
+}
+
+/* A client with a key that reaches a store while it closes (init, destroy, init again at once:
+ * the next init's store comes up on the same port) waits for the next one; a store without a
+ * key, or with another key, is an error at once. */
+static void test_tcp_store_closes_under_client(void **state)
+{
+    (void)state;
+    const char *key = "one key for both";
+    int port = test_free_port();
+    assert_true(port > 0);
+    pid_t fake = closing_store(port, 0.5);
+    keyed_client_t c = {.rdv = keyed_rdv(port, 1, key), .timeout = 5.0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, keyed_client_main, &c), 0);
+    int ws = 0;
+    assert_int_equal(waitpid(fake, &ws, 0), fake);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    hoop__rdv_t r0 = keyed_rdv(port, 0, key);
+    hoop__store_t *s0 = NULL;
+    char err[512] = "";
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_set(s0, "v", "next", 4), HOOP_OK);
+    pthread_join(th, NULL);
+    if (c.open_rc != HOOP_OK || c.get_rc != HOOP_OK)
+        fail_msg("the client of the store that closed: open %s (after %.2f s), get %s: %s",
+                 hoop_error_string(c.open_rc), c.took, hoop_error_string(c.get_rc), c.err);
+    assert_string_equal(c.val, "next");
+    hoop__store_close(s0);
+    hoop__auth_key_wipe(&r0.auth);
+
+    /* The store of rank 0 has no key: said at once, well before the timeout. */
+    r0 = keyed_rdv(port, 0, NULL);
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    c = (keyed_client_t){.rdv = keyed_rdv(port, 1, key), .timeout = 5.0};
+    keyed_client_main(&c);
+    if (c.open_rc != HOOP_ERR_AUTH || c.took > 1.5 || strstr(c.err, "has no key") == NULL)
+        fail_msg("a keyless store: %s after %.2f s: %s", hoop_error_string(c.open_rc), c.took,
+                 c.err);
+    hoop__store_close(s0);
+
+    /* Another key: rejected at once. */
+    r0 = keyed_rdv(port, 0, "another key");
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    c = (keyed_client_t){.rdv = keyed_rdv(port, 1, key), .timeout = 5.0};
+    keyed_client_main(&c);
+    if (c.open_rc != HOOP_ERR_AUTH || c.took > 1.5 || strstr(c.err, "rejected our key") == NULL)
+        fail_msg("another key: %s after %.2f s: %s", hoop_error_string(c.open_rc), c.took, c.err);
+    hoop__store_close(s0);
+    hoop__auth_key_wipe(&r0.auth);
+    hoop__auth_key_wipe(&c.rdv.auth);
+}
+
 static int raw_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -1383,6 +1514,81 @@ static void test_file_open_errors(void **state)
     rm_rf(base);
 }
 
+/* Opens a file store at dir/sub/job in a child process after prepare(dir) ran there (a file
+ * system made read-only, privileges dropped), and says whether the error names want. The child's
+ * exit status: 0 the error says want, 1 it does not (or the open passed), 77 prepare could not
+ * run here. */
+static int open_in_child(const char *dir, int (*prepare)(const char *), const char *want, char *got,
+                         size_t cap)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        if (prepare(dir) != 0) _exit(77);
+        char path[300], err[512] = "";
+        snprintf(path, sizeof path, "%s/sub/job", dir);
+        hoop__rdv_t r = file_rdv(path, 0, 2);
+        hoop__store_t *st = NULL;
+        hoop_result_t rc = hoop__store_open(&r, 1.0, NULL, &st, err, sizeof err);
+        if (rc == HOOP_OK) hoop__store_close(st);
+        ssize_t n = write(p[1], err, strlen(err));
+        (void)n;
+        _exit(rc == HOOP_ERR_SYSTEM && strstr(err, want) != NULL ? 0 : 1);
+    }
+    close(p[1]);
+    size_t n = 0;
+    for (ssize_t r; n + 1 < cap && (r = read(p[0], got + n, cap - 1 - n)) > 0;) n += (size_t)r;
+    got[n] = '\0';
+    close(p[0]);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+}
+
+/* dir becomes an empty read-only file system, in a mount namespace of this process's own (as
+ * root, or as anyone where user namespaces are allowed). */
+static int make_read_only(const char *dir)
+{
+    if (unshare(CLONE_NEWNS) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return -1;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -1;
+    return mount("hoop-test", dir, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+}
+
+/* dir becomes a directory this process may not write to: read-only to it, or, for root (whom
+ * modes do not stop), owned by root while the process drops to nobody. */
+static int make_unwritable(const char *dir)
+{
+    if (geteuid() != 0) return chmod(dir, 0555);
+    if (chmod(dir, 0755) != 0 || setgroups(0, NULL) != 0 || setgid(65534) != 0 ||
+        setuid(65534) != 0)
+        return -1;
+    return 0;
+}
+
+/* A store directory that cannot be made says why: the file system's own error, not the "No such
+ * file or directory" of the look that follows a failed mkdir. */
+static void test_file_unwritable(void **state)
+{
+    (void)state;
+    char base[] = "/tmp/hoop-store-ro-XXXXXX";
+    assert_non_null(mkdtemp(base));
+    char got[600];
+    int rc = open_in_child(base, make_read_only, strerror(EROFS), got, sizeof got);
+    if (rc == 77)
+        print_message("no mount namespace here: the read-only case is not run\n");
+    else if (rc != 0)
+        fail_msg("a read-only file system: \"%s\", want \"%s\"", got, strerror(EROFS));
+    rc = open_in_child(base, make_unwritable, strerror(EACCES), got, sizeof got);
+    if (rc != 0)
+        fail_msg("a directory without write access: \"%s\", want \"%s\"", got, strerror(EACCES));
+    assert_non_null(strstr(got, "cannot create the file store directory"));
+    assert_int_equal(chmod(base, 0700), 0);
+    rm_rf(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1401,12 +1607,14 @@ int main(void)
         cmocka_unit_test(test_tcp_nothing_listens),
         cmocka_unit_test(test_tcp_port_in_use),
         cmocka_unit_test(test_tcp_server_gone),
+        cmocka_unit_test(test_tcp_store_closes_under_client),
         cmocka_unit_test(test_tcp_malformed_client),
         cmocka_unit_test(test_tcp_ipv6),
         cmocka_unit_test(test_file_exchange),
         cmocka_unit_test(test_claim_once),
         cmocka_unit_test(test_file_atomic_values),
         cmocka_unit_test(test_file_open_errors),
+        cmocka_unit_test(test_file_unwritable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

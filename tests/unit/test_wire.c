@@ -188,6 +188,13 @@ static void mismatch_names_the_algorithm(void **state)
     g.sched = 7;
     assert_non_null(
         strstr(hoop__wire_mismatch_msg(&e, &g, 1, 0, buf, sizeof(buf)), "other schedule settings"));
+    /* Point to point: the sender's call is a send, the checking one's a receive. */
+    e = (hoop__wire_hdr_t){.kind = HOOP__K_SEND, .dtype = HOOP_INT32, .root = -1, .count = 6};
+    g = e;
+    g.count = 5;
+    assert_string_equal(hoop__wire_mismatch_msg(&e, &g, 1, 0, buf, sizeof(buf)),
+                        "rank 1 called send(count=5, int32) as call #0 where rank 0 called "
+                        "recv(count=6, int32) as call #0");
 }
 
 /* The check every transport applies to an arrived header: the posted length counts, and a header

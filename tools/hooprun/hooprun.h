@@ -6,7 +6,8 @@
  *   spawn.c      what the ranks run and are given: the program, the master port, the
  *                environment (launcher variables, key, job id), fork and exec
  *   output.c     our own stdout/stderr (sinks) and the ranks' pipes read line by line (streams)
- *   supervise.c  signals, waiting for the ranks, stopping them, exit statuses, restarts
+ *   supervise.c  signals, waiting for the ranks, stopping them and what they leave behind, exit
+ *                statuses, restarts
  *   main.c       the attempts, from set-up to the exit status
  */
 #ifndef HOOPRUN_H
@@ -21,11 +22,15 @@
 #include <sys/types.h>
 
 enum {
-    LINE_CAP = 64 * 1024,    /* longest line kept whole; longer ones are split */
-    SINK_CAP = 2 * LINE_CAP, /* one prefixed line always fits after a flush */
+    STREAM_START = 4096,      /* a stream's first buffer, doubled while a line needs more */
+    LINE_KEEP = 64 * 1024,    /* and shrunk back to this once a longer line is out */
+    SINK_CAP = 2 * LINE_KEEP, /* lines are gathered up to this; a longer one is written directly */
     MAX_NPROC = 4096,
-    GRACE_MS = 3000,        /* SIGTERM -> SIGKILL */
+    GRACE_MS = 3000,        /* default --kill-after: the first SIGTERM (or signal) -> SIGKILL */
+    REPEAT_MS = 200,        /* a signal this soon after the first is the same request */
     KILL_WAIT_MS = 5000,    /* after SIGKILL, how long to wait for the kernel to reap */
+    STRAY_POLL_MS = 50,     /* how often to look for what the ranks left behind */
+    STRAY_CAP = 1024,       /* of those, how many are signalled per look */
     EXEC_WAIT_MS = 10000,   /* fork -> exec */
     DRAIN_MS = 2000,        /* after the last rank exits, for output still in the pipes */
     WRITE_STALL_MS = 30000, /* our own stdout/stderr refusing data */
@@ -51,6 +56,8 @@ struct opts {
     bool has_timeout;
     double timeout_s;
     const char *timeout_text;
+    int64_t grace_ms; /* --kill-after */
+    const char *grace_text;
     char **prog_argv;
 };
 
@@ -62,7 +69,8 @@ int parse_args(int argc, char **argv, struct opts *o);
 /* One of our own output streams. Whole lines are appended, so ranks never interleave mid-line. */
 struct sink {
     int fd;
-    bool broken; /* the reader went away: output is dropped, the job goes on */
+    bool broken;   /* the reader went away: output is dropped, the job goes on */
+    bool mid_line; /* the last byte out was not a newline (a rank's last line, --no-prefix) */
     size_t len;
     char buf[SINK_CAP];
 };
@@ -71,8 +79,11 @@ struct sink {
 struct stream {
     int fd; /* -1 once closed */
     struct sink *sink;
+    struct sink *notes; /* where to say that a line had to be cut */
+    int rank;
     const char *prefix;
     size_t plen;
+    bool cut; /* part of the current line is out already (no memory to hold it whole) */
     char *buf;
     size_t len, cap, scanned;
 };
@@ -82,10 +93,13 @@ void sink_put(struct sink *s, const char *prefix, size_t plen, const char *data,
               bool add_newline);
 /* A message of the launcher itself, ordered with the rank output already read. */
 void say(struct sink *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void stream_init(struct stream *st, int fd, struct sink *sink, const char *prefix, size_t plen);
+/* A stream not open yet (fd -1) with its first buffer; false without memory for it. */
+bool stream_init(struct stream *st, struct sink *sink, struct sink *notes, int rank,
+                 const char *prefix, size_t plen);
+/* Puts out a last line without newline, closes the pipe and frees the buffer. */
 void stream_close(struct stream *st);
-/* Reads what the pipe holds (at most max_reads reads). Returns false on allocation failure. */
-bool stream_pump(struct stream *st, int max_reads);
+/* Reads what the pipe holds (at most max_reads reads). */
+void stream_pump(struct stream *st, int max_reads);
 
 /* ---- the job ------------------------------------------------------------------------------ */
 
@@ -98,6 +112,9 @@ struct rank {
 };
 
 enum phase { RUNNING, STOPPING, KILLING };
+
+/* Ending what the ranks left behind, once they are gone. */
+enum sweep { SWEEP_NONE, SWEEP_TERM, SWEEP_KILL, SWEEP_DONE };
 
 struct job {
     const struct opts *o;
@@ -115,6 +132,12 @@ struct job {
     bool nofile_raised;
     enum phase phase;
     int64_t phase_deadline;
+    int stop_sent; /* what began STOPPING: SIGTERM, or the signal forwarded from outside */
+    bool hurry;    /* a second signal from outside: SIGKILL for everything now */
+    enum sweep sweep;
+    int64_t sweep_deadline;
+    int nswept;               /* entries in swept */
+    pid_t swept[STRAY_CAP];   /* children of ours already sent SIGTERM */
     int64_t timeout_deadline; /* -1: none */
     bool ending;              /* a failure, a timeout or a start error decided the status */
     int status;
@@ -123,6 +146,7 @@ struct job {
     bool timed_out;
     bool interrupted;    /* a signal came to us: the user wants the job over */
     int stop_signal;     /* the first such signal */
+    int64_t signal_ms;   /* when it came */
     long restart;        /* restarts made so far */
     char master_port[8]; /* of this attempt */
     struct sink *out, *err;
@@ -155,11 +179,12 @@ bool start_rank(struct job *j, int local);
 
 /* ---- supervise.c -------------------------------------------------------------------------- */
 
-/* Blocks the signals we handle and opens the signalfd that delivers them. */
+/* Blocks the signals we handle and opens the signalfd that delivers them; makes us the reaper
+ * of what the ranks leave behind. */
 bool setup_signals(struct job *j);
-/* SIGTERM to every rank, SIGKILL after GRACE_MS. */
+/* SIGTERM to every rank, SIGKILL after the grace period (--kill-after). */
 void begin_stop(struct job *j);
-/* Until every rank of the attempt is gone and its output is out. */
+/* Until every rank of the attempt is gone, and what they started, and their output is out. */
 void run_loop(struct job *j);
 /* Whether the attempt that just ended is one to restart after. */
 bool may_restart(struct job *j);

@@ -6,8 +6,8 @@
  * with a "[RANK] " prefix; the first rank to fail brings the whole job down, so a crashed rank never
  * leaves its peers blocked in a collective forever.
  *
- * Standalone: C11 + POSIX (+ signalfd and PR_SET_PDEATHSIG on Linux), no libhoop. hooprun.h says
- * which file holds what.
+ * Standalone: C11 + POSIX (+ signalfd, PR_SET_PDEATHSIG and PR_SET_CHILD_SUBREAPER on Linux), no
+ * libhoop. hooprun.h says which file holds what.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -58,9 +58,11 @@ int main(int argc, char **argv)
     memcpy(j.master_port, o.master_port, sizeof j.master_port);
     j.out->fd = STDOUT_FILENO;
     j.out->broken = false;
+    j.out->mid_line = false;
     j.out->len = 0;
     j.err->fd = STDERR_FILENO;
     j.err->broken = false;
+    j.err->mid_line = false;
     j.err->len = 0;
     fflush(NULL);
 

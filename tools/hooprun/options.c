@@ -29,6 +29,9 @@ static void usage(FILE *f)
         "  --max-restarts N        times to restart all ranks after a failure (default 0)\n"
         "  --timeout S             stop the job after S seconds, restarts included, and exit\n"
         "                          with status 124\n"
+        "  --kill-after S          grace period: once the job is being stopped (a failed rank,\n"
+        "                          --timeout, a signal to hooprun), SIGKILL what still runs of it\n"
+        "                          S seconds later (default 3; 0: at once)\n"
         "  --no-prefix             do not prefix output lines with \"[RANK] \"\n"
         "  --no-auth               no authentication key: the ranks get neither HOOP_AUTH_KEY nor\n"
         "                          HOOP_AUTH_KEY_FILE, and their connections are not "
@@ -41,9 +44,16 @@ static void usage(FILE *f)
         "  --version               show the version and exit\n"
         "\n"
         "Options end at PROGRAM or after \"--\". The standard input of the ranks is /dev/null.\n"
+        "Each output line of a rank is written whole, whatever its length, after \"[RANK] \"; a\n"
+        "last line without newline gets one. With --no-prefix the bytes are the rank's own.\n"
+        "\n"
         "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank, and ranks that end then\n"
-        "are reported as stopped, not failed. When a rank fails the others get SIGTERM, then\n"
-        "SIGKILL after 3 s; ranks found already ended with it, before that, are named too.\n"
+        "are reported as stopped, not failed; ranks still running after the grace period get\n"
+        "SIGKILL, and at once on a second SIGINT or SIGTERM (one within 0.2 s of the first counts\n"
+        "as the same). When a rank fails the others get SIGTERM, then SIGKILL after the grace\n"
+        "period; ranks found already ended with it, before that, are named too. Processes that\n"
+        "the ranks started and that outlive them (in the background, or in a session of their\n"
+        "own) are ended when the ranks are gone: SIGTERM, then SIGKILL after the grace period.\n"
         "\n"
         "OMP_NUM_THREADS is set to 1 for the ranks when it is not set and N > 1, as torchrun does\n"
         "(said on stderr at start): N ranks with a thread per core each would oversubscribe.\n"
@@ -102,8 +112,13 @@ static bool opt_is(const char *name, size_t len, const char *want)
 
 int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){
-        .nproc = -1, .nnodes = 1, .node_rank = 0, .master_addr = "127.0.0.1", .prefix = true};
+    *o = (struct opts){.nproc = -1,
+                       .nnodes = 1,
+                       .node_rank = 0,
+                       .master_addr = "127.0.0.1",
+                       .prefix = true,
+                       .grace_ms = GRACE_MS,
+                       .grace_text = "3"};
     bool have_nproc = false;
     int i = 1;
     while (i < argc) {
@@ -143,6 +158,7 @@ int parse_args(int argc, char **argv, struct opts *o)
             O_PORT,
             O_RESTARTS,
             O_TIMEOUT,
+            O_KILL_AFTER,
             O_NOPREFIX,
             O_NOAUTH,
             O_BIND,
@@ -165,7 +181,8 @@ int parse_args(int argc, char **argv, struct opts *o)
                          {"master-port", O_PORT},     {"max-restarts", O_RESTARTS},
                          {"timeout", O_TIMEOUT},      {"no-prefix", O_NOPREFIX},
                          {"no-auth", O_NOAUTH},       {"help", O_HELP},
-                         {"version", O_VERSION},      {"bind", O_BIND}};
+                         {"version", O_VERSION},      {"bind", O_BIND},
+                         {"kill-after", O_KILL_AFTER}};
             for (size_t k = 0; k < sizeof(longs) / sizeof(longs[0]); k++)
                 if (opt_is(name, nlen, longs[k].name)) id = longs[k].id;
         }
@@ -222,6 +239,16 @@ int parse_args(int argc, char **argv, struct opts *o)
             o->timeout_s = t;
             o->timeout_text = val;
             o->has_timeout = true;
+            break;
+        }
+        case O_KILL_AFTER: {
+            char *end = NULL;
+            errno = 0;
+            double t = *val ? strtod(val, &end) : -1.0;
+            if (errno != 0 || end == NULL || *end != '\0' || !isfinite(t) || t < 0 || t > 1e6)
+                return usage_error("bad --kill-after '%s' (want seconds >= 0)", val);
+            o->grace_ms = (int64_t)(t * 1000.0 + 0.999);
+            o->grace_text = val;
             break;
         }
         case O_NOPREFIX: o->prefix = false; break;

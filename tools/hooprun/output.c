@@ -15,12 +15,13 @@
 #include "../../common/clock.h"
 #include "hooprun.h"
 
-void sink_flush(struct sink *s)
+/* Writes all of data to the sink's descriptor, unless its reader is gone. */
+static void sink_write(struct sink *s, const char *data, size_t len)
 {
     size_t off = 0;
     int64_t stall_start = -1;
-    while (off < s->len && !s->broken) {
-        ssize_t n = write(s->fd, s->buf + off, s->len - off);
+    while (off < len && !s->broken) {
+        ssize_t n = write(s->fd, data + off, len - off);
         if (n > 0) {
             off += (size_t)n;
             stall_start = -1;
@@ -40,6 +41,11 @@ void sink_flush(struct sink *s)
             s->broken = true;
         }
     }
+}
+
+void sink_flush(struct sink *s)
+{
+    sink_write(s, s->buf, s->len);
     s->len = 0;
 }
 
@@ -47,15 +53,20 @@ void sink_put(struct sink *s, const char *prefix, size_t plen, const char *data,
               bool add_newline)
 {
     size_t need = plen + dlen + (add_newline ? 1 : 0);
+    if (need == 0) return;
     if (s->len + need > SINK_CAP) sink_flush(s);
-    if (need > SINK_CAP) { /* cannot happen with LINE_CAP lines; keep the bound anyway */
-        dlen = SINK_CAP - plen - 1;
-        add_newline = true;
+    if (need > SINK_CAP) {
+        /* A line longer than the buffer goes out directly, after what was gathered before it. */
+        sink_write(s, prefix, plen);
+        sink_write(s, data, dlen);
+        if (add_newline) sink_write(s, "\n", 1);
+    } else {
+        memcpy(s->buf + s->len, prefix, plen);
+        memcpy(s->buf + s->len + plen, data, dlen);
+        s->len += plen + dlen;
+        if (add_newline) s->buf[s->len++] = '\n';
     }
-    memcpy(s->buf + s->len, prefix, plen);
-    memcpy(s->buf + s->len + plen, data, dlen);
-    s->len += plen + dlen;
-    if (add_newline) s->buf[s->len++] = '\n';
+    s->mid_line = !add_newline && (dlen > 0 ? data[dlen - 1] != '\n' : plen > 0 || s->mid_line);
 }
 
 void say(struct sink *err, const char *fmt, ...)
@@ -67,13 +78,26 @@ void say(struct sink *err, const char *fmt, ...)
     va_end(ap);
     if (n < 0) return;
     size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
-    sink_put(err, "hooprun: ", 9, line, len, true);
+    /* After a rank's last line that had no newline (--no-prefix), ours starts a line of its own. */
+    sink_put(err, err->mid_line ? "\nhooprun: " : "hooprun: ", err->mid_line ? 10 : 9, line, len,
+             true);
     sink_flush(err);
 }
 
-void stream_init(struct stream *st, int fd, struct sink *sink, const char *prefix, size_t plen)
+bool stream_init(struct stream *st, struct sink *sink, struct sink *notes, int rank,
+                 const char *prefix, size_t plen)
 {
-    *st = (struct stream){.fd = fd, .sink = sink, .prefix = prefix, .plen = plen};
+    *st = (struct stream){
+        .fd = -1, .sink = sink, .notes = notes, .rank = rank, .prefix = prefix, .plen = plen};
+    st->buf = malloc(STREAM_START);
+    st->cap = st->buf != NULL ? STREAM_START : 0;
+    return st->buf != NULL;
+}
+
+/* Puts out bytes of the current line, prefixed unless part of it went out already. */
+static void stream_put(struct stream *st, const char *data, size_t len, bool add_newline)
+{
+    sink_put(st->sink, st->prefix, st->cut ? 0 : st->plen, data, len, add_newline);
 }
 
 static void stream_emit_lines(struct stream *st)
@@ -82,23 +106,39 @@ static void stream_emit_lines(struct stream *st)
     char *nl;
     while ((nl = memchr(st->buf + st->scanned, '\n', st->len - st->scanned)) != NULL) {
         size_t end = (size_t)(nl - st->buf) + 1;
-        sink_put(st->sink, st->prefix, st->plen, st->buf + start, end - start, false);
+        stream_put(st, st->buf + start, end - start, false);
+        st->cut = false;
         start = end;
         st->scanned = end;
     }
     if (start > 0) {
         memmove(st->buf, st->buf + start, st->len - start);
         st->len -= start;
+        /* Memory taken by one long line is given back once it is out. */
+        if (st->cap > LINE_KEEP && st->len <= LINE_KEEP) {
+            char *nb = realloc(st->buf, LINE_KEEP);
+            if (nb != NULL) {
+                st->buf = nb;
+                st->cap = LINE_KEEP;
+            }
+        }
     }
     st->scanned = st->len;
 }
 
 void stream_close(struct stream *st)
 {
-    if (st->fd < 0) return;
-    if (st->len > 0) /* a last line without its newline */
-        sink_put(st->sink, st->prefix, st->plen, st->buf, st->len, true);
+    if (st->fd < 0) {
+        free(st->buf); /* a stream whose rank never started */
+        st->buf = NULL;
+        st->cap = 0;
+        return;
+    }
+    /* A last line without its newline: with a prefix it is ended, so that the next line (another
+     * rank's, or ours) starts with its own; without, the rank's bytes go out as they are. */
+    if (st->len > 0) stream_put(st, st->buf, st->len, st->plen > 0);
     st->len = st->scanned = 0;
+    st->cut = false;
     close(st->fd);
     st->fd = -1;
     free(st->buf);
@@ -106,22 +146,32 @@ void stream_close(struct stream *st)
     st->cap = 0;
 }
 
-bool stream_pump(struct stream *st, int max_reads)
+/* Room for more of the current line (the buffer is full): the buffer doubles. Without memory
+ * for that, what is held goes out as the start of the line and the rest follows as it comes. */
+static void stream_grow(struct stream *st)
+{
+    size_t ncap = st->cap * 2;
+    char *nb = ncap > st->cap ? realloc(st->buf, ncap) : NULL;
+    if (nb != NULL) {
+        st->buf = nb;
+        st->cap = ncap;
+        return;
+    }
+    if (!st->cut)
+        say(st->notes,
+            "rank %d: no memory to hold a line of more than %zu bytes whole; it goes "
+            "out in pieces",
+            st->rank, st->len);
+    stream_put(st, st->buf, st->len, false);
+    sink_flush(st->sink);
+    st->cut = true;
+    st->len = st->scanned = 0;
+}
+
+void stream_pump(struct stream *st, int max_reads)
 {
     for (int r = 0; r < max_reads && st->fd >= 0; r++) {
-        if (st->len == st->cap) {
-            if (st->cap < LINE_CAP) {
-                size_t ncap = st->cap ? st->cap * 2 : 4096;
-                char *nb = realloc(st->buf, ncap);
-                if (nb == NULL) return false;
-                st->buf = nb;
-                st->cap = ncap;
-            } else {
-                /* A line longer than LINE_CAP: emit this part as a line of its own. */
-                sink_put(st->sink, st->prefix, st->plen, st->buf, st->len, true);
-                st->len = st->scanned = 0;
-            }
-        }
+        if (st->len == st->cap) stream_grow(st);
         ssize_t n = read(st->fd, st->buf + st->len, st->cap - st->len);
         if (n > 0) {
             st->len += (size_t)n;
@@ -136,5 +186,4 @@ bool stream_pump(struct stream *st, int max_reads)
             stream_close(st);
         }
     }
-    return true;
 }

@@ -407,6 +407,7 @@ bool start_rank(struct job *j, int local)
 {
     struct rank *rk = &j->ranks[local];
     const struct opts *o = j->o;
+    rk->out = rk->err = (struct stream){.fd = -1}; /* nothing to close if the start fails */
     rk->rank = (int)(o->node_rank * o->nproc + local);
     if (o->prefix) snprintf(rk->prefix, sizeof rk->prefix, "[%d] ", rk->rank);
     size_t plen = strlen(rk->prefix);
@@ -419,6 +420,12 @@ bool start_rank(struct job *j, int local)
     what = "environment";
     env = rank_env(j, local);
     if (env == NULL) {
+        errno = ENOMEM;
+        goto fail;
+    }
+    what = "output buffers";
+    bool out_ok = stream_init(&rk->out, j->out, j->err, rk->rank, rk->prefix, plen);
+    if (!stream_init(&rk->err, j->err, j->err, rk->rank, rk->prefix, plen) || !out_ok) {
         errno = ENOMEM;
         goto fail;
     }
@@ -442,8 +449,8 @@ bool start_rank(struct job *j, int local)
     close(exp[1]);
     (void)fcntl(outp[0], F_SETFL, O_NONBLOCK);
     (void)fcntl(errp[0], F_SETFL, O_NONBLOCK);
-    stream_init(&rk->out, outp[0], j->out, rk->prefix, plen);
-    stream_init(&rk->err, errp[0], j->err, rk->prefix, plen);
+    rk->out.fd = outp[0];
+    rk->err.fd = errp[0];
 
     /* The error pipe closes on a successful exec, or carries errno if it failed. */
     int child_err = 0;
@@ -475,6 +482,8 @@ fail:;
     int e = errno;
     say(j->err, "cannot start rank %d: %s: %s", rk->rank, what, strerror(e));
     free_env(env);
+    stream_close(&rk->out);
+    stream_close(&rk->err);
     for (int i = 0; i < 2; i++) {
         if (outp[i] >= 0) close(outp[i]);
         if (errp[i] >= 0) close(errp[i]);

@@ -1,9 +1,11 @@
 /*
  * hooprun's supervision of the job: the signals it gets and forwards, the loop that waits for the
- * ranks and pumps their output, stopping them (SIGTERM, then SIGKILL), the exit status of the
- * first failed rank, the timeout, and the restarts after a failure.
+ * ranks and pumps their output, stopping them (SIGTERM, then SIGKILL), ending what they leave
+ * behind, the exit status of the first failed rank, the timeout, and the restarts after a failure.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -60,23 +63,28 @@ static void signal_all(struct job *j, int sig)
     }
 }
 
-void begin_stop(struct job *j)
+/* Sends sig to every running rank and gives them the grace period before SIGKILL. */
+static void stop_with(struct job *j, int sig)
 {
     if (j->phase != RUNNING) return;
     j->phase = STOPPING;
-    j->phase_deadline = now_ms() + GRACE_MS;
-    signal_all(j, SIGTERM);
+    j->phase_deadline = now_ms() + j->o->grace_ms;
+    j->stop_sent = sig;
+    signal_all(j, sig);
 }
+
+void begin_stop(struct job *j) { stop_with(j, SIGTERM); }
 
 static void begin_kill(struct job *j, bool interrupted)
 {
     if (j->nrunning > 0 && j->phase != KILLING) {
         if (interrupted)
             say(j->err, "interrupted while stopping; sending SIGKILL to %d rank(s)", j->nrunning);
-        else
-            say(j->err, "%d rank(s) still running %d s after SIGTERM; sending SIGKILL", j->nrunning,
-                GRACE_MS / 1000);
+        else if (j->phase == STOPPING)
+            say(j->err, "%d rank(s) still running %s s after %s; sending SIGKILL", j->nrunning,
+                j->o->grace_text, signal_name(j->stop_sent));
     }
+    if (interrupted) j->hurry = true;
     j->phase = KILLING;
     j->phase_deadline = now_ms() + KILL_WAIT_MS;
     signal_all(j, SIGKILL);
@@ -196,13 +204,17 @@ static void reap(struct job *j)
             pid_t pid = waitpid(-1, &st, WNOHANG);
             if (pid < 0 && errno == EINTR) continue;
             if (pid <= 0) break;
-            for (int r = 0; r < j->started; r++) {
+            bool rank = false;
+            for (int r = 0; r < j->started && !rank; r++) {
                 if (j->ranks[r].pid == pid && j->ranks[r].running) {
                     rk[n] = &j->ranks[r];
                     ws[n++] = st;
-                    break;
+                    rank = true;
                 }
             }
+            /* Something a rank left behind: its pid may be taken again by another of them. */
+            for (int i = 0; i < j->nswept && !rank; i++)
+                if (j->swept[i] == pid) j->swept[i--] = j->swept[--j->nswept];
         }
         for (int i = 0; i < n; i++) rank_exited(j, rk[i], ws[i], before_stop);
         if (n < BATCH) return;
@@ -218,14 +230,155 @@ static void handle_signals(struct job *j)
         if (n != (ssize_t)sizeof si) return;
         int sig = (int)si.ssi_signo;
         if (sig == SIGCHLD || sig == SIGPIPE || !sigismember(&j->forward, sig)) continue;
-        if (!j->interrupted) j->stop_signal = sig;
+        int64_t now = now_ms();
+        if (j->interrupted && now - j->signal_ms < REPEAT_MS)
+            continue; /* timeout(1) signals us and then our process group: one request */
+        if (!j->interrupted) {
+            j->stop_signal = sig;
+            j->signal_ms = now;
+        }
         j->interrupted = true;
-        /* Once the job is being stopped, another interrupt means "now". */
-        if (j->phase != RUNNING && (sig == SIGINT || sig == SIGTERM))
+        if (j->nrunning == 0) {
+            /* The ranks are gone; what they left behind is being ended: now. */
+            j->hurry = true;
+        } else if (j->phase != RUNNING && (sig == SIGINT || sig == SIGTERM)) {
+            /* Once the job is being stopped, another interrupt means "now". */
             begin_kill(j, true);
-        else
+        } else if (j->phase != RUNNING) {
             signal_all(j, sig);
+        } else {
+            /* The ranks may handle it as they like, within the grace period. */
+            stop_with(j, sig);
+        }
     }
+}
+
+/* Whether pid is a rank of this attempt that has not been reaped. */
+static bool is_running_rank(const struct job *j, pid_t pid)
+{
+    for (int r = 0; r < j->started; r++)
+        if (j->ranks[r].running && j->ranks[r].pid == pid) return true;
+    return false;
+}
+
+/*
+ * Our children that are alive and not running ranks: the processes the ranks started that
+ * outlived them (we are their subreaper), at most cap of them in out. Returns how many there
+ * are, or -1 if /proc cannot be read. Only direct children are listed, and each is signalled
+ * before we reap it, so no pid here can be someone else's; what they started becomes ours in
+ * turn once they are gone.
+ */
+static int list_strays(const struct job *j, pid_t *out, int cap)
+{
+    DIR *d = opendir("/proc");
+    if (d == NULL) return -1;
+    long self = (long)getpid();
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        char path[300], buf[256];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t len = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (len <= 0) continue;
+        buf[len] = '\0';
+        /* "pid (comm) state ppid ...": comm may hold anything, so read from its last ')'. */
+        const char *rp = strrchr(buf, ')');
+        char state;
+        long ppid;
+        if (rp == NULL || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2) continue;
+        if (ppid != self || state == 'Z' || state == 'X') continue;
+        pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
+        if (is_running_rank(j, pid)) continue;
+        if (n < cap) out[n] = pid;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static bool swept_already(const struct job *j, pid_t pid)
+{
+    for (int i = 0; i < j->nswept; i++)
+        if (j->swept[i] == pid) return true;
+    return false;
+}
+
+/*
+ * Once the ranks are gone, ends what they started that is still there: SIGTERM, then SIGKILL
+ * when the grace period is over (the one the ranks were given, if they were being stopped), at
+ * once after a second signal from outside. Returns false when nothing is left (or we give up).
+ */
+static bool sweep_strays(struct job *j, int64_t now)
+{
+    if (j->sweep == SWEEP_DONE) return false;
+    if (j->nrunning == 0) {
+        /* No child at all, which is the usual end: nothing to look for in /proc. */
+        siginfo_t si;
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD) {
+            j->sweep = SWEEP_DONE;
+            return false;
+        }
+    }
+    pid_t kids[STRAY_CAP];
+    int n = list_strays(j, kids, STRAY_CAP);
+    if (n < 0) {
+        say(j->err, "cannot look for processes that the ranks started: /proc: %s", strerror(errno));
+        j->sweep = SWEEP_DONE;
+        return false;
+    }
+    if (n == 0) {
+        /* What is left has ended and waits to be reaped, or is a rank we gave up on, or cannot
+         * be seen in /proc (then only until the deadline). */
+        if (j->sweep == SWEEP_NONE || j->nrunning > 0 || now >= j->sweep_deadline)
+            j->sweep = SWEEP_DONE;
+        return j->sweep != SWEEP_DONE;
+    }
+    if (n > STRAY_CAP) n = STRAY_CAP; /* the others next time */
+
+    if (j->sweep == SWEEP_NONE) {
+        bool at_once = j->hurry || j->phase == KILLING ||
+                       (j->phase == STOPPING && now >= j->phase_deadline);
+        say(j->err, "%d process(es) that the ranks started outlived them; sending %s", n,
+            at_once ? "SIGKILL" : "SIGTERM");
+        if (at_once) {
+            j->sweep = SWEEP_KILL;
+            j->sweep_deadline = now + KILL_WAIT_MS;
+        } else {
+            j->sweep = SWEEP_TERM;
+            j->sweep_deadline = j->phase == STOPPING ? j->phase_deadline : now + j->o->grace_ms;
+        }
+    } else if (j->sweep == SWEEP_TERM && (j->hurry || now >= j->sweep_deadline)) {
+        if (j->hurry)
+            say(j->err, "interrupted; sending SIGKILL to %d process(es) that the ranks started", n);
+        else
+            say(j->err,
+                "%d process(es) that the ranks started still running after the %s s grace period; "
+                "sending SIGKILL",
+                n, j->o->grace_text);
+        j->sweep = SWEEP_KILL;
+        j->sweep_deadline = now + KILL_WAIT_MS;
+    } else if (j->sweep == SWEEP_KILL && now >= j->sweep_deadline) {
+        say(j->err,
+            "%d process(es) that the ranks started did not exit after SIGKILL; giving up "
+            "on them",
+            n);
+        j->sweep = SWEEP_DONE;
+        return false;
+    }
+
+    for (int i = 0; i < n; i++) {
+        if (j->sweep == SWEEP_KILL) {
+            (void)kill(kids[i], SIGKILL);
+        } else if (!swept_already(j, kids[i]) && j->nswept < STRAY_CAP) {
+            (void)kill(kids[i], SIGTERM);
+            j->swept[j->nswept++] = kids[i];
+        }
+    }
+    return true;
 }
 
 /* Appends a pollfd for every open pipe of the ranks at pfd[np], with map[np] naming its stream.
@@ -248,8 +401,7 @@ static int poll_streams(const struct job *j, struct pollfd *pfd, struct stream *
 static void pump_ready(const struct pollfd *pfd, struct stream **map, int from, int np)
 {
     for (int i = from; i < np; i++)
-        if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
-            if (!stream_pump(map[i], READS_PER_ROUND)) stream_close(map[i]);
+        if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) stream_pump(map[i], READS_PER_ROUND);
 }
 
 void run_loop(struct job *j)
@@ -266,11 +418,14 @@ void run_loop(struct job *j)
         begin_kill(j, false);
     }
 
+    bool gave_up = false; /* on ranks that SIGKILL did not end */
     for (;;) {
         reap(j);
-        if (j->nrunning == 0) break;
         int64_t now = now_ms();
-        if (j->timeout_deadline >= 0 && now >= j->timeout_deadline && j->phase == RUNNING) {
+        bool ranks_gone = j->nrunning == 0 || gave_up;
+        if (ranks_gone && !sweep_strays(j, now)) break;
+        if (!ranks_gone && j->timeout_deadline >= 0 && now >= j->timeout_deadline &&
+            j->phase == RUNNING) {
             say(j->err, "timeout: the job is still running after %s s; stopping all ranks",
                 j->o->timeout_text);
             j->ending = true;
@@ -278,16 +433,25 @@ void run_loop(struct job *j)
             j->timed_out = true;
             begin_stop(j);
         }
-        if (j->phase == STOPPING && now >= j->phase_deadline) begin_kill(j, false);
-        if (j->phase == KILLING && now >= j->phase_deadline) {
+        if (!ranks_gone && j->phase == STOPPING && now >= j->phase_deadline) begin_kill(j, false);
+        if (!ranks_gone && j->phase == KILLING && now >= j->phase_deadline) {
             say(j->err, "%d rank(s) did not exit after SIGKILL; giving up on them", j->nrunning);
-            break;
+            gave_up = true;
+            continue;
         }
 
         int64_t wait = POLL_CAP_MS;
-        if (j->phase == RUNNING && j->timeout_deadline >= 0 && j->timeout_deadline - now < wait)
-            wait = j->timeout_deadline - now;
-        if (j->phase != RUNNING && j->phase_deadline - now < wait) wait = j->phase_deadline - now;
+        if (ranks_gone) {
+            /* What a stray started becomes ours without a SIGCHLD when the stray ends: look
+             * again soon. */
+            wait = STRAY_POLL_MS;
+            if (j->sweep_deadline - now < wait) wait = j->sweep_deadline - now;
+        } else {
+            if (j->phase == RUNNING && j->timeout_deadline >= 0 && j->timeout_deadline - now < wait)
+                wait = j->timeout_deadline - now;
+            if (j->phase != RUNNING && j->phase_deadline - now < wait)
+                wait = j->phase_deadline - now;
+        }
         if (wait < 0) wait = 0;
 
         if (pfd == NULL || map == NULL) {
@@ -312,8 +476,8 @@ void run_loop(struct job *j)
         sink_flush(j->err);
     }
 
-    /* Every rank is gone; what they wrote is in the pipes, unless something they started still
-     * holds a pipe open, which must not keep us here. */
+    /* Every rank is gone, and what they started; what they wrote is in the pipes, unless
+     * something we could not end still holds a pipe open, which must not keep us here. */
     int64_t end = now_ms() + DRAIN_MS;
     if (pfd != NULL && map != NULL) {
         for (;;) {
@@ -424,6 +588,11 @@ bool prepare_restart(struct job *j)
     j->pgid = 0;
     j->phase = RUNNING;
     j->phase_deadline = 0;
+    j->stop_sent = 0;
+    j->hurry = false;
+    j->sweep = SWEEP_NONE;
+    j->sweep_deadline = 0;
+    j->nswept = 0;
     j->ending = false;
     j->status = 0;
     j->failed_rank = -1;
@@ -454,5 +623,10 @@ bool setup_signals(struct job *j)
     if (sigaction(SIGCHLD, &dfl, &j->orig_chld) != 0) return false;
     if (sigprocmask(SIG_BLOCK, &block, &j->orig_mask) != 0) return false;
     j->sigfd = signalfd(-1, &block, SFD_NONBLOCK | SFD_CLOEXEC);
+#ifdef PR_SET_CHILD_SUBREAPER
+    /* What a rank starts and leaves behind becomes our child, not init's: we can find it and
+     * end it with the job, and it cannot slip away by leaving the ranks' process group. */
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
+#endif
     return j->sigfd >= 0;
 }

@@ -1,0 +1,228 @@
+/*
+ * A call that every rank made alike, and that every rank finished its part of, succeeds whatever a
+ * peer does next; and a peer's abort reaches the others with its reason, whatever its timing. Run
+ * as every rank under hooprun (nobody dies: rank 1 only fails or aborts its communicator).
+ *
+ *   hooprun -n N finished --scenario mismatch|abort-after|abort-during [--rounds K]
+ *
+ * Each round runs on a fresh communicator split from the world one: a first all-reduce (call #0,
+ * which also sets up the shared area over shared memory), then call #1, an all-reduce made alike
+ * by every rank, then:
+ *
+ *   mismatch      rank 1 calls an all-reduce of another count as call #2: call #1 must return
+ *                 HOOP_OK with the right sum on every rank, and call #2 fail on every rank with a
+ *                 sentence about call #2 (HOOP_ERR_MISMATCH, or HOOP_ERR_ABORTED where a rank
+ *                 learnt it from a peer), which shows rank 1's count;
+ *   abort-after   rank 1 calls hoop_comm_abort as soon as call #1 returns: call #1 must return
+ *                 HOOP_OK with the right sum on every rank, and the others' call #2 fail with
+ *                 HOOP_ERR_ABORTED saying that hoop_comm_abort was called on rank 1;
+ *   abort-during  after a barrier (call #1), a thread of rank 1 calls hoop_comm_abort at a
+ *                 random moment of all-reduces #2 to #4 (rank 1's main thread makes them too):
+ *                 on every other rank, each call either returns HOOP_OK with the right sum or
+ *                 fails, and the first that fails says that hoop_comm_abort was called on rank 1,
+ *                 never only that rank 1 was lost; call #5 fails everywhere.
+ *
+ * The rounds' sizes cycle through a payload in the area's lines, one in its buffers and one over
+ * several rounds of them (4, 1000 and 100000 int32). At the end every rank's count of failed
+ * checks is summed over the world communicator: each rank passes only if every rank did.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hoop.h"
+
+enum { S_MISMATCH, S_ABORT_AFTER, S_ABORT_DURING };
+static const char *const SCEN[] = {"mismatch", "abort-after", "abort-during"};
+
+static int R, P, failures;
+static const size_t SIZES[] = {4, 1000, 100000};
+static const char *const ABORT_WHY = "hoop_comm_abort was called on rank 1";
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        printf("rank %d: FAIL ", R);                                                               \
+        printf(__VA_ARGS__);                                                                       \
+        putchar('\n');                                                                             \
+        fflush(stdout);                                                                            \
+        failures++;                                                                                \
+    } while (0)
+
+static int32_t val(int rank, size_t i, int call)
+{
+    return (int32_t)((rank + 1) * 7 + i % 13 + call);
+}
+
+/* An all-reduce of n int32 as the call-th call of the round; *right says whether its sum is. */
+static hoop_result_t call_allreduce(hoop_comm_t *c, int32_t *s, int32_t *r, size_t n, int call,
+                                    int *right)
+{
+    for (size_t i = 0; i < n; i++) {
+        s[i] = val(R, i, call);
+        r[i] = -1;
+    }
+    hoop_result_t rc = hoop_allreduce(c, s, r, n, HOOP_INT32, HOOP_SUM);
+    *right = 1;
+    for (size_t i = 0; rc == HOOP_OK && i < n; i++) {
+        int32_t want = 0;
+        for (int q = 0; q < P; q++) want += val(q, i, call);
+        if (r[i] != want) {
+            *right = 0;
+            break;
+        }
+    }
+    return rc;
+}
+
+typedef struct aborter {
+    hoop_comm_t *c;
+    long delay_us;
+} aborter_t;
+
+static void *abort_later(void *arg)
+{
+    aborter_t *a = arg;
+    struct timespec ts = {a->delay_us / 1000000, (a->delay_us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+    hoop_comm_abort(a->c);
+    return NULL;
+}
+
+static void round_(hoop_comm_t *world, int scen, int round)
+{
+    hoop_comm_t *c = NULL;
+    hoop_result_t rc = hoop_comm_split(world, 0, R, &c);
+    if (rc != HOOP_OK) {
+        FAIL("round %d: hoop_comm_split: %s", round, hoop_comm_last_error(world));
+        return;
+    }
+    hoop_comm_set_timeout(c, 20);
+    size_t n = SIZES[round % 3];
+    int32_t *s = malloc((n + 1) * sizeof(int32_t)), *r = malloc((n + 1) * sizeof(int32_t));
+    int right;
+    rc = call_allreduce(c, s, r, n, 0, &right);
+    if (rc != HOOP_OK || !right) {
+        FAIL("round %d (%s, count %zu): call #0: %s: %s", round, SCEN[scen], n,
+             hoop_error_string(rc), rc == HOOP_OK ? "wrong sum" : hoop_comm_last_error(c));
+        goto out;
+    }
+    if (scen == S_ABORT_DURING) {
+        /* Call #1: once rank 1 is past it, every rank is done with call #0. Over the
+         * point-to-point algorithms a rank still finishing call #0 could otherwise fail it on
+         * the abort (docs/reliability.md, known gaps). */
+        rc = hoop_barrier(c);
+        if (rc != HOOP_OK) {
+            FAIL("round %d: the barrier: %s", round, hoop_comm_last_error(c));
+            goto out;
+        }
+    }
+    pthread_t th;
+    aborter_t ab = {.c = c, .delay_us = (long)(rand() % 3000)};
+    int threaded = scen == S_ABORT_DURING && R == 1;
+    if (threaded && pthread_create(&th, NULL, abort_later, &ab) != 0) {
+        FAIL("round %d: pthread_create", round);
+        goto out;
+    }
+    if (scen == S_ABORT_DURING) {
+        /* Calls #2 to #4: OK and right, until the first that fails, with the abort's reason. */
+        int failed = 0;
+        for (int k = 2; k <= 4; k++) {
+            rc = call_allreduce(c, s, r, n, k, &right);
+            if (R == 1) continue; /* the aborting rank: its calls may fail or not */
+            if (rc == HOOP_OK && !right) {
+                FAIL("round %d (count %zu): call #%d returned HOOP_OK with a wrong sum", round, n,
+                     k);
+            } else if (rc != HOOP_OK && !failed) {
+                failed = 1;
+                const char *m = hoop_comm_last_error(c);
+                if (rc != HOOP_ERR_ABORTED || strstr(m, ABORT_WHY) == NULL)
+                    FAIL("round %d (count %zu): call #%d failed with %s, without the abort's "
+                         "reason: %s",
+                         round, n, k, hoop_error_string(rc), m);
+            }
+        }
+        if (threaded) pthread_join(th, NULL);
+        /* After the abort, every rank's next call fails. */
+        rc = call_allreduce(c, s, r, n, 5, &right);
+        if (rc == HOOP_OK)
+            FAIL("round %d (count %zu): call #5 after the abort succeeded", round, n);
+        goto out;
+    }
+    rc = call_allreduce(c, s, r, n, 1, &right);
+    if (rc != HOOP_OK || !right)
+        FAIL("round %d (%s, count %zu): call #1, made alike by every rank, %s: %s", round,
+             SCEN[scen], n, rc == HOOP_OK ? "gave a wrong sum" : "failed",
+             rc == HOOP_OK ? "" : hoop_comm_last_error(c));
+    if (scen == S_ABORT_AFTER && R == 1) {
+        hoop_comm_abort(c);
+        goto out;
+    }
+    size_t n2 = scen == S_MISMATCH && R == 1 ? n + 1 : n;
+    rc = call_allreduce(c, s, r, n2, 2, &right);
+    const char *m = hoop_comm_last_error(c);
+    if (rc == HOOP_OK) {
+        FAIL("round %d (%s, count %zu): call #2 succeeded", round, SCEN[scen], n);
+    } else if (scen == S_MISMATCH) {
+        char odd[48];
+        snprintf(odd, sizeof odd, "count=%zu", n + 1);
+        if ((rc != HOOP_ERR_MISMATCH && rc != HOOP_ERR_ABORTED) || strstr(m, "call #2") == NULL ||
+            strstr(m, odd) == NULL)
+            FAIL("round %d (count %zu): the mismatched call #2 failed with %s: %s (want a "
+                 "sentence about call #2 that shows %s)",
+                 round, n, hoop_error_string(rc), m, odd);
+    } else if (rc != HOOP_ERR_ABORTED || strstr(m, ABORT_WHY) == NULL) {
+        FAIL("round %d (count %zu): call #2 after rank 1's abort failed with %s: %s (want "
+             "HOOP_ERR_ABORTED with \"%s\")",
+             round, n, hoop_error_string(rc), m, ABORT_WHY);
+    }
+out:
+    hoop_comm_destroy(c);
+    free(s);
+    free(r);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int scen = -1, rounds = 30;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--scenario")) {
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(argv[i + 1], SCEN[k])) scen = k;
+        } else if (!strcmp(argv[i], "--rounds")) {
+            rounds = atoi(argv[i + 1]);
+        }
+    }
+    if (scen < 0 || rounds < 1) {
+        fprintf(stderr,
+                "usage: finished --scenario mismatch|abort-after|abort-during [--rounds K]\n");
+        return 2;
+    }
+    hoop_comm_t *world = NULL;
+    if (hoop_init_from_env(&world) != HOOP_OK) {
+        printf("FAIL hoop_init\n");
+        return 1;
+    }
+    R = hoop_comm_rank(world);
+    P = hoop_comm_size(world);
+    if (P < 2) {
+        printf("SKIP: run as 2 ranks or more\n");
+        hoop_comm_destroy(world);
+        return 77;
+    }
+    srand((unsigned)(R * 7919 + 17));
+    for (int k = 0; k < rounds; k++) round_(world, scen, k);
+    int32_t mine = failures, all = -1;
+    hoop_result_t rc = hoop_allreduce(world, &mine, &all, 1, HOOP_INT32, HOOP_SUM);
+    hoop_comm_destroy(world);
+    if (rc != HOOP_OK) {
+        printf("rank %d: FAIL the final all-reduce: %s\n", R, hoop_error_string(rc));
+        return 1;
+    }
+    printf("rank %d: %s, %d rounds: %d failed checks here, %d on all ranks\n", R, SCEN[scen],
+           rounds, failures, (int)all);
+    return all == 0 ? 0 : 1;
+}
