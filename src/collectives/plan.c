@@ -289,7 +289,7 @@ void hoop__plan_say(const hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
     int info = c->log.level >= HOOP__LOG_INFO && (c->log.subsys & HOOP__SUB_COLL) != 0;
-    if (c->trace_fn == NULL && !info) return;
+    if (!hoop__plan_heard(c)) return;
     char what[320];
     if (c->trace_fn != NULL)
         HOOP__TRACE_STEP(call, -1, "plan: %s", hoop__plan_describe(call, 1, what, sizeof what));

@@ -42,7 +42,13 @@ hoop__plan_t hoop__plan_again(hoop__plan_t p, hoop__verdict_t v);
  * so that every call of a kind and plan is said alike). Returns buf. */
 const char *hoop__plan_describe(const hoop__call_t *call, int sized, char *buf, size_t n);
 /* Says call's plan: a trace line (hoop-perf --explain shows it), and an INFO line when this kind
- * of call gets another plan than the one INFO said last on the communicator. */
+ * of call gets another plan than the ones INFO said last on the communicator. */
 void hoop__plan_say(const hoop__call_t *call);
+/* Whether anyone hears hoop__plan_say on c: inline, so that a call nobody traces pays two loads. */
+static inline int hoop__plan_heard(const hoop_comm_t *c)
+{
+    return c->trace_fn != NULL ||
+           (c->log.level >= HOOP__LOG_INFO && (c->log.subsys & HOOP__SUB_COLL) != 0);
+}
 
 #endif

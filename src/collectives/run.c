@@ -70,14 +70,14 @@ static hoop_result_t run_planned(hoop__call_t *call)
         if (rc != HOOP_OK) return rc;
         if (call->plan.agree) call->plan = hoop__plan_again(call->plan, v);
     }
-    hoop__plan_say(call);
+    if (hoop__plan_heard(call->comm)) hoop__plan_say(call);
     /* Each engine gives way at most once, to one further down the table's order of preference:
      * the loop ends with the point-to-point engine at the latest. */
     for (int tries = 0; tries < HOOP__ENGINE_COUNT; tries++) {
         rc = engines[call->plan.engine]->run(call, &v);
         if (rc != HOOP_OK || v == HOOP__VERDICT_RAN) return rc;
         call->plan = hoop__plan_again(call->plan, v);
-        hoop__plan_say(call);
+        if (hoop__plan_heard(call->comm)) hoop__plan_say(call);
     }
     return HOOP_ERR_INTERNAL;
 }

@@ -17,12 +17,6 @@ const char *hoop__verdict_text(hoop__verdict_t v)
     return (unsigned)v < HOOP__VERDICT_COUNT ? text[v] : "?";
 }
 
-struct hoop__local *hoop__local_of(hoop_comm_t *c)
-{
-    if (c->local == NULL) c->local = calloc(1, sizeof(*c->local));
-    return c->local;
-}
-
 void hoop__local_close(hoop_comm_t *c)
 {
     if (c->local == NULL) return;

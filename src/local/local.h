@@ -14,6 +14,8 @@
 #ifndef HOOP_LOCAL_H
 #define HOOP_LOCAL_H
 
+#include <stdlib.h>
+
 #include "runtime/runtime.h"
 
 /* What an agreement step found, the same on every rank. */
@@ -57,8 +59,13 @@ struct hoop__local {
     struct hoop__shc *shc;      /* the area (shm_area.c); NULL before the first call wants it */
     struct hoop__ipc_comm *ipc; /* CUDA IPC's (ipc.c); NULL before its first call */
 };
-/* hoop_comm.local, made at its first use; NULL (the communicator failed) without memory. */
-struct hoop__local *hoop__local_of(hoop_comm_t *c);
+/* hoop_comm.local, made at its first use; NULL without memory (the caller says so). Inline: the
+ * area's every step begins with it. */
+static inline struct hoop__local *hoop__local_of(hoop_comm_t *c)
+{
+    if (c->local == NULL) c->local = calloc(1, sizeof(*c->local));
+    return c->local;
+}
 /* Frees every engine's state with the communicator. */
 void hoop__local_close(hoop_comm_t *c);
 /* After the communicator aborted: where the area is in use, it says there that the

@@ -265,12 +265,6 @@ hoop_result_t hoop__shc_get(const hoop__call_t *call, hoop__shc_t **out)
     return HOOP_OK;
 }
 
-hoop__shc_t *hoop__shc_ready(const hoop_comm_t *c)
-{
-    hoop__shc_t *a = c->local != NULL ? c->local->shc : NULL;
-    return a != NULL && a->ready ? a : NULL;
-}
-
 uint32_t hoop__shc_flags(const hoop__call_t *call)
 {
     if (call->mem == HOOP__MEM_HOST) return HOOP__SHC_HOST;

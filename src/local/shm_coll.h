@@ -57,7 +57,11 @@ typedef struct hoop__shc hoop__shc_t;
  * could not map it: then on every rank); an error aborted the communicator. */
 hoop_result_t hoop__shc_get(const hoop__call_t *call, hoop__shc_t **a);
 /* The area if it was made and every rank mapped it, else NULL; never makes one. */
-hoop__shc_t *hoop__shc_ready(const hoop_comm_t *c);
+static inline hoop__shc_t *hoop__shc_ready(const hoop_comm_t *c)
+{
+    hoop__shc_t *a = c->local != NULL ? c->local->shc : NULL;
+    return a != NULL && a->ready ? a : NULL;
+}
 /* This rank's step flags for call: HOOP__SHC_HOST for host buffers, HOOP__SHC_DEVICE for device
  * buffers that may take CUDA IPC (hoop__ipc_may), 0 otherwise. */
 uint32_t hoop__shc_flags(const hoop__call_t *call);
