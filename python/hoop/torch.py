@@ -52,7 +52,25 @@ def _reduce_op(opts):
                      % (op,))
 
 
-def _check(t, what):
+def _overlaps(t):
+    """Whether elements of t may share memory (an expand()ed tensor's do): a result written into
+    it cannot be kept, and torch refuses the copy back only after the call has moved data."""
+    known = torch._debug_has_internal_overlap(t)  # 0 no, 1 yes, 2 too hard for torch to tell
+    if known != 2:
+        return known == 1
+    # A layout where each dimension's stride steps over everything the smaller strides span
+    # cannot overlap; anything else is treated as overlapping.
+    span = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
+        if stride < span:
+            return True
+        span += stride * (size - 1)
+    return False
+
+
+def _check(t, what, out=False):
+    """t, if the CPU path can serve it (out: the call writes into it); raises before any data
+    moves otherwise."""
     if not isinstance(t, torch.Tensor):
         raise TypeError("hoop backend: %s expects tensors, got %s" % (what, type(t).__name__))
     if t.device.type != "cpu":
@@ -65,24 +83,29 @@ def _check(t, what):
     if t.dtype not in _DTYPES:
         raise TypeError("hoop backend: %s got dtype %s (supported: float32, float64, float16, "
                         "bfloat16, int8, uint8, int32, int64)" % (what, t.dtype))
+    if out and _overlaps(t):
+        raise ValueError("hoop backend: %s would write its result into a tensor whose elements "
+                         "share memory (an expand()ed view, shape %s, strides %s); give it a "
+                         "tensor of its own, e.g. a clone()" % (what, list(t.shape),
+                                                                list(t.stride())))
     return t
 
 
-def _one(tensors, what):
+def _one(tensors, what, out=False):
     if isinstance(tensors, torch.Tensor):
-        return _check(tensors, what)
+        return _check(tensors, what, out)
     if len(tensors) != 1:
         raise ValueError("hoop backend: %s takes one tensor per process, got %d" %
                          (what, len(tensors)))
-    return _check(tensors[0], what)
+    return _check(tensors[0], what, out)
 
 
-def _same_shapes(ts, ref, n, what):
+def _same_shapes(ts, ref, n, what, out=False):
     if len(ts) != n:
         raise ValueError("hoop backend: %s needs %d tensors (one per rank), got %d"
                          % (what, n, len(ts)))
     for t in ts:
-        _check(t, what)
+        _check(t, what, out)
         if t.dtype != ref.dtype or t.numel() != ref.numel():
             raise ValueError("hoop backend: %s tensors differ in dtype or size (%s x %d against "
                              "%s x %d)" % (what, t.dtype, t.numel(), ref.dtype, ref.numel()))
@@ -360,10 +383,15 @@ class ProcessGroupHoop(dist.ProcessGroup):
             tensors = [tensors]
         op = _reduce_op(opts)
         if any(t.layout == torch.sparse_coo for t in tensors if isinstance(t, torch.Tensor)):
+            if any(not isinstance(t, torch.Tensor) or t.layout != torch.sparse_coo
+                   for t in tensors):
+                raise ValueError("hoop backend: allreduce mixes sparse and dense tensors")
             for t in tensors:
                 self._sparse_allreduce(t, op)
             return self._work("all_reduce", [t.coalesce() for t in tensors], [], list(tensors))
-        reqs = [self._comm.iallreduce(_check(t, "allreduce"), None, op) for t in tensors]
+        for t in tensors:  # every tensor before the first is posted
+            _check(t, "allreduce", out=True)
+        reqs = [self._comm.iallreduce(t, None, op) for t in tensors]
         return self._work("all_reduce", tensors, reqs, list(tensors))
 
     # Header of a sparse all-reduce: sparse dims, dense dims, dtype, op, nnz, the shape.
@@ -427,7 +455,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts)
         for t in tensors:
-            _check(t, "allreduce_coalesced")
+            _check(t, "allreduce_coalesced", out=True)
             if t.dtype != tensors[0].dtype:
                 raise ValueError("hoop backend: allreduce_coalesced tensors differ in dtype")
         flat = _flat(tensors)
@@ -439,11 +467,13 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         root = opts.rootRank if opts is not None else 0
-        reqs = [self._comm.ibroadcast(_check(t, "broadcast"), root) for t in tensors]
+        for t in tensors:
+            _check(t, "broadcast", out=True)
+        reqs = [self._comm.ibroadcast(t, root) for t in tensors]
         return self._work("broadcast", tensors, reqs, list(tensors))
 
     def reduce(self, tensors, opts=None):
-        t = _one(tensors, "reduce")
+        t = _one(tensors, "reduce", out=True)
         root = opts.rootRank if opts is not None else 0
         req = self._comm.ireduce(t, None, _reduce_op(opts), root)
         return self._work("reduce", [t], [req], [t])
@@ -453,7 +483,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if len(output_tensors) != 1:
             raise ValueError("hoop backend: allgather takes one output list per process")
         outs = output_tensors[0]
-        _same_shapes(outs, inp, self.size(), "allgather")
+        _same_shapes(outs, inp, self.size(), "allgather", out=True)
         flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
         req = self._comm.iallgather(inp, flat)
         return self._work("all_gather", [inp], [req], list(outs), _copy_out(flat, outs))
@@ -473,7 +503,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
                 raise ValueError("hoop backend: allgather_coalesced output lists need %d tensors "
                                  "(one per input), got %d" % (len(input_tensors), len(outs)))
             for o, t in zip(outs, input_tensors):
-                _check(o, "allgather_coalesced")
+                _check(o, "allgather_coalesced", out=True)
                 if o.dtype != t.dtype or o.numel() != t.numel():
                     raise ValueError("hoop backend: allgather_coalesced output %s x %d does not "
                                      "match input %s x %d" % (o.dtype, o.numel(), t.dtype,
@@ -489,7 +519,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         _check(input, "all_gather_into_tensor")
-        _check(output, "all_gather_into_tensor")
+        _check(output, "all_gather_into_tensor", out=True)
         req = self._comm.iallgather(input, output)
         return self._work("all_gather_into_tensor", [input], [req], [output])
 
@@ -501,13 +531,13 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if len(output_tensors) != 1:
             raise ValueError("hoop backend: gather takes one output list at the root")
         outs = output_tensors[0]
-        _same_shapes(outs, inp, self.size(), "gather")
+        _same_shapes(outs, inp, self.size(), "gather", out=True)
         flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
         req = self._comm.igather(inp, flat, root)
         return self._work("gather", [inp], [req], list(outs), _copy_out(flat, outs))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
-        out = _one(output_tensors, "scatter")
+        out = _one(output_tensors, "scatter", out=True)
         root = opts.rootRank if opts is not None else 0
         if self.rank() != root:
             return self._work("scatter", [out], [self._comm.iscatter(None, out, root)], [out])
@@ -519,7 +549,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         return self._work("scatter", [out], [req], [out])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        out = _one(output_tensors, "reduce_scatter")
+        out = _one(output_tensors, "reduce_scatter", out=True)
         if len(input_tensors) != 1:
             raise ValueError("hoop backend: reduce_scatter takes one input list per process")
         ins = input_tensors[0]
@@ -529,7 +559,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         _check(input, "reduce_scatter_tensor")
-        _check(output, "reduce_scatter_tensor")
+        _check(output, "reduce_scatter_tensor", out=True)
         req = self._comm.ireduce_scatter(input, output, _reduce_op(opts))
         return self._work("reduce_scatter_tensor", [input], [req], [output])
 
@@ -550,8 +580,8 @@ class ProcessGroupHoop(dist.ProcessGroup):
         n = self.size()
         if len(output_tensor_list) != n or len(input_tensor_list) != n:
             raise ValueError("hoop backend: alltoall needs %d input and output tensors" % n)
-        for t in list(output_tensor_list) + list(input_tensor_list):
-            _check(t, "alltoall")
+        for i, t in enumerate(list(output_tensor_list) + list(input_tensor_list)):
+            _check(t, "alltoall", out=i < n)
             if t.dtype != input_tensor_list[0].dtype:
                 raise ValueError("hoop backend: alltoall tensors differ in dtype")
         sizes = {t.numel() for t in output_tensor_list} | {t.numel() for t in input_tensor_list}
@@ -564,7 +594,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         return self._work("all_to_all", input_tensor_list, reqs, list(output_tensor_list))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        _check(output, "all_to_all_single")
+        _check(output, "all_to_all_single", out=True)
         _check(input, "all_to_all_single")
         n = self.size()
         if not output_split_sizes and not input_split_sizes:
@@ -603,12 +633,12 @@ class ProcessGroupHoop(dist.ProcessGroup):
         return self._work("send", [t], [req], [t], lane=("send", dstRank))
 
     def recv(self, tensors, srcRank, tag=0):
-        t = _one(tensors, "recv")
+        t = _one(tensors, "recv", out=True)
         req = self._comm.irecv(t, srcRank)
         return self._work("recv", [t], [req], [t], lane=("recv", srcRank))
 
     def recv_anysource(self, tensors, tag=0):
-        t = _one(tensors, "recv")
+        t = _one(tensors, "recv", out=True)
         req = self._comm.irecv_any(t)
         work = self._work("recvAnySource", [t], [req], [t], lane=("recv", "any"))
         work._any = req

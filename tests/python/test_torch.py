@@ -438,6 +438,38 @@ def check_ddp():
     return worst
 
 
+def check_refused():
+    """Tensors the backend cannot serve raise before anything moves, on every rank alike, and
+    leave the group usable: an expand()ed tensor to write into (its elements share memory), a
+    sparse tensor where only dense ones are served."""
+    e = torch.full((1,), R + 1.0).expand(4)
+    expect_raises(ValueError, lambda: dist.all_reduce(e), "all_reduce into an expanded tensor",
+                  "share memory")
+    same(e, torch.full((4,), R + 1.0), "the expanded tensor after the refused all_reduce")
+    out = [torch.zeros(1).expand(3) for _ in range(P)]
+    expect_raises(ValueError, lambda: dist.all_gather(out, torch.ones(3)),
+                  "all_gather into expanded tensors", "share memory")
+    flat = torch.zeros(1).expand(3 * P)
+    expect_raises(ValueError, lambda: dist.all_gather_into_tensor(flat, torch.ones(3)),
+                  "all_gather_into_tensor into an expanded tensor", "share memory")
+    if P > 1:
+        r = torch.zeros(1).expand(2)
+        expect_raises(ValueError, lambda: HOOP.recv([r], (R + 1) % P), "recv into an expanded "
+                      "tensor", "share memory")
+    got = [torch.zeros(4) for _ in range(P)]
+    dist.all_gather(got, e)  # read, an expanded tensor is an input like any other
+    for r, x in enumerate(got):
+        same(x, torch.full((4,), r + 1.0), "all_gather of an expanded input from rank %d" % r)
+    sp = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (5,))
+    for what, fn in (("broadcast", lambda: dist.broadcast(sp, 0)),
+                     ("all_gather", lambda: dist.all_gather([sp] * P, sp)),
+                     ("all_reduce of sparse and dense", lambda: HOOP.allreduce([sp, e.clone()]))):
+        expect_raises(ValueError, fn, what + " of a sparse tensor", "sparse")
+    t = torch.tensor([float(R)])
+    dist.all_reduce(t)
+    expect(t.item() == P * (P - 1) / 2, "all_reduce after the refused tensors: %s" % t)
+
+
 # ---- failures: an exception, never a hang ----
 
 def check_failures():
@@ -491,6 +523,7 @@ check_reduce_scatter_alltoall()
 check_p2p_barrier()
 check_new_group()
 check_extras()
+check_refused()
 worst = check_ddp()
 print("rank %d of %d: collectives and DDP agree with gloo (largest DDP difference %g)"
       % (R, P, worst), flush=True)
