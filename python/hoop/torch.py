@@ -14,6 +14,8 @@ tensors ordered on torch's current stream (the section at the end).
 """
 import collections
 import datetime
+import functools
+import inspect
 import os
 import queue
 import random
@@ -179,6 +181,9 @@ class _Work(_WorkBase):
         self._error = None
         self._profiled = None
         self._any = None  # a receive from any source: its hoop Request, which knows the sender
+        # Waits (or future takings) expected before the group may let go of this Work: torch 2.x's
+        # functional collectives wait for a coalesced call's Work once per output tensor, from C++.
+        self._holds = 1
 
     def wait(self, timeout=None):
         try:
@@ -267,6 +272,9 @@ class _State:
 
     def consumed(self, work):
         with self.lock:
+            work._holds -= 1
+            if work._holds > 0:
+                return
             if id(work) in self.pending:
                 self.taken.add(id(work))
             else:
@@ -355,6 +363,8 @@ class ProcessGroupHoop(dist.ProcessGroup):
         self._store = store
         self._timeout = timeout if timeout is not None else datetime.timedelta(minutes=30)
         self._mb_seq = 0
+        self._group_name = None
+        self._group_desc = None
         self._state = _State(self._comm)
         weakref.finalize(self, self._state.close)
 
@@ -366,8 +376,35 @@ class ProcessGroupHoop(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND_NAME
 
-    def _work(self, name, inputs, reqs, result, post=None, lane="coll"):
+    # torch >= 2.0 keeps a group's name and description in the group's backends, which a Python
+    # ProcessGroup has none of (its _set_group_name does nothing, and group_name raises "name not
+    # set"): the group keeps them itself. torch names every group it makes, and DeviceMesh,
+    # DTensor and the functional collectives find groups by that name. The camel-case methods are
+    # what torch 2.x's C++ side calls (through its Python trampoline); the others are the Python
+    # names.
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupName(self):
+        if self._group_name is None:
+            raise RuntimeError("hoop backend: this process group has no name yet (torch names "
+                               "the groups that init_process_group and new_group make)")
+        return self._group_name
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return self._group_desc if self._group_desc is not None else ""
+
+    _set_group_name = setGroupName
+    _set_group_desc = setGroupDesc
+    group_name = property(getGroupName)
+    group_desc = property(getGroupDesc)
+
+    def _work(self, name, inputs, reqs, result, post=None, lane="coll", holds=1):
         work = _Work(self._state, result)
+        work._holds = max(1, holds)
         if torch.autograd._profiler_enabled():
             # As gloo's "gloo:all_reduce": an event from the call to the completion (on the
             # lane's thread, so the profiler shows it as asynchronous), with the input shapes.
@@ -461,7 +498,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         flat = _flat(tensors)
         req = self._comm.iallreduce(flat, None, op)
         return self._work("all_reduce", tensors, [req], list(tensors),
-                          _copy_out(flat, tensors))
+                          _copy_out(flat, tensors), holds=len(tensors))
 
     def broadcast(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
@@ -562,6 +599,44 @@ class ProcessGroupHoop(dist.ProcessGroup):
         _check(output, "reduce_scatter_tensor", out=True)
         req = self._comm.ireduce_scatter(input, output, _reduce_op(opts))
         return self._work("reduce_scatter_tensor", [input], [req], [output])
+
+    def _pairs(self, outputs, inputs, what, factor, op=None):
+        """Checks the (output, input) pairs of a coalesced call: output i holds factor times the
+        elements of input i (factor size, or 1/size)."""
+        outputs, inputs = list(outputs), list(inputs)
+        if len(outputs) != len(inputs):
+            raise ValueError("hoop backend: %s got %d outputs for %d inputs"
+                             % (what, len(outputs), len(inputs)))
+        n = self.size()
+        for o, i in zip(outputs, inputs):
+            _check(i, what)
+            _check(o, what, out=True)
+            want = i.numel() * n if factor == "size" else i.numel() // n
+            if o.dtype != i.dtype or o.numel() != want or \
+                    (factor != "size" and i.numel() % n):
+                raise ValueError("hoop backend: %s: an output of %s x %d for an input of %s x %d "
+                                 "(%s)" % (what, o.dtype, o.numel(), i.dtype, i.numel(),
+                                           "the output holds every rank's input"
+                                           if factor == "size" else
+                                           "the input holds one output per rank"))
+        return outputs, inputs
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """outputs[i] receives every rank's inputs[i], in rank order (torch >= 2.0's functional
+        all_gather_tensor calls this from C++)."""
+        outputs, inputs = self._pairs(outputs, inputs, "allgather_into_tensor_coalesced", "size")
+        reqs = [self._comm.iallgather(i, o) for o, i in zip(outputs, inputs)]
+        return self._work("all_gather_into_tensor_coalesced", inputs, reqs, outputs,
+                          holds=len(outputs))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """outputs[i] receives block `rank` of the reduction of inputs[i] (torch >= 2.0's
+        functional reduce_scatter_tensor calls this from C++)."""
+        op = _reduce_op(opts)
+        outputs, inputs = self._pairs(outputs, inputs, "reduce_scatter_tensor_coalesced", "part")
+        reqs = [self._comm.ireduce_scatter(i, o, op) for o, i in zip(outputs, inputs)]
+        return self._work("reduce_scatter_tensor_coalesced", inputs, reqs, outputs,
+                          holds=len(outputs))
 
     def _alltoall_p2p(self, outs, ins):
         """All-to-all of blocks of different sizes, as one send and one receive per peer."""
@@ -737,10 +812,42 @@ def _register():
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}) or \
             hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create)
+    # torch >= 2.0 asks which devices a backend serves (and warns at every registration that
+    # does not say); torch 1.13 has no such argument.
+    try:
+        takes_devices = "devices" in inspect.signature(dist.Backend.register_backend).parameters
+    except (TypeError, ValueError):
+        takes_devices = False
+    if takes_devices:
+        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+    else:
+        dist.Backend.register_backend(BACKEND_NAME, _create)
+
+
+def _route_monitored_barrier():
+    """torch.distributed.monitored_barrier refuses every backend but gloo before it looks at the
+    group: a hoop group's call goes to hoop's own (monitored_barrier above), any other to torch's.
+    Code that took the function before hoop.torch was imported keeps torch's."""
+    original = dist.distributed_c10d.monitored_barrier
+    if getattr(original, "_hoop_route", False):
+        return
+
+    @functools.wraps(original)
+    def routed(group=None, timeout=None, wait_all_ranks=False):
+        c10d = dist.distributed_c10d
+        if group is None or not c10d._rank_not_in_group(group):
+            pg = group if group is not None else c10d._get_default_group()
+            if isinstance(pg, ProcessGroupHoop):
+                return monitored_barrier(pg, timeout, wait_all_ranks)
+        return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+    routed._hoop_route = True
+    dist.distributed_c10d.monitored_barrier = routed
+    dist.monitored_barrier = routed
 
 
 _register()
+_route_monitored_barrier()
 
 
 # ---- CUDA tensors --------------------------------------------------------------------------
@@ -760,7 +867,6 @@ _register()
 # (the call names the dtype); libhoop itself tells device memory by the address.
 
 import ctypes as _ctypes  # noqa: E402 - used by this section only
-import functools  # noqa: E402
 
 
 class _DevicePtr:
