@@ -6,11 +6,13 @@
 Every operation is posted to hoop as a nonblocking call at once and returns a Work backed by a
 torch Future; a completion thread per lane (collectives; sends to / receives from each peer, which
 complete in their own order) waits for hoop's requests and completes the futures, so that
-DistributedDataParallel overlaps its all-reduces with the backward pass. A failed operation
-raises from Work.wait() (and from the future). destroy_process_group(), or the end of the process,
-with operations still pending fails them (hoop.AbortedError) rather than waiting for them: one
-that no peer matches would otherwise hold it for the group's timeout. CPU tensors, and CUDA
-tensors ordered on torch's current stream (the section at the end).
+DistributedDataParallel overlaps its all-reduces with the backward pass. The futures' callbacks
+run in that thread in posting order; one that waits for a later operation keeps its lane going
+(_State). A failed operation raises from Work.wait() (and from the future).
+destroy_process_group(), or the end of the process, with operations still pending fails them
+(hoop.AbortedError) rather than waiting for them: one that no peer matches would otherwise hold
+it for the group's timeout. CPU tensors, and CUDA tensors ordered on torch's current stream (the
+section at the end).
 """
 import collections
 import datetime
@@ -136,32 +138,41 @@ def _timeout_error(err):
     return new
 
 
-def _lane_loop(state, q):
-    while True:
-        item = q.get()
-        if item is None:
-            return
-        work, reqs, post = item
-        err = None
-        for r in reqs:  # every request is waited, even after a failure, to free it
-            try:
-                r.wait()
-            except BaseException as e:
-                err = err or e
-        if err is None and post is not None:
-            try:
-                post()
-            except BaseException as e:
-                err = e
-        if isinstance(err, _hoop.TimeoutError):
-            err = _timeout_error(err)
-        work._error = err
-        state.completed(work)
-        if err is None:
-            work._fut.set_result(work._result)
-        else:
-            work._fut.set_exception(err)
-        del item, work, reqs, post
+def _finish(work, reqs, post):
+    """Waits for an operation's hoop requests and runs its copy-out; returns its error or None."""
+    err = None
+    for r in reqs:  # every request is waited, even after a failure, to free it
+        try:
+            r.wait()
+        except BaseException as e:
+            err = err or e
+    if err is None and post is not None:
+        try:
+            post()
+        except BaseException as e:
+            err = e
+    if isinstance(err, _hoop.TimeoutError):
+        err = _timeout_error(err)
+    return err
+
+
+class _Lane:
+    """Operations that complete in posting order: the group's collectives, or the sends to (the
+    receives from) one peer. One thread at a time drives a lane: it waits for each operation in
+    turn and completes its future, which runs the future's callbacks in that thread."""
+
+    def __init__(self, name):
+        self.name = name
+        self.q = queue.SimpleQueue()  # (work, reqs, post); None ends the lane
+        self.lock = threading.Lock()
+        self.driver = None  # the ident of the thread driving the lane
+        self.busy_since = None  # when the driver entered a future's callbacks (None: not in any)
+        self.marked = None  # the previous operation's Work._marked
+        self.ended = threading.Event()
+
+
+# The lane this thread drives while it runs a future's callbacks (see _State.help).
+_DRIVING = threading.local()
 
 
 class _Work(_WorkBase):
@@ -176,7 +187,8 @@ class _Work(_WorkBase):
     def __init__(self, state, result):
         super().__init__()
         self._state = state
-        self._fut = torch.futures.Future()
+        self._fut = _Future()
+        self._fut._hoop_state = state
         self._result = result
         self._error = None
         self._profiled = None
@@ -184,10 +196,14 @@ class _Work(_WorkBase):
         # Waits (or future takings) expected before the group may let go of this Work: torch 2.x's
         # functional collectives wait for a coalesced call's Work once per output tensor, from C++.
         self._holds = 1
+        # Set once the future is complete, before any callback of the caller's runs (this one
+        # is the first the future has): the next operation of the lane completes after it.
+        self._marked = threading.Event()
+        self._fut.add_done_callback(_Marker(self._marked))
 
     def wait(self, timeout=None):
         try:
-            self._fut.wait()  # raises the operation's error
+            self._fut.wait()  # raises the operation's error (and keeps a callback's lane going)
         finally:
             if self._profiled is not None:
                 self._profiled.wait()  # the profiler's event has ended too
@@ -224,18 +240,55 @@ class _Work(_WorkBase):
         pass
 
 
+class _Marker:
+    """A future's done callback that sets an event (a class, so that it holds nothing else)."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event):
+        self.event = event
+
+    def __call__(self, _fut):
+        self.event.set()
+
+
+class _Future(torch.futures.Future):
+    """A Work's future: wait() from a callback of this group's futures keeps the callback's lane
+    going (_State.help) instead of waiting for itself."""
+
+    def wait(self):
+        state = getattr(self, "_hoop_state", None)
+        if state is not None and not self.done():
+            state.help(self)
+        return super().wait()
+
+
 class _State:
     """What the completion threads need; apart from the process group so that dropping the group
-    ends them."""
+    ends them.
+
+    torch runs a future's callbacks in the thread that completes it, so a lane's callbacks run in
+    its driver thread, one after the other in posting order (so that callbacks which post
+    collectives post them in the same order on every rank). A callback may post another
+    operation and wait for it there (DDP's PowerSGD hook does): such a wait, through a Work or a
+    future of this backend, drives the lane itself until what it waits for is complete (help).
+    A callback that blocks in a way the backend cannot see (a wait inside torch's C++) for longer
+    than TAKEOVER_S while its lane has operations queued loses the lane to a new driver thread
+    (the watchdog), so the lane never waits for its own callbacks; the callbacks of the two then
+    run at the same time, as on gloo's worker threads."""
 
     # Completed Works nobody has waited for yet, kept in case a C++ holder still waits for them.
     KEEP_COMPLETED = 1024
+    TAKEOVER_S = 0.5
+    WATCH_S = 0.1
 
     def __init__(self, comm):
         self.comm = comm
         self.lock = threading.Lock()
         self.lanes = {}
         self.closed = False
+        self.watching = threading.Event()  # set: the watchdog ends
+        self.watchdog = None
         self.pending = {}  # id -> Work, posted and not completed
         self.done = collections.OrderedDict()  # id -> Work, completed and not consumed
         self.taken = set()  # ids consumed before they completed
@@ -248,17 +301,111 @@ class _State:
                     raise RuntimeError("hoop backend: the process group was destroyed")
                 lane = self.lanes.get(key)
                 if lane is None:
-                    q = queue.SimpleQueue()
-                    th = threading.Thread(target=_lane_loop, args=(self, q), daemon=True,
-                                          name="hoop-%s" % (key,))
-                    th.start()
-                    lane = self.lanes[key] = (q, th)
-        return lane[0]
+                    if self.watchdog is None:
+                        self.watchdog = threading.Thread(target=self._watch, daemon=True,
+                                                         name="hoop-watch")
+                        self.watchdog.start()
+                    lane = _Lane("%s" % (key,))
+                    self._drive_in_new_thread(lane)
+                    self.lanes[key] = lane
+        return lane
+
+    def _drive_in_new_thread(self, lane):
+        th = threading.Thread(target=self._drive, args=(lane,), daemon=True,
+                              name="hoop-%s" % lane.name)
+        with lane.lock:
+            lane.driver = None
+        th.start()
+
+    def _drive(self, lane):
+        me = threading.get_ident()
+        with lane.lock:
+            if lane.driver is not None:
+                return
+            lane.driver = me
+        while True:
+            item = lane.q.get()
+            if item is None:
+                lane.ended.set()
+                return
+            if not self._complete(lane, item, me):
+                return  # the watchdog gave the lane to another thread
+
+    def _complete(self, lane, item, me):
+        """Completes one operation of the lane in this thread, its driver; False when the lane
+        was taken over while the future's callbacks ran."""
+        work, reqs, post = item
+        del item
+        work._error = _finish(work, reqs, post)
+        with lane.lock:
+            prev, lane.marked = lane.marked, work._marked
+        if prev is not None:
+            prev.wait()  # after a takeover: the one before is complete
+        self.completed(work)
+        outer = getattr(_DRIVING, "lane", None)
+        _DRIVING.lane = lane
+        with lane.lock:
+            lane.busy_since = time.monotonic()
+        try:
+            if work._error is None:
+                work._fut.set_result(work._result)
+            else:
+                work._fut.set_exception(work._error)
+        finally:
+            work._marked.set()  # even if completing raised: the lane goes on
+            _DRIVING.lane = outer
+            with lane.lock:
+                mine = lane.driver == me
+                if mine:
+                    lane.busy_since = None
+        return mine
+
+    def help(self, fut):
+        """Called before a wait for fut: in a callback that runs in a lane's driver, the lane's
+        next operations are completed here (their callbacks nested in this one) until fut is
+        complete; anywhere else, nothing."""
+        lane = getattr(_DRIVING, "lane", None)
+        if lane is None:
+            return
+        me = threading.get_ident()
+        with lane.lock:
+            if lane.driver != me:
+                return
+            since, lane.busy_since = lane.busy_since, None  # not stuck: it drives
+        try:
+            while not fut.done():
+                try:
+                    item = lane.q.get(timeout=0.002)
+                except queue.Empty:
+                    continue  # fut is on another lane: its driver completes it
+                if item is None:
+                    lane.q.put(None)  # the lane ends once this callback has returned
+                    return
+                if not self._complete(lane, item, me):
+                    return
+                with lane.lock:
+                    lane.busy_since = None
+        finally:
+            with lane.lock:
+                if lane.driver == me:
+                    lane.busy_since = since
+
+    def _watch(self):
+        while not self.watching.wait(self.WATCH_S):
+            now = time.monotonic()
+            for lane in list(self.lanes.values()):
+                with lane.lock:
+                    stuck = lane.busy_since is not None and \
+                        now - lane.busy_since > self.TAKEOVER_S and not lane.q.empty()
+                    if stuck:
+                        lane.busy_since = None
+                if stuck:
+                    self._drive_in_new_thread(lane)
 
     def submit(self, work, reqs, post, lane):
         with self.lock:
             self.pending[id(work)] = work
-        self.lane(lane).put((work, reqs, post))
+        self.lane(lane).q.put((work, reqs, post))
 
     def completed(self, work):
         with self.lock:
@@ -292,10 +439,13 @@ class _State:
             # destroy_process_group() or at exit), for the group's timeout, 30 minutes by
             # default: fail what is left, as destroying a hoop communicator does.
             self.comm._abort_pending()
-        for q, _ in lanes:  # the lanes finish what they hold, failed or not, and end
-            q.put(None)
-        for _, th in lanes:
-            th.join()
+        for lane in lanes:  # the lanes finish what they hold, failed or not, and end
+            lane.q.put(None)
+        me = getattr(_DRIVING, "lane", None)
+        for lane in lanes:
+            if lane is not me:  # a callback that destroys its own group: its lane ends later
+                lane.ended.wait()
+        self.watching.set()
         with self.lock:
             self.done.clear()
         self.comm.destroy()

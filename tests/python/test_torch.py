@@ -438,6 +438,62 @@ def check_ddp():
     return worst
 
 
+def train_hook(group, hook, state, steps=5):
+    """A DDP run with a communication hook, as train() but smaller: the same on every group."""
+    torch.manual_seed(4321)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.ReLU(), torch.nn.Linear(24, 3))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    ddp.register_comm_hook(state(group) if state else group, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(55 + R)
+    for _ in range(steps):
+        x, y = torch.randn(8, 12, generator=g), torch.randint(0, 3, (8,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def check_hooks():
+    """DDP's PowerSGD hook, whose callbacks post all-reduces and wait for them in the thread that
+    completes the future (a thread of the backend), against gloo; and chains of callbacks that do
+    the same by hand."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    def powersgd(group):
+        return powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                           start_powerSGD_iter=2, random_seed=0)
+
+    for name, hook, state in (("allreduce", default_hooks.allreduce_hook, None),
+                              ("PowerSGD", powerSGD_hook.powerSGD_hook, powersgd)):
+        h, g = train_hook(HOOP, hook, state), train_hook(GLOO, hook, state)
+        for a, b in zip(h, g):
+            if P <= 2:
+                same(a, b, "DDP with the %s hook, hoop against gloo" % name)
+            else:  # up to 4 addends in different orders
+                expect(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
+                       "DDP with the %s hook differs from gloo's" % name)
+    salt[0] += 1
+    inputs = [data(r, 6, torch.float32) for r in range(P)]
+    total = ref_reduce(inputs, "sum")
+
+    def again(fut):  # in the completing thread: another all-reduce, waited there
+        return dist.all_reduce(fut.value()[0] * 2, async_op=True).get_future().wait()
+
+    if R == 0:
+        time.sleep(0.3)  # elsewhere the callbacks are chained before the future completes
+    t = inputs[R].clone()
+    got = dist.all_reduce(t, async_op=True).get_future().then(again).then(again).wait()[0]
+    same(got, total * (2 * P) ** 2, "a chain of callbacks that all-reduce again")
+    t2, t3 = inputs[R].clone(), inputs[R].clone() + 1
+    if R == 0:
+        time.sleep(0.3)
+    w2 = dist.all_reduce(t2, async_op=True)
+    w3 = dist.all_reduce(t3, async_op=True)
+    got = w2.get_future().then(lambda f: w3.wait() and f.value()[0] + t3).wait()
+    same(got, total * 2 + P, "a callback that waits for a collective posted after its own")
+
+
 def check_refused():
     """Tensors the backend cannot serve raise before anything moves, on every rank alike, and
     leave the group usable: an expand()ed tensor to write into (its elements share memory), a
@@ -525,6 +581,7 @@ check_new_group()
 check_extras()
 check_refused()
 worst = check_ddp()
+check_hooks()
 print("rank %d of %d: collectives and DDP agree with gloo (largest DDP difference %g)"
       % (R, P, worst), flush=True)
 check_failures()
