@@ -167,7 +167,8 @@ class _Lane:
         self.lock = threading.Lock()
         self.driver = None  # the ident of the thread driving the lane
         self.busy_since = None  # when the driver entered a future's callbacks (None: not in any)
-        self.marked = None  # the previous operation's Work._marked
+        self.current = None  # the Work whose future the driver is completing
+        self.after = None  # after a takeover: the Work the new driver's first must follow
         self.ended = threading.Event()
 
 
@@ -196,10 +197,6 @@ class _Work(_WorkBase):
         # Waits (or future takings) expected before the group may let go of this Work: torch 2.x's
         # functional collectives wait for a coalesced call's Work once per output tensor, from C++.
         self._holds = 1
-        # Set once the future is complete, before any callback of the caller's runs (this one
-        # is the first the future has): the next operation of the lane completes after it.
-        self._marked = threading.Event()
-        self._fut.add_done_callback(_Marker(self._marked))
 
     def wait(self, timeout=None):
         try:
@@ -238,18 +235,6 @@ class _Work(_WorkBase):
 
     def synchronize(self):
         pass
-
-
-class _Marker:
-    """A future's done callback that sets an event (a class, so that it holds nothing else)."""
-
-    __slots__ = ("event",)
-
-    def __init__(self, event):
-        self.event = event
-
-    def __call__(self, _fut):
-        self.event.set()
 
 
 class _Future(torch.futures.Future):
@@ -311,11 +296,8 @@ class _State:
         return lane
 
     def _drive_in_new_thread(self, lane):
-        th = threading.Thread(target=self._drive, args=(lane,), daemon=True,
-                              name="hoop-%s" % lane.name)
-        with lane.lock:
-            lane.driver = None
-        th.start()
+        threading.Thread(target=self._drive, args=(lane,), daemon=True,
+                         name="hoop-%s" % lane.name).start()
 
     def _drive(self, lane):
         me = threading.get_ident()
@@ -337,27 +319,28 @@ class _State:
         work, reqs, post = item
         del item
         work._error = _finish(work, reqs, post)
-        with lane.lock:
-            prev, lane.marked = lane.marked, work._marked
-        if prev is not None:
-            prev.wait()  # after a takeover: the one before is complete
+        after = lane.after
+        if after is not None:  # the first after a takeover: in posting order all the same
+            lane.after = None
+            while not after._fut.done():  # its set_result marks it before any callback runs
+                time.sleep(0.001)
         self.completed(work)
         outer = getattr(_DRIVING, "lane", None)
         _DRIVING.lane = lane
-        with lane.lock:
-            lane.busy_since = time.monotonic()
+        lane.current = work
+        lane.busy_since = time.monotonic()
         try:
             if work._error is None:
                 work._fut.set_result(work._result)
             else:
                 work._fut.set_exception(work._error)
         finally:
-            work._marked.set()  # even if completing raised: the lane goes on
             _DRIVING.lane = outer
             with lane.lock:
                 mine = lane.driver == me
                 if mine:
                     lane.busy_since = None
+                    lane.current = None
         return mine
 
     def help(self, fut):
@@ -397,8 +380,9 @@ class _State:
                 with lane.lock:
                     stuck = lane.busy_since is not None and \
                         now - lane.busy_since > self.TAKEOVER_S and not lane.q.empty()
-                    if stuck:
-                        lane.busy_since = None
+                    if stuck:  # the old driver stops driving when its callbacks return
+                        lane.busy_since, lane.driver = None, None
+                        lane.after, lane.current = lane.current, None
                 if stuck:
                     self._drive_in_new_thread(lane)
 

@@ -492,6 +492,15 @@ def check_hooks():
     w3 = dist.all_reduce(t3, async_op=True)
     got = w2.get_future().then(lambda f: w3.wait() and f.value()[0] + t3).wait()
     same(got, total * 2 + P, "a callback that waits for a collective posted after its own")
+    # The same wait inside torch's C++, which the backend cannot see: its lane goes on all the same.
+    t4, t5 = inputs[R].clone(), inputs[R].clone() * 3
+    if R == 0:
+        time.sleep(0.3)
+    w4 = dist.all_reduce(t4, async_op=True)
+    w5 = dist.all_reduce(t5, async_op=True)
+    got = w4.get_future().then(
+        lambda f: torch.futures.wait_all([w5.get_future()])[0][0] + f.value()[0]).wait()
+    same(got, total * 4, "a callback waiting in torch.futures.wait_all for a later collective")
 
 
 def check_refused():

@@ -452,7 +452,16 @@ def future_chains():
     same(got2, sum(data(r, (3,), 23) for r in range(P)) + sum(data(r, (3,), 24)
                                                               for r in range(P)),
          "a callback waiting for a later collective")
-    return {"chain": got, "later": got2}
+    # The same wait inside torch's C++ (torch.futures.wait_all), which the backend cannot see.
+    t4, t5 = data(R, (3,), 26), data(R, (3,), 27)
+    late()
+    w4 = dist.all_reduce(t4, async_op=True)
+    w5 = dist.all_reduce(t5, async_op=True)
+    got3 = w4.get_future().then(
+        lambda f: torch.futures.wait_all([w5.get_future()])[0][0] + f.value()[0]).wait()
+    same(got3, sum(data(r, (3,), 26) + data(r, (3,), 27) for r in range(P)),
+         "a callback waiting in torch.futures.wait_all for a later collective")
+    return {"chain": got, "later": got2, "wait_all": got3}
 
 
 @case(world=(2, 4), gloo=False)
