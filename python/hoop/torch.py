@@ -857,12 +857,13 @@ class ProcessGroupHoop(dist.ProcessGroup):
         """A barrier that names the ranks that did not arrive: rank 0 waits for every other rank
         to check in (through the group's store, so the communicator stays usable whatever
         happens; store.add(key, 0) reads a count without blocking), up to timeout (seconds or a
-        timedelta; the group's timeout by default), then tells each rank the outcome. Raises MonitoredBarrierError on every rank that took part
-        when one is missing: rank 0 names the first one missing (all of them with
-        wait_all_ranks=True), the others say that rank 0 reported a failure or never answered.
-        The phrases are gloo's ("Rank 1 failed to pass monitoredBarrier"), so that code matching
-        them works with either backend. Calls are counted per group: after a failure the ranks
-        that were missing are a call behind."""
+        timedelta; the group's timeout by default), then tells each rank the outcome (and when all
+        came, returns once each has read it: its process may hold the store). Raises
+        MonitoredBarrierError on every rank that took part when one is missing: rank 0 names the
+        first one missing (all of them with wait_all_ranks=True), the others say that rank 0
+        reported a failure or never answered. The phrases are gloo's ("Rank 1 failed to pass
+        monitoredBarrier"), so that code matching them works with either backend. Calls are
+        counted per group: after a failure the ranks that were missing are a call behind."""
         if timeout is None:
             timeout = self._timeout
         secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else \
@@ -883,6 +884,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
                         % (me, ms, self._mb_seq), [0])
                 time.sleep(0.005)
             verdict = store.get(key + "result").decode()
+            store.add(key + "read", 1)  # rank 0, whose process may hold the store, may go
             if verdict != "ok":
                 raise MonitoredBarrierError(
                     "hoop backend: Rank %d successfully reached monitoredBarrier, but received "
@@ -899,6 +901,11 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if not missing:
             store.set(key + "result", "ok")
             store.add(key + "answered", 1)
+            # Rank 0's process often holds the store (torch's TCPStore under env://): leaving
+            # before every rank has read the outcome would fail their barrier.
+            until = max(deadline, time.monotonic() + 5.0)
+            while store.add(key + "read", 0) < n - 1 and time.monotonic() < until:
+                time.sleep(0.005)
             return
         named = missing if wait_all_ranks else missing[:1]
         if secs <= 0:
