@@ -56,6 +56,18 @@ def _dist_info(p):
     return "%s-%s.dist-info" % (p["name"], p["version"])
 
 
+def _entry_points(p):
+    """entry_points.txt of the [project.entry-points] tables, or None."""
+    groups = p.get("entry-points", {})
+    if not groups:
+        return None
+    text = ""
+    for group, points in sorted(groups.items()):
+        text += "[%s]\n" % group + "".join("%s = %s\n" % kv for kv in sorted(points.items()))
+        text += "\n"
+    return text.encode("utf-8")
+
+
 def _wheel(directory, files):
     """Writes a py3-none-any wheel of files ((archive path, bytes) pairs) plus its dist-info."""
     p, meta = _metadata()
@@ -65,6 +77,9 @@ def _wheel(directory, files):
         (info + "/WHEEL", b"Wheel-Version: 1.0\nGenerator: hoop_backend\nRoot-Is-Purelib: true\n"
                           b"Tag: py3-none-any\n"),
     ]
+    entry_points = _entry_points(p)
+    if entry_points:
+        files.append((info + "/entry_points.txt", entry_points))
     record = []
     name = "%s-%s-py3-none-any.whl" % (p["name"], p["version"])
     with zipfile.ZipFile(os.path.join(directory, name), "w", zipfile.ZIP_DEFLATED) as z:

@@ -103,6 +103,15 @@ def _from_tensor(obj, name, writable, dtype):
     if dt is None:
         _fail(name, "dtype %s is not supported (float32, float64, float16, bfloat16, int8, "
               "uint8, int32, uint32, int64, uint64)" % (obj.dtype,))
+    layout = getattr(obj, "layout", None)
+    if layout is not None and str(layout) != "torch.strided":
+        _fail(name, "a %s tensor: hoop takes dense (strided) tensors" % str(layout)[6:])
+    # A result written into elements that share memory (an expand()ed tensor's) cannot be kept,
+    # and torch would refuse the copy back only after the call had moved the data.
+    if writable and any(st == 0 and n > 1 for n, st in zip(obj.shape, obj.stride())):
+        _fail(name, "receives a result but its elements share memory (an expand()ed tensor, "
+              "shape %s, strides %s); pass a tensor of its own, e.g. a clone()"
+              % (list(obj.shape), list(obj.stride())))
     # Detached views share the memory; copies made from them stay out of autograd's graph.
     t = obj.detach() if hasattr(obj, "detach") else obj
     back = None

@@ -6,14 +6,18 @@
 Every operation is posted to hoop as a nonblocking call at once and returns a Work backed by a
 torch Future; a completion thread per lane (collectives; sends to / receives from each peer, which
 complete in their own order) waits for hoop's requests and completes the futures, so that
-DistributedDataParallel overlaps its all-reduces with the backward pass. A failed operation
-raises from Work.wait() (and from the future). destroy_process_group(), or the end of the process,
-with operations still pending fails them (hoop.AbortedError) rather than waiting for them: one
-that no peer matches would otherwise hold it for the group's timeout. CPU tensors, and CUDA
-tensors ordered on torch's current stream (the section at the end).
+DistributedDataParallel overlaps its all-reduces with the backward pass. The futures' callbacks
+run in that thread in posting order; one that waits for a later operation keeps its lane going
+(_State). A failed operation raises from Work.wait() (and from the future).
+destroy_process_group(), or the end of the process, with operations still pending fails them
+(hoop.AbortedError) rather than waiting for them: one that no peer matches would otherwise hold
+it for the group's timeout. CPU tensors, and CUDA tensors ordered on torch's current stream (the
+section at the end).
 """
 import collections
 import datetime
+import functools
+import inspect
 import os
 import queue
 import random
@@ -52,7 +56,25 @@ def _reduce_op(opts):
                      % (op,))
 
 
-def _check(t, what):
+def _overlaps(t):
+    """Whether elements of t may share memory (an expand()ed tensor's do): a result written into
+    it cannot be kept, and torch refuses the copy back only after the call has moved data."""
+    known = torch._debug_has_internal_overlap(t)  # 0 no, 1 yes, 2 too hard for torch to tell
+    if known != 2:
+        return known == 1
+    # A layout where each dimension's stride steps over everything the smaller strides span
+    # cannot overlap; anything else is treated as overlapping.
+    span = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
+        if stride < span:
+            return True
+        span += stride * (size - 1)
+    return False
+
+
+def _check(t, what, out=False):
+    """t, if the CPU path can serve it (out: the call writes into it); raises before any data
+    moves otherwise."""
     if not isinstance(t, torch.Tensor):
         raise TypeError("hoop backend: %s expects tensors, got %s" % (what, type(t).__name__))
     if t.device.type != "cpu":
@@ -65,24 +87,29 @@ def _check(t, what):
     if t.dtype not in _DTYPES:
         raise TypeError("hoop backend: %s got dtype %s (supported: float32, float64, float16, "
                         "bfloat16, int8, uint8, int32, int64)" % (what, t.dtype))
+    if out and _overlaps(t):
+        raise ValueError("hoop backend: %s would write its result into a tensor whose elements "
+                         "share memory (an expand()ed view, shape %s, strides %s); give it a "
+                         "tensor of its own, e.g. a clone()" % (what, list(t.shape),
+                                                                list(t.stride())))
     return t
 
 
-def _one(tensors, what):
+def _one(tensors, what, out=False):
     if isinstance(tensors, torch.Tensor):
-        return _check(tensors, what)
+        return _check(tensors, what, out)
     if len(tensors) != 1:
         raise ValueError("hoop backend: %s takes one tensor per process, got %d" %
                          (what, len(tensors)))
-    return _check(tensors[0], what)
+    return _check(tensors[0], what, out)
 
 
-def _same_shapes(ts, ref, n, what):
+def _same_shapes(ts, ref, n, what, out=False):
     if len(ts) != n:
         raise ValueError("hoop backend: %s needs %d tensors (one per rank), got %d"
                          % (what, n, len(ts)))
     for t in ts:
-        _check(t, what)
+        _check(t, what, out)
         if t.dtype != ref.dtype or t.numel() != ref.numel():
             raise ValueError("hoop backend: %s tensors differ in dtype or size (%s x %d against "
                              "%s x %d)" % (what, t.dtype, t.numel(), ref.dtype, ref.numel()))
@@ -111,32 +138,42 @@ def _timeout_error(err):
     return new
 
 
-def _lane_loop(state, q):
-    while True:
-        item = q.get()
-        if item is None:
-            return
-        work, reqs, post = item
-        err = None
-        for r in reqs:  # every request is waited, even after a failure, to free it
-            try:
-                r.wait()
-            except BaseException as e:
-                err = err or e
-        if err is None and post is not None:
-            try:
-                post()
-            except BaseException as e:
-                err = e
-        if isinstance(err, _hoop.TimeoutError):
-            err = _timeout_error(err)
-        work._error = err
-        state.completed(work)
-        if err is None:
-            work._fut.set_result(work._result)
-        else:
-            work._fut.set_exception(err)
-        del item, work, reqs, post
+def _finish(work, reqs, post):
+    """Waits for an operation's hoop requests and runs its copy-out; returns its error or None."""
+    err = None
+    for r in reqs:  # every request is waited, even after a failure, to free it
+        try:
+            r.wait()
+        except BaseException as e:
+            err = err or e
+    if err is None and post is not None:
+        try:
+            post()
+        except BaseException as e:
+            err = e
+    if isinstance(err, _hoop.TimeoutError):
+        err = _timeout_error(err)
+    return err
+
+
+class _Lane:
+    """Operations that complete in posting order: the group's collectives, or the sends to (the
+    receives from) one peer. One thread at a time drives a lane: it waits for each operation in
+    turn and completes its future, which runs the future's callbacks in that thread."""
+
+    def __init__(self, name):
+        self.name = name
+        self.q = queue.SimpleQueue()  # (work, reqs, post); None ends the lane
+        self.lock = threading.Lock()
+        self.driver = None  # the ident of the thread driving the lane
+        self.busy_since = None  # when the driver entered a future's callbacks (None: not in any)
+        self.current = None  # the Work whose future the driver is completing
+        self.after = None  # after a takeover: the Work the new driver's first must follow
+        self.ended = threading.Event()
+
+
+# The lane this thread drives while it runs a future's callbacks (see _State.help).
+_DRIVING = threading.local()
 
 
 class _Work(_WorkBase):
@@ -151,15 +188,19 @@ class _Work(_WorkBase):
     def __init__(self, state, result):
         super().__init__()
         self._state = state
-        self._fut = torch.futures.Future()
+        self._fut = _Future()
+        self._fut._hoop_state = state
         self._result = result
         self._error = None
         self._profiled = None
         self._any = None  # a receive from any source: its hoop Request, which knows the sender
+        # Waits (or future takings) expected before the group may let go of this Work: torch 2.x's
+        # functional collectives wait for a coalesced call's Work once per output tensor, from C++.
+        self._holds = 1
 
     def wait(self, timeout=None):
         try:
-            self._fut.wait()  # raises the operation's error
+            self._fut.wait()  # raises the operation's error (and keeps a callback's lane going)
         finally:
             if self._profiled is not None:
                 self._profiled.wait()  # the profiler's event has ended too
@@ -196,18 +237,43 @@ class _Work(_WorkBase):
         pass
 
 
+class _Future(torch.futures.Future):
+    """A Work's future: wait() from a callback of this group's futures keeps the callback's lane
+    going (_State.help) instead of waiting for itself."""
+
+    def wait(self):
+        state = getattr(self, "_hoop_state", None)
+        if state is not None and not self.done():
+            state.help(self)
+        return super().wait()
+
+
 class _State:
     """What the completion threads need; apart from the process group so that dropping the group
-    ends them."""
+    ends them.
+
+    torch runs a future's callbacks in the thread that completes it, so a lane's callbacks run in
+    its driver thread, one after the other in posting order (so that callbacks which post
+    collectives post them in the same order on every rank). A callback may post another
+    operation and wait for it there (DDP's PowerSGD hook does): such a wait, through a Work or a
+    future of this backend, drives the lane itself until what it waits for is complete (help).
+    A callback that blocks in a way the backend cannot see (a wait inside torch's C++) for longer
+    than TAKEOVER_S while its lane has operations queued loses the lane to a new driver thread
+    (the watchdog), so the lane never waits for its own callbacks; the callbacks of the two then
+    run at the same time, as on gloo's worker threads."""
 
     # Completed Works nobody has waited for yet, kept in case a C++ holder still waits for them.
     KEEP_COMPLETED = 1024
+    TAKEOVER_S = 0.5
+    WATCH_S = 0.1
 
     def __init__(self, comm):
         self.comm = comm
         self.lock = threading.Lock()
         self.lanes = {}
         self.closed = False
+        self.watching = threading.Event()  # set: the watchdog ends
+        self.watchdog = None
         self.pending = {}  # id -> Work, posted and not completed
         self.done = collections.OrderedDict()  # id -> Work, completed and not consumed
         self.taken = set()  # ids consumed before they completed
@@ -220,17 +286,110 @@ class _State:
                     raise RuntimeError("hoop backend: the process group was destroyed")
                 lane = self.lanes.get(key)
                 if lane is None:
-                    q = queue.SimpleQueue()
-                    th = threading.Thread(target=_lane_loop, args=(self, q), daemon=True,
-                                          name="hoop-%s" % (key,))
-                    th.start()
-                    lane = self.lanes[key] = (q, th)
-        return lane[0]
+                    if self.watchdog is None:
+                        self.watchdog = threading.Thread(target=self._watch, daemon=True,
+                                                         name="hoop-watch")
+                        self.watchdog.start()
+                    lane = _Lane("%s" % (key,))
+                    self._drive_in_new_thread(lane)
+                    self.lanes[key] = lane
+        return lane
+
+    def _drive_in_new_thread(self, lane):
+        threading.Thread(target=self._drive, args=(lane,), daemon=True,
+                         name="hoop-%s" % lane.name).start()
+
+    def _drive(self, lane):
+        me = threading.get_ident()
+        with lane.lock:
+            if lane.driver is not None:
+                return
+            lane.driver = me
+        while True:
+            item = lane.q.get()
+            if item is None:
+                lane.ended.set()
+                return
+            if not self._complete(lane, item, me):
+                return  # the watchdog gave the lane to another thread
+
+    def _complete(self, lane, item, me):
+        """Completes one operation of the lane in this thread, its driver; False when the lane
+        was taken over while the future's callbacks ran."""
+        work, reqs, post = item
+        del item
+        work._error = _finish(work, reqs, post)
+        after = lane.after
+        if after is not None:  # the first after a takeover: in posting order all the same
+            lane.after = None
+            while not after._fut.done():  # its set_result marks it before any callback runs
+                time.sleep(0.001)
+        self.completed(work)
+        outer = getattr(_DRIVING, "lane", None)
+        _DRIVING.lane = lane
+        lane.current = work
+        lane.busy_since = time.monotonic()
+        try:
+            if work._error is None:
+                work._fut.set_result(work._result)
+            else:
+                work._fut.set_exception(work._error)
+        finally:
+            _DRIVING.lane = outer
+            with lane.lock:
+                mine = lane.driver == me
+                if mine:
+                    lane.busy_since = None
+                    lane.current = None
+        return mine
+
+    def help(self, fut):
+        """Called before a wait for fut: in a callback that runs in a lane's driver, the lane's
+        next operations are completed here (their callbacks nested in this one) until fut is
+        complete; anywhere else, nothing."""
+        lane = getattr(_DRIVING, "lane", None)
+        if lane is None:
+            return
+        me = threading.get_ident()
+        with lane.lock:
+            if lane.driver != me:
+                return
+            since, lane.busy_since = lane.busy_since, None  # not stuck: it drives
+        try:
+            while not fut.done():
+                try:
+                    item = lane.q.get(timeout=0.002)
+                except queue.Empty:
+                    continue  # fut is on another lane: its driver completes it
+                if item is None:
+                    lane.q.put(None)  # the lane ends once this callback has returned
+                    return
+                if not self._complete(lane, item, me):
+                    return
+                with lane.lock:
+                    lane.busy_since = None
+        finally:
+            with lane.lock:
+                if lane.driver == me:
+                    lane.busy_since = since
+
+    def _watch(self):
+        while not self.watching.wait(self.WATCH_S):
+            now = time.monotonic()
+            for lane in list(self.lanes.values()):
+                with lane.lock:
+                    stuck = lane.busy_since is not None and \
+                        now - lane.busy_since > self.TAKEOVER_S and not lane.q.empty()
+                    if stuck:  # the old driver stops driving when its callbacks return
+                        lane.busy_since, lane.driver = None, None
+                        lane.after, lane.current = lane.current, None
+                if stuck:
+                    self._drive_in_new_thread(lane)
 
     def submit(self, work, reqs, post, lane):
         with self.lock:
             self.pending[id(work)] = work
-        self.lane(lane).put((work, reqs, post))
+        self.lane(lane).q.put((work, reqs, post))
 
     def completed(self, work):
         with self.lock:
@@ -244,6 +403,9 @@ class _State:
 
     def consumed(self, work):
         with self.lock:
+            work._holds -= 1
+            if work._holds > 0:
+                return
             if id(work) in self.pending:
                 self.taken.add(id(work))
             else:
@@ -261,10 +423,13 @@ class _State:
             # destroy_process_group() or at exit), for the group's timeout, 30 minutes by
             # default: fail what is left, as destroying a hoop communicator does.
             self.comm._abort_pending()
-        for q, _ in lanes:  # the lanes finish what they hold, failed or not, and end
-            q.put(None)
-        for _, th in lanes:
-            th.join()
+        for lane in lanes:  # the lanes finish what they hold, failed or not, and end
+            lane.q.put(None)
+        me = getattr(_DRIVING, "lane", None)
+        for lane in lanes:
+            if lane is not me:  # a callback that destroys its own group: its lane ends later
+                lane.ended.wait()
+        self.watching.set()
         with self.lock:
             self.done.clear()
         self.comm.destroy()
@@ -332,6 +497,8 @@ class ProcessGroupHoop(dist.ProcessGroup):
         self._store = store
         self._timeout = timeout if timeout is not None else datetime.timedelta(minutes=30)
         self._mb_seq = 0
+        self._group_name = None
+        self._group_desc = None
         self._state = _State(self._comm)
         weakref.finalize(self, self._state.close)
 
@@ -343,8 +510,35 @@ class ProcessGroupHoop(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND_NAME
 
-    def _work(self, name, inputs, reqs, result, post=None, lane="coll"):
+    # torch >= 2.0 keeps a group's name and description in the group's backends, which a Python
+    # ProcessGroup has none of (its _set_group_name does nothing, and group_name raises "name not
+    # set"): the group keeps them itself. torch names every group it makes, and DeviceMesh,
+    # DTensor and the functional collectives find groups by that name. The camel-case methods are
+    # what torch 2.x's C++ side calls (through its Python trampoline); the others are the Python
+    # names.
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupName(self):
+        if self._group_name is None:
+            raise RuntimeError("hoop backend: this process group has no name yet (torch names "
+                               "the groups that init_process_group and new_group make)")
+        return self._group_name
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return self._group_desc if self._group_desc is not None else ""
+
+    _set_group_name = setGroupName
+    _set_group_desc = setGroupDesc
+    group_name = property(getGroupName)
+    group_desc = property(getGroupDesc)
+
+    def _work(self, name, inputs, reqs, result, post=None, lane="coll", holds=1):
         work = _Work(self._state, result)
+        work._holds = max(1, holds)
         if torch.autograd._profiler_enabled():
             # As gloo's "gloo:all_reduce": an event from the call to the completion (on the
             # lane's thread, so the profiler shows it as asynchronous), with the input shapes.
@@ -360,10 +554,15 @@ class ProcessGroupHoop(dist.ProcessGroup):
             tensors = [tensors]
         op = _reduce_op(opts)
         if any(t.layout == torch.sparse_coo for t in tensors if isinstance(t, torch.Tensor)):
+            if any(not isinstance(t, torch.Tensor) or t.layout != torch.sparse_coo
+                   for t in tensors):
+                raise ValueError("hoop backend: allreduce mixes sparse and dense tensors")
             for t in tensors:
                 self._sparse_allreduce(t, op)
             return self._work("all_reduce", [t.coalesce() for t in tensors], [], list(tensors))
-        reqs = [self._comm.iallreduce(_check(t, "allreduce"), None, op) for t in tensors]
+        for t in tensors:  # every tensor before the first is posted
+            _check(t, "allreduce", out=True)
+        reqs = [self._comm.iallreduce(t, None, op) for t in tensors]
         return self._work("all_reduce", tensors, reqs, list(tensors))
 
     # Header of a sparse all-reduce: sparse dims, dense dims, dtype, op, nnz, the shape.
@@ -427,23 +626,25 @@ class ProcessGroupHoop(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts)
         for t in tensors:
-            _check(t, "allreduce_coalesced")
+            _check(t, "allreduce_coalesced", out=True)
             if t.dtype != tensors[0].dtype:
                 raise ValueError("hoop backend: allreduce_coalesced tensors differ in dtype")
         flat = _flat(tensors)
         req = self._comm.iallreduce(flat, None, op)
         return self._work("all_reduce", tensors, [req], list(tensors),
-                          _copy_out(flat, tensors))
+                          _copy_out(flat, tensors), holds=len(tensors))
 
     def broadcast(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         root = opts.rootRank if opts is not None else 0
-        reqs = [self._comm.ibroadcast(_check(t, "broadcast"), root) for t in tensors]
+        for t in tensors:
+            _check(t, "broadcast", out=True)
+        reqs = [self._comm.ibroadcast(t, root) for t in tensors]
         return self._work("broadcast", tensors, reqs, list(tensors))
 
     def reduce(self, tensors, opts=None):
-        t = _one(tensors, "reduce")
+        t = _one(tensors, "reduce", out=True)
         root = opts.rootRank if opts is not None else 0
         req = self._comm.ireduce(t, None, _reduce_op(opts), root)
         return self._work("reduce", [t], [req], [t])
@@ -453,7 +654,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if len(output_tensors) != 1:
             raise ValueError("hoop backend: allgather takes one output list per process")
         outs = output_tensors[0]
-        _same_shapes(outs, inp, self.size(), "allgather")
+        _same_shapes(outs, inp, self.size(), "allgather", out=True)
         flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
         req = self._comm.iallgather(inp, flat)
         return self._work("all_gather", [inp], [req], list(outs), _copy_out(flat, outs))
@@ -473,7 +674,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
                 raise ValueError("hoop backend: allgather_coalesced output lists need %d tensors "
                                  "(one per input), got %d" % (len(input_tensors), len(outs)))
             for o, t in zip(outs, input_tensors):
-                _check(o, "allgather_coalesced")
+                _check(o, "allgather_coalesced", out=True)
                 if o.dtype != t.dtype or o.numel() != t.numel():
                     raise ValueError("hoop backend: allgather_coalesced output %s x %d does not "
                                      "match input %s x %d" % (o.dtype, o.numel(), t.dtype,
@@ -489,7 +690,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         _check(input, "all_gather_into_tensor")
-        _check(output, "all_gather_into_tensor")
+        _check(output, "all_gather_into_tensor", out=True)
         req = self._comm.iallgather(input, output)
         return self._work("all_gather_into_tensor", [input], [req], [output])
 
@@ -501,13 +702,13 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if len(output_tensors) != 1:
             raise ValueError("hoop backend: gather takes one output list at the root")
         outs = output_tensors[0]
-        _same_shapes(outs, inp, self.size(), "gather")
+        _same_shapes(outs, inp, self.size(), "gather", out=True)
         flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype)
         req = self._comm.igather(inp, flat, root)
         return self._work("gather", [inp], [req], list(outs), _copy_out(flat, outs))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
-        out = _one(output_tensors, "scatter")
+        out = _one(output_tensors, "scatter", out=True)
         root = opts.rootRank if opts is not None else 0
         if self.rank() != root:
             return self._work("scatter", [out], [self._comm.iscatter(None, out, root)], [out])
@@ -519,7 +720,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         return self._work("scatter", [out], [req], [out])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        out = _one(output_tensors, "reduce_scatter")
+        out = _one(output_tensors, "reduce_scatter", out=True)
         if len(input_tensors) != 1:
             raise ValueError("hoop backend: reduce_scatter takes one input list per process")
         ins = input_tensors[0]
@@ -529,9 +730,47 @@ class ProcessGroupHoop(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         _check(input, "reduce_scatter_tensor")
-        _check(output, "reduce_scatter_tensor")
+        _check(output, "reduce_scatter_tensor", out=True)
         req = self._comm.ireduce_scatter(input, output, _reduce_op(opts))
         return self._work("reduce_scatter_tensor", [input], [req], [output])
+
+    def _pairs(self, outputs, inputs, what, factor, op=None):
+        """Checks the (output, input) pairs of a coalesced call: output i holds factor times the
+        elements of input i (factor size, or 1/size)."""
+        outputs, inputs = list(outputs), list(inputs)
+        if len(outputs) != len(inputs):
+            raise ValueError("hoop backend: %s got %d outputs for %d inputs"
+                             % (what, len(outputs), len(inputs)))
+        n = self.size()
+        for o, i in zip(outputs, inputs):
+            _check(i, what)
+            _check(o, what, out=True)
+            want = i.numel() * n if factor == "size" else i.numel() // n
+            if o.dtype != i.dtype or o.numel() != want or \
+                    (factor != "size" and i.numel() % n):
+                raise ValueError("hoop backend: %s: an output of %s x %d for an input of %s x %d "
+                                 "(%s)" % (what, o.dtype, o.numel(), i.dtype, i.numel(),
+                                           "the output holds every rank's input"
+                                           if factor == "size" else
+                                           "the input holds one output per rank"))
+        return outputs, inputs
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """outputs[i] receives every rank's inputs[i], in rank order (torch >= 2.0's functional
+        all_gather_tensor calls this from C++)."""
+        outputs, inputs = self._pairs(outputs, inputs, "allgather_into_tensor_coalesced", "size")
+        reqs = [self._comm.iallgather(i, o) for o, i in zip(outputs, inputs)]
+        return self._work("all_gather_into_tensor_coalesced", inputs, reqs, outputs,
+                          holds=len(outputs))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """outputs[i] receives block `rank` of the reduction of inputs[i] (torch >= 2.0's
+        functional reduce_scatter_tensor calls this from C++)."""
+        op = _reduce_op(opts)
+        outputs, inputs = self._pairs(outputs, inputs, "reduce_scatter_tensor_coalesced", "part")
+        reqs = [self._comm.ireduce_scatter(i, o, op) for o, i in zip(outputs, inputs)]
+        return self._work("reduce_scatter_tensor_coalesced", inputs, reqs, outputs,
+                          holds=len(outputs))
 
     def _alltoall_p2p(self, outs, ins):
         """All-to-all of blocks of different sizes, as one send and one receive per peer."""
@@ -550,8 +789,8 @@ class ProcessGroupHoop(dist.ProcessGroup):
         n = self.size()
         if len(output_tensor_list) != n or len(input_tensor_list) != n:
             raise ValueError("hoop backend: alltoall needs %d input and output tensors" % n)
-        for t in list(output_tensor_list) + list(input_tensor_list):
-            _check(t, "alltoall")
+        for i, t in enumerate(list(output_tensor_list) + list(input_tensor_list)):
+            _check(t, "alltoall", out=i < n)
             if t.dtype != input_tensor_list[0].dtype:
                 raise ValueError("hoop backend: alltoall tensors differ in dtype")
         sizes = {t.numel() for t in output_tensor_list} | {t.numel() for t in input_tensor_list}
@@ -564,7 +803,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
         return self._work("all_to_all", input_tensor_list, reqs, list(output_tensor_list))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        _check(output, "all_to_all_single")
+        _check(output, "all_to_all_single", out=True)
         _check(input, "all_to_all_single")
         n = self.size()
         if not output_split_sizes and not input_split_sizes:
@@ -603,12 +842,12 @@ class ProcessGroupHoop(dist.ProcessGroup):
         return self._work("send", [t], [req], [t], lane=("send", dstRank))
 
     def recv(self, tensors, srcRank, tag=0):
-        t = _one(tensors, "recv")
+        t = _one(tensors, "recv", out=True)
         req = self._comm.irecv(t, srcRank)
         return self._work("recv", [t], [req], [t], lane=("recv", srcRank))
 
     def recv_anysource(self, tensors, tag=0):
-        t = _one(tensors, "recv")
+        t = _one(tensors, "recv", out=True)
         req = self._comm.irecv_any(t)
         work = self._work("recvAnySource", [t], [req], [t], lane=("recv", "any"))
         work._any = req
@@ -618,12 +857,13 @@ class ProcessGroupHoop(dist.ProcessGroup):
         """A barrier that names the ranks that did not arrive: rank 0 waits for every other rank
         to check in (through the group's store, so the communicator stays usable whatever
         happens; store.add(key, 0) reads a count without blocking), up to timeout (seconds or a
-        timedelta; the group's timeout by default), then tells each rank the outcome. Raises MonitoredBarrierError on every rank that took part
-        when one is missing: rank 0 names the first one missing (all of them with
-        wait_all_ranks=True), the others say that rank 0 reported a failure or never answered.
-        The phrases are gloo's ("Rank 1 failed to pass monitoredBarrier"), so that code matching
-        them works with either backend. Calls are counted per group: after a failure the ranks
-        that were missing are a call behind."""
+        timedelta; the group's timeout by default), then tells each rank the outcome (and when all
+        came, returns once each has read it: its process may hold the store). Raises
+        MonitoredBarrierError on every rank that took part when one is missing: rank 0 names the
+        first one missing (all of them with wait_all_ranks=True), the others say that rank 0
+        reported a failure or never answered. The phrases are gloo's ("Rank 1 failed to pass
+        monitoredBarrier"), so that code matching them works with either backend. Calls are
+        counted per group: after a failure the ranks that were missing are a call behind."""
         if timeout is None:
             timeout = self._timeout
         secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else \
@@ -644,6 +884,7 @@ class ProcessGroupHoop(dist.ProcessGroup):
                         % (me, ms, self._mb_seq), [0])
                 time.sleep(0.005)
             verdict = store.get(key + "result").decode()
+            store.add(key + "read", 1)  # rank 0, whose process may hold the store, may go
             if verdict != "ok":
                 raise MonitoredBarrierError(
                     "hoop backend: Rank %d successfully reached monitoredBarrier, but received "
@@ -660,6 +901,11 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if not missing:
             store.set(key + "result", "ok")
             store.add(key + "answered", 1)
+            # Rank 0's process often holds the store (torch's TCPStore under env://): leaving
+            # before every rank has read the outcome would fail their barrier.
+            until = max(deadline, time.monotonic() + 5.0)
+            while store.add(key + "read", 0) < n - 1 and time.monotonic() < until:
+                time.sleep(0.005)
             return
         named = missing if wait_all_ranks else missing[:1]
         if secs <= 0:
@@ -707,10 +953,42 @@ def _register():
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}) or \
             hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create)
+    # torch >= 2.0 asks which devices a backend serves (and warns at every registration that
+    # does not say); torch 1.13 has no such argument.
+    try:
+        takes_devices = "devices" in inspect.signature(dist.Backend.register_backend).parameters
+    except (TypeError, ValueError):
+        takes_devices = False
+    if takes_devices:
+        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+    else:
+        dist.Backend.register_backend(BACKEND_NAME, _create)
+
+
+def _route_monitored_barrier():
+    """torch.distributed.monitored_barrier refuses every backend but gloo before it looks at the
+    group: a hoop group's call goes to hoop's own (monitored_barrier above), any other to torch's.
+    Code that took the function before hoop.torch was imported keeps torch's."""
+    original = dist.distributed_c10d.monitored_barrier
+    if getattr(original, "_hoop_route", False):
+        return
+
+    @functools.wraps(original)
+    def routed(group=None, timeout=None, wait_all_ranks=False):
+        c10d = dist.distributed_c10d
+        if group is None or not c10d._rank_not_in_group(group):
+            pg = group if group is not None else c10d._get_default_group()
+            if isinstance(pg, ProcessGroupHoop):
+                return monitored_barrier(pg, timeout, wait_all_ranks)
+        return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+    routed._hoop_route = True
+    dist.distributed_c10d.monitored_barrier = routed
+    dist.monitored_barrier = routed
 
 
 _register()
+_route_monitored_barrier()
 
 
 # ---- CUDA tensors --------------------------------------------------------------------------
@@ -730,7 +1008,6 @@ _register()
 # (the call names the dtype); libhoop itself tells device memory by the address.
 
 import ctypes as _ctypes  # noqa: E402 - used by this section only
-import functools  # noqa: E402
 
 
 class _DevicePtr:

@@ -529,6 +529,7 @@ def check_buffers():
                   "read-only")
     expect_raises(hoop.InvalidArgumentError, lambda: comm.allreduce(b"abc"), "bytes in place",
                   "read-only")
+    check_torch_refusals()
     # A buffer nothing else references stays alive until its request completes.
     req = comm.iallreduce(np.full(100000, R + 1.0))
     gc.collect()
@@ -540,6 +541,31 @@ def check_buffers():
         same(reqs[i].wait(), np.full(1000 + i, P * i + P * (P - 1) // 2, np.int32),
              "request %d of 5 waited out of order" % i)
     expect(all(r.done for r in reqs), "requests report done")
+
+
+def check_torch_refusals():
+    """torch tensors the binding cannot serve are refused before anything moves (torch would
+    refuse a sparse tensor's pointer, and the copy back into an expand()ed one only after the
+    call had run); where torch is not installed, nothing to check."""
+    try:
+        import torch
+    except ImportError:
+        return
+    e = torch.full((1,), R + 1.0).expand(4)
+    expect_raises(hoop.InvalidArgumentError, lambda: comm.allreduce(e), "allreduce into an "
+                  "expanded tensor", "share memory")
+    expect(torch.equal(e, torch.full((4,), R + 1.0)), "the expanded tensor was written: %s" % e)
+    got = comm.allreduce(e, torch.zeros(4))  # read, it is an input like any other
+    expect(torch.equal(got, torch.full((4,), P * (P + 1) / 2)), "allreduce of an expanded "
+           "input: %s" % got)
+    sp = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (5,))
+    expect_raises(hoop.InvalidArgumentError, lambda: comm.allreduce(sp), "allreduce of a sparse "
+                  "tensor", "sparse")
+    expect_raises(hoop.InvalidArgumentError, lambda: comm.broadcast(sp), "broadcast of a sparse "
+                  "tensor", "sparse")
+    x = np.full(3, R + 1.0)
+    comm.allreduce(x)
+    same(x, np.full(3, P * (P + 1) / 2), "allreduce after the refused tensors")
 
 
 # ---- errors and communicator management ----

@@ -438,6 +438,103 @@ def check_ddp():
     return worst
 
 
+def train_hook(group, hook, state, steps=5):
+    """A DDP run with a communication hook, as train() but smaller: the same on every group."""
+    torch.manual_seed(4321)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.ReLU(), torch.nn.Linear(24, 3))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    ddp.register_comm_hook(state(group) if state else group, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(55 + R)
+    for _ in range(steps):
+        x, y = torch.randn(8, 12, generator=g), torch.randint(0, 3, (8,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def check_hooks():
+    """DDP's PowerSGD hook, whose callbacks post all-reduces and wait for them in the thread that
+    completes the future (a thread of the backend), against gloo; and chains of callbacks that do
+    the same by hand."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    def powersgd(group):
+        return powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                           start_powerSGD_iter=2, random_seed=0)
+
+    for name, hook, state in (("allreduce", default_hooks.allreduce_hook, None),
+                              ("PowerSGD", powerSGD_hook.powerSGD_hook, powersgd)):
+        h, g = train_hook(HOOP, hook, state), train_hook(GLOO, hook, state)
+        for a, b in zip(h, g):
+            if P <= 2:
+                same(a, b, "DDP with the %s hook, hoop against gloo" % name)
+            else:  # up to 4 addends in different orders
+                expect(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
+                       "DDP with the %s hook differs from gloo's" % name)
+    salt[0] += 1
+    inputs = [data(r, 6, torch.float32) for r in range(P)]
+    total = ref_reduce(inputs, "sum")
+
+    def again(fut):  # in the completing thread: another all-reduce, waited there
+        return dist.all_reduce(fut.value()[0] * 2, async_op=True).get_future().wait()
+
+    if R == 0:
+        time.sleep(0.3)  # elsewhere the callbacks are chained before the future completes
+    t = inputs[R].clone()
+    got = dist.all_reduce(t, async_op=True).get_future().then(again).then(again).wait()[0]
+    same(got, total * (2 * P) ** 2, "a chain of callbacks that all-reduce again")
+    t2, t3 = inputs[R].clone(), inputs[R].clone() + 1
+    if R == 0:
+        time.sleep(0.3)
+    w2 = dist.all_reduce(t2, async_op=True)
+    w3 = dist.all_reduce(t3, async_op=True)
+    got = w2.get_future().then(lambda f: w3.wait() and f.value()[0] + t3).wait()
+    same(got, total * 2 + P, "a callback that waits for a collective posted after its own")
+    # The same wait inside torch's C++, which the backend cannot see: its lane goes on all the same.
+    t4, t5 = inputs[R].clone(), inputs[R].clone() * 3
+    if R == 0:
+        time.sleep(0.3)
+    w4 = dist.all_reduce(t4, async_op=True)
+    w5 = dist.all_reduce(t5, async_op=True)
+    got = w4.get_future().then(
+        lambda f: torch.futures.wait_all([w5.get_future()])[0][0] + f.value()[0]).wait()
+    same(got, total * 4, "a callback waiting in torch.futures.wait_all for a later collective")
+
+
+def check_refused():
+    """Tensors the backend cannot serve raise before anything moves, on every rank alike, and
+    leave the group usable: an expand()ed tensor to write into (its elements share memory), a
+    sparse tensor where only dense ones are served."""
+    e = torch.full((1,), R + 1.0).expand(4)
+    expect_raises(ValueError, lambda: dist.all_reduce(e), "all_reduce into an expanded tensor",
+                  "share memory")
+    same(e, torch.full((4,), R + 1.0), "the expanded tensor after the refused all_reduce")
+    out = [torch.zeros(1).expand(3) for _ in range(P)]
+    expect_raises(ValueError, lambda: dist.all_gather(out, torch.ones(3)),
+                  "all_gather into expanded tensors", "share memory")
+    flat = torch.zeros(1).expand(3 * P)
+    expect_raises(ValueError, lambda: dist.all_gather_into_tensor(flat, torch.ones(3)),
+                  "all_gather_into_tensor into an expanded tensor", "share memory")
+    if P > 1:
+        r = torch.zeros(1).expand(2)
+        expect_raises(ValueError, lambda: HOOP.recv([r], (R + 1) % P), "recv into an expanded "
+                      "tensor", "share memory")
+    got = [torch.zeros(4) for _ in range(P)]
+    dist.all_gather(got, e)  # read, an expanded tensor is an input like any other
+    for r, x in enumerate(got):
+        same(x, torch.full((4,), r + 1.0), "all_gather of an expanded input from rank %d" % r)
+    sp = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (5,))
+    for what, fn in (("broadcast", lambda: dist.broadcast(sp, 0)),
+                     ("all_gather", lambda: dist.all_gather([sp] * P, sp)),
+                     ("all_reduce of sparse and dense", lambda: HOOP.allreduce([sp, e.clone()]))):
+        expect_raises(ValueError, fn, what + " of a sparse tensor", "sparse")
+    t = torch.tensor([float(R)])
+    dist.all_reduce(t)
+    expect(t.item() == P * (P - 1) / 2, "all_reduce after the refused tensors: %s" % t)
+
+
 # ---- failures: an exception, never a hang ----
 
 def check_failures():
@@ -491,7 +588,9 @@ check_reduce_scatter_alltoall()
 check_p2p_barrier()
 check_new_group()
 check_extras()
+check_refused()
 worst = check_ddp()
+check_hooks()
 print("rank %d of %d: collectives and DDP agree with gloo (largest DDP difference %g)"
       % (R, P, worst), flush=True)
 check_failures()

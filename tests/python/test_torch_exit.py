@@ -6,6 +6,9 @@
                                  hoop.AbortedError at once.
     test_torch_exit.py exit      rank 0 posts the same, then its script ends: the process is gone
                                  within 10 s, as rank 1, which watches its pid, checks.
+    test_torch_exit.py monitored rank 0 leaves right after hoop.torch.monitored_barrier returns,
+                                 with the store rank 1 still reads the outcome from (slowly):
+                                 rank 1's barrier passes.
 
 Rank 1 stays in the group until rank 0 is done (a marker file), so rank 0's operation cannot end
 through a lost peer.
@@ -47,6 +50,31 @@ def wait_for(path, limit):
 
 if P != 2:
     fail("run as 2 ranks")
+if MODE == "monitored":
+    # Rank 0 leaves as soon as monitored_barrier returns, and its process holds the store the
+    # barrier's outcome is read from; rank 1 reads it late. Rank 1's barrier must pass all the
+    # same (rank 0 waits until every rank has read the outcome).
+    pg = dist.distributed_c10d._get_default_group()
+    if R == 1:
+        class SlowReads:
+            def __init__(self, store):
+                self.store = store
+
+            def get(self, key):
+                time.sleep(1.0)
+                return self.store.get(key)
+
+            def __getattr__(self, name):
+                return getattr(self.store, name)
+
+        pg._store = SlowReads(pg._store)
+    try:
+        hoop.torch.monitored_barrier(timeout=20)
+    except Exception as e:  # noqa: BLE001 - the failure being reported
+        fail("monitored_barrier raised %s: %s" % (type(e).__name__, e))
+    print("rank %d: passed" % R, flush=True)
+    os._exit(0)
+
 if R == 1:
     pid = int(wait_for(MARK + ".posted", 60))
     if MODE == "exit":

@@ -4,6 +4,10 @@ torch/testing/_internal/distributed/distributed_test.py, the suite behind upstre
 test/distributed/test_distributed_spawn.py) run against hoop or gloo.
 
     run_suite.py --backend hoop --world-size 3 [--jobs 2] [-k PATTERN ...] [--json FILE]
+                 [--against gloo]
+
+It knows the suites of torch 1.13 (Debian 12) and torch 2.6 (Debian 13). With --against gloo it
+then runs the same tests on gloo and fails unless hoop passes every test gloo passes.
 
 What this runner changes, and nothing else (no assertion is touched):
   * expecttest, which torch's test utilities import and Debian lacks, comes from stubs/ when it
@@ -12,23 +16,22 @@ What this runner changes, and nothing else (no assertion is touched):
   * in the suite's source, before it is compiled, the backend gates that name gloo alone also
     admit hoop: `BACKEND != "gloo"` becomes `BACKEND not in ("gloo", "hoop")`,
     `BACKEND == "gloo"` becomes `BACKEND in ("gloo", "hoop")`, `require_backend({"gloo"})`
-    becomes `require_backend({"gloo", "hoop"})`, and the 12 CPU all_to_all tests gated
-    `BACKEND != "mpi"` ("Only MPI supports ...") run for hoop too (not for gloo, which fails them
-    in this torch); each rewrite is counted: a different torch fails here instead of running
-    something else;
+    (torch 2.6: `require_backend_is_available({"gloo"})`) admits hoop too, and the 12 CPU
+    all_to_all tests gated `BACKEND != "mpi"` ("Only MPI supports ...") run for hoop too (not
+    for gloo, which fails them); each rewrite is counted per torch version: a different torch
+    fails here instead of running something else;
   * hoop joins the suite's own lists as upstream's plugin backends do: DistTestCases'
     "ddp", "subgroup" and "plugin" features, and the profiling allowlists for collectives and
     for send/recv (not the CUDA one); also the "gpu" feature, which gates tests gloo runs on the
     CPU too (gather_object, all_gather_object, broadcast_object_list); those needing a GPU still
     skip by their own GPU decorators;
-  * torch 1.13's torch.distributed.monitored_barrier refuses every backend but gloo before it
-    looks at the group: for a hoop group it calls hoop.torch.monitored_barrier, hoop's own;
   * a test whose GPU or world-size decorator (skip_if_no_gpu, skip_if_lt_x_gpu,
     skip_if_small_worldsize) would make every rank exit with its skip code is skipped with the
     same reason without spawning the ranks (the check reads only the machine and WORLD_SIZE);
-  * a test that fails only because torch 1.13 itself does not import under Python 3.11 (its
-    torch.distributed._shard dataclasses: "mutable default ... use default_factory") is counted
-    as broken in this torch, apart from the failures, for either backend;
+  * a test that fails only because of torch itself under the Python it comes with (TORCH_BROKEN:
+    torch 1.13's torch.distributed._shard under Python 3.11, torch 2.6's gather_object tests
+    under Python 3.13) is counted as broken in this torch, apart from the failures, for either
+    backend;
   * the tests in KNOWN_FAILING (none now) run and are listed as known to fail without failing
     the run; one that passes fails it, to be taken off the list;
   * with --jobs N the tests are dealt round-robin to N runner processes;
@@ -53,6 +56,9 @@ if __name__ == "__main__":
                     help="run only tests whose name contains this (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the tests and exit")
     ap.add_argument("--json", help="write each test's outcome and seconds here")
+    ap.add_argument("--against", choices=["gloo"],
+                    help="then run gloo the same way, and fail unless every test gloo passes "
+                         "passes here too")
     ap.add_argument("--start", choices=["fork", "spawn"], default="fork",
                     help="how each test's ranks start (default fork: see above)")
     ap.add_argument("--shard", help=argparse.SUPPRESS)  # i/N, for --jobs
@@ -81,7 +87,6 @@ except ImportError:
 
 try:
     import torch
-    import torch.distributed as dist
     import torch.testing._internal.common_distributed  # noqa: F401
 except ImportError as e:
     if __name__ == "__main__":
@@ -91,22 +96,32 @@ except ImportError as e:
     raise
 
 # Registers the backend "hoop", in gloo's runs too: the suite's gates name every backend of a
-# feature (dist.Backend("hoop") must be valid), so both runs see the same gates.
-import hoop.torch as hoop_torch  # noqa: E402
+# feature (dist.Backend("hoop") must be valid), so both runs see the same gates. It also routes
+# torch.distributed.monitored_barrier to hoop's own for hoop groups.
+import hoop.torch  # noqa: E402,F401
 
 SUITE = "torch.testing._internal.distributed.distributed_test"
 
-# (text, replacement): every occurrence is rewritten; the counts are checked against
-# torch 1.13's file.
-REWRITES = [
-    ('BACKEND != "gloo"', 'BACKEND not in ("gloo", "hoop")'),
-    ('BACKEND == "gloo"', 'BACKEND in ("gloo", "hoop")'),
-    ('require_backend({"gloo"})', 'require_backend({"gloo", "hoop"})'),
-    # The CPU all_to_all tests (gloo 1.13 fails them; upstream runs them for mpi only).
-    ('@sandcastle_skip_if(BACKEND != "mpi", "Only MPI supports',
-     '@sandcastle_skip_if(BACKEND not in ("mpi", "hoop"), "Only MPI supports'),
-]
-EXPECTED_COUNTS = {"1.13": [17, 3, 18, 12]}
+# Per torch version, (text, replacement, count): every occurrence is rewritten, and the count is
+# checked against that version's file.
+REWRITES = {
+    "1.13": [
+        ('BACKEND != "gloo"', 'BACKEND not in ("gloo", "hoop")', 17),
+        ('BACKEND == "gloo"', 'BACKEND in ("gloo", "hoop")', 3),
+        ('require_backend({"gloo"})', 'require_backend({"gloo", "hoop"})', 18),
+        # The CPU all_to_all tests (gloo 1.13 fails them; upstream runs them for mpi only).
+        ('@sandcastle_skip_if(BACKEND != "mpi", "Only MPI supports',
+         '@sandcastle_skip_if(BACKEND not in ("mpi", "hoop"), "Only MPI supports', 12),
+    ],
+    "2.6": [
+        ('BACKEND != "gloo"', 'BACKEND not in ("gloo", "hoop")', 18),
+        ('BACKEND == "gloo"', 'BACKEND in ("gloo", "hoop")', 1),
+        ('require_backend_is_available({"gloo"})',
+         'require_backend_is_available({"gloo", "hoop"})', 19),
+        ('BACKEND != "mpi", "Only MPI supports',
+         'BACKEND not in ("mpi", "hoop"), "Only MPI supports', 12),
+    ],
+}
 
 
 def _load_suite():
@@ -117,12 +132,16 @@ def _load_suite():
     spec = importlib.util.find_spec(SUITE)
     with open(spec.origin) as f:
         src = f.read()
-    counts = []
-    for old, new in REWRITES:
+    version = ".".join(torch.__version__.split(".")[:2])
+    if version not in REWRITES:
+        raise SystemExit("run_suite: torch %s: this runner knows the suite of torch %s only"
+                         % (torch.__version__, " and ".join(sorted(REWRITES))))
+    counts, want = [], []
+    for old, new, n in REWRITES[version]:
         counts.append(src.count(old))
+        want.append(n)
         src = src.replace(old, new)
-    want = EXPECTED_COUNTS.get(".".join(torch.__version__.split(".")[:2]))
-    if want is not None and counts != want:
+    if counts != want:
         raise SystemExit("run_suite: the gates of %s differ from the ones this runner knows "
                          "(rewrote %s, expected %s)" % (spec.origin, counts, want))
     mod = types.ModuleType(SUITE)
@@ -134,25 +153,7 @@ def _load_suite():
     return mod
 
 
-def _route_monitored_barrier():
-    original = dist.monitored_barrier
-
-    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
-        c10d = dist.distributed_c10d
-        if group is not None and c10d._rank_not_in_group(group):
-            return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
-        pg = group if group is not None else c10d._get_default_group()
-        if isinstance(pg, hoop_torch.ProcessGroupHoop):
-            return hoop_torch.monitored_barrier(pg, timeout, wait_all_ranks)
-        return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
-
-    dist.monitored_barrier = monitored_barrier
-    dist.distributed_c10d.monitored_barrier = monitored_barrier
-
-
 _suite = _load_suite()
-if os.environ.get("BACKEND") == "hoop":
-    _route_monitored_barrier()
 
 
 class TestDistBackendWithSpawn(_suite.TestDistBackend, _suite.DistributedTest._DistTestBase):
@@ -166,16 +167,22 @@ class TestDistBackendWithSpawn(_suite.TestDistBackend, _suite.DistributedTest._D
         torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
     @classmethod
-    def _run(cls, rank, test_name, file_name, pipe):
+    def _run(cls, rank, test_name, file_name, pipe, **kwargs):
         # A spawned rank imports the suite after setUp has put this test's file in INIT_METHOD
         # (initialize_temp_directories); a forked one kept the runner's import: read it again.
+        # torch 2.x passes more (fake_pg).
         _suite.INIT_METHOD = os.environ["INIT_METHOD"]
-        super()._run(rank, test_name, file_name, pipe)
+        super()._run(rank, test_name, file_name, pipe, **kwargs)
 
 
-# What torch 1.13 raises when DistributedDataParallel imports torch.distributed._shard under
-# Python 3.11 (a dataclass field with a mutable default), whatever the backend.
-TORCH_BROKEN = ("torch/distributed/_shard/", "use default_factory")
+# Failures of torch itself under the Python it comes with, whatever the backend, as (text in the
+# traceback, text in the error, what it is): torch 1.13's DistributedDataParallel imports
+# torch.distributed._shard, whose dataclasses Python 3.11 refuses (a mutable default); torch 2.6's
+# gather_object tests expect Python < 3.13's message for an object pickle cannot find.
+TORCH_BROKEN = [
+    ("torch/distributed/_shard/", "use default_factory", "torch 1.13 under Python 3.11"),
+    ("_test_gather_object", "Can't get local object", "torch 2.6 under Python 3.13"),
+]
 
 
 # Tests hoop is known to fail, with the reason: they still run, are listed as KNOWN, do not fail
@@ -221,7 +228,7 @@ class _Result(unittest.TextTestResult):
 
     def _failed(self, test, err, outcome):
         text = self._exc_info_to_string(err, test)
-        if TORCH_BROKEN[0] in text and TORCH_BROKEN[1] in text:
+        if any(where in text and what in text for where, what, _ in TORCH_BROKEN):
             outcome = "broken"
         elif _short(test) in KNOWN_FAILING.get(os.environ["BACKEND"], {}):
             outcome = "known"
@@ -297,9 +304,9 @@ def _summary(outcomes, label, seconds):
     for o in outcomes.values():
         count[o["outcome"]] += 1
     print("%s: %d tests, %d passed, %d skipped, %d failed, %d errors, %d known to fail, %d broken "
-          "in this torch (%s) in %.0f s" % (
+          "in this torch (torch %s) in %.0f s" % (
               label, len(outcomes), count["pass"], count["skip"], count["fail"], count["error"],
-              count["known"], count["broken"], TORCH_BROKEN[1], seconds))
+              count["known"], count["broken"], torch.__version__, seconds))
     known = KNOWN_FAILING.get(os.environ["BACKEND"], {})
     for name, o in sorted(outcomes.items()):
         if o["outcome"] in ("fail", "error", "broken", "known"):
@@ -354,7 +361,43 @@ def main():
         if ARGS.json:
             with open(ARGS.json, "w") as f:
                 json.dump(outcomes, f, indent=1, sort_keys=True)
-    return 0 if _summary(outcomes, label, time.monotonic() - t0) else 1
+    ok = _summary(outcomes, label, time.monotonic() - t0)
+    if ARGS.against:
+        ok = _against(outcomes) and ok
+    return 0 if ok else 1
+
+
+def _against(outcomes):
+    """Runs the same tests on ARGS.against and fails unless this backend passes every test that
+    one passes."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "against.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--backend", ARGS.against,
+               "--world-size", str(ARGS.world_size), "--start", ARGS.start,
+               "--jobs", str(ARGS.jobs), "--json", path]
+        for p in ARGS.patterns:
+            cmd += ["-k", p]
+        sys.stdout.flush()
+        subprocess.call(cmd)  # its own failures are its own: only its passes count here
+        try:
+            with open(path) as f:
+                theirs = json.load(f)
+        except FileNotFoundError:
+            print("run_suite: the %s run ended before reporting" % ARGS.against)
+            return False
+    passed = {n for n, o in theirs.items() if o["outcome"] == "pass"}
+    mine = {n for n, o in outcomes.items() if o["outcome"] == "pass"}
+    missing = sorted(passed - mine)
+    print("%s passes %d tests, %s %d: %d of %s's passes not passed by %s%s" % (
+        ARGS.against, len(passed), ARGS.backend, len(mine), len(missing), ARGS.against,
+        ARGS.backend, "".join("\n  NOT PASSED %s" % n for n in missing)))
+    extra = sorted(mine - passed)
+    if extra:
+        print("%s also passes %d that %s does not: %s" % (ARGS.backend, len(extra), ARGS.against,
+                                                           ", ".join(extra)))
+    return not missing
 
 
 if __name__ == "__main__":
