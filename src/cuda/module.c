@@ -22,6 +22,10 @@
 #include "cuda/module.h"
 
 #define EXPORT __attribute__((visibility("default")))
+/* What it calls itself in messages; the test double, built from this file, says so. */
+#ifndef HOOP__CUDA_MODULE_NAME
+#define HOOP__CUDA_MODULE_NAME "libhoop-cuda.so"
+#endif
 
 /* Pinned buffers given back while the context lives: cudaFreeHost would synchronize the
  * device, which a stream-ordered call must never do (a stream may wait for that very call). */
@@ -605,7 +609,7 @@ static void *ipc_event_open(hoop_cuda_ctx_t *ctx, const void *handle)
 static const hoop_cuda_module_t table = {
     .abi = HOOP__CUDA_ABI,
     .size = sizeof(hoop_cuda_module_t),
-    .name = "libhoop-cuda.so",
+    .name = HOOP__CUDA_MODULE_NAME,
     .classify = classify,
     .open = open_ctx,
     .close = close_ctx,
