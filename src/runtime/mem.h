@@ -83,6 +83,11 @@ void hoop__mem_order_end(struct hoop__call *call);
  * made to wait for them now (at posting, a call in a group only recorded its start event). */
 hoop_result_t hoop__mem_group_end(hoop_comm_t *c);
 
+/* Makes the device of c's buffers current on the calling thread, one of libhoop's own (the
+ * progress thread), once c has device buffers; nothing otherwise. Never on an application's
+ * thread: that one's device is the application's. */
+void hoop__mem_bind_thread(hoop_comm_t *c);
+
 /* Frees what the memory types hold for c (scratch, staging buffers, the CUDA module's context),
  * as the communicator goes. */
 void hoop__mem_close(hoop_comm_t *c);

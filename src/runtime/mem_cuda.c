@@ -324,10 +324,27 @@ static struct hoop__cuda *state_of(hoop_comm_t *c)
     return st;
 }
 
+/* Once per process, at HOOP_DEBUG=INFO: the module, and the driver its runtime needs. */
+static void say_floor(hoop_comm_t *c, const struct hoop__cuda *st)
+{
+    static atomic_int said;
+    if (st->t == NULL || atomic_exchange(&said, 1)) return;
+    int rt = 0, dv = 0;
+    st->t->versions(&rt, &dv);
+    HOOP__INFO(&c->log,
+               "CUDA module %s: CUDA runtime %d.%d, which needs a driver for CUDA %d.%d or newer "
+               "(R580 or later for 13.0); the driver here is for CUDA %d.%d%s",
+               st->t->name, rt / 1000, rt % 1000 / 10, rt / 1000, rt % 1000 / 10, dv / 1000,
+               dv % 1000 / 10, dv >= rt ? "" : ": too old, device buffers will be refused");
+}
+
 static hoop_result_t detect_locked(hoop_comm_t *c, struct hoop__cuda *st, const void *s,
                                    const void *r, hoop__mem_type_t *type, const char *fn)
 {
-    if (atomic_load_explicit(&st->state, memory_order_relaxed) == NO_DRIVER) probe(st);
+    if (atomic_load_explicit(&st->state, memory_order_relaxed) == NO_DRIVER) {
+        probe(st);
+        say_floor(c, st);
+    }
     if (atomic_load_explicit(&st->state, memory_order_relaxed) == NO_DRIVER) return HOOP_OK;
     char err[400] = "";
     int ds = s != NULL ? device_of(st, s, err, sizeof err) : IS_HOST;
@@ -697,6 +714,19 @@ void hoop__mem_order_end(hoop__call_t *call)
     o->busy = 0;
     pthread_mutex_unlock(&st->mu);
     call->order = 0;
+}
+
+/* Libhoop's own threads work for one communicator each: its device, once it has one. */
+void hoop__mem_bind_thread(hoop_comm_t *c)
+{
+    static __thread hoop_cuda_ctx_t *bound;
+    struct hoop__cuda *st = atomic_load_explicit(&c->cuda, memory_order_acquire);
+    if (st == NULL || atomic_load_explicit(&st->state, memory_order_acquire) != READY) return;
+    pthread_mutex_lock(&st->mu);
+    hoop_cuda_ctx_t *ctx = st->ctx;
+    pthread_mutex_unlock(&st->mu);
+    if (ctx == NULL || ctx == bound) return;
+    if (st->t->bind(ctx) == 0) bound = ctx;
 }
 
 /* ---- staging's copies ---- */
