@@ -387,6 +387,7 @@ typedef int (*begin_capture_fn)(void *stream, int mode);
 typedef int (*end_capture_fn)(void *stream, void **graph);
 typedef int (*instantiate_fn)(void **exec, void *graph, unsigned long long flags);
 typedef int (*graph_launch_fn)(void *exec, void *stream);
+typedef int (*graph_destroy_fn)(void *graph_or_exec);
 
 /* Mode capture; 77 when the module has no capture calls. */
 static int capture_rounds(hoop_comm_t *c)
@@ -396,7 +397,10 @@ static int capture_rounds(hoop_comm_t *c)
     end_capture_fn end = h ? (end_capture_fn)dlsym(h, "cudaStreamEndCapture") : NULL;
     instantiate_fn inst = h ? (instantiate_fn)dlsym(h, "cudaGraphInstantiate") : NULL;
     graph_launch_fn launch = h ? (graph_launch_fn)dlsym(h, "cudaGraphLaunch") : NULL;
-    if (begin == NULL || end == NULL || inst == NULL || launch == NULL) {
+    graph_destroy_fn gdestroy = h ? (graph_destroy_fn)dlsym(h, "cudaGraphDestroy") : NULL;
+    graph_destroy_fn xdestroy = h ? (graph_destroy_fn)dlsym(h, "cudaGraphExecDestroy") : NULL;
+    if (begin == NULL || end == NULL || inst == NULL || launch == NULL || gdestroy == NULL ||
+        xdestroy == NULL) {
         printf("rank %d: capture: %s has no capture calls to drive: skipped\n", rank, module_path);
         return 77;
     }
@@ -430,7 +434,9 @@ static int capture_rounds(hoop_comm_t *c)
         for (size_t i = 0; i < n; i++) bad += h_out[i] != h_in[i];
         CHECK(bad == 0, "the replayed graph's copy: %zu wrong element(s)", bad);
         free(junk);
+        xdestroy(exec);
     }
+    gdestroy(graph);
 
     /* The communicator goes on: a call ordered on the same stream, no longer capturing. */
     devbuf_copy(din, h_in, n * sizeof(float));
@@ -467,6 +473,7 @@ static int capture_rounds(hoop_comm_t *c)
     graph = NULL;
     CHECK(end(other, &graph) == 0 && graph != NULL,
           "the other stream's capture was invalidated by the call");
+    gdestroy(graph);
     devbuf_sync(stream);
     bad = 0;
     for (size_t i = 0; i < n; i++) {

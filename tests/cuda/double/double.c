@@ -1148,6 +1148,35 @@ EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *graph)
     return ok ? cudaSuccess : ret(cudaErrorStreamCaptureInvalidated);
 }
 
+/* The nodes of a graph, or of its instance: each its own copy. Under mu. */
+static void nodes_copy_locked(struct CUgraph_st *to, const struct CUgraph_st *from)
+{
+    to->head = to->tail = NULL;
+    for (const op_t *n = from->head; n != NULL; n = n->next) {
+        op_t *c = op_new(n->kind);
+        *c = *n;
+        c->next = NULL;
+        if (c->ev != NULL) c->ev->refs++;
+        if (to->tail != NULL)
+            to->tail->next = c;
+        else
+            to->head = c;
+        to->tail = c;
+    }
+}
+
+static void nodes_free(struct CUgraph_st *gr)
+{
+    pthread_mutex_lock(&g.mu);
+    for (op_t *n = gr->head, *next; n != NULL; n = next) {
+        next = n->next;
+        if (n->ev != NULL) event_unref_locked(n->ev);
+        free(n);
+    }
+    gr->head = gr->tail = NULL;
+    pthread_mutex_unlock(&g.mu);
+}
+
 EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
                                         unsigned long long flags)
 {
@@ -1155,7 +1184,9 @@ EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph
     RUNTIME_ENTRY();
     struct CUgraphExec_st *x = calloc(1, sizeof *x);
     if (x == NULL) return ret(cudaErrorMemoryAllocation);
-    x->g = *graph;
+    pthread_mutex_lock(&g.mu);
+    nodes_copy_locked(&x->g, graph);
+    pthread_mutex_unlock(&g.mu);
     *exec = x;
     return cudaSuccess;
 }
@@ -1182,13 +1213,17 @@ EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t h)
 
 EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
 {
+    if (exec == NULL) return cudaSuccess;
+    nodes_free(&exec->g);
     free(exec);
     return cudaSuccess;
 }
 
 EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
-    (void)graph; /* its nodes may name events still in use: kept */
+    if (graph == NULL) return cudaSuccess;
+    nodes_free(graph);
+    free(graph);
     return cudaSuccess;
 }
 
