@@ -29,7 +29,7 @@ die() {
 }
 [ -f "$b/libhoop-cuda.so" ] ||
     die "$b has no libhoop-cuda.so: configure it with nvcc found (-Dcuda=enabled) and build"
-libhoop=$(ls "$b"/libhoop.so.0.* 2>/dev/null | head -n 1)
+libhoop=$(find "$b" -maxdepth 1 -type f -name 'libhoop.so.0.*' | head -n 1)
 [ -n "$libhoop" ] || die "$b has no libhoop.so.0.*: the shared library is needed"
 if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then die "$out exists and is not empty"; fi
 mkdir -p "$out/lib" "$out/bin" "$out/tests" "$out/python" "$out/double" || die "cannot make $out"
@@ -59,7 +59,8 @@ for t in cuda/test_kernels cuda/cuda_stream cuda/cuda_placement mp/coll_test cud
 done
 put "$src/tests/cuda/torch_cuda.py" "$out/tests"
 put "$b/tests/cuda/libhoop-cuda-double.so" "$out/double"
-mkdir -p "$out/python/hoop" && cp "$src"/python/hoop/*.py "$out/python/hoop/" || die "no python/hoop"
+mkdir -p "$out/python/hoop" || die "cannot make $out/python/hoop"
+cp "$src"/python/hoop/*.py "$out/python/hoop/" || die "no python/hoop in $src"
 put "$src/scripts/gpu-check.sh" "$out"
 chmod +x "$out/gpu-check.sh"
 

@@ -12,7 +12,8 @@
 # on device buffers at 2, 3 and 4 ranks on one GPU (CUDA IPC, staging over shared memory and
 # TCP, stream-ordered); 6. PyTorch DistributedDataParallel on CUDA tensors with backend hoop, on
 # torch's default stream; 7. all-reduce bus bandwidth over CUDA IPC at 2 and 4 ranks, staged
-# over TCP and on host buffers beside it; 8. NCCL side by side, where bin/nccl-side is there.
+# over TCP and on host buffers beside it; 8. NCCL side by side (bench/nccl-side: its launch floor,
+# 2 ranks as two hosts over loopback sockets, 2 ranks on one GPU where NCCL allows it).
 #
 # No false PASS: on a machine with a GPU, a step that skips (exit 77), or whose output says "no
 # usable CUDA driver" or "no CUDA device", FAILS; a step cut by its limit or the deadline fails;
@@ -134,9 +135,19 @@ hperf() { # NRANKS ENV... HOOP-PERF ARGS: its table without rank prefixes
     "$D/bin/hooprun" --no-prefix --timeout 120 -n "$n" env HOOP_TIMEOUT=60 "$@"
 }
 
+# NCCL's all-reduce in hoop-perf's columns: its launch floor on 1 rank; 2 ranks on the GPU as two
+# hosts over loopback sockets (beside hoop's staging over TCP); 2 ranks with
+# NCCL_MULTI_RANK_GPU_ENABLE where NCCL is 2.30 or later (beside hoop's CUDA IPC).
 nccl_side() {
-    lib=$(sed -n 's/^nccl_lib=//p' "$work/env.kv")
-    NCCL_LIB=$lib run 2 "$D/bin/nccl-side" -b 1M -e "$perf_max" -f 4 -n 5 -w 2
+    [ "$REHEARSE" = 1 ] && { echo "needs a real GPU and NCCL: nccl-side links the CUDA runtime"; return 77; }
+    NCCL_LIB=$(sed -n 's/^nccl_lib=//p' "$work/env.kv")
+    export NCCL_LIB
+    rc=0
+    for m in 1:floor 2:hosts 2:multi; do
+        hperf "${m%%:*}" "$D/bin/nccl-side" --mode "${m#*:}" -b 1M -e "$perf_max" -f 4 -n 5 -w 2 ||
+            rc=1
+    done
+    return "$rc"
 }
 
 if [ "${1:-}" = --step ]; then
@@ -153,9 +164,12 @@ usage() {
     echo "usage: $0 --prebuilt DIR OUTDIR [--rehearse]   (scripts/gpu-bundle.sh makes DIR)" >&2
     exit 2
 }
-[ "${1:-}" = --prebuilt ] && [ $# -ge 3 ] || usage
+if [ "${1:-}" != --prebuilt ] || [ $# -lt 3 ]; then usage; fi
 D=$(cd "$2" 2>/dev/null && pwd) || usage
-[ -f "$D/MANIFEST" ] && [ -x "$D/bin/hooprun" ] || { echo "gpu-check: $D is not a bundle of gpu-bundle.sh" >&2; exit 2; }
+if [ ! -f "$D/MANIFEST" ] || [ ! -x "$D/bin/hooprun" ]; then
+    echo "gpu-check: $D is not a bundle of gpu-bundle.sh" >&2
+    exit 2
+fi
 mkdir -p "$3" || usage
 out=$(cd "$3" && pwd)
 REHEARSE=0
@@ -186,7 +200,7 @@ first_torch=
 for p in ${GPU_CHECK_PYTHON:-} ${VIRTUAL_ENV:+"$VIRTUAL_ENV/bin/python"} "$(command -v python3 2>/dev/null)" \
     "$(command -v python 2>/dev/null)" /usr/bin/python3 "$HOME/venv/bin/python" "$HOME/.venv/bin/python" \
     /opt/venv/bin/python /venv/bin/python; do
-    [ -n "$p" ] && [ -x "$p" ] || continue
+    if [ -z "$p" ] || [ ! -x "$p" ]; then continue; fi
     if timeout 30 "$p" -c 'import sys, torch; sys.exit(0 if torch.version.cuda and torch.cuda.is_available() else 1)' 2>/dev/null; then
         PY=$p
         break
