@@ -1031,7 +1031,14 @@ def _dtype_name(dt):
     return str(dt)[len("torch."):]
 
 
+# HOOP_STREAM_LEGACY (hoop.h). Torch's default stream is the legacy default stream, whose handle
+# is 0; libhoop reads NULL as "no stream", which would leave the call unordered against the
+# kernels that made its input, so 0 must be passed as this.
+_STREAM_LEGACY = 1
+
+
 def _set_stream(comm, stream):
+    """stream: a torch stream's cuda_stream (0 for the default stream), or None for none."""
     lib = _hoop._lib()
     fn = getattr(lib, "hoop_comm_set_stream", None)
     if fn is None:
@@ -1041,7 +1048,7 @@ def _set_stream(comm, stream):
     if fn.argtypes is None:
         fn.argtypes = [_ctypes.c_void_p, _ctypes.c_void_p]
         fn.restype = _ctypes.c_int
-    rc = fn(comm._handle(), stream or None)
+    rc = fn(comm._handle(), None if stream is None else stream or _STREAM_LEGACY)
     if rc != 0:
         raise RuntimeError("hoop backend: hoop_comm_set_stream: %s" % comm.last_error())
 

@@ -228,13 +228,16 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
         .root = root,
         .mem = mem,
     };
-    hoop__plan(&call);
+    /* A stream-ordered call becomes a host call on a pinned copy of its buffers (mem.h): its
+     * plan is made for that. */
     if (mem == HOOP__MEM_CUDA && c->stream != NULL) {
         hoop_result_t orc = hoop__mem_order_post(c, &call, c->stream, fn);
         if (orc != HOOP_OK) return orc;
     }
+    hoop__plan(&call);
     hoop_result_t rc = hoop__sched_post(c, &call, req, fn);
-    if (rc != HOOP_OK) hoop__mem_order_end(&call); /* never queued: its stream goes on */
+    if (rc != HOOP_OK) hoop__mem_order_cancel(&call); /* never queued: its stream goes on */
+    if (rc == HOOP_OK && call.order != 0) rc = hoop__mem_order_queued(c, &call, fn);
     if (rc != HOOP_OK && req == NULL) {
         /* The error text is the communicator's; make sure last_error holds it. */
         if (atomic_load(&c->aborted) && c->fatal_msg[0] != '\0')
@@ -357,7 +360,8 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
         if (rc != HOOP_OK) return rc;
     }
     rc = hoop__sched_post(c, &call, req, fn);
-    if (rc != HOOP_OK) hoop__mem_order_end(&call);
+    if (rc != HOOP_OK) hoop__mem_order_cancel(&call);
+    if (rc == HOOP_OK && call.order != 0) rc = hoop__mem_order_queued(c, &call, fn);
     return rc;
 }
 

@@ -1,16 +1,26 @@
 /* libhoop-cuda.so: the CUDA module's table (module.h) over the CUDA runtime, linked statically so
  * that the module needs nothing of the toolkit where it runs, only the driver (which the runtime
- * opens itself, at the first call). libhoop loads it only once the driver is in the process.
+ * opens itself, at the first call). libhoop loads it only once the driver is in the process. The
+ * test double (tests/cuda/double) is this same file built against a model of the runtime.
  *
- * The synchronous operations run on the stream they are given (the legacy default stream for
- * NULL: it starts after the work the application queued there and on the streams that
- * synchronize with it) and wait for that stream before returning, so they are complete in
- * memory, as the table promises. Streams, events, a stream's wait for a word that the host
- * sets (cuStreamWaitValue32) and asynchronous copies serve stream-ordered calls. Nothing here
- * synchronizes the whole device: frees of device memory are stream-ordered, pinned host memory
- * is freed with the context. */
+ * Contexts. Every operation makes the primary context of its communicator's device current for
+ * its duration through the driver (cuCtxSetCurrent) and puts back whatever the thread had,
+ * nothing included: the runtime's cudaSetDevice would make a context on the device it restores
+ * (device 0 for a thread that never chose one), which costs memory on a GPU the process may not
+ * use and fails on one in EXCLUSIVE_PROCESS mode. Pointers are classified by the driver
+ * (cuPointerGetAttributes), which needs no context, where cudaPointerGetAttributes makes one.
+ * Each operation also runs in the relaxed stream capture mode, so that an application's capture
+ * on another thread neither fails it nor is invalidated by it.
+ *
+ * Streams. The synchronous operations given no stream run on the context's own stream
+ * (cudaStreamNonBlocking) after an event recorded on the legacy default stream: they follow the
+ * work queued there before them, as on the legacy stream, but never wait for what a blocking
+ * stream queues later, such as another communicator's wait for a host word. Frees of device
+ * memory are stream-ordered; pinned host memory is freed with the context (cudaFreeHost waits
+ * for the whole device). */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,9 +32,13 @@
 #include "cuda/module.h"
 
 #define EXPORT __attribute__((visibility("default")))
+/* What it calls itself in messages; the test double, built from this file, says so. */
+#ifndef HOOP__CUDA_MODULE_NAME
+#define HOOP__CUDA_MODULE_NAME "libhoop-cuda.so"
+#endif
 
 /* Pinned buffers given back while the context lives: cudaFreeHost would synchronize the
- * device, which a stream-ordered call must never do (a stream may wait for that very call). */
+ * device, which a call must never do (a stream may wait for that very call). */
 typedef struct held {
     void *p;
     struct held *next;
@@ -32,12 +46,29 @@ typedef struct held {
 
 typedef CUresult (*wait_value_fn)(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned flags);
 
+/* The driver's functions the module calls, from the runtime's entry points (the module links
+ * no libcuda), looked up once per process. */
+static struct {
+    pthread_once_t once;
+    cudaError_t error; /* the lookup failed: no usable driver */
+    CUresult (*ctx_get)(CUcontext *);
+    CUresult (*ctx_set)(CUcontext);
+    CUresult (*retain)(CUcontext *, CUdevice);
+    CUresult (*release)(CUdevice);
+    CUresult (*attrs)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
+    wait_value_fn wait_value; /* NULL where stream memory operations are missing */
+} drv = {.once = PTHREAD_ONCE_INIT};
+
 struct hoop_cuda_ctx {
     int device;
-    int sms;                  /* multiprocessors: the kernels' grids are sized to them */
-    int pools;                /* the stream-ordered allocator is there (cudaMallocAsync) */
-    cudaStream_t own;         /* the context's stream for allocations and frees */
-    wait_value_fn wait_value; /* cuStreamWaitValue32, NULL where stream memory ops are missing */
+    int sms;            /* multiprocessors: the kernels' grids are sized to them */
+    int pools;          /* the stream-ordered allocator is there (cudaMallocAsync) */
+    CUcontext primary;  /* the device's primary context, retained */
+    cudaStream_t own;   /* the synchronous operations' stream, under own_mu */
+    cudaEvent_t gate;   /* orders own after the legacy stream, per operation */
+    cudaStream_t pool;  /* allocations and frees */
+    wait_value_fn wait_value;
+    pthread_mutex_t own_mu, held_mu;
     held_t *held;
     char err[384];
 };
@@ -51,80 +82,170 @@ static void say(char *err, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The module's CUDA version and the driver's, for the sentence of a driver too old. */
+static void versions(int *runtime, int *driver)
+{
+    *runtime = CUDART_VERSION;
+    if (cudaDriverGetVersion(driver) != cudaSuccess) *driver = 0;
+}
+
+/* "no usable CUDA driver: ...": the floor this module's runtime sets, and what the driver has. */
+static void no_driver(char *err, size_t n, const char *what, cudaError_t e)
+{
+    int rt, dv;
+    versions(&rt, &dv);
+    if (dv == 0) { /* no libcuda at all: a machine without a GPU */
+        say(err, n, "no CUDA device: no CUDA driver is installed: %s: %s (%s)", what,
+            cudaGetErrorString(e), cudaGetErrorName(e));
+        return;
+    }
+    say(err, n,
+        "no usable CUDA driver: this module's CUDA runtime %d.%d needs a driver for CUDA %d.%d or "
+        "newer (R580 or later for 13.0), and this one is for CUDA %d.%d: %s: %s (%s)",
+        rt / 1000, rt % 1000 / 10, rt / 1000, rt % 1000 / 10, dv / 1000, dv % 1000 / 10, what,
+        cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
 /* "cudaMemcpyAsync: an illegal memory access was encountered (cudaErrorIllegalAddress)". */
 static int failed(hoop_cuda_ctx_t *ctx, const char *what, cudaError_t e)
 {
-    say(ctx->err, sizeof ctx->err, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    if (e == cudaErrorInsufficientDriver)
+        no_driver(ctx->err, sizeof ctx->err, what, e);
+    else
+        say(ctx->err, sizeof ctx->err, "%s: %s (%s)", what, cudaGetErrorString(e),
+            cudaGetErrorName(e));
     return -1;
 }
 
-/* The operations run on the context's device and put the caller's current device back after. */
-static int enter(hoop_cuda_ctx_t *ctx, int *prev)
+static void *entry(const char *name, cudaError_t *e)
 {
-    cudaError_t e = cudaGetDevice(prev);
-    if (e == cudaSuccess && *prev != ctx->device) e = cudaSetDevice(ctx->device);
-    return e == cudaSuccess ? 0 : failed(ctx, "cudaSetDevice", e);
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    cudaError_t r = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+    if (r != cudaSuccess && *e == cudaSuccess) *e = r;
+    cudaGetLastError();
+    return r == cudaSuccess && q == cudaDriverEntryPointSuccess ? fn : NULL;
 }
 
-/* Waits for what the operation queued; rc is its result so far. */
+static void drv_lookup(void)
+{
+    cudaError_t e = cudaSuccess;
+    *(void **)&drv.ctx_get = entry("cuCtxGetCurrent", &e);
+    *(void **)&drv.ctx_set = entry("cuCtxSetCurrent", &e);
+    *(void **)&drv.retain = entry("cuDevicePrimaryCtxRetain", &e);
+    *(void **)&drv.release = entry("cuDevicePrimaryCtxRelease", &e);
+    *(void **)&drv.attrs = entry("cuPointerGetAttributes", &e);
+    *(void **)&drv.wait_value = entry("cuStreamWaitValue32", &e);
+    if (e == cudaSuccess && (drv.ctx_get == NULL || drv.ctx_set == NULL || drv.retain == NULL ||
+                             drv.release == NULL || drv.attrs == NULL))
+        e = cudaErrorNotSupported;
+    drv.error = e;
+}
+
+/* 0 once the driver's functions are there, else -1 with the sentence in err. */
+static int drv_ready(char *err, size_t n)
+{
+    pthread_once(&drv.once, drv_lookup);
+    if (drv.error == cudaSuccess) return 0;
+    if (drv.error == cudaErrorInsufficientDriver)
+        no_driver(err, n, "cudaGetDriverEntryPointByVersion", drv.error);
+    else
+        say(err, n, "no usable CUDA driver: its entry points cannot be had: %s (%s)",
+            cudaGetErrorString(drv.error), cudaGetErrorName(drv.error));
+    return -1;
+}
+
+/* What an operation changes on the calling thread, put back by leave(). */
+typedef struct saved {
+    CUcontext prev;
+    enum cudaStreamCaptureMode mode;
+} saved_t;
+
+static int enter(hoop_cuda_ctx_t *ctx, saved_t *sv)
+{
+    sv->prev = NULL;
+    if (drv.ctx_get(&sv->prev) != CUDA_SUCCESS) sv->prev = NULL;
+    if (sv->prev != ctx->primary && drv.ctx_set(ctx->primary) != CUDA_SUCCESS) {
+        say(ctx->err, sizeof ctx->err, "cuCtxSetCurrent: cannot make CUDA device %d current",
+            ctx->device);
+        return -1;
+    }
+    sv->mode = cudaStreamCaptureModeRelaxed;
+    if (cudaThreadExchangeStreamCaptureMode(&sv->mode) != cudaSuccess) {
+        cudaGetLastError();
+        sv->mode = cudaStreamCaptureModeRelaxed;
+    }
+    return 0;
+}
+
+static void leave(hoop_cuda_ctx_t *ctx, const saved_t *sv)
+{
+    enum cudaStreamCaptureMode m = sv->mode;
+    if (m != cudaStreamCaptureModeRelaxed) cudaThreadExchangeStreamCaptureMode(&m);
+    if (sv->prev != ctx->primary) drv.ctx_set(sv->prev);
+}
+
 static cudaStream_t strm(void *stream)
 {
     return stream != NULL ? (cudaStream_t)stream : cudaStreamLegacy;
 }
 
-static int leave(hoop_cuda_ctx_t *ctx, int prev, int rc, void *stream)
+/* A synchronous operation's stream: the given one, or the context's own, ordered after the
+ * legacy stream's work so far (own_mu held until sync_end). Inside enter/leave. */
+static int sync_begin(hoop_cuda_ctx_t *ctx, void *stream, cudaStream_t *run)
 {
-    cudaError_t e = cudaStreamSynchronize(strm(stream));
+    if (stream != NULL) {
+        *run = (cudaStream_t)stream;
+        return 0;
+    }
+    pthread_mutex_lock(&ctx->own_mu);
+    *run = ctx->own;
+    cudaError_t e = cudaEventRecord(ctx->gate, cudaStreamLegacy);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(ctx->own, ctx->gate, 0);
+    if (e == cudaSuccess) return 0;
+    pthread_mutex_unlock(&ctx->own_mu);
+    return failed(ctx, "ordering after the legacy stream", e);
+}
+
+/* Waits for what the operation queued on run; rc is its result so far. */
+static int sync_end(hoop_cuda_ctx_t *ctx, void *stream, cudaStream_t run, int rc)
+{
+    cudaError_t e = cudaStreamSynchronize(run);
     if (rc == 0 && e != cudaSuccess) rc = failed(ctx, "cudaStreamSynchronize", e);
-    if (prev != ctx->device) cudaSetDevice(prev);
+    if (stream == NULL) pthread_mutex_unlock(&ctx->own_mu);
     return rc;
 }
 
 /* ---- what a pointer is ---- */
 
-typedef CUresult (*range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
-
 static int classify(const void *p, hoop_cuda_ptr_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    struct cudaPointerAttributes a;
-    cudaError_t e = cudaPointerGetAttributes(&a, p);
-    if (e == cudaErrorInvalidValue) { /* older drivers say so of plain host memory */
-        cudaGetLastError();
-        return 0;
-    }
-    if (e == cudaErrorNoDevice) { /* no device visible to this process: nothing is device memory */
-        cudaGetLastError();
-        return 0;
-    }
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        say(err, errlen, "no usable CUDA driver: cudaPointerGetAttributes: %s (%s)",
-            cudaGetErrorString(e), cudaGetErrorName(e));
+    if (drv_ready(err, errlen) != 0) return -1;
+    unsigned type = 0;
+    int ordinal = -1;
+    unsigned char managed = 0;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUpointer_attribute at[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[] = {&type, &ordinal, &managed, &base, &size};
+    /* Memory the driver does not know is not an error here: its attributes stay 0. */
+    CUresult r = drv.attrs(5, at, data, (CUdeviceptr)(uintptr_t)p);
+    if (r != CUDA_SUCCESS) {
+        say(err, errlen, "no usable CUDA driver: cuPointerGetAttributes: CUDA driver error %d",
+            (int)r);
         return -1;
     }
-    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) return 0;
+    if (!managed && type != CU_MEMORYTYPE_DEVICE) return 0;
     out->type = HOOP__CUDA_PTR_DEVICE;
-    out->device = a.device;
-    /* The allocation's extent, so that libhoop can cache it: from the driver, without linking
-     * it. Managed memory is left uncached (it can move). */
-    static range_fn range_cache;
-    range_fn range = __atomic_load_n(&range_cache, __ATOMIC_ACQUIRE);
-    if (range == NULL) {
-        void *fn = NULL;
-        enum cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                             &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess) {
-            range = (range_fn)fn;
-            __atomic_store_n(&range_cache, range, __ATOMIC_RELEASE);
-        }
-        cudaGetLastError();
-    }
-    CUdeviceptr base;
-    size_t size;
-    if (a.type == cudaMemoryTypeDevice && range != NULL &&
-        range(&base, &size, (CUdeviceptr)(uintptr_t)p) == CUDA_SUCCESS) {
+    out->device = ordinal;
+    /* The allocation's extent, so that libhoop can cache it; managed memory is left uncached
+     * (it can move). */
+    if (!managed && size > 0) {
         out->base = (uintptr_t)base;
         out->size = size;
     }
@@ -133,14 +254,25 @@ static int classify(const void *p, hoop_cuda_ptr_t *out, char *err, size_t errle
 
 /* ---- contexts ---- */
 
+static void ctx_free(hoop_cuda_ctx_t *ctx)
+{
+    pthread_mutex_destroy(&ctx->own_mu);
+    pthread_mutex_destroy(&ctx->held_mu);
+    free(ctx);
+}
+
 static hoop_cuda_ctx_t *open_ctx(int device, char *err, size_t errlen)
 {
-    int sms = 0;
+    if (drv_ready(err, errlen) != 0) return NULL;
+    int sms = 0, pools = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        say(err, errlen, "CUDA device %d: %s (%s)", device, cudaGetErrorString(e),
-            cudaGetErrorName(e));
+        if (e == cudaErrorInsufficientDriver)
+            no_driver(err, errlen, "cudaDeviceGetAttribute", e);
+        else
+            say(err, errlen, "CUDA device %d: %s (%s)", device, cudaGetErrorString(e),
+                cudaGetErrorName(e));
         return NULL;
     }
     hoop_cuda_ctx_t *ctx = calloc(1, sizeof *ctx);
@@ -150,57 +282,108 @@ static hoop_cuda_ctx_t *open_ctx(int device, char *err, size_t errlen)
     }
     ctx->device = device;
     ctx->sms = sms;
-    int prev = 0, pools = 0;
-    cudaGetDevice(&prev);
-    if (prev != device) cudaSetDevice(device);
+    ctx->wait_value = drv.wait_value;
+    pthread_mutex_init(&ctx->own_mu, NULL);
+    pthread_mutex_init(&ctx->held_mu, NULL);
+    /* The primary context of the buffers' device: the one the application uses there. */
+    CUresult r = drv.retain(&ctx->primary, device);
+    if (r != CUDA_SUCCESS) {
+        int mode = 0;
+        cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, device);
+        cudaGetLastError();
+        say(err, errlen, "CUDA device %d: cuDevicePrimaryCtxRetain: CUDA driver error %d%s",
+            device, (int)r,
+            mode == cudaComputeModeExclusiveProcess
+                ? " (the device is in EXCLUSIVE_PROCESS compute mode: another process has it)"
+                : "");
+        ctx_free(ctx);
+        return NULL;
+    }
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) {
+        say(err, errlen, "%s", ctx->err);
+        drv.release(device);
+        ctx_free(ctx);
+        return NULL;
+    }
+    const char *what = "cudaStreamCreateWithFlags";
     e = cudaStreamCreateWithFlags(&ctx->own, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&ctx->pool, cudaStreamNonBlocking);
+    if (e == cudaSuccess) {
+        what = "cudaEventCreateWithFlags";
+        e = cudaEventCreateWithFlags(&ctx->gate, cudaEventDisableTiming);
+    }
     if (e == cudaSuccess &&
         cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess)
         ctx->pools = pools;
-    void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault,
-                                         &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-        ctx->wait_value = (wait_value_fn)fn;
     cudaGetLastError();
-    if (prev != device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     if (e != cudaSuccess) {
-        say(err, errlen, "CUDA device %d: cudaStreamCreateWithFlags: %s (%s)", device,
-            cudaGetErrorString(e), cudaGetErrorName(e));
-        free(ctx);
+        say(err, errlen, "CUDA device %d: %s: %s (%s)", device, what, cudaGetErrorString(e),
+            cudaGetErrorName(e));
+        drv.release(device);
+        ctx_free(ctx);
         return NULL;
     }
     return ctx;
 }
 
+/* With the communicator, when no call is in flight: waits for its streams, frees what it kept. */
 static void close_ctx(hoop_cuda_ctx_t *ctx)
 {
-    cudaStreamSynchronize(ctx->own);
-    cudaStreamDestroy(ctx->own);
-    for (held_t *h = ctx->held, *n; h != NULL; h = n) {
-        n = h->next;
-        cudaFreeHost(h->p);
-        free(h);
+    saved_t sv;
+    if (enter(ctx, &sv) == 0) {
+        cudaStreamSynchronize(ctx->own);
+        cudaStreamSynchronize(ctx->pool);
+        cudaStreamDestroy(ctx->own);
+        cudaStreamDestroy(ctx->pool);
+        cudaEventDestroy(ctx->gate);
+        for (held_t *h = ctx->held, *n; h != NULL; h = n) {
+            n = h->next;
+            cudaFreeHost(h->p);
+            free(h);
+        }
+        cudaGetLastError();
+        leave(ctx, &sv);
     }
-    free(ctx);
+    drv.release(ctx->device);
+    ctx_free(ctx);
 }
 
 static const char *error(const hoop_cuda_ctx_t *ctx) { return ctx->err; }
 
-/* ---- operations ---- */
-
-static int copy(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
+/* Libhoop's own threads only: the device stays current, and no capture bars the thread. */
+static int bind_thread(hoop_cuda_ctx_t *ctx)
 {
-    int prev;
-    if (n == 0 || dst == src) return 0;
-    if (enter(ctx, &prev) != 0) return -1;
-    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, strm(stream));
-    return leave(ctx, prev, e == cudaSuccess ? 0 : failed(ctx, "cudaMemcpyAsync", e), stream);
+    if (drv.ctx_set(ctx->primary) != CUDA_SUCCESS) {
+        say(ctx->err, sizeof ctx->err, "cuCtxSetCurrent: cannot make CUDA device %d current",
+            ctx->device);
+        return -1;
+    }
+    enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+    cudaError_t e = cudaThreadExchangeStreamCaptureMode(&m);
+    return e == cudaSuccess ? 0 : failed(ctx, "cudaThreadExchangeStreamCaptureMode", e);
 }
+
+/* ---- copies and kernels ---- */
 
 static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes);
 static void dfree(hoop_cuda_ctx_t *ctx, void *p);
+
+static int copy(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
+{
+    if (n == 0) return 0;
+    saved_t sv;
+    cudaStream_t run;
+    if (enter(ctx, &sv) != 0) return -1;
+    int rc = sync_begin(ctx, stream, &run);
+    if (rc == 0) {
+        cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, run);
+        rc = sync_end(ctx, stream, run, e == cudaSuccess ? 0 : failed(ctx, "cudaMemcpyAsync", e));
+    }
+    leave(ctx, &sv);
+    return rc;
+}
 
 static int move(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
 {
@@ -246,11 +429,17 @@ static int reduce(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
         dfree(ctx, t);
         return rc;
     }
-    int prev;
-    if (enter(ctx, &prev) != 0) return -1;
-    cudaError_t e = (cudaError_t)hoop_cuda_launch_reduce(out, a, b, count, dt, op, ctx->sms,
-                                                         (void *)strm(stream));
-    return leave(ctx, prev, e == cudaSuccess ? 0 : failed(ctx, "reduction kernel", e), stream);
+    saved_t sv;
+    cudaStream_t run;
+    if (enter(ctx, &sv) != 0) return -1;
+    int rc = sync_begin(ctx, stream, &run);
+    if (rc == 0) {
+        cudaError_t e =
+            (cudaError_t)hoop_cuda_launch_reduce(out, a, b, count, dt, op, ctx->sms, (void *)run);
+        rc = sync_end(ctx, stream, run, e == cudaSuccess ? 0 : failed(ctx, "reduction kernel", e));
+    }
+    leave(ctx, &sv);
+    return rc;
 }
 
 static int avg_finish(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt, int divisor,
@@ -267,54 +456,64 @@ static int avg_finish(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_
         dfree(ctx, t);
         return rc;
     }
-    int prev;
-    if (enter(ctx, &prev) != 0) return -1;
-    cudaError_t e = (cudaError_t)hoop_cuda_launch_avg(buf, count, dt, divisor, ctx->sms,
-                                                      (void *)strm(stream));
-    return leave(ctx, prev, e == cudaSuccess ? 0 : failed(ctx, "average kernel", e), stream);
+    saved_t sv;
+    cudaStream_t run;
+    if (enter(ctx, &sv) != 0) return -1;
+    int rc = sync_begin(ctx, stream, &run);
+    if (rc == 0) {
+        cudaError_t e =
+            (cudaError_t)hoop_cuda_launch_avg(buf, count, dt, divisor, ctx->sms, (void *)run);
+        rc = sync_end(ctx, stream, run, e == cudaSuccess ? 0 : failed(ctx, "average kernel", e));
+    }
+    leave(ctx, &sv);
+    return rc;
 }
 
 static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
 {
-    int prev;
+    saved_t sv;
     void *p = NULL;
-    if (enter(ctx, &prev) != 0) return NULL;
+    if (enter(ctx, &sv) != 0) return NULL;
     /* Stream-ordered where the device has pools, so that the free never synchronizes the
-     * device; ready for any stream once the context's stream has it. */
-    cudaError_t e = ctx->pools ? cudaMallocAsync(&p, bytes ? bytes : 1, ctx->own)
+     * device; ready for any stream once the pool stream has it. */
+    cudaError_t e = ctx->pools ? cudaMallocAsync(&p, bytes ? bytes : 1, ctx->pool)
                                : cudaMalloc(&p, bytes ? bytes : 1);
-    if (e == cudaSuccess && ctx->pools) e = cudaStreamSynchronize(ctx->own);
+    if (e == cudaSuccess && ctx->pools) e = cudaStreamSynchronize(ctx->pool);
     if (e != cudaSuccess) {
         cudaGetLastError(); /* out of memory is not sticky: leave no trace for the application */
         failed(ctx, "cudaMalloc", e);
         p = NULL;
     }
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     return p;
 }
 
 static void dfree(hoop_cuda_ctx_t *ctx, void *p)
 {
-    int prev;
-    if (p == NULL || enter(ctx, &prev) != 0) return;
+    saved_t sv;
+    if (p == NULL || enter(ctx, &sv) != 0) return;
     /* Every use is complete (the operations are synchronous), so no stream needs ordering. */
     if (ctx->pools)
-        cudaFreeAsync(p, ctx->own);
+        cudaFreeAsync(p, ctx->pool);
     else
         cudaFree(p);
-    if (prev != ctx->device) cudaSetDevice(prev);
+    cudaGetLastError();
+    leave(ctx, &sv);
 }
 
 static void *host_alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
 {
+    saved_t sv;
     void *p = NULL;
+    if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1,
                                   cudaHostAllocPortable | cudaHostAllocMapped);
     if (e != cudaSuccess) {
         cudaGetLastError();
         failed(ctx, "cudaHostAlloc", e);
-        return NULL;
+        p = NULL;
     }
+    leave(ctx, &sv);
     return p;
 }
 
@@ -323,98 +522,120 @@ static void host_free(hoop_cuda_ctx_t *ctx, void *p)
     if (p == NULL) return;
     held_t *h = malloc(sizeof *h);
     if (h == NULL) { /* no memory to keep it: freed now, at the cost of a device sync */
-        cudaFreeHost(p);
+        saved_t sv;
+        if (enter(ctx, &sv) == 0) {
+            cudaFreeHost(p);
+            leave(ctx, &sv);
+        }
         return;
     }
     h->p = p;
+    pthread_mutex_lock(&ctx->held_mu);
     h->next = ctx->held;
     ctx->held = h;
+    pthread_mutex_unlock(&ctx->held_mu);
 }
 
 /* ---- streams and events ---- */
 
 static void *stream_create(hoop_cuda_ctx_t *ctx)
 {
-    int prev;
+    saved_t sv;
     cudaStream_t s = NULL;
-    if (enter(ctx, &prev) != 0) return NULL;
+    if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         failed(ctx, "cudaStreamCreateWithFlags", e);
         s = NULL;
     }
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     return s;
 }
 
 static void stream_destroy(hoop_cuda_ctx_t *ctx, void *stream)
 {
-    (void)ctx;
-    if (stream != NULL) cudaStreamDestroy((cudaStream_t)stream);
+    saved_t sv;
+    if (stream == NULL || enter(ctx, &sv) != 0) return;
+    cudaStreamDestroy((cudaStream_t)stream);
+    leave(ctx, &sv);
 }
 
 static int stream_sync(hoop_cuda_ctx_t *ctx, void *stream)
 {
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaStreamSynchronize(strm(stream));
+    leave(ctx, &sv);
     return e == cudaSuccess ? 0 : failed(ctx, "cudaStreamSynchronize", e);
 }
 
 static int copy_async(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
 {
-    int prev;
+    saved_t sv;
     if (n == 0) return 0;
-    if (enter(ctx, &prev) != 0) return -1;
+    if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, strm(stream));
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     return e == cudaSuccess ? 0 : failed(ctx, "cudaMemcpyAsync", e);
 }
 
 static void *event_create(hoop_cuda_ctx_t *ctx)
 {
-    int prev;
+    saved_t sv;
     cudaEvent_t ev = NULL;
-    if (enter(ctx, &prev) != 0) return NULL;
+    if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         failed(ctx, "cudaEventCreateWithFlags", e);
         ev = NULL;
     }
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     return ev;
 }
 
 static void event_destroy(hoop_cuda_ctx_t *ctx, void *event)
 {
-    (void)ctx;
-    if (event != NULL) cudaEventDestroy((cudaEvent_t)event);
+    saved_t sv;
+    if (event == NULL || enter(ctx, &sv) != 0) return;
+    cudaEventDestroy((cudaEvent_t)event);
+    leave(ctx, &sv);
 }
 
+/* On the legacy stream of the context's device (the calling thread's may be another's). */
 static int event_record(hoop_cuda_ctx_t *ctx, void *event, void *stream)
 {
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaEventRecord((cudaEvent_t)event, strm(stream));
+    leave(ctx, &sv);
     return e == cudaSuccess ? 0 : failed(ctx, "cudaEventRecord", e);
 }
 
 static int event_query(hoop_cuda_ctx_t *ctx, void *event)
 {
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e == cudaErrorNotReady) cudaGetLastError();
+    leave(ctx, &sv);
     if (e == cudaSuccess) return 1;
-    if (e == cudaErrorNotReady) {
-        cudaGetLastError();
-        return 0;
-    }
+    if (e == cudaErrorNotReady) return 0;
     return failed(ctx, "cudaEventQuery", e);
 }
 
 static int stream_wait_event(hoop_cuda_ctx_t *ctx, void *stream, void *event)
 {
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaStreamWaitEvent(strm(stream), (cudaEvent_t)event, 0);
+    leave(ctx, &sv);
     return e == cudaSuccess ? 0 : failed(ctx, "cudaStreamWaitEvent", e);
 }
 
 /* Where the driver has no stream memory operations: a host function on the stream that polls
- * the word (it holds up the runtime's callback thread meanwhile, which is why it is only the
- * fallback). It calls no CUDA function, as host functions must not. */
+ * the word. It calls no CUDA function, as host functions must not, and the word it waits for
+ * depends on host work only (libhoop's stream-ordered calls run on the host), never on CUDA work
+ * queued after it. */
 typedef struct {
     const uint32_t *word;
     uint32_t value;
@@ -433,32 +654,60 @@ static void CUDART_CB poll_word(void *arg)
 static int stream_wait_word(hoop_cuda_ctx_t *ctx, void *stream, const uint32_t *word,
                             uint32_t value)
 {
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) return -1;
+    int rc = 0, done = 0;
     if (ctx->wait_value != NULL) {
         void *dptr = NULL;
         cudaError_t e = cudaHostGetDevicePointer(&dptr, (void *)word, 0);
-        if (e != cudaSuccess) return failed(ctx, "cudaHostGetDevicePointer", e);
-        CUresult r = ctx->wait_value((CUstream)strm(stream), (CUdeviceptr)(uintptr_t)dptr, value,
-                                     CU_STREAM_WAIT_VALUE_GEQ);
-        if (r == CUDA_SUCCESS) return 0;
-        if (r != CUDA_ERROR_NOT_SUPPORTED) {
-            say(ctx->err, sizeof ctx->err, "cuStreamWaitValue32: CUDA driver error %d", (int)r);
-            return -1;
+        if (e != cudaSuccess) {
+            rc = failed(ctx, "cudaHostGetDevicePointer", e);
+            done = 1;
+        } else {
+            CUresult r = ctx->wait_value((CUstream)strm(stream), (CUdeviceptr)(uintptr_t)dptr,
+                                         value, CU_STREAM_WAIT_VALUE_GEQ);
+            if (r == CUDA_SUCCESS) {
+                done = 1;
+            } else if (r != CUDA_ERROR_NOT_SUPPORTED) {
+                say(ctx->err, sizeof ctx->err, "cuStreamWaitValue32: CUDA driver error %d", (int)r);
+                rc = -1;
+                done = 1;
+            } else {
+                ctx->wait_value = NULL; /* not on this device: the host function from now on */
+            }
         }
-        ctx->wait_value = NULL; /* not on this device: the host function from now on */
     }
-    word_wait_t *w = malloc(sizeof *w);
-    if (w == NULL) {
-        say(ctx->err, sizeof ctx->err, "out of memory");
-        return -1;
+    if (!done) {
+        word_wait_t *w = malloc(sizeof *w);
+        if (w == NULL) {
+            say(ctx->err, sizeof ctx->err, "out of memory");
+            rc = -1;
+        } else {
+            w->word = word;
+            w->value = value;
+            cudaError_t e = cudaLaunchHostFunc(strm(stream), poll_word, w);
+            if (e != cudaSuccess) {
+                free(w);
+                rc = failed(ctx, "cudaLaunchHostFunc", e);
+            }
+        }
     }
-    w->word = word;
-    w->value = value;
-    cudaError_t e = cudaLaunchHostFunc(strm(stream), poll_word, w);
+    leave(ctx, &sv);
+    return rc;
+}
+
+static int stream_capturing(hoop_cuda_ctx_t *ctx, void *stream)
+{
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) return -1;
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(strm(stream), &st);
+    leave(ctx, &sv);
     if (e != cudaSuccess) {
-        free(w);
-        return failed(ctx, "cudaLaunchHostFunc", e);
+        cudaGetLastError();
+        return failed(ctx, "cudaStreamIsCapturing", e);
     }
-    return 0;
+    return st != cudaStreamCaptureStatusNone;
 }
 
 /* ---- IPC ---- */
@@ -468,9 +717,9 @@ _Static_assert(sizeof(cudaIpcMemHandle_t) <= HOOP__CUDA_IPC_HANDLE, "the handle 
 /* cudaMalloc, not the stream-ordered allocator: its memory cannot be exported this way. */
 static void *ipc_alloc(hoop_cuda_ctx_t *ctx, size_t bytes, void *handle)
 {
-    int prev;
+    saved_t sv;
     void *p = NULL;
-    if (enter(ctx, &prev) != 0) return NULL;
+    if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     cudaIpcMemHandle_t h;
     if (e == cudaSuccess) {
@@ -488,42 +737,42 @@ static void *ipc_alloc(hoop_cuda_ctx_t *ctx, size_t bytes, void *handle)
         failed(ctx, "cudaMalloc", e);
         p = NULL;
     }
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     return p;
 }
 
 /* With the communicator, when no call is in flight: cudaFree may synchronize the device. */
 static void ipc_free(hoop_cuda_ctx_t *ctx, void *p)
 {
-    int prev;
-    if (p == NULL || enter(ctx, &prev) != 0) return;
+    saved_t sv;
+    if (p == NULL || enter(ctx, &sv) != 0) return;
     cudaFree(p);
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
 }
 
 static void *ipc_open(hoop_cuda_ctx_t *ctx, const void *handle)
 {
-    int prev;
+    saved_t sv;
     void *p = NULL;
     cudaIpcMemHandle_t h;
     memcpy(&h, handle, sizeof h);
-    if (enter(ctx, &prev) != 0) return NULL;
+    if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
         cudaGetLastError();
         failed(ctx, "cudaIpcOpenMemHandle", e);
         p = NULL;
     }
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     return p;
 }
 
 static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
 {
-    int prev;
-    if (p == NULL || enter(ctx, &prev) != 0) return;
+    saved_t sv;
+    if (p == NULL || enter(ctx, &sv) != 0) return;
     cudaIpcCloseMemHandle(p);
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
 }
 
 /* ---- asynchronous kernels, IPC events ---- */
@@ -535,13 +784,12 @@ static int reduce_async(hoop_cuda_ctx_t *ctx, void *out, const void *a, const vo
     if (count == 0 || es == 0) return 0;
     if (misaligned(out, es) || misaligned(a, es) || misaligned(b, es))
         return reduce(ctx, out, a, b, count, dt, op, stream);
-    int prev;
-    if (enter(ctx, &prev) != 0) return -1;
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = (cudaError_t)hoop_cuda_launch_reduce(out, a, b, count, dt, op, ctx->sms,
                                                          (void *)strm(stream));
-    int rc = e == cudaSuccess ? 0 : failed(ctx, "reduction kernel", e);
-    if (prev != ctx->device) cudaSetDevice(prev);
-    return rc;
+    leave(ctx, &sv);
+    return e == cudaSuccess ? 0 : failed(ctx, "reduction kernel", e);
 }
 
 static int avg_finish_async(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt,
@@ -550,22 +798,21 @@ static int avg_finish_async(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_
     size_t es = esize(dt);
     if (count == 0 || es == 0) return 0;
     if (misaligned(buf, es)) return avg_finish(ctx, buf, count, dt, divisor, stream);
-    int prev;
-    if (enter(ctx, &prev) != 0) return -1;
+    saved_t sv;
+    if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = (cudaError_t)hoop_cuda_launch_avg(buf, count, dt, divisor, ctx->sms,
                                                       (void *)strm(stream));
-    int rc = e == cudaSuccess ? 0 : failed(ctx, "average kernel", e);
-    if (prev != ctx->device) cudaSetDevice(prev);
-    return rc;
+    leave(ctx, &sv);
+    return e == cudaSuccess ? 0 : failed(ctx, "average kernel", e);
 }
 
 _Static_assert(sizeof(cudaIpcEventHandle_t) <= HOOP__CUDA_IPC_HANDLE, "the handle must fit");
 
 static void *ipc_event_create(hoop_cuda_ctx_t *ctx, void *handle)
 {
-    int prev;
+    saved_t sv;
     cudaEvent_t ev = NULL;
-    if (enter(ctx, &prev) != 0) return NULL;
+    if (enter(ctx, &sv) != 0) return NULL;
     /* Interprocess events must be made without timing. */
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess);
     cudaIpcEventHandle_t h;
@@ -581,31 +828,31 @@ static void *ipc_event_create(hoop_cuda_ctx_t *ctx, void *handle)
         memset(handle, 0, HOOP__CUDA_IPC_HANDLE);
         memcpy(handle, &h, sizeof h);
     }
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     return ev;
 }
 
 static void *ipc_event_open(hoop_cuda_ctx_t *ctx, const void *handle)
 {
-    int prev;
+    saved_t sv;
     cudaEvent_t ev = NULL;
     cudaIpcEventHandle_t h;
     memcpy(&h, handle, sizeof h);
-    if (enter(ctx, &prev) != 0) return NULL;
+    if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaIpcOpenEventHandle(&ev, h);
     if (e != cudaSuccess) {
         cudaGetLastError();
         failed(ctx, "cudaIpcOpenEventHandle", e);
         ev = NULL;
     }
-    if (prev != ctx->device) cudaSetDevice(prev);
+    leave(ctx, &sv);
     return ev;
 }
 
 static const hoop_cuda_module_t table = {
     .abi = HOOP__CUDA_ABI,
     .size = sizeof(hoop_cuda_module_t),
-    .name = "libhoop-cuda.so",
+    .name = HOOP__CUDA_MODULE_NAME,
     .classify = classify,
     .open = open_ctx,
     .close = close_ctx,
@@ -636,6 +883,9 @@ static const hoop_cuda_module_t table = {
     .avg_finish_async = avg_finish_async,
     .ipc_event_create = ipc_event_create,
     .ipc_event_open = ipc_event_open,
+    .bind = bind_thread,
+    .stream_capturing = stream_capturing,
+    .versions = versions,
 };
 
 EXPORT const hoop_cuda_module_t *hoop_cuda_module(void) { return &table; }

@@ -11,7 +11,7 @@
 #include "hoop.h"
 
 /* Bumped on any change of the table's layout or meaning: libhoop refuses a module of another. */
-#define HOOP__CUDA_ABI 3
+#define HOOP__CUDA_ABI 4
 /* The one symbol a module exports: const hoop_cuda_module_t *hoop_cuda_module(void). */
 #define HOOP__CUDA_ENTRY "hoop_cuda_module"
 /* Bytes of an IPC handle (cudaIpcMemHandle_t's size). */
@@ -43,9 +43,12 @@ typedef struct hoop_cuda_module {
     hoop_cuda_ctx_t *(*open)(int device, char *err, size_t errlen);
     void (*close)(hoop_cuda_ctx_t *ctx);
     /* The operations return 0, or -1 with the sentence of error(ctx), and leave the calling
-     * thread's current device as it found it. stream is a cudaStream_t, NULL for the legacy
-     * default stream. The four below run on stream, after the work queued there, and are
-     * complete in memory when they return (they wait for stream, nothing else). */
+     * thread as they found it: its current context (they make no context on another device
+     * than ctx's, and none where the thread had none) and its stream capture mode. stream is a
+     * cudaStream_t; NULL names the legacy default stream. The four below start after the work
+     * queued on stream so far and are complete in memory when they return; with a stream they
+     * wait for that stream only, with NULL for the legacy stream's work queued before them, not
+     * for what the blocking streams queue later. */
     /* dst and src do not overlap; either may be host memory. */
     int (*copy)(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream);
     /* dst and src may overlap. */
@@ -122,6 +125,18 @@ typedef struct hoop_cuda_module {
     /* Another process's event from its handle, for event_query and stream_wait_event only
      * (only its owner records it); closed with event_destroy. NULL with the sentence. */
     void *(*ipc_event_open)(hoop_cuda_ctx_t *ctx, const void *handle);
+
+    /* ---- threads, capture, versions (ABI 4) ---- */
+    /* Makes ctx's device current on the calling thread for good, with a capture mode that no
+     * other thread's stream capture bars: for libhoop's own threads only. 0, or -1. */
+    int (*bind)(hoop_cuda_ctx_t *ctx);
+    /* 1 when stream is being captured into a CUDA graph (or its capture was invalidated), 0
+     * when not, -1 with the sentence of error(ctx) when CUDA refuses to say (the legacy stream
+     * during another stream's capture). */
+    int (*stream_capturing)(hoop_cuda_ctx_t *ctx, void *stream);
+    /* The CUDA version of the module's runtime and of the driver (1000 x major + 10 x minor; 0
+     * when unknown). It needs no context. */
+    void (*versions)(int *runtime, int *driver);
 } hoop_cuda_module_t;
 
 typedef const hoop_cuda_module_t *(*hoop_cuda_entry_fn)(void);

@@ -61,17 +61,24 @@ hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoo
 hoop_result_t hoop__mem_failed(hoop_comm_t *c);
 
 /* Stream-ordered calls (hoop_comm_set_stream; mem_cuda.c, docs/cuda.md). A call on device
- * buffers posted while a stream is set takes an ordering slot: at posting (hoop__mem_order_post,
- * on the posting thread) an event is recorded on the user's stream and the stream is made to wait
- * for the slot's word in pinned host memory; when the call starts (hoop__mem_order_start, under
- * exec) the engine polls that event, with the communicator's timeout, so that the call reads
- * what the stream's earlier work wrote; its operations then run on the communicator's own
- * stream, which waits for no other; when it completes, whatever the result
- * (hoop__mem_order_end, any thread), the word is set and the user's stream moves on. call->order
- * is the slot + 1, 0 for none. Post fails (nothing queued) with a sentence; start fails having
- * aborted the communicator. */
+ * buffers posted while a stream is set runs on the host, on a pinned copy of its buffers, and
+ * takes an ordering slot: at posting (hoop__mem_order_post, on the posting thread) the stream
+ * gets a copy of what the call reads into the slot's buffer and an event after it, and the call
+ * is turned into a host call on that buffer (call->mem, sendbuf, recvbuf). Once it is queued
+ * (hoop__mem_order_queued) the stream gets a wait for the slot's word and the copy of what the
+ * call writes back into the user's buffers. When the call starts (hoop__mem_order_start, under
+ * exec) the engine polls the event, with the communicator's timeout; when it completes, whatever
+ * the result (hoop__mem_order_end, any thread), the word is set and the stream moves on. No
+ * device work of libhoop's is queued after the stream's wait, so no hardware queue shared with
+ * that stream can hold it up. call->order is the slot + 1, 0 for none. Post fails (nothing
+ * queued) with a sentence, a stream being captured into a CUDA graph included; start fails
+ * having aborted the communicator. */
 hoop_result_t hoop__mem_order_post(hoop_comm_t *c, struct hoop__call *call, void *stream,
                                    const char *fn);
+/* After the call was queued for the engine: the stream's wait and copy back, or in a group
+ * (c->group > 0) held back until its end. Failing aborts the communicator. */
+hoop_result_t hoop__mem_order_queued(hoop_comm_t *c, const struct hoop__call *call,
+                                     const char *fn);
 /* Whether the call may start without waiting (1), or its stream's earlier work is not done yet
  * (0); never blocks. 1 as well once the communicator's timeout has passed, for start to say so.
  * The engine runs another thing meanwhile: point-to-point transfers in flight, which an earlier
@@ -79,9 +86,15 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, struct hoop__call *call, void
 int hoop__mem_order_ready(const struct hoop__call *call);
 hoop_result_t hoop__mem_order_start(const struct hoop__call *call);
 void hoop__mem_order_end(struct hoop__call *call);
+/* A posted call that was never queued: its slot is freed and nothing is written back. */
+void hoop__mem_order_cancel(struct hoop__call *call);
 /* The end of the outermost group (hoop_group_end): the streams of the calls posted in it are
- * made to wait for them now (at posting, a call in a group only recorded its start event). */
+ * made to wait for them now. */
 hoop_result_t hoop__mem_group_end(hoop_comm_t *c);
+/* Makes the device of c's buffers current on the calling thread, one of libhoop's own (the
+ * progress thread), once c has device buffers; nothing otherwise. Never on an application's
+ * thread: that one's device is the application's. */
+void hoop__mem_bind_thread(hoop_comm_t *c);
 
 /* Frees what the memory types hold for c (scratch, staging buffers, the CUDA module's context),
  * as the communicator goes. */

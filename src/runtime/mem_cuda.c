@@ -32,14 +32,23 @@ enum { NO_DRIVER, READY, BROKEN };
 #define RANGES 8
 #define SLOTS 1024 /* stream-ordered calls in flight at once; one more waits for one to end */
 
-/* One stream-ordered call in flight: the event recorded on the user's stream at posting (the
- * call starts once it is reached), one recorded after the stream's wait for the word (the word
- * may be freed once it is reached), and the value the word takes when the call ends. */
+/* One stream-ordered call (docs/cuda.md, "The mechanism"): its pinned buffer, which holds what
+ * the call reads and writes while it runs on the host; the event recorded on the user's stream
+ * after the copy in (the call starts once it is reached) and the one after the copy out (the
+ * buffer and the word may be reused or freed once it is reached); the value the word takes when
+ * the call ends, and the copy out that follows the stream's wait for it. */
 typedef struct order_slot {
     void *ev_in, *ev_out;
     uint32_t value;
-    int busy;
-    double since; /* when the engine first found it at the head, waiting; 0 before */
+    int busy;       /* posted, not ended */
+    int out_owed;   /* the copy out is not queued yet (or was queued and not known done) */
+    int out_queued; /* the copy out and ev_out are queued */
+    double since;   /* when the engine first found it at the head, waiting; 0 before */
+    char *buf;      /* pinned, from host_alloc */
+    size_t cap;
+    void *stream;   /* the user's stream */
+    void *dev_out;  /* the copy out: buf + out_off to dev_out, out_len bytes */
+    size_t out_off, out_len;
 } order_slot_t;
 #define NO_COUNT ULLONG_MAX /* a loader that keeps no count: look every time */
 
@@ -63,20 +72,16 @@ struct hoop__cuda {
         int device;
     } range[RANGES];
     unsigned next;
-    /* Stream-ordered calls, made by the first one: the communicator's own stream, where their
-     * operations run, and one pinned word per slot that the user's streams wait for. The words
-     * only grow (a slot's next call waits for a larger value), so a stream that reaches its wait
-     * after the slot was reused passes, rightly: its call ended before the reuse. */
-    void *stream;
+    /* Stream-ordered calls, made by the first one: one pinned word per slot that the user's
+     * streams wait for. The words only grow (a slot's next call waits for a larger value), so a
+     * stream that reaches its wait after the slot was reused passes, rightly: its call ended
+     * before the reuse. Slots [0, nslots) have been used. */
     uint32_t *words;
     order_slot_t slot[SLOTS];
-    /* Inside a group (hoop_group_start), the user's streams' waits for the words of the calls
-     * posted so far, queued only at the group's end: slot, value, stream. */
-    struct deferred {
-        int slot;
-        uint32_t value;
-        void *stream;
-    } *deferred;
+    int nslots;
+    /* Inside a group (hoop_group_start), the slots whose streams' waits and copies out are held
+     * back until the group's end. */
+    int *deferred;
     int ndeferred, capdeferred;
     /* Staging's copy streams (runtime.h), device to host [0] and host to device [1], and the
      * event that orders them after a call's stream; under exec. */
@@ -323,10 +328,27 @@ static struct hoop__cuda *state_of(hoop_comm_t *c)
     return st;
 }
 
+/* Once per process, at HOOP_DEBUG=INFO: the module, and the driver its runtime needs. */
+static void say_floor(hoop_comm_t *c, const struct hoop__cuda *st)
+{
+    static atomic_int said;
+    if (st->t == NULL || atomic_exchange(&said, 1)) return;
+    int rt = 0, dv = 0;
+    st->t->versions(&rt, &dv);
+    HOOP__INFO(&c->log,
+               "CUDA module %s: CUDA runtime %d.%d, which needs a driver for CUDA %d.%d or newer "
+               "(R580 or later for 13.0); the driver here is for CUDA %d.%d%s",
+               st->t->name, rt / 1000, rt % 1000 / 10, rt / 1000, rt % 1000 / 10, dv / 1000,
+               dv % 1000 / 10, dv >= rt ? "" : ": too old, device buffers will be refused");
+}
+
 static hoop_result_t detect_locked(hoop_comm_t *c, struct hoop__cuda *st, const void *s,
                                    const void *r, hoop__mem_type_t *type, const char *fn)
 {
-    if (atomic_load_explicit(&st->state, memory_order_relaxed) == NO_DRIVER) probe(st);
+    if (atomic_load_explicit(&st->state, memory_order_relaxed) == NO_DRIVER) {
+        probe(st);
+        say_floor(c, st);
+    }
     if (atomic_load_explicit(&st->state, memory_order_relaxed) == NO_DRIVER) return HOOP_OK;
     char err[400] = "";
     int ds = s != NULL ? device_of(st, s, err, sizeof err) : IS_HOST;
@@ -445,12 +467,14 @@ hoop_result_t hoop__mem_failed(hoop_comm_t *c)
     return st != NULL && atomic_load(&st->failed) ? HOOP_ERR_SYSTEM : HOOP_OK;
 }
 
-/* A stream-ordered call's operations run on the communicator's stream, which never waits for
- * the legacy default stream: there they could wait behind a user's stream that waits for this
- * very call. The others run on the legacy default stream, after what the application queued. */
+/* The stream a call on device memory follows: the legacy default stream (NULL), after the work
+ * the application queued there. A stream-ordered call never gets here: it runs on the host (see
+ * "stream-ordered calls" below). */
 static void *stream_of(const struct hoop__cuda *st, const hoop__call_t *call)
 {
-    return call->order != 0 ? st->stream : NULL;
+    (void)st;
+    (void)call;
+    return NULL;
 }
 
 static void cuda_copy(const hoop__call_t *call, void *dst, const void *src, size_t n)
@@ -509,7 +533,15 @@ static void cuda_host_free(hoop_comm_t *c, void *p)
     st->t->host_free(st->ctx, p);
 }
 
-/* ---- stream-ordered calls ---- */
+/* ---- stream-ordered calls ----
+ * A call ordered on a user's stream runs on the host, on a pinned copy of its buffers, so that
+ * the stream's wait for its word depends on host work only. Were the call's copies and kernels
+ * queued on the device instead, after the stream's wait was queued, they could land on a hardware
+ * queue behind that wait (streams share CUDA_DEVICE_MAX_CONNECTIONS queues; one with 1) and
+ * the wait would never end. At posting, on the user's stream: a copy of what the call reads into
+ * the slot's buffer, then ev_in. When the call is queued: the wait for the word, the copy of what
+ * it wrote back into the user's buffers, then ev_out. The engine runs the call on host memory
+ * once ev_in is reached and sets the word when it ends. docs/cuda.md, "The mechanism". */
 
 static void pause_us(long us)
 {
@@ -529,50 +561,159 @@ static int poll_event(struct hoop__cuda *st, void *ev, double seconds)
     }
 }
 
-/* The user's streams may still be about to read a word: wait until each slot's last wait has
- * passed (every call has ended by now, so its word is set) before the words go. */
+/* The user's streams may still be about to read a word or a buffer: wait until each slot's copy
+ * out has passed (every call has ended by now, so its word is set) before they go. */
 static void order_close(hoop_comm_t *c, struct hoop__cuda *st)
 {
     int keep = 0;
-    for (int k = 0; k < SLOTS; k++) {
+    for (int k = 0; k < st->nslots; k++) {
         order_slot_t *o = &st->slot[k];
-        if (o->ev_out != NULL && poll_event(st, o->ev_out, c->timeout_s) != 1) keep = 1;
+        int kept = o->out_queued && poll_event(st, o->ev_out, c->timeout_s) != 1;
+        keep |= kept;
         if (o->ev_in != NULL) st->t->event_destroy(st->ctx, o->ev_in);
         if (o->ev_out != NULL) st->t->event_destroy(st->ctx, o->ev_out);
+        /* A stream that never got there (its own earlier work hangs) could still copy from the
+         * buffer: it is left allocated rather than freed under it. */
+        if (o->buf != NULL && !kept) st->t->host_free(st->ctx, o->buf);
     }
-    /* A stream that never got there (its own earlier work hangs) could still read the words:
-     * they are left allocated rather than freed under it. */
     if (st->words != NULL && !keep) st->t->host_free(st->ctx, st->words);
-    if (st->stream != NULL) st->t->stream_destroy(st->ctx, st->stream);
 }
 
-/* A free slot (its index), made ready, or -1. Under mu. */
-static int slot_take(struct hoop__cuda *st)
+/* The bytes of sendbuf this rank's part of the call reads and of recvbuf it writes (as submit()
+ * in core/api.c decides which buffers a rank touches). */
+static void call_extents(const hoop__call_t *call, size_t *rd, size_t *wr)
 {
-    for (int k = 0; k < SLOTS; k++) {
-        order_slot_t *o = &st->slot[k];
-        if (o->busy) continue;
-        if (o->ev_in == NULL) o->ev_in = st->t->event_create(st->ctx);
-        if (o->ev_out == NULL) o->ev_out = st->t->event_create(st->ctx);
-        if (o->ev_in == NULL || o->ev_out == NULL) return -2;
-        o->busy = 1;
-        return k;
+    hoop_comm_t *c = call->comm;
+    size_t n = call->count * hoop_dtype_size(call->dtype), np = n * (size_t)c->size;
+    int root = call->root == c->rank;
+    *rd = *wr = 0;
+    switch (call->kind) {
+    case HOOP__K_ALLREDUCE: *rd = *wr = n; break;
+    case HOOP__K_BROADCAST:
+        if (root) *rd = n;
+        else *wr = n;
+        break;
+    case HOOP__K_REDUCE:
+        *rd = n;
+        *wr = root ? n : 0;
+        break;
+    case HOOP__K_ALLGATHER:
+        *rd = n;
+        *wr = np;
+        break;
+    case HOOP__K_GATHER:
+        *rd = n;
+        *wr = root ? np : 0;
+        break;
+    case HOOP__K_SCATTER:
+        *rd = root ? np : 0;
+        *wr = n;
+        break;
+    case HOOP__K_REDUCE_SCATTER:
+        *rd = np;
+        *wr = n;
+        break;
+    case HOOP__K_ALLTOALL: *rd = *wr = np; break;
+    case HOOP__K_SEND:
+        if (call->is_recv) *wr = n;
+        else *rd = n;
+        break;
+    default: break;
     }
-    return -1;
+}
+
+/* Whether slot k may take a new call: its call ended and its copy out is done. Under mu. */
+static int slot_free(struct hoop__cuda *st, int k)
+{
+    order_slot_t *o = &st->slot[k];
+    if (o->busy || (o->out_owed && !o->out_queued)) return 0;
+    if (o->out_queued && st->t->event_query(st->ctx, o->ev_out) != 1) return 0;
+    o->out_owed = o->out_queued = 0;
+    return 1;
+}
+
+/* A slot for a call that needs bytes of pinned buffer: a free one whose buffer is large enough,
+ * else the free one with the largest, else a new one; -1 when none is free, -2 when events
+ * cannot be made. Under mu. */
+static int slot_take(struct hoop__cuda *st, size_t bytes)
+{
+    int best = -1;
+    for (int k = 0; k < st->nslots; k++) {
+        if (!slot_free(st, k)) continue;
+        if (st->slot[k].cap >= bytes) {
+            best = k;
+            break;
+        }
+        if (best < 0 || st->slot[k].cap > st->slot[best].cap) best = k;
+    }
+    if (best < 0 && st->nslots < SLOTS) best = st->nslots++;
+    if (best < 0) return -1;
+    order_slot_t *o = &st->slot[best];
+    if (o->ev_in == NULL) o->ev_in = st->t->event_create(st->ctx);
+    if (o->ev_out == NULL) o->ev_out = st->t->event_create(st->ctx);
+    if (o->ev_in == NULL || o->ev_out == NULL) return -2;
+    return best;
+}
+
+/* Gives slot k a buffer of at least bytes: the old one is kept until the communicator goes (a
+ * free of pinned memory waits for the whole device). Made at posting, before the call's own wait
+ * is queued. Under mu. */
+static int slot_buffer(struct hoop__cuda *st, order_slot_t *o, size_t bytes)
+{
+    if (o->cap >= bytes) return 0;
+    size_t cap = o->cap * 2 > bytes ? o->cap * 2 : bytes;
+    if (cap < 4096) cap = 4096;
+    char *b = st->t->host_alloc(st->ctx, cap);
+    if (b == NULL) return -1;
+    if (o->buf != NULL) st->t->host_free(st->ctx, o->buf);
+    o->buf = b;
+    o->cap = cap;
+    return 0;
+}
+
+/* The stream's capture, refused before anything is queued on it. */
+static hoop_result_t refuse_capture(hoop_comm_t *c, struct hoop__cuda *st, void *stream,
+                                    const char *fn)
+{
+    int cap = st->t->stream_capturing(st->ctx, stream);
+    if (cap == 0) return HOOP_OK;
+    if (cap < 0)
+        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                                "%s: cannot tell whether stream %p is being captured into a CUDA "
+                                "graph: %s",
+                                fn, stream, st->t->error(st->ctx));
+    return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                            "%s: stream %p is being captured into a CUDA graph, and hoop's "
+                            "stream-ordered calls cannot be captured: their work runs on the "
+                            "host, which a replay of the graph would not run again. Call it "
+                            "outside the captured region (torch.compile: a mode other than "
+                            "\"reduce-overhead\", or keep the collective out of the graph)",
+                            fn, stream);
 }
 
 hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *stream, const char *fn)
 {
     struct hoop__cuda *st = cu(c);
     const hoop_cuda_module_t *t = st->t;
+    hoop_result_t rc = refuse_capture(c, st, stream, fn);
+    if (rc != HOOP_OK) return rc;
+    size_t rd, wr;
+    call_extents(call, &rd, &wr);
+    /* The buffer's layout keeps the call's own: what it reads and writes, where the two overlap
+     * (in place), one range at the same offsets. */
+    uintptr_t s = (uintptr_t)call->sendbuf, r = (uintptr_t)call->recvbuf;
+    int overlap = (rd > 0 && wr > 0 && s < r + wr && r < s + rd) || (s == r && s != 0);
+    uintptr_t lo = overlap ? (s < r ? s : r) : 0;
+    size_t span = overlap ? (s + rd > r + wr ? s + rd : r + wr) - lo : 0;
+    size_t s_off = overlap ? s - lo : 0, r_off = overlap ? r - lo : (rd + 255) / 256 * 256;
+    size_t bytes = overlap ? span : r_off + wr;
     double start = hoop__now();
     pthread_mutex_lock(&st->mu);
-    if (st->stream == NULL) st->stream = t->stream_create(st->ctx);
-    if (st->stream != NULL && st->words == NULL) {
+    if (st->words == NULL) {
         st->words = t->host_alloc(st->ctx, SLOTS * sizeof(uint32_t));
         if (st->words != NULL) memset(st->words, 0, SLOTS * sizeof(uint32_t));
     }
-    int k = st->stream != NULL && st->words != NULL ? slot_take(st) : -2;
+    int k = st->words != NULL ? slot_take(st, bytes) : -2;
     while (k == -1) { /* SLOTS calls in flight: the oldest ends soon, on the progress thread */
         pthread_mutex_unlock(&st->mu);
         if (hoop__now() - start > c->timeout_s)
@@ -582,48 +723,95 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *str
                                     fn, SLOTS, c->timeout_s);
         pause_us(50);
         pthread_mutex_lock(&st->mu);
-        k = slot_take(st);
+        k = slot_take(st, bytes);
     }
-    if (k < 0) {
+    order_slot_t *o = k >= 0 ? &st->slot[k] : NULL;
+    if (o == NULL || slot_buffer(st, o, bytes) != 0) {
         pthread_mutex_unlock(&st->mu);
         return hoop__comm_error(c, HOOP_ERR_SYSTEM,
                                 "%s: cannot set up the stream ordering on rank %d: %s", fn, c->rank,
                                 t->error(st->ctx));
     }
-    order_slot_t *o = &st->slot[k];
-    o->value = __atomic_load_n(&st->words[k], __ATOMIC_RELAXED) + 1;
+    o->busy = 1;
+    o->out_owed = 1;
+    o->out_queued = 0;
     o->since = 0;
-    int rc = t->event_record(st->ctx, o->ev_in, stream);
-    if (rc == 0 && c->group > 0) {
+    o->value = __atomic_load_n(&st->words[k], __ATOMIC_RELAXED) + 1;
+    o->stream = stream;
+    o->dev_out = wr > 0 ? call->recvbuf : NULL;
+    o->out_off = r_off;
+    o->out_len = wr;
+    /* What the call reads, once the stream's earlier work wrote it (all of an in-place span: the
+     * call may keep what it does not write). */
+    int e = 0;
+    if (overlap && rd > 0)
+        e = t->copy_async(st->ctx, o->buf, (const void *)lo, span, stream);
+    else if (rd > 0)
+        e = t->copy_async(st->ctx, o->buf + s_off, call->sendbuf, rd, stream);
+    if (e == 0) e = t->event_record(st->ctx, o->ev_in, stream);
+    if (e != 0) o->out_owed = o->busy = 0;
+    pthread_mutex_unlock(&st->mu);
+    if (e != 0) {
+        return hoop__comm_error(c, HOOP_ERR_SYSTEM,
+                                "%s: cannot order the call on stream %p on rank %d: %s", fn,
+                                stream, c->rank, t->error(st->ctx));
+    }
+    call->order = k + 1;
+    call->mem = HOOP__MEM_HOST;
+    if (call->sendbuf != NULL) call->sendbuf = o->buf + s_off;
+    if (call->recvbuf != NULL) call->recvbuf = o->buf + r_off;
+    return HOOP_OK;
+}
+
+/* The stream's wait for slot k's word, the copy out and ev_out. Under mu. */
+static int queue_out(struct hoop__cuda *st, int k)
+{
+    order_slot_t *o = &st->slot[k];
+    const hoop_cuda_module_t *t = st->t;
+    int e = t->stream_wait_word(st->ctx, o->stream, &st->words[k], o->value);
+    if (e == 0 && o->out_len > 0)
+        e = t->copy_async(st->ctx, o->dev_out, o->buf + o->out_off, o->out_len, o->stream);
+    if (e == 0) e = t->event_record(st->ctx, o->ev_out, o->stream);
+    /* Queued or not, the slot is reusable once ev_out says so (a failure is the
+     * communicator's, which goes). */
+    o->out_queued = e == 0;
+    if (e != 0) o->out_owed = 0;
+    return e;
+}
+
+hoop_result_t hoop__mem_order_queued(hoop_comm_t *c, const hoop__call_t *call, const char *fn)
+{
+    struct hoop__cuda *st = cu(c);
+    int k = call->order - 1;
+    pthread_mutex_lock(&st->mu);
+    int e = 0;
+    if (c->group > 0) {
         /* In a group, no call waits for another of the group: the stream's waits come at its
-         * end, after every call's start event (a receive before a send on one stream would
+         * end, after every call's copy in (a receive before a send on one stream would
          * otherwise hold the send until the receive is done, on every rank of a ring). */
         if (st->ndeferred == st->capdeferred) {
             int ncap = st->capdeferred ? 2 * st->capdeferred : 16;
-            struct deferred *nd = realloc(st->deferred, (size_t)ncap * sizeof *nd);
+            int *nd = realloc(st->deferred, (size_t)ncap * sizeof *nd);
             if (nd == NULL) {
                 pthread_mutex_unlock(&st->mu);
-                call->order = k + 1;
-                hoop__mem_order_end(call);
-                return hoop__comm_error(c, HOOP_ERR_NO_MEMORY, "%s: out of memory", fn);
+                hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "%s: out of memory", fn);
+                return HOOP_ERR_NO_MEMORY;
             }
             st->deferred = nd;
             st->capdeferred = ncap;
         }
-        st->deferred[st->ndeferred++] = (struct deferred){k, o->value, stream};
+        st->deferred[st->ndeferred++] = k;
     } else {
-        if (rc == 0) rc = t->stream_wait_word(st->ctx, stream, &st->words[k], o->value);
-        if (rc == 0) rc = t->event_record(st->ctx, o->ev_out, stream);
+        e = queue_out(st, k);
     }
     pthread_mutex_unlock(&st->mu);
-    call->order = k + 1;
-    if (rc != 0) {
-        /* The stream may already wait for the word: set it, so that the stream moves on. */
-        hoop_result_t r = hoop__comm_error(c, HOOP_ERR_SYSTEM,
-                                           "%s: cannot order the call on stream %p on rank %d: %s",
-                                           fn, stream, c->rank, t->error(st->ctx));
-        hoop__mem_order_end(call);
-        return r;
+    /* The call is queued: a stream that does not wait for it would run ahead of its result, so
+     * the communicator fails, and every rank learns why. */
+    if (e != 0) {
+        hoop__comm_fail(c, HOOP_ERR_SYSTEM,
+                        "%s: cannot make stream %p wait for the call on rank %d: %s", fn,
+                        st->slot[k].stream, c->rank, st->t->error(st->ctx));
+        return HOOP_ERR_SYSTEM;
     }
     return HOOP_OK;
 }
@@ -634,21 +822,19 @@ hoop_result_t hoop__mem_group_end(hoop_comm_t *c)
     if (st == NULL) return HOOP_OK;
     pthread_mutex_lock(&st->mu);
     int rc = 0;
-    /* Each call's stream waits for its word (a word only grows: a slot reused meanwhile by a
-     * later call has a larger value, and this wait passes at once). */
     for (int i = 0; i < st->ndeferred; i++) {
-        struct deferred *d = &st->deferred[i];
-        int r = st->t->stream_wait_word(st->ctx, d->stream, &st->words[d->slot], d->value);
-        if (r == 0) r = st->t->event_record(st->ctx, st->slot[d->slot].ev_out, d->stream);
+        int r = queue_out(st, st->deferred[i]);
         if (r != 0 && rc == 0) rc = r;
     }
     st->ndeferred = 0;
     pthread_mutex_unlock(&st->mu);
-    if (rc != 0)
-        return hoop__comm_error(c, HOOP_ERR_SYSTEM,
-                                "hoop_group_end: cannot make a stream wait for the group's calls "
-                                "on rank %d: %s",
-                                c->rank, st->t->error(st->ctx));
+    if (rc != 0) {
+        hoop__comm_fail(c, HOOP_ERR_SYSTEM,
+                        "hoop_group_end: cannot make a stream wait for the group's calls on rank "
+                        "%d: %s",
+                        c->rank, st->t->error(st->ctx));
+        return HOOP_ERR_SYSTEM;
+    }
     return HOOP_OK;
 }
 
@@ -690,12 +876,38 @@ void hoop__mem_order_end(hoop__call_t *call)
     struct hoop__cuda *st = cu(call->comm);
     pthread_mutex_lock(&st->mu);
     order_slot_t *o = &st->slot[call->order - 1];
-    /* The call's operations were synchronous on the communicator's stream: its results are in
-     * device memory, and the user's stream may read them. */
+    /* The call's results are in the slot's buffer: the stream's copy out may read them. */
     __atomic_store_n(&st->words[call->order - 1], o->value, __ATOMIC_RELEASE);
     o->busy = 0;
     pthread_mutex_unlock(&st->mu);
     call->order = 0;
+}
+
+void hoop__mem_order_cancel(hoop__call_t *call)
+{
+    if (call->order == 0) return;
+    struct hoop__cuda *st = cu(call->comm);
+    pthread_mutex_lock(&st->mu);
+    order_slot_t *o = &st->slot[call->order - 1];
+    /* Nothing writes the user's buffers: no copy out was queued. */
+    __atomic_store_n(&st->words[call->order - 1], o->value, __ATOMIC_RELEASE);
+    o->busy = 0;
+    if (!o->out_queued) o->out_owed = 0;
+    pthread_mutex_unlock(&st->mu);
+    call->order = 0;
+}
+
+/* Libhoop's own threads work for one communicator each: its device, once it has one. */
+void hoop__mem_bind_thread(hoop_comm_t *c)
+{
+    static __thread hoop_cuda_ctx_t *bound;
+    struct hoop__cuda *st = atomic_load_explicit(&c->cuda, memory_order_acquire);
+    if (st == NULL || atomic_load_explicit(&st->state, memory_order_acquire) != READY) return;
+    pthread_mutex_lock(&st->mu);
+    hoop_cuda_ctx_t *ctx = st->ctx;
+    pthread_mutex_unlock(&st->mu);
+    if (ctx == NULL || ctx == bound) return;
+    if (st->t->bind(ctx) == 0) bound = ctx;
 }
 
 /* ---- staging's copies ---- */

@@ -4,9 +4,11 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const hoop_cuda_module_t *mod;
 static hoop_cuda_ctx_t *ctx;
+static int device;
 
 int devbuf_open(const char *path, char *err, size_t errlen)
 {
@@ -21,8 +23,18 @@ int devbuf_open(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s is not a CUDA module of this build", path);
         return -1;
     }
-    ctx = mod->open(0, err, errlen);
+    const char *d = getenv("HOOP_TEST_DEVICE");
+    if (d != NULL && !strcmp(d, "local")) d = getenv("LOCAL_RANK");
+    device = d != NULL ? atoi(d) : 0;
+    ctx = mod->open(device, err, errlen);
     return ctx != NULL ? 0 : -1;
+}
+
+int devbuf_device(void) { return device; }
+
+int devbuf_no_device(const char *err)
+{
+    return strstr(err, "no CUDA device") != NULL || strstr(err, "cudaErrorNoDevice") != NULL;
 }
 
 const hoop_cuda_module_t *devbuf_module(void) { return mod; }
@@ -49,6 +61,21 @@ void devbuf_copy(void *dst, const void *src, size_t n)
         fprintf(stderr, "device copy of %zu bytes: %s\n", n, mod->error(ctx));
         exit(1);
     }
+}
+
+void *devbuf_host_alloc(size_t bytes)
+{
+    void *p = mod->host_alloc(ctx, bytes ? bytes : 1);
+    if (p == NULL) {
+        fprintf(stderr, "pinned allocation of %zu bytes: %s\n", bytes, mod->error(ctx));
+        exit(1);
+    }
+    return p;
+}
+
+void devbuf_host_free(void *p)
+{
+    if (p != NULL) mod->host_free(ctx, p);
 }
 
 void *devbuf_stream(void)

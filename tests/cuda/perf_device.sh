@@ -6,7 +6,8 @@
 #
 # Each collective must end with "0 OK", say its buffers are the double's device memory, print
 # its rows and exit 0. Where the runtime has no usable driver, hoop-perf must exit 1 with the
-# library's reason; --model with --device and an unknown device are bad usage (exit 2).
+# library's reason, naming the driver the module needs, which HOOP_DEBUG=INFO states as well;
+# --model with --device and an unknown device are bad usage (exit 2).
 set -u
 hooprun=$1 perf=$2 n=$3
 tmp=$(mktemp -d) || exit 1
@@ -47,6 +48,13 @@ HOOP_CUDA_DOUBLE_NODRIVER=1 "$hooprun" --no-prefix --timeout 60 -n "$n" "$perf" 
 rc=$?
 [ "$rc" -eq 1 ] || fail "a runtime without a usable driver: exit $rc, expected 1"
 grep -q 'no usable CUDA driver' "$tmp/err" || fail "no usable driver: not said on stderr"
+grep -q 'needs a driver for CUDA 13.0 or newer' "$tmp/err" ||
+    fail "no usable driver: the driver the module needs is not named"
+# The floor, at HOOP_DEBUG=INFO, once the module is loaded.
+HOOP_DEBUG=INFO "$hooprun" --no-prefix --timeout 60 -n "$n" "$perf" allreduce --device cuda \
+    -b 8 -e 8 -n 1 -w 0 >"$tmp/out" 2>"$tmp/err" || fail "HOOP_DEBUG=INFO: exit status $?"
+grep -q 'CUDA runtime 13.0, which needs a driver for CUDA 13.0 or newer' "$tmp/err" ||
+    fail "HOOP_DEBUG=INFO does not state the driver the CUDA module needs"
 "$perf" --device cuda --model >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ "$rc" -eq 2 ] || fail "--model --device cuda: exit $rc, expected 2"

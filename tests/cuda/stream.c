@@ -27,10 +27,22 @@
  *                            inputs' copy is queued there, and a thread opens the gate 30 ms
  *                            later. A call without a stream must start after the work queued
  *                            on the legacy stream, so it must read those inputs, and a
- *                            blocking one returns only after the gate opened. (The test double
- *                            has a legacy stream that runs late only under
- *                            HOOP_CUDA_DOUBLE_LEGACY=async.)
+ *                            blocking one returns only after the gate opened.
+ *   stream MODULE legacy-ordered
+ *                            the rounds of ordered on the legacy default stream
+ *                            (HOOP_STREAM_LEGACY, torch's default stream): the gate, the copies
+ *                            and the calls all on it.
+ *   stream MODULE capture    (the test double only: it needs the runtime's capture calls) a call
+ *                            posted on a stream being captured into a CUDA graph must be refused
+ *                            with a sentence, leave the capture valid (its graph replays) and the
+ *                            communicator usable; and a call ordered on one stream must run
+ *                            right while this thread captures another in the global mode.
+ * Every mode ends with a call on host buffers outside the heap (classified by the module), and,
+ * with the double, checks that no CUDA context was made on a device other than the test's
+ * (HOOP_TEST_DEVICE; devbuf.h). The host side of every copy meant to be asynchronous is pinned:
+ * one to or from pageable memory completes before it returns.
  * Exit 0 when every check held. */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +57,7 @@
 static int rank, size, wrong_rounds;
 
 static const hoop_cuda_module_t *mod;
+static const char *module_path;
 static void *stream;
 static uint32_t *gate; /* pinned: the stream waits for it to reach the round's number */
 static uint32_t round_no;
@@ -151,7 +164,8 @@ static size_t count_wrong(int kind, size_t n, const float *hout, size_t out_n, s
 static int one_round(hoop_comm_t *c, int kind, size_t n, int ordered)
 {
     size_t out_n = kind == K_ALLGATHER ? n * (size_t)size : n;
-    float *hin = malloc(n * sizeof(float)), *hout = malloc(out_n * sizeof(float));
+    float *hin = devbuf_host_alloc(n * sizeof(float));
+    float *hout = devbuf_host_alloc(out_n * sizeof(float));
     float *din = devbuf_alloc(n * sizeof(float)), *dout = devbuf_alloc(out_n * sizeof(float));
     for (size_t i = 0; i < n; i++) hin[i] = input(rank, round_no + 1, i);
     /* What the device buffers hold before: known values, so that a call that read them instead
@@ -176,6 +190,16 @@ static int one_round(hoop_comm_t *c, int kind, size_t n, int ordered)
               kind_name[kind], n);
     float *src = kind == K_BROADCAST ? din : dout;
     devbuf_copy_async(hout, src, out_n * sizeof(float), stream);
+    /* The copy back is queued behind the gate: it must not have waited for it. */
+    CHECK(gate_closed(), "%s of %zu: queueing the copy back waited for the stream (as a copy to "
+          "pageable memory does)", kind_name[kind], n);
+    /* Unordered, a nonblocking call needs nothing of the stream: it is waited for before the
+     * gate opens, so that it reads the inputs before the stream writes them, every time. */
+    if (req != NULL && !ordered) {
+        rc = hoop_wait(req);
+        CHECK(rc == HOOP_OK, "hoop_wait: %s", hoop_error_string(rc));
+        req = NULL;
+    }
     open_gate();
     if (req != NULL) {
         rc = hoop_wait(req);
@@ -192,10 +216,23 @@ static int one_round(hoop_comm_t *c, int kind, size_t n, int ordered)
               kind_name[kind], n, bad, first, (double)got, (double)exp);
     devbuf_free(din);
     devbuf_free(dout);
-    free(hin);
-    free(hout);
+    devbuf_host_free(hin);
+    devbuf_host_free(hout);
     free(junk);
     return bad == 0;
+}
+
+/* A call of kind on n elements, not checked, no gate. */
+static void warm_up(hoop_comm_t *c, int kind, size_t n)
+{
+    size_t out_n = kind == K_ALLGATHER ? n * (size_t)size : n;
+    float *din = devbuf_alloc(n * sizeof(float)), *dout = devbuf_alloc(out_n * sizeof(float));
+    hoop_request_t *req = NULL;
+    hoop_result_t rc = post_kind(c, kind, din, dout, n, &req);
+    if (rc == HOOP_OK && req != NULL) rc = hoop_wait(req);
+    CHECK(rc == HOOP_OK, "warm-up %s of %zu: %s", kind_name[kind], n, hoop_comm_last_error(c));
+    devbuf_free(din);
+    devbuf_free(dout);
 }
 
 static void *open_soon(void *arg)
@@ -210,7 +247,8 @@ static void *open_soon(void *arg)
 static void legacy_round(hoop_comm_t *c, int kind, size_t n)
 {
     size_t out_n = kind == K_ALLGATHER ? n * (size_t)size : n;
-    float *hin = malloc(n * sizeof(float)), *hout = malloc(out_n * sizeof(float));
+    float *hin = devbuf_host_alloc(n * sizeof(float));
+    float *hout = devbuf_host_alloc(out_n * sizeof(float));
     float *din = devbuf_alloc(n * sizeof(float)), *dout = devbuf_alloc(out_n * sizeof(float));
     float *junk = malloc(out_n * sizeof(float));
     for (size_t i = 0; i < n; i++) hin[i] = input(rank, round_no + 1, i);
@@ -250,8 +288,8 @@ static void legacy_round(hoop_comm_t *c, int kind, size_t n)
           kind_name[kind], n, bad, first, (double)got, (double)exp);
     devbuf_free(din);
     devbuf_free(dout);
-    free(hin);
-    free(hout);
+    devbuf_host_free(hin);
+    devbuf_host_free(hout);
     free(junk);
 }
 
@@ -264,7 +302,8 @@ static void group_rounds(hoop_comm_t *c)
         for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
             size_t n = counts[k];
             round_no++;
-            float *hin = malloc(n * sizeof(float)), *hout = malloc(n * sizeof(float));
+            float *hin = devbuf_host_alloc(n * sizeof(float));
+            float *hout = devbuf_host_alloc(n * sizeof(float));
             float *din = devbuf_alloc(n * sizeof(float)), *dout = devbuf_alloc(n * sizeof(float));
             for (size_t i = 0; i < n; i++) {
                 hin[i] = input(rank, round_no, i);
@@ -298,8 +337,8 @@ static void group_rounds(hoop_comm_t *c)
                   blocking ? "blocking" : "nonblocking", n, bad);
             devbuf_free(din);
             devbuf_free(dout);
-            free(hin);
-            free(hout);
+            devbuf_host_free(hin);
+            devbuf_host_free(hout);
         }
     /* An end without a start is refused, and the communicator goes on. */
     CHECK(hoop_group_end(c) == HOOP_ERR_INVALID_ARGUMENT, "hoop_group_end without a start");
@@ -312,7 +351,7 @@ static void reuse_rounds(hoop_comm_t *c)
     for (int round = 0; round < 8; round++) {
         size_t n = 1031 + (size_t)round * 97;
         float *d = devbuf_alloc(n * sizeof(float));
-        float *h = malloc(n * sizeof(float)), *o = malloc(n * sizeof(float));
+        float *h = devbuf_host_alloc(n * sizeof(float)), *o = devbuf_host_alloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++) h[i] = input(rank, (uint32_t)round, i);
         devbuf_copy_async(d, h, n * sizeof(float), stream);
         hoop_result_t rc = hoop_allreduce(c, d, d, n, HOOP_FLOAT32, HOOP_SUM);
@@ -327,23 +366,160 @@ static void reuse_rounds(hoop_comm_t *c)
         }
         CHECK(bad == 0, "reuse round %d: %zu wrong element(s) of %zu", round, bad, n);
         devbuf_free(d); /* the next round's buffer may get the same address */
-        free(h);
-        free(o);
+        devbuf_host_free(h);
+        devbuf_host_free(o);
     }
+}
+
+/* The runtime's capture calls, from the module (the test double exports them; libhoop-cuda.so
+ * does not). */
+typedef int (*begin_capture_fn)(void *stream, int mode);
+typedef int (*end_capture_fn)(void *stream, void **graph);
+typedef int (*instantiate_fn)(void **exec, void *graph, unsigned long long flags);
+typedef int (*graph_launch_fn)(void *exec, void *stream);
+typedef int (*graph_destroy_fn)(void *graph_or_exec);
+
+/* Mode capture; 77 when the module has no capture calls. */
+static int capture_rounds(hoop_comm_t *c)
+{
+    void *h = dlopen(module_path, RTLD_NOW | RTLD_NOLOAD);
+    begin_capture_fn begin = h ? (begin_capture_fn)dlsym(h, "cudaStreamBeginCapture") : NULL;
+    end_capture_fn end = h ? (end_capture_fn)dlsym(h, "cudaStreamEndCapture") : NULL;
+    instantiate_fn inst = h ? (instantiate_fn)dlsym(h, "cudaGraphInstantiate") : NULL;
+    graph_launch_fn launch = h ? (graph_launch_fn)dlsym(h, "cudaGraphLaunch") : NULL;
+    graph_destroy_fn gdestroy = h ? (graph_destroy_fn)dlsym(h, "cudaGraphDestroy") : NULL;
+    graph_destroy_fn xdestroy = h ? (graph_destroy_fn)dlsym(h, "cudaGraphExecDestroy") : NULL;
+    if (begin == NULL || end == NULL || inst == NULL || launch == NULL || gdestroy == NULL ||
+        xdestroy == NULL) {
+        printf("rank %d: capture: %s has no capture calls to drive: skipped\n", rank, module_path);
+        return 77;
+    }
+    size_t n = 1031;
+    float *h_in = devbuf_host_alloc(n * sizeof(float)), *h_out = devbuf_host_alloc(n * sizeof(float));
+    float *din = devbuf_alloc(n * sizeof(float)), *dout = devbuf_alloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h_in[i] = input(rank, 5, i);
+    devbuf_copy(din, h_in, n * sizeof(float));
+
+    /* A call on the stream being captured (the global mode, torch's default): refused, with
+     * nothing queued into the capture, which stays valid and replays what it holds. */
+    hoop_comm_set_stream(c, stream);
+    CHECK(begin(stream, 0) == 0, "cudaStreamBeginCapture");
+    devbuf_copy_async(dout, din, n * sizeof(float), stream); /* captured */
+    hoop_result_t rc = hoop_allreduce(c, din, din, n, HOOP_FLOAT32, HOOP_SUM);
+    const char *le = hoop_comm_last_error(c);
+    CHECK(rc == HOOP_ERR_UNSUPPORTED, "an all-reduce on a capturing stream returned %s: %s",
+          hoop_error_string(rc), le);
+    CHECK(strstr(le, "captured into a CUDA graph") != NULL, "the refusal says: %s", le);
+    void *graph = NULL, *exec = NULL;
+    CHECK(end(stream, &graph) == 0 && graph != NULL,
+          "the capture was invalidated by the refused call");
+    if (graph != NULL && inst(&exec, graph, 0) == 0) {
+        float *junk = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) junk[i] = -1.0f;
+        devbuf_copy(dout, junk, n * sizeof(float));
+        CHECK(launch(exec, stream) == 0, "cudaGraphLaunch");
+        devbuf_copy_async(h_out, dout, n * sizeof(float), stream);
+        devbuf_sync(stream);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += h_out[i] != h_in[i];
+        CHECK(bad == 0, "the replayed graph's copy: %zu wrong element(s)", bad);
+        free(junk);
+        xdestroy(exec);
+    }
+    gdestroy(graph);
+
+    /* The communicator goes on: a call ordered on the same stream, no longer capturing. */
+    devbuf_copy(din, h_in, n * sizeof(float));
+    rc = hoop_allreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM);
+    CHECK(rc == HOOP_OK, "an all-reduce after the refusal: %s", hoop_comm_last_error(c));
+    devbuf_copy_async(h_out, dout, n * sizeof(float), stream);
+    devbuf_sync(stream);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float e = 0;
+        for (int r = 0; r < size; r++) e += input(r, 5, i);
+        bad += h_out[i] != e;
+    }
+    CHECK(bad == 0, "the all-reduce after the refusal: %zu wrong element(s)", bad);
+
+    /* A capture of another stream by this thread, in the global mode, while a call ordered on
+     * the first one runs: the call (whose engine this thread drives in hoop_wait) must neither
+     * fail nor invalidate the capture. */
+    void *other = devbuf_stream();
+    close_gate();
+    uint32_t want = round_no;
+    devbuf_copy_async(din, h_in, n * sizeof(float), stream);
+    CHECK(begin(other, 0) == 0, "cudaStreamBeginCapture of another stream");
+    hoop_request_t *req = NULL;
+    rc = hoop_iallreduce(c, din, dout, n, HOOP_FLOAT32, HOOP_SUM, &req);
+    CHECK(rc == HOOP_OK, "an all-reduce during another stream's capture: %s",
+          hoop_comm_last_error(c));
+    devbuf_copy_async(h_out, dout, n * sizeof(float), stream);
+    __atomic_store_n(gate, want, __ATOMIC_RELEASE);
+    if (req != NULL) {
+        rc = hoop_wait(req);
+        CHECK(rc == HOOP_OK, "its wait: %s", hoop_comm_last_error(c));
+    }
+    graph = NULL;
+    CHECK(end(other, &graph) == 0 && graph != NULL,
+          "the other stream's capture was invalidated by the call");
+    gdestroy(graph);
+    devbuf_sync(stream);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float e = 0;
+        for (int r = 0; r < size; r++) e += input(r, 5, i);
+        bad += h_out[i] != e;
+    }
+    CHECK(bad == 0, "the all-reduce during the capture: %zu wrong element(s)", bad);
+    mod->stream_destroy(devbuf_ctx(), other);
+    devbuf_free(din);
+    devbuf_free(dout);
+    devbuf_host_free(h_in);
+    devbuf_host_free(h_out);
+    return 0;
+}
+
+/* No CUDA context on a device the test did not use (the double counts them), and a call on host
+ * buffers outside the heap (the module classifies them) made none either. */
+static void contexts_checked(hoop_comm_t *c)
+{
+    float a[64], b[64];
+    for (int i = 0; i < 64; i++) a[i] = (float)(rank + i);
+    hoop_result_t rc = hoop_allreduce(c, a, b, 64, HOOP_FLOAT32, HOOP_SUM);
+    CHECK(rc == HOOP_OK, "an all-reduce of host buffers: %s", hoop_comm_last_error(c));
+    for (int i = 0; i < 64 && rc == HOOP_OK; i++) {
+        float e = 0;
+        for (int r = 0; r < size; r++) e += (float)(r + i);
+        CHECK(b[i] == e, "host all-reduce element %d: %g, expected %g", i, (double)b[i],
+              (double)e);
+        if (b[i] != e) break;
+    }
+    void *h = dlopen(module_path, RTLD_NOW | RTLD_NOLOAD);
+    int (*contexts)(int) = h ? (int (*)(int))dlsym(h, "hoop_cuda_double_contexts") : NULL;
+    if (contexts == NULL) return;
+    for (int d = 0; d < 8; d++)
+        if (d != devbuf_device())
+            CHECK(contexts(d) == 0,
+                  "a CUDA context was made on device %d, which this rank does not use (it uses "
+                  "device %d)",
+                  d, devbuf_device());
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: stream MODULE ordered|unordered|reuse|group|legacy\n");
+        fprintf(stderr,
+                "usage: stream MODULE ordered|unordered|reuse|group|legacy|legacy-ordered|capture\n");
         return 2;
     }
     char err[512];
     if (devbuf_open(argv[1], err, sizeof err) != 0) {
         fprintf(stderr, "stream: %s: %s\n", argv[1], err);
-        return strstr(err, "device") != NULL ? 77 : 1;
+        return devbuf_no_device(err) ? 77 : 1;
     }
     mod = devbuf_module();
+    module_path = argv[1];
     const char *mode = argv[2];
     hoop_comm_t *c;
     hoop_result_t rc = hoop_init_from_env(&c);
@@ -353,16 +529,22 @@ int main(int argc, char **argv)
     }
     rank = test_rank = hoop_comm_rank(c);
     size = hoop_comm_size(c);
-    stream = devbuf_stream();
+    /* legacy-ordered: the rounds of ordered on the legacy default stream. */
+    int on_legacy = !strcmp(mode, "legacy-ordered");
+    stream = on_legacy ? HOOP_STREAM_LEGACY : devbuf_stream();
+    if (on_legacy) mode = "ordered";
     gate = mod->host_alloc(devbuf_ctx(), sizeof *gate);
     *gate = 0;
-    int ordered = strcmp(mode, "unordered") != 0 && strcmp(mode, "legacy") != 0;
+    int ordered = strcmp(mode, "unordered") != 0 && strcmp(mode, "legacy") != 0 &&
+                  strcmp(mode, "capture") != 0;
     if (ordered) {
         hoop_comm_set_stream(c, stream);
         CHECK(hoop_comm_get_stream(c) == stream, "hoop_comm_get_stream");
     }
-    int rounds = 0;
-    if (!strcmp(mode, "reuse")) {
+    int rounds = 0, skipped = 0;
+    if (!strcmp(mode, "capture")) {
+        skipped = capture_rounds(c) == 77;
+    } else if (!strcmp(mode, "reuse")) {
         reuse_rounds(c);
     } else if (!strcmp(mode, "group")) {
         group_rounds(c);
@@ -373,6 +555,13 @@ int main(int argc, char **argv)
                 legacy_round(c, kind, counts[k]);
     } else {
         static const size_t counts[] = {1, 7, 1031, 65537};
+        /* Unordered, a blocking call waits for its device work: one that allocates pinned or
+         * device memory while the gate is closed waits for the gate too (CUDA orders the work
+         * queued after an allocation after all the work queued before it), which would let it
+         * read the inputs. A first round of each kind at the largest size, ungated, makes what
+         * the calls keep, as an application's first iteration would. */
+        if (!ordered)
+            for (int kind = 0; kind < K_COUNT; kind++) warm_up(c, kind, 65537);
         for (int kind = 0; kind < K_COUNT; kind++)
             for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
                 wrong_rounds += !one_round(c, kind, counts[k], ordered);
@@ -383,6 +572,7 @@ int main(int argc, char **argv)
     hoop_comm_set_stream(c, NULL);
     rc = hoop_barrier(c);
     CHECK(rc == HOOP_OK, "barrier: %s", hoop_comm_last_error(c));
+    contexts_checked(c);
     /* Unordered, every round is wrong but a send/recv one on a rank that receives nothing. */
     if (!ordered)
         CHECK(wrong_rounds >= rounds - 4,
@@ -398,7 +588,7 @@ int main(int argc, char **argv)
          * closed: the call must end first (the gate opens 100 ms later), and right. */
         hoop_comm_set_stream(c, stream);
         size_t n = 4099;
-        float *h = malloc(n * sizeof(float)), *o = malloc(n * sizeof(float));
+        float *h = devbuf_host_alloc(n * sizeof(float)), *o = devbuf_host_alloc(n * sizeof(float));
         float *d = devbuf_alloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++) h[i] = input(rank, 777, i);
         close_gate();
@@ -421,14 +611,14 @@ int main(int argc, char **argv)
         }
         CHECK(bad == 0, "the call queued before hoop_comm_destroy: %zu wrong element(s)", bad);
         devbuf_free(d);
-        free(h);
-        free(o);
+        devbuf_host_free(h);
+        devbuf_host_free(o);
     } else {
         rc = hoop_comm_destroy(c);
         CHECK(rc == HOOP_OK, "destroy: %s", hoop_error_string(rc));
     }
     mod->host_free(devbuf_ctx(), gate);
-    mod->stream_destroy(devbuf_ctx(), stream);
-    printf("rank %d: %s: %s\n", rank, mode, test_failures ? "FAILED" : "ok");
-    return test_failures ? 1 : 0;
+    if (!on_legacy) mod->stream_destroy(devbuf_ctx(), stream);
+    printf("rank %d: %s: %s\n", rank, argv[2], test_failures ? "FAILED" : skipped ? "skipped" : "ok");
+    return test_failures ? 1 : skipped ? 77 : 0;
 }
