@@ -245,7 +245,7 @@ int main(int argc, char **argv)
     if (rank == 0) {
         printf("# nccl-side: NCCL %d.%d.%d (%s), %d rank(s), --mode %s%s\n", major, minor, patch,
                lib != NULL && lib[0] ? lib : "libnccl.so.2", size, mode,
-               !strcmp(mode, "hosts")  ? ": a host per rank, loopback sockets only"
+               !strcmp(mode, "hosts")   ? ": a host per rank, loopback sockets only"
                : !strcmp(mode, "multi") ? ": NCCL_MULTI_RANK_GPU_ENABLE=1"
                                         : "");
         printf("#                                                              out-of-place       "
@@ -271,8 +271,7 @@ int main(int argc, char **argv)
             printf("%12zu  %12zu   float32     sum      -1", n * sizeof(float), n);
             for (int k = 0; k < 2; k++) {
                 double alg = us[k] > 0 ? (double)(n * sizeof(float)) / us[k] / 1e3 : 0;
-                printf(" %8.1f %7.2f %7.2f %6ld", us[k], alg, alg * (size > 1 ? bus : 1.0),
-                       bad[k]);
+                printf(" %8.1f %7.2f %7.2f %6ld", us[k], alg, alg * (size > 1 ? bus : 1.0), bad[k]);
             }
             printf("\n");
             fflush(stdout);

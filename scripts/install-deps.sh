@@ -8,7 +8,7 @@ set -eu
 # debootstrap and e2fsprogs build and boot the guest with a soft-RDMA kernel stack that
 # tests/rdma/vm.sh runs the RDMA tests in. slurm-wlm and munge run the one-node Slurm cluster of
 # tests/launchers-ext; libpmix-dev gives the PMIx headers (libpmix2 is opened at run time).
-pkgs="meson ninja-build gcc g++ clang libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2
+pkgs="meson ninja-build gcc g++ clang clang-format libclang-rt-14-dev pkg-config libcmocka-dev valgrind iproute2
       libsodium-dev openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch libopenblas0
       libibverbs-dev qemu-system-x86 debootstrap e2fsprogs slurm-wlm munge libpmix-dev libpmix2"
 missing=""

@@ -64,8 +64,8 @@ int main(int argc, char **argv)
                 MAX_PROCS, MAX_REPS);
         return 2;
     }
-    shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                        -1, 0);
+    shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                        0);
     if (sh == MAP_FAILED) {
         perror("mem-copy: mmap");
         return 1;

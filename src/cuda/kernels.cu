@@ -135,11 +135,13 @@ cudaError_t avg_dt(void *buf, size_t n, int divisor, int sms, cudaStream_t s)
 
 } // namespace
 
+/* clang-format off */
 #define HOOP__EACH_DTYPE(X)                                                                        \
     X(HOOP_INT8)                                                                                   \
     X(HOOP_UINT8)                                                                                  \
     X(HOOP_INT32) X(HOOP_UINT32) X(HOOP_INT64) X(HOOP_UINT64) X(HOOP_FLOAT16) X(HOOP_BFLOAT16)     \
         X(HOOP_FLOAT32) X(HOOP_FLOAT64)
+/* clang-format on */
 
 extern "C" int hoop_cuda_launch_reduce(void *out, const void *a, const void *b, size_t count,
                                        hoop_dtype_t dt, hoop_op_t op, int sms, void *stream)

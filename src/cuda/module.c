@@ -61,12 +61,12 @@ static struct {
 
 struct hoop_cuda_ctx {
     int device;
-    int sms;            /* multiprocessors: the kernels' grids are sized to them */
-    int pools;          /* the stream-ordered allocator is there (cudaMallocAsync) */
-    CUcontext primary;  /* the device's primary context, retained */
-    cudaStream_t own;   /* the synchronous operations' stream, under own_mu */
-    cudaEvent_t gate;   /* orders own after the legacy stream, per operation */
-    cudaStream_t pool;  /* allocations and frees */
+    int sms;           /* multiprocessors: the kernels' grids are sized to them */
+    int pools;         /* the stream-ordered allocator is there (cudaMallocAsync) */
+    CUcontext primary; /* the device's primary context, retained */
+    cudaStream_t own;  /* the synchronous operations' stream, under own_mu */
+    cudaEvent_t gate;  /* orders own after the legacy stream, per operation */
+    cudaStream_t pool; /* allocations and frees */
     wait_value_fn wait_value;
     pthread_mutex_t own_mu, held_mu;
     held_t *held;
@@ -227,11 +227,10 @@ static int classify(const void *p, hoop_cuda_ptr_t *out, char *err, size_t errle
     unsigned char managed = 0;
     CUdeviceptr base = 0;
     size_t size = 0;
-    CUpointer_attribute at[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    CUpointer_attribute at[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE};
     void *data[] = {&type, &ordinal, &managed, &base, &size};
     /* Memory the driver does not know is not an error here: its attributes stay 0. */
     CUresult r = drv.attrs(5, at, data, (CUdeviceptr)(uintptr_t)p);
@@ -291,8 +290,8 @@ static hoop_cuda_ctx_t *open_ctx(int device, char *err, size_t errlen)
         int mode = 0;
         cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, device);
         cudaGetLastError();
-        say(err, errlen, "CUDA device %d: cuDevicePrimaryCtxRetain: CUDA driver error %d%s",
-            device, (int)r,
+        say(err, errlen, "CUDA device %d: cuDevicePrimaryCtxRetain: CUDA driver error %d%s", device,
+            (int)r,
             mode == cudaComputeModeExclusiveProcess
                 ? " (the device is in EXCLUSIVE_PROCESS compute mode: another process has it)"
                 : "");
@@ -434,8 +433,8 @@ static int reduce(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
     if (enter(ctx, &sv) != 0) return -1;
     int rc = sync_begin(ctx, stream, &run);
     if (rc == 0) {
-        cudaError_t e =
-            (cudaError_t)hoop_cuda_launch_reduce(out, a, b, count, dt, op, ctx->sms, (void *)run);
+        cudaError_t e = (cudaError_t)hoop_cuda_launch_reduce(out, a, b, count, dt, op, ctx->sms,
+                                                             (void *)run);
         rc = sync_end(ctx, stream, run, e == cudaSuccess ? 0 : failed(ctx, "reduction kernel", e));
     }
     leave(ctx, &sv);
@@ -461,8 +460,8 @@ static int avg_finish(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_
     if (enter(ctx, &sv) != 0) return -1;
     int rc = sync_begin(ctx, stream, &run);
     if (rc == 0) {
-        cudaError_t e =
-            (cudaError_t)hoop_cuda_launch_avg(buf, count, dt, divisor, ctx->sms, (void *)run);
+        cudaError_t e = (cudaError_t)hoop_cuda_launch_avg(buf, count, dt, divisor, ctx->sms,
+                                                          (void *)run);
         rc = sync_end(ctx, stream, run, e == cudaSuccess ? 0 : failed(ctx, "average kernel", e));
     }
     leave(ctx, &sv);
@@ -777,8 +776,8 @@ static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
 
 /* ---- asynchronous kernels, IPC events ---- */
 
-static int reduce_async(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
-                        size_t count, hoop_dtype_t dt, hoop_op_t op, void *stream)
+static int reduce_async(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b, size_t count,
+                        hoop_dtype_t dt, hoop_op_t op, void *stream)
 {
     size_t es = esize(dt);
     if (count == 0 || es == 0) return 0;

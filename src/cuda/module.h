@@ -114,8 +114,8 @@ typedef struct hoop_cuda_module {
     /* As reduce and avg_finish, but queued on stream: they return at once, and the buffers
      * must stay valid until the work is done. (Pointers not aligned to their element go
      * through temporaries, synchronously, as in reduce.) */
-    int (*reduce_async)(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b,
-                        size_t count, hoop_dtype_t dt, hoop_op_t op, void *stream);
+    int (*reduce_async)(hoop_cuda_ctx_t *ctx, void *out, const void *a, const void *b, size_t count,
+                        hoop_dtype_t dt, hoop_op_t op, void *stream);
     int (*avg_finish_async)(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt,
                             int divisor, void *stream);
     /* An event that other processes of the node may open from its handle

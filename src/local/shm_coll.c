@@ -69,7 +69,10 @@ static uint8_t *aligned(uint8_t *data)
 /* Where a payload of n bytes goes outside the payload lines (a call's over HOOP__SHC_LINES_MAX,
  * and each round of it): in the step's line when it fits (a last round's few bytes), otherwise
  * aligned, as the kernels and memcpy like it. */
-static uint8_t *payload(uint8_t *data, size_t n) { return n <= HOOP__SHC_HEAD ? data : aligned(data); }
+static uint8_t *payload(uint8_t *data, size_t n)
+{
+    return n <= HOOP__SHC_HEAD ? data : aligned(data);
+}
 static int in_lines(size_t n) { return n <= HOOP__SHC_LINES_MAX; }
 
 /* Rank q's payload of the step just made when it came in lines, or an error where its lines do
@@ -264,8 +267,8 @@ static hoop_result_t run_rounds(rounds_t *g)
                                     : slot_of(g, hoop__shc_cur(a, operand(g, mb, 0)), mb);
             for (int i = 1; i < p; i++) {
                 int q = operand(g, mb, i);
-                const uint8_t *xi =
-                    q == me && g->own_direct ? mine : slot_of(g, hoop__shc_cur(a, q), mb);
+                const uint8_t *xi = q == me && g->own_direct ? mine
+                                                             : slot_of(g, hoop__shc_cur(a, q), mb);
                 hoop__mem_reduce(c, res, i == 1 ? x0 : res, xi, len);
             }
             if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, len);

@@ -77,8 +77,7 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, struct hoop__call *call, void
                                    const char *fn);
 /* After the call was queued for the engine: the stream's wait and copy back, or in a group
  * (c->group > 0) held back until its end. Failing aborts the communicator. */
-hoop_result_t hoop__mem_order_queued(hoop_comm_t *c, const struct hoop__call *call,
-                                     const char *fn);
+hoop_result_t hoop__mem_order_queued(hoop_comm_t *c, const struct hoop__call *call, const char *fn);
 /* Whether the call may start without waiting (1), or its stream's earlier work is not done yet
  * (0); never blocks. 1 as well once the communicator's timeout has passed, for start to say so.
  * The engine runs another thing meanwhile: point-to-point transfers in flight, which an earlier

@@ -46,17 +46,17 @@ typedef struct order_slot {
     double since;   /* when the engine first found it at the head, waiting; 0 before */
     char *buf;      /* pinned, from host_alloc */
     size_t cap;
-    void *stream;   /* the user's stream */
-    void *dev_out;  /* the copy out: buf + out_off to dev_out, out_len bytes */
+    void *stream;  /* the user's stream */
+    void *dev_out; /* the copy out: buf + out_off to dev_out, out_len bytes */
     size_t out_off, out_len;
 } order_slot_t;
 #define NO_COUNT ULLONG_MAX /* a loader that keeps no count: look every time */
 
 struct hoop__cuda {
-    pthread_mutex_t mu; /* all but the two atomics: the posting thread's, briefly */
+    pthread_mutex_t mu;        /* all but the two atomics: the posting thread's, briefly */
     const hoop__config_t *cfg; /* the communicator's: its test hooks name the module and driver */
-    atomic_int state;   /* NO_DRIVER, READY (the module answers) or BROKEN (why says) */
-    atomic_int failed;  /* an operation on device memory failed (hoop__mem_failed) */
+    atomic_int state;          /* NO_DRIVER, READY (the module answers) or BROKEN (why says) */
+    atomic_int failed;         /* an operation on device memory failed (hoop__mem_failed) */
     _Atomic unsigned long long libs; /* NO_DRIVER: the loader's count when it was looked for */
     uintptr_t heap_lo;               /* where the brk heap starts; 0 if unknown */
     void *dl;
@@ -590,8 +590,10 @@ static void call_extents(const hoop__call_t *call, size_t *rd, size_t *wr)
     switch (call->kind) {
     case HOOP__K_ALLREDUCE: *rd = *wr = n; break;
     case HOOP__K_BROADCAST:
-        if (root) *rd = n;
-        else *wr = n;
+        if (root)
+            *rd = n;
+        else
+            *wr = n;
         break;
     case HOOP__K_REDUCE:
         *rd = n;
@@ -615,8 +617,10 @@ static void call_extents(const hoop__call_t *call, size_t *rd, size_t *wr)
         break;
     case HOOP__K_ALLTOALL: *rd = *wr = np; break;
     case HOOP__K_SEND:
-        if (call->is_recv) *wr = n;
-        else *rd = n;
+        if (call->is_recv)
+            *wr = n;
+        else
+            *rd = n;
         break;
     default: break;
     }
@@ -753,8 +757,8 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *str
     pthread_mutex_unlock(&st->mu);
     if (e != 0) {
         return hoop__comm_error(c, HOOP_ERR_SYSTEM,
-                                "%s: cannot order the call on stream %p on rank %d: %s", fn,
-                                stream, c->rank, t->error(st->ctx));
+                                "%s: cannot order the call on stream %p on rank %d: %s", fn, stream,
+                                c->rank, t->error(st->ctx));
     }
     call->order = k + 1;
     call->mem = HOOP__MEM_HOST;
@@ -1075,8 +1079,7 @@ void hoop__cuda_ipc_begin(const hoop__call_t *call)
     if (st->ipc_stream == NULL && (st->ipc_stream = t->stream_create(st->ctx)) == NULL) rc = -1;
     if (rc == 0 && st->ipc_gate == NULL && (st->ipc_gate = t->event_create(st->ctx)) == NULL)
         rc = -1;
-    if (rc == 0 && st->ipc_fin == NULL && (st->ipc_fin = t->event_create(st->ctx)) == NULL)
-        rc = -1;
+    if (rc == 0 && st->ipc_fin == NULL && (st->ipc_fin = t->event_create(st->ctx)) == NULL) rc = -1;
     /* The stream never waits for the legacy default stream by itself: without this a copy
      * could read an input before the application's kernel wrote it. */
     if (rc == 0) rc = t->event_record(st->ctx, st->ipc_gate, stream_of(st, call));
@@ -1111,10 +1114,10 @@ void hoop__cuda_ipc_reduce(const hoop__call_t *call, void *out, const void *a, c
 void hoop__cuda_ipc_avg(const hoop__call_t *call, void *buf, size_t count)
 {
     struct hoop__cuda *st = cu(call->comm);
-    check(call->comm, st,
-          st->t->avg_finish_async(st->ctx, buf, count, call->dtype, call->comm->size,
-                                  st->ipc_stream),
-          "average");
+    check(
+        call->comm, st,
+        st->t->avg_finish_async(st->ctx, buf, count, call->dtype, call->comm->size, st->ipc_stream),
+        "average");
 }
 
 void hoop__cuda_ipc_record(const hoop__call_t *call, int which)

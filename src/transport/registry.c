@@ -10,7 +10,8 @@ extern const hoop__transport_ops_t hoop__tcp_transport; /* tcp.c */
 extern const hoop__transport_ops_t hoop__ibverbs_transport; /* ibverbs.c */
 #endif
 
-/* clang-format off: one row per line, as the conformance suite's meson file reads them */
+/* One row per line, as the conformance suite's meson file reads them. */
+/* clang-format off */
 const hoop__tp_row_t hoop__tp_registry[] = {
     {.name = "shm", .what = "shared memory", .ops = &hoop__shm_transport, .reaches = hoop__tp_same_host},
 #ifdef HOOP__HAVE_IBVERBS

@@ -22,7 +22,10 @@
 
 static int rank, size;
 
-static int32_t val(int q, size_t i, int salt) { return (int32_t)((q + 1) * 1000003 + (int)i * 7 + salt); }
+static int32_t val(int q, size_t i, int salt)
+{
+    return (int32_t)((q + 1) * 1000003 + (int)i * 7 + salt);
+}
 
 /* Reduce-scatter of n per rank with the output at in + shift elements. */
 static void reduce_scatter(hoop_comm_t *c, size_t n, size_t shift)
@@ -33,8 +36,8 @@ static void reduce_scatter(hoop_comm_t *c, size_t n, size_t shift)
     for (size_t i = 0; i < total; i++) h[i] = val(rank, i, 1);
     devbuf_copy(d, h, span * 4);
     hoop_result_t rc = hoop_reduce_scatter(c, d, d + shift, n, HOOP_INT32, HOOP_SUM);
-    CHECK(rc == HOOP_OK, "reduce_scatter n=%zu shift=%zu: %s: %s", n, shift,
-          hoop_error_string(rc), hoop_comm_last_error(c));
+    CHECK(rc == HOOP_OK, "reduce_scatter n=%zu shift=%zu: %s: %s", n, shift, hoop_error_string(rc),
+          hoop_comm_last_error(c));
     devbuf_copy(h, d, span * 4);
     size_t bad = 0;
     for (size_t i = 0; i < n && rc == HOOP_OK; i++) {
@@ -60,8 +63,7 @@ static void allgather(hoop_comm_t *c, size_t n, int b)
           hoop_comm_last_error(c));
     devbuf_copy(h, d, (total + n) * 4);
     size_t bad = 0;
-    for (size_t i = 0; i < total && rc == HOOP_OK; i++)
-        bad += h[i] != val((int)(i / n), i % n, 2);
+    for (size_t i = 0; i < total && rc == HOOP_OK; i++) bad += h[i] != val((int)(i / n), i % n, 2);
     CHECK(bad == 0, "allgather n=%zu input at %zu: %zu wrong elements", n, at, bad);
     devbuf_free(d);
     free(h);

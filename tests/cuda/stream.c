@@ -191,8 +191,10 @@ static int one_round(hoop_comm_t *c, int kind, size_t n, int ordered)
     float *src = kind == K_BROADCAST ? din : dout;
     devbuf_copy_async(hout, src, out_n * sizeof(float), stream);
     /* The copy back is queued behind the gate: it must not have waited for it. */
-    CHECK(gate_closed(), "%s of %zu: queueing the copy back waited for the stream (as a copy to "
-          "pageable memory does)", kind_name[kind], n);
+    CHECK(gate_closed(),
+          "%s of %zu: queueing the copy back waited for the stream (as a copy to "
+          "pageable memory does)",
+          kind_name[kind], n);
     /* Unordered, a nonblocking call needs nothing of the stream: it is waited for before the
      * gate opens, so that it reads the inputs before the stream writes them, every time. */
     if (req != NULL && !ordered) {
@@ -395,7 +397,8 @@ static int capture_rounds(hoop_comm_t *c)
         return 77;
     }
     size_t n = 1031;
-    float *h_in = devbuf_host_alloc(n * sizeof(float)), *h_out = devbuf_host_alloc(n * sizeof(float));
+    float *h_in = devbuf_host_alloc(n * sizeof(float)),
+          *h_out = devbuf_host_alloc(n * sizeof(float));
     float *din = devbuf_alloc(n * sizeof(float)), *dout = devbuf_alloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) h_in[i] = input(rank, 5, i);
     devbuf_copy(din, h_in, n * sizeof(float));
@@ -491,8 +494,7 @@ static void contexts_checked(hoop_comm_t *c)
     for (int i = 0; i < 64 && rc == HOOP_OK; i++) {
         float e = 0;
         for (int r = 0; r < size; r++) e += (float)(r + i);
-        CHECK(b[i] == e, "host all-reduce element %d: %g, expected %g", i, (double)b[i],
-              (double)e);
+        CHECK(b[i] == e, "host all-reduce element %d: %g, expected %g", i, (double)b[i], (double)e);
         if (b[i] != e) break;
     }
     void *h = dlopen(module_path, RTLD_NOW | RTLD_NOLOAD);
@@ -509,8 +511,9 @@ static void contexts_checked(hoop_comm_t *c)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr,
-                "usage: stream MODULE ordered|unordered|reuse|group|legacy|legacy-ordered|capture\n");
+        fprintf(
+            stderr,
+            "usage: stream MODULE ordered|unordered|reuse|group|legacy|legacy-ordered|capture\n");
         return 2;
     }
     char err[512];
@@ -619,6 +622,9 @@ int main(int argc, char **argv)
     }
     mod->host_free(devbuf_ctx(), gate);
     if (!on_legacy) mod->stream_destroy(devbuf_ctx(), stream);
-    printf("rank %d: %s: %s\n", rank, argv[2], test_failures ? "FAILED" : skipped ? "skipped" : "ok");
+    printf("rank %d: %s: %s\n", rank, argv[2],
+           test_failures ? "FAILED"
+           : skipped     ? "skipped"
+                         : "ok");
     return test_failures ? 1 : skipped ? 77 : 0;
 }

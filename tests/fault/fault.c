@@ -212,8 +212,8 @@ typedef struct rank_ctx {
     int sleeper;         /* this rank sleeps before round 2 */
     size_t total, block; /* elements per buffer, per rank block */
     uint32_t *s, *r;
-    size_t cap;          /* elements of s and r */
-    uint32_t *ds, *dr;   /* FAULT_DEVICE: their device twins, which the calls are given */
+    size_t cap;        /* elements of s and r */
+    uint32_t *ds, *dr; /* FAULT_DEVICE: their device twins, which the calls are given */
 } rank_ctx_t;
 
 /* FAULT_DEVICE=MODULE (a CUDA module, the test double here): every call's buffers are device

@@ -77,8 +77,8 @@ static size_t round_count(int r) { return counts[(r / HOOP_DTYPE_COUNT) % NCOUNT
 
 /* Checks a message of round r received from any source: its reported sender, and that it is
  * that sender's next message of the round (next[src]: how many of them came before). */
-static void check_one(const uint8_t *buf, size_t bytes, int src, hoop_result_t rc, int r,
-                      int *next, const char *how, hoop_comm_t *w)
+static void check_one(const uint8_t *buf, size_t bytes, int src, hoop_result_t rc, int r, int *next,
+                      const char *how, hoop_comm_t *w)
 {
     CHECK(rc == HOOP_OK, "%s round %d: %s: %s", how, r, test_code_name(rc),
           hoop_comm_last_error(w));
@@ -87,8 +87,8 @@ static void check_one(const uint8_t *buf, size_t bytes, int src, hoop_result_t r
     int k = next[src]++;
     CHECK(k < 2, "%s round %d: a third message from rank %d", how, r, src);
     long bad = first_wrong(buf, bytes, src, 2 * r + k);
-    CHECK(bad < 0, "%s round %d (%zu bytes, %s) from rank %d, its message %d: byte %ld wrong",
-          how, r, bytes, hoop_dtype_name(round_dtype(r)), src, k, bad);
+    CHECK(bad < 0, "%s round %d (%zu bytes, %s) from rank %d, its message %d: byte %ld wrong", how,
+          r, bytes, hoop_dtype_name(round_dtype(r)), src, k, bad);
 }
 
 /* Each round, every other rank sends `root` two messages (its own order: the receives must see
@@ -114,12 +114,11 @@ static void fan_in(hoop_comm_t *w, int root, int nonblocking)
             for (int k = 0; k < 2; k++) {
                 fill(bufs[k], bytes, rank_, 2 * r + k);
                 if (device && bytes > 0) devbuf_copy(dbufs[k], bufs[k], bytes);
-                CHECK(hoop_isend(w, dbufs[k], n, dt, root, &q[k]) == HOOP_OK,
-                      "isend round %d: %s", r, hoop_comm_last_error(w));
+                CHECK(hoop_isend(w, dbufs[k], n, dt, root, &q[k]) == HOOP_OK, "isend round %d: %s",
+                      r, hoop_comm_last_error(w));
             }
             for (int k = 0; k < 2; k++)
-                CHECK(hoop_wait(q[k]) == HOOP_OK, "send round %d: %s", r,
-                      hoop_comm_last_error(w));
+                CHECK(hoop_wait(q[k]) == HOOP_OK, "send round %d: %s", r, hoop_comm_last_error(w));
         } else {
             int next[64] = {0};
             hoop_request_t *req[128];
@@ -147,8 +146,7 @@ static void fan_in(hoop_comm_t *w, int root, int nonblocking)
                 CHECK(p == root || next[p] == 2, "%s round %d: %d messages from rank %d", how, r,
                       next[p], p);
         }
-        CHECK(hoop_barrier(w) == HOOP_OK, "barrier after round %d: %s", r,
-              hoop_comm_last_error(w));
+        CHECK(hoop_barrier(w) == HOOP_OK, "barrier after round %d: %s", r, hoop_comm_last_error(w));
     }
     for (int i = 0; i < nrecv; i++) {
         if (device) devbuf_free(dbufs[i]);

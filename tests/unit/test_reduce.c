@@ -998,7 +998,8 @@ static void test_copy_stream(void **state)
                 hoop__copy_stream(dst + PAD + d0, src + so, n);
                 assert_memory_equal(dst + PAD + d0, src + so, n);
                 for (size_t i = 0; i < PAD + d0; i++) assert_int_equal(dst[i], 0xee);
-                for (size_t i = PAD + d0 + n; i < MAXN + 2 * PAD; i++) assert_int_equal(dst[i], 0xee);
+                for (size_t i = PAD + d0 + n; i < MAXN + 2 * PAD; i++)
+                    assert_int_equal(dst[i], 0xee);
             }
     }
     free(src);

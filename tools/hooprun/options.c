@@ -11,6 +11,7 @@
 #include "hoop.h" /* HOOP_VERSION_STRING only: the launcher does not link libhoop */
 #include "hooprun.h"
 
+/* clang-format off */
 static void usage(FILE *f)
 {
     fputs(
@@ -75,6 +76,7 @@ static void usage(FILE *f)
         "run; 2 on bad usage.\n",
         f);
 }
+/* clang-format on */
 
 static int usage_error(const char *fmt, ...)
 {

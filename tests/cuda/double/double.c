@@ -147,9 +147,9 @@ enum {
     OP_FREE,
     OP_MARK
 };
-static const char *const op_name[] = {"copy",       "reduction kernel", "average kernel",
-                                      "host function", "event record",  "event wait",
-                                      "word wait",  "stream-ordered free", "marker"};
+static const char *const op_name[] = {"copy",          "reduction kernel",    "average kernel",
+                                      "host function", "event record",        "event wait",
+                                      "word wait",     "stream-ordered free", "marker"};
 
 typedef struct pre {
     struct CUstream_st *s;
@@ -233,12 +233,10 @@ static struct {
     pinned_t *pinned;
     int npinned, cappinned;
     capture_t *captures; /* active or invalidated, until their end */
-} g = {.once = PTHREAD_ONCE_INIT,
-       .mu = PTHREAD_MUTEX_INITIALIZER,
-       .cv = PTHREAD_COND_INITIALIZER};
+} g = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static __thread struct CUctx_st *tl_ctx; /* the thread's current context */
-static __thread int tl_dev;              /* its current device while it has no context */
+static __thread struct CUctx_st *tl_ctx;            /* the thread's current context */
+static __thread int tl_dev;                         /* its current device while it has no context */
 static __thread enum cudaStreamCaptureMode tl_mode; /* cudaThreadExchangeStreamCaptureMode */
 static __thread int tl_in_host_fn;
 static __thread cudaError_t tl_last;
@@ -318,8 +316,8 @@ static int driver_ok(void)
 
 #define RUNTIME_ENTRY()                                                                            \
     do {                                                                                           \
-        if (!driver_ok()) return ret(cudaErrorInsufficientDriver);                                \
-        if (tl_in_host_fn) return ret(cudaErrorNotPermitted);                                     \
+        if (!driver_ok()) return ret(cudaErrorInsufficientDriver);                                 \
+        if (tl_in_host_fn) return ret(cudaErrorNotPermitted);                                      \
         g.initialized = 1;                                                                         \
     } while (0)
 
@@ -374,7 +372,8 @@ EXPORT const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorNotPermitted: return "operation not permitted";
     case cudaErrorNotSupported: return "operation not supported";
-    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
         return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureIsolation:
@@ -420,8 +419,8 @@ static int exclusive_take(int d)
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "hoop-cuda-double/%s/%d",
                      g.exclusive_key, d);
-    if (bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-                                                    (size_t)n)) != 0) {
+    if (bind(fd, (struct sockaddr *)&a,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) != 0) {
         close(fd);
         return -1;
     }
@@ -524,7 +523,8 @@ static int barred_locked(void)
         if (k->status != cudaStreamCaptureStatusActive || k->mode == cudaStreamCaptureModeRelaxed)
             continue;
         int mine = pthread_equal(k->owner, self);
-        if (mine || (tl_mode == cudaStreamCaptureModeGlobal && k->mode == cudaStreamCaptureModeGlobal)) {
+        if (mine ||
+            (tl_mode == cudaStreamCaptureModeGlobal && k->mode == cudaStreamCaptureModeGlobal)) {
             k->status = cudaStreamCaptureStatusInvalidated;
             barred = 1;
         }
@@ -739,8 +739,8 @@ static void give_up(const char *what)
     pthread_mutex_lock(&g.mu);
     describe_queues(desc, sizeof desc);
     pthread_mutex_unlock(&g.mu);
-    die("%s: still waiting after %ld s; a GPU would hang here. Held-up queues:%s", what,
-        g.wait_s, desc[0] ? desc : " none");
+    die("%s: still waiting after %ld s; a GPU would hang here. Held-up queues:%s", what, g.wait_s,
+        desc[0] ? desc : " none");
 }
 
 /* Waits until s has done seq; 0 if s's work was dropped meanwhile. Under mu. */
@@ -800,9 +800,7 @@ static int run_op(hwq_t *q, op_t *o)
         memcpy(o->dst, o->src, o->n);
         if (o->dir != OTHER) atomic_fetch_sub(&copies.inflight[o->dir], 1);
         break;
-    case OP_REDUCE:
-        hoop__reduce(o->dst, o->src, o->src2, o->n, o->dt, o->rop);
-        break;
+    case OP_REDUCE: hoop__reduce(o->dst, o->src, o->src2, o->n, o->dt, o->rop); break;
     case OP_AVG: hoop__reduce_avg_finish(o->dst, o->n, o->dt, o->divisor); break;
     case OP_HOST_FN:
         tl_in_host_fn = 1;
@@ -845,8 +843,8 @@ static void *queue_main(void *arg)
         if (q->head == NULL) q->tail = NULL;
         q->running = o;
         for (int i = 0; i < o->npre; i++) {
-            snprintf(what, sizeof what, "%s of %s (queue %d), ordered after %s",
-                     op_name[o->kind], stream_name(o->s, sn, sizeof sn), q->index,
+            snprintf(what, sizeof what, "%s of %s (queue %d), ordered after %s", op_name[o->kind],
+                     stream_name(o->s, sn, sizeof sn), q->index,
                      o->pre[i].s->legacy ? "the legacy stream's work" : "other streams' work");
             wait_done_locked(o->pre[i].s, o->pre[i].seq, what);
         }
@@ -998,7 +996,10 @@ static int captured_locked(struct CUstream_st *s, op_t *o, cudaError_t *err)
 
 /* Any use of the legacy stream during a capture that bars the thread: CUDA refuses it, since the
  * legacy stream would depend on the capturing stream. Under mu. */
-static int legacy_barred_locked(const struct CUstream_st *s) { return s->legacy && barred_locked(); }
+static int legacy_barred_locked(const struct CUstream_st *s)
+{
+    return s->legacy && barred_locked();
+}
 
 /* Queues o on h: on the stream, or into its capture. */
 static cudaError_t submit(cudaStream_t h, op_t *o, const char *what)
@@ -1311,8 +1312,8 @@ int hoop_cuda_launch_reduce(void *out, const void *a, const void *b, size_t coun
     if (e != cudaSuccess) return ret(e);
     size_t es = esize(dt), n = count * es;
     if (((uintptr_t)out | (uintptr_t)a | (uintptr_t)b) % es != 0)
-        die("reduction kernel: pointers %p %p %p not aligned to their %zu-byte element", out, a,
-            b, es);
+        die("reduction kernel: pointers %p %p %p not aligned to their %zu-byte element", out, a, b,
+            es);
     op_t *o = op_new(OP_REDUCE);
     o->dst = reach(out, n, 1, "reduction output");
     o->src = reach(a, n, 1, "reduction input a");

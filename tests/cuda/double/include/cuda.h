@@ -27,7 +27,9 @@ typedef enum cudaError_enum {
     CUDA_ERROR_UNKNOWN = 999
 } CUresult;
 
-typedef enum CUstreamWaitValue_flags_enum { CU_STREAM_WAIT_VALUE_GEQ = 0x0 } CUstreamWaitValue_flags;
+typedef enum CUstreamWaitValue_flags_enum {
+    CU_STREAM_WAIT_VALUE_GEQ = 0x0
+} CUstreamWaitValue_flags;
 
 typedef enum CUpointer_attribute_enum {
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
