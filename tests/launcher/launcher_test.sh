@@ -905,6 +905,29 @@ test_strays() {
     [ "$ms" -lt 1500 ] || fail "a signal to hooprun took $ms ms to end the strays"
     expect_err_line "hooprun: interrupted; sending SIGKILL to [0-9]* process(es) that the ranks started"
 
+    # A child that hooprun has before it starts a rank (a shell that runs "cmd & exec hooprun"
+    # hands hooprun its own) is not the job's: it outlives a job that ends at once, and one
+    # whose strays are ended, which are still ended.
+    # shellcheck disable=SC2016
+    sh -c 'sleep 60 & echo $! >"$1"; exec "$2" -n 1 true' sh "$T/inherited" "$HOOPRUN" >"$T/out" 2>"$T/err"
+    rc=$?
+    inherited=$(cat "$T/inherited")
+    leftover="$leftover $inherited"
+    expect_rc 0
+    alive "$inherited" || fail "hooprun ended a child that it had before the job"
+    [ -s "$T/err" ] && fail "hooprun had something to say of a child that is not the job's"
+    kill "$inherited"
+    # shellcheck disable=SC2016
+    sh -c 'sleep 60 & echo $! >"$1"; exec "$2" -n 1 "$3" strays 0 -1' sh "$T/inherited" "$HOOPRUN" "$CHILD" >"$T/out" 2>"$T/err"
+    rc=$?
+    inherited=$(cat "$T/inherited")
+    leftover="$leftover $inherited"
+    expect_rc 0
+    check_strays 4
+    alive "$inherited" || fail "hooprun ended, with the ranks' strays, a child that it had before the job"
+    expect_err_line "hooprun: 2 process(es) that the ranks started outlived them; sending SIGTERM"
+    kill "$inherited"
+
     alive "$outsider" || fail "a process outside the job was killed"
     kill "$outsider"
     wait "$outsider" 2>/dev/null

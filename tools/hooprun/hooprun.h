@@ -136,8 +136,10 @@ struct job {
     bool hurry;    /* a second signal from outside: SIGKILL for everything now */
     enum sweep sweep;
     int64_t sweep_deadline;
-    int nswept;               /* entries in swept */
-    pid_t swept[STRAY_CAP];   /* children of ours already sent SIGTERM */
+    int nswept;             /* entries in swept */
+    pid_t swept[STRAY_CAP]; /* children of ours already sent SIGTERM */
+    pid_t *inherited;       /* children we had before the first rank: never ended */
+    int ninherited;
     int64_t timeout_deadline; /* -1: none */
     bool ending;              /* a failure, a timeout or a start error decided the status */
     int status;

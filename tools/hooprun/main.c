@@ -121,6 +121,7 @@ out:
     if (j.sigfd >= 0) close(j.sigfd);
     if (j.devnull >= 0) close(j.devnull);
     free(j.bind);
+    free(j.inherited);
     free(j.ranks);
     free(j.out);
     free(j.err);

@@ -215,6 +215,9 @@ static void reap(struct job *j)
             /* Something a rank left behind: its pid may be taken again by another of them. */
             for (int i = 0; i < j->nswept && !rank; i++)
                 if (j->swept[i] == pid) j->swept[i--] = j->swept[--j->nswept];
+            /* A child we had before the job: its pid may be taken by something a rank starts. */
+            for (int i = 0; i < j->ninherited && !rank; i++)
+                if (j->inherited[i] == pid) j->inherited[i--] = j->inherited[--j->ninherited];
         }
         for (int i = 0; i < n; i++) rank_exited(j, rk[i], ws[i], before_stop);
         if (n < BATCH) return;
@@ -261,43 +264,91 @@ static bool is_running_rank(const struct job *j, pid_t pid)
     return false;
 }
 
-/*
- * Our children that are alive and not running ranks: the processes the ranks started that
- * outlived them (we are their subreaper), at most cap of them in out. Returns how many there
- * are, or -1 if /proc cannot be read. Only direct children are listed, and each is signalled
- * before we reap it, so no pid here can be someone else's; what they started becomes ours in
- * turn once they are gone.
- */
-static int list_strays(const struct job *j, pid_t *out, int cap)
+/* Whether /proc/<pid>/stat shows a process that has not ended and whose parent is parent. */
+static bool live_child(long pid, long parent)
 {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0) return false;
+    buf[len] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold anything, so read from its last ')'. */
+    const char *rp = strrchr(buf, ')');
+    char state;
+    long ppid;
+    if (rp == NULL || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2) return false;
+    return ppid == parent && state != 'Z' && state != 'X';
+}
+
+/* Children from /proc/self/task/<tid>/children (we have one thread): only our own are read, not
+ * the whole of /proc. Returns how many (at most cap in out), or -1 if the kernel lacks the file. */
+static int children_file(pid_t *out, int cap, long self)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/children", self);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return -1;
+    int n = 0;
+    long pid;
+    while (fscanf(f, "%ld", &pid) == 1) {
+        if (!live_child(pid, self)) continue;
+        if (n < cap) out[n] = (pid_t)pid;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/*
+ * Our children that are alive, at most cap of them in out. Returns how many there are, or -1 if
+ * /proc cannot be read. Only direct children are listed, and each is signalled before we reap it,
+ * so no pid here can be someone else's.
+ */
+static int list_children(pid_t *out, int cap)
+{
+    long self = (long)getpid();
+    int n = children_file(out, cap, self);
+    if (n >= 0) return n;
     DIR *d = opendir("/proc");
     if (d == NULL) return -1;
-    long self = (long)getpid();
-    int n = 0;
+    n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-        char path[300], buf[256];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (len <= 0) continue;
-        buf[len] = '\0';
-        /* "pid (comm) state ppid ...": comm may hold anything, so read from its last ')'. */
-        const char *rp = strrchr(buf, ')');
-        char state;
-        long ppid;
-        if (rp == NULL || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2) continue;
-        if (ppid != self || state == 'Z' || state == 'X') continue;
-        pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
-        if (is_running_rank(j, pid)) continue;
-        if (n < cap) out[n] = pid;
+        long pid = strtol(e->d_name, NULL, 10);
+        if (!live_child(pid, self)) continue;
+        if (n < cap) out[n] = (pid_t)pid;
         n++;
     }
     closedir(d);
     return n;
+}
+
+static bool inherited(const struct job *j, pid_t pid)
+{
+    for (int i = 0; i < j->ninherited; i++)
+        if (j->inherited[i] == pid) return true;
+    return false;
+}
+
+/*
+ * The processes the ranks started that outlived them (we are their subreaper): our children
+ * that are alive and are neither running ranks nor children we had before the first rank (a
+ * shell that runs "sleep 100 & exec hooprun ..." hands us its own). At most cap of them in out;
+ * returns how many there are, or -1 if /proc cannot be read. What they started becomes ours in
+ * turn once they are gone.
+ */
+static int list_strays(const struct job *j, pid_t *out, int cap)
+{
+    int n = list_children(out, cap);
+    if (n <= 0) return n;
+    int seen = n < cap ? n : cap, kept = 0;
+    for (int i = 0; i < seen; i++)
+        if (!is_running_rank(j, out[i]) && !inherited(j, out[i])) out[kept++] = out[i];
+    return kept + (n - seen); /* those past cap are sorted out next time */
 }
 
 static bool swept_already(const struct job *j, pid_t pid)
@@ -600,6 +651,23 @@ bool prepare_restart(struct job *j)
     return true;
 }
 
+/* The children we have before starting a rank (a shell may exec us with its own): they are not
+ * the job's, and are never ended with it. */
+static bool note_inherited(struct job *j)
+{
+    for (int cap = 16;; cap *= 2) {
+        pid_t *kids = malloc((size_t)cap * sizeof *kids);
+        if (kids == NULL) return false;
+        int n = list_children(kids, cap);
+        if (n <= cap) {
+            j->inherited = kids;
+            j->ninherited = n > 0 ? n : 0;
+            return true;
+        }
+        free(kids);
+    }
+}
+
 bool setup_signals(struct job *j)
 {
     static const int fwd[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
@@ -623,10 +691,15 @@ bool setup_signals(struct job *j)
     if (sigaction(SIGCHLD, &dfl, &j->orig_chld) != 0) return false;
     if (sigprocmask(SIG_BLOCK, &block, &j->orig_mask) != 0) return false;
     j->sigfd = signalfd(-1, &block, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (!note_inherited(j)) return false;
 #ifdef PR_SET_CHILD_SUBREAPER
     /* What a rank starts and leaves behind becomes our child, not init's: we can find it and
      * end it with the job, and it cannot slip away by leaving the ranks' process group. */
-    (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        say(j->err,
+            "cannot be the subreaper of the ranks' processes (%s): what they leave behind "
+            "outside their process group may outlive the job",
+            strerror(errno));
 #endif
     return j->sigfd >= 0;
 }
