@@ -26,14 +26,15 @@ enum {
     LINE_KEEP = 64 * 1024,    /* and shrunk back to this once a longer line is out */
     SINK_CAP = 2 * LINE_KEEP, /* lines are gathered up to this; a longer one is written directly */
     MAX_NPROC = 4096,
-    GRACE_MS = 3000,        /* default --kill-after: the first SIGTERM (or signal) -> SIGKILL */
-    REPEAT_MS = 200,        /* a signal this soon after the first is the same request */
-    KILL_WAIT_MS = 5000,    /* after SIGKILL, how long to wait for the kernel to reap */
-    STRAY_POLL_MS = 50,     /* how often to look for what the ranks left behind */
-    STRAY_CAP = 1024,       /* of those, how many are signalled per look */
-    EXEC_WAIT_MS = 10000,   /* fork -> exec */
-    DRAIN_MS = 2000,        /* after the last rank exits, for output still in the pipes */
-    WRITE_STALL_MS = 30000, /* our own stdout/stderr refusing data */
+    GRACE_MS = 3000,         /* default --kill-after for a failed rank or --timeout */
+    SIGNAL_GRACE_MS = 30000, /* and for a signal forwarded from outside, as torchrun waits */
+    REPEAT_MS = 200,         /* a signal this soon after the first is the same request */
+    KILL_WAIT_MS = 5000,     /* after SIGKILL, how long to wait for the kernel to reap */
+    STRAY_POLL_MS = 50,      /* how often to look for what the ranks left behind */
+    STRAY_CAP = 1024,        /* of those, how many are signalled per look */
+    EXEC_WAIT_MS = 10000,    /* fork -> exec */
+    DRAIN_MS = 2000,         /* after the last rank exits, for output still in the pipes */
+    WRITE_STALL_MS = 30000,  /* our own stdout/stderr refusing data */
     POLL_CAP_MS = 1000,
     PORT_WAIT_MS = 10000, /* before a restart, for a given master port to be free again */
     MAX_RESTARTS = 1000000,
@@ -56,8 +57,8 @@ struct opts {
     bool has_timeout;
     double timeout_s;
     const char *timeout_text;
-    int64_t grace_ms; /* --kill-after */
-    const char *grace_text;
+    int64_t grace_ms;        /* --kill-after: after a failed rank or --timeout */
+    int64_t signal_grace_ms; /* --kill-after: after a forwarded signal */
     char **prog_argv;
 };
 
@@ -132,8 +133,9 @@ struct job {
     bool nofile_raised;
     enum phase phase;
     int64_t phase_deadline;
-    int stop_sent; /* what began STOPPING: SIGTERM, or the signal forwarded from outside */
-    bool hurry;    /* a second signal from outside: SIGKILL for everything now */
+    int stop_sent;         /* what began STOPPING: SIGTERM, or the signal forwarded from outside */
+    int64_t stop_grace_ms; /* the grace period STOPPING was given */
+    bool hurry;            /* a second signal from outside: SIGKILL for everything now */
     enum sweep sweep;
     int64_t sweep_deadline;
     int nswept;             /* entries in swept */

@@ -32,7 +32,8 @@ static void usage(FILE *f)
         "                          with status 124\n"
         "  --kill-after S          grace period: once the job is being stopped (a failed rank,\n"
         "                          --timeout, a signal to hooprun), SIGKILL what still runs of it\n"
-        "                          S seconds later (default 3; 0: at once)\n"
+        "                          S seconds later (default: 30 after a signal, as torchrun\n"
+        "                          waits; 3 after a failed rank or --timeout; 0: at once)\n"
         "  --no-prefix             do not prefix output lines with \"[RANK] \"\n"
         "  --no-auth               no authentication key: the ranks get neither HOOP_AUTH_KEY nor\n"
         "                          HOOP_AUTH_KEY_FILE, and their connections are not "
@@ -120,7 +121,7 @@ int parse_args(int argc, char **argv, struct opts *o)
                        .master_addr = "127.0.0.1",
                        .prefix = true,
                        .grace_ms = GRACE_MS,
-                       .grace_text = "3"};
+                       .signal_grace_ms = SIGNAL_GRACE_MS};
     bool have_nproc = false;
     int i = 1;
     while (i < argc) {
@@ -250,7 +251,7 @@ int parse_args(int argc, char **argv, struct opts *o)
             if (errno != 0 || end == NULL || *end != '\0' || !isfinite(t) || t < 0 || t > 1e6)
                 return usage_error("bad --kill-after '%s' (want seconds >= 0)", val);
             o->grace_ms = (int64_t)(t * 1000.0 + 0.999);
-            o->grace_text = val;
+            o->signal_grace_ms = o->grace_ms;
             break;
         }
         case O_NOPREFIX: o->prefix = false; break;

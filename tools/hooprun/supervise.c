@@ -63,26 +63,35 @@ static void signal_all(struct job *j, int sig)
     }
 }
 
-/* Sends sig to every running rank and gives them the grace period before SIGKILL. */
-static void stop_with(struct job *j, int sig)
+/* A grace period in seconds, as the messages give it. */
+static const char *seconds(char buf[32], int64_t ms)
+{
+    snprintf(buf, 32, "%.10g", (double)ms / 1000.0);
+    return buf;
+}
+
+/* Sends sig to every running rank and gives them grace_ms before SIGKILL. */
+static void stop_with(struct job *j, int sig, int64_t grace_ms)
 {
     if (j->phase != RUNNING) return;
     j->phase = STOPPING;
-    j->phase_deadline = now_ms() + j->o->grace_ms;
+    j->phase_deadline = now_ms() + grace_ms;
     j->stop_sent = sig;
+    j->stop_grace_ms = grace_ms;
     signal_all(j, sig);
 }
 
-void begin_stop(struct job *j) { stop_with(j, SIGTERM); }
+void begin_stop(struct job *j) { stop_with(j, SIGTERM, j->o->grace_ms); }
 
 static void begin_kill(struct job *j, bool interrupted)
 {
     if (j->nrunning > 0 && j->phase != KILLING) {
+        char s[32];
         if (interrupted)
             say(j->err, "interrupted while stopping; sending SIGKILL to %d rank(s)", j->nrunning);
         else if (j->phase == STOPPING)
             say(j->err, "%d rank(s) still running %s s after %s; sending SIGKILL", j->nrunning,
-                j->o->grace_text, signal_name(j->stop_sent));
+                seconds(s, j->stop_grace_ms), signal_name(j->stop_sent));
     }
     if (interrupted) j->hurry = true;
     j->phase = KILLING;
@@ -251,7 +260,7 @@ static void handle_signals(struct job *j)
             signal_all(j, sig);
         } else {
             /* The ranks may handle it as they like, within the grace period. */
-            stop_with(j, sig);
+            stop_with(j, sig, j->o->signal_grace_ms);
         }
     }
 }
@@ -360,8 +369,10 @@ static bool swept_already(const struct job *j, pid_t pid)
 
 /*
  * Once the ranks are gone, ends what they started that is still there: SIGTERM, then SIGKILL
- * when the grace period is over (the one the ranks were given, if they were being stopped), at
- * once after a second signal from outside. Returns false when nothing is left (or we give up).
+ * when the grace period is over (the one the ranks were given, if they were being stopped); at
+ * once on a signal from outside that comes once the ranks are gone, or on a second one that came
+ * while they were being stopped (see handle_signals). Returns false when nothing is left (or we
+ * give up).
  */
 static bool sweep_strays(struct job *j, int64_t now)
 {
@@ -403,13 +414,14 @@ static bool sweep_strays(struct job *j, int64_t now)
             j->sweep_deadline = j->phase == STOPPING ? j->phase_deadline : now + j->o->grace_ms;
         }
     } else if (j->sweep == SWEEP_TERM && (j->hurry || now >= j->sweep_deadline)) {
+        char s[32];
         if (j->hurry)
             say(j->err, "interrupted; sending SIGKILL to %d process(es) that the ranks started", n);
         else
             say(j->err,
                 "%d process(es) that the ranks started still running after the %s s grace period; "
                 "sending SIGKILL",
-                n, j->o->grace_text);
+                n, seconds(s, j->phase == STOPPING ? j->stop_grace_ms : j->o->grace_ms));
         j->sweep = SWEEP_KILL;
         j->sweep_deadline = now + KILL_WAIT_MS;
     } else if (j->sweep == SWEEP_KILL && now >= j->sweep_deadline) {
@@ -640,6 +652,7 @@ bool prepare_restart(struct job *j)
     j->phase = RUNNING;
     j->phase_deadline = 0;
     j->stop_sent = 0;
+    j->stop_grace_ms = 0;
     j->hurry = false;
     j->sweep = SWEEP_NONE;
     j->sweep_deadline = 0;
