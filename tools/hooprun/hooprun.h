@@ -24,6 +24,7 @@
 enum {
     STREAM_START = 4096,      /* a stream's first buffer, doubled while a line needs more */
     LINE_KEEP = 64 * 1024,    /* and shrunk back to this once a longer line is out */
+    LINE_HOLD = 4 << 20,      /* a line longer than this goes out in pieces as it comes */
     SINK_CAP = 2 * LINE_KEEP, /* lines are gathered up to this; a longer one is written directly */
     MAX_NPROC = 4096,
     GRACE_MS = 3000,         /* default --kill-after for a failed rank or --timeout */

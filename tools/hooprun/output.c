@@ -111,6 +111,11 @@ static void stream_emit_lines(struct stream *st)
         start = end;
         st->scanned = end;
     }
+    if (st->cut && st->len > start) {
+        /* The rest of a line that went out in part follows as it comes. */
+        stream_put(st, st->buf + start, st->len - start, false);
+        start = st->len;
+    }
     if (start > 0) {
         memmove(st->buf, st->buf + start, st->len - start);
         st->len -= start;
@@ -146,18 +151,24 @@ void stream_close(struct stream *st)
     st->cap = 0;
 }
 
-/* Room for more of the current line (the buffer is full): the buffer doubles. Without memory
- * for that, what is held goes out as the start of the line and the rest follows as it comes. */
+/* Room for more of the current line (the buffer is full): the buffer doubles up to LINE_HOLD.
+ * Past that, or without memory for it, what is held goes out as the start of the line and the
+ * rest follows as it comes: a line that never ends (a progress bar redrawn with \r) is seen as
+ * it is written and does not grow our memory without end. */
 static void stream_grow(struct stream *st)
 {
     size_t ncap = st->cap * 2;
-    char *nb = ncap > st->cap ? realloc(st->buf, ncap) : NULL;
+    bool too_long = ncap > LINE_HOLD;
+    char *nb = !too_long && ncap > st->cap ? realloc(st->buf, ncap) : NULL;
     if (nb != NULL) {
         st->buf = nb;
         st->cap = ncap;
         return;
     }
-    if (!st->cut)
+    if (!st->cut && too_long)
+        say(st->notes, "rank %d: a line of more than %zu bytes; it goes out in pieces", st->rank,
+            st->len);
+    else if (!st->cut)
         say(st->notes,
             "rank %d: no memory to hold a line of more than %zu bytes whole; it goes "
             "out in pieces",
