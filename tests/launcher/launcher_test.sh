@@ -266,6 +266,15 @@ test_output() {
     expect_rc 0
     [ "$(sort "$T/out")" = "$(printf 'rank 0 line 0\nrank 0 line 1\nrank 1 line 0\nrank 1 line 1')" ] ||
         fail "--no-prefix stdout"
+
+    # --no-prefix: after a rank's last stderr line without newline, hooprun's own message starts
+    # a line of its own; stdout, where hooprun writes nothing, keeps the rank's bytes as they are.
+    run --no-prefix -n 1 sh -c 'printf out; printf half >&2; exit 3'
+    expect_rc 3
+    printf out | cmp -s - "$T/out" || fail "--no-prefix: stdout of a failed rank is not its bytes"
+    [ "$(sed -n 1p "$T/err")" = half ] || fail "--no-prefix: the rank's stderr does not come first, as written"
+    [ "$(wc -l <"$T/err")" -eq 2 ] || fail "--no-prefix: hooprun's message did not start a line of its own"
+    expect_err_line "hooprun: rank 0 (pid [0-9]*) exited with status 3"
 }
 
 test_fail() {
