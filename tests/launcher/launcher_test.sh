@@ -843,16 +843,24 @@ test_escalate() {
     expect_pids_gone 2
 
     # A repeat within 0.2 s is the same request (timeout(1) signals hooprun and then its process
-    # group): ranks that take 0.5 s to end after SIGTERM get to end by themselves.
+    # group): ranks that take 0.5 s to end after SIGTERM get to end by themselves. The gap between
+    # the two kills is measured: on a loaded machine it can pass 0.2 s, and then the second one
+    # is rightly a second request, so the check is made only when the gap was under 150 ms.
     bg_run -n 2 "$CHILD" wait-signal 500
     wait_lines 2 'ready'
+    t0=$(now_ms)
     kill -TERM "$bg"
     sleep 0.05
     kill -TERM "$bg"
+    gap=$(($(now_ms) - t0))
     wait_bg 10
-    expect_rc 0
-    [ "$(grep -c '^\[[01]\] rank [01] got signal 15$' "$T/out")" -eq 2 ] || fail "a rank did not get SIGTERM once"
-    grep -q SIGKILL "$T/err" && fail "a repeat 50 ms after the first SIGTERM was taken as a second request"
+    if [ "$gap" -lt 150 ]; then
+        expect_rc 0
+        [ "$(grep -c '^\[[01]\] rank [01] got signal 15$' "$T/out")" -eq 2 ] || fail "a rank did not get SIGTERM once"
+        grep -q SIGKILL "$T/err" && fail "a repeat $gap ms after the first SIGTERM was taken as a second request"
+    else
+        echo "the two SIGTERMs were $gap ms apart (a loaded machine): the repeat check is skipped" >&2
+    fi
     timeout -s TERM 1 "$HOOPRUN" -n 2 "$CHILD" wait-signal 500 >"$T/out" 2>"$T/err"
     rc=$?
     expect_rc 124
