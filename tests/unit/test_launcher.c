@@ -424,8 +424,8 @@ static void test_resolve_pmix(void **state)
 
 /* A PMIx server that takes connections and never answers, as a stopped mpirun's socket does: a
  * child process listening on loopback that accepts and holds every connection until it is killed.
- * Its port in *port. */
-static pid_t silent_pmix_server(int *port)
+ * Its port in *port; *accepts is a pipe that gets a byte for each connection it accepted. */
+static pid_t silent_pmix_server(int *port, int *accepts)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
@@ -444,18 +444,26 @@ static pid_t silent_pmix_server(int *port)
             _exit(1);
         int got = ntohs(a.sin_port);
         if (write(p[1], &got, sizeof got) != (ssize_t)sizeof got) _exit(1);
-        for (;;) (void)accept(fd, NULL, NULL); /* kept open, never read */
+        for (;;) /* kept open, never read */
+            if (accept(fd, NULL, NULL) >= 0 && write(p[1], "a", 1) != 1) _exit(1);
     }
     close(p[1]);
     assert_int_equal(read(p[0], port, sizeof *port), (ssize_t)sizeof *port);
-    close(p[0]);
+    *accepts = p[0];
     return pid;
 }
 
-static void stop_child(pid_t pid)
+/* Kills the server; returns how many connections it had accepted. */
+static int stop_child(pid_t pid, int accepts)
 {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
+    int n = 0;
+    char b[64];
+    ssize_t got;
+    while ((got = read(accepts, b, sizeof b)) > 0) n += (int)got;
+    close(accepts);
+    return n;
 }
 
 /* What mpirun gives rank 1 of 2, its PMIx server on loopback port. */
@@ -524,15 +532,15 @@ static void call_within(timed_call_t *x, double limit)
 static void test_pmix_server_silent(void **state)
 {
     (void)state;
-    int port = 0;
-    pid_t srv = silent_pmix_server(&port);
+    int port = 0, accepts = -1;
+    pid_t srv = silent_pmix_server(&port, &accepts);
     pmix_launch_env(port);
     char want[96];
     snprintf(want, sizeof want, "PMIx server at tcp4://127.0.0.1:%d (PMIX_SERVER_URI41)", port);
     timed_call_t x = {.timeout = 2.0};
     call_within(&x, x.timeout + 2);
     if (strstr(x.err, "install PMIx") != NULL) {
-        stop_child(srv);
+        stop_child(srv, accepts);
         skip(); /* no libpmix here to be stuck in */
     }
     if (x.rc != HOOP_ERR_TIMEOUT || x.took < x.timeout - 0.1 ||
@@ -548,8 +556,8 @@ static void test_pmix_server_silent(void **state)
         fail_msg("hoop_init under a silent PMIx server: %s after %.2f s", hoop_error_string(w.rc),
                  w.took);
     /* Once the server is gone the stuck call ends, and the next exchange asks PMIx afresh. */
-    stop_child(srv);
-    srv = silent_pmix_server(&port);
+    stop_child(srv, accepts);
+    srv = silent_pmix_server(&port, &accepts);
     pmix_launch_env(port);
     snprintf(want, sizeof want, "PMIx server at tcp4://127.0.0.1:%d (PMIX_SERVER_URI41)", port);
     x = (timed_call_t){.timeout = 3.0};
@@ -558,7 +566,10 @@ static void test_pmix_server_silent(void **state)
         strstr(x.err, want) == NULL)
         fail_msg("a second silent PMIx server: %s after %.2f s: \"%s\"", hoop_error_string(x.rc),
                  x.took, x.err);
-    stop_child(srv);
+    /* Asked afresh means a connection to the new server, not a timeout on the old one's. */
+    if (stop_child(srv, accepts) < 1)
+        fail_msg("the second silent PMIx server was never reached: its timeout is not the one "
+                 "of a fresh PMIx_Init");
 }
 
 int main(int argc, char **argv)
