@@ -4,7 +4,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 command -v clang-format >/dev/null || { echo "check-format: clang-format is not installed" >&2; exit 77; }
-files=$(git ls-files 'src/*.[ch]' 'src/*.cu' 'include/*.h' 'tools/*.[ch]' 'bench/*.[ch]' 'tests/*.[ch]')
+files=$(git ls-files 'src/*.[ch]' 'src/*.cu' 'include/*.h' 'common/*.[ch]' 'tools/*.[ch]' 'bench/*.[ch]' \
+    'examples/*.[ch]' 'tests/*.[ch]')
 if [ "${1:-}" = "--fix" ]; then
     # shellcheck disable=SC2086
     clang-format -i $files
