@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../../common/clock.h" /* now_s(), for deadlines and the times tests report */
-#include "../../common/port.h"
+#include "../../src/base/port.h"
 #include "hoop.h"
 
 /* Binds loopback port (0: the kernel's choice) and lets it go: the port it got, or -1. */
@@ -31,12 +31,12 @@ static inline int test_probe_port(int port)
 }
 
 /* A loopback TCP port that was free a moment ago (for MASTER_PORT), or -1; drawn below the
- * ephemeral range (common/port.h), where no test's connect() beside this one can take it. */
+ * ephemeral range (src/base/port.h, the library's own draw), where no test's connect() beside this one can take it. */
 static inline int test_free_port(void)
 {
-    port_draw_t d;
-    port_draw_start(&d, 64);
-    for (int port; (port = port_draw_next(&d)) > 0;)
+    hoop__port_draw_t d;
+    hoop__port_draw_start(&d, 64);
+    for (int port; (port = hoop__port_draw_next(&d)) > 0;)
         if (test_probe_port(port) == port) return port;
     return test_probe_port(0);
 }

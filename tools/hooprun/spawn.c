@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "../../common/clock.h"
-#include "../../common/port.h"
+#include "../../src/base/port.h"
 #include "hooprun.h"
 
 extern char **environ;
@@ -142,13 +142,13 @@ static int probe_port(const char *addr, const char *port, char out[8], int *gai)
     return ok ? 0 : last_err;
 }
 
-/* A port that was free a moment ago, drawn below the kernel's ephemeral range (common/port.h). */
+/* A port that was free a moment ago, drawn below the kernel's ephemeral range (src/base/port.h, the library's own draw). */
 bool find_free_port(const char *addr, char out[8])
 {
     int rc = EADDRNOTAVAIL, gai = 0;
-    port_draw_t d;
-    port_draw_start(&d, 32);
-    for (int want; (want = port_draw_next(&d)) > 0;) {
+    hoop__port_draw_t d;
+    hoop__port_draw_start(&d, 32);
+    for (int want; (want = hoop__port_draw_next(&d)) > 0;) {
         char port[16];
         snprintf(port, sizeof port, "%d", want);
         rc = probe_port(addr, port, out, &gai);
