@@ -117,18 +117,23 @@ static const char *value(const reader_t *r, const char *name)
     return v != NULL && v[0] != '\0' ? v : NULL;
 }
 
-static void bad(reader_t *r, const char *name, const char *val, const char *expect)
+/* The first bad value's sentence, said as the variable's own parser words it, but with no byte
+ * that would break a log line or a rank's hello (one "name value" a line: core/agree.c). */
+static void said(reader_t *r, const char *sentence)
 {
     if (r->rc != HOOP_OK) return;
     r->rc = HOOP_ERR_INVALID_ARGUMENT;
-    /* The value as typed, but no byte that would break a log line or a rank's hello. */
-    char shown[160];
-    size_t n = 0;
-    for (; val[n] != '\0' && n + 1 < sizeof(shown); n++)
-        shown[n] = (unsigned char)val[n] < 0x20 || val[n] == 0x7f ? '?' : val[n];
-    shown[n] = '\0';
-    snprintf(r->err, r->errlen, "%s=\"%s%s\" is not valid: expected %s", name, shown,
-             val[n] != '\0' ? "..." : "", expect);
+    snprintf(r->err, r->errlen, "%s", sentence);
+    for (char *p = r->err; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+static void bad(reader_t *r, const char *name, const char *val, const char *expect)
+{
+    char s[600];
+    snprintf(s, sizeof(s), "%s=\"%.160s%s\" is not valid: expected %s", name, val,
+             strlen(val) > 160 ? "..." : "", expect);
+    said(r, s);
 }
 
 /* A size in [lo, hi] (a power of two where pow2). */
@@ -202,12 +207,10 @@ static void read_debug(reader_t *r, hoop__config_t *c)
     if ((v = r->get("HOOP_DEBUG_SUBSYS", r->ctx)) != NULL) {
         char why[256];
         unsigned mask;
-        if (hoop__log_subsys_parse(v, &mask, why, sizeof(why)) == 0) {
+        if (hoop__log_subsys_parse(v, &mask, why, sizeof(why)) == 0)
             c->log_subsys = mask;
-        } else if (r->rc == HOOP_OK) {
-            r->rc = HOOP_ERR_INVALID_ARGUMENT;
-            snprintf(r->err, r->errlen, "%s", why);
-        }
+        else
+            said(r, why);
     }
     text_var(r, "HOOP_DEBUG_FILE", c->log_file, sizeof(c->log_file),
              "a path shorter than 256 bytes");
