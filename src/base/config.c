@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/hca.h"
 #include "base/log.h"
 #include "base/wire.h"
 
@@ -261,6 +262,14 @@ static void read_transports(reader_t *r, hoop__config_t *c)
              "a size, e.g. 24M, or 0 for never");
     int_var(r, "HOOP_SHM_SPIN_US", &c->shm_spin_us, 0, 1000000, "microseconds from 0 to 1000000");
     text_var(r, "HOOP_IB_HCA", c->ib_hca, sizeof(c->ib_hca), "a list shorter than 256 bytes");
+    /* Parsed here too, not only by the verbs transport: under auto its failure would only make the
+     * rank use TCP, and a build without verbs would never look at it. */
+    hoop__ibv_hca_t hca;
+    char why[300];
+    if (hoop__ibv_hca_parse(c->ib_hca, &hca, why, sizeof(why)) != 0) {
+        said(r, why);
+        c->ib_hca[0] = '\0';
+    }
     int_var(r, "HOOP_IB_GID_INDEX", &c->ib_gid_index, 0, HOOP__CONFIG_GID_INDEX_MAX,
             "a GID table index from 0 to 255 (unset chooses one per port)");
     static const char *const reg[] = {"auto", "off"};

@@ -121,6 +121,10 @@ static void bad_values_name_the_variable(void **state)
         {"HOOP_IB_GID_INDEX", "99999999999999999999"},
         {"HOOP_IB_REG_CACHE", "yes"},
         {"HOOP_TRACE", "2"},
+        {"HOOP_IB_HCA", "mlx5_0:x"},
+        {"HOOP_IB_HCA", "mlx5_0,,mlx5_1"},
+        {"HOOP_IB_HCA", "^="},
+        {"HOOP_IB_HCA", "mlx5 0"},
         {"HOOP_DEBUG_SUBSYS", "LOUD"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -208,6 +212,7 @@ static void sentences_stay_one_line(void **state)
     (void)state;
     static const char *const cases[][2] = {
         {"HOOP_DEBUG_SUBSYS", "INIT\nsettings ok\nHOOP_ALGO ring"},
+        {"HOOP_IB_HCA", "mlx5_0\nsettings ok"},
         {"HOOP_TIMEOUT", "1\nsettings ok"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
