@@ -138,12 +138,13 @@ static void engine_free(hoop_comm_t *c)
         pthread_cond_signal(&c->tcv);
 }
 
-/* Under exec, as it is given back: where the communicator is aborted, its peers learn why, through
- * the transport and the shared area. A failure found under exec was told them already; this one
- * came from another thread (hoop_comm_abort, a peer's notice read by it) while this one held exec,
- * which the abort could not take, and a call that completed all the same would otherwise leave
- * the peers to learn only that this rank closed its connections, once it is freed. A no-op while
- * the communicator is healthy, and cheap once they have been told. */
+/* Under exec: where the communicator is aborted, its peers learn why, through the transport and
+ * the shared area, once. The one place they are told: as a failed collective returns
+ * (run_collective), as exec is given back (an abort from another thread, hoop_comm_abort or a
+ * peer's notice read by it, while this one held exec, which the abort could not take: a call that
+ * completed all the same would otherwise leave the peers to learn only that this rank closed its
+ * connections, once it is freed), and by hoop__sched_abort where exec is free. A no-op while the
+ * communicator is healthy, and cheap once they have been told. */
 static void tell_abort(hoop_comm_t *c)
 {
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
@@ -345,8 +346,8 @@ static hoop_result_t separate_input(hoop__call_t *call)
 }
 
 /* Under exec. A collective that failed has left its peers in the middle of the call: the
- * communicator is aborted (here, if the algorithm did not say why: an allocation, say), and so is
- * the transport, which tells the peers the reason now rather than closing on them later. */
+ * communicator is aborted (here, if the algorithm did not say why: an allocation, say), and the
+ * peers are told the reason now (tell_abort) rather than closed on later. */
 static hoop_result_t run_collective(hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
@@ -361,7 +362,7 @@ static hoop_result_t run_collective(hoop__call_t *call)
             hoop__comm_fail(c, st, "%s (call #%llu) failed on rank %d: %s", what,
                             (unsigned long long)call->seq, c->rank, hoop__error_string(st));
         }
-        c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
+        tell_abort(c);
     }
     return st;
 }
