@@ -228,13 +228,17 @@ static void read_choices(reader_t *r, hoop__config_t *c)
     for (int i = 0; hoop__transport_words[i] != NULL && nt < 8; i++)
         transports[nt++] = hoop__transport_words[i];
     word_var(r, "HOOP_TRANSPORT", c->transport, sizeof(c->transport), transports, nt);
-    const char *algos[HOOP__WIRE_ALGO_COUNT];
-    for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++) algos[i] = hoop__wire_algo_name(i);
-    word_var(r, "HOOP_ALGO", c->algo, sizeof(c->algo), algos, HOOP__WIRE_ALGO_COUNT);
+    const char *v = value(r, "HOOP_ALGO");
+    int algo = hoop__wire_algo_parse(v);
+    char words[200];
+    if (algo >= 0)
+        snprintf(c->algo, sizeof(c->algo), "%s", hoop__wire_algo_name(algo));
+    else if (v != NULL)
+        bad(r, "HOOP_ALGO", v, hoop__algo_words(words, sizeof(words)));
     size_var(r, "HOOP_CHUNK_BYTES", &c->chunk_bytes, 4096, 1u << 30, 0,
              "a size from 4K to 1G, e.g. 512K");
     size_var(r, "HOOP_SMALL_BYTES", &c->small_bytes, 0, 1u << 30, 0, "a size up to 1G, e.g. 16K");
-    const char *v = value(r, "HOOP_TIMEOUT");
+    v = value(r, "HOOP_TIMEOUT");
     if (v != NULL) {
         char *end;
         errno = 0;

@@ -92,15 +92,16 @@ hoop_result_t hoop_comm_set_timeout(hoop_comm_t *c, double seconds)
 hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
-    if (algo == NULL || hoop__algo_parse(algo) < 0) {
+    int a = hoop__wire_algo_parse(algo);
+    if (a < 0) {
         char words[200];
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "hoop_comm_set_algo: \"%.60s\" is not %s", algo ? algo : "(null)",
                                 hoop__algo_words(words, sizeof(words)));
     }
     /* Posting reads it on the posting thread; running calls already hold their choice. */
-    c->algo = hoop__algo_parse(algo);
-    snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(c->algo));
+    c->algo = a;
+    snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__wire_algo_name(a));
     return HOOP_OK;
 }
 

@@ -253,6 +253,20 @@ static void words_from_the_tables(void **state)
         assert_non_null(strstr(buf, hoop__wire_algo_name(i)));
     assert_non_null(strstr(buf, "auto, ring, "));
     hoop__config_t c;
+    /* Every algorithm's name is taken, in any case, and kept as the table spells it. */
+    for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++) {
+        char upper[32];
+        const char *name = hoop__wire_algo_name(i);
+        size_t k = 0;
+        for (; name[k] != '\0' && k + 1 < sizeof(upper); k++)
+            upper[k] = (char)(name[k] >= 'a' && name[k] <= 'z' ? name[k] - 32 : name[k]);
+        upper[k] = '\0';
+        assert_int_equal(parse1(&c, "HOOP_ALGO", upper, err), HOOP_OK);
+        assert_string_equal(c.algo, name);
+        assert_int_equal(hoop__wire_algo_parse(upper), i);
+    }
+    assert_int_equal(hoop__wire_algo_parse("ring2"), -1);
+    assert_int_equal(hoop__wire_algo_parse(NULL), -1);
     for (int t = 0; t < hoop__tp_registry_n; t++) {
         assert_int_equal(parse1(&c, "HOOP_TRANSPORT", hoop__tp_registry[t].name, err), HOOP_OK);
         assert_string_equal(c.transport, hoop__tp_registry[t].name);
