@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/hca.h"
 #include "base/log.h"
 #include "base/wire.h"
 
@@ -117,18 +118,23 @@ static const char *value(const reader_t *r, const char *name)
     return v != NULL && v[0] != '\0' ? v : NULL;
 }
 
-static void bad(reader_t *r, const char *name, const char *val, const char *expect)
+/* The first bad value's sentence, said as the variable's own parser words it, but with no byte
+ * that would break a log line or a rank's hello (one "name value" a line: core/agree.c). */
+static void said(reader_t *r, const char *sentence)
 {
     if (r->rc != HOOP_OK) return;
     r->rc = HOOP_ERR_INVALID_ARGUMENT;
-    /* The value as typed, but no byte that would break a log line or a rank's hello. */
-    char shown[160];
-    size_t n = 0;
-    for (; val[n] != '\0' && n + 1 < sizeof(shown); n++)
-        shown[n] = (unsigned char)val[n] < 0x20 || val[n] == 0x7f ? '?' : val[n];
-    shown[n] = '\0';
-    snprintf(r->err, r->errlen, "%s=\"%s%s\" is not valid: expected %s", name, shown,
-             val[n] != '\0' ? "..." : "", expect);
+    snprintf(r->err, r->errlen, "%s", sentence);
+    for (char *p = r->err; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+static void bad(reader_t *r, const char *name, const char *val, const char *expect)
+{
+    char s[600];
+    snprintf(s, sizeof(s), "%s=\"%.160s%s\" is not valid: expected %s", name, val,
+             strlen(val) > 160 ? "..." : "", expect);
+    said(r, s);
 }
 
 /* A size in [lo, hi] (a power of two where pow2). */
@@ -202,12 +208,10 @@ static void read_debug(reader_t *r, hoop__config_t *c)
     if ((v = r->get("HOOP_DEBUG_SUBSYS", r->ctx)) != NULL) {
         char why[256];
         unsigned mask;
-        if (hoop__log_subsys_parse(v, &mask, why, sizeof(why)) == 0) {
+        if (hoop__log_subsys_parse(v, &mask, why, sizeof(why)) == 0)
             c->log_subsys = mask;
-        } else if (r->rc == HOOP_OK) {
-            r->rc = HOOP_ERR_INVALID_ARGUMENT;
-            snprintf(r->err, r->errlen, "%s", why);
-        }
+        else
+            said(r, why);
     }
     text_var(r, "HOOP_DEBUG_FILE", c->log_file, sizeof(c->log_file),
              "a path shorter than 256 bytes");
@@ -224,13 +228,17 @@ static void read_choices(reader_t *r, hoop__config_t *c)
     for (int i = 0; hoop__transport_words[i] != NULL && nt < 8; i++)
         transports[nt++] = hoop__transport_words[i];
     word_var(r, "HOOP_TRANSPORT", c->transport, sizeof(c->transport), transports, nt);
-    const char *algos[HOOP__WIRE_ALGO_COUNT];
-    for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++) algos[i] = hoop__wire_algo_name(i);
-    word_var(r, "HOOP_ALGO", c->algo, sizeof(c->algo), algos, HOOP__WIRE_ALGO_COUNT);
+    const char *v = value(r, "HOOP_ALGO");
+    int algo = hoop__wire_algo_parse(v);
+    char words[200];
+    if (algo >= 0)
+        snprintf(c->algo, sizeof(c->algo), "%s", hoop__wire_algo_name(algo));
+    else if (v != NULL)
+        bad(r, "HOOP_ALGO", v, hoop__algo_words(words, sizeof(words)));
     size_var(r, "HOOP_CHUNK_BYTES", &c->chunk_bytes, 4096, 1u << 30, 0,
              "a size from 4K to 1G, e.g. 512K");
     size_var(r, "HOOP_SMALL_BYTES", &c->small_bytes, 0, 1u << 30, 0, "a size up to 1G, e.g. 16K");
-    const char *v = value(r, "HOOP_TIMEOUT");
+    v = value(r, "HOOP_TIMEOUT");
     if (v != NULL) {
         char *end;
         errno = 0;
@@ -258,6 +266,14 @@ static void read_transports(reader_t *r, hoop__config_t *c)
              "a size, e.g. 24M, or 0 for never");
     int_var(r, "HOOP_SHM_SPIN_US", &c->shm_spin_us, 0, 1000000, "microseconds from 0 to 1000000");
     text_var(r, "HOOP_IB_HCA", c->ib_hca, sizeof(c->ib_hca), "a list shorter than 256 bytes");
+    /* Parsed here too, not only by the verbs transport: under auto its failure would only make the
+     * rank use TCP, and a build without verbs would never look at it. */
+    hoop__ibv_hca_t hca;
+    char why[300];
+    if (hoop__ibv_hca_parse(c->ib_hca, &hca, why, sizeof(why)) != 0) {
+        said(r, why);
+        c->ib_hca[0] = '\0';
+    }
     int_var(r, "HOOP_IB_GID_INDEX", &c->ib_gid_index, 0, HOOP__CONFIG_GID_INDEX_MAX,
             "a GID table index from 0 to 255 (unset chooses one per port)");
     static const char *const reg[] = {"auto", "off"};

@@ -36,9 +36,9 @@ typedef struct hoop__config {
      * largest chunk its all-reduce and reduce take in one shot (HOOP_CUDA_IPC_ONESHOT_BYTES; the
      * smallest of all ranks' applies). */
     size_t cuda_ipc_bytes, cuda_ipc_oneshot_bytes;
-    /* RDMA verbs (transport/ibverbs_setup.c): HOOP_IB_HCA as given (the transport reads its list
-     * of devices and ports), HOOP_IB_GID_INDEX (-1: chosen per port), HOOP_IB_REG_CACHE (auto or
-     * off). */
+    /* RDMA verbs (transport/ibverbs_setup.c): HOOP_IB_HCA as given, once its list of devices and
+     * ports parses (base/hca.h), HOOP_IB_GID_INDEX (-1: chosen per port), HOOP_IB_REG_CACHE (auto
+     * or off). */
     char ib_hca[256];
     int ib_gid_index;
     char ib_reg_cache[8];

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/tables.h"
 
@@ -104,6 +105,13 @@ const char *hoop__wire_algo_name(int algo)
     static const char *const names[HOOP__WIRE_ALGO_COUNT] = {
         "auto", "ring", "rd", "ps", "ps-sharded", "ipc", "shm", "p2p", "hier", "rabenseifner"};
     return algo >= 0 && algo < HOOP__WIRE_ALGO_COUNT ? names[algo] : "unknown";
+}
+
+int hoop__wire_algo_parse(const char *s)
+{
+    for (int i = 0; s != NULL && i < HOOP__WIRE_ALGO_COUNT; i++)
+        if (strcasecmp(s, hoop__wire_algo_name(i)) == 0) return i;
+    return -1;
 }
 
 const char *hoop__kind_name(int kind)

@@ -60,6 +60,9 @@ const char *hoop__kind_name(int kind);
  * outside; the one table of them. */
 const char *hoop__wire_algo_name(int algo);
 #define HOOP__WIRE_ALGO_COUNT 10
+/* The algorithm a name (any case) of that table names, -1 for none: HOOP_ALGO (base/config.c) and
+ * hoop_comm_set_algo. */
+int hoop__wire_algo_parse(const char *s);
 /* The sentence for a received header that does not match the posted receive, naming both calls:
  * "rank 1 called broadcast(count=10, float32, root=0) as call #7 where rank 0 called ..."; a
  * point-to-point receive (kind send on the wire, as its message) is named recv. */

@@ -19,8 +19,6 @@ void hoop__collectives_close(hoop_comm_t *c);
 /* After the communicator aborted: the engines tell the peers that wait on them why (run.c). Under
  * exec. */
 void hoop__collectives_abort(hoop_comm_t *c);
-const char *hoop__algo_name(int algo);
-int hoop__algo_parse(const char *s); /* -1 if unknown */
 
 /* Algorithms: one file each. */
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c);

@@ -54,7 +54,6 @@
 #define HOOP__LOG_SUBSYS HOOP__SUB_COLL /* of its INFO lines (base/log.h) */
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "collectives/plan.h"
 
@@ -69,15 +68,6 @@ _Static_assert(HOOP__WHY_COUNT <= 256 && HOOP__ALGO_COUNT <= 256, "a plan's fiel
 #define RING_HI ((size_t)256 << 10)
 /* Auto tries the hierarchical stages over CUDA IPC from this multiple of HOOP_SMALL_BYTES. */
 #define IPC_STAGES_FACTOR 64
-
-const char *hoop__algo_name(int algo) { return hoop__wire_algo_name(algo); }
-
-int hoop__algo_parse(const char *s)
-{
-    for (int i = 0; i < HOOP__ALGO_COUNT; i++)
-        if (strcasecmp(s, hoop__wire_algo_name(i)) == 0) return i;
-    return -1;
-}
 
 static int small_variant(const hoop__plan_in_t *in)
 {
@@ -219,7 +209,7 @@ static const char *bytes_text(size_t b, char *buf, size_t n)
 static const char *schedule(const hoop__call_t *call)
 {
     const hoop__plan_t *p = &call->plan;
-    if (p->algo != HOOP__ALGO_AUTO) return hoop__algo_name(p->algo);
+    if (p->algo != HOOP__ALGO_AUTO) return hoop__wire_algo_name(p->algo);
     switch (call->kind) {
     case HOOP__K_BROADCAST: return p->small ? "binomial tree" : "pipelined chain";
     case HOOP__K_REDUCE: return p->small ? "binomial tree" : "ring reduce-scatter and gather";
@@ -243,7 +233,7 @@ const char *hoop__plan_describe(const hoop__call_t *call, int sized, char *buf, 
     switch (p->why) {
     case HOOP__WHY_OWN: snprintf(why, sizeof why, "the communicator's own exchange"); break;
     case HOOP__WHY_FORCED:
-        snprintf(why, sizeof why, "HOOP_ALGO=%s", hoop__algo_name(p->forced));
+        snprintf(why, sizeof why, "HOOP_ALGO=%s", hoop__wire_algo_name(p->forced));
         break;
     case HOOP__WHY_UNFIT:
         snprintf(why, sizeof why, "HOOP_ALGO=hier, but not several ranks on each of several hosts");

@@ -96,7 +96,7 @@ hoop_result_t hoop__collective_run(hoop__call_t *call)
     HOOP__TRACE(&c->log, "call #%llu: %s count=%zu %s %s root=%d algo=%s",
                 (unsigned long long)call->seq, hoop__kind_name(call->kind), call->count,
                 hoop__dtype_name(call->dtype), hoop__op_name(call->op), call->root,
-                hoop__algo_name(call->algo));
+                hoop__wire_algo_name(call->algo));
     /* count 0 still exchanges (empty) messages or steps, so a rank that passed another count is
      * told. */
     hoop_result_t st = run_planned(call);

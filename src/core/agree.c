@@ -60,6 +60,10 @@ static void put_line(char *buf, size_t cap, size_t *o, const char *name, const c
     n = vsnprintf(buf + *o, cap - *o, fmt, ap);
     va_end(ap);
     if (n < 0) return;
+    /* One field a line whatever a value holds (a job id, a sentence quoting a setting): a control
+     * byte in one could otherwise forge the fields after it. */
+    for (size_t i = *o; i < *o + (size_t)n && i + 1 < cap; i++)
+        if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f) buf[i] = '?';
     *o += (size_t)n;
     if (*o + 1 < cap) {
         buf[(*o)++] = '\n';

@@ -92,15 +92,16 @@ hoop_result_t hoop_comm_set_timeout(hoop_comm_t *c, double seconds)
 hoop_result_t hoop_comm_set_algo(hoop_comm_t *c, const char *algo)
 {
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
-    if (algo == NULL || hoop__algo_parse(algo) < 0) {
+    int a = hoop__wire_algo_parse(algo);
+    if (a < 0) {
         char words[200];
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "hoop_comm_set_algo: \"%.60s\" is not %s", algo ? algo : "(null)",
                                 hoop__algo_words(words, sizeof(words)));
     }
     /* Posting reads it on the posting thread; running calls already hold their choice. */
-    c->algo = hoop__algo_parse(algo);
-    snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__algo_name(c->algo));
+    c->algo = a;
+    snprintf(c->agreed.algo, sizeof(c->agreed.algo), "%s", hoop__wire_algo_name(a));
     return HOOP_OK;
 }
 
@@ -208,15 +209,6 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
                             size_t count, hoop_dtype_t dt, hoop_op_t op, int root,
                             hoop_request_t **req, const char *fn)
 {
-    /* The memory of the buffers this rank touches (a non-root's unused one may be anything;
-     * with count 0 nothing is touched): host, or CUDA device memory. */
-    int nonroot = root >= 0 && root != c->rank;
-    const void *used_s = count == 0 || (nonroot && kind == HOOP__K_SCATTER) ? NULL : sbuf;
-    const void *used_r =
-        count == 0 || (nonroot && (kind == HOOP__K_REDUCE || kind == HOOP__K_GATHER)) ? NULL : rbuf;
-    hoop__mem_type_t mem;
-    hoop_result_t drc = hoop__mem_detect(c, used_s, used_r, &mem, fn);
-    if (drc != HOOP_OK) return drc;
     hoop__call_t call = {
         .comm = c,
         .kind = kind,
@@ -226,8 +218,15 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
         .dtype = dt,
         .op = op,
         .root = root,
-        .mem = mem,
     };
+    /* The memory of the buffers this rank touches (a non-root's unused one may be anything;
+     * with count 0 nothing is touched): host, or CUDA device memory. */
+    size_t rd, wr;
+    hoop__call_extents(&call, &rd, &wr);
+    hoop__mem_type_t mem;
+    hoop_result_t drc = hoop__mem_detect(c, rd > 0 ? sbuf : NULL, wr > 0 ? rbuf : NULL, &mem, fn);
+    if (drc != HOOP_OK) return drc;
+    call.mem = mem;
     /* A stream-ordered call becomes a host call on a pinned copy of its buffers (mem.h): its
      * plan is made for that. */
     if (mem == HOOP__MEM_CUDA && c->stream != NULL) {

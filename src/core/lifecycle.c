@@ -49,7 +49,7 @@ hoop_comm_t *hoop__comm_alloc(const hoop__config_t *cfg, int rank, int size)
     c->size = size;
     c->cfg = *cfg;
     hoop__agreed_from(&c->agreed, cfg);
-    c->algo = hoop__algo_parse(c->agreed.algo);
+    c->algo = hoop__wire_algo_parse(c->agreed.algo);
     c->timeout_s = cfg->timeout_s;
     c->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
     c->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));

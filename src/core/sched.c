@@ -138,12 +138,13 @@ static void engine_free(hoop_comm_t *c)
         pthread_cond_signal(&c->tcv);
 }
 
-/* Under exec, as it is given back: where the communicator is aborted, its peers learn why, through
- * the transport and the shared area. A failure found under exec was told them already; this one
- * came from another thread (hoop_comm_abort, a peer's notice read by it) while this one held exec,
- * which the abort could not take, and a call that completed all the same would otherwise leave
- * the peers to learn only that this rank closed its connections, once it is freed. A no-op while
- * the communicator is healthy, and cheap once they have been told. */
+/* Under exec: where the communicator is aborted, its peers learn why, through the transport and
+ * the shared area, once. The one place they are told: as a failed collective returns
+ * (run_collective), as exec is given back (an abort from another thread, hoop_comm_abort or a
+ * peer's notice read by it, while this one held exec, which the abort could not take: a call that
+ * completed all the same would otherwise leave the peers to learn only that this rank closed its
+ * connections, once it is freed), and by hoop__sched_abort where exec is free. A no-op while the
+ * communicator is healthy, and cheap once they have been told. */
 static void tell_abort(hoop_comm_t *c)
 {
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
@@ -304,24 +305,23 @@ static void hold(hoop_comm_t *c, hoop_request_t *r)
     held_run(c);
 }
 
-/* The bytes of input (*in) and output (*out) this rank's part of call reads and writes, and
- * whether sendbuf and recvbuf lie as one of hoop.h's in-place forms. */
-static int in_place_form(const hoop__call_t *call, size_t *in, size_t *out)
+/* Whether sendbuf and recvbuf lie as one of hoop.h's in-place forms (no form for a call that
+ * touches one buffer or none: nothing can overlap). */
+static int in_place_form(const hoop__call_t *call)
 {
     const hoop_comm_t *c = call->comm;
-    size_t n = call->count * hoop__dtype_size(call->dtype), all = n * (size_t)c->size;
+    size_t n = call->count * hoop__dtype_size(call->dtype);
     /* Addresses as numbers: a buffer this rank does not use may be NULL. */
     uintptr_t s = (uintptr_t)call->sendbuf, r = (uintptr_t)call->recvbuf;
-    int root = c->rank == call->root;
     switch (call->kind) {
-    case HOOP__K_ALLREDUCE: *in = n, *out = n; return s == r;
-    case HOOP__K_REDUCE: *in = n, *out = root ? n : 0; return s == r;
-    case HOOP__K_ALLGATHER: *in = n, *out = all; return s == r + (size_t)c->rank * n;
-    case HOOP__K_GATHER: *in = n, *out = root ? all : 0; return s == r + (size_t)c->rank * n;
-    case HOOP__K_SCATTER: *in = root ? all : 0, *out = n; return r == s + (size_t)call->root * n;
-    case HOOP__K_REDUCE_SCATTER: *in = all, *out = n; return r == s || r == s + (size_t)c->rank * n;
-    case HOOP__K_ALLTOALL: *in = all, *out = all; return s == r;
-    default: *in = 0, *out = 0; return 0; /* one buffer, or none: nothing can overlap */
+    case HOOP__K_ALLREDUCE:
+    case HOOP__K_REDUCE:
+    case HOOP__K_ALLTOALL: return s == r;
+    case HOOP__K_ALLGATHER:
+    case HOOP__K_GATHER: return s == r + (size_t)c->rank * n;
+    case HOOP__K_SCATTER: return r == s + (size_t)call->root * n;
+    case HOOP__K_REDUCE_SCATTER: return r == s || r == s + (size_t)c->rank * n;
+    default: return 0;
     }
 }
 
@@ -334,7 +334,8 @@ static int in_place_form(const hoop__call_t *call, size_t *in, size_t *out)
 static hoop_result_t separate_input(hoop__call_t *call)
 {
     size_t in, out;
-    if (in_place_form(call, &in, &out) || in == 0 || out == 0) return HOOP_OK;
+    hoop__call_extents(call, &in, &out);
+    if (in == 0 || out == 0 || in_place_form(call)) return HOOP_OK;
     uintptr_t s = (uintptr_t)call->sendbuf, r = (uintptr_t)call->recvbuf;
     if (s >= r + out || r >= s + in) return HOOP_OK;
     void *copy = hoop__input_copy(call, in);
@@ -345,8 +346,8 @@ static hoop_result_t separate_input(hoop__call_t *call)
 }
 
 /* Under exec. A collective that failed has left its peers in the middle of the call: the
- * communicator is aborted (here, if the algorithm did not say why: an allocation, say), and so is
- * the transport, which tells the peers the reason now rather than closing on them later. */
+ * communicator is aborted (here, if the algorithm did not say why: an allocation, say), and the
+ * peers are told the reason now (tell_abort) rather than closed on later. */
 static hoop_result_t run_collective(hoop__call_t *call)
 {
     hoop_comm_t *c = call->comm;
@@ -361,7 +362,7 @@ static hoop_result_t run_collective(hoop__call_t *call)
             hoop__comm_fail(c, st, "%s (call #%llu) failed on rank %d: %s", what,
                             (unsigned long long)call->seq, c->rank, hoop__error_string(st));
         }
-        c->tp_ops->abort(c->tp, (hoop_result_t)atomic_load(&c->aborted), c->fatal_msg);
+        tell_abort(c);
     }
     return st;
 }

@@ -82,13 +82,18 @@ static struct hoop__ipc_comm *state(const hoop_comm_t *c)
     return c->local != NULL ? c->local->ipc : NULL;
 }
 
-/* The state, made at its first need; NULL without memory (then the engine forgets: it says
- * hello again, or tries again at the next call). */
+/* The state, made at its first need. Without memory it fails the communicator: every rank decides
+ * from its own copy whether to stage or to skip the hello round, so a rank that could not keep
+ * what the others kept would run another schedule than theirs. */
 static struct hoop__ipc_comm *state_made(hoop_comm_t *c)
 {
     struct hoop__local *l = hoop__local_of(c);
     if (l != NULL && l->ipc == NULL) l->ipc = calloc(1, sizeof(*l->ipc));
-    return l != NULL ? l->ipc : NULL;
+    if (l == NULL || l->ipc == NULL) {
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "CUDA IPC: out of memory");
+        return NULL;
+    }
+    return l->ipc;
 }
 
 static int is_off(const hoop_comm_t *c)
@@ -198,7 +203,8 @@ static hoop_result_t refuse(ipc_t *x, const hello_t *h)
     }
     if (x->automatic) {
         struct hoop__ipc_comm *s = state_made(c);
-        if (s != NULL) s->off = 1;
+        if (s == NULL) return HOOP_ERR_NO_MEMORY;
+        s->off = 1;
         HOOP__INFO(&c->log, "%s (call #%llu): CUDA IPC not used from now on, staging instead: %s",
                    hoop__kind_name(call->kind), (unsigned long long)call->seq, why);
         x->verdict = HOOP__VERDICT_NO_IPC;
@@ -523,13 +529,17 @@ static hoop_result_t reduce_scatter_chunks(ipc_t *x)
 
 /* Every rank's hello, kept by its rank in the communicator for the calls after a call that went
  * through (the areas and events live as long as the communicator). */
-static void keep_hellos(ipc_t *x)
+static hoop_result_t keep_hellos(ipc_t *x)
 {
     hoop_comm_t *c = x->call->comm;
     struct hoop__ipc_comm *s = state_made(c);
-    if (s != NULL && s->hellos == NULL) s->hellos = calloc((size_t)c->size, sizeof *x->h);
-    if (s == NULL || s->hellos == NULL) return; /* the next call says hello again */
+    if (s == NULL) return HOOP_ERR_NO_MEMORY;
+    if (s->hellos == NULL && (s->hellos = calloc((size_t)c->size, sizeof *x->h)) == NULL) {
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "CUDA IPC: out of memory");
+        return HOOP_ERR_NO_MEMORY;
+    }
     for (int q = 0; q < x->p; q++) s->hellos[peer(x, q)] = x->h[q];
+    return HOOP_OK;
 }
 
 /* While the host waits for the stream, which may wait for a peer's event: the transport's
@@ -587,7 +597,7 @@ static hoop_result_t ipc_run(hoop__call_t *call, int automatic, hoop__verdict_t 
     }
     /* Every rank gets here going at the same call, or declined, or the communicator is
      * aborted. */
-    if (going(&x, rc) && automatic && call->count > 0) keep_hellos(&x);
+    if (going(&x, rc) && automatic && call->count > 0) rc = keep_hellos(&x);
     *v = x.verdict;
     ipc_free(&x);
     return rc;
@@ -643,7 +653,7 @@ void hoop__ipc_hier_close(hoop__ipc_hier_t *hx, hoop_result_t *rc)
         hoop_result_t end = hoop__cuda_ipc_end(x->call, watch, x);
         if (going(x, *rc)) *rc = end;
     }
-    if (going(x, *rc) && x->automatic) keep_hellos(x);
+    if (going(x, *rc) && x->automatic) *rc = keep_hellos(x);
     ipc_free(x);
     free(hx);
 }

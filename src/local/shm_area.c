@@ -323,16 +323,13 @@ void hoop__shc_abort(hoop_comm_t *c)
     if (ab != HOOP_OK && a != NULL) say_aborted(c, a, ab);
 }
 
-/* The communicator failed inside a step: say so where the peers look, and abort the transports
- * (which tells the peers too). */
-static hoop_result_t step_failed(const hoop__call_t *call, hoop__shc_t *a, hoop_result_t code)
+/* The communicator failed inside a step (hoop__comm_fail said why): its code. The peers are told,
+ * here in the area and through the transports, once, as the failed call returns (core/sched.c,
+ * tell_abort). */
+static hoop_result_t step_failed(const hoop__call_t *call, hoop_result_t code)
 {
-    hoop_comm_t *c = call->comm;
-    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-    if (ab) code = ab;
-    say_aborted(c, a, code);
-    c->tp_ops->abort(c->tp, code, c->fatal_msg);
-    return code;
+    hoop_result_t ab = (hoop_result_t)atomic_load(&call->comm->aborted);
+    return ab != HOOP_OK ? ab : code;
 }
 
 /* Whether rank q has published step s. Its payload lines were written before, and whatever it
@@ -358,7 +355,7 @@ static hoop_result_t peer_failed(const hoop__call_t *call, hoop__shc_t *a, int q
         memcpy(why, pc->reason, sizeof(why));
         why[sizeof(why) - 1] = '\0';
         hoop__comm_fail(c, HOOP_ERR_ABORTED, "rank %d aborted: %s", q, why);
-        return step_failed(call, a, HOOP_ERR_ABORTED);
+        return step_failed(call, HOOP_ERR_ABORTED);
     }
     if (how == 1)
         hoop__comm_fail(c, HOOP_ERR_PEER_LOST,
@@ -370,7 +367,7 @@ static hoop_result_t peer_failed(const hoop__call_t *call, hoop__shc_t *a, int q
                         "%s (call #%llu) failed with rank %d: lost rank %d (it closed its "
                         "connections)",
                         mine, (unsigned long long)call->seq, q, q);
-    return step_failed(call, a, HOOP_ERR_PEER_LOST);
+    return step_failed(call, HOOP_ERR_PEER_LOST);
 }
 
 /* Between sleeps, waiting for peer's step s: the transport, the peers' abort flags and
@@ -387,7 +384,7 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
     for (int i = 0; i < 64; i++) c->tp_ops->progress(c->tp, 0);
     if (c->inflight != NULL || c->held != NULL) c->reap(c);
     if (atomic_load(&c->aborted))
-        return published(a, peer, s) ? HOOP_OK : step_failed(call, a, HOOP_ERR_ABORTED);
+        return published(a, peer, s) ? HOOP_OK : step_failed(call, HOOP_ERR_ABORTED);
     /* Dead peers first, so that a rank that sees both names the dead one rather than a peer
      * that aborted because of it; then peers that aborted. */
     for (int pass = 0; pass < 2; pass++)
@@ -419,7 +416,7 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
         hoop__comm_fail(c, HOOP_ERR_TIMEOUT,
                         "%s (call #%llu) timed out after %.1f s waiting for rank(s) %d", mine,
                         (unsigned long long)call->seq, c->timeout_s, peer);
-        return step_failed(call, a, HOOP_ERR_TIMEOUT);
+        return step_failed(call, HOOP_ERR_TIMEOUT);
     }
     return HOOP_OK;
 }
@@ -581,7 +578,7 @@ hoop_result_t hoop__shc_step_lines(const hoop__call_t *call, hoop__shc_t *a, uin
             to_hdr(call, ql, q, &g);
             hoop__wire_mismatch_msg(&e, &g, q, me, msg, sizeof(msg));
             hoop__comm_fail(c, HOOP_ERR_MISMATCH, "%s", msg);
-            return step_failed(call, a, HOOP_ERR_MISMATCH);
+            return step_failed(call, HOOP_ERR_MISMATCH);
         }
     }
     if (rc != HOOP_OK) return rc;

@@ -104,7 +104,7 @@ struct hoop_comm {
     hoop__config_t cfg;
     /* The settings every rank compared at init (agree.h): what algorithms read, never cfg. */
     hoop__agreed_t agreed;
-    int algo;       /* agreed.algo parsed (hoop__algo_parse), read on every call */
+    int algo;       /* agreed.algo parsed (hoop__wire_algo_parse), read on every call */
     uint32_t sched; /* digest of the agreed settings (agree.h), in every header */
     hoop__log_t log;
     double timeout_s;

@@ -105,6 +105,25 @@ void *hoop__input_copy(const hoop__call_t *call, size_t bytes)
                 "space for a copy of its input (which overlaps its output)");
 }
 
+void hoop__call_extents(const hoop__call_t *call, size_t *rd, size_t *wr)
+{
+    const hoop_comm_t *c = call->comm;
+    size_t n = call->count * hoop__dtype_size(call->dtype), all = n * (size_t)c->size;
+    int root = call->root == c->rank;
+    switch (call->kind) {
+    case HOOP__K_ALLREDUCE: *rd = n, *wr = n; break;
+    case HOOP__K_BROADCAST: *rd = root ? n : 0, *wr = root ? 0 : n; break;
+    case HOOP__K_REDUCE: *rd = n, *wr = root ? n : 0; break;
+    case HOOP__K_ALLGATHER: *rd = n, *wr = all; break;
+    case HOOP__K_GATHER: *rd = n, *wr = root ? all : 0; break;
+    case HOOP__K_SCATTER: *rd = root ? all : 0, *wr = n; break;
+    case HOOP__K_REDUCE_SCATTER: *rd = all, *wr = n; break;
+    case HOOP__K_ALLTOALL: *rd = all, *wr = all; break;
+    case HOOP__K_SEND: *rd = call->is_recv ? 0 : n, *wr = call->is_recv ? n : 0; break;
+    default: *rd = 0, *wr = 0; break; /* a barrier, a split's exchange: no buffer of the caller */
+    }
+}
+
 void hoop__scratch_free(hoop_comm_t *c)
 {
     if (c->scratch != NULL) hoop__mem_ops(c->scratch_mem)->free(c, c->scratch);

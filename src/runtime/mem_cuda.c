@@ -579,53 +579,6 @@ static void order_close(hoop_comm_t *c, struct hoop__cuda *st)
     if (st->words != NULL && !keep) st->t->host_free(st->ctx, st->words);
 }
 
-/* The bytes of sendbuf this rank's part of the call reads and of recvbuf it writes (as submit()
- * in core/api.c decides which buffers a rank touches). */
-static void call_extents(const hoop__call_t *call, size_t *rd, size_t *wr)
-{
-    hoop_comm_t *c = call->comm;
-    size_t n = call->count * hoop_dtype_size(call->dtype), np = n * (size_t)c->size;
-    int root = call->root == c->rank;
-    *rd = *wr = 0;
-    switch (call->kind) {
-    case HOOP__K_ALLREDUCE: *rd = *wr = n; break;
-    case HOOP__K_BROADCAST:
-        if (root)
-            *rd = n;
-        else
-            *wr = n;
-        break;
-    case HOOP__K_REDUCE:
-        *rd = n;
-        *wr = root ? n : 0;
-        break;
-    case HOOP__K_ALLGATHER:
-        *rd = n;
-        *wr = np;
-        break;
-    case HOOP__K_GATHER:
-        *rd = n;
-        *wr = root ? np : 0;
-        break;
-    case HOOP__K_SCATTER:
-        *rd = root ? np : 0;
-        *wr = n;
-        break;
-    case HOOP__K_REDUCE_SCATTER:
-        *rd = np;
-        *wr = n;
-        break;
-    case HOOP__K_ALLTOALL: *rd = *wr = np; break;
-    case HOOP__K_SEND:
-        if (call->is_recv)
-            *wr = n;
-        else
-            *rd = n;
-        break;
-    default: break;
-    }
-}
-
 /* Whether slot k may take a new call: its call ended and its copy out is done. Under mu. */
 static int slot_free(struct hoop__cuda *st, int k)
 {
@@ -702,7 +655,7 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *str
     hoop_result_t rc = refuse_capture(c, st, stream, fn);
     if (rc != HOOP_OK) return rc;
     size_t rd, wr;
-    call_extents(call, &rd, &wr);
+    hoop__call_extents(call, &rd, &wr);
     /* The buffer's layout keeps the call's own: what it reads and writes, where the two overlap
      * (in place), one range at the same offsets. */
     uintptr_t s = (uintptr_t)call->sendbuf, r = (uintptr_t)call->recvbuf;

@@ -88,6 +88,11 @@ void *hoop__scratch(const hoop__call_t *call, size_t bytes);
  * a call's input overlaps its output other than as hoop.h's in-place forms, it copies the input
  * there before the algorithm runs (sched.c), so that the algorithm's own scratch stays free. */
 void *hoop__input_copy(const hoop__call_t *call, size_t bytes);
+/* The bytes of sendbuf that this rank's part of call reads (*rd) and of recvbuf that it writes
+ * (*wr), 0 for a buffer it does not touch (a non-root's, a broadcast root's recvbuf, a count of
+ * 0). The one table of them: the memory a call is detected in (core/api.c), the copy of an
+ * overlapping input (core/sched.c) and the pinned copies of a stream-ordered call (mem_cuda.c). */
+void hoop__call_extents(const hoop__call_t *call, size_t *rd, size_t *wr);
 /* Frees both (hoop__mem_close). */
 void hoop__scratch_free(hoop_comm_t *c);
 

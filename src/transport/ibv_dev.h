@@ -1,7 +1,7 @@
-/* Which RDMA devices and ports hoop uses, and with which GID: HOOP_IB_HCA's list parsed (the
- * configuration holds it as given, and HOOP_IB_GID_INDEX as a number), the ports found through the
- * verbs table (ibv_sym.h), and the choice said at HOOP_DEBUG=INFO. The parser and the GID choice
- * are pure functions (tests/unit/test_ibv_dev.c). */
+/* Which RDMA devices and ports hoop uses, and with which GID: the ports that HOOP_IB_HCA's list
+ * (base/hca.h) selects, found through the verbs table (ibv_sym.h), and the choice said at
+ * HOOP_DEBUG=INFO. The list's parser and the GID choice are pure functions
+ * (tests/unit/test_ibv_dev.c). */
 #ifndef HOOP_IBV_DEV_H
 #define HOOP_IBV_DEV_H
 
@@ -9,32 +9,12 @@
 #include <stdint.h>
 
 #include "base/config.h"
+#include "base/hca.h"
 #include "base/log.h"
 #include "transport/ibv_sym.h"
 
-#define HOOP__IBV_HCA_MAX 32  /* entries in HOOP_IB_HCA */
-#define HOOP__IBV_NAME_MAX 64 /* a device name and its NUL, as the kernel bounds it */
 /* GID entries read per port (rxe has 1024, almost all empty); HOOP_IB_GID_INDEX names one. */
 #define HOOP__IBV_GID_MAX (HOOP__CONFIG_GID_INDEX_MAX + 1)
-
-/* HOOP_IB_HCA, as NCCL_IB_HCA: a comma list of device[:port]. Names are prefixes ("mlx5" is every
- * mlx5_N) unless the list starts with '='; a leading '^' turns the list into what is not used
- * ("^=mlx5_1" uses everything but mlx5_1). Empty: every device and port. */
-typedef struct hoop__ibv_hca {
-    int exclude;
-    int exact;
-    int n;
-    struct {
-        char name[HOOP__IBV_NAME_MAX];
-        int port; /* 0 = every port */
-    } e[HOOP__IBV_HCA_MAX];
-} hoop__ibv_hca_t;
-
-/* Parses spec (NULL or "" selects everything). Returns 0, or -1 with a sentence naming
- * HOOP_IB_HCA and what is wrong with it. */
-int hoop__ibv_hca_parse(const char *spec, hoop__ibv_hca_t *h, char *err, size_t errlen);
-/* 1 when port of device dev is to be used under h. */
-int hoop__ibv_hca_match(const hoop__ibv_hca_t *h, const char *dev, int port);
 
 typedef enum {
     HOOP__IBV_GID_IB = 0,

@@ -13,6 +13,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/wire.h"
+#include "core/agree.h"
 #include "transport/registry.h"
 
 typedef struct {
@@ -120,6 +121,11 @@ static void bad_values_name_the_variable(void **state)
         {"HOOP_IB_GID_INDEX", "99999999999999999999"},
         {"HOOP_IB_REG_CACHE", "yes"},
         {"HOOP_TRACE", "2"},
+        {"HOOP_IB_HCA", "mlx5_0:x"},
+        {"HOOP_IB_HCA", "mlx5_0,,mlx5_1"},
+        {"HOOP_IB_HCA", "^="},
+        {"HOOP_IB_HCA", "mlx5 0"},
+        {"HOOP_DEBUG_SUBSYS", "LOUD"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hoop__config_t c;
@@ -198,6 +204,44 @@ static void bad_value_keeps_the_rest(void **state)
     hoop__config_wipe(&c);
 }
 
+/* No value, whatever its parser, puts a control byte into the sentence: c.invalid travels in the
+ * rank's hello, one "name value" a line, so a newline in it would forge fields there. The hello
+ * keeps one line per field whatever the job id holds, too. */
+static void sentences_stay_one_line(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"HOOP_DEBUG_SUBSYS", "INIT\nsettings ok\nHOOP_ALGO ring"},
+        {"HOOP_IB_HCA", "mlx5_0\nsettings ok"},
+        {"HOOP_TIMEOUT", "1\nsettings ok"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        hoop__config_t c;
+        char err[256] = "";
+        assert_int_equal(parse1(&c, cases[i][0], cases[i][1], err), HOOP_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(err, cases[i][0]));
+        assert_null(strchr(err, '\n'));
+        assert_string_equal(c.invalid, err);
+        char hello[HOOP__HELLO_MAX], v[400];
+        hoop__agree_hello(&c, "job", 1, 2, hello, sizeof(hello));
+        assert_true(hoop__agree_field(hello, "settings", v, sizeof(v)));
+        assert_string_equal(v, c.invalid);
+        assert_true(hoop__agree_field(hello, "HOOP_ALGO", v, sizeof(v)));
+        assert_string_equal(v, "auto");
+    }
+    hoop__config_t c;
+    char err[256], hello[HOOP__HELLO_MAX], v[400];
+    env_t none = {{{NULL, NULL}}};
+    assert_int_equal(hoop__config_parse(&c, lookup, &none, err, sizeof(err)), HOOP_OK);
+    hoop__agree_hello(&c, "j\nsettings bad\rHOOP_ALGO\tring", 1, 2, hello, sizeof(hello));
+    assert_true(hoop__agree_field(hello, "settings", v, sizeof(v)));
+    assert_string_equal(v, "ok");
+    assert_true(hoop__agree_field(hello, "HOOP_ALGO", v, sizeof(v)));
+    assert_string_equal(v, "auto");
+    assert_true(hoop__agree_field(hello, "job", v, sizeof(v)));
+    assert_string_equal(v, "j?settings bad?HOOP_ALGO?ring");
+}
+
 /* The words of the sentences come from the tables: every algorithm of the wire's table, every
  * transport of the registry. */
 static void words_from_the_tables(void **state)
@@ -209,6 +253,20 @@ static void words_from_the_tables(void **state)
         assert_non_null(strstr(buf, hoop__wire_algo_name(i)));
     assert_non_null(strstr(buf, "auto, ring, "));
     hoop__config_t c;
+    /* Every algorithm's name is taken, in any case, and kept as the table spells it. */
+    for (int i = 0; i < HOOP__WIRE_ALGO_COUNT; i++) {
+        char upper[32];
+        const char *name = hoop__wire_algo_name(i);
+        size_t k = 0;
+        for (; name[k] != '\0' && k + 1 < sizeof(upper); k++)
+            upper[k] = (char)(name[k] >= 'a' && name[k] <= 'z' ? name[k] - 32 : name[k]);
+        upper[k] = '\0';
+        assert_int_equal(parse1(&c, "HOOP_ALGO", upper, err), HOOP_OK);
+        assert_string_equal(c.algo, name);
+        assert_int_equal(hoop__wire_algo_parse(upper), i);
+    }
+    assert_int_equal(hoop__wire_algo_parse("ring2"), -1);
+    assert_int_equal(hoop__wire_algo_parse(NULL), -1);
     for (int t = 0; t < hoop__tp_registry_n; t++) {
         assert_int_equal(parse1(&c, "HOOP_TRANSPORT", hoop__tp_registry[t].name, err), HOOP_OK);
         assert_string_equal(c.transport, hoop__tp_registry[t].name);
@@ -327,6 +385,7 @@ int main(void)
         cmocka_unit_test(timeout_bounds),
         cmocka_unit_test(engine_settings),
         cmocka_unit_test(bad_value_keeps_the_rest),
+        cmocka_unit_test(sentences_stay_one_line),
         cmocka_unit_test(words_from_the_tables),
         cmocka_unit_test(unopenable_debug_file),
         cmocka_unit_test(sizes),
