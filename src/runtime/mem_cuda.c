@@ -719,6 +719,16 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *str
     }
     int k = st->words != NULL ? slot_take(st, bytes) : -2;
     while (k == -1) { /* SLOTS calls in flight: the oldest ends soon, on the progress thread */
+        if (st->ndeferred >= SLOTS) {
+            /* Every slot is held by this group until its end, which only this thread can
+             * reach: none would come free. */
+            pthread_mutex_unlock(&st->mu);
+            return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                                    "%s: a group (hoop_group_start) holds at most %d "
+                                    "stream-ordered calls until hoop_group_end, and this would be "
+                                    "one more: end the group first",
+                                    fn, SLOTS);
+        }
         pthread_mutex_unlock(&st->mu);
         if (hoop__now() - start > c->timeout_s)
             return hoop__comm_error(c, HOOP_ERR_TIMEOUT,
