@@ -562,13 +562,16 @@ static int poll_event(struct hoop__cuda *st, void *ev, double seconds)
 }
 
 /* The user's streams may still be about to read a word or a buffer: wait until each slot's copy
- * out has passed (every call has ended by now, so its word is set) before they go. */
+ * out has passed (every call has ended by now, so its word is set) before they go. One timeout
+ * for them all: a stream that never gets there holds up the others' slots too. */
 static void order_close(hoop_comm_t *c, struct hoop__cuda *st)
 {
     int keep = 0;
+    double start = hoop__now();
     for (int k = 0; k < st->nslots; k++) {
         order_slot_t *o = &st->slot[k];
-        int kept = o->out_queued && poll_event(st, o->ev_out, c->timeout_s) != 1;
+        double left = c->timeout_s - (hoop__now() - start);
+        int kept = o->out_queued && poll_event(st, o->ev_out, left > 0 ? left : 0) != 1;
         keep |= kept;
         if (o->ev_in != NULL) st->t->event_destroy(st->ctx, o->ev_in);
         if (o->ev_out != NULL) st->t->event_destroy(st->ctx, o->ev_out);

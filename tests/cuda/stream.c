@@ -29,6 +29,11 @@
  *                            stream in one group, then one more call, which must be refused at
  *                            once with a sentence that names the limit, not after the timeout;
  *                            the group's calls must still complete right.
+ *   stream MODULE stuck-destroy
+ *                            (run with a short HOOP_TIMEOUT) 8 nonblocking calls ordered on a
+ *                            stream whose gate stays closed: they fail by the timeout, and
+ *                            hoop_comm_destroy, whose streams never reach their copies back,
+ *                            must give up on all of them within one more timeout, not one each.
  *   stream MODULE legacy     no stream set: the gate closes on the legacy default stream, the
  *                            inputs' copy is queued there, and a thread opens the gate 30 ms
  *                            later. A call without a stream must start after the work queued
@@ -408,6 +413,38 @@ static void group_limit(hoop_comm_t *c)
     devbuf_host_free(hout);
 }
 
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Mode stuck-destroy: destroys c; returns how long hoop_comm_destroy took. */
+static double stuck_destroy(hoop_comm_t *c)
+{
+    enum { CALLS = 8, N = 64 };
+    float *d = devbuf_alloc(CALLS * N * sizeof(float));
+    hoop_request_t *req[CALLS];
+    close_gate();
+    for (int i = 0; i < CALLS; i++) {
+        hoop_result_t rc = hoop_iallreduce(c, d + i * N, d + i * N, N, HOOP_FLOAT32, HOOP_SUM,
+                                           &req[i]);
+        CHECK(rc == HOOP_OK, "iallreduce %d: %s", i, hoop_comm_last_error(c));
+        if (rc != HOOP_OK) req[i] = NULL;
+    }
+    for (int i = 0; i < CALLS; i++)
+        if (req[i] != NULL)
+            CHECK(hoop_wait(req[i]) != HOOP_OK, "call %d completed behind a closed gate", i);
+    double t0 = seconds();
+    hoop_comm_destroy(c);
+    double took = seconds() - t0;
+    open_gate();
+    devbuf_sync(stream);
+    devbuf_free(d);
+    return took;
+}
+
 /* A freed buffer's address given to a new one between ordered calls: the calls read what the
  * new one holds. */
 static void reuse_rounds(hoop_comm_t *c)
@@ -575,8 +612,8 @@ int main(int argc, char **argv)
     if (argc < 3) {
         fprintf(
             stderr,
-            "usage: stream MODULE ordered|unordered|reuse|group|group-limit|legacy|legacy-ordered|"
-            "capture\n");
+            "usage: stream MODULE ordered|unordered|reuse|group|group-limit|stuck-destroy|legacy|"
+            "legacy-ordered|capture\n");
         return 2;
     }
     char err[512];
@@ -616,6 +653,17 @@ int main(int argc, char **argv)
         group_rounds(c);
     } else if (!strcmp(mode, "group-limit")) {
         group_limit(c);
+    } else if (!strcmp(mode, "stuck-destroy")) {
+        double limit = atof(getenv("HOOP_TIMEOUT") != NULL ? getenv("HOOP_TIMEOUT") : "60");
+        double took = stuck_destroy(c);
+        CHECK(took < 2.5 * limit,
+              "hoop_comm_destroy took %.1f s with 8 calls' copies back stuck, at a timeout of "
+              "%.1f s: it must give up on all of them within one timeout",
+              took, limit);
+        mod->host_free(devbuf_ctx(), gate);
+        mod->stream_destroy(devbuf_ctx(), stream);
+        printf("rank %d: %s: %s\n", rank, argv[2], test_failures ? "FAILED" : "ok");
+        return test_failures ? 1 : 0;
     } else if (!strcmp(mode, "legacy")) {
         static const size_t counts[] = {1, 7, 1031, 65537};
         for (int kind = 0; kind < K_COUNT; kind++)
