@@ -914,19 +914,6 @@ void hoop__mem_order_cancel(hoop__call_t *call)
     call->order = 0;
 }
 
-/* Libhoop's own threads work for one communicator each: its device, once it has one. */
-void hoop__mem_bind_thread(hoop_comm_t *c)
-{
-    static __thread hoop_cuda_ctx_t *bound;
-    struct hoop__cuda *st = atomic_load_explicit(&c->cuda, memory_order_acquire);
-    if (st == NULL || atomic_load_explicit(&st->state, memory_order_acquire) != READY) return;
-    pthread_mutex_lock(&st->mu);
-    hoop_cuda_ctx_t *ctx = st->ctx;
-    pthread_mutex_unlock(&st->mu);
-    if (ctx == NULL || ctx == bound) return;
-    if (st->t->bind(ctx) == 0) bound = ctx;
-}
-
 /* ---- staging's copies ---- */
 
 int hoop__cuda_stage_begin(const hoop__call_t *call)
