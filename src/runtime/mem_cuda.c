@@ -467,28 +467,22 @@ hoop_result_t hoop__mem_failed(hoop_comm_t *c)
     return st != NULL && atomic_load(&st->failed) ? HOOP_ERR_SYSTEM : HOOP_OK;
 }
 
-/* The stream a call on device memory follows: the legacy default stream (NULL), after the work
- * the application queued there. A stream-ordered call never gets here: it runs on the host (see
- * "stream-ordered calls" below). */
-static void *stream_of(const struct hoop__cuda *st, const hoop__call_t *call)
-{
-    (void)st;
-    (void)call;
-    return NULL;
-}
+/* Calls on device memory follow the legacy default stream (the module's stream NULL), after
+ * the work the application queued there. A stream-ordered call never gets here: it runs on the
+ * host (see "stream-ordered calls" below). */
 
 static void cuda_copy(const hoop__call_t *call, void *dst, const void *src, size_t n)
 {
     hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->copy(st->ctx, dst, src, n, stream_of(st, call)), "copy");
+    check(c, st, st->t->copy(st->ctx, dst, src, n, NULL), "copy");
 }
 
 static void cuda_move(const hoop__call_t *call, void *dst, const void *src, size_t n)
 {
     hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->move(st->ctx, dst, src, n, stream_of(st, call)), "copy");
+    check(c, st, st->t->move(st->ctx, dst, src, n, NULL), "copy");
 }
 
 static void cuda_reduce(const hoop__call_t *call, void *out, const void *a, const void *b,
@@ -496,8 +490,7 @@ static void cuda_reduce(const hoop__call_t *call, void *out, const void *a, cons
 {
     hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->reduce(st->ctx, out, a, b, count, dt, op, stream_of(st, call)),
-          "reduction");
+    check(c, st, st->t->reduce(st->ctx, out, a, b, count, dt, op, NULL), "reduction");
 }
 
 static void cuda_avg_finish(const hoop__call_t *call, void *buf, size_t count, hoop_dtype_t dt,
@@ -505,8 +498,7 @@ static void cuda_avg_finish(const hoop__call_t *call, void *buf, size_t count, h
 {
     hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->avg_finish(st->ctx, buf, count, dt, divisor, stream_of(st, call)),
-          "average");
+    check(c, st, st->t->avg_finish(st->ctx, buf, count, dt, divisor, NULL), "average");
 }
 
 static void *cuda_alloc(hoop_comm_t *c, size_t bytes)
@@ -930,7 +922,7 @@ int hoop__cuda_stage_begin(const hoop__call_t *call)
     /* The streams never wait for the legacy default stream by themselves (they are made
      * cudaStreamNonBlocking): without this a copy could read a send buffer before the
      * application's kernel wrote it, or write a receive buffer it still reads. */
-    if (rc == 0) rc = t->event_record(st->ctx, st->copy_gate, stream_of(st, call));
+    if (rc == 0) rc = t->event_record(st->ctx, st->copy_gate, NULL);
     for (int d = 0; d < 2 && rc == 0; d++)
         rc = t->stream_wait_event(st->ctx, st->copy_stream[d], st->copy_gate);
     check(c, st, rc, "staging stream");
@@ -1082,7 +1074,7 @@ void hoop__cuda_ipc_begin(const hoop__call_t *call)
     if (rc == 0 && st->ipc_fin == NULL && (st->ipc_fin = t->event_create(st->ctx)) == NULL) rc = -1;
     /* The stream never waits for the legacy default stream by itself: without this a copy
      * could read an input before the application's kernel wrote it. */
-    if (rc == 0) rc = t->event_record(st->ctx, st->ipc_gate, stream_of(st, call));
+    if (rc == 0) rc = t->event_record(st->ctx, st->ipc_gate, NULL);
     if (rc == 0) rc = t->stream_wait_event(st->ctx, st->ipc_stream, st->ipc_gate);
     check(c, st, rc, "IPC stream");
 }
