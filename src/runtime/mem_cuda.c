@@ -879,32 +879,25 @@ hoop_result_t hoop__mem_order_start(const hoop__call_t *call)
     return (hoop_result_t)atomic_load(&c->aborted);
 }
 
-void hoop__mem_order_end(hoop__call_t *call)
+/* Sets the call's word, so that its stream moves on, and frees its slot; cancelled: the call was
+ * never queued, so no copy back is owed. */
+static void order_release(hoop__call_t *call, int cancelled)
 {
     if (call->order == 0) return;
     struct hoop__cuda *st = cu(call->comm);
     pthread_mutex_lock(&st->mu);
     order_slot_t *o = &st->slot[call->order - 1];
-    /* The call's results are in the slot's buffer: the stream's copy out may read them. */
+    /* Ended: the call's results are in the slot's buffer, for the stream's copy back. */
     __atomic_store_n(&st->words[call->order - 1], o->value, __ATOMIC_RELEASE);
     o->busy = 0;
+    if (cancelled && !o->out_queued) o->out_owed = 0;
     pthread_mutex_unlock(&st->mu);
     call->order = 0;
 }
 
-void hoop__mem_order_cancel(hoop__call_t *call)
-{
-    if (call->order == 0) return;
-    struct hoop__cuda *st = cu(call->comm);
-    pthread_mutex_lock(&st->mu);
-    order_slot_t *o = &st->slot[call->order - 1];
-    /* Nothing writes the user's buffers: no copy out was queued. */
-    __atomic_store_n(&st->words[call->order - 1], o->value, __ATOMIC_RELEASE);
-    o->busy = 0;
-    if (!o->out_queued) o->out_owed = 0;
-    pthread_mutex_unlock(&st->mu);
-    call->order = 0;
-}
+void hoop__mem_order_end(hoop__call_t *call) { order_release(call, 0); }
+
+void hoop__mem_order_cancel(hoop__call_t *call) { order_release(call, 1); }
 
 /* ---- staging's copies ---- */
 
