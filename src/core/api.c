@@ -204,6 +204,20 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
 
 /* ---- calls ---- */
 
+/* A stream-ordered call just queued for the engine: its stream's wait and copy back. When they
+ * cannot be queued the communicator is aborted and the call fails; its request, which the caller
+ * will never see, is waited for here (the abort ends the call at once), not left queued. */
+static hoop_result_t order_queued(hoop_comm_t *c, const hoop__call_t *call, hoop_request_t **req,
+                                  const char *fn)
+{
+    hoop_result_t rc = hoop__mem_order_queued(c, call, fn);
+    if (rc != HOOP_OK && req != NULL && *req != NULL) {
+        (void)hoop__sched_wait(*req);
+        *req = NULL;
+    }
+    return rc;
+}
+
 /* fn, the entry point, is also "hoop_" ["i"] and the kind's name. */
 static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf, void *rbuf,
                             size_t count, hoop_dtype_t dt, hoop_op_t op, int root,
@@ -236,7 +250,7 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
     hoop__plan(&call);
     hoop_result_t rc = hoop__sched_post(c, &call, req, fn);
     if (rc != HOOP_OK) hoop__mem_order_cancel(&call); /* never queued: its stream goes on */
-    if (rc == HOOP_OK && call.order != 0) rc = hoop__mem_order_queued(c, &call, fn);
+    if (rc == HOOP_OK && call.order != 0) rc = order_queued(c, &call, req, fn);
     if (rc != HOOP_OK && req == NULL) {
         /* The error text is the communicator's; make sure last_error holds it. */
         if (atomic_load(&c->aborted) && c->fatal_msg[0] != '\0')
@@ -360,7 +374,7 @@ static hoop_result_t p2p(hoop_comm_t *c, void *buf, size_t n, hoop_dtype_t dt, i
     }
     rc = hoop__sched_post(c, &call, req, fn);
     if (rc != HOOP_OK) hoop__mem_order_cancel(&call);
-    if (rc == HOOP_OK && call.order != 0) rc = hoop__mem_order_queued(c, &call, fn);
+    if (rc == HOOP_OK && call.order != 0) rc = order_queued(c, &call, req, fn);
     return rc;
 }
 

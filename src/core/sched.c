@@ -474,9 +474,6 @@ static void *progress_thread(void *arg)
     double queued_at = 0, head_at = 0;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
-        /* CUDA work of the calls it runs goes to their buffers' device, never to device 0 by
-         * default (a context there costs memory, and fails in EXCLUSIVE_PROCESS mode). */
-        hoop__mem_bind_thread(c);
         double now = hoop__now(), wake = 0;
         if (c->n_queued != queued) {
             queued = c->n_queued;

@@ -351,19 +351,6 @@ static void close_ctx(hoop_cuda_ctx_t *ctx)
 
 static const char *error(const hoop_cuda_ctx_t *ctx) { return ctx->err; }
 
-/* Libhoop's own threads only: the device stays current, and no capture bars the thread. */
-static int bind_thread(hoop_cuda_ctx_t *ctx)
-{
-    if (drv.ctx_set(ctx->primary) != CUDA_SUCCESS) {
-        say(ctx->err, sizeof ctx->err, "cuCtxSetCurrent: cannot make CUDA device %d current",
-            ctx->device);
-        return -1;
-    }
-    enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
-    cudaError_t e = cudaThreadExchangeStreamCaptureMode(&m);
-    return e == cudaSuccess ? 0 : failed(ctx, "cudaThreadExchangeStreamCaptureMode", e);
-}
-
 /* ---- copies and kernels ---- */
 
 static void *alloc(hoop_cuda_ctx_t *ctx, size_t bytes);
@@ -882,7 +869,6 @@ static const hoop_cuda_module_t table = {
     .avg_finish_async = avg_finish_async,
     .ipc_event_create = ipc_event_create,
     .ipc_event_open = ipc_event_open,
-    .bind = bind_thread,
     .stream_capturing = stream_capturing,
     .versions = versions,
 };

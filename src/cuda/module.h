@@ -11,7 +11,7 @@
 #include "hoop.h"
 
 /* Bumped on any change of the table's layout or meaning: libhoop refuses a module of another. */
-#define HOOP__CUDA_ABI 4
+#define HOOP__CUDA_ABI 5
 /* The one symbol a module exports: const hoop_cuda_module_t *hoop_cuda_module(void). */
 #define HOOP__CUDA_ENTRY "hoop_cuda_module"
 /* Bytes of an IPC handle (cudaIpcMemHandle_t's size). */
@@ -126,10 +126,7 @@ typedef struct hoop_cuda_module {
      * (only its owner records it); closed with event_destroy. NULL with the sentence. */
     void *(*ipc_event_open)(hoop_cuda_ctx_t *ctx, const void *handle);
 
-    /* ---- threads, capture, versions (ABI 4) ---- */
-    /* Makes ctx's device current on the calling thread for good, with a capture mode that no
-     * other thread's stream capture bars: for libhoop's own threads only. 0, or -1. */
-    int (*bind)(hoop_cuda_ctx_t *ctx);
+    /* ---- capture, versions (ABI 4; ABI 5 dropped the thread binding) ---- */
     /* 1 when stream is being captured into a CUDA graph (or its capture was invalidated), 0
      * when not, -1 with the sentence of error(ctx) when CUDA refuses to say (the legacy stream
      * during another stream's capture). */

@@ -90,10 +90,6 @@ void hoop__mem_order_cancel(struct hoop__call *call);
 /* The end of the outermost group (hoop_group_end): the streams of the calls posted in it are
  * made to wait for them now. */
 hoop_result_t hoop__mem_group_end(hoop_comm_t *c);
-/* Makes the device of c's buffers current on the calling thread, one of libhoop's own (the
- * progress thread), once c has device buffers; nothing otherwise. Never on an application's
- * thread: that one's device is the application's. */
-void hoop__mem_bind_thread(hoop_comm_t *c);
 
 /* Frees what the memory types hold for c (scratch, staging buffers, the CUDA module's context),
  * as the communicator goes. */

@@ -467,28 +467,22 @@ hoop_result_t hoop__mem_failed(hoop_comm_t *c)
     return st != NULL && atomic_load(&st->failed) ? HOOP_ERR_SYSTEM : HOOP_OK;
 }
 
-/* The stream a call on device memory follows: the legacy default stream (NULL), after the work
- * the application queued there. A stream-ordered call never gets here: it runs on the host (see
- * "stream-ordered calls" below). */
-static void *stream_of(const struct hoop__cuda *st, const hoop__call_t *call)
-{
-    (void)st;
-    (void)call;
-    return NULL;
-}
+/* Calls on device memory follow the legacy default stream (the module's stream NULL), after
+ * the work the application queued there. A stream-ordered call never gets here: it runs on the
+ * host (see "stream-ordered calls" below). */
 
 static void cuda_copy(const hoop__call_t *call, void *dst, const void *src, size_t n)
 {
     hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->copy(st->ctx, dst, src, n, stream_of(st, call)), "copy");
+    check(c, st, st->t->copy(st->ctx, dst, src, n, NULL), "copy");
 }
 
 static void cuda_move(const hoop__call_t *call, void *dst, const void *src, size_t n)
 {
     hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->move(st->ctx, dst, src, n, stream_of(st, call)), "copy");
+    check(c, st, st->t->move(st->ctx, dst, src, n, NULL), "copy");
 }
 
 static void cuda_reduce(const hoop__call_t *call, void *out, const void *a, const void *b,
@@ -496,8 +490,7 @@ static void cuda_reduce(const hoop__call_t *call, void *out, const void *a, cons
 {
     hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->reduce(st->ctx, out, a, b, count, dt, op, stream_of(st, call)),
-          "reduction");
+    check(c, st, st->t->reduce(st->ctx, out, a, b, count, dt, op, NULL), "reduction");
 }
 
 static void cuda_avg_finish(const hoop__call_t *call, void *buf, size_t count, hoop_dtype_t dt,
@@ -505,8 +498,7 @@ static void cuda_avg_finish(const hoop__call_t *call, void *buf, size_t count, h
 {
     hoop_comm_t *c = call->comm;
     struct hoop__cuda *st = cu(c);
-    check(c, st, st->t->avg_finish(st->ctx, buf, count, dt, divisor, stream_of(st, call)),
-          "average");
+    check(c, st, st->t->avg_finish(st->ctx, buf, count, dt, divisor, NULL), "average");
 }
 
 static void *cuda_alloc(hoop_comm_t *c, size_t bytes)
@@ -562,13 +554,16 @@ static int poll_event(struct hoop__cuda *st, void *ev, double seconds)
 }
 
 /* The user's streams may still be about to read a word or a buffer: wait until each slot's copy
- * out has passed (every call has ended by now, so its word is set) before they go. */
+ * out has passed (every call has ended by now, so its word is set) before they go. One timeout
+ * for them all: a stream that never gets there holds up the others' slots too. */
 static void order_close(hoop_comm_t *c, struct hoop__cuda *st)
 {
     int keep = 0;
+    double start = hoop__now();
     for (int k = 0; k < st->nslots; k++) {
         order_slot_t *o = &st->slot[k];
-        int kept = o->out_queued && poll_event(st, o->ev_out, c->timeout_s) != 1;
+        double left = c->timeout_s - (hoop__now() - start);
+        int kept = o->out_queued && poll_event(st, o->ev_out, left > 0 ? left : 0) != 1;
         keep |= kept;
         if (o->ev_in != NULL) st->t->event_destroy(st->ctx, o->ev_in);
         if (o->ev_out != NULL) st->t->event_destroy(st->ctx, o->ev_out);
@@ -672,6 +667,16 @@ hoop_result_t hoop__mem_order_post(hoop_comm_t *c, hoop__call_t *call, void *str
     }
     int k = st->words != NULL ? slot_take(st, bytes) : -2;
     while (k == -1) { /* SLOTS calls in flight: the oldest ends soon, on the progress thread */
+        if (st->ndeferred >= SLOTS) {
+            /* Every slot is held by this group until its end, which only this thread can
+             * reach: none would come free. */
+            pthread_mutex_unlock(&st->mu);
+            return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                                    "%s: a group (hoop_group_start) holds at most %d "
+                                    "stream-ordered calls until hoop_group_end, and this would be "
+                                    "one more: end the group first",
+                                    fn, SLOTS);
+        }
         pthread_mutex_unlock(&st->mu);
         if (hoop__now() - start > c->timeout_s)
             return hoop__comm_error(c, HOOP_ERR_TIMEOUT,
@@ -827,45 +832,25 @@ hoop_result_t hoop__mem_order_start(const hoop__call_t *call)
     return (hoop_result_t)atomic_load(&c->aborted);
 }
 
-void hoop__mem_order_end(hoop__call_t *call)
+/* Sets the call's word, so that its stream moves on, and frees its slot; cancelled: the call was
+ * never queued, so no copy back is owed. */
+static void order_release(hoop__call_t *call, int cancelled)
 {
     if (call->order == 0) return;
     struct hoop__cuda *st = cu(call->comm);
     pthread_mutex_lock(&st->mu);
     order_slot_t *o = &st->slot[call->order - 1];
-    /* The call's results are in the slot's buffer: the stream's copy out may read them. */
+    /* Ended: the call's results are in the slot's buffer, for the stream's copy back. */
     __atomic_store_n(&st->words[call->order - 1], o->value, __ATOMIC_RELEASE);
     o->busy = 0;
+    if (cancelled && !o->out_queued) o->out_owed = 0;
     pthread_mutex_unlock(&st->mu);
     call->order = 0;
 }
 
-void hoop__mem_order_cancel(hoop__call_t *call)
-{
-    if (call->order == 0) return;
-    struct hoop__cuda *st = cu(call->comm);
-    pthread_mutex_lock(&st->mu);
-    order_slot_t *o = &st->slot[call->order - 1];
-    /* Nothing writes the user's buffers: no copy out was queued. */
-    __atomic_store_n(&st->words[call->order - 1], o->value, __ATOMIC_RELEASE);
-    o->busy = 0;
-    if (!o->out_queued) o->out_owed = 0;
-    pthread_mutex_unlock(&st->mu);
-    call->order = 0;
-}
+void hoop__mem_order_end(hoop__call_t *call) { order_release(call, 0); }
 
-/* Libhoop's own threads work for one communicator each: its device, once it has one. */
-void hoop__mem_bind_thread(hoop_comm_t *c)
-{
-    static __thread hoop_cuda_ctx_t *bound;
-    struct hoop__cuda *st = atomic_load_explicit(&c->cuda, memory_order_acquire);
-    if (st == NULL || atomic_load_explicit(&st->state, memory_order_acquire) != READY) return;
-    pthread_mutex_lock(&st->mu);
-    hoop_cuda_ctx_t *ctx = st->ctx;
-    pthread_mutex_unlock(&st->mu);
-    if (ctx == NULL || ctx == bound) return;
-    if (st->t->bind(ctx) == 0) bound = ctx;
-}
+void hoop__mem_order_cancel(hoop__call_t *call) { order_release(call, 1); }
 
 /* ---- staging's copies ---- */
 
@@ -883,7 +868,7 @@ int hoop__cuda_stage_begin(const hoop__call_t *call)
     /* The streams never wait for the legacy default stream by themselves (they are made
      * cudaStreamNonBlocking): without this a copy could read a send buffer before the
      * application's kernel wrote it, or write a receive buffer it still reads. */
-    if (rc == 0) rc = t->event_record(st->ctx, st->copy_gate, stream_of(st, call));
+    if (rc == 0) rc = t->event_record(st->ctx, st->copy_gate, NULL);
     for (int d = 0; d < 2 && rc == 0; d++)
         rc = t->stream_wait_event(st->ctx, st->copy_stream[d], st->copy_gate);
     check(c, st, rc, "staging stream");
@@ -1035,7 +1020,7 @@ void hoop__cuda_ipc_begin(const hoop__call_t *call)
     if (rc == 0 && st->ipc_fin == NULL && (st->ipc_fin = t->event_create(st->ctx)) == NULL) rc = -1;
     /* The stream never waits for the legacy default stream by itself: without this a copy
      * could read an input before the application's kernel wrote it. */
-    if (rc == 0) rc = t->event_record(st->ctx, st->ipc_gate, stream_of(st, call));
+    if (rc == 0) rc = t->event_record(st->ctx, st->ipc_gate, NULL);
     if (rc == 0) rc = t->stream_wait_event(st->ctx, st->ipc_stream, st->ipc_gate);
     check(c, st, rc, "IPC stream");
 }

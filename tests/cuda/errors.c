@@ -12,6 +12,10 @@
  *                                  its sentence and the communicator is aborted
  *   errors --case ipc-host DOUBLE  HOOP_ALGO=ipc with host buffers on rank 0: every rank's call
  *                                  test_failures with the sentence that names rank 0
+ *   errors --case queued-failure DOUBLE  a nonblocking stream-ordered all-reduce whose stream's
+ *                                  wait for it cannot be queued on rank 0: the call fails with
+ *                                  the sentence and hands back no request (none is left queued
+ *                                  that nobody would wait for); the stream goes on
  *   errors --case failure-staged DOUBLE N  likewise, rank 0's Nth device operation of a ring
  *                                  all-reduce cut into many chunks, while other staged copies
  *                                  are in flight: both ranks' calls fail with its sentence, and
@@ -133,6 +137,40 @@ int main(int argc, char **argv)
         CHECK(strstr(le, "injected failure") != NULL, "last error: %s", le);
         rc = hoop_allreduce(c, host, host, 16, HOOP_FLOAT32, HOOP_SUM);
         CHECK(rc != HOOP_OK, "a call after the failure returned OK");
+    } else if (!strcmp(which, "queued-failure")) {
+        void *stream = devbuf_stream();
+        hoop_comm_set_stream(c, stream);
+        CHECK(hoop_allreduce(c, dev, dev, 16, HOOP_FLOAT32, HOOP_SUM) == HOOP_OK,
+              "a stream-ordered all-reduce before the failure: %s", hoop_comm_last_error(c));
+        devbuf_sync(stream);
+        hoop_result_t b = hoop_barrier(c); /* as in failure */
+        CHECK(rank != 0 || b == HOOP_OK, "barrier: %s", hoop_comm_last_error(c));
+        if (rank == 0) {
+            /* Posting queues the input's copy and an event (1, 2); the stream's wait for the
+             * call's word, queued once the call is, is the third. */
+            void (*fail_in)(long) = (void (*)(long))dlsym(dlopen(dbl, RTLD_NOW | RTLD_NOLOAD),
+                                                          "hoop_cuda_double_fail_in");
+            CHECK(fail_in != NULL, "the double has no hoop_cuda_double_fail_in");
+            if (fail_in != NULL) fail_in(3);
+        }
+        hoop_request_t *req = NULL;
+        rc = hoop_iallreduce(c, dev, dev, 16, HOOP_FLOAT32, HOOP_SUM, &req);
+        const char *le = hoop_comm_last_error(c);
+        if (rank == 0) {
+            CHECK(rc == HOOP_ERR_SYSTEM, "returned %s", hoop_error_string(rc));
+            CHECK(strstr(le, "cannot make stream") != NULL && strstr(le, "cuStreamWaitValue32"),
+                  "last error: %s", le);
+            CHECK(req == NULL, "the failed call handed back a request, still queued");
+        } else if (rc == HOOP_OK) {
+            CHECK(req != NULL && hoop_wait(req) != HOOP_OK,
+                  "rank 1's call completed though rank 0 failed");
+        } else {
+            CHECK(req == NULL, "the failed call handed back a request, still queued");
+        }
+        devbuf_sync(stream); /* nothing left waiting on it */
+        hoop_comm_set_stream(c, NULL);
+        CHECK(hoop_allreduce(c, host, host, 16, HOOP_FLOAT32, HOOP_SUM) != HOOP_OK,
+              "a call after the failure returned OK");
     } else if (!strcmp(which, "failure-staged")) {
         long nth = argc >= 5 ? atol(argv[4]) : 0;
         size_t n = (size_t)1 << 20; /* 2 segments of 32 chunks at HOOP_CHUNK_BYTES=64K */
@@ -168,7 +206,7 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr,
                 "usage: errors --case host-only|mixed|no-module|no-driver|built-without|failure|"
-                "ipc-host|failure-staged [DOUBLE [N]]\n");
+                "ipc-host|queued-failure|failure-staged [DOUBLE [N]]\n");
         return 2;
     }
     if (strcmp(which, "no-driver") != 0) devbuf_free(dev);

@@ -23,6 +23,17 @@
  *                            left, then sends to its right (nonblocking, then blocking), inside
  *                            hoop_group_start/end. Without the group each rank's receive would
  *                            hold its stream, and with it the send after it, on every rank.
+ *   stream MODULE group-limit
+ *                            a group of stream-ordered calls holds one ordering slot per call
+ *                            until its end (1024): 512 receives and 512 sends ordered on the
+ *                            stream in one group, then one more call, which must be refused at
+ *                            once with a sentence that names the limit, not after the timeout;
+ *                            the group's calls must still complete right.
+ *   stream MODULE stuck-destroy
+ *                            (run with a short HOOP_TIMEOUT) 8 nonblocking calls ordered on a
+ *                            stream whose gate stays closed: they fail by the timeout, and
+ *                            hoop_comm_destroy, whose streams never reach their copies back,
+ *                            must give up on all of them within one more timeout, not one each.
  *   stream MODULE legacy     no stream set: the gate closes on the legacy default stream, the
  *                            inputs' copy is queued there, and a thread opens the gate 30 ms
  *                            later. A call without a stream must start after the work queued
@@ -346,6 +357,94 @@ static void group_rounds(hoop_comm_t *c)
     CHECK(hoop_group_end(c) == HOOP_ERR_INVALID_ARGUMENT, "hoop_group_end without a start");
 }
 
+/* Mode group-limit. */
+static void group_limit(hoop_comm_t *c)
+{
+    enum { PAIRS = 512 }; /* 1024 calls: every ordering slot */
+    int left = (rank + size - 1) % size, right = (rank + 1) % size;
+    size_t bytes = PAIRS * sizeof(float);
+    round_no++;
+    float *hin = devbuf_host_alloc(bytes), *hout = devbuf_host_alloc(bytes);
+    float *din = devbuf_alloc(bytes), *dout = devbuf_alloc(bytes);
+    for (size_t i = 0; i < PAIRS; i++) {
+        hin[i] = input(rank, round_no, i);
+        hout[i] = -1.0f;
+    }
+    devbuf_copy(dout, hout, bytes);
+    devbuf_copy_async(din, hin, bytes, stream);
+    static hoop_request_t *rr[PAIRS], *rs[PAIRS];
+    CHECK(hoop_group_start(c) == HOOP_OK, "hoop_group_start");
+    int posted = 0;
+    for (size_t i = 0; i < PAIRS; i++) {
+        hoop_result_t a = hoop_irecv(c, dout + i, 1, HOOP_FLOAT32, left, &rr[i]);
+        hoop_result_t b = hoop_isend(c, din + i, 1, HOOP_FLOAT32, right, &rs[i]);
+        CHECK(a == HOOP_OK && b == HOOP_OK, "group call pair %zu: %s / %s: %s", i,
+              hoop_error_string(a), hoop_error_string(b), hoop_comm_last_error(c));
+        if (a != HOOP_OK || b != HOOP_OK) break;
+        posted++;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    hoop_request_t *extra = NULL;
+    hoop_result_t x = hoop_isend(c, din, 1, HOOP_FLOAT32, right, &extra);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    const char *why = hoop_comm_last_error(c);
+    CHECK(x == HOOP_ERR_UNSUPPORTED && extra == NULL,
+          "the group's 1025th stream-ordered call: %s (%s), not refused", hoop_error_string(x),
+          why);
+    CHECK(took < 5.0, "the group's 1025th call was refused after %.1f s, not at once", took);
+    CHECK(strstr(why, "1024") != NULL && strstr(why, "group") != NULL,
+          "the refusal does not name the group's limit: %s", why);
+    hoop_result_t g = hoop_group_end(c);
+    CHECK(g == HOOP_OK, "hoop_group_end: %s: %s", hoop_error_string(g), hoop_comm_last_error(c));
+    for (int i = 0; i < posted; i++) {
+        CHECK(hoop_wait(rr[i]) == HOOP_OK, "wait irecv %d: %s", i, hoop_comm_last_error(c));
+        CHECK(hoop_wait(rs[i]) == HOOP_OK, "wait isend %d: %s", i, hoop_comm_last_error(c));
+    }
+    devbuf_copy_async(hout, dout, bytes, stream);
+    devbuf_sync(stream);
+    size_t bad = 0;
+    for (size_t i = 0; i < PAIRS; i++) bad += hout[i] != input(left, round_no, i);
+    CHECK(bad == 0, "group of %d calls: %zu wrong element(s) of %d", 2 * PAIRS, bad, PAIRS);
+    devbuf_free(din);
+    devbuf_free(dout);
+    devbuf_host_free(hin);
+    devbuf_host_free(hout);
+}
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Mode stuck-destroy: destroys c; returns how long hoop_comm_destroy took. */
+static double stuck_destroy(hoop_comm_t *c)
+{
+    enum { CALLS = 8, N = 64 };
+    float *d = devbuf_alloc(CALLS * N * sizeof(float));
+    hoop_request_t *req[CALLS];
+    close_gate();
+    for (int i = 0; i < CALLS; i++) {
+        hoop_result_t rc = hoop_iallreduce(c, d + i * N, d + i * N, N, HOOP_FLOAT32, HOOP_SUM,
+                                           &req[i]);
+        CHECK(rc == HOOP_OK, "iallreduce %d: %s", i, hoop_comm_last_error(c));
+        if (rc != HOOP_OK) req[i] = NULL;
+    }
+    for (int i = 0; i < CALLS; i++)
+        if (req[i] != NULL)
+            CHECK(hoop_wait(req[i]) != HOOP_OK, "call %d completed behind a closed gate", i);
+    double t0 = seconds();
+    hoop_comm_destroy(c);
+    double took = seconds() - t0;
+    open_gate();
+    devbuf_sync(stream);
+    devbuf_free(d);
+    return took;
+}
+
 /* A freed buffer's address given to a new one between ordered calls: the calls read what the
  * new one holds. */
 static void reuse_rounds(hoop_comm_t *c)
@@ -513,7 +612,8 @@ int main(int argc, char **argv)
     if (argc < 3) {
         fprintf(
             stderr,
-            "usage: stream MODULE ordered|unordered|reuse|group|legacy|legacy-ordered|capture\n");
+            "usage: stream MODULE ordered|unordered|reuse|group|group-limit|stuck-destroy|legacy|"
+            "legacy-ordered|capture\n");
         return 2;
     }
     char err[512];
@@ -551,6 +651,19 @@ int main(int argc, char **argv)
         reuse_rounds(c);
     } else if (!strcmp(mode, "group")) {
         group_rounds(c);
+    } else if (!strcmp(mode, "group-limit")) {
+        group_limit(c);
+    } else if (!strcmp(mode, "stuck-destroy")) {
+        double limit = atof(getenv("HOOP_TIMEOUT") != NULL ? getenv("HOOP_TIMEOUT") : "60");
+        double took = stuck_destroy(c);
+        CHECK(took < 2.5 * limit,
+              "hoop_comm_destroy took %.1f s with 8 calls' copies back stuck, at a timeout of "
+              "%.1f s: it must give up on all of them within one timeout",
+              took, limit);
+        mod->host_free(devbuf_ctx(), gate);
+        mod->stream_destroy(devbuf_ctx(), stream);
+        printf("rank %d: %s: %s\n", rank, argv[2], test_failures ? "FAILED" : "ok");
+        return test_failures ? 1 : 0;
     } else if (!strcmp(mode, "legacy")) {
         static const size_t counts[] = {1, 7, 1031, 65537};
         for (int kind = 0; kind < K_COUNT; kind++)
