@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 import hoop as _hoop
+from hoop._buffer import overlaps as _overlaps
 
 BACKEND_NAME = "hoop"
 
@@ -54,22 +55,6 @@ def _reduce_op(opts):
             return code
     raise ValueError("hoop backend: reduce op %s is not supported (SUM, PRODUCT, MIN, MAX, AVG)"
                      % (op,))
-
-
-def _overlaps(t):
-    """Whether elements of t may share memory (an expand()ed tensor's do): a result written into
-    it cannot be kept, and torch refuses the copy back only after the call has moved data."""
-    known = torch._debug_has_internal_overlap(t)  # 0 no, 1 yes, 2 too hard for torch to tell
-    if known != 2:
-        return known == 1
-    # A layout where each dimension's stride steps over everything the smaller strides span
-    # cannot overlap; anything else is treated as overlapping.
-    span = 1
-    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
-        if stride < span:
-            return True
-        span += stride * (size - 1)
-    return False
 
 
 def _check(t, what, out=False):

@@ -525,6 +525,12 @@ def check_refused():
     dist.all_gather(got, e)  # read, an expanded tensor is an input like any other
     for r, x in enumerate(got):
         same(x, torch.full((4,), r + 1.0), "all_gather of an expanded input from rank %d" % r)
+    # The binding refuses what the backend refuses: elements that overlap without a zero stride.
+    ov = torch.zeros(4).as_strided((3, 2), (1, 1))
+    expect_raises(hoop.InvalidArgumentError, lambda: HOOP.comm.allreduce(ov),
+                  "the binding's allreduce into overlapping elements", "share memory")
+    expect_raises(ValueError, lambda: dist.all_reduce(ov),
+                  "all_reduce into overlapping elements", "share memory")
     sp = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (5,))
     for what, fn in (("broadcast", lambda: dist.broadcast(sp, 0)),
                      ("all_gather", lambda: dist.all_gather([sp] * P, sp)),
