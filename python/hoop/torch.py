@@ -73,11 +73,13 @@ def _check(t, what, out=False):
         raise TypeError("hoop backend: %s got dtype %s (supported: float32, float64, float16, "
                         "bfloat16, int8, uint8, int32, int64)" % (what, t.dtype))
     if out and _overlaps(t):
-        raise ValueError("hoop backend: %s would write its result into a tensor whose elements "
-                         "share memory (an expand()ed view, shape %s, strides %s); give it a "
-                         "tensor of its own, e.g. a clone()" % (what, list(t.shape),
-                                                                list(t.stride())))
+        raise ValueError(_SHARED % (what, list(t.shape), list(t.stride())))
     return t
+
+
+_SHARED = ("hoop backend: %s would write its result into a tensor whose elements share memory "
+           "(an expand()ed view, shape %s, strides %s); give it a tensor of its own, e.g. a "
+           "clone()")
 
 
 def _one(tensors, what, out=False):
@@ -1042,16 +1044,32 @@ class _CudaCall:
     """One operation on CUDA tensors: its device and stream, the tensors it must keep alive,
     the copies into the caller's tensors queued after it."""
 
-    def __init__(self, pg, what, tensors):
+    def __init__(self, pg, what, tensors, out=()):
+        """tensors: those the call uses; out: those of them it writes into. All are checked
+        here, before anything is posted."""
         self.pg, self.what = pg, what
         self.device = None
         for t in tensors:
             self.check(t)
-        self.stream = torch.cuda.current_stream(self.device)
+        for t in out:
+            self.check(t, out=True)
+        self._stream = None
         self.keep = list(tensors)
         self.after = []
 
-    def check(self, t):
+    @property
+    def stream(self):
+        """torch's current stream of the device, taken at the first posting: after the checks
+        of every tensor, those made once the call is built too."""
+        if self._stream is None:
+            self._stream = torch.cuda.current_stream(self.device)
+        return self._stream
+
+    @stream.setter
+    def stream(self, s):
+        self._stream = s
+
+    def check(self, t, out=False):
         w = self.what
         if not isinstance(t, torch.Tensor):
             raise TypeError("hoop backend: %s expects tensors, got %s" % (w, type(t).__name__))
@@ -1069,6 +1087,8 @@ class _CudaCall:
         if t.dtype not in _DTYPES:
             raise TypeError("hoop backend: %s got dtype %s (supported: float32, float64, "
                             "float16, bfloat16, int8, uint8, int32, int64)" % (w, t.dtype))
+        if out and _overlaps(t):
+            raise ValueError(_SHARED % (w, list(t.shape), list(t.stride())))
         return t
 
     def buf(self, t, out=False):
@@ -1169,7 +1189,7 @@ def _cuda_tensors(x):
 def _cuda_allreduce(self, tensors, opts=None):
     tensors = _cuda_tensors(tensors)
     op = _reduce_op(opts)
-    call = _CudaCall(self, "allreduce", tensors)
+    call = _CudaCall(self, "allreduce", tensors, tensors)
     reqs = [call.post(self._comm.iallreduce, call.buf(t, True), None, op, _dtype_name(t.dtype))
             for t in tensors]
     return call.work(reqs, tensors)
@@ -1177,7 +1197,7 @@ def _cuda_allreduce(self, tensors, opts=None):
 
 def _cuda_allreduce_coalesced(self, tensors, opts=None):
     tensors = list(tensors)
-    call = _CudaCall(self, "allreduce_coalesced", tensors)
+    call = _CudaCall(self, "allreduce_coalesced", tensors, tensors)
     if any(t.dtype != tensors[0].dtype for t in tensors):
         raise ValueError("hoop backend: allreduce_coalesced tensors differ in dtype")
     flat = call.flat(tensors)
@@ -1190,7 +1210,7 @@ def _cuda_allreduce_coalesced(self, tensors, opts=None):
 def _cuda_broadcast(self, tensors, opts=None):
     tensors = _cuda_tensors(tensors)
     root = opts.rootRank if opts is not None else 0
-    call = _CudaCall(self, "broadcast", tensors)
+    call = _CudaCall(self, "broadcast", tensors, tensors)
     reqs = [call.post(self._comm.ibroadcast, call.buf(t, True), root, _dtype_name(t.dtype))
             for t in tensors]
     return call.work(reqs, tensors)
@@ -1204,12 +1224,12 @@ def _cuda_one(tensors, what):
     return tensors[0]
 
 
-def _cuda_same_shapes(call, ts, ref, n):
+def _cuda_same_shapes(call, ts, ref, n, out=False):
     if len(ts) != n:
         raise ValueError("hoop backend: %s needs %d tensors (one per rank), got %d"
                          % (call.what, n, len(ts)))
     for t in ts:
-        call.check(t)
+        call.check(t, out)
         if t.dtype != ref.dtype or t.numel() != ref.numel():
             raise ValueError("hoop backend: %s tensors differ in dtype or size (%s x %d against "
                              "%s x %d)" % (call.what, t.dtype, t.numel(), ref.dtype, ref.numel()))
@@ -1218,7 +1238,7 @@ def _cuda_same_shapes(call, ts, ref, n):
 def _cuda_reduce(self, tensors, opts=None):
     t = _cuda_one(tensors, "reduce")
     root = opts.rootRank if opts is not None else 0
-    call = _CudaCall(self, "reduce", [t])
+    call = _CudaCall(self, "reduce", [t], [t])
     req = call.post(self._comm.ireduce, call.buf(t, True), None, _reduce_op(opts), root,
                     _dtype_name(t.dtype))
     return call.work([req], [t])
@@ -1230,7 +1250,7 @@ def _cuda_allgather(self, output_tensors, input_tensors, opts=None):
         raise ValueError("hoop backend: allgather takes one output list per process")
     outs = list(output_tensors[0])
     call = _CudaCall(self, "allgather", [inp])
-    _cuda_same_shapes(call, outs, inp, self.size())
+    _cuda_same_shapes(call, outs, inp, self.size(), out=True)
     flat = call.empty(self.size() * inp.numel(), inp.dtype)
     req = call.post(self._comm.iallgather, call.buf(inp), _DevicePtr(flat),
                     _dtype_name(inp.dtype))
@@ -1239,7 +1259,7 @@ def _cuda_allgather(self, output_tensors, input_tensors, opts=None):
 
 
 def _cuda_allgather_base(self, output, input, opts=None):
-    call = _CudaCall(self, "all_gather_into_tensor", [output, input])
+    call = _CudaCall(self, "all_gather_into_tensor", [output, input], [output])
     req = call.post(self._comm.iallgather, call.buf(input), call.buf(output, True),
                     _dtype_name(input.dtype))
     return call.work([req], [output])
@@ -1255,7 +1275,7 @@ def _cuda_gather(self, output_tensors, input_tensors, opts=None):
     if len(output_tensors) != 1:
         raise ValueError("hoop backend: gather takes one output list at the root")
     outs = list(output_tensors[0])
-    _cuda_same_shapes(call, outs, inp, self.size())
+    _cuda_same_shapes(call, outs, inp, self.size(), out=True)
     flat = call.empty(self.size() * inp.numel(), inp.dtype)
     req = call.post(self._comm.igather, call.buf(inp), _DevicePtr(flat), root,
                     _dtype_name(inp.dtype))
@@ -1266,7 +1286,7 @@ def _cuda_gather(self, output_tensors, input_tensors, opts=None):
 def _cuda_scatter(self, output_tensors, input_tensors, opts=None):
     out = _cuda_one(output_tensors, "scatter")
     root = opts.rootRank if opts is not None else 0
-    call = _CudaCall(self, "scatter", [out])
+    call = _CudaCall(self, "scatter", [out], [out])
     if self.rank() != root:
         return call.work([call.post(self._comm.iscatter, None, call.buf(out, True), root,
                                     _dtype_name(out.dtype))], [out])
@@ -1284,7 +1304,7 @@ def _cuda_reduce_scatter(self, output_tensors, input_tensors, opts=None):
     if len(input_tensors) != 1:
         raise ValueError("hoop backend: reduce_scatter takes one input list per process")
     ins = list(input_tensors[0])
-    call = _CudaCall(self, "reduce_scatter", [out])
+    call = _CudaCall(self, "reduce_scatter", [out], [out])
     _cuda_same_shapes(call, ins, out, self.size())
     req = call.post(self._comm.ireduce_scatter, _DevicePtr(call.flat(ins)), call.buf(out, True),
                     _reduce_op(opts), _dtype_name(out.dtype))
@@ -1292,7 +1312,7 @@ def _cuda_reduce_scatter(self, output_tensors, input_tensors, opts=None):
 
 
 def _cuda_reduce_scatter_base(self, output, input, opts=None):
-    call = _CudaCall(self, "reduce_scatter_tensor", [output, input])
+    call = _CudaCall(self, "reduce_scatter_tensor", [output, input], [output])
     req = call.post(self._comm.ireduce_scatter, call.buf(input), call.buf(output, True),
                     _reduce_op(opts), _dtype_name(input.dtype))
     return call.work([req], [output])
@@ -1318,7 +1338,7 @@ def _cuda_alltoall(self, output_tensor_list, input_tensor_list, opts=None):
     outs, ins, n = list(output_tensor_list), list(input_tensor_list), self.size()
     if len(outs) != n or len(ins) != n:
         raise ValueError("hoop backend: alltoall needs %d input and output tensors" % n)
-    call = _CudaCall(self, "alltoall", outs + ins)
+    call = _CudaCall(self, "alltoall", outs + ins, outs)
     if any(t.dtype != ins[0].dtype for t in outs + ins):
         raise ValueError("hoop backend: alltoall tensors differ in dtype")
     sizes = {t.numel() for t in outs + ins}
@@ -1332,7 +1352,7 @@ def _cuda_alltoall(self, output_tensor_list, input_tensor_list, opts=None):
 
 
 def _cuda_alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-    call = _CudaCall(self, "all_to_all_single", [output, input])
+    call = _CudaCall(self, "all_to_all_single", [output, input], [output])
     n = self.size()
     if not output_split_sizes and not input_split_sizes:
         req = call.post(self._comm.ialltoall, call.buf(input), call.buf(output, True),
@@ -1371,14 +1391,14 @@ def _cuda_send(self, tensors, dstRank, tag=0):
 
 def _cuda_recv(self, tensors, srcRank, tag=0):
     t = _cuda_one(tensors, "recv")
-    call = _CudaCall(self, "recv", [t])
+    call = _CudaCall(self, "recv", [t], [t])
     req = call.post(self._comm.irecv, call.buf(t, True), srcRank, _dtype_name(t.dtype))
     return call.work([req], [t], lane=("recv", srcRank))
 
 
 def _cuda_recv_anysource(self, tensors, tag=0):
     t = _cuda_one(tensors, "recv")
-    call = _CudaCall(self, "recvAnySource", [t])
+    call = _CudaCall(self, "recvAnySource", [t], [t])
     req = call.post(self._comm.irecv_any, call.buf(t, True), _dtype_name(t.dtype))
     work = call.work([req], [t], lane=("recv", "any"))
     work._any = req

@@ -531,6 +531,7 @@ def check_refused():
                   "the binding's allreduce into overlapping elements", "share memory")
     expect_raises(ValueError, lambda: dist.all_reduce(ov),
                   "all_reduce into overlapping elements", "share memory")
+    check_refused_cuda(e)
     sp = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (5,))
     for what, fn in (("broadcast", lambda: dist.broadcast(sp, 0)),
                      ("all_gather", lambda: dist.all_gather([sp] * P, sp)),
@@ -539,6 +540,44 @@ def check_refused():
     t = torch.tensor([float(R)])
     dist.all_reduce(t)
     expect(t.item() == P * (P - 1) / 2, "all_reduce after the refused tensors: %s" % t)
+
+
+class FakeCuda(torch.Tensor):
+    """A CPU tensor that says it is a CUDA tensor: enough to reach the backend's CUDA section up
+    to its checks, which must refuse before anything is posted (torch.cuda is never reached)."""
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    is_cuda = property(lambda self: True)
+    device = property(lambda self: torch.device("cuda", 0))
+
+
+def check_refused_cuda(e):
+    """The CUDA section refuses an expanded tensor to write into, as the CPU path does, before
+    anything is posted (without a GPU: only its checks run)."""
+    if P < 2:
+        return
+    ex = e.as_subclass(FakeCuda)
+    ok = torch.zeros(4).as_subclass(FakeCuda)
+    big = torch.zeros(4 * P).as_subclass(FakeCuda)
+    flat = torch.zeros(1).expand(4 * P).as_subclass(FakeCuda)
+    for what, fn in (("allreduce", lambda: HOOP.allreduce([ok, ex])),
+                     ("allreduce_coalesced", lambda: HOOP.allreduce_coalesced([ex])),
+                     ("broadcast to a non-root",
+                      lambda: HOOP.broadcast([ex], _Opts(root=(R + 1) % P))),
+                     ("reduce", lambda: HOOP.reduce([ex])),
+                     ("allgather", lambda: HOOP.allgather([[ex] * P], [ok])),
+                     ("_allgather_base", lambda: HOOP._allgather_base(flat, ok)),
+                     ("scatter", lambda: HOOP.scatter([ex], [[ok] * P])),
+                     ("reduce_scatter", lambda: HOOP.reduce_scatter([ex], [[ok] * P])),
+                     ("_reduce_scatter_base", lambda: HOOP._reduce_scatter_base(ex, big)),
+                     ("alltoall", lambda: HOOP.alltoall([ex] * P, [ok] * P)),
+                     ("alltoall_base", lambda: HOOP.alltoall_base(flat, big, [], [])),
+                     ("recv", lambda: HOOP.recv([ex], (R + 1) % P))):
+        expect_raises(ValueError, fn, "CUDA %s into an expanded tensor" % what, "share memory")
+
+
+class _Opts:
+    def __init__(self, root):
+        self.rootRank = root
 
 
 # ---- failures: an exception, never a hang ----
