@@ -625,8 +625,8 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         root = opts.rootRank if opts is not None else 0
-        for t in tensors:
-            _check(t, "broadcast", out=True)
+        for t in tensors:  # the root only reads its tensors
+            _check(t, "broadcast", out=self.rank() != root)
         reqs = [self._comm.ibroadcast(t, root) for t in tensors]
         return self._work("broadcast", tensors, reqs, list(tensors))
 
@@ -1210,8 +1210,10 @@ def _cuda_allreduce_coalesced(self, tensors, opts=None):
 def _cuda_broadcast(self, tensors, opts=None):
     tensors = _cuda_tensors(tensors)
     root = opts.rootRank if opts is not None else 0
-    call = _CudaCall(self, "broadcast", tensors, tensors)
-    reqs = [call.post(self._comm.ibroadcast, call.buf(t, True), root, _dtype_name(t.dtype))
+    # The root only reads its tensors.
+    writes = self.rank() != root
+    call = _CudaCall(self, "broadcast", tensors, tensors if writes else ())
+    reqs = [call.post(self._comm.ibroadcast, call.buf(t, writes), root, _dtype_name(t.dtype))
             for t in tensors]
     return call.work(reqs, tensors)
 
