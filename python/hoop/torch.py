@@ -994,8 +994,6 @@ _route_monitored_barrier()
 # A tensor travels to the binding as its address and length (_DevicePtr), whatever its dtype
 # (the call names the dtype); libhoop itself tells device memory by the address.
 
-import ctypes as _ctypes  # noqa: E402 - used by this section only
-
 
 class _DevicePtr:
     """A contiguous CUDA tensor's memory in the shape the binding takes: bytes at an address."""
@@ -1018,26 +1016,10 @@ def _dtype_name(dt):
     return str(dt)[len("torch."):]
 
 
-# HOOP_STREAM_LEGACY (hoop.h). Torch's default stream is the legacy default stream, whose handle
-# is 0; libhoop reads NULL as "no stream", which would leave the call unordered against the
-# kernels that made its input, so 0 must be passed as this.
-_STREAM_LEGACY = 1
-
-
 def _set_stream(comm, stream):
-    """stream: a torch stream's cuda_stream (0 for the default stream), or None for none."""
-    lib = _hoop._lib()
-    fn = getattr(lib, "hoop_comm_set_stream", None)
-    if fn is None:
-        raise RuntimeError("hoop backend: this libhoop (%s) has no stream-ordered calls "
-                           "(hoop_comm_set_stream), so it cannot take CUDA tensors"
-                           % _hoop.library_path())
-    if fn.argtypes is None:
-        fn.argtypes = [_ctypes.c_void_p, _ctypes.c_void_p]
-        fn.restype = _ctypes.c_int
-    rc = fn(comm._handle(), None if stream is None else stream or _STREAM_LEGACY)
-    if rc != 0:
-        raise RuntimeError("hoop backend: hoop_comm_set_stream: %s" % comm.last_error())
+    """stream: a torch stream's cuda_stream (0 for the default stream, which Comm.set_stream
+    passes as the legacy default stream, never as no stream), or None for none."""
+    comm.set_stream(stream)
 
 
 class _CudaCall:
