@@ -148,8 +148,9 @@ class _Lane:
     receives from) one peer. One thread at a time drives a lane: it waits for each operation in
     turn and completes its future, which runs the future's callbacks in that thread."""
 
-    def __init__(self, name):
+    def __init__(self, name, state):
         self.name = name
+        self.state = state  # the _State whose operations these are
         self.q = queue.SimpleQueue()  # (work, reqs, post); None ends the lane
         self.lock = threading.Lock()
         self.driver = None  # the ident of the thread driving the lane
@@ -277,7 +278,7 @@ class _State:
                         self.watchdog = threading.Thread(target=self._watch, daemon=True,
                                                          name="hoop-watch")
                         self.watchdog.start()
-                    lane = _Lane("%s" % (key,))
+                    lane = _Lane("%s" % (key,), self)
                     self._drive_in_new_thread(lane)
                     self.lanes[key] = lane
         return lane
@@ -333,7 +334,8 @@ class _State:
     def help(self, fut):
         """Called before a wait for fut: in a callback that runs in a lane's driver, the lane's
         next operations are completed here (their callbacks nested in this one) until fut is
-        complete; anywhere else, nothing."""
+        complete; anywhere else, nothing. fut may be another group's: the lane's operations are
+        its own group's (lane.state)."""
         lane = getattr(_DRIVING, "lane", None)
         if lane is None:
             return
@@ -351,7 +353,7 @@ class _State:
                 if item is None:
                     lane.q.put(None)  # the lane ends once this callback has returned
                     return
-                if not self._complete(lane, item, me):
+                if not lane.state._complete(lane, item, me):
                     return
                 with lane.lock:
                     lane.busy_since = None

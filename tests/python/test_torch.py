@@ -492,6 +492,22 @@ def check_hooks():
     w3 = dist.all_reduce(t3, async_op=True)
     got = w2.get_future().then(lambda f: w3.wait() and f.value()[0] + t3).wait()
     same(got, total * 2 + P, "a callback that waits for a collective posted after its own")
+    # The same wait for another group's collective: the callback's lane goes on through its own
+    # group, whose operations it completes are then over there (none left pending).
+    other = dist.new_group(backend="hoop")
+    if R == 0:
+        time.sleep(0.3)
+    wa = dist.all_reduce(inputs[R].clone(), async_op=True)
+    if R == 0:
+        time.sleep(0.3)  # elsewhere the callback waits for wb while wa2 is queued behind wa
+    wb = dist.all_reduce(inputs[R].clone(), async_op=True, group=other)
+    wa2 = dist.all_reduce(inputs[R].clone(), async_op=True)
+    got = wa.get_future().then(lambda f: wb.wait() and f.value()[0]).wait()
+    wa2.wait()
+    same(got, total, "a callback that waits for another group's collective")
+    expect(not HOOP._state.pending, "operations left pending in the group after a callback "
+           "waited for another group's: %s" % list(HOOP._state.pending.values()))
+    dist.destroy_process_group(other)
     # The same wait inside torch's C++, which the backend cannot see: its lane goes on all the same.
     t4, t5 = inputs[R].clone(), inputs[R].clone() * 3
     if R == 0:
