@@ -182,8 +182,9 @@ class _Work(_WorkBase):
         self._error = None
         self._profiled = None
         self._any = None  # a receive from any source: its hoop Request, which knows the sender
-        # Waits (or future takings) expected before the group may let go of this Work: torch 2.x's
-        # functional collectives wait for a coalesced call's Work once per output tensor, from C++.
+        # Waits expected from C++ before the group may let go of this Work: torch 2.x's functional
+        # collectives wait for a coalesced call's Work once per output tensor. A wait from Python
+        # (no timeout: C++ always passes one) or a taking of the future lets go at once.
         self._holds = 1
 
     def wait(self, timeout=None):
@@ -192,11 +193,11 @@ class _Work(_WorkBase):
         finally:
             if self._profiled is not None:
                 self._profiled.wait()  # the profiler's event has ended too
-            self._state.consumed(self)
+            self._state.consumed(self, timeout is None)
         return True
 
     def get_future(self):
-        self._state.consumed(self)
+        self._state.consumed(self, True)
         return self._fut
 
     def is_completed(self):
@@ -298,7 +299,9 @@ class _State:
             if item is None:
                 lane.ended.set()
                 return
-            if not self._complete(lane, item, me):
+            mine = self._complete(lane, item, me)
+            del item  # nothing here keeps the Work once it is consumed
+            if not mine:
                 return  # the watchdog gave the lane to another thread
 
     def _complete(self, lane, item, me):
@@ -353,7 +356,9 @@ class _State:
                 if item is None:
                     lane.q.put(None)  # the lane ends once this callback has returned
                     return
-                if not lane.state._complete(lane, item, me):
+                mine = lane.state._complete(lane, item, me)
+                del item
+                if not mine:
                     return
                 with lane.lock:
                     lane.busy_since = None
@@ -390,9 +395,10 @@ class _State:
             while len(self.done) > self.KEEP_COMPLETED:
                 self.done.popitem(last=False)
 
-    def consumed(self, work):
+    def consumed(self, work, every=False):
+        """A wait for work, or every one expected (see _Work._holds)."""
         with self.lock:
-            work._holds -= 1
+            work._holds = 0 if every else work._holds - 1
             if work._holds > 0:
                 return
             if id(work) in self.pending:
@@ -1157,7 +1163,7 @@ class _CudaWork(_Work):
 
     def wait(self, timeout=None):
         torch.cuda.current_stream(self._device).wait_event(self._event)
-        self._state.consumed(self)
+        self._state.consumed(self, timeout is None)
         if self._fut.done() and self._error is not None:
             raise self._error
         return True

@@ -519,6 +519,33 @@ def check_hooks():
     same(got, total * 4, "a callback waiting in torch.futures.wait_all for a later collective")
 
 
+def check_released():
+    """A coalesced call's Work that Python waited for once is let go by the group (C++ waits once
+    per output tensor, Python once): nothing keeps it, or its tensors, alive."""
+    import gc
+    import weakref
+    for what, post in (
+            ("allreduce_coalesced", lambda: HOOP.allreduce_coalesced([torch.ones(3),
+                                                                      torch.ones(5)])),
+            ("allgather_into_tensor_coalesced", lambda: HOOP.allgather_into_tensor_coalesced(
+                [torch.zeros(3 * P), torch.zeros(5 * P)], [torch.ones(3), torch.ones(5)]))):
+        for how in ("wait", "get_future"):
+            work = post()
+            if how == "wait":
+                work.wait()
+            else:
+                work.get_future().wait()
+            ref = weakref.ref(work)
+            del work
+            for _ in range(100):  # the completion thread lets go as its callbacks return
+                gc.collect()
+                if ref() is None:
+                    break
+                time.sleep(0.01)
+            expect(ref() is None, "the Work of a %s still referenced after a Python %s"
+                   % (what, how))
+
+
 def check_refused():
     """Tensors the backend cannot serve raise before anything moves, on every rank alike, and
     leave the group usable: an expand()ed tensor to write into (its elements share memory), a
@@ -654,6 +681,7 @@ check_p2p_barrier()
 check_new_group()
 check_extras()
 check_refused()
+check_released()
 worst = check_ddp()
 check_hooks()
 print("rank %d of %d: collectives and DDP agree with gloo (largest DDP difference %g)"
