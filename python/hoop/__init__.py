@@ -654,7 +654,8 @@ class Comm:
 
     def _broadcast(self, buf, root, dtype, nb):
         root = self._root(root, "broadcast")
-        b = as_buffer(buf, "broadcast buf", True, dtype)
+        # The root only reads buf: it may be read-only, or an expand()ed tensor.
+        b = as_buffer(buf, "broadcast buf", self._rank != root, dtype)
         return self._run("broadcast", "hoop_broadcast", (b.ptr, b.count, _DT(b), root), (b,),
                          (b,), b.obj, nb)
 

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 import hoop as _hoop
+from hoop._buffer import overlaps as _overlaps
 
 BACKEND_NAME = "hoop"
 
@@ -56,22 +57,6 @@ def _reduce_op(opts):
                      % (op,))
 
 
-def _overlaps(t):
-    """Whether elements of t may share memory (an expand()ed tensor's do): a result written into
-    it cannot be kept, and torch refuses the copy back only after the call has moved data."""
-    known = torch._debug_has_internal_overlap(t)  # 0 no, 1 yes, 2 too hard for torch to tell
-    if known != 2:
-        return known == 1
-    # A layout where each dimension's stride steps over everything the smaller strides span
-    # cannot overlap; anything else is treated as overlapping.
-    span = 1
-    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
-        if stride < span:
-            return True
-        span += stride * (size - 1)
-    return False
-
-
 def _check(t, what, out=False):
     """t, if the CPU path can serve it (out: the call writes into it); raises before any data
     moves otherwise."""
@@ -88,11 +73,13 @@ def _check(t, what, out=False):
         raise TypeError("hoop backend: %s got dtype %s (supported: float32, float64, float16, "
                         "bfloat16, int8, uint8, int32, int64)" % (what, t.dtype))
     if out and _overlaps(t):
-        raise ValueError("hoop backend: %s would write its result into a tensor whose elements "
-                         "share memory (an expand()ed view, shape %s, strides %s); give it a "
-                         "tensor of its own, e.g. a clone()" % (what, list(t.shape),
-                                                                list(t.stride())))
+        raise ValueError(_SHARED % (what, list(t.shape), list(t.stride())))
     return t
+
+
+_SHARED = ("hoop backend: %s would write its result into a tensor whose elements share memory "
+           "(an expand()ed view, shape %s, strides %s); give it a tensor of its own, e.g. a "
+           "clone()")
 
 
 def _one(tensors, what, out=False):
@@ -161,8 +148,9 @@ class _Lane:
     receives from) one peer. One thread at a time drives a lane: it waits for each operation in
     turn and completes its future, which runs the future's callbacks in that thread."""
 
-    def __init__(self, name):
+    def __init__(self, name, state):
         self.name = name
+        self.state = state  # the _State whose operations these are
         self.q = queue.SimpleQueue()  # (work, reqs, post); None ends the lane
         self.lock = threading.Lock()
         self.driver = None  # the ident of the thread driving the lane
@@ -194,8 +182,9 @@ class _Work(_WorkBase):
         self._error = None
         self._profiled = None
         self._any = None  # a receive from any source: its hoop Request, which knows the sender
-        # Waits (or future takings) expected before the group may let go of this Work: torch 2.x's
-        # functional collectives wait for a coalesced call's Work once per output tensor, from C++.
+        # Waits expected from C++ before the group may let go of this Work: torch 2.x's functional
+        # collectives wait for a coalesced call's Work once per output tensor. A wait from Python
+        # (no timeout: C++ always passes one) or a taking of the future lets go at once.
         self._holds = 1
 
     def wait(self, timeout=None):
@@ -204,11 +193,11 @@ class _Work(_WorkBase):
         finally:
             if self._profiled is not None:
                 self._profiled.wait()  # the profiler's event has ended too
-            self._state.consumed(self)
+            self._state.consumed(self, timeout is None)
         return True
 
     def get_future(self):
-        self._state.consumed(self)
+        self._state.consumed(self, True)
         return self._fut
 
     def is_completed(self):
@@ -290,7 +279,7 @@ class _State:
                         self.watchdog = threading.Thread(target=self._watch, daemon=True,
                                                          name="hoop-watch")
                         self.watchdog.start()
-                    lane = _Lane("%s" % (key,))
+                    lane = _Lane("%s" % (key,), self)
                     self._drive_in_new_thread(lane)
                     self.lanes[key] = lane
         return lane
@@ -310,7 +299,9 @@ class _State:
             if item is None:
                 lane.ended.set()
                 return
-            if not self._complete(lane, item, me):
+            mine = self._complete(lane, item, me)
+            del item  # nothing here keeps the Work once it is consumed
+            if not mine:
                 return  # the watchdog gave the lane to another thread
 
     def _complete(self, lane, item, me):
@@ -346,7 +337,8 @@ class _State:
     def help(self, fut):
         """Called before a wait for fut: in a callback that runs in a lane's driver, the lane's
         next operations are completed here (their callbacks nested in this one) until fut is
-        complete; anywhere else, nothing."""
+        complete; anywhere else, nothing. fut may be another group's: the lane's operations are
+        its own group's (lane.state)."""
         lane = getattr(_DRIVING, "lane", None)
         if lane is None:
             return
@@ -364,7 +356,9 @@ class _State:
                 if item is None:
                     lane.q.put(None)  # the lane ends once this callback has returned
                     return
-                if not self._complete(lane, item, me):
+                mine = lane.state._complete(lane, item, me)
+                del item
+                if not mine:
                     return
                 with lane.lock:
                     lane.busy_since = None
@@ -401,9 +395,10 @@ class _State:
             while len(self.done) > self.KEEP_COMPLETED:
                 self.done.popitem(last=False)
 
-    def consumed(self, work):
+    def consumed(self, work, every=False):
+        """A wait for work, or every one expected (see _Work._holds)."""
         with self.lock:
-            work._holds -= 1
+            work._holds = 0 if every else work._holds - 1
             if work._holds > 0:
                 return
             if id(work) in self.pending:
@@ -638,8 +633,8 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         root = opts.rootRank if opts is not None else 0
-        for t in tensors:
-            _check(t, "broadcast", out=True)
+        for t in tensors:  # the root only reads its tensors
+            _check(t, "broadcast", out=self.rank() != root)
         reqs = [self._comm.ibroadcast(t, root) for t in tensors]
         return self._work("broadcast", tensors, reqs, list(tensors))
 
@@ -1007,8 +1002,6 @@ _route_monitored_barrier()
 # A tensor travels to the binding as its address and length (_DevicePtr), whatever its dtype
 # (the call names the dtype); libhoop itself tells device memory by the address.
 
-import ctypes as _ctypes  # noqa: E402 - used by this section only
-
 
 class _DevicePtr:
     """A contiguous CUDA tensor's memory in the shape the binding takes: bytes at an address."""
@@ -1031,42 +1024,42 @@ def _dtype_name(dt):
     return str(dt)[len("torch."):]
 
 
-# HOOP_STREAM_LEGACY (hoop.h). Torch's default stream is the legacy default stream, whose handle
-# is 0; libhoop reads NULL as "no stream", which would leave the call unordered against the
-# kernels that made its input, so 0 must be passed as this.
-_STREAM_LEGACY = 1
-
-
 def _set_stream(comm, stream):
-    """stream: a torch stream's cuda_stream (0 for the default stream), or None for none."""
-    lib = _hoop._lib()
-    fn = getattr(lib, "hoop_comm_set_stream", None)
-    if fn is None:
-        raise RuntimeError("hoop backend: this libhoop (%s) has no stream-ordered calls "
-                           "(hoop_comm_set_stream), so it cannot take CUDA tensors"
-                           % _hoop.library_path())
-    if fn.argtypes is None:
-        fn.argtypes = [_ctypes.c_void_p, _ctypes.c_void_p]
-        fn.restype = _ctypes.c_int
-    rc = fn(comm._handle(), None if stream is None else stream or _STREAM_LEGACY)
-    if rc != 0:
-        raise RuntimeError("hoop backend: hoop_comm_set_stream: %s" % comm.last_error())
+    """stream: a torch stream's cuda_stream (0 for the default stream, which Comm.set_stream
+    passes as the legacy default stream, never as no stream), or None for none."""
+    comm.set_stream(stream)
 
 
 class _CudaCall:
     """One operation on CUDA tensors: its device and stream, the tensors it must keep alive,
     the copies into the caller's tensors queued after it."""
 
-    def __init__(self, pg, what, tensors):
+    def __init__(self, pg, what, tensors, out=()):
+        """tensors: those the call uses; out: those of them it writes into. All are checked
+        here, before anything is posted."""
         self.pg, self.what = pg, what
         self.device = None
         for t in tensors:
             self.check(t)
-        self.stream = torch.cuda.current_stream(self.device)
+        for t in out:
+            self.check(t, out=True)
+        self._stream = None
         self.keep = list(tensors)
         self.after = []
 
-    def check(self, t):
+    @property
+    def stream(self):
+        """torch's current stream of the device, taken at the first posting: after the checks
+        of every tensor, those made once the call is built too."""
+        if self._stream is None:
+            self._stream = torch.cuda.current_stream(self.device)
+        return self._stream
+
+    @stream.setter
+    def stream(self, s):
+        self._stream = s
+
+    def check(self, t, out=False):
         w = self.what
         if not isinstance(t, torch.Tensor):
             raise TypeError("hoop backend: %s expects tensors, got %s" % (w, type(t).__name__))
@@ -1084,6 +1077,8 @@ class _CudaCall:
         if t.dtype not in _DTYPES:
             raise TypeError("hoop backend: %s got dtype %s (supported: float32, float64, "
                             "float16, bfloat16, int8, uint8, int32, int64)" % (w, t.dtype))
+        if out and _overlaps(t):
+            raise ValueError(_SHARED % (w, list(t.shape), list(t.stride())))
         return t
 
     def buf(self, t, out=False):
@@ -1168,7 +1163,7 @@ class _CudaWork(_Work):
 
     def wait(self, timeout=None):
         torch.cuda.current_stream(self._device).wait_event(self._event)
-        self._state.consumed(self)
+        self._state.consumed(self, timeout is None)
         if self._fut.done() and self._error is not None:
             raise self._error
         return True
@@ -1184,7 +1179,7 @@ def _cuda_tensors(x):
 def _cuda_allreduce(self, tensors, opts=None):
     tensors = _cuda_tensors(tensors)
     op = _reduce_op(opts)
-    call = _CudaCall(self, "allreduce", tensors)
+    call = _CudaCall(self, "allreduce", tensors, tensors)
     reqs = [call.post(self._comm.iallreduce, call.buf(t, True), None, op, _dtype_name(t.dtype))
             for t in tensors]
     return call.work(reqs, tensors)
@@ -1192,7 +1187,7 @@ def _cuda_allreduce(self, tensors, opts=None):
 
 def _cuda_allreduce_coalesced(self, tensors, opts=None):
     tensors = list(tensors)
-    call = _CudaCall(self, "allreduce_coalesced", tensors)
+    call = _CudaCall(self, "allreduce_coalesced", tensors, tensors)
     if any(t.dtype != tensors[0].dtype for t in tensors):
         raise ValueError("hoop backend: allreduce_coalesced tensors differ in dtype")
     flat = call.flat(tensors)
@@ -1205,8 +1200,10 @@ def _cuda_allreduce_coalesced(self, tensors, opts=None):
 def _cuda_broadcast(self, tensors, opts=None):
     tensors = _cuda_tensors(tensors)
     root = opts.rootRank if opts is not None else 0
-    call = _CudaCall(self, "broadcast", tensors)
-    reqs = [call.post(self._comm.ibroadcast, call.buf(t, True), root, _dtype_name(t.dtype))
+    # The root only reads its tensors.
+    writes = self.rank() != root
+    call = _CudaCall(self, "broadcast", tensors, tensors if writes else ())
+    reqs = [call.post(self._comm.ibroadcast, call.buf(t, writes), root, _dtype_name(t.dtype))
             for t in tensors]
     return call.work(reqs, tensors)
 
@@ -1219,12 +1216,12 @@ def _cuda_one(tensors, what):
     return tensors[0]
 
 
-def _cuda_same_shapes(call, ts, ref, n):
+def _cuda_same_shapes(call, ts, ref, n, out=False):
     if len(ts) != n:
         raise ValueError("hoop backend: %s needs %d tensors (one per rank), got %d"
                          % (call.what, n, len(ts)))
     for t in ts:
-        call.check(t)
+        call.check(t, out)
         if t.dtype != ref.dtype or t.numel() != ref.numel():
             raise ValueError("hoop backend: %s tensors differ in dtype or size (%s x %d against "
                              "%s x %d)" % (call.what, t.dtype, t.numel(), ref.dtype, ref.numel()))
@@ -1233,7 +1230,7 @@ def _cuda_same_shapes(call, ts, ref, n):
 def _cuda_reduce(self, tensors, opts=None):
     t = _cuda_one(tensors, "reduce")
     root = opts.rootRank if opts is not None else 0
-    call = _CudaCall(self, "reduce", [t])
+    call = _CudaCall(self, "reduce", [t], [t])
     req = call.post(self._comm.ireduce, call.buf(t, True), None, _reduce_op(opts), root,
                     _dtype_name(t.dtype))
     return call.work([req], [t])
@@ -1245,7 +1242,7 @@ def _cuda_allgather(self, output_tensors, input_tensors, opts=None):
         raise ValueError("hoop backend: allgather takes one output list per process")
     outs = list(output_tensors[0])
     call = _CudaCall(self, "allgather", [inp])
-    _cuda_same_shapes(call, outs, inp, self.size())
+    _cuda_same_shapes(call, outs, inp, self.size(), out=True)
     flat = call.empty(self.size() * inp.numel(), inp.dtype)
     req = call.post(self._comm.iallgather, call.buf(inp), _DevicePtr(flat),
                     _dtype_name(inp.dtype))
@@ -1254,7 +1251,7 @@ def _cuda_allgather(self, output_tensors, input_tensors, opts=None):
 
 
 def _cuda_allgather_base(self, output, input, opts=None):
-    call = _CudaCall(self, "all_gather_into_tensor", [output, input])
+    call = _CudaCall(self, "all_gather_into_tensor", [output, input], [output])
     req = call.post(self._comm.iallgather, call.buf(input), call.buf(output, True),
                     _dtype_name(input.dtype))
     return call.work([req], [output])
@@ -1270,7 +1267,7 @@ def _cuda_gather(self, output_tensors, input_tensors, opts=None):
     if len(output_tensors) != 1:
         raise ValueError("hoop backend: gather takes one output list at the root")
     outs = list(output_tensors[0])
-    _cuda_same_shapes(call, outs, inp, self.size())
+    _cuda_same_shapes(call, outs, inp, self.size(), out=True)
     flat = call.empty(self.size() * inp.numel(), inp.dtype)
     req = call.post(self._comm.igather, call.buf(inp), _DevicePtr(flat), root,
                     _dtype_name(inp.dtype))
@@ -1281,7 +1278,7 @@ def _cuda_gather(self, output_tensors, input_tensors, opts=None):
 def _cuda_scatter(self, output_tensors, input_tensors, opts=None):
     out = _cuda_one(output_tensors, "scatter")
     root = opts.rootRank if opts is not None else 0
-    call = _CudaCall(self, "scatter", [out])
+    call = _CudaCall(self, "scatter", [out], [out])
     if self.rank() != root:
         return call.work([call.post(self._comm.iscatter, None, call.buf(out, True), root,
                                     _dtype_name(out.dtype))], [out])
@@ -1299,7 +1296,7 @@ def _cuda_reduce_scatter(self, output_tensors, input_tensors, opts=None):
     if len(input_tensors) != 1:
         raise ValueError("hoop backend: reduce_scatter takes one input list per process")
     ins = list(input_tensors[0])
-    call = _CudaCall(self, "reduce_scatter", [out])
+    call = _CudaCall(self, "reduce_scatter", [out], [out])
     _cuda_same_shapes(call, ins, out, self.size())
     req = call.post(self._comm.ireduce_scatter, _DevicePtr(call.flat(ins)), call.buf(out, True),
                     _reduce_op(opts), _dtype_name(out.dtype))
@@ -1307,7 +1304,7 @@ def _cuda_reduce_scatter(self, output_tensors, input_tensors, opts=None):
 
 
 def _cuda_reduce_scatter_base(self, output, input, opts=None):
-    call = _CudaCall(self, "reduce_scatter_tensor", [output, input])
+    call = _CudaCall(self, "reduce_scatter_tensor", [output, input], [output])
     req = call.post(self._comm.ireduce_scatter, call.buf(input), call.buf(output, True),
                     _reduce_op(opts), _dtype_name(input.dtype))
     return call.work([req], [output])
@@ -1333,7 +1330,7 @@ def _cuda_alltoall(self, output_tensor_list, input_tensor_list, opts=None):
     outs, ins, n = list(output_tensor_list), list(input_tensor_list), self.size()
     if len(outs) != n or len(ins) != n:
         raise ValueError("hoop backend: alltoall needs %d input and output tensors" % n)
-    call = _CudaCall(self, "alltoall", outs + ins)
+    call = _CudaCall(self, "alltoall", outs + ins, outs)
     if any(t.dtype != ins[0].dtype for t in outs + ins):
         raise ValueError("hoop backend: alltoall tensors differ in dtype")
     sizes = {t.numel() for t in outs + ins}
@@ -1347,7 +1344,7 @@ def _cuda_alltoall(self, output_tensor_list, input_tensor_list, opts=None):
 
 
 def _cuda_alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-    call = _CudaCall(self, "all_to_all_single", [output, input])
+    call = _CudaCall(self, "all_to_all_single", [output, input], [output])
     n = self.size()
     if not output_split_sizes and not input_split_sizes:
         req = call.post(self._comm.ialltoall, call.buf(input), call.buf(output, True),
@@ -1386,14 +1383,14 @@ def _cuda_send(self, tensors, dstRank, tag=0):
 
 def _cuda_recv(self, tensors, srcRank, tag=0):
     t = _cuda_one(tensors, "recv")
-    call = _CudaCall(self, "recv", [t])
+    call = _CudaCall(self, "recv", [t], [t])
     req = call.post(self._comm.irecv, call.buf(t, True), srcRank, _dtype_name(t.dtype))
     return call.work([req], [t], lane=("recv", srcRank))
 
 
 def _cuda_recv_anysource(self, tensors, tag=0):
     t = _cuda_one(tensors, "recv")
-    call = _CudaCall(self, "recvAnySource", [t])
+    call = _CudaCall(self, "recvAnySource", [t], [t])
     req = call.post(self._comm.irecv_any, call.buf(t, True), _dtype_name(t.dtype))
     work = call.work([req], [t], lane=("recv", "any"))
     work._any = req

@@ -492,6 +492,22 @@ def check_hooks():
     w3 = dist.all_reduce(t3, async_op=True)
     got = w2.get_future().then(lambda f: w3.wait() and f.value()[0] + t3).wait()
     same(got, total * 2 + P, "a callback that waits for a collective posted after its own")
+    # The same wait for another group's collective: the callback's lane goes on through its own
+    # group, whose operations it completes are then over there (none left pending).
+    other = dist.new_group(backend="hoop")
+    if R == 0:
+        time.sleep(0.3)
+    wa = dist.all_reduce(inputs[R].clone(), async_op=True)
+    if R == 0:
+        time.sleep(0.3)  # elsewhere the callback waits for wb while wa2 is queued behind wa
+    wb = dist.all_reduce(inputs[R].clone(), async_op=True, group=other)
+    wa2 = dist.all_reduce(inputs[R].clone(), async_op=True)
+    got = wa.get_future().then(lambda f: wb.wait() and f.value()[0]).wait()
+    wa2.wait()
+    same(got, total, "a callback that waits for another group's collective")
+    expect(not HOOP._state.pending, "operations left pending in the group after a callback "
+           "waited for another group's: %s" % list(HOOP._state.pending.values()))
+    dist.destroy_process_group(other)
     # The same wait inside torch's C++, which the backend cannot see: its lane goes on all the same.
     t4, t5 = inputs[R].clone(), inputs[R].clone() * 3
     if R == 0:
@@ -501,6 +517,33 @@ def check_hooks():
     got = w4.get_future().then(
         lambda f: torch.futures.wait_all([w5.get_future()])[0][0] + f.value()[0]).wait()
     same(got, total * 4, "a callback waiting in torch.futures.wait_all for a later collective")
+
+
+def check_released():
+    """A coalesced call's Work that Python waited for once is let go by the group (C++ waits once
+    per output tensor, Python once): nothing keeps it, or its tensors, alive."""
+    import gc
+    import weakref
+    for what, post in (
+            ("allreduce_coalesced", lambda: HOOP.allreduce_coalesced([torch.ones(3),
+                                                                      torch.ones(5)])),
+            ("allgather_into_tensor_coalesced", lambda: HOOP.allgather_into_tensor_coalesced(
+                [torch.zeros(3 * P), torch.zeros(5 * P)], [torch.ones(3), torch.ones(5)]))):
+        for how in ("wait", "get_future"):
+            work = post()
+            if how == "wait":
+                work.wait()
+            else:
+                work.get_future().wait()
+            ref = weakref.ref(work)
+            del work
+            for _ in range(100):  # the completion thread lets go as its callbacks return
+                gc.collect()
+                if ref() is None:
+                    break
+                time.sleep(0.01)
+            expect(ref() is None, "the Work of a %s still referenced after a Python %s"
+                   % (what, how))
 
 
 def check_refused():
@@ -525,6 +568,17 @@ def check_refused():
     dist.all_gather(got, e)  # read, an expanded tensor is an input like any other
     for r, x in enumerate(got):
         same(x, torch.full((4,), r + 1.0), "all_gather of an expanded input from rank %d" % r)
+    # A broadcast only reads the root's tensor: an expanded one is served there.
+    b = torch.full((1,), 7.0).expand(4) if R == 0 else torch.zeros(4)
+    dist.broadcast(b, 0)
+    same(b.contiguous(), torch.full((4,), 7.0), "broadcast from an expanded tensor at the root")
+    # The binding refuses what the backend refuses: elements that overlap without a zero stride.
+    ov = torch.zeros(4).as_strided((3, 2), (1, 1))
+    expect_raises(hoop.InvalidArgumentError, lambda: HOOP.comm.allreduce(ov),
+                  "the binding's allreduce into overlapping elements", "share memory")
+    expect_raises(ValueError, lambda: dist.all_reduce(ov),
+                  "all_reduce into overlapping elements", "share memory")
+    check_refused_cuda(e)
     sp = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (5,))
     for what, fn in (("broadcast", lambda: dist.broadcast(sp, 0)),
                      ("all_gather", lambda: dist.all_gather([sp] * P, sp)),
@@ -533,6 +587,44 @@ def check_refused():
     t = torch.tensor([float(R)])
     dist.all_reduce(t)
     expect(t.item() == P * (P - 1) / 2, "all_reduce after the refused tensors: %s" % t)
+
+
+class FakeCuda(torch.Tensor):
+    """A CPU tensor that says it is a CUDA tensor: enough to reach the backend's CUDA section up
+    to its checks, which must refuse before anything is posted (torch.cuda is never reached)."""
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    is_cuda = property(lambda self: True)
+    device = property(lambda self: torch.device("cuda", 0))
+
+
+def check_refused_cuda(e):
+    """The CUDA section refuses an expanded tensor to write into, as the CPU path does, before
+    anything is posted (without a GPU: only its checks run)."""
+    if P < 2:
+        return
+    ex = e.as_subclass(FakeCuda)
+    ok = torch.zeros(4).as_subclass(FakeCuda)
+    big = torch.zeros(4 * P).as_subclass(FakeCuda)
+    flat = torch.zeros(1).expand(4 * P).as_subclass(FakeCuda)
+    for what, fn in (("allreduce", lambda: HOOP.allreduce([ok, ex])),
+                     ("allreduce_coalesced", lambda: HOOP.allreduce_coalesced([ex])),
+                     ("broadcast to a non-root",
+                      lambda: HOOP.broadcast([ex], _Opts(root=(R + 1) % P))),
+                     ("reduce", lambda: HOOP.reduce([ex])),
+                     ("allgather", lambda: HOOP.allgather([[ex] * P], [ok])),
+                     ("_allgather_base", lambda: HOOP._allgather_base(flat, ok)),
+                     ("scatter", lambda: HOOP.scatter([ex], [[ok] * P])),
+                     ("reduce_scatter", lambda: HOOP.reduce_scatter([ex], [[ok] * P])),
+                     ("_reduce_scatter_base", lambda: HOOP._reduce_scatter_base(ex, big)),
+                     ("alltoall", lambda: HOOP.alltoall([ex] * P, [ok] * P)),
+                     ("alltoall_base", lambda: HOOP.alltoall_base(flat, big, [], [])),
+                     ("recv", lambda: HOOP.recv([ex], (R + 1) % P))):
+        expect_raises(ValueError, fn, "CUDA %s into an expanded tensor" % what, "share memory")
+
+
+class _Opts:
+    def __init__(self, root):
+        self.rootRank = root
 
 
 # ---- failures: an exception, never a hang ----
@@ -589,6 +681,7 @@ check_p2p_barrier()
 check_new_group()
 check_extras()
 check_refused()
+check_released()
 worst = check_ddp()
 check_hooks()
 print("rank %d of %d: collectives and DDP agree with gloo (largest DDP difference %g)"
