@@ -333,6 +333,7 @@ static void abort_in(hoop__tp_t *tp, int j, int code, const uint8_t *text, size_
         reason[k] = text[k] >= ' ' && text[k] < 0x7f ? (char)text[k] : '?';
     reason[len] = '\0';
     pe->ab_code = code == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED;
+    if (!tp->failed && pe->ready) tp->aborted_ready = 1;
     char msg[400];
     snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, len > 0 ? reason : "(no reason given)");
     peer_fail(tp, j, pe->ab_code, msg);

@@ -46,7 +46,8 @@
  * goodbye, as tcp does.
  *
  * ibverbs_setup.c holds listen, connect, settle and close; ibverbs.c the data path, completions,
- * waiting and abort; this header their shared state. Nothing else includes it.
+ * waiting and abort; this header their shared state. Nothing else in the library includes it
+ * (the verbs test double reads the fragment types).
  */
 #ifndef HOOP_IBVERBS_H
 #define HOOP_IBVERBS_H
@@ -158,6 +159,10 @@ struct hoop__tp {
     int notify; /* the CQ is armed: its next completion is an event on ch */
     int abort_sent;
     hoop_result_t failed;
+    /* The first failure was the abort notice of a peer that had said ready: that peer is through
+     * settle(), so every rank has entered it and had this rank's ready notice; the connection is
+     * made, and its first call fails with the reason. */
+    int aborted_ready;
     char conn_err[ABORT_MAX + 1];
 };
 

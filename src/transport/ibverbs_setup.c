@@ -381,6 +381,14 @@ hoop_result_t hoop__ibt_connect(hoop__tp_t *tp, const char *const *addrs, double
     return rc == HOOP_OK ? HOOP_OK : connect_failed(tp, rc);
 }
 
+/* settle()'s verdict once the transport failed after this rank sent its ready notices: a peer
+ * that aborted after it had said ready (on the same queue pair, so in that order) leaves a
+ * connected, aborted transport, as TCP and shared memory do. */
+static hoop_result_t settled_failed(const hoop__tp_t *tp)
+{
+    return tp->aborted_ready ? HOOP_OK : tp->failed;
+}
+
 hoop_result_t hoop__ibt_settle(hoop__tp_t *tp, double deadline)
 {
     if (tp->failed) return tp->failed;
@@ -393,7 +401,7 @@ hoop_result_t hoop__ibt_settle(hoop__tp_t *tp, double deadline)
             return connect_failed(tp, HOOP_ERR_SYSTEM);
         }
     for (;;) {
-        if (tp->failed) return tp->failed;
+        if (tp->failed) return settled_failed(tp);
         char missing[128] = "";
         size_t o = 0;
         for (int j = 0; j < tp->p.size && o + 12 < sizeof(missing); j++)

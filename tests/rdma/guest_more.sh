@@ -13,7 +13,9 @@
 #    peer showing rank 1's abort reason.
 # 3. split communicators over verbs (their queue pairs connected through an exchange over the
 #    parent): 4 ranks under auto on two faked hosts, where the new communicators that span both
-#    hosts must take verbs between them.
+#    hosts must take verbs between them; and 3 ranks where rank 0 aborts a split's communicator
+#    while rank 2 still settles its connections (the double holds rank 1's ready notice to it):
+#    the split succeeds on every rank and the first call fails with rank 0's abort.
 # 4. last (it takes the port away): NETDEV, the interface under rxe0 (dummy0), set down while 3 ranks
 #    loop: every rank must fail within HOOP_TIMEOUT naming a peer.
 set -u
@@ -72,6 +74,17 @@ grep 'transport per peer' out.s | sed 's/.*transport per peer/transport per peer
 # the world and the reversed group span both hosts (verbs between them); even and odd do not
 [ "$(grep -c 'transport per peer: .*ibverbs to rank(s) \[[0-9]' out.s)" = 8 ] ||
     bad "split under auto: the communicators spanning both hosts did not all take verbs"
+rm -f out.s
+
+# Rank 1 sends its ready notices to rank 0, then to rank 2, once for the world and once for the
+# split: its 4th is held, so that rank 2 hears rank 0's abort of the new communicator first.
+echo '--- test double: an abort while a peer settles (rank 1 ready notice 4 held)'
+HOOP_TEST_IBV_DOUBLE=$dbl HOOP_TEST_IBV_FAULT=hold_ready@1:4 HOOP_TRANSPORT=ibverbs HOOP_TIMEOUT=20 \
+    "$run" -n 3 "$split" --abort-after-split >out.s 2>&1 || { bad "abort while settling"; cat out.s; }
+grep -E 'FAIL|ibv double' out.s
+grep -q 'ready notice 4 on QP [0-9]* held' out.s || bad "abort while settling: nothing was held"
+[ "$(grep -c 'abort after split: rank [0-2]: checked' out.s)" = 3 ] ||
+    bad "abort while settling: not every rank checked"
 rm -f out.s
 
 if [ -n "$netdev" ]; then
