@@ -654,8 +654,7 @@ class Comm:
 
     def _broadcast(self, buf, root, dtype, nb):
         root = self._root(root, "broadcast")
-        # The root only reads buf: it may be read-only, or an expand()ed tensor.
-        b = as_buffer(buf, "broadcast buf", self._rank != root, dtype)
+        b = as_buffer(buf, "broadcast buf", True, dtype)
         return self._run("broadcast", "hoop_broadcast", (b.ptr, b.count, _DT(b), root), (b,),
                          (b,), b.obj, nb)
 

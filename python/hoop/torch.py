@@ -633,8 +633,8 @@ class ProcessGroupHoop(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         root = opts.rootRank if opts is not None else 0
-        for t in tensors:  # the root only reads its tensors
-            _check(t, "broadcast", out=self.rank() != root)
+        for t in tensors:
+            _check(t, "broadcast", out=True)
         reqs = [self._comm.ibroadcast(t, root) for t in tensors]
         return self._work("broadcast", tensors, reqs, list(tensors))
 
@@ -1200,10 +1200,8 @@ def _cuda_allreduce_coalesced(self, tensors, opts=None):
 def _cuda_broadcast(self, tensors, opts=None):
     tensors = _cuda_tensors(tensors)
     root = opts.rootRank if opts is not None else 0
-    # The root only reads its tensors.
-    writes = self.rank() != root
-    call = _CudaCall(self, "broadcast", tensors, tensors if writes else ())
-    reqs = [call.post(self._comm.ibroadcast, call.buf(t, writes), root, _dtype_name(t.dtype))
+    call = _CudaCall(self, "broadcast", tensors, tensors)
+    reqs = [call.post(self._comm.ibroadcast, call.buf(t, True), root, _dtype_name(t.dtype))
             for t in tensors]
     return call.work(reqs, tensors)
 
