@@ -78,7 +78,13 @@ static double now_s(void)
 /* An all-reduce of n float32 (sum), checked. */
 static hoop_result_t allreduce_checked(hoop_comm_t *c, size_t n, int salt)
 {
-    float *s = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+    float *s = calloc(n, sizeof(float)), *r = calloc(n, sizeof(float));
+    if (s == NULL || r == NULL) {
+        FAIL("out of memory for %zu floats", n);
+        free(s);
+        free(r);
+        return HOOP_ERR_NO_MEMORY;
+    }
     for (size_t i = 0; i < n; i++) s[i] = (float)((R + 1) * (int)(i % 7) + salt);
     hoop_result_t rc = hoop_allreduce(c, s, r, n, HOOP_FLOAT32, HOOP_SUM);
     for (size_t i = 0; rc == HOOP_OK && i < n; i++) {
