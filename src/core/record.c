@@ -19,17 +19,72 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "collectives/plan.h"
 #include "runtime/comm.h"
 
 #define RLX memory_order_relaxed
 
+/* ---- the clock ----
+ * Ticks become nanoseconds through two readings of both clocks: one as the first communicator
+ * opens its recorder, one as a dump is written (at least CALIBRATE_NS later). */
+
+#define CALIBRATE_NS 20000000ull
+
+int hoop__rec_tsc;
+static uint64_t tsc0, ns0;
+static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+
+static void clock_start(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    /* CPUID 0x80000007, EDX bit 8: the TSC runs at one rate in every state, on every core. */
+    if (__get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8))) {
+        ns0 = hoop__rec_ns();
+        tsc0 = __builtin_ia32_rdtsc();
+        hoop__rec_tsc = 1;
+    }
+#endif
+}
+
+/* What the ticks of a dump read now are in nanoseconds: ns0 + (t - tsc0) * rate. */
+typedef struct ticks {
+    double rate;
+} ticks_t;
+
+static ticks_t ticks_now(void)
+{
+    ticks_t k = {1.0};
+    if (!hoop__rec_tsc) return k;
+    uint64_t ns = hoop__rec_ns();
+    if (ns - ns0 < CALIBRATE_NS) {
+        uint64_t left = CALIBRATE_NS - (ns - ns0);
+        struct timespec ts = {0, (long)left};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t t = hoop__rec_clock();
+    ns = hoop__rec_ns();
+    k.rate = (double)(ns - ns0) / (double)(t - tsc0);
+    return k;
+}
+
+static uint64_t ticks_ns(const ticks_t *k, uint64_t t)
+{
+    if (t == 0 || !hoop__rec_tsc) return t;
+    return ns0 + (uint64_t)((double)(t - tsc0) * k->rate);
+}
+
 /* ---- the ring ---- */
 
 hoop_result_t hoop__rec_open(hoop_comm_t *c, uint32_t cap, const char *name)
 {
+    pthread_once(&clock_once, clock_start);
     hoop__rec_t *r = calloc(1, sizeof(*r));
     if (r == NULL) return HOOP_ERR_NO_MEMORY;
     if (cap > 0) {
@@ -70,12 +125,12 @@ static uint64_t moved(const hoop_comm_t *c)
 
 /* The entry of record id + 1 rec, NULL where none (off, or overwritten by a newer call: one
  * that was still pending HOOP_RECORD calls later). */
-static hoop__rec_entry_t *entry_of(const hoop_comm_t *c, uint64_t rec)
+static hoop__rec_entry_t *entry_of(const hoop_comm_t *c, const hoop__call_t *call)
 {
     const hoop__rec_t *r = c->rec;
-    if (rec == 0 || r->ring == NULL) return NULL;
-    hoop__rec_entry_t *e = &r->ring[(rec - 1) % r->cap];
-    return atomic_load_explicit(&e->id, RLX) == rec ? e : NULL;
+    if (call->rec == 0) return NULL;
+    hoop__rec_entry_t *e = &r->ring[call->rec_slot];
+    return atomic_load_explicit(&e->id, RLX) == call->rec ? e : NULL;
 }
 
 void hoop__rec_post(hoop_comm_t *c, hoop__call_t *call, int started)
@@ -84,7 +139,9 @@ void hoop__rec_post(hoop_comm_t *c, hoop__call_t *call, int started)
     call->rec = 0;
     if (r->ring == NULL) return;
     uint64_t id = atomic_load_explicit(&r->next, RLX);
-    hoop__rec_entry_t *e = &r->ring[id % r->cap];
+    uint32_t slot = r->slot;
+    hoop__rec_entry_t *e = &r->ring[slot];
+    r->slot = slot + 1 == r->cap ? 0 : slot + 1;
     /* A seqlock's writer: the entry reads as being written until its new id is stored. */
     atomic_store_explicit(&e->id, 0, RLX);
     atomic_thread_fence(memory_order_release);
@@ -103,11 +160,12 @@ void hoop__rec_post(hoop_comm_t *c, hoop__call_t *call, int started)
     atomic_store_explicit(&e->id, id + 1, memory_order_release);
     atomic_store_explicit(&r->next, id + 1, memory_order_release);
     call->rec = id + 1;
+    call->rec_slot = slot;
 }
 
 void hoop__rec_start(hoop_comm_t *c, const hoop__call_t *call)
 {
-    hoop__rec_entry_t *e = entry_of(c, call->rec);
+    hoop__rec_entry_t *e = entry_of(c, call);
     if (e == NULL || atomic_load_explicit(&e->state, RLX) != HOOP__REC_POSTED) return;
     atomic_store_explicit(&e->bytes0, moved(c), RLX);
     atomic_store_explicit(&e->t_started, hoop__rec_clock(), RLX);
@@ -117,7 +175,7 @@ void hoop__rec_start(hoop_comm_t *c, const hoop__call_t *call)
 void hoop__rec_end(hoop_comm_t *c, const hoop__call_t *call, hoop_result_t st)
 {
     if (st == HOOP_ERR_TIMEOUT) atomic_store(&c->rec_dump_due, 1);
-    hoop__rec_entry_t *e = entry_of(c, call->rec);
+    hoop__rec_entry_t *e = entry_of(c, call);
     if (e == NULL || atomic_load_explicit(&e->state, RLX) >= HOOP__REC_FINISHED) return;
     uint64_t now = hoop__rec_clock(), bytes = 0;
     if (call->kind == HOOP__K_SEND)
@@ -334,7 +392,8 @@ static void write_dump(FILE *f, hoop_comm_t *c)
     uint64_t first = r->cap > 0 && next > r->cap ? next - r->cap : 0;
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
-    uint64_t mono = hoop__rec_clock(), bytes_now = moved(c);
+    ticks_t k = ticks_now();
+    uint64_t mono = hoop__rec_ns(), bytes_now = moved(c);
     char fatal[sizeof(c->fatal_msg)];
     pthread_mutex_lock(&c->err_mu);
     memcpy(fatal, c->fatal_msg, sizeof(fatal));
@@ -391,6 +450,9 @@ static void write_dump(FILE *f, hoop_comm_t *c)
     for (uint64_t id = first; id < next; id++) {
         snap_t s;
         if (!snap_read(&r->ring[id % r->cap], id + 1, &s)) continue;
+        s.t_posted = ticks_ns(&k, s.t_posted);
+        s.t_started = ticks_ns(&k, s.t_started);
+        s.t_finished = ticks_ns(&k, s.t_finished);
         fprintf(f, "%s\n", any ? "," : "");
         write_entry(f, c, &s, bytes_now);
         any = 1;

@@ -46,6 +46,7 @@ typedef struct hoop__rec {
     hoop__rec_entry_t *ring; /* cap entries; NULL when the recorder is off (HOOP_RECORD=0) */
     uint32_t cap;
     _Atomic uint64_t next; /* the next record id: calls recorded so far (posting thread) */
+    uint32_t slot;         /* next's entry: next modulo cap, kept apart (posting thread) */
     uint64_t p2p_next;     /* the next point-to-point number (posting thread) */
     /* The communicator's name in the dump ("0" for one made by hoop_init, else its id in hex)
      * and whether it is registered for HOOP_RECORD_SIGNAL's dumps. */
@@ -54,11 +55,25 @@ typedef struct hoop__rec {
     struct hoop_comm *next_registered;
 } hoop__rec_t;
 
-static inline uint64_t hoop__rec_clock(void)
+/* The monotonic clock in nanoseconds. */
+static inline uint64_t hoop__rec_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+/* The recorder's clock, in ticks that cost little to read: the TSC where the CPU says it is
+ * invariant (x86-64: a third of the monotonic clock's cost, which is most of what recording a
+ * call costs; record.c turns ticks into monotonic nanoseconds as it dumps), else the monotonic
+ * clock's nanoseconds. Set once, before the first communicator records. */
+extern int hoop__rec_tsc;
+static inline uint64_t hoop__rec_clock(void)
+{
+#if defined(__x86_64__)
+    if (hoop__rec_tsc) return __builtin_ia32_rdtsc();
+#endif
+    return hoop__rec_ns();
 }
 
 /* c->rec: the ring of c (cap entries, 0 for none) and its name; HOOP_ERR_NO_MEMORY, c->rec

@@ -78,6 +78,7 @@ typedef struct hoop__call {
     int any_source;       /* a receive from any source: root is -1 until it is matched */
     int *source;          /* where such a receive writes its sender's rank (may be NULL) */
     uint64_t rec;         /* its flight recorder entry's record id + 1, 0 for none (record.h) */
+    uint32_t rec_slot;    /* and where that entry is in the ring */
 } hoop__call_t;
 
 struct hoop_request {

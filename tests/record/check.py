@@ -123,6 +123,10 @@ def check_ring(d, called, rank, p, where):
             saw_p2p += 1
             check(e["bytes"] == c["count"] * SIZE[c["dtype"]], "%s: bytes %s" % (w, e["bytes"]))
     check(saw_p2p > 0, "%s: no send or receive among the last %d" % (where, RECORD_N))
+    # The times are the monotonic clock's, whatever the recorder reads: the dump's own reading of
+    # it comes after the last call ended, and not long after (the job lasts seconds).
+    mono, end = h["monotonic_ns"], ents[-1]["time_discovered_completed_ns"]
+    check(end <= mono < end + 60e9, "%s: last call ended at %s, the dump was at %s" % (where, end, mono))
     if rank == 0:
         check(saw_fail == 1, "%s: %d failed calls among the last entries, want 1" % (where, saw_fail))
     last = max(n for (n, _), c in zip(numbers, called) if c["kind"] not in ("send", "recv"))
