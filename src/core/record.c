@@ -476,8 +476,11 @@ hoop_result_t hoop__rec_dump(hoop_comm_t *c, const char *path)
         default_path(c, def, sizeof(def));
         path = def;
     }
-    /* Whole or not at all: a reader never sees half a dump. */
-    int w = snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    /* Whole or not at all: a reader never sees half a dump; and two dumps at once (the signal's
+     * thread and the application's) each write a file of their own. */
+    static atomic_uint nth;
+    int w = snprintf(tmp, sizeof(tmp), "%s.%d-%u.tmp", path, (int)getpid(),
+                     atomic_fetch_add(&nth, 1));
     if (w < 0 || (size_t)w >= sizeof(tmp))
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "hoop_comm_dump: the path \"%.200s\" is too long", path);
