@@ -605,7 +605,9 @@ static int sig_begin(hoop_comm_t *c)
     sa.sa_sigaction = on_sigusr2;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGUSR2, &sa, &sig_old);
+    /* The handler in place is read first: ours may run as soon as it is installed. */
+    sigaction(SIGUSR2, NULL, &sig_old);
+    sigaction(SIGUSR2, &sa, NULL);
     return 0;
 }
 
