@@ -515,9 +515,11 @@ hoop_result_t hoop__rec_dump(hoop_comm_t *c, const char *path)
 
 void hoop__rec_dump_due(hoop_comm_t *c)
 {
+    /* A call that timed out alone (the communicator usable) dumps each time; an abort, once. */
     int due = atomic_load_explicit(&c->rec_dump_due, RLX) && atomic_exchange(&c->rec_dump_due, 0);
-    if (!due && (!atomic_load_explicit(&c->abort_dumps, RLX) || atomic_exchange(&c->rec_dumped, 1)))
-        return;
+    int abort_due = atomic_load_explicit(&c->abort_dumps, RLX) &&
+                    !atomic_exchange(&c->rec_dumped, 1);
+    if (!due && !abort_due) return;
     char path[HOOP__CONFIG_PATH + 64];
     default_path(c, path, sizeof(path));
     if (hoop__rec_dump(c, NULL) == HOOP_OK)
