@@ -163,7 +163,7 @@ static hoop_result_t check_comm(hoop_comm_t *c, const char *fn)
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) {
-        hoop__rec_dump_due(c); /* a timeout found while no call of this thread was running */
+        hoop__rec_dump_due(c); /* an abort by a timeout or a disagreement, seen by no call yet */
         hoop__comm_set_last(c, "%s: the communicator was aborted: %.500s", fn, c->fatal_msg);
         return ab == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : ab;
     }
