@@ -246,6 +246,18 @@ typedef struct hoop_stats {
 } hoop_stats_t;
 HOOP_API hoop_result_t hoop_comm_stats(const hoop_comm_t *comm, hoop_stats_t *stats);
 
+/* The flight recorder: every communicator keeps its last HOOP_RECORD calls (default 2048, 0 for
+ * none), each with its call number, kind, dtype, count, root or peer, op, algorithm, memory, state
+ * (posted, started, finished, failed with its code), times and bytes. hoop_comm_dump writes them
+ * as JSON in the layout of PyTorch's flight recorder (docs/reliability.md) to path, or, where
+ * path is NULL, to HOOP_RECORD_DIR (default: the current directory)/hoop-trace-<rank>.json
+ * (hoop-trace-<id>-<rank>.json for a communicator made by a split). Any thread, at any time,
+ * calls in flight or not; it writes a file aside and renames it, so that a reader never sees half
+ * of one. The same dump is written by itself where a call on comm fails with HOOP_ERR_TIMEOUT,
+ * and, with HOOP_RECORD_SIGNAL=1, whenever the process gets SIGUSR2. tools' hoop-trace reads the
+ * dumps of every rank and says where they part. */
+HOOP_API hoop_result_t hoop_comm_dump(hoop_comm_t *comm, const char *path);
+
 /* Schedule tracing: while fn is set, every collective on comm reports its schedule, one line per
  * event ("allreduce#3 ring step 2: send segment 1 chunk 0 (256 B) to rank 2"), to fn on the
  * thread that runs it. HOOP_TRACE=1 sets a tracer that writes to the log at start-up. NULL stops. */

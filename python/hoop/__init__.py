@@ -17,6 +17,7 @@ import atexit
 import ctypes
 import itertools
 import operator
+import os
 import signal
 import threading
 import weakref
@@ -473,6 +474,15 @@ class Comm:
         self._check(rc, "stats")
         return {"bytes_sent": st[0], "bytes_received": st[1], "messages_sent": st[2],
                 "messages_received": st[3]}
+
+    def dump(self, path=None):
+        """Writes the flight recorder's last calls on this communicator as JSON (PyTorch's
+        flight recorder layout; docs/reliability.md) to path, or to HOOP_RECORD_DIR's
+        hoop-trace-<rank>.json where path is None."""
+        p = None if path is None else os.fsencode(path)
+        with self._hlock:
+            rc = _lib().hoop_comm_dump(self._handle(), p)
+        self._check(rc, "dump")
 
     def split(self, color, key=None):
         """Collective: ranks with the same color form a new Comm, ordered by (key, rank).

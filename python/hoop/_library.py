@@ -85,6 +85,7 @@ def _declare(lib):
         "hoop_comm_set_algo": (R, [P, ctypes.c_char_p]),
         "hoop_comm_set_timeout": (R, [P, ctypes.c_double]),
         "hoop_comm_stats": (R, [P, ctypes.POINTER(ctypes.c_uint64 * 4)]),
+        "hoop_comm_dump": (R, [P, ctypes.c_char_p]),
         "hoop_allreduce": (R, [P, P, P, S, I, I]),
         "hoop_broadcast": (R, [P, P, S, I, I]),
         "hoop_reduce": (R, [P, P, P, S, I, I, I]),

@@ -38,6 +38,7 @@ void hoop__config_defaults(hoop__config_t *c)
     c->cuda_ipc_bytes = (size_t)32 << 20;
     c->cuda_ipc_oneshot_bytes = (size_t)256 << 10;
     c->ib_gid_index = -1;
+    c->record = 2048;
     strcpy(c->ib_reg_cache, "auto");
 }
 
@@ -289,6 +290,18 @@ static void read_devices(reader_t *r, hoop__config_t *c)
              "a size, e.g. 256K, or 0 for never");
 }
 
+static void read_record(reader_t *r, hoop__config_t *c)
+{
+    int_var(r, "HOOP_RECORD", &c->record, 0, HOOP__CONFIG_RECORD_MAX,
+            "a count of calls from 0 (off) to 1048576");
+    text_var(r, "HOOP_RECORD_DIR", c->record_dir, sizeof(c->record_dir),
+             "a path shorter than 512 bytes");
+    static const char *const onoff[] = {"0", "1"};
+    char s[2] = "0";
+    word_var(r, "HOOP_RECORD_SIGNAL", s, sizeof(s), onoff, 2);
+    c->record_signal = s[0] == '1';
+}
+
 static void read_test_hooks(reader_t *r, hoop__config_t *c)
 {
     static const char path[] = "a path shorter than 512 bytes";
@@ -306,6 +319,7 @@ hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *c
     read_choices(&r, c);
     read_transports(&r, c);
     read_devices(&r, c);
+    read_record(&r, c);
     read_test_hooks(&r, c);
     if (r.rc != HOOP_OK) snprintf(c->invalid, sizeof(c->invalid), "%s", err);
     char why[512];

@@ -11,6 +11,9 @@
 #define HOOP__CONFIG_PATH 512 /* the longest path a setting or test hook may name, NUL included */
 /* HOOP_IB_GID_INDEX's largest: the verbs transport reads 256 entries of a port's GID table. */
 #define HOOP__CONFIG_GID_INDEX_MAX 255
+/* HOOP_RECORD's largest: a flight recorder entry is under 128 bytes, so at most 128 MiB a
+ * communicator. */
+#define HOOP__CONFIG_RECORD_MAX (1 << 20)
 
 typedef struct hoop__config {
     int log_level;       /* HOOP_DEBUG: WARN (default), INFO, TRACE, NONE */
@@ -47,6 +50,12 @@ typedef struct hoop__config {
     char test_cuda_module[HOOP__CONFIG_PATH];
     char test_cuda_driver[HOOP__CONFIG_PATH];
     char test_ibv_double[HOOP__CONFIG_PATH];
+    /* The flight recorder (core/record.c): HOOP_RECORD, the calls each communicator keeps (0:
+     * off); HOOP_RECORD_DIR, where dumps go by default ("" = the current directory);
+     * HOOP_RECORD_SIGNAL, 1 = SIGUSR2 dumps every communicator. */
+    int record;
+    char record_dir[HOOP__CONFIG_PATH];
+    int record_signal;
     hoop__auth_key_t auth; /* HOOP_AUTH_KEY or HOOP_AUTH_KEY_FILE; auth.set = 0 when neither */
     /* The first malformed setting's sentence, "" when every one was read. Such a rank still
      * meets the others (its bad settings at their defaults), so that init fails on every rank

@@ -206,6 +206,17 @@ static const char *bytes_text(size_t b, char *buf, size_t n)
 }
 
 /* The schedule a point-to-point plan runs: its algorithm, or the collective's own. */
+static const char *schedule(const hoop__call_t *call);
+
+const char *hoop__plan_schedule(const hoop__call_t *call)
+{
+    switch (call->plan.engine) {
+    case HOOP__ENGINE_SHM: return "shm";
+    case HOOP__ENGINE_IPC: return "ipc";
+    default: return call->kind == HOOP__K_SEND ? "p2p" : schedule(call);
+    }
+}
+
 static const char *schedule(const hoop__call_t *call)
 {
     const hoop__plan_t *p = &call->plan;

@@ -41,6 +41,9 @@ hoop__plan_t hoop__plan_again(hoop__plan_t p, hoop__verdict_t v);
  * plan is and why, for INFO lines and traces; sized: with the call's size ("the call" without,
  * so that every call of a kind and plan is said alike). Returns buf. */
 const char *hoop__plan_describe(const hoop__call_t *call, int sized, char *buf, size_t n);
+/* The algorithm that runs call, in a word or two ("shm", "ipc", "ring", "binomial tree"): the
+ * flight recorder's (core/record.c). */
+const char *hoop__plan_schedule(const hoop__call_t *call);
 /* Says call's plan: a trace line (hoop-perf --explain shows it), and an INFO line when this kind
  * of call gets another plan than the ones INFO said last on the communicator. */
 void hoop__plan_say(const hoop__call_t *call);

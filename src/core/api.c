@@ -11,6 +11,7 @@
 #include "collectives/coll.h"
 #include "runtime/comm.h"
 #include "core/lifecycle.h"
+#include "core/record.h"
 #include "core/sched.h"
 
 /* ---- public tables (base/tables.c) ---- */
@@ -39,6 +40,14 @@ hoop_result_t hoop_comm_set_trace(hoop_comm_t *c, hoop_trace_fn fn, void *ctx)
     c->trace_ctx = ctx;
     pthread_mutex_unlock(&c->exec);
     return HOOP_OK;
+}
+
+hoop_result_t hoop_comm_dump(hoop_comm_t *c, const char *path)
+{
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    if (path != NULL && path[0] == '\0')
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "hoop_comm_dump: the path is empty");
+    return hoop__rec_dump(c, path);
 }
 
 hoop_result_t hoop_comm_stats(const hoop_comm_t *c, hoop_stats_t *st)
@@ -155,6 +164,7 @@ static hoop_result_t check_comm(hoop_comm_t *c, const char *fn)
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) {
+        hoop__rec_dump_due(c); /* an abort by a timeout or a disagreement, seen by no call yet */
         hoop__comm_set_last(c, "%s: the communicator was aborted: %.500s", fn, c->fatal_msg);
         return ab == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : ab;
     }

@@ -16,6 +16,7 @@
 #include "core/agree.h"
 #include "runtime/comm.h"
 #include "core/lifecycle.h"
+#include "core/record.h"
 #include "core/sched.h"
 #include "rendezvous/store.h"
 
@@ -86,11 +87,21 @@ hoop_comm_t *hoop__comm_alloc(const hoop__config_t *cfg, int rank, int size)
     }
     c->tp_ops = &hoop__mux_transport;
     c->reap = hoop__sched_reap;
+    if (hoop__rec_open(c, (uint32_t)cfg->record, "0") != HOOP_OK) {
+        HOOP__WARN(&c->log,
+                   "out of memory: cannot allocate the flight recorder's %d entries "
+                   "(HOOP_RECORD)",
+                   cfg->record);
+        hoop__comm_free(c);
+        return NULL;
+    }
     return c;
 }
 
 void hoop__comm_free(hoop_comm_t *c)
 {
+    /* No dump of it may start once it begins to go. */
+    hoop__rec_forget(c);
     hoop__sched_stop(c);
     if (c->tp != NULL) c->tp_ops->close(c->tp);
     hoop__log_close(&c->log);
@@ -105,6 +116,7 @@ void hoop__comm_free(hoop_comm_t *c)
     hoop__collectives_close(c);
     hoop__mem_close(c);
     free(c->ring);
+    hoop__rec_close(c);
     free(c);
 }
 
@@ -261,6 +273,7 @@ hoop_result_t hoop__comm_listen(hoop_comm_t *c, char *addr, const hoop__tp_oob_t
         .route_hint = route_hint,
         .report = report_from_transport,
         .report_ctx = c,
+        .peer_timed_out = &c->abort_dumps,
     };
     if (oob != NULL) p.oob = *oob;
     return c->tp_ops->listen(&p, &c->tp, addr, ADDR_LEN);
@@ -553,7 +566,9 @@ static hoop_result_t init_comm(init_t *in)
         if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id))
             c->id = (uint64_t)getpid();
         rc = hoop__comm_listen(c, in->addr, NULL);
-        return rc == HOOP_OK ? HOOP_OK : init_fail(in, rc, hoop__comm_last(c));
+        if (rc != HOOP_OK) return init_fail(in, rc, hoop__comm_last(c));
+        hoop__rec_register(c);
+        return HOOP_OK;
     }
     rc = agree_claim(in);
     if (rc == HOOP_OK) rc = listen_step(in);
@@ -568,6 +583,7 @@ static hoop_result_t init_comm(init_t *in)
     free(in->addrs);
     free(in->ptrs);
     hoop__store_close(in->st);
+    hoop__rec_register(c);
     HOOP__INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
                (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);
     HOOP__INFO(&c->log,

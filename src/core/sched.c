@@ -32,6 +32,7 @@
 
 #include "collectives/coll.h"
 #include "runtime/comm.h"
+#include "core/record.h"
 #include "core/sched.h"
 
 static void req_release(hoop_comm_t *c, hoop_request_t *r);
@@ -40,6 +41,9 @@ static void req_release(hoop_comm_t *c, hoop_request_t *r);
  * (a blocking call on a stream, which returned once queued) has nobody to wait for it. */
 static void finish(hoop_comm_t *c, hoop_request_t *r, hoop_result_t st)
 {
+    /* A collective that ran was recorded as it ended; a point-to-point request, or a call that
+     * never ran, ends here. */
+    hoop__rec_end(c, &r->call, st);
     hoop__mem_order_end(&r->call);
     r->status = st;
     atomic_store(&r->done, 1);
@@ -364,6 +368,7 @@ static hoop_result_t run_collective(hoop__call_t *call)
         }
         tell_abort(c);
     }
+    hoop__rec_end(c, call, st);
     return st;
 }
 
@@ -394,6 +399,7 @@ static void run_head(hoop_comm_t *c)
     if (ab == HOOP_OK && r->call.order != 0) ab = hoop__mem_order_start(&r->call);
     hoop_result_t st = ab;
     if (ab == HOOP_OK) {
+        hoop__rec_start(c, &r->call);
         if (is_p2p(&r->call)) {
             if (r->call.is_recv && (r->call.any_source || c->held != NULL))
                 hold(c, r);
@@ -645,6 +651,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         hoop__call_t local = *call;
         local.comm = c;
         local.seq = c->seq++;
+        hoop__rec_post(c, &local, 1);
         pthread_mutex_lock(&c->exec);
         hoop_result_t st = (hoop_result_t)atomic_load(&c->aborted);
         if (st == HOOP_OK) st = run_collective(&local);
@@ -663,6 +670,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         hoop__call_t local = *call;
         local.comm = c;
         local.seq = c->seq++;
+        hoop__rec_post(c, &local, 1);
         engine_enter(c);
         hoop_result_t st = (hoop_result_t)atomic_load(&c->aborted);
         if (st == HOOP_OK) st = run_collective(&local);
@@ -676,8 +684,10 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         hoop_request_t local;
         memset(&local, 0, sizeof(local));
         fill_request(c, &local, call, 1);
+        hoop__rec_post(c, &local.call, 1);
         engine_enter(c);
         hoop_result_t st = run(c, &local);
+        hoop__rec_end(c, &local.call, st);
         engine_leave(c);
         pthread_mutex_unlock(&c->mu);
         return st;
@@ -695,6 +705,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
     r->detached = detached;
     c->n_detached += detached;
     if (!is_p2p(call)) r->call.seq = c->seq++;
+    hoop__rec_post(c, &r->call, 0);
     if (c->tail)
         c->tail->next = r;
     else
@@ -745,6 +756,7 @@ hoop_result_t hoop__sched_post(hoop_comm_t *c, const hoop__call_t *call, hoop_re
     if (rc != HOOP_OK) return rc;
     rc = submit(c, call, req);
     post_leave(c);
+    if (rc != HOOP_OK) hoop__rec_dump_due(c);
     return rc;
 }
 
@@ -801,6 +813,12 @@ hoop_result_t hoop__sched_wait(hoop_request_t *h)
         st = hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                               "hoop_wait: another thread waited for the same request first");
     }
+    if (st != HOOP_OK && hoop__rec_dump_wanted(c)) {
+        /* Still a waiter, so that the communicator outlives the dump; mu is let go meanwhile. */
+        pthread_mutex_unlock(&c->mu);
+        hoop__rec_dump_due(c);
+        pthread_mutex_lock(&c->mu);
+    }
     c->waiters--;
     /* hoop_comm_destroy waits for the last waiter to leave before it frees the communicator. */
     if (c->stop) pthread_cond_broadcast(&c->cv);
@@ -823,6 +841,7 @@ hoop_result_t hoop__sched_test(hoop_request_t *h, int *done)
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "hoop_test: the request was already waited for (hoop_wait "
                                 "completes and frees a request)");
+    if (st != HOOP_OK) hoop__rec_dump_due(c);
     return st;
 }
 

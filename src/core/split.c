@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/lifecycle.h"
+#include "core/record.h"
 #include "core/sched.h"
 
 #define ADDR_LEN HOOP__ADDR_LEN
@@ -296,6 +297,8 @@ static hoop_result_t split_open(split_t *sp, uint32_t nth)
                                 sp->n, sp->color);
     /* Same id on every member, distinct per split and color. */
     nc->id = (c->id ^ (0x9e3779b97f4a7c15ull * (nth + 1))) + ((uint64_t)(uint32_t)sp->color << 32);
+    /* Its name in the flight recorder's dumps: the same on every member. */
+    snprintf(nc->rec->name, sizeof(nc->rec->name), "%016llx", (unsigned long long)nc->id);
     nc->timeout_s = c->timeout_s;
     nc->sched = c->sched;
     nc->agreed = c->agreed; /* hoop_comm_set_algo's choice too */
@@ -390,6 +393,7 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     if (rc == HOOP_OK && sp.nc != NULL) {
         HOOP__INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, sp.newrank,
                    sp.n);
+        hoop__rec_register(sp.nc);
         *newcomm = sp.nc;
         sp.nc = NULL;
     }

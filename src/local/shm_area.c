@@ -311,6 +311,9 @@ static void say_aborted(hoop_comm_t *c, hoop__shc_t *a, hoop_result_t code)
     size_t n = strnlen(c->fatal_msg, sizeof(me->reason) - 1);
     memcpy(me->reason, c->fatal_msg, n);
     me->reason[n] = '\0';
+    /* An abort that a timeout caused says so (the peers still fail with HOOP_ERR_ABORTED, but
+     * their flight recorders dump: core/record.c). */
+    if (code == HOOP_ERR_ABORTED && atomic_load(&c->abort_dumps)) code = HOOP_ERR_TIMEOUT;
     atomic_store(&me->aborted, (uint32_t)code);
     for (uint64_t b = 0; b < 2; b++)
         futex(&hoop__shc_line(a, c->rank, b)->step, FUTEX_WAKE, INT_MAX, NULL);
@@ -351,6 +354,7 @@ static hoop_result_t peer_failed(const hoop__call_t *call, hoop__shc_t *a, int q
     char mine[128];
     hoop__call_describe(call, mine, sizeof(mine));
     if (ab != 0) {
+        if (ab == HOOP_ERR_TIMEOUT) atomic_store(&c->abort_dumps, 1);
         char why[REASON];
         memcpy(why, pc->reason, sizeof(why));
         why[sizeof(why) - 1] = '\0';

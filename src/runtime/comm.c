@@ -57,6 +57,9 @@ void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     if (first) {
         snprintf(c->fatal_msg, sizeof(c->fatal_msg), "%s", msg);
         atomic_store(&c->aborted, (int)code);
+        /* A timeout or a disagreement, here or at a peer that said so: the flight recorder's
+         * dump is wanted (core/record.c). */
+        if (code == HOOP_ERR_TIMEOUT || code == HOOP_ERR_MISMATCH) atomic_store(&c->abort_dumps, 1);
     }
     show_last(c, c->fatal_msg);
     pthread_mutex_unlock(&c->err_mu);

@@ -77,6 +77,8 @@ typedef struct hoop__call {
     int order;            /* stream-ordered: its ordering slot + 1 (mem.h), 0 for none */
     int any_source;       /* a receive from any source: root is -1 until it is matched */
     int *source;          /* where such a receive writes its sender's rank (may be NULL) */
+    uint64_t rec;         /* its flight recorder entry's record id + 1, 0 for none (record.h) */
+    uint32_t rec_slot;    /* and where that entry is in the ring */
 } hoop__call_t;
 
 struct hoop_request {
@@ -186,6 +188,16 @@ struct hoop_comm {
 
     /* Traffic counters (hoop_comm_stats), written by whoever drives the transport. */
     _Atomic uint64_t bytes_sent, bytes_received, messages_sent, messages_received;
+    /* The flight recorder (core/record.h): the last calls, for hoop_comm_dump. Never NULL once
+     * the communicator is made. */
+    struct hoop__rec *rec;
+    /* A call on it timed out: its dump is written as the failure reaches the caller (set by
+     * hoop__comm_fail and the recorder, taken by hoop__rec_dump_due). */
+    atomic_int rec_dump_due;
+    /* The abort's cause is a timeout or a disagreement, here or at a peer (whose notice said so):
+     * a dump is wanted once (rec_dumped), and the notices this rank sends on an abort a peer's
+     * timeout caused say timeout too. */
+    atomic_int abort_dumps, rec_dumped;
     /* Schedule tracer (hoop_comm_set_trace), or NULL. */
     hoop_trace_fn trace_fn;
     void *trace_ctx;

@@ -141,7 +141,7 @@ static void peer_fail(hoop__tp_t *tp, int j, hoop_result_t code, const char *msg
     pe->lost = 1;
     if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED && pe->ab_code == HOOP_OK) {
         size_t len = strlen(msg);
-        (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)code, msg,
+        (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)hoop__tp_notice_code(&tp->p, code), msg,
                                   len < ABORT_MAX ? len : ABORT_MAX);
     }
     fail_peer_xfers(tp, j, code);
@@ -332,6 +332,8 @@ static void abort_in(hoop__tp_t *tp, int j, int code, const uint8_t *text, size_
     for (size_t k = 0; k < len; k++)
         reason[k] = text[k] >= ' ' && text[k] < 0x7f ? (char)text[k] : '?';
     reason[len] = '\0';
+    if (code == HOOP_ERR_TIMEOUT && tp->p.peer_timed_out != NULL)
+        atomic_store(tp->p.peer_timed_out, 1);
     pe->ab_code = code == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED;
     if (!tp->failed && pe->ready) tp->aborted_ready = 1;
     char msg[400];
@@ -810,7 +812,8 @@ void hoop__ibt_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
         if (!pe->used) continue;
         /* The queue pairs stay up until close(), so that the notice leaves. */
         if (first && !pe->lost && pe->up)
-            (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)code, text, len);
+            (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)hoop__tp_notice_code(&tp->p, code), text,
+                                      len);
         fail_peer_xfers(tp, j, code);
         pe->lost = 1;
     }

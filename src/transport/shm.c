@@ -334,6 +334,8 @@ static int fail_if_aborted(hoop__tp_t *tp, int j)
     snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, why);
     /* A disagreement stays one on every rank; any other cause is an abort here. */
     uint32_t code = atomic_load_explicit(&pe->sh->aborted, memory_order_relaxed);
+    if (code == HOOP_ERR_TIMEOUT && tp->p.peer_timed_out != NULL)
+        atomic_store(tp->p.peer_timed_out, 1);
     peer_fail(tp, j, code == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED, msg);
     return 1;
 }
@@ -748,7 +750,7 @@ static void shm_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
     if (tp->sh != NULL && !atomic_load(&tp->sh->aborted)) {
         snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s",
                  reason != NULL && reason[0] ? reason : hoop__error_string(code));
-        atomic_store(&tp->sh->aborted, (uint32_t)code);
+        atomic_store(&tp->sh->aborted, (uint32_t)hoop__tp_notice_code(&tp->p, code));
     }
     for (int j = 0; j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];

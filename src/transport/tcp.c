@@ -220,6 +220,8 @@ static void start_abort(hoop__tp_t *tp, int peer, const hoop__wire_hdr_t *h)
         return;
     }
     pe->ab_active = 1;
+    if (h->flags == HOOP_ERR_TIMEOUT && tp->p.peer_timed_out != NULL)
+        atomic_store(tp->p.peer_timed_out, 1);
     /* A disagreement stays one on every rank; any other cause is an abort here. */
     pe->ab_code = h->flags == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED;
     pe->ab_need = (size_t)h->payload_len;
@@ -699,7 +701,7 @@ static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *te
     sock_t *so = &tp->peers[j].socks[0];
     if (so->fd < 0 || (so->sq != NULL && so->sq->pos != 0)) return;
     uint8_t msg[HOOP__WIRE_HDR_SIZE + ABORT_MAX];
-    hoop__tcp_notice_hdr(tp, code, len, len, msg);
+    hoop__tcp_notice_hdr(tp, hoop__tp_notice_code(&tp->p, code), len, len, msg);
     memcpy(msg + HOOP__WIRE_HDR_SIZE, text, len);
     /* Best effort: a full or broken socket just goes without the reason. */
     (void)send(so->fd, msg, HOOP__WIRE_HDR_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -12,6 +12,7 @@
 #ifndef HOOP_TRANSPORT_H
 #define HOOP_TRANSPORT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -105,8 +106,22 @@ typedef struct hoop__tp_params {
      * refused at post() (a memory type the transport cannot take): code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
     void *report_ctx;
+    /* Set to 1 where a peer's abort notice gives a timeout as its cause, which is reported as an
+     * abort here: this rank's flight recorder then dumps too (core/record.c), and the notices
+     * this rank sends on give a timeout as theirs. May be NULL. */
+    atomic_int *peer_timed_out;
     hoop__tp_oob_t oob;
 } hoop__tp_params_t;
+
+/* The code an abort notice to a peer carries: code, but a timeout where this abort passes on a
+ * peer's that a timeout caused, so that the next peers' flight recorders dump too (the peers fail
+ * with HOOP_ERR_ABORTED all the same: a notice's code only tells a mismatch apart). */
+static inline hoop_result_t hoop__tp_notice_code(const hoop__tp_params_t *p, hoop_result_t code)
+{
+    if (code == HOOP_ERR_ABORTED && p->peer_timed_out != NULL && atomic_load(p->peer_timed_out))
+        return HOOP_ERR_TIMEOUT;
+    return code;
+}
 
 typedef struct hoop__transport_ops {
     const char *name;

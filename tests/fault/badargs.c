@@ -239,6 +239,7 @@ static void free_functions(void)
     EXPECT(NULL, hoop_test(NULL, &done), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
     hoop_stats_t st;
     EXPECT(NULL, hoop_comm_stats(NULL, &st), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
+    EXPECT(NULL, hoop_comm_dump(NULL, NULL), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
     EXPECT(NULL, hoop_comm_set_trace(NULL, trace_sink, NULL), HOOP_ERR_INVALID_ARGUMENT, NULL,
            NULL);
     EXPECT(NULL, hoop_comm_destroy(NULL), HOOP_ERR_INVALID_ARGUMENT, NULL, NULL);
@@ -450,6 +451,10 @@ static void collectives(hoop_comm_t *c, int extra)
         hoop_stats_t st;
         EXPECT(c, hoop_comm_stats(c, NULL), INV, NULL, NULL);
         EXPECT(c, hoop_comm_stats(c, &st), HOOP_OK, NULL, NULL);
+        /* A dump nowhere to be written: a sentence naming the path, the communicator goes on. */
+        EXPECT(c, hoop_comm_dump(c, ""), INV, "hoop_comm_dump", "empty");
+        EXPECT(c, hoop_comm_dump(c, "/nonexistent-dir/hoop/dump.json"), HOOP_ERR_SYSTEM,
+               "hoop_comm_dump", "/nonexistent-dir/hoop/dump.json");
 
         /* Split: a NULL result pointer, colors below HOOP_SPLIT_NONE. */
         hoop_comm_t *nc = (hoop_comm_t *)&tried;

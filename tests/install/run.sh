@@ -49,6 +49,9 @@ header=$(find "$root" -name hoop.h | head -n 1)
 [ -n "$hooprun" ] || fail "no hooprun installed"
 [ -n "$header" ] || fail "no hoop.h installed"
 [ -n "$(find "$root" -name 'hoop-perf' -type f)" ] || fail "no hoop-perf installed"
+trace=$(find "$root" -name 'hoop-trace' -type f | head -n 1)
+[ -n "$trace" ] && [ -x "$trace" ] || fail "no hoop-trace installed"
+"$trace" --help >/dev/null 2>&1 || fail "the installed hoop-trace does not run"
 libdir=$(dirname "$(find "$root" -name 'libhoop.so*' | head -n 1)")
 [ -f "$libdir/libhoop.a" ] || fail "no libhoop.a next to libhoop.so in $libdir"
 # libhoop opens its CUDA module from its own directory: where one was built, it must be there.

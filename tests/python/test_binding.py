@@ -15,6 +15,7 @@ twins are copied back only after that stream has been waited for.
 """
 import array
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -602,6 +603,18 @@ def check_errors():
              "allreduce with algo " + algo)
     st = comm.stats()
     expect(P == 1 or st["bytes_sent"] > 0, "stats: %s" % st)
+    # The flight recorder: its last entries are the all-reduces just made, in order.
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "dump.json")
+        comm.dump(path)
+        with open(path) as f:
+            ents = json.load(f)["entries"]
+        last = ents[-6:]
+        expect([e["profiling_name"] for e in last] == ["hoop:all_reduce"] * 6 and
+               all(e["count"] == 1031 and e["dtype"] == "int32" and e["hoop_state"] == "finished"
+                   for e in last), "dump: the last entries are %s" % last)
+        expect_raises(hoop.SystemCallError, lambda: comm.dump(os.path.join(d, "no", "such", "dir.json")), "dump nowhere",
+                      "dir.json")
     # A numpy scalar is immutable: a result written into it would be lost without a word.
     s = np.float32(R + 1)
     expect_raises(hoop.InvalidArgumentError, lambda: comm.allreduce(s), "numpy scalar in place",

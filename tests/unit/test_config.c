@@ -47,6 +47,26 @@ static void defaults(void **state)
     assert_int_equal(c.sockets_per_peer, 1);
     assert_int_equal(c.chunk_bytes, 512 * 1024);
     assert_true(c.timeout_s == 300.0);
+    assert_int_equal(c.record, 2048);
+    assert_string_equal(c.record_dir, "");
+    assert_int_equal(c.record_signal, 0);
+}
+
+/* The flight recorder's settings: 0 turns it off, the largest ring is taken, the rest as typed. */
+static void record_settings(void **state)
+{
+    (void)state;
+    hoop__config_t c;
+    char err[256];
+    env_t e = {
+        {{"HOOP_RECORD", "0"}, {"HOOP_RECORD_DIR", "/tmp/x y"}, {"HOOP_RECORD_SIGNAL", "1"}}};
+    assert_int_equal(hoop__config_parse(&c, lookup, &e, err, sizeof(err)), HOOP_OK);
+    assert_int_equal(c.record, 0);
+    assert_string_equal(c.record_dir, "/tmp/x y");
+    assert_int_equal(c.record_signal, 1);
+    env_t big = {{{"HOOP_RECORD", "1048576"}}};
+    assert_int_equal(hoop__config_parse(&c, lookup, &big, err, sizeof(err)), HOOP_OK);
+    assert_int_equal(c.record, 1048576);
 }
 
 static void every_variable(void **state)
@@ -126,6 +146,13 @@ static void bad_values_name_the_variable(void **state)
         {"HOOP_IB_HCA", "^="},
         {"HOOP_IB_HCA", "mlx5 0"},
         {"HOOP_DEBUG_SUBSYS", "LOUD"},
+        {"HOOP_RECORD", "-1"},
+        {"HOOP_RECORD", "lots"},
+        {"HOOP_RECORD", "2k"},
+        {"HOOP_RECORD", "1048577"},
+        {"HOOP_RECORD", "99999999999999999999"},
+        {"HOOP_RECORD_SIGNAL", "yes"},
+        {"HOOP_RECORD_SIGNAL", "2"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hoop__config_t c;
@@ -380,6 +407,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults),
+        cmocka_unit_test(record_settings),
         cmocka_unit_test(every_variable),
         cmocka_unit_test(bad_values_name_the_variable),
         cmocka_unit_test(timeout_bounds),
