@@ -27,8 +27,23 @@ static void report_from_transport(void *ctx, hoop_result_t code, int peer, const
     hoop_comm_t *c = ctx;
     (void)peer;
     /* A lost peer while the communicator is healthy is the root cause worth reporting; later
-     * failures are consequences of the abort. */
-    if (!atomic_load(&c->aborted)) hoop__comm_fail(c, code, "%s", msg);
+     * failures are consequences of the abort, but still fail the call in flight. */
+    if (!atomic_load(&c->aborted))
+        hoop__comm_fail(c, code, "%s", msg);
+    else
+        hoop__comm_fail_calls(c, 0);
+}
+
+/* A peer's abort notice: the calls it had finished may still end here. */
+static void notice_from_transport(void *ctx, hoop_result_t code, int peer, const char *msg,
+                                  uint64_t done)
+{
+    hoop_comm_t *c = ctx;
+    (void)peer;
+    if (!atomic_load(&c->aborted))
+        hoop__comm_fail_from(c, code, done, "%s", msg);
+    else
+        hoop__comm_fail_calls(c, done);
 }
 
 #define MAX_RANKS HOOP__MAX_RANKS
@@ -52,6 +67,7 @@ hoop_comm_t *hoop__comm_alloc(const hoop__config_t *cfg, int rank, int size)
     hoop__agreed_from(&c->agreed, cfg);
     c->algo = hoop__wire_algo_parse(c->agreed.algo);
     c->timeout_s = cfg->timeout_s;
+    atomic_init(&c->fail_from, UINT64_MAX);
     c->p2p_send_seq = calloc((size_t)size, sizeof(uint64_t));
     c->p2p_recv_seq = calloc((size_t)size, sizeof(uint64_t));
     if (c->p2p_send_seq == NULL || c->p2p_recv_seq == NULL) {
@@ -272,8 +288,10 @@ hoop_result_t hoop__comm_listen(hoop_comm_t *c, char *addr, const hoop__tp_oob_t
         .log = &c->log,
         .route_hint = route_hint,
         .report = report_from_transport,
+        .report_notice = notice_from_transport,
         .report_ctx = c,
         .peer_timed_out = &c->abort_dumps,
+        .calls_done = &c->calls_done,
     };
     if (oob != NULL) p.oob = *oob;
     return c->tp_ops->listen(&p, &c->tp, addr, ADDR_LEN);

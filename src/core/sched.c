@@ -359,6 +359,8 @@ static hoop_result_t run_collective(hoop__call_t *call)
     hoop_result_t st = separate_input(call);
     if (st == HOOP_OK) st = hoop__collective_run(call);
     call->sendbuf = sendbuf;
+    /* Before exec goes back: an abort told the peers from here on says this call is done. */
+    if (st == HOOP_OK) atomic_store(&c->calls_done, call->seq + 1);
     if (st != HOOP_OK) {
         if (!atomic_load(&c->aborted)) {
             char what[128];

@@ -45,13 +45,19 @@ hoop_result_t hoop__comm_error(hoop_comm_t *c, hoop_result_t code, const char *f
     return code;
 }
 
-void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
+void hoop__comm_fail_calls(hoop_comm_t *c, uint64_t from)
 {
-    va_list ap;
-    va_start(ap, fmt);
+    uint64_t cur = atomic_load(&c->fail_from);
+    while (from < cur && !atomic_compare_exchange_weak(&c->fail_from, &cur, from)) {
+    }
+}
+
+static void fail_v(hoop_comm_t *c, hoop_result_t code, uint64_t from, const char *fmt, va_list ap)
+{
     char msg[400];
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
+    /* Before aborted shows: a wait that sees the abort reads which calls it fails. */
+    hoop__comm_fail_calls(c, from);
     pthread_mutex_lock(&c->err_mu);
     int first = atomic_load(&c->aborted) == 0;
     if (first) {
@@ -65,4 +71,20 @@ void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     pthread_mutex_unlock(&c->err_mu);
     if (first)
         HOOP__WARN(&c->log, "%s: %s; the communicator is aborted", hoop__error_string(code), msg);
+}
+
+void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(c, code, 0, fmt, ap);
+    va_end(ap);
+}
+
+void hoop__comm_fail_from(hoop_comm_t *c, hoop_result_t code, uint64_t from, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(c, code, from, fmt, ap);
+    va_end(ap);
 }

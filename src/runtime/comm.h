@@ -149,6 +149,13 @@ struct hoop_comm {
     /* Errors: the first fatal one aborts the communicator. */
     pthread_mutex_t err_mu;
     atomic_int aborted; /* hoop_result_t of the failure, 0 while healthy */
+    /* The first collective call the failure fails (UINT64_MAX while healthy). A failure found
+     * here fails the call in flight (0); a peer's abort notice, only the calls from the count it
+     * had finished: the ranks still finishing a call that peer did its part of may end it. */
+    _Atomic uint64_t fail_from;
+    /* Collective calls this rank has finished (the number of the last that returned HOOP_OK,
+     * plus one): an abort notice tells the peers (transport.h, calls_done). */
+    _Atomic uint64_t calls_done;
     char fatal_msg[512];
     /* The last error's sentence (hoop_comm_last_error) in two slots: a writer fills the slot not
      * shown, under err_mu, then shows it, so that a thread reading it while another thread writes
@@ -240,6 +247,13 @@ struct hoop_comm {
  * communicator (transport closed, calls fail). */
 void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* As hoop__comm_fail, for a peer's abort notice: fails the calls from number from on (fail_from)
+ * rather than the one in flight too. */
+void hoop__comm_fail_from(hoop_comm_t *c, hoop_result_t code, uint64_t from, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Lowers fail_from to from (it only goes down): for a failure after the first, whose sentence is
+ * not the communicator's. */
+void hoop__comm_fail_calls(hoop_comm_t *c, uint64_t from);
 /* The last error's sentence, and setting it (any thread). */
 const char *hoop__comm_last(const hoop_comm_t *c);
 void hoop__comm_set_last(hoop_comm_t *c, const char *fmt, ...)

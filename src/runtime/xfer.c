@@ -99,6 +99,16 @@ static hoop_result_t xfer_failed(const hoop__call_t *call, const hoop__xfer_t *x
     return x->status;
 }
 
+/* Whether the communicator's failure fails call now. A point-to-point call fails at once; a
+ * collective only when a failure was found here or came from a rank that had not finished it:
+ * where every failure so far came in abort notices of peers that had, it goes on waiting for its
+ * transfers, which a failed peer's transport fails, and which a healthy peer either completes or
+ * fails as it aborts in turn (if it cannot end the call, it tells why); the timeout bounds it. */
+static int fails_call(const hoop__call_t *call)
+{
+    return call->kind == HOOP__K_SEND || call->seq >= atomic_load(&call->comm->fail_from);
+}
+
 static void nap_us(long us)
 {
     struct timespec ts = {0, us * 1000};
@@ -138,7 +148,7 @@ hoop_result_t hoop__xwait(const hoop__call_t *call, hoop__xfer_t *const *xs, int
         }
         if (ndone == n) return HOOP_OK;
         hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
-        if (ab) {
+        if (ab && fails_call(call)) {
             c->tp_ops->abort(c->tp, ab, c->fatal_msg);
             return ab;
         }

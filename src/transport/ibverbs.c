@@ -131,22 +131,35 @@ static void fail_peer_xfers(hoop__tp_t *tp, int j, hoop_result_t code)
     }
 }
 
-/* The first failure of peer j: its transfers fail with code and msg is reported. A peer that can
- * still hear it (it sent a mismatched message, say) is told msg first. The whole transport aborts
- * at once, telling the other peers, as tcp does. */
+/* An abort notice to peer j: the calls this rank finished (8 bytes, little-endian), the reason. */
+static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *text, size_t len)
+{
+    uint8_t body[8 + ABORT_MAX];
+    uint64_t done = hoop__tp_calls_done(&tp->p);
+    if (len > ABORT_MAX) len = ABORT_MAX;
+    for (int i = 0; i < 8; i++) body[i] = (uint8_t)(done >> (8 * i));
+    memcpy(body + 8, text, len);
+    (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)code, body, 8 + len);
+}
+
+/* The first failure of peer j: its transfers fail with code and msg is reported (as the peer's
+ * notice where it came in one). A peer that can still hear it (it sent a mismatched message, say)
+ * is told msg first. Once settled, the other peers' transfers go on, as over tcp: the
+ * communicator aborts the transport when no call it runs can end; while connecting, the first
+ * failure of a peer aborts it whole at once. */
 static void peer_fail(hoop__tp_t *tp, int j, hoop_result_t code, const char *msg)
 {
     peer_t *pe = &tp->peers[j];
     if (pe->lost) return;
     pe->lost = 1;
-    if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED && pe->ab_code == HOOP_OK) {
-        size_t len = strlen(msg);
-        (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)hoop__tp_notice_code(&tp->p, code), msg,
-                                  len < ABORT_MAX ? len : ABORT_MAX);
-    }
+    if (code != HOOP_ERR_PEER_LOST && code != HOOP_ERR_ABORTED && pe->ab_code == HOOP_OK)
+        send_abort(tp, j, hoop__tp_notice_code(&tp->p, code), msg, strlen(msg));
     fail_peer_xfers(tp, j, code);
-    tp->p.report(tp->p.report_ctx, code, j, msg);
-    if (!tp->abort_sent) hoop__ibt_abort(tp, code, msg);
+    if (pe->ab_heard)
+        hoop__tp_report_notice(&tp->p, code, j, msg, pe->ab_done);
+    else
+        tp->p.report(tp->p.report_ctx, code, j, msg);
+    if (!tp->abort_sent && !tp->settled) hoop__ibt_abort(tp, code, msg);
 }
 
 static void peer_lost(hoop__tp_t *tp, int j, const char *why)
@@ -200,6 +213,7 @@ static int release_slot(hoop__tp_t *tp, int j)
 }
 
 static void match(hoop__tp_t *tp, int j);
+static void abort_take(hoop__tp_t *tp, int j);
 
 /* A zero-copy request for receive x: its buffer registered and offered to the sender (F_CTS), or,
  * where it cannot be registered, an offer of nothing, and the payload comes eagerly after all. */
@@ -319,26 +333,46 @@ static void match(hoop__tp_t *tp, int j)
             x->done = 1;
         }
     }
+    if (!pe->lost && pe->ab_held && pe->arr_n == 0) abort_take(tp, j);
     if (!pe->lost && pe->rq != NULL && pe->arr_n == 0 && pe->zr_mr == NULL && pe->bye)
         peer_lost(tp, j, "it closed its communicator");
 }
 
-/* An abort notice from peer j: the reason, printable characters only. */
-static void abort_in(hoop__tp_t *tp, int j, int code, const uint8_t *text, size_t len)
+/* Peer j's abort notice, once every data fragment it sent before is taken. */
+static void abort_take(hoop__tp_t *tp, int j)
 {
     peer_t *pe = &tp->peers[j];
+    pe->ab_held = 0;
+    pe->ab_heard = 1;
+    peer_fail(tp, j, pe->ab_code, pe->ab_msg);
+}
+
+/* An abort notice from peer j: the calls it had finished, the reason (printable characters only).
+ * Held while data fragments of j wait for their receives (match() takes it after them). */
+static void abort_in(hoop__tp_t *tp, int j, int code, const uint8_t *body, size_t len)
+{
+    peer_t *pe = &tp->peers[j];
+    pe->ab_done = 0;
+    if (len >= 8) {
+        for (int i = 0; i < 8; i++) pe->ab_done |= (uint64_t)body[i] << (8 * i);
+        body += 8;
+        len -= 8;
+    }
     char reason[ABORT_MAX + 1];
     if (len > ABORT_MAX) len = ABORT_MAX;
     for (size_t k = 0; k < len; k++)
-        reason[k] = text[k] >= ' ' && text[k] < 0x7f ? (char)text[k] : '?';
+        reason[k] = body[k] >= ' ' && body[k] < 0x7f ? (char)body[k] : '?';
     reason[len] = '\0';
     if (code == HOOP_ERR_TIMEOUT && tp->p.peer_timed_out != NULL)
         atomic_store(tp->p.peer_timed_out, 1);
     pe->ab_code = code == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED;
     if (!tp->failed && pe->ready) tp->aborted_ready = 1;
-    char msg[400];
-    snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, len > 0 ? reason : "(no reason given)");
-    peer_fail(tp, j, pe->ab_code, msg);
+    snprintf(pe->ab_msg, sizeof(pe->ab_msg), "rank %d aborted: %s", j,
+             len > 0 ? reason : "(no reason given)");
+    if (pe->arr_n > 0)
+        pe->ab_held = 1;
+    else
+        abort_take(tp, j);
 }
 
 /* A fragment came into slot i of peer j. */
@@ -397,6 +431,11 @@ static void wc_error(hoop__tp_t *tp, int j, const struct ibv_wc *wc)
 {
     peer_t *pe = &tp->peers[j];
     if (pe->lost || pe->gone) return;
+    /* A peer whose notice is held went away after it: the notice is what it failed with. */
+    if (pe->ab_held) {
+        pe->gone = 1;
+        return;
+    }
     /* A peer that said goodbye may be gone already: only the transfers that need it fail. */
     if (pe->bye && pe->sq == NULL && pe->rq == NULL && pe->zx == NULL) {
         pe->gone = 1;
@@ -792,6 +831,13 @@ static void ibt_post(hoop__tp_t *tp, hoop__xfer_t *x)
             x->done = 1;
             return;
         }
+        /* A peer that aborted reads nothing more: a send to it cannot complete. */
+        if (pe->ab_held) {
+            abort_take(tp, j);
+            x->status = pe->ab_code;
+            x->done = 1;
+            return;
+        }
         push(&pe->sq, &pe->sq_tail, x);
         move_sends(tp, j);
     } else {
@@ -812,8 +858,7 @@ void hoop__ibt_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
         if (!pe->used) continue;
         /* The queue pairs stay up until close(), so that the notice leaves. */
         if (first && !pe->lost && pe->up)
-            (void)hoop__ibt_send_ctrl(tp, j, F_ABORT, (int)hoop__tp_notice_code(&tp->p, code), text,
-                                      len);
+            send_abort(tp, j, hoop__tp_notice_code(&tp->p, code), text, len);
         fail_peer_xfers(tp, j, code);
         pe->lost = 1;
     }

@@ -42,8 +42,10 @@
  * leaves no completion behind on a rank that only receives from it, or waits on another rank, so
  * while any transfer waits, every peer with nothing in flight gets an 8-byte RDMA WRITE to its
  * probe word every PROBE_S seconds; the dead peer's is answered with retry exceeded. abort()
- * sends every peer its reason (best effort, without waiting), settle() a ready notice, close() a
- * goodbye, as tcp does.
+ * sends every peer its reason (best effort, without waiting) after the number of calls this rank
+ * had finished (8 bytes), settle() a ready notice, close() a goodbye, as tcp does. A notice that
+ * comes while data fragments of the peer wait for their receives is taken once they are: the peer
+ * sent them first.
  *
  * ibverbs_setup.c holds listen, connect, settle and close; ibverbs.c the data path, completions,
  * waiting and abort; this header their shared state. Nothing else in the library includes it
@@ -105,6 +107,10 @@ typedef struct peer {
     int up;   /* its queue pair is in RTS */
     int lost, bye, ready, gone;
     hoop_result_t ab_code; /* set once its abort notice came */
+    /* Its abort notice, held while data fragments it sent before wait (ab_held), then taken */
+    int ab_held, ab_heard;
+    uint64_t ab_done; /* the calls it had finished, as its notice said */
+    char ab_msg[ABORT_MAX + 64];
     uint64_t moved;
     /* receive slots: rbuf[i * SLOT_BYTES]; arrived data fragments in order, not yet taken */
     uint8_t *rbuf;
@@ -158,6 +164,7 @@ struct hoop__tp {
     int armed;  /* arm() announced a sleep; the next progress() ends it */
     int notify; /* the CQ is armed: its next completion is an event on ch */
     int abort_sent;
+    int settled; /* settle() succeeded: a peer's failure no longer aborts the whole transport */
     hoop_result_t failed;
     /* The first failure was the abort notice of a peer that had said ready: that peer is through
      * settle(), so every rank has entered it and had this rank's ready notice; the connection is

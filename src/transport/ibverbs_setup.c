@@ -407,7 +407,10 @@ hoop_result_t hoop__ibt_settle(hoop__tp_t *tp, double deadline)
         for (int j = 0; j < tp->p.size && o + 12 < sizeof(missing); j++)
             if (tp->peers[j].used && !tp->peers[j].ready)
                 o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%d", o ? "," : "", j);
-        if (o == 0) return HOOP_OK;
+        if (o == 0) {
+            tp->settled = 1;
+            return HOOP_OK;
+        }
         double left = deadline - hoop__now();
         if (left <= 0) {
             char msg[200];

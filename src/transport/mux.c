@@ -64,6 +64,14 @@ static void mux_report(void *ctx, hoop_result_t code, int peer, const char *msg)
     tp->p.report(tp->p.report_ctx, code, peer, msg);
 }
 
+static void mux_report_notice(void *ctx, hoop_result_t code, int peer, const char *msg,
+                              uint64_t done)
+{
+    hoop__tp_t *tp = ctx;
+    snprintf(tp->last, sizeof(tp->last), "%s", msg);
+    hoop__tp_report_notice(&tp->p, code, peer, msg, done);
+}
+
 /* FNV-1a: a short fingerprint of the host identity, not a secret. */
 static uint64_t fnv(uint64_t h, const char *s)
 {
@@ -161,6 +169,7 @@ static hoop_result_t mux_listen(const hoop__tp_params_t *p, hoop__tp_t **out, ch
         if (!used(p, t)) continue;
         hoop__tp_params_t sp = *p;
         sp.report = mux_report;
+        sp.report_notice = mux_report_notice;
         sp.report_ctx = tp;
         hoop_result_t rc = ROW(t).ops->listen(&sp, &tp->sub[t], tp->own[t], sizeof(tp->own[t]));
         if (rc != HOOP_OK) return rc;

@@ -145,6 +145,7 @@ static void fail_q(hoop__tp_t *tp, queue_t *q, hoop_result_t code)
     }
 }
 
+/* A peer whose abort was reported as a notice already is not reported again. */
 static void peer_fail(hoop__tp_t *tp, int j, hoop_result_t code, const char *msg)
 {
     peer_t *pe = &tp->peers[j];
@@ -153,7 +154,7 @@ static void peer_fail(hoop__tp_t *tp, int j, hoop_result_t code, const char *msg
     fail_q(tp, &pe->sq, code);
     fail_q(tp, &pe->aq, code);
     fail_q(tp, &pe->rq, code);
-    tp->p.report(tp->p.report_ctx, code, j, msg);
+    if (!pe->ab_heard) tp->p.report(tp->p.report_ctx, code, j, msg);
 }
 
 /* ---- data path ---- */
@@ -171,6 +172,8 @@ static void ring_read(const uint8_t *ring, size_t rb, uint64_t pos, uint8_t *dst
     memcpy(dst, ring + at, first);
     if (first < n) memcpy(dst + first, ring, n - first);
 }
+
+static int check_aborted(hoop__tp_t *tp, int j);
 
 static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
 {
@@ -209,6 +212,8 @@ static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
     } else {
         q_push(&pe->rq, o);
     }
+    /* After its abort, only what the peer wrote before can still come. */
+    if (pe->ab_heard) check_aborted(tp, x->peer);
 }
 
 /* The stamp word at a frame's start: what a frame written whole carries there, once complete. */
@@ -323,20 +328,55 @@ static void publish_tail(peer_t *pe)
     }
 }
 
-/* Peer j aborted: fail it with its own reason. Returns 1 if so. */
-static int fail_if_aborted(hoop__tp_t *tp, int j)
+/* Peer j aborted (its flag is up): reports it once, as the peer's notice with the calls it had
+ * finished. */
+static void hear_abort(hoop__tp_t *tp, int j)
 {
     peer_t *pe = &tp->peers[j];
-    if (!atomic_load_explicit(&pe->sh->aborted, memory_order_acquire)) return 0;
-    char msg[REASON_LEN + 64], why[REASON_LEN];
+    if (pe->ab_heard) return;
+    char why[REASON_LEN];
     memcpy(why, pe->sh->reason, sizeof(why));
     why[sizeof(why) - 1] = '\0';
-    snprintf(msg, sizeof(msg), "rank %d aborted: %s", j, why);
+    snprintf(pe->ab_msg, sizeof(pe->ab_msg), "rank %d aborted: %s", j, why);
     /* A disagreement stays one on every rank; any other cause is an abort here. */
     uint32_t code = atomic_load_explicit(&pe->sh->aborted, memory_order_relaxed);
     if (code == HOOP_ERR_TIMEOUT && tp->p.peer_timed_out != NULL)
         atomic_store(tp->p.peer_timed_out, 1);
-    peer_fail(tp, j, code == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED, msg);
+    pe->ab_code = code == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED;
+    pe->ab_heard = 1;
+    hoop__tp_report_notice(&tp->p, pe->ab_code, j, pe->ab_msg, pe->sh->abort_done);
+}
+
+/* Peer j aborted: fail it now, with its own reason. Returns 1 if so. For a single copy, whose
+ * source buffer an aborted writer may have handed back. */
+static int fail_if_aborted(hoop__tp_t *tp, int j)
+{
+    peer_t *pe = &tp->peers[j];
+    if (!atomic_load_explicit(&pe->sh->aborted, memory_order_acquire)) return 0;
+    hear_abort(tp, j);
+    peer_fail(tp, j, pe->ab_code, pe->ab_msg);
+    return 1;
+}
+
+static int recv_some(hoop__tp_t *tp, int j);
+
+/* Peer j aborted: reported at once, but it fails only what it cannot complete any more. Its flag
+ * went up after everything it wrote, and it writes nothing after: the frames in its ring go to
+ * the receives posted for them (now, or later: one posted afterwards still finds its frame), and
+ * the single copies it finished reading complete the sends. A send still queued, or a receive
+ * whose frame is not there once the ring is read, never will: then the peer fails. Returns 1 if
+ * it failed the peer or reported it now. */
+static int check_aborted(hoop__tp_t *tp, int j)
+{
+    peer_t *pe = &tp->peers[j];
+    if (pe->lost || !atomic_load_explicit(&pe->sh->aborted, memory_order_acquire)) return 0;
+    int news = !pe->ab_heard;
+    hear_abort(tp, j);
+    if (pe->rq.head != NULL) recv_some(tp, j);
+    if (!pe->lost && pe->aq.head != NULL) send_some(tp, j);
+    if (pe->lost) return 1;
+    if (pe->sq.head == NULL && pe->aq.head == NULL && pe->rq.head == NULL) return news;
+    peer_fail(tp, j, pe->ab_code, pe->ab_msg);
     return 1;
 }
 
@@ -418,6 +458,7 @@ static int frame_single_copy(hoop__tp_t *tp, int j, op_t *o, size_t *avail, int 
     }
     uint64_t a;
     memcpy(&a, o->hdr + SHDR_SIZE, 8);
+    if (fail_if_aborted(tp, j)) return -1;
     /* A closed sender dropped this send and may have freed its buffer. */
     if (atomic_load(&pe->sh->closed)) {
         char msg[96];
@@ -528,7 +569,7 @@ static int pending(const peer_t *pe) { return pe->sq.head || pe->aq.head || pe->
  * (2)? Read-only, for spinning and for the re-check before sleeping. */
 static int ready(const hoop__tp_t *tp, const peer_t *pe)
 {
-    if (atomic_load(&pe->sh->aborted) != 0) return 2;
+    if (atomic_load(&pe->sh->aborted) != 0) return pe->ab_heard && !pending(pe) ? 0 : 2;
     if (atomic_load(&pe->sh->closed) && pending(pe)) return 2;
     if (pe->rq.head != NULL && (atomic_load(stamp_at(pe->in_data, tp->ring_bytes, pe->in_tail)) ==
                                     stamp_of(pe->in_tail, tp->nonce) ||
@@ -569,8 +610,9 @@ static int check_peers(hoop__tp_t *tp)
     for (int j = 0; j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
         if (!pe->local || pe->lost) continue;
-        if (fail_if_aborted(tp, j)) {
-            failed = 1;
+        /* An aborted peer's close and exit are no news: its reason is what it failed with. */
+        if (atomic_load_explicit(&pe->sh->aborted, memory_order_acquire) != 0) {
+            failed |= check_aborted(tp, j);
         } else if (atomic_load_explicit(&pe->sh->closed, memory_order_acquire)) {
             if (pending(pe)) failed |= lose(tp, j, "it closed its connections", 0);
         } else if (pe->pidfd >= 0) {
@@ -750,6 +792,7 @@ static void shm_abort(hoop__tp_t *tp, hoop_result_t code, const char *reason)
     if (tp->sh != NULL && !atomic_load(&tp->sh->aborted)) {
         snprintf(tp->sh->reason, sizeof(tp->sh->reason), "%s",
                  reason != NULL && reason[0] ? reason : hoop__error_string(code));
+        tp->sh->abort_done = hoop__tp_calls_done(&tp->p);
         atomic_store(&tp->sh->aborted, (uint32_t)hoop__tp_notice_code(&tp->p, code));
     }
     for (int j = 0; j < tp->p.size; j++) {

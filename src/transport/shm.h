@@ -27,7 +27,9 @@
  * when ranks outnumber cores), then sleeps on the futex word in its own header after announcing
  * it; whoever moves a head, a tail or a single-copy count checks that announcement and wakes it
  * (see publish() for the fences). Peer death is seen through a pidfd, and an aborting rank
- * writes its reason into its header for the others to read.
+ * writes its reason, and the number of calls it had finished, into its header for the others to
+ * read; it writes nothing after, so a reader takes in what is in its ring before it counts the
+ * peer failed, as a notice that came last.
  *
  * shm_setup.c holds listening, mapping the peers' segments, connecting and settling; shm.c the
  * data path, waiting, abort and close; this header their shared state. Nothing else includes it.
@@ -84,6 +86,7 @@ typedef struct seg_hdr {
     int32_t bell_wfd;      /* the owner's fd of its bell pipe's write end, -1 if none */
     _Alignas(LINE) _Atomic uint32_t aborted;
     _Atomic uint32_t closed;    /* the owner closed its instance */
+    uint64_t abort_done;        /* the calls the owner had finished: written before aborted */
     _Atomic uint32_t mapped_by; /* peers that have mapped this segment */
     _Atomic uint32_t ready;     /* the owner's settle(): all its transports connected */
     char reason[REASON_LEN];
@@ -122,6 +125,11 @@ typedef struct peer {
     int cheap;      /* publish() without a fence: see there */
     int bell_fd;    /* the peer's bell pipe, opened for reading and writing (see map_peer), or -1 */
     uint64_t moved; /* bytes written to and taken from its rings, read by single copy */
+    /* Its abort was seen and reported (as a notice: ab_msg); until what it wrote before is taken
+     * in, the peer is not lost (see check_aborted). */
+    int ab_heard;
+    hoop_result_t ab_code;
+    char ab_msg[REASON_LEN + 64];
 } peer_t;
 
 struct hoop__tp {

@@ -69,12 +69,14 @@ static void fail_queue(hoop__tp_t *tp, seg_t **head, seg_t **tail, hoop_result_t
 
 static void send_abort(hoop__tp_t *tp, int j, hoop_result_t code, const char *text, size_t len);
 
-/* Fails everything queued for peer with code, shuts its sockets and reports msg once. A peer whose
- * connection still works (it sent a mismatched message, say) is told msg first, so that it fails
- * with the cause too. The descriptors stay open until close(): closing a socket with unread data
- * would reset the connection, and the peer could lose that notice. The first failure of a peer
- * aborts the whole transport at once, telling the other peers msg: the communicator is aborted by
- * it anyway, and the others must hear why even if no later call reaches the transport. */
+/* Fails everything queued for peer with code, shuts its sockets and reports msg once (as the
+ * peer's notice where it came in one). A peer whose connection still works (it sent a mismatched
+ * message, say) is told msg first, so that it fails with the cause too. The descriptors stay
+ * open until close(): closing a socket with unread data would reset the connection, and the peer
+ * could lose that notice. Once settled, the other peers' transfers go on: the communicator
+ * aborts the transport (telling them why) as soon as no call it still runs can end, at the latest
+ * as the thread that read this gives the engine back. While connecting, the first failure of a
+ * peer aborts the whole transport at once. */
 static void peer_fail(hoop__tp_t *tp, int peer, hoop_result_t code, const char *msg)
 {
     peer_t *pe = &tp->peers[peer];
@@ -91,8 +93,11 @@ static void peer_fail(hoop__tp_t *tp, int peer, hoop_result_t code, const char *
         fail_queue(tp, &s->rq, &s->rq_tail, code);
         if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
     }
-    tp->p.report(tp->p.report_ctx, code, peer, msg);
-    if (!tp->abort_sent) hoop__tcp_abort(tp, code, msg);
+    if (pe->ab_heard)
+        hoop__tp_report_notice(&tp->p, code, peer, msg, pe->ab_done);
+    else
+        tp->p.report(tp->p.report_ctx, code, peer, msg);
+    if (!tp->abort_sent && !tp->settled) hoop__tcp_abort(tp, code, msg);
 }
 
 static void salvage_abort(hoop__tp_t *tp, int peer);
@@ -174,6 +179,7 @@ static void finish_abort(hoop__tp_t *tp, int peer)
     if (o > 0 && n > 0 && (size_t)n < sizeof(msg))
         snprintf(msg + n, sizeof(msg) - (size_t)n, "; rank %d was still waiting on rank(s) %s",
                  tp->p.rank, waiting);
+    pe->ab_heard = 1;
     peer_fail(tp, peer, pe->ab_code, msg);
 }
 
@@ -226,16 +232,31 @@ static void start_abort(hoop__tp_t *tp, int peer, const hoop__wire_hdr_t *h)
     pe->ab_code = h->flags == HOOP_ERR_MISMATCH ? HOOP_ERR_MISMATCH : HOOP_ERR_ABORTED;
     pe->ab_need = (size_t)h->payload_len;
     pe->ab_got = 0;
+    pe->ab_done = h->seq;
     read_abort(tp, peer);
 }
 
+/* A message of peer's whose header socket 0 has taken (no receive of socket 0 is left) still has
+ * stripes to come on the other sockets. */
+static int stripes_pending(const hoop__tp_t *tp, int peer)
+{
+    const peer_t *pe = &tp->peers[peer];
+    for (int k = 1; k < tp->nsock; k++)
+        if (pe->socks[k].rq != NULL) return 1;
+    return 0;
+}
+
 /* Socket 0 of peer while no receive of it is reading a payload: takes in the next header. An
- * abort notice fails the peer; any other header is held for the receive it belongs to. */
+ * abort notice fails the peer; any other header is held for the receive it belongs to. Not while
+ * stripes of the last message are still coming: the peer sent them before what follows on socket
+ * 0, and a notice read first would fail a message that arrives whole (unless the connection is
+ * ending: then the notice is all that can still be read). */
 void hoop__tcp_idle_read(hoop__tp_t *tp, int peer)
 {
     peer_t *pe = &tp->peers[peer];
     sock_t *so = &pe->socks[0];
     if (pe->lost || so->fd < 0) return;
+    if (!pe->salvaging && !pe->ab_active && stripes_pending(tp, peer)) return;
     if (pe->ab_active) {
         read_abort(tp, peer);
         return;
@@ -407,6 +428,10 @@ static int sock_io(hoop__tp_t *tp, int peer, int k)
         finish(x, HOOP_OK);
         seg_free(tp, s);
     }
+    /* The last stripe is in: what waits behind it on socket 0 may be read now. */
+    if (k > 0 && moved && so->rq == NULL && tp->peers[peer].socks[0].rq == NULL &&
+        !stripes_pending(tp, peer))
+        hoop__tcp_idle_read(tp, peer);
     return moved;
 }
 
@@ -437,7 +462,8 @@ static short sock_events(const hoop__tp_t *tp, int j, int k)
     else if (so->rq != NULL && (so->rq->hlen > 0 || *tcp_hdr_ok(so->rq->x)))
         ev |= POLLIN;
     /* Idle socket 0: watch for an abort notice (and take the next header in early). */
-    else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP__WIRE_HDR_SIZE)
+    else if (k == 0 && so->rq == NULL && !so->hup && so->hb_len < HOOP__WIRE_HDR_SIZE &&
+             !stripes_pending(tp, j))
         ev |= POLLIN;
     else if (!so->hup)
         ev |= POLLRDHUP;
@@ -679,6 +705,7 @@ static hoop_result_t tcp_settle(hoop__tp_t *tp, double deadline)
     free(ready);
     free(pf);
     free(who);
+    tp->settled = rc == HOOP_OK;
     return rc == HOOP_OK ? HOOP_OK : hoop__tcp_connect_failed(tp, NULL, rc, NULL);
 }
 

@@ -18,10 +18,12 @@
  * listener closes.
  *
  * Abort: the first abort() sends every peer, on socket 0 and only between two messages (never into
- * the middle of one), a header of kind HOOP__K_ABORT whose payload is the reason, without waiting.
- * A receiver reads headers on socket 0 even while it has no receive posted from that peer (a header
- * that is not an abort is held for the receive that will take it), so it fails with
- * "rank j aborted: <reason>" instead of a bare lost connection.
+ * the middle of one), a header of kind HOOP__K_ABORT whose payload is the reason and whose seq is
+ * the number of collective calls this rank had finished, without waiting. A receiver reads
+ * headers on socket 0 even while it has no receive posted from that peer (a header that is not an
+ * abort is held for the receive that will take it), so it fails with "rank j aborted: <reason>"
+ * instead of a bare lost connection. The notice comes after every message sent before it, so a
+ * receiver has taken those in before it hears it.
  *
  * Settling: once every rank's connections are up, each sends every peer a ready notice (an abort
  * notice with no code, no reason and count 1: the first header on socket 0) and waits for one
@@ -92,6 +94,8 @@ typedef struct peer {
     int ab_active;  /* reading the reason of an abort notice */
     size_t ab_need, ab_got;
     hoop_result_t ab_code; /* HOOP_ERR_MISMATCH when the peer aborted on a disagreement */
+    uint64_t ab_done;      /* the calls it had finished, as its notice said */
+    int ab_heard;          /* its failure is its notice: reported with ab_done */
     char ab_text[ABORT_MAX + 1];
 } peer_t;
 
@@ -106,6 +110,7 @@ struct hoop__tp {
     seg_t *free_segs;
     hoop_result_t failed;
     int abort_sent;
+    int settled; /* settle() succeeded: a peer's failure no longer aborts the whole transport */
     char conn_err[ABORT_MAX + 1]; /* why connect() failed, for the peers connected so far */
     /* Sleeping in another poll() (wait_fd, arm): the epoll set, made at the first such sleep. */
     int ep_state; /* 0 not made yet, 1 epfd is the set, -1 there is none */

@@ -422,6 +422,7 @@ void hoop__tcp_notice_hdr(const hoop__tp_t *tp, hoop_result_t code, uint64_t cou
     h.comm_id = tp->p.comm_id;
     h.count = count;
     h.payload_len = len;
+    h.seq = hoop__tp_calls_done(&tp->p);
     hoop__wire_encode(&h, b);
 }
 

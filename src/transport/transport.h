@@ -105,11 +105,18 @@ typedef struct hoop__tp_params {
     /* Called (on the progressing thread) with the first failure of a peer, and with each transfer
      * refused at post() (a memory type the transport cannot take): code and a sentence. */
     void (*report)(void *ctx, hoop_result_t code, int peer, const char *msg);
+    /* Where set, called instead of report for a peer's abort notice: done is the number of
+     * collective calls that peer had finished when it aborted (its calls_done, below), so that
+     * its abort need not fail a call it did its part of. Else report is. */
+    void (*report_notice)(void *ctx, hoop_result_t code, int peer, const char *msg, uint64_t done);
     void *report_ctx;
     /* Set to 1 where a peer's abort notice gives a timeout as its cause, which is reported as an
      * abort here: this rank's flight recorder then dumps too (core/record.c), and the notices
      * this rank sends on give a timeout as theirs. May be NULL. */
     atomic_int *peer_timed_out;
+    /* The number of collective calls this rank has finished, or NULL (none): read by abort(),
+     * whose notice carries it to the peers (their report_notice's done). */
+    const _Atomic uint64_t *calls_done;
     hoop__tp_oob_t oob;
 } hoop__tp_params_t;
 
@@ -141,14 +148,18 @@ typedef struct hoop__transport_ops {
     void (*post)(hoop__tp_t *tp, hoop__xfer_t *x);
     /* Moves bytes of queued transfers; sleeps at most timeout_ms when nothing can move. A peer that
      * closes or resets fails its transfers with HOOP_ERR_PEER_LOST; a header that does not match the
-     * posted receive fails it with HOOP_ERR_MISMATCH (got holds what arrived). */
+     * posted receive fails it with HOOP_ERR_MISMATCH (got holds what arrived). A peer's failure
+     * (its abort notice included, read only after everything it sent before it) fails that peer's
+     * transfers alone and is reported: transfers with the other peers go on until abort(), which
+     * is the communicator's to call, so that a call a failing peer had finished can still end. */
     void (*progress)(hoop__tp_t *tp, int timeout_ms);
     /* Makes a sleeping progress() return soon, and wait_fd() readable while armed. Any thread. */
     void (*wake)(hoop__tp_t *tp);
     /* Fails every queued transfer with code and shuts the connections so peers notice. The first
      * call also tells every reachable peer the reason (best effort, without blocking), so that they
      * fail with HOOP_ERR_ABORTED and "rank R aborted: <reason>" rather than a bare lost
-     * connection. Repeated calls are cheap no-ops. Any thread that drives progress. */
+     * connection; the notice carries p.calls_done as it is then. Repeated calls are cheap no-ops.
+     * Any thread that drives progress. */
     void (*abort)(hoop__tp_t *tp, hoop_result_t code, const char *reason);
     /* Frees the instance. Queued transfers are dropped without completion. */
     void (*close)(hoop__tp_t *tp);
@@ -214,6 +225,22 @@ static inline int hoop__tp_probe_unreadable(hoop__wire_hdr_t *hdr, int peer, uin
     hdr->src = (uint32_t)peer;
     hdr->comm_id = comm_id;
     return 1;
+}
+
+/* Reports a peer's abort notice through p (report_notice, or report where it has none). */
+static inline void hoop__tp_report_notice(const hoop__tp_params_t *p, hoop_result_t code, int peer,
+                                          const char *msg, uint64_t done)
+{
+    if (p->report_notice != NULL)
+        p->report_notice(p->report_ctx, code, peer, msg, done);
+    else
+        p->report(p->report_ctx, code, peer, msg);
+}
+
+/* What an abort notice of this rank says it finished (p.calls_done). */
+static inline uint64_t hoop__tp_calls_done(const hoop__tp_params_t *p)
+{
+    return p->calls_done != NULL ? atomic_load(p->calls_done) : 0;
 }
 
 /* Per peer the first transport of the registry (registry.h) that reaches it: shared memory to

@@ -3,7 +3,7 @@
  * peer does next; and a peer's abort reaches the others with its reason, whatever its timing. Run
  * as every rank under hooprun (nobody dies: rank 1 only fails or aborts its communicator).
  *
- *   hooprun -n N finished --scenario mismatch|abort-after|abort-during [--rounds K]
+ *   hooprun -n N finished --scenario mismatch|abort-after|abort-during [--rounds K] [--count C]
  *
  * Each round runs on a fresh communicator split from the world one: a first all-reduce (call #0,
  * which also sets up the shared area over shared memory), then call #1, an all-reduce made alike
@@ -23,8 +23,10 @@
  *                 never only that rank 1 was lost; call #5 fails everywhere.
  *
  * The rounds' sizes cycle through a payload in the area's lines, one in its buffers and one over
- * several rounds of them (4, 1000 and 100000 int32). At the end every rank's count of failed
- * checks is summed over the world communicator: each rank passes only if every rank did.
+ * several rounds of them (4, 1000 and 100000 int32); --count C makes every round's C int32 (over
+ * the point-to-point algorithms, the ring's multi-step calls are where a late notice can land). At
+ * the end every rank's count of failed checks is summed over the world communicator: each rank
+ * passes only if every rank did.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -41,6 +43,7 @@ static const char *const SCEN[] = {"mismatch", "abort-after", "abort-during"};
 static int R, P, failures;
 static int landed_mid; /* abort-during rounds where one of calls #2-#4 failed here (R != 1) */
 static const size_t SIZES[] = {4, 1000, 100000};
+static size_t fixed_count; /* --count, 0: cycle through SIZES */
 static const char *const ABORT_WHY = "hoop_comm_abort was called on rank 1";
 
 #define FAIL(...)                                                                                  \
@@ -101,7 +104,7 @@ static void round_(hoop_comm_t *world, int scen, int round)
         return;
     }
     hoop_comm_set_timeout(c, 20);
-    size_t n = SIZES[round % 3];
+    size_t n = fixed_count > 0 ? fixed_count : SIZES[round % 3];
     int32_t *s = malloc((n + 1) * sizeof(int32_t)), *r = malloc((n + 1) * sizeof(int32_t));
     int right;
     rc = call_allreduce(c, s, r, n, 0, &right);
@@ -111,9 +114,8 @@ static void round_(hoop_comm_t *world, int scen, int round)
         goto out;
     }
     if (scen == S_ABORT_DURING) {
-        /* Call #1: once rank 1 is past it, every rank is done with call #0. Over the
-         * point-to-point algorithms a rank still finishing call #0 could otherwise fail it on
-         * the abort (docs/reliability.md, known gaps). */
+        /* Call #1: once rank 1 is past it, every rank is done with call #0, so that the abort
+         * lands in calls #2 to #4 on every rank. */
         rc = hoop_barrier(c);
         if (rc != HOOP_OK) {
             FAIL("round %d: the barrier: %s", round, hoop_comm_last_error(c));
@@ -202,11 +204,15 @@ int main(int argc, char **argv)
                 if (!strcmp(argv[i + 1], SCEN[k])) scen = k;
         } else if (!strcmp(argv[i], "--rounds")) {
             rounds = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--count")) {
+            long v = atol(argv[i + 1]);
+            fixed_count = v > 0 ? (size_t)v : 0;
+            if (v <= 0) rounds = 0; /* refused below */
         }
     }
     if (scen < 0 || rounds < 1) {
-        fprintf(stderr,
-                "usage: finished --scenario mismatch|abort-after|abort-during [--rounds K]\n");
+        fprintf(stderr, "usage: finished --scenario mismatch|abort-after|abort-during [--rounds K] "
+                        "[--count C]\n");
         return 2;
     }
     hoop_comm_t *world = NULL;

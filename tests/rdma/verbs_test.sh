@@ -31,7 +31,7 @@ case $mode in
 suites)
     vm=$1 conf=$(abspath "$2") run=$(abspath "$3") coll=$(abspath "$4") fault=$(abspath "$5")
     mr=$(abspath "$6") frank=$(abspath "$7") dbl=$(abspath "$8") split=$(abspath "$9")
-    anysrc=$(abspath "${10}")
+    anysrc=$(abspath "${10}") finished=$(abspath "${11}")
     more=$(abspath "$(dirname "$0")/guest_more.sh")
     script="
         set -e
@@ -65,6 +65,9 @@ suites)
             --timeout 2
         '$fault' --transport ibverbs --mode mismatch --what count --count 100003 --victim 2 --ranks 3 \
             --timeout 2
+        echo '--- a call every rank finished survives rank 1 aborting right after it'
+        HOOP_TRANSPORT=ibverbs '$run' -n 3 '$finished' --scenario abort-after --rounds 100 \
+            --count 100000
         sh '$more' '$run' '$mr' '$frank' '$dbl' '$split' \$NETDEV
         echo '--- every verbs run passed'
     "
