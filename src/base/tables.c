@@ -18,6 +18,24 @@ const char *hoop__error_string(hoop_result_t r)
     return "unknown error";
 }
 
+const char *hoop__error_name(hoop_result_t r)
+{
+    switch (r) {
+    case HOOP_OK: return "HOOP_OK";
+    case HOOP_ERR_INVALID_ARGUMENT: return "HOOP_ERR_INVALID_ARGUMENT";
+    case HOOP_ERR_SYSTEM: return "HOOP_ERR_SYSTEM";
+    case HOOP_ERR_TIMEOUT: return "HOOP_ERR_TIMEOUT";
+    case HOOP_ERR_PEER_LOST: return "HOOP_ERR_PEER_LOST";
+    case HOOP_ERR_MISMATCH: return "HOOP_ERR_MISMATCH";
+    case HOOP_ERR_AUTH: return "HOOP_ERR_AUTH";
+    case HOOP_ERR_UNSUPPORTED: return "HOOP_ERR_UNSUPPORTED";
+    case HOOP_ERR_ABORTED: return "HOOP_ERR_ABORTED";
+    case HOOP_ERR_NO_MEMORY: return "HOOP_ERR_NO_MEMORY";
+    case HOOP_ERR_INTERNAL: return "HOOP_ERR_INTERNAL";
+    }
+    return "unknown";
+}
+
 const char *hoop__dtype_name(hoop_dtype_t dt)
 {
     static const char *const names[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",

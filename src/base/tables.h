@@ -11,6 +11,9 @@
 
 /* Static strings, never NULL: "unknown error", "invalid-dtype", "invalid-op" outside the enums. */
 const char *hoop__error_string(hoop_result_t r);
+/* The code's name in hoop.h ("HOOP_ERR_TIMEOUT"), for what tools read (the flight recorder's
+ * dump); "unknown" outside the enum. */
+const char *hoop__error_name(hoop_result_t r);
 const char *hoop__dtype_name(hoop_dtype_t dt);
 const char *hoop__op_name(hoop_op_t op);
 /* Bytes per element; 0 for a value that is no dtype. */

@@ -25,6 +25,7 @@
 #include <cpuid.h>
 #endif
 
+#include "base/tables.h"
 #include "collectives/plan.h"
 #include "runtime/comm.h"
 
@@ -274,25 +275,6 @@ static void sizes(int kind, uint64_t n, int p, uint64_t *in, uint64_t *out)
     }
 }
 
-/* hoop.h's names, which a reader of the dump can look up. */
-static const char *code_name(hoop_result_t r)
-{
-    static const char *const names[] = {"HOOP_OK",
-                                        "HOOP_ERR_INVALID_ARGUMENT",
-                                        "HOOP_ERR_SYSTEM",
-                                        "HOOP_ERR_TIMEOUT",
-                                        "HOOP_ERR_PEER_LOST",
-                                        "HOOP_ERR_MISMATCH",
-                                        "HOOP_ERR_AUTH",
-                                        "HOOP_ERR_UNSUPPORTED",
-                                        "HOOP_ERR_ABORTED",
-                                        "HOOP_ERR_NO_MEMORY",
-                                        "HOOP_ERR_INTERNAL"};
-    _Static_assert(sizeof(names) / sizeof(names[0]) == HOOP_ERR_INTERNAL + 1,
-                   "a code without a name");
-    return (unsigned)r <= HOOP_ERR_INTERNAL ? names[r] : "unknown";
-}
-
 static const char *state_word(uint32_t st)
 {
     switch (st & 0xff) {
@@ -365,7 +347,7 @@ static void write_entry(FILE *f, const hoop_comm_t *c, const snap_t *s, uint64_t
             : (s->state & 0xff) == HOOP__REC_STARTED ? "started"
                                                      : "posted");
     if ((s->state & 0xff) == HOOP__REC_FAILED) {
-        fprintf(f, ", \"error\": \"%s\"", code_name(code));
+        fprintf(f, ", \"error\": \"%s\"", hoop__error_name(code));
     } else {
         fprintf(f, ", \"error\": null");
     }
@@ -440,7 +422,7 @@ static void write_dump(FILE *f, hoop_comm_t *c)
                    "recorded\"");
     fprintf(f, ", \"aborted\": ");
     if (ab != HOOP_OK) {
-        fprintf(f, "\"%s\", \"reason\": ", code_name(ab));
+        fprintf(f, "\"%s\", \"reason\": ", hoop__error_name(ab));
         json_str(f, fatal);
     } else {
         fprintf(f, "null, \"reason\": null");
