@@ -7,6 +7,8 @@
  *   run.c      the sweep: buffers, timing, checking and combining every row over the ranks
  *   report.c   the table on stdout, and the --csv / --json files
  *   model.c    --model: alpha, beta and gamma measured, all-reduce times predicted
+ *   traffic.c  --traffic: the bytes each algorithm moves through memory on one host (traffic.h)
+ *   bound.c    --bound and --rotate: the copy rate, each row's fraction of it, rotated buffers
  *   explain.c  --explain: one traced all-reduce, every rank's schedule and traffic
  *   device.c   --device cuda: the buffers in device memory, through the CUDA module
  *   options.c  the command line and the help text
@@ -96,6 +98,8 @@ typedef struct variant {
     int ran, has_bw, checked;
     double us, algbw, busbw;
     uint64_t wrong;
+    int has_bound;         /* --bound, on one host, where the row has a traffic model */
+    double traffic, bound; /* bytes through memory per call; the fraction of the copy rate's time */
 } variant_t;
 
 typedef struct row {
@@ -133,6 +137,12 @@ typedef struct bench {
     uint64_t wrong_total;
     int model;                 /* --model: out of place only, rows printed with the predictions */
     double alpha, beta, gamma; /* --model: s, s/B, s/B */
+    int bound;                 /* --bound: traffic and fraction of the copy rate per row */
+    int one_host;              /* every rank on this host (set by print_header) */
+    double copy_rate;          /* bytes copied per second, all ranks at once (--copy-rate: given) */
+    size_t copy_bytes;         /* the buffer it was measured with; 0 when given */
+    size_t small_bytes;        /* HOOP_SMALL_BYTES: the one-step all-reduce's limit */
+    size_t rotate;             /* --rotate: bytes the timed calls' buffers cycle over; 0: off */
 } bench_t;
 
 /* Whether e is HOOP_OK; if not, says on stderr which call failed and why. */
@@ -148,7 +158,7 @@ int agree(bench_t *b, int status);
 /* ---- report.c --------------------------------------------------------------------------- */
 
 int print_header(bench_t *b);
-void print_row(const row_t *row);
+void print_row(const bench_t *b, const row_t *row);
 /* Keeps a row for --json / --csv. */
 int keep_row(bench_t *b, const row_t *row);
 void print_summary(const bench_t *b);
@@ -160,6 +170,20 @@ int write_json(const bench_t *b, int ok);
 int measure_model(bench_t *b);
 void print_model_header(const bench_t *b);
 void print_model_row(const bench_t *b, const row_t *row);
+
+/* ---- bound.c ---------------------------------------------------------------------------- */
+
+size_t llc_bytes(void); /* the last-level cache, 0 when unknown */
+/* Every rank copies at once; sets copy_rate and copy_bytes. Returns 0 after saying why. */
+int measure_copy_rate(bench_t *b);
+/* The traffic and bound of a combined row's variant, where --bound applies. */
+void set_bound(const bench_t *b, row_t *row, int inplace);
+/* Bytes to allocate for a buffer of cap bytes, with --rotate's sets. */
+size_t rotate_pool(const bench_t *b, size_t cap);
+/* The call of timed iteration i: with --rotate, its buffers moved to set i of the rotation. */
+call_t rotated(const bench_t *b, const coll_t *co, const call_t *k, int i);
+void print_buffers(const bench_t *b, FILE *f);
+void print_bound_header(const bench_t *b, FILE *f);
 
 /* ---- explain.c -------------------------------------------------------------------------- */
 
@@ -181,7 +205,7 @@ void device_close(bench_t *b);
 /* ---- options.c -------------------------------------------------------------------------- */
 
 typedef struct opts {
-    int model, explain, factor_set, step_set;
+    int model, explain, factor_set, step_set, traffic;
     const char *algos; /* --algo as given, possibly a comma-separated list */
 } opts_t;
 

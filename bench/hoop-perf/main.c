@@ -13,6 +13,8 @@
  * --model fits the alpha-beta-gamma cost model (latency, seconds per byte moved, seconds per byte
  * reduced) and sets the predicted all-reduce times of four algorithms beside the measured one.
  * --explain runs one traced all-reduce and prints every rank's schedule and traffic.
+ * --traffic prints the memory-traffic model of every algorithm on one host; --bound sets each row
+ * against it and the measured copy rate; --rotate makes the buffers cache-cold.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,7 +22,9 @@
 #include <string.h>
 
 #include "hoop.h"
+#include "../bench_util.h"
 #include "hoop-perf.h"
+#include "traffic.h"
 
 static FILE *open_output(const char *path)
 {
@@ -57,6 +61,14 @@ int main(int argc, char **argv)
         return 0;
     }
     if (rc) return rc;
+    if (o.traffic) {
+        print_traffic(stdout, 0);
+        return 0;
+    }
+    /* The one-step all-reduce's limit, for the traffic model (the library's default) */
+    const char *sb = getenv("HOOP_SMALL_BYTES");
+    b.small_bytes = 16 * 1024;
+    if (sb && sb[0] && bench_parse_size(sb, &b.small_bytes)) b.small_bytes = 16 * 1024;
     if (o.model || o.explain) {
         b.dtypes = 1u << HOOP_FLOAT32;
         b.ops = 1u << HOOP_SUM;

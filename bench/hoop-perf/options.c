@@ -105,6 +105,17 @@ void usage(FILE *f)
         "  --explain                 trace one all-reduce of -b bytes of float32 (with --algo):\n"
         "                            the library's plan for it and why, every rank's schedule\n"
         "                            by step, then its traffic\n"
+        "  --traffic                 print the memory-traffic model of every algorithm on one\n"
+        "                            host (bytes read + written per call) and exit\n"
+        "  --bound                   measure the copy rate at the start (every rank copying a\n"
+        "                            buffer larger than the last-level cache at once) and print\n"
+        "                            for every row on one host its traffic and the fraction of\n"
+        "                            the bound it reaches: traffic / (2 x copy rate) / time\n"
+        "  --copy-rate GB/s          the copy rate of --bound, given instead of measured (bytes\n"
+        "                            copied per second by all ranks at once); implies --bound\n"
+        "  --rotate BYTES            cache-cold: each timed call uses the next set of buffers\n"
+        "                            within BYTES per rank (give more than the last-level cache;\n"
+        "                            default: cache-hot, the same buffers every call)\n"
         "  -V, --version             hoop-perf's and the library's version\n"
         "  --device host|cuda[:N]    the buffers in host memory (default) or in the memory of\n"
         "                            CUDA device N (0); #wrong checks the device result\n"
@@ -139,7 +150,8 @@ void usage(FILE *f)
         "--csv/--json columns: collective, algo, transport, ranks, size_bytes, count, type, "
         "redop,\n"
         "  root, then time_us, algbw, busbw, wrong for oop (out of place) and ip (in place);\n"
-        "  empty (CSV) or null (JSON) where the table says N/A\n"
+        "  empty (CSV) or null (JSON) where the table says N/A; with --bound or --rotate also\n"
+        "  buffers (hot or rotated), oop_traffic_bytes, oop_bound, ip_traffic_bytes, ip_bound\n"
         "exit status: 0 all right, 1 wrong elements or a failed call, 2 bad usage\n",
         f);
 }
@@ -152,8 +164,22 @@ enum {
     OPT_MODEL,
     OPT_EXPLAIN,
     OPT_WARM_EACH,
-    OPT_DEVICE
+    OPT_DEVICE,
+    OPT_TRAFFIC,
+    OPT_BOUND,
+    OPT_COPY_RATE,
+    OPT_ROTATE
 };
+
+/* A rate in GB/s above zero. Returns 0, or 1 if s is not one. */
+static int parse_rate(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v > 0) || v > 1e6) return 1;
+    *out = v * 1e9;
+    return 0;
+}
 
 int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
 {
@@ -186,6 +212,10 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"explain", no_argument, NULL, OPT_EXPLAIN},
                                           {"version", no_argument, NULL, 'V'},
                                           {"device", required_argument, NULL, OPT_DEVICE},
+                                          {"traffic", no_argument, NULL, OPT_TRAFFIC},
+                                          {"bound", no_argument, NULL, OPT_BOUND},
+                                          {"copy-rate", required_argument, NULL, OPT_COPY_RATE},
+                                          {"rotate", required_argument, NULL, OPT_ROTATE},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     int c, v = 0, li;
@@ -256,6 +286,13 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         case OPT_MODEL: o->model = 1; break;
         case OPT_EXPLAIN: o->explain = 1; break;
         case OPT_DEVICE: bad = parse_device(optarg, b); break;
+        case OPT_TRAFFIC: o->traffic = 1; break;
+        case OPT_BOUND: b->bound = 1; break;
+        case OPT_COPY_RATE:
+            bad = parse_rate(optarg, &b->copy_rate);
+            b->bound = 1;
+            break;
+        case OPT_ROTATE: bad = bench_parse_size(optarg, &b->rotate) || b->rotate == 0; break;
         case 'h': return -1;
         case ':':
             fprintf(stderr, "hoop-perf: option %s needs a value (see hoop-perf -h)\n",
@@ -303,6 +340,11 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         (b->coll != &COLLS[0] || o->model + o->explain > 1 || b->json_path || b->csv_path)) {
         fprintf(stderr, "hoop-perf: --model and --explain are for allreduce, one at a time, "
                         "without --json/--csv\n");
+        return 2;
+    }
+    if ((b->bound || b->rotate) && (o->model || o->explain || b->use_cuda)) {
+        fprintf(stderr, "hoop-perf: --bound and --rotate are for the sweep of host buffers (not "
+                        "with --model, --explain or --device)\n");
         return 2;
     }
     if ((o->model || o->explain) && b->use_cuda) {

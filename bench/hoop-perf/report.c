@@ -35,6 +35,15 @@ int print_header(bench_t *b)
         free(all);
         return 0;
     }
+    b->one_host = 1;
+    for (int r = 1; r < b->size; r++)
+        if (strncmp(all[r].host, all[0].host, sizeof all[r].host - 1) != 0) b->one_host = 0;
+    /* Every rank took the same view of the hosts: they measure together or not at all. */
+    if (b->bound && b->one_host && b->copy_rate <= 0 && !measure_copy_rate(b)) {
+        if (b->rank == 0) fprintf(stderr, "hoop-perf: --bound: the copy rate could not be measured\n");
+        free(all);
+        return 0;
+    }
     if (b->rank == 0) {
         char step[48];
         if (b->factor > 1)
@@ -49,7 +58,11 @@ int print_header(bench_t *b)
         /* With a list each sweep says its own algorithm ("# --algo NAME") before its rows. */
         printf("# hoop %s transport: %s algorithm: %s%s\n", hoop_version(), b->transport, b->algo,
                strchr(b->algo, ',') ? " (one sweep each)" : "");
-        if (b->dev) printf("# buffers: CUDA device %d (%s)\n", b->cuda_dev, device_name(b));
+        if (b->dev)
+            printf("# buffers: CUDA device %d (%s)\n", b->cuda_dev, device_name(b));
+        else
+            print_buffers(b, stdout);
+        print_bound_header(b, stdout);
         printf("#\n# Using ranks\n");
         for (int r = 0; r < b->size; r++) {
             all[r].host[sizeof all[r].host - 1] = '\0';
@@ -58,21 +71,24 @@ int print_header(bench_t *b)
         }
         printf("#\n");
         printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
-               "        \n",
-               "", "", "", "", "");
-        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+               "        %s\n",
+               "", "", "", "", "", b->bound ? "   memory traffic bound" : "");
+        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size",
                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
                "algbw", "busbw", "#wrong");
-        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+        if (b->bound) printf("  %12s  %5s  %5s", "traffic", "oop", "ip");
+        printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
                "");
+        if (b->bound) printf("  %12s  %5s  %5s", "(B, oop)", "", "");
+        printf("\n");
         fflush(stdout);
     }
     free(all);
     return 1;
 }
 
-void print_row(const row_t *row)
+void print_row(const bench_t *b, const row_t *row)
 {
     char root[16];
     snprintf(root, sizeof root, "%d", row->root);
@@ -92,6 +108,14 @@ void print_row(const row_t *row)
         else
             snprintf(ws, sizeof ws, "%5s", "N/A");
         printf("  %7s  %6s  %6s  %5s", ts, ab, bb, ws);
+    }
+    if (b->bound) {
+        const variant_t *o = &row->v[0], *i = &row->v[1];
+        char tr[24] = "N/A", f0[16] = "N/A", f1[16] = "N/A";
+        if (o->has_bound) snprintf(tr, sizeof tr, "%12.0f", o->traffic);
+        if (o->has_bound) snprintf(f0, sizeof f0, "%5.2f", o->bound);
+        if (i->has_bound) snprintf(f1, sizeof f1, "%5.2f", i->bound);
+        printf("  %12s  %5s  %5s", tr, f0, f1);
     }
     printf("\n");
     fflush(stdout);
@@ -125,11 +149,16 @@ void print_summary(const bench_t *b)
 
 /* ---- --json and --csv ---- */
 
-#define NFIELDS 17
+#define NBASE 17
+#define NFIELDS 22 /* with --bound or --rotate: the buffers, and traffic and bound per variant */
 static const char *const FIELD_NAMES[NFIELDS] = {
-    "collective", "algo",       "transport", "ranks",       "size_bytes", "count",
-    "type",       "redop",      "root",      "oop_time_us", "oop_algbw",  "oop_busbw",
-    "oop_wrong",  "ip_time_us", "ip_algbw",  "ip_busbw",    "ip_wrong"};
+    "collective",  "algo",        "transport",   "ranks",      "size_bytes", "count",
+    "type",        "redop",       "root",        "oop_time_us", "oop_algbw", "oop_busbw",
+    "oop_wrong",   "ip_time_us",  "ip_algbw",    "ip_busbw",   "ip_wrong",   "buffers",
+    "oop_traffic_bytes", "oop_bound", "ip_traffic_bytes", "ip_bound"};
+
+/* The fields of a row: the 17 of nccl-tests' layout, then the bound's where asked for. */
+static int nfields(const bench_t *b) { return b->bound || b->rotate ? NFIELDS : NBASE; }
 
 /* A string (str set), a number (num), or nothing (both empty: CSV "", JSON null). */
 typedef struct field {
@@ -158,7 +187,12 @@ static void row_fields(const bench_t *b, const row_t *row, field_t f[NFIELDS])
             snprintf(g[2].num, sizeof g[2].num, "%.6f", v->busbw);
         }
         if (v->checked) snprintf(g[3].num, sizeof g[3].num, "%" PRIu64, v->wrong);
+        if (v->has_bound) {
+            snprintf(f[18 + 2 * ip].num, sizeof f[0].num, "%.0f", v->traffic);
+            snprintf(f[19 + 2 * ip].num, sizeof f[0].num, "%.4f", v->bound);
+        }
     }
+    f[17].str = b->rotate ? "rotated" : "hot";
 }
 
 static void csv_str(FILE *f, const char *s)
@@ -193,12 +227,12 @@ static void json_str(FILE *f, const char *s)
 int write_csv(const bench_t *b)
 {
     FILE *f = b->csv;
-    for (int i = 0; i < NFIELDS; i++) fprintf(f, "%s%s", i ? "," : "", FIELD_NAMES[i]);
+    for (int i = 0; i < nfields(b); i++) fprintf(f, "%s%s", i ? "," : "", FIELD_NAMES[i]);
     fputc('\n', f);
     for (size_t r = 0; r < b->nrows; r++) {
         field_t fs[NFIELDS];
         row_fields(b, &b->rows[r], fs);
-        for (int i = 0; i < NFIELDS; i++) {
+        for (int i = 0; i < nfields(b); i++) {
             if (i) fputc(',', f);
             if (fs[i].str)
                 csv_str(f, fs[i].str);
@@ -226,16 +260,25 @@ int write_json(const bench_t *b, int ok)
             "  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"warmup_iters\": %d,\n  \"check\": %d,\n  "
             "\"blocking\": %d,\n"
             "  \"average\": %d,\n  \"out_of_bounds\": %" PRIu64 ",\n  \"avg_busbw\": %.6f,\n"
-            "  \"ok\": %s,\n  \"rows\": [",
+            "  \"ok\": %s,\n",
             b->size, b->minb, b->maxb, b->factor > 1 ? "step_factor" : "step_bytes",
             b->factor > 1 ? b->factor : b->step, b->iters, b->agg, b->warmup, b->check, b->blocking,
             b->average, b->wrong_total, b->bw_count ? b->bw_sum / b->bw_count : 0.0,
             ok ? "true" : "false");
+    /* Whether the timed calls found their buffers in the cache, and the bound's copy rate. */
+    fprintf(f, "  \"buffers\": \"%s\",\n  \"rotate_bytes\": %zu,\n  \"llc_bytes\": %zu,\n",
+            b->dev ? "device" : b->rotate ? "rotated" : "hot", b->rotate, llc_bytes());
+    if (b->bound && b->one_host && b->copy_rate > 0)
+        fprintf(f, "  \"copy_rate_gbs\": %.4f,\n  \"copy_rate_measured\": %s,\n",
+                b->copy_rate / 1e9, b->copy_bytes ? "true" : "false");
+    else
+        fprintf(f, "  \"copy_rate_gbs\": null,\n  \"copy_rate_measured\": false,\n");
+    fprintf(f, "  \"rows\": [");
     for (size_t r = 0; r < b->nrows; r++) {
         field_t fs[NFIELDS];
         row_fields(b, &b->rows[r], fs);
         fprintf(f, "%s\n    {", r ? "," : "");
-        for (int i = 0; i < NFIELDS; i++) {
+        for (int i = 0; i < nfields(b); i++) {
             fprintf(f, "%s\"%s\": ", i ? ", " : "", FIELD_NAMES[i]);
             if (fs[i].str)
                 json_str(f, fs[i].str);

@@ -100,14 +100,19 @@ static int load_input(const bench_t *b, const coll_t *co, const call_t *k)
 static int run_batch(const bench_t *b, const coll_t *co, const call_t *k, int iters)
 {
     if (b->blocking) {
-        for (int i = 0; i < iters; i++)
-            if (!checked(b, co->name, co->run(k, NULL, NULL)) ||
+        for (int i = 0; i < iters; i++) {
+            call_t ki = rotated(b, co, k, i);
+            if (!checked(b, co->name, co->run(&ki, NULL, NULL)) ||
                 (b->blocking == 1 && !checked(b, "barrier", hoop_barrier(b->comm))))
                 return 0;
+        }
         return 1;
     }
     int nreqs = 0, ok = 1;
-    for (int i = 0; i < iters && ok; i++) ok = checked(b, co->name, co->run(k, b->reqs, &nreqs));
+    for (int i = 0; i < iters && ok; i++) {
+        call_t ki = rotated(b, co, k, i);
+        ok = checked(b, co->name, co->run(&ki, b->reqs, &nreqs));
+    }
     for (int i = 0; i < nreqs; i++) {
         hoop_result_t e = hoop_wait(b->reqs[i]);
         if (ok) ok = checked(b, "hoop_wait", e);
@@ -195,11 +200,12 @@ static int run_row(bench_t *b, size_t bytes, hoop_dtype_t dt, hoop_op_t op, int 
         if (!run_variant(b, co, &k, ip, &row.v[ip])) return 0;
     if (!combine(b, &row)) return 0;
     if (b->rank != 0) return 1;
+    for (int ip = 0; ip < variants; ip++) set_bound(b, &row, ip);
     if (b->model) {
         print_model_row(b, &row);
         return 1;
     }
-    print_row(&row);
+    print_row(b, &row);
     return !(b->json || b->csv) || keep_row(b, &row);
 }
 
@@ -286,8 +292,16 @@ int alloc_buffers(bench_t *b)
             !device_copy(b, b->sbuf, b->hsbuf, sb) || !device_copy(b, b->rbuf, b->hrbuf, rb))
             return 0;
     } else {
-        b->sbuf = calloc(1, sb ? sb : 1);
-        b->rbuf = calloc(1, rb ? rb : 1);
+        size_t sp = rotate_pool(b, sb), rp = rotate_pool(b, rb);
+        b->sbuf = calloc(1, sp ? sp : 1);
+        b->rbuf = calloc(1, rp ? rp : 1);
+        /* --rotate: every set's pages written now, so that no timed call takes their faults
+         * (zeros would not do: the compiler may drop a memset of zeros after calloc). 0x3c in
+         * every byte is a normal number in every float type, so no fold meets subnormals. */
+        if (b->rotate && b->sbuf && b->rbuf) {
+            memset(b->sbuf, 0x3c, sp);
+            memset(b->rbuf, 0x3c, rp);
+        }
     }
     /* sendrecv posts two requests per iteration */
     b->reqs = calloc(2 * (size_t)(b->iters > b->warmup ? b->iters : b->warmup) + 2,

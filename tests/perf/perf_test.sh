@@ -10,6 +10,7 @@
 #       traced all-reduce: the plan the library says for it, schedule lines sorted by step,
 #       rank 0 sent/received SENT0 times the buffer, every other rank SENT1 times
 #   perf_test.sh model HOOPRUN PERF NRANKS
+#   perf_test.sh bound HOOPRUN PERF csv|json
 set -u
 mode=$1
 shift
@@ -176,6 +177,49 @@ explain)
         }
         END { if (ranks != n) { print ranks " ranks in the traffic table"; bad = 1 } exit bad }' \
         "$tmp/out" || fail "traffic"
+    ;;
+bound)
+    # --bound with cache-cold buffers on 2 ranks: the table says how the buffers were used and the
+    # copy rate; every row of --csv / --json has the traffic of the area's all-reduce, (5p-1)S = 9S
+    # at p = 2, and fractions that agree with traffic / (2 x rate) / time, above 0. Plausible: the
+    # area keeps each round in cache, so only the inputs and outputs (2pS = 4S, cold here) must
+    # come from memory; against those alone the row stays below 1.5 of the copy rate.
+    hooprun=$1 perf=$2 fmt=$3
+    command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+    run_perf "$hooprun" "$perf" 2 allreduce -b 4M -e 16M -f 4 -n 5 -w 1 --bound --rotate 256M \
+        "--$fmt" "$tmp/rows" || fail "exit status $?"
+    grep -q '^# Out of bounds values : 0 OK$' "$tmp/out" || fail "no '0 OK' footer"
+    grep -q '^# buffers: rotated over 268435456 bytes per rank' "$tmp/out" || fail "no buffers line"
+    rate=$(sed -n 's/^# copy rate: \([0-9.]*\) GB\/s, all 2 ranks copying.*/\1/p' "$tmp/out")
+    [ -n "$rate" ] || fail "no measured copy rate in the header"
+    python3 - "$fmt" "$tmp/rows" "$rate" <<'PY' || fail "bound check"
+import csv, json, sys
+fmt, path, rate = sys.argv[1], sys.argv[2], float(sys.argv[3])
+if fmt == "json":
+    doc = json.load(open(path))
+    assert doc["buffers"] == "rotated" and doc["rotate_bytes"] == 256 << 20, doc
+    assert doc["copy_rate_measured"] is True and abs(doc["copy_rate_gbs"] - rate) < 0.01, doc
+    rows = doc["rows"]
+else:
+    rows = list(csv.DictReader(open(path)))
+assert len(rows) == 2, len(rows)
+for r in rows:
+    size = int(r["size_bytes"])
+    assert r["buffers"] == "rotated", r
+    for v in ("oop", "ip"):
+        traffic, frac, t = float(r[v + "_traffic_bytes"]), float(r[v + "_bound"]), float(r[v + "_time_us"])
+        assert traffic == 9 * size, (v, traffic, size)
+        want = traffic / (2 * rate * 1e9) / (t * 1e-6)
+        assert abs(frac - want) <= 0.02 * want + 1e-3, (v, frac, want)
+        assert 0 < frac and frac * 4 / 9 < 1.5, (v, frac, r)
+PY
+    # Without --bound: nccl-tests' 17 columns, and the buffers said to be cache-hot.
+    run_perf "$hooprun" "$perf" 2 allreduce -b 1K -e 1K -n 2 -w 1 --csv "$tmp/rows" || fail "exit status $?"
+    grep -q '^# buffers: cache-hot' "$tmp/out" || fail "no cache-hot line"
+    [ "$(head -n 1 "$tmp/rows" | tr ',' '\n' | wc -l)" -eq 17 ] || fail "columns without --bound"
+    # --traffic states every model with its formula.
+    "$perf" --traffic >"$tmp/out" 2>"$tmp/err" || fail "--traffic exited $?"
+    grep -q '^allreduce/area  *(5p-1)S' "$tmp/out" || fail "--traffic: no all-reduce model"
     ;;
 model)
     hooprun=$1 perf=$2 n=$3
