@@ -127,15 +127,19 @@ void print_buffers(const bench_t *b, FILE *f)
 {
     size_t llc = llc_bytes();
     if (!b->rotate) {
-        fprintf(f, "# buffers: cache-hot (the same buffers every iteration; last-level cache %zu "
-                   "bytes)\n",
+        fprintf(f,
+                "# buffers: cache-hot (the same buffers every iteration; last-level cache %zu "
+                "bytes)\n",
                 llc);
         return;
     }
-    fprintf(f, "# buffers: rotated over %zu bytes per rank, send and receive together (%s; "
-               "last-level cache %zu bytes): each timed call uses the next set\n",
-            b->rotate, llc > 0 && b->rotate > 2 * llc ? "cache-cold" : "NOT more than twice the "
-                                                                       "cache: not cold",
+    fprintf(f,
+            "# buffers: rotated over %zu bytes per rank, send and receive together (%s; "
+            "last-level cache %zu bytes): each timed call uses the next set\n",
+            b->rotate,
+            llc > 0 && b->rotate > 2 * llc ? "cache-cold"
+                                           : "NOT more than twice the "
+                                             "cache: not cold",
             llc);
 }
 
@@ -148,8 +152,9 @@ void print_bound_header(const bench_t *b, FILE *f)
         return;
     }
     if (b->copy_bytes)
-        fprintf(f, "# copy rate: %.2f GB/s, all %d ranks copying %zu bytes each at once (best of "
-                   "%d); traffic at 2x that\n",
+        fprintf(f,
+                "# copy rate: %.2f GB/s, all %d ranks copying %zu bytes each at once (best of "
+                "%d); traffic at 2x that\n",
                 b->copy_rate / 1e9, b->size, b->copy_bytes, COPY_TRIALS);
     else
         fprintf(f, "# copy rate: %.2f GB/s (--copy-rate); traffic at 2x that\n",

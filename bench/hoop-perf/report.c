@@ -40,7 +40,8 @@ int print_header(bench_t *b)
         if (strncmp(all[r].host, all[0].host, sizeof all[r].host - 1) != 0) b->one_host = 0;
     /* Every rank took the same view of the hosts: they measure together or not at all. */
     if (b->bound && b->one_host && b->copy_rate <= 0 && !measure_copy_rate(b)) {
-        if (b->rank == 0) fprintf(stderr, "hoop-perf: --bound: the copy rate could not be measured\n");
+        if (b->rank == 0)
+            fprintf(stderr, "hoop-perf: --bound: the copy rate could not be measured\n");
         free(all);
         return 0;
     }
@@ -73,9 +74,9 @@ int print_header(bench_t *b)
         printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
                "        %s\n",
                "", "", "", "", "", b->bound ? "   memory traffic bound" : "");
-        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size",
-               "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-               "algbw", "busbw", "#wrong");
+        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count",
+               "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+               "busbw", "#wrong");
         if (b->bound) printf("  %12s  %5s  %5s", "traffic", "oop", "ip");
         printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
@@ -151,11 +152,28 @@ void print_summary(const bench_t *b)
 
 #define NBASE 17
 #define NFIELDS 22 /* with --bound or --rotate: the buffers, and traffic and bound per variant */
-static const char *const FIELD_NAMES[NFIELDS] = {
-    "collective",  "algo",        "transport",   "ranks",      "size_bytes", "count",
-    "type",        "redop",       "root",        "oop_time_us", "oop_algbw", "oop_busbw",
-    "oop_wrong",   "ip_time_us",  "ip_algbw",    "ip_busbw",   "ip_wrong",   "buffers",
-    "oop_traffic_bytes", "oop_bound", "ip_traffic_bytes", "ip_bound"};
+static const char *const FIELD_NAMES[NFIELDS] = {"collective",
+                                                 "algo",
+                                                 "transport",
+                                                 "ranks",
+                                                 "size_bytes",
+                                                 "count",
+                                                 "type",
+                                                 "redop",
+                                                 "root",
+                                                 "oop_time_us",
+                                                 "oop_algbw",
+                                                 "oop_busbw",
+                                                 "oop_wrong",
+                                                 "ip_time_us",
+                                                 "ip_algbw",
+                                                 "ip_busbw",
+                                                 "ip_wrong",
+                                                 "buffers",
+                                                 "oop_traffic_bytes",
+                                                 "oop_bound",
+                                                 "ip_traffic_bytes",
+                                                 "ip_bound"};
 
 /* The fields of a row: the 17 of nccl-tests' layout, then the bound's where asked for. */
 static int nfields(const bench_t *b) { return b->bound || b->rotate ? NFIELDS : NBASE; }
@@ -267,7 +285,10 @@ int write_json(const bench_t *b, int ok)
             ok ? "true" : "false");
     /* Whether the timed calls found their buffers in the cache, and the bound's copy rate. */
     fprintf(f, "  \"buffers\": \"%s\",\n  \"rotate_bytes\": %zu,\n  \"llc_bytes\": %zu,\n",
-            b->dev ? "device" : b->rotate ? "rotated" : "hot", b->rotate, llc_bytes());
+            b->dev      ? "device"
+            : b->rotate ? "rotated"
+                        : "hot",
+            b->rotate, llc_bytes());
     if (b->bound && b->one_host && b->copy_rate > 0)
         fprintf(f, "  \"copy_rate_gbs\": %.4f,\n  \"copy_rate_measured\": %s,\n",
                 b->copy_rate / 1e9, b->copy_bytes ? "true" : "false");

@@ -50,9 +50,11 @@ static const model_t MODELS[] = {
      "pairwise exchange over the shm transport: every rank copies its own block (2S/p) and sends "
      "p-1 blocks of S/p, 4x their bytes each (into the ring and out)"},
     {"alltoall/pairwise-inplace", "(6p-2)S",
-     "in place, every rank first copies its whole input to scratch (2S each), then as out of place"},
+     "in place, every rank first copies its whole input to scratch (2S each), then as out of "
+     "place"},
     {"sendrecv/shm", "4pS",
-     "every rank sends S to the next through the shm transport's ring: the sender's copy in and the "
+     "every rank sends S to the next through the shm transport's ring: the sender's copy in and "
+     "the "
      "receiver's copy out, 4S per rank"},
 };
 
@@ -65,7 +67,8 @@ const char *traffic_model(const char *coll, const char *algo, int p, size_t size
         if (area) return size <= small ? "allreduce/area-small" : "allreduce/area";
         return !strcmp(algo, "ring") ? "allreduce/ring" : NULL;
     }
-    if (!strcmp(coll, "alltoall")) return inplace ? "alltoall/pairwise-inplace" : "alltoall/pairwise";
+    if (!strcmp(coll, "alltoall"))
+        return inplace ? "alltoall/pairwise-inplace" : "alltoall/pairwise";
     if (!strcmp(coll, "sendrecv")) return inplace ? NULL : "sendrecv/shm";
     if (!area) return NULL;
     if (!strcmp(coll, "broadcast")) return "broadcast/area";
@@ -79,13 +82,14 @@ const char *traffic_model(const char *coll, const char *algo, int p, size_t size
 double traffic_factor(const char *model, int p)
 {
     double q = p;
-    static const char *const names[] = {
-        "allreduce/area",     "allreduce/area-small",       "allreduce/ring",
-        "broadcast/area",     "reduce/area",                "allgather/area",
-        "reducescatter/area", "reducescatter/area-inplace", "alltoall/pairwise",
-        "alltoall/pairwise-inplace", "sendrecv/shm"};
-    const double k[] = {5 * q - 1,     q * (q + 3), 11 * (q - 1), 2 * q,     3 * q + 1, 2 * (q + 1),
-                        3 * q - 1,     3 * q + 1,   4 * q - 2,    6 * q - 2, 4 * q};
+    static const char *const names[] = {"allreduce/area",     "allreduce/area-small",
+                                        "allreduce/ring",     "broadcast/area",
+                                        "reduce/area",        "allgather/area",
+                                        "reducescatter/area", "reducescatter/area-inplace",
+                                        "alltoall/pairwise",  "alltoall/pairwise-inplace",
+                                        "sendrecv/shm"};
+    const double k[] = {5 * q - 1, q * (q + 3), 11 * (q - 1), 2 * q,     3 * q + 1, 2 * (q + 1),
+                        3 * q - 1, 3 * q + 1,   4 * q - 2,    6 * q - 2, 4 * q};
     if (model == NULL) return 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(model, names[i])) return k[i];

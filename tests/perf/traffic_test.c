@@ -15,8 +15,8 @@
 
 static int failures;
 
-static void expect(const char *coll, const char *algo, int p, size_t size, int inplace,
-                   double want, const char *how)
+static void expect(const char *coll, const char *algo, int p, size_t size, int inplace, double want,
+                   const char *how)
 {
     double got = traffic_bytes(coll, algo, p, size, SMALL, inplace);
     if (fabs(got - want) > 0.5) {
