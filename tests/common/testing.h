@@ -91,5 +91,7 @@ static inline void test_check_at(int line, const char *cond, int ok, const char 
     va_end(ap);
 }
 #define CHECK(ok, ...) test_check_at(__LINE__, #ok, (ok) != 0, __VA_ARGS__)
+/* A failure found without one condition to name (a branch that should not be taken). */
+#define TEST_FAIL(...) test_check_at(__LINE__, "failed", 0, __VA_ARGS__)
 
 #endif

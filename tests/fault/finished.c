@@ -36,24 +36,16 @@
 #include <time.h>
 
 #include "hoop.h"
+#include "../common/testing.h"
 
 enum { S_MISMATCH, S_ABORT_AFTER, S_ABORT_DURING };
 static const char *const SCEN[] = {"mismatch", "abort-after", "abort-during"};
 
-static int R, P, failures;
+static int R, P;
 static int landed_mid; /* abort-during rounds where one of calls #2-#4 failed here (R != 1) */
 static const size_t SIZES[] = {4, 1000, 100000};
 static size_t fixed_count; /* --count, 0: cycle through SIZES */
 static const char *const ABORT_WHY = "hoop_comm_abort was called on rank 1";
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        printf("rank %d: FAIL ", R);                                                               \
-        printf(__VA_ARGS__);                                                                       \
-        putchar('\n');                                                                             \
-        fflush(stdout);                                                                            \
-        failures++;                                                                                \
-    } while (0)
 
 static int32_t val(int rank, size_t i, int call)
 {
@@ -100,7 +92,7 @@ static void round_(hoop_comm_t *world, int scen, int round)
     hoop_comm_t *c = NULL;
     hoop_result_t rc = hoop_comm_split(world, 0, R, &c);
     if (rc != HOOP_OK) {
-        FAIL("round %d: hoop_comm_split: %s", round, hoop_comm_last_error(world));
+        TEST_FAIL("round %d: hoop_comm_split: %s", round, hoop_comm_last_error(world));
         return;
     }
     hoop_comm_set_timeout(c, 20);
@@ -109,8 +101,8 @@ static void round_(hoop_comm_t *world, int scen, int round)
     int right;
     rc = call_allreduce(c, s, r, n, 0, &right);
     if (rc != HOOP_OK || !right) {
-        FAIL("round %d (%s, count %zu): call #0: %s: %s", round, SCEN[scen], n,
-             hoop_error_string(rc), rc == HOOP_OK ? "wrong sum" : hoop_comm_last_error(c));
+        TEST_FAIL("round %d (%s, count %zu): call #0: %s: %s", round, SCEN[scen], n,
+                  hoop_error_string(rc), rc == HOOP_OK ? "wrong sum" : hoop_comm_last_error(c));
         goto out;
     }
     if (scen == S_ABORT_DURING) {
@@ -118,7 +110,7 @@ static void round_(hoop_comm_t *world, int scen, int round)
          * lands in calls #2 to #4 on every rank. */
         rc = hoop_barrier(c);
         if (rc != HOOP_OK) {
-            FAIL("round %d: the barrier: %s", round, hoop_comm_last_error(c));
+            TEST_FAIL("round %d: the barrier: %s", round, hoop_comm_last_error(c));
             goto out;
         }
     }
@@ -126,7 +118,7 @@ static void round_(hoop_comm_t *world, int scen, int round)
     aborter_t ab = {.c = c, .delay_us = (long)(rand() % 3000)};
     int threaded = scen == S_ABORT_DURING && R == 1;
     if (threaded && pthread_create(&th, NULL, abort_later, &ab) != 0) {
-        FAIL("round %d: pthread_create", round);
+        TEST_FAIL("round %d: pthread_create", round);
         goto out;
     }
     if (scen == S_ABORT_DURING) {
@@ -136,16 +128,16 @@ static void round_(hoop_comm_t *world, int scen, int round)
             rc = call_allreduce(c, s, r, n, k, &right);
             if (R == 1) continue; /* the aborting rank: its calls may fail or not */
             if (rc == HOOP_OK && !right) {
-                FAIL("round %d (count %zu): call #%d returned HOOP_OK with a wrong sum", round, n,
-                     k);
+                TEST_FAIL("round %d (count %zu): call #%d returned HOOP_OK with a wrong sum", round,
+                          n, k);
             } else if (rc != HOOP_OK && !failed) {
                 failed = 1;
                 landed_mid++;
                 const char *m = hoop_comm_last_error(c);
                 if (rc != HOOP_ERR_ABORTED || strstr(m, ABORT_WHY) == NULL)
-                    FAIL("round %d (count %zu): call #%d failed with %s, without the abort's "
-                         "reason: %s",
-                         round, n, k, hoop_error_string(rc), m);
+                    TEST_FAIL("round %d (count %zu): call #%d failed with %s, without the abort's "
+                              "reason: %s",
+                              round, n, k, hoop_error_string(rc), m);
             }
         }
         if (threaded) pthread_join(th, NULL);
@@ -154,18 +146,18 @@ static void round_(hoop_comm_t *world, int scen, int round)
         rc = call_allreduce(c, s, r, n, 5, &right);
         const char *m5 = hoop_comm_last_error(c);
         if (rc == HOOP_OK)
-            FAIL("round %d (count %zu): call #5 after the abort succeeded", round, n);
+            TEST_FAIL("round %d (count %zu): call #5 after the abort succeeded", round, n);
         else if (R != 1 && (rc != HOOP_ERR_ABORTED || strstr(m5, ABORT_WHY) == NULL))
-            FAIL("round %d (count %zu): call #5 after the abort failed with %s, without the "
-                 "abort's reason: %s",
-                 round, n, hoop_error_string(rc), m5);
+            TEST_FAIL("round %d (count %zu): call #5 after the abort failed with %s, without the "
+                      "abort's reason: %s",
+                      round, n, hoop_error_string(rc), m5);
         goto out;
     }
     rc = call_allreduce(c, s, r, n, 1, &right);
     if (rc != HOOP_OK || !right)
-        FAIL("round %d (%s, count %zu): call #1, made alike by every rank, %s: %s", round,
-             SCEN[scen], n, rc == HOOP_OK ? "gave a wrong sum" : "failed",
-             rc == HOOP_OK ? "" : hoop_comm_last_error(c));
+        TEST_FAIL("round %d (%s, count %zu): call #1, made alike by every rank, %s: %s", round,
+                  SCEN[scen], n, rc == HOOP_OK ? "gave a wrong sum" : "failed",
+                  rc == HOOP_OK ? "" : hoop_comm_last_error(c));
     if (scen == S_ABORT_AFTER && R == 1) {
         hoop_comm_abort(c);
         goto out;
@@ -174,19 +166,19 @@ static void round_(hoop_comm_t *world, int scen, int round)
     rc = call_allreduce(c, s, r, n2, 2, &right);
     const char *m = hoop_comm_last_error(c);
     if (rc == HOOP_OK) {
-        FAIL("round %d (%s, count %zu): call #2 succeeded", round, SCEN[scen], n);
+        TEST_FAIL("round %d (%s, count %zu): call #2 succeeded", round, SCEN[scen], n);
     } else if (scen == S_MISMATCH) {
         char odd[48];
         snprintf(odd, sizeof odd, "count=%zu", n + 1);
         if ((rc != HOOP_ERR_MISMATCH && rc != HOOP_ERR_ABORTED) || strstr(m, "call #2") == NULL ||
             strstr(m, odd) == NULL)
-            FAIL("round %d (count %zu): the mismatched call #2 failed with %s: %s (want a "
-                 "sentence about call #2 that shows %s)",
-                 round, n, hoop_error_string(rc), m, odd);
+            TEST_FAIL("round %d (count %zu): the mismatched call #2 failed with %s: %s (want a "
+                      "sentence about call #2 that shows %s)",
+                      round, n, hoop_error_string(rc), m, odd);
     } else if (rc != HOOP_ERR_ABORTED || strstr(m, ABORT_WHY) == NULL) {
-        FAIL("round %d (count %zu): call #2 after rank 1's abort failed with %s: %s (want "
-             "HOOP_ERR_ABORTED with \"%s\")",
-             round, n, hoop_error_string(rc), m, ABORT_WHY);
+        TEST_FAIL("round %d (count %zu): call #2 after rank 1's abort failed with %s: %s (want "
+                  "HOOP_ERR_ABORTED with \"%s\")",
+                  round, n, hoop_error_string(rc), m, ABORT_WHY);
     }
 out:
     hoop_comm_destroy(c);
@@ -220,7 +212,7 @@ int main(int argc, char **argv)
         printf("FAIL hoop_init\n");
         return 1;
     }
-    R = hoop_comm_rank(world);
+    R = test_rank = hoop_comm_rank(world);
     P = hoop_comm_size(world);
     if (P < 2) {
         printf("SKIP: run as 2 ranks or more\n");
@@ -229,15 +221,15 @@ int main(int argc, char **argv)
     }
     srand((unsigned)(R * 7919 + 17));
     for (int k = 0; k < rounds; k++) round_(world, scen, k);
-    int32_t mine = failures, all = -1;
+    int32_t mine = (int32_t)test_failures, all = -1;
     hoop_result_t rc = hoop_allreduce(world, &mine, &all, 1, HOOP_INT32, HOOP_SUM);
     hoop_comm_destroy(world);
     if (rc != HOOP_OK) {
         printf("rank %d: FAIL the final all-reduce: %s\n", R, hoop_error_string(rc));
         return 1;
     }
-    printf("rank %d: %s, %d rounds: %d failed checks here, %d on all ranks\n", R, SCEN[scen],
-           rounds, failures, (int)all);
+    printf("rank %d: %s, %d rounds: %ld failed checks here, %d on all ranks\n", R, SCEN[scen],
+           rounds, test_failures, (int)all);
     if (scen == S_ABORT_DURING && R != 1)
         printf("rank %d: the abort landed during calls #2-#4 in %d of %d rounds, after them in "
                "the others\n",

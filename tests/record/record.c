@@ -34,20 +34,11 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "../common/testing.h"
 
 static int R = -1, P;
-static int failures;
 static FILE *called; /* what this rank called, as JSON lines */
 static int ncalled;
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        printf("rank %d: FAIL ", R);                                                               \
-        printf(__VA_ARGS__);                                                                       \
-        putchar('\n');                                                                             \
-        fflush(stdout);                                                                            \
-        failures++;                                                                                \
-    } while (0)
 
 /* One call, as the dump must show it: kind, dtype, count, root or peer (-1), op (NULL), and the
  * code it returned. */
@@ -68,19 +59,12 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* An all-reduce of n float32 (sum), checked. */
 static hoop_result_t allreduce_checked(hoop_comm_t *c, size_t n, int salt)
 {
     float *s = calloc(n, sizeof(float)), *r = calloc(n, sizeof(float));
     if (s == NULL || r == NULL) {
-        FAIL("out of memory for %zu floats", n);
+        TEST_FAIL("out of memory for %zu floats", n);
         free(s);
         free(r);
         return HOOP_ERR_NO_MEMORY;
@@ -91,7 +75,7 @@ static hoop_result_t allreduce_checked(hoop_comm_t *c, size_t n, int salt)
         float want = 0;
         for (int q = 0; q < P; q++) want += (float)((q + 1) * (int)(i % 7) + salt);
         if (r[i] != want) {
-            FAIL("allreduce(%zu) salt %d: [%zu] = %g, want %g", n, salt, i, r[i], want);
+            TEST_FAIL("allreduce(%zu) salt %d: [%zu] = %g, want %g", n, salt, i, r[i], want);
             break;
         }
     }
@@ -112,16 +96,17 @@ static void calls(hoop_comm_t *c, int rounds, int fail)
         int root = i % P;
         for (int k = 0; k < 7; k++) ib[k] = R == root ? 1000 * i + k : -1;
         hoop_result_t rc = hoop_broadcast(c, ib, 7, HOOP_INT32, root);
-        if (rc == HOOP_OK && ib[3] != 1000 * i + 3) FAIL("broadcast #%d: got %d", i, ib[3]);
+        if (rc == HOOP_OK && ib[3] != 1000 * i + 3) TEST_FAIL("broadcast #%d: got %d", i, ib[3]);
         note("broadcast", HOOP_INT32, 7, root, NULL, rc);
         memset(u8, R + i, sizeof(u8));
         rc = hoop_allgather(c, u8, u8all, 3, HOOP_UINT8);
-        if (rc == HOOP_OK && u8all[3 * (P - 1)] != (uint8_t)(P - 1 + i)) FAIL("allgather #%d", i);
+        if (rc == HOOP_OK && u8all[3 * (P - 1)] != (uint8_t)(P - 1 + i))
+            TEST_FAIL("allgather #%d", i);
         note("allgather", HOOP_UINT8, 3, -1, NULL, rc);
         for (int k = 0; k < 5; k++) db[k] = R * 10 + k;
         int rroot = (i + 1) % P;
         rc = hoop_reduce(c, db, dr, 5, HOOP_FLOAT64, HOOP_MAX, rroot);
-        if (rc == HOOP_OK && R == rroot && dr[4] != (P - 1) * 10 + 4) FAIL("reduce #%d", i);
+        if (rc == HOOP_OK && R == rroot && dr[4] != (P - 1) * 10 + 4) TEST_FAIL("reduce #%d", i);
         note("reduce", HOOP_FLOAT64, 5, rroot, "max", rc);
         /* A ring of point-to-point messages: a send to the next rank, a receive from the one
          * before, nonblocking. */
@@ -136,13 +121,13 @@ static void calls(hoop_comm_t *c, int rounds, int fail)
             if (a == HOOP_OK) a = hoop_wait(sr);
             if (b == HOOP_OK) b = hoop_wait(rr);
             if (a != HOOP_OK || b != HOOP_OK || in[0] != prev || in[1] != i)
-                FAIL("send/recv #%d: %d %d, got %lld", i, a, b, (long long)in[0]);
+                TEST_FAIL("send/recv #%d: %d %d, got %lld", i, a, b, (long long)in[0]);
         }
         hoop_request_t *q;
         int32_t v = R + 1, sum = -1;
         hoop_result_t rc2 = hoop_iallreduce(c, &v, &sum, 1, HOOP_INT32, HOOP_SUM, &q);
         if (rc2 == HOOP_OK) rc2 = hoop_wait(q);
-        if (rc2 == HOOP_OK && sum != P * (P + 1) / 2) FAIL("iallreduce #%d: %d", i, sum);
+        if (rc2 == HOOP_OK && sum != P * (P + 1) / 2) TEST_FAIL("iallreduce #%d: %d", i, sum);
         note("allreduce", HOOP_INT32, 1, -1, "sum", rc2);
     }
     if (fail && P > 1) {
@@ -154,12 +139,14 @@ static void calls(hoop_comm_t *c, int rounds, int fail)
             hoop_comm_set_timeout(c, 0.5);
             hoop_result_t rc = hoop_recv_any(c, x, 2, HOOP_INT64, &src);
             hoop_comm_set_timeout(c, 60);
-            if (rc != HOOP_ERR_TIMEOUT) FAIL("recv_any: %s, not a timeout", hoop_error_string(rc));
+            if (rc != HOOP_ERR_TIMEOUT)
+                TEST_FAIL("recv_any: %s, not a timeout", hoop_error_string(rc));
             note("recv", HOOP_INT64, 2, -1, NULL, rc);
         }
         hoop_result_t rc = hoop_barrier(c);
         note("barrier", HOOP_UINT8, 0, -1, NULL, rc);
-        if (rc != HOOP_OK) FAIL("barrier after the failed receive: %s", hoop_comm_last_error(c));
+        if (rc != HOOP_OK)
+            TEST_FAIL("barrier after the failed receive: %s", hoop_comm_last_error(c));
         for (int i = 0; i < 3; i++) allreduce_checked(c, 10, 50 + i);
     }
 }
@@ -200,8 +187,8 @@ static void signal_run(hoop_comm_t *c, const char *dir, int opted)
     snprintf(path, sizeof(path), "%s/hoop-trace-%d.json", dir, R);
     for (int i = 0; i < 5; i++) allreduce_checked(c, 1000, i);
     if (own_in_place() == opted)
-        FAIL("after hoop_init, the program's SIGUSR2 handler is %sin place",
-             opted ? "still " : "no longer ");
+        TEST_FAIL("after hoop_init, the program's SIGUSR2 handler is %sin place",
+                  opted ? "still " : "no longer ");
     kill(getpid(), SIGUSR2);
     double end = now_s() + 10;
     int appeared = 0, i = 0;
@@ -210,15 +197,17 @@ static void signal_run(hoop_comm_t *c, const char *dir, int opted)
         appeared = file_exists(path);
         int32_t mine = appeared || now_s() > end || (!opted && now_s() > end - 8.5), all = 0;
         if (hoop_allreduce(c, &mine, &all, 1, HOOP_INT32, HOOP_MIN) != HOOP_OK) {
-            FAIL("allreduce while waiting for the dump: %s", hoop_comm_last_error(c));
+            TEST_FAIL("allreduce while waiting for the dump: %s", hoop_comm_last_error(c));
             break;
         }
         if (all) break;
         allreduce_checked(c, 4096, 100 + i);
     }
-    if (opted && !appeared) FAIL("SIGUSR2 with HOOP_RECORD_SIGNAL=1: no dump at %s", path);
-    if (!opted && file_exists(path)) FAIL("SIGUSR2 without HOOP_RECORD_SIGNAL: %s written", path);
-    if (own_handled != 1) FAIL("the program's own handler ran %d times, not once", own_handled);
+    if (opted && !appeared) TEST_FAIL("SIGUSR2 with HOOP_RECORD_SIGNAL=1: no dump at %s", path);
+    if (!opted && file_exists(path))
+        TEST_FAIL("SIGUSR2 without HOOP_RECORD_SIGNAL: %s written", path);
+    if (own_handled != 1)
+        TEST_FAIL("the program's own handler ran %d times, not once", own_handled);
     printf("rank %d: %d all-reduces while the dump was written\n", R, i);
 }
 
@@ -238,20 +227,20 @@ int main(int argc, char **argv)
     hoop_comm_t *c = NULL;
     hoop_result_t rc = hoop_init_from_env(&c);
     if (strcmp(scen, "badenv") == 0) {
-        R = my;
+        R = test_rank = my;
         hoop_result_t want = my == 1 ? HOOP_ERR_INVALID_ARGUMENT : HOOP_ERR_MISMATCH;
         if (rc != want)
-            FAIL("init with rank 1's HOOP_RECORD=lots: %s, want %s", hoop_error_string(rc),
-                 hoop_error_string(want));
+            TEST_FAIL("init with rank 1's HOOP_RECORD=lots: %s, want %s", hoop_error_string(rc),
+                      hoop_error_string(want));
         if (rc == HOOP_OK) hoop_comm_destroy(c);
-        printf("rank %d: %s\n", my, failures ? "FAILED" : "passed");
-        return failures ? 1 : 0;
+        printf("rank %d: %s\n", my, test_failures ? "FAILED" : "passed");
+        return test_failures ? 1 : 0;
     }
     if (rc != HOOP_OK) {
         printf("init failed: %s\n", hoop_error_string(rc));
         return 1;
     }
-    R = hoop_comm_rank(c);
+    R = test_rank = hoop_comm_rank(c);
     P = hoop_comm_size(c);
     char path[600];
 
@@ -264,7 +253,7 @@ int main(int argc, char **argv)
         called = NULL;
         snprintf(path, sizeof(path), "%s/dump-%d.json", dir, R);
         rc = hoop_comm_dump(c, path);
-        if (rc != HOOP_OK) FAIL("hoop_comm_dump: %s", hoop_comm_last_error(c));
+        if (rc != HOOP_OK) TEST_FAIL("hoop_comm_dump: %s", hoop_comm_last_error(c));
     } else if (strcmp(scen, "hang") == 0 || strcmp(scen, "skip") == 0) {
         int skip = strcmp(scen, "skip") == 0;
         for (int i = 0; i < 8; i++) {
@@ -276,28 +265,28 @@ int main(int argc, char **argv)
             if (i == 5 && R == 2) {
                 int64_t x[3];
                 rc = hoop_recv(c, x, 3, HOOP_INT64, 0);
-                if (rc == HOOP_OK) FAIL("a receive nobody sent to succeeded");
+                if (rc == HOOP_OK) TEST_FAIL("a receive nobody sent to succeeded");
                 break;
             }
             rc = allreduce_checked(c, 1000 + (size_t)i, i);
             if (rc != HOOP_OK) break;
         }
-        if (rc == HOOP_OK) FAIL("every call succeeded though rank 2 skipped one");
+        if (rc == HOOP_OK) TEST_FAIL("every call succeeded though rank 2 skipped one");
         snprintf(path, sizeof(path), "%s/hoop-trace-%d.json", dir, R);
-        if (!file_exists(path)) FAIL("the failed call wrote no dump at %s", path);
+        if (!file_exists(path)) TEST_FAIL("the failed call wrote no dump at %s", path);
     } else if (strcmp(scen, "signal") == 0 || strcmp(scen, "nosignal") == 0) {
         signal_run(c, dir, strcmp(scen, "signal") == 0);
     }
 
     /* Every rank passes only if all did (not where the scenario broke the communicator). */
     if (strcmp(scen, "hang") != 0 && strcmp(scen, "skip") != 0) {
-        int32_t f = failures, all = 0;
+        int32_t f = (int32_t)test_failures, all = 0;
         if (hoop_allreduce(c, &f, &all, 1, HOOP_INT32, HOOP_SUM) != HOOP_OK || all != 0)
-            failures += f == 0;
+            test_failures += f == 0;
     }
     hoop_comm_destroy(c);
     if (strcmp(scen, "signal") == 0 && !own_in_place())
-        FAIL("the program's SIGUSR2 handler is not back once the communicator is gone");
-    printf("rank %d: %s\n", R, failures ? "FAILED" : "passed");
-    return failures ? 1 : 0;
+        TEST_FAIL("the program's SIGUSR2 handler is not back once the communicator is gone");
+    printf("rank %d: %s\n", R, test_failures ? "FAILED" : "passed");
+    return test_failures ? 1 : 0;
 }
