@@ -504,10 +504,13 @@ void hoop__rec_dump_due(hoop_comm_t *c)
     if (!due && !abort_due) return;
     char path[HOOP__CONFIG_PATH + 64];
     default_path(c, path, sizeof(path));
+    /* The abort that dumps may come from a disagreement, not a timeout: the line says so. */
+    const char *what = due ? "a call timed out"
+                           : "the communicator failed on a timeout or a disagreement";
     if (hoop__rec_dump(c, NULL) == HOOP_OK)
-        HOOP__WARN(&c->log, "a call timed out: the flight recorder's last calls are in %s", path);
+        HOOP__WARN(&c->log, "%s: the flight recorder's last calls are in %s", what, path);
     else
-        HOOP__WARN(&c->log, "a call timed out, and the flight recorder could not be dumped: %s",
+        HOOP__WARN(&c->log, "%s, and the flight recorder could not be dumped: %s", what,
                    hoop__comm_last(c));
 }
 
