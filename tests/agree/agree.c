@@ -175,8 +175,11 @@ static int is_late(hoop_result_t rc, const char *sentence)
 {
     if (rc == HOOP_ERR_TIMEOUT)
         return strstr(sentence, "could not reach the rendezvous store") != NULL;
+    /* A store that closes with this process's bytes unread resets the connection rather than
+     * closing it: the same lateness, another sentence. */
     return rc == HOOP_ERR_PEER_LOST && strstr(sentence, "rendezvous store") != NULL &&
-           strstr(sentence, "closed the connection") != NULL;
+           (strstr(sentence, "closed the connection") != NULL ||
+            strstr(sentence, "was lost: Connection reset") != NULL);
 }
 
 static void init_env(void *ctx, int slot)
