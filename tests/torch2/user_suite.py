@@ -37,9 +37,10 @@ def names(world):
     return out
 
 
-def launch(hooprun, backend, n, out, only, limit):
+def launch(hooprun, backend, n, out, only, limit, case_limit):
     cmd = [hooprun, "--timeout", str(limit), "-n", str(n), sys.executable, CASES,
-           "--backend", backend, "--out", out, "--only", ",".join(only)]
+           "--backend", backend, "--out", out, "--only", ",".join(only),
+           "--case-limit", str(case_limit)]
     t0 = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [ln for ln in p.stdout.splitlines() if " %s " % backend in ln and "rank " in ln]
@@ -69,10 +70,10 @@ def outcome(out, name, n):
     return ("ok", res) if why is None else (why, None)
 
 
-def run_backend(hooprun, backend, n, cases, out, limit):
-    todo = [c for c, _ in cases]
+def run_backend(hooprun, backend, n, cases, out, limit, case_limit):
+    todo = list(cases)
     while todo:
-        rc, _ = launch(hooprun, backend, n, out, todo, limit)
+        rc, _ = launch(hooprun, backend, n, out, todo, limit, case_limit)
         if rc == 0:
             return
         # The launch ended early: the first case some rank did not finish ended it (it stays
@@ -92,6 +93,8 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--keep", help="keep every result here")
     ap.add_argument("--case-limit", type=int, default=180)
+    ap.add_argument("--gloo-fail-limit", type=int, default=15,
+                    help="seconds a case gloo is known to fail may take on gloo")
     args = ap.parse_args()
     import torch
 
@@ -109,7 +112,15 @@ def main():
             for backend in ("gloo", "hoop"):
                 outs[backend] = os.path.join(base, "%s-%d" % (backend, n))
                 os.makedirs(outs[backend], exist_ok=True)
-                run_backend(args.hooprun, backend, n, cases, outs[backend], limit)
+                known = [c for c, g in cases if g]
+                run_backend(args.hooprun, backend, n, known if backend == "gloo" else
+                            [c for c, _ in cases], outs[backend], limit, args.case_limit)
+                # What gloo is known to fail runs on it too, to show that it still does, with a
+                # short limit: some of it (ordered_callbacks) hangs gloo's ranks.
+                odd = [c for c, g in cases if not g]
+                if backend == "gloo" and odd:
+                    run_backend(args.hooprun, backend, n, odd, outs[backend], limit,
+                                args.gloo_fail_limit)
             for c, gloo_ok in cases:
                 hs, hres = outcome(outs["hoop"], c, n)
                 gs, gres = outcome(outs["gloo"], c, n)
