@@ -60,7 +60,7 @@ hoop_result_t hoop__mem_detect(hoop_comm_t *c, const void *s, const void *r, hoo
  * completed succeeded. */
 hoop_result_t hoop__mem_failed(hoop_comm_t *c);
 
-/* Stream-ordered calls (hoop_comm_set_stream; mem_cuda.c, docs/cuda.md). A call on device
+/* Stream-ordered calls (hoop_comm_set_stream; mem_cuda_order.c, docs/cuda.md). A call on device
  * buffers posted while a stream is set runs on the host, on a pinned copy of its buffers, and
  * takes an ordering slot: at posting (hoop__mem_order_post, on the posting thread) the stream
  * gets a copy of what the call reads into the slot's buffer and an event after it, and the call

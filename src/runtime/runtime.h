@@ -1,5 +1,5 @@
 /* The algorithms' runtime: what a schedule in src/collectives uses to move, copy and reduce bytes.
- * Transfers to peers (xfer.c), scratch space and the memory layer (mem.c, mem_cuda.c), staging of
+ * Transfers to peers (xfer.c), scratch space and the memory layer (mem.c, mem_cuda*.c), staging of
  * device buffers through host memory (stage.c), tracing (trace.c).
  * Below it only the transports; the scheduler above hands it one call at a time, under exec. */
 #ifndef HOOP_RUNTIME_H
@@ -91,7 +91,7 @@ void *hoop__input_copy(const hoop__call_t *call, size_t bytes);
 /* The bytes of sendbuf that this rank's part of call reads (*rd) and of recvbuf that it writes
  * (*wr), 0 for a buffer it does not touch (a non-root's, a broadcast root's recvbuf, a count of
  * 0). The one table of them: the memory a call is detected in (core/api.c), the copy of an
- * overlapping input (core/sched.c) and the pinned copies of a stream-ordered call (mem_cuda.c). */
+ * overlapping input (core/sched.c) and the pinned copies of a stream-ordered call (mem_cuda_order.c). */
 void hoop__call_extents(const hoop__call_t *call, size_t *rd, size_t *wr);
 /* Frees both (hoop__mem_close). */
 void hoop__scratch_free(hoop_comm_t *c);

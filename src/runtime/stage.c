@@ -5,7 +5,7 @@
  * as the most transfers a call had in flight at once. Under exec, like every transfer.
  *
  * A collective's transfers are pipelined: the copies run on the communicator's copy streams
- * (mem_cuda.c, one per direction: CUDA is the one memory type staged) while the network moves
+ * (mem_cuda_stage.c, one per direction: CUDA is the one memory type staged) while the network moves
  * other transfers. The transport is given
  * a transfer of the stage's own (tx), never the algorithm's (x), which is done only when the
  * stage says so:
