@@ -113,7 +113,8 @@ void hoop__cuda_ipc_copy(const hoop__call_t *call, void *dst, const void *src, s
 {
     struct hoop__cuda *st = hoop__cuda_of(call->comm);
     if (n > 0 && dst != src)
-        hoop__cuda_check(call->comm, st, st->t->copy_async(st->ctx, dst, src, n, st->ipc_stream), "copy");
+        hoop__cuda_check(call->comm, st, st->t->copy_async(st->ctx, dst, src, n, st->ipc_stream),
+                         "copy");
 }
 
 void hoop__cuda_ipc_move(const hoop__call_t *call, void *dst, const void *src, size_t n)
@@ -128,9 +129,10 @@ void hoop__cuda_ipc_reduce(const hoop__call_t *call, void *out, const void *a, c
                            size_t count)
 {
     struct hoop__cuda *st = hoop__cuda_of(call->comm);
-    hoop__cuda_check(call->comm, st,
-          st->t->reduce_async(st->ctx, out, a, b, count, call->dtype, call->op, st->ipc_stream),
-          "reduction");
+    hoop__cuda_check(
+        call->comm, st,
+        st->t->reduce_async(st->ctx, out, a, b, count, call->dtype, call->op, st->ipc_stream),
+        "reduction");
 }
 
 void hoop__cuda_ipc_avg(const hoop__call_t *call, void *buf, size_t count)
@@ -145,16 +147,16 @@ void hoop__cuda_ipc_avg(const hoop__call_t *call, void *buf, size_t count)
 void hoop__cuda_ipc_record(const hoop__call_t *call, int which)
 {
     struct hoop__cuda *st = hoop__cuda_of(call->comm);
-    hoop__cuda_check(call->comm, st, st->t->event_record(st->ctx, st->ipc_ev[which], st->ipc_stream),
-          "IPC event");
+    hoop__cuda_check(call->comm, st,
+                     st->t->event_record(st->ctx, st->ipc_ev[which], st->ipc_stream), "IPC event");
 }
 
 void hoop__cuda_ipc_wait(const hoop__call_t *call, int peer, int which)
 {
     struct hoop__cuda *st = hoop__cuda_of(call->comm);
     hoop__cuda_check(call->comm, st,
-          st->t->stream_wait_event(st->ctx, st->ipc_stream, st->peer[peer].ev[which]),
-          "IPC event wait");
+                     st->t->stream_wait_event(st->ctx, st->ipc_stream, st->peer[peer].ev[which]),
+                     "IPC event wait");
 }
 
 hoop_result_t hoop__cuda_ipc_end(const hoop__call_t *call, int (*watch)(void *), void *arg)
