@@ -11,6 +11,7 @@
  *   bound.c    --bound and --rotate: the copy rate, each row's fraction of it, rotated buffers
  *   explain.c  --explain: one traced all-reduce, every rank's schedule and traffic
  *   device.c   --device cuda: the buffers in device memory, through the CUDA module
+ *   memory.c   -M: each rank's memory before and after init and the collectives
  *   options.c  the command line and the help text
  *   main.c     start-up, the chosen mode, the exit status
  */
@@ -100,6 +101,9 @@ typedef struct variant {
     uint64_t wrong;
     int has_bound;         /* --bound, on one host, where the row has a traffic model */
     double traffic, bound; /* bytes through memory per call; the fraction of the copy rate's time */
+    /* -I: over the timed iterations after -K's, each the slowest rank's, per call, in us */
+    int has_iter, i_n;
+    double i_min, i_max, i_avg, i_p50, i_p95, i_p99, i_cv; /* i_cv: stdev / mean, in % */
 } variant_t;
 
 typedef struct row {
@@ -107,15 +111,16 @@ typedef struct row {
     size_t size, count;
     int dt, op, root; /* -1: none */
     variant_t v[2];   /* out of place, in place */
+    char stamp[24];   /* -S: when the row ended, UTC */
 } row_t;
 
 typedef struct bench {
     hoop_comm_t *comm;
     int rank, size;
     const coll_t *coll;
-    size_t minb, maxb, factor, step; /* factor > 1: multiply, else add step */
-    int iters, warmup, check, blocking, average;
-    int agg;              /* -m: calls per iteration, posted together */
+    size_t minb, maxb, factor, step;             /* factor > 1: multiply, else add step */
+    int iters, warmup, check, blocking, average; /* blocking: -z 0-3 */
+    int agg;                                     /* -m: calls per iteration, posted together */
     int warm_each;        /* also warm up before every timed row, as the OSU benchmarks do */
     unsigned dtypes, ops; /* bit masks */
     int root;             /* -1: every rank in turn */
@@ -128,9 +133,15 @@ typedef struct bench {
     int use_cuda, cuda_dev;
     struct perf_dev *dev;
     unsigned char *hsbuf, *hrbuf;
-    size_t scap, rcap;
+    size_t scap, rcap, ecap;
     hoop_request_t **reqs;
-    row_t *rows; /* rank 0 keeps them for --json / --csv */
+    int *iter_end;               /* -z 0: the requests posted by the end of each iteration */
+    double *iter_t;              /* -I: each timed iteration's seconds per call */
+    int per_iter, per_iter_skip; /* -I, -K */
+    int timestamps;              /* -S */
+    int memory;                  /* -M */
+    struct perf_mem *mem;        /* -M: the snapshots (memory.c) */
+    row_t *rows;                 /* rank 0 keeps them for --json / --csv */
     size_t nrows, rows_cap;
     double bw_sum;
     int bw_count;
@@ -201,6 +212,15 @@ void *device_alloc(bench_t *b, size_t bytes); /* NULL after saying why */
 int device_copy(const bench_t *b, void *dst, const void *src, size_t bytes);
 /* Frees sbuf and rbuf and closes the module's context. */
 void device_close(bench_t *b);
+
+/* ---- memory.c -------------------------------------------------------------------------- */
+
+int memory_start(bench_t *b); /* before hoop_init; returns 0 after saying why */
+void memory_after_init(bench_t *b);
+void memory_after_buffers(bench_t *b, unsigned char *const *bufs, const size_t *sizes, int n);
+int memory_report(bench_t *b); /* collective; rank 0 prints */
+void write_memory_json(const bench_t *b, FILE *f);
+void memory_free(bench_t *b);
 
 /* ---- options.c -------------------------------------------------------------------------- */
 

@@ -78,14 +78,17 @@ int main(int argc, char **argv)
     b.algo = o.algos != NULL ? o.algos : algo && algo[0] ? algo : "auto";
     b.transport = tp && tp[0] ? tp : "auto";
 
+    if (!memory_start(&b)) return 1;
     hoop_result_t e = hoop_init_from_env(&b.comm);
     if (e != HOOP_OK) {
         fprintf(stderr,
                 "hoop-perf: hoop_init failed: %s (see the message above; HOOP_ALGO=%s "
                 "HOOP_TRANSPORT=%s)\n",
                 hoop_error_string(e), b.algo, b.transport);
+        memory_free(&b);
         return 1;
     }
+    memory_after_init(&b);
     b.rank = hoop_comm_rank(b.comm);
     b.size = hoop_comm_size(b.comm);
 
@@ -102,6 +105,11 @@ int main(int argc, char **argv)
     }
     if (!status && b.use_cuda && !device_open(&b)) status = 1;
     if (!status && !alloc_buffers(&b)) status = 1;
+    if (!status && !b.dev) {
+        unsigned char *const bufs[3] = {b.sbuf, b.rbuf, b.ebuf};
+        const size_t sizes[3] = {rotate_pool(&b, b.scap), rotate_pool(&b, b.rcap), b.ecap};
+        memory_after_buffers(&b, bufs, sizes, 3);
+    }
     if (!status && b.rank == 0 && b.json_path && !(b.json = open_output(b.json_path))) status = 1;
     if (!status && b.rank == 0 && b.csv_path && !(b.csv = open_output(b.csv_path))) status = 1;
     status = agree(&b, status);
@@ -133,6 +141,7 @@ int main(int argc, char **argv)
         }
         if (ok && b.rank == 0) print_summary(&b);
     }
+    if (ok && !memory_report(&b)) ok = 0;
     if (b.csv && !write_csv(&b)) ok = 0;
     if (b.json && !write_json(&b, ok && b.wrong_total == 0)) ok = 0;
     if (b.csv && fclose(b.csv) != 0) ok = 0;
@@ -151,6 +160,9 @@ int main(int argc, char **argv)
     free(b.reqs);
     free(b.rows);
     free(algo_list);
+    free(b.iter_end);
+    free(b.iter_t);
+    memory_free(&b);
     if (status) return status;
     return ok && b.wrong_total == 0 ? 0 : 1;
 }

@@ -71,11 +71,23 @@ void usage(FILE *f)
         "                            every type, op and root (default 5)\n"
         "  --warm-each               also run the warm-up iterations before every timed row\n"
         "  -c, --check 0|1           count wrong elements (default 1)\n"
-        "  -z, --blocking 0|1|2      0: post all iterations as nonblocking calls, then wait for\n"
-        "                            them (default); 1: every call completes and then all ranks\n"
-        "                            meet at a barrier before the next (the barrier is timed);\n"
-        "                            2: blocking calls back to back, as MPI benchmarks time "
-        "theirs\n"
+        "  -z, --blocking 0|1|2|3    0: post every call of every iteration as a nonblocking\n"
+        "                            call, then wait for them (default); 1: each iteration's\n"
+        "                            calls are waited for, then all ranks meet at a barrier,\n"
+        "                            which is timed; 2: as 1 without the barrier; 3: as 1 with\n"
+        "                            the barrier's time left out. With -m 1, modes 1-3 make\n"
+        "                            blocking calls, as MPI benchmarks time theirs\n"
+        "  -I, --per_iter_timing 0|1 time every iteration: columns i_min, i_max, i_p99 (nearest\n"
+        "                            rank) and i_cv (stdev / mean) per call, each iteration the\n"
+        "                            slowest rank's; --json/--csv add mean, p50 and p95. Under\n"
+        "                            -z 0 an iteration ends when its last call is waited for\n"
+        "  -K, --per_iter_skip N     leave the first N iterations out of -I's figures\n"
+        "  -S, --report_timestamps 0|1  a column with the time each row ended (UTC)\n"
+        "  -M, --memory 0|1          report each rank's memory at the end (the largest over\n"
+        "                            ranks): resident memory, shared memory mapped and file\n"
+        "                            descriptors that init and the collectives added, and the\n"
+        "                            buffers hoop-perf allocated; read from /proc\n"
+        "  -J, --output_file FILE    as --json FILE (nccl-tests' name)\n"
         "  -a, --average 0|1|2|3     time reported: rank 0's, the mean, min or max over ranks\n"
         "                            (default 1, the mean, as nccl-tests)\n"
         "  -d, --datatype T|all      int8 uint8 int32 uint32 int64 uint64 float16 (half)\n"
@@ -192,6 +204,11 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"warmup_iters", required_argument, NULL, 'w'},
                                           {"check", required_argument, NULL, 'c'},
                                           {"blocking", required_argument, NULL, 'z'},
+                                          {"per_iter_timing", required_argument, NULL, 'I'},
+                                          {"per_iter_skip", required_argument, NULL, 'K'},
+                                          {"report_timestamps", required_argument, NULL, 'S'},
+                                          {"memory", required_argument, NULL, 'M'},
+                                          {"output_file", required_argument, NULL, 'J'},
                                           {"average", required_argument, NULL, 'a'},
                                           {"datatype", required_argument, NULL, 'd'},
                                           {"op", required_argument, NULL, 'o'},
@@ -220,8 +237,9 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {NULL, 0, NULL, 0}};
     int c, v = 0, li;
     opterr = 0;
-    while ((li = -1, c = getopt_long(argc, argv, ":b:e:f:i:n:m:w:c:z:a:d:o:r:g:t:p:C:G:R:T:Vh",
-                                     longs, &li)) != -1) {
+    while ((li = -1,
+            c = getopt_long(argc, argv, ":b:e:f:i:n:m:w:c:z:a:d:o:r:g:t:p:C:G:R:T:I:K:S:M:J:Vh",
+                            longs, &li)) != -1) {
         int bad = 0;
         switch (c) {
         case 'b': bad = bench_parse_size(optarg, &b->minb); break;
@@ -239,7 +257,12 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
         case 'm': bad = bench_parse_int(optarg, 1, 1 << 16, &b->agg); break;
         case 'w': bad = bench_parse_int(optarg, 0, 1 << 24, &b->warmup); break;
         case 'c': bad = bench_parse_int(optarg, 0, 1, &b->check); break;
-        case 'z': bad = bench_parse_int(optarg, 0, 2, &b->blocking); break;
+        case 'z': bad = bench_parse_int(optarg, 0, 3, &b->blocking); break;
+        case 'I': bad = bench_parse_int(optarg, 0, 1, &b->per_iter); break;
+        case 'K': bad = bench_parse_int(optarg, 0, 1 << 24, &b->per_iter_skip); break;
+        case 'S': bad = bench_parse_int(optarg, 0, 1, &b->timestamps); break;
+        case 'M': bad = bench_parse_int(optarg, 0, 1, &b->memory); break;
+        case 'J': b->json_path = optarg; break;
         case 'a': bad = bench_parse_int(optarg, 0, 3, &b->average); break;
         case 'd': bad = parse_dtypes(optarg, &b->dtypes); break;
         case 'o': bad = parse_ops(optarg, &b->ops); break;
@@ -330,6 +353,11 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
     if ((long long)b->agg * (b->iters > b->warmup ? b->iters : b->warmup) > (1 << 24)) {
         fprintf(stderr, "hoop-perf: -m %d with -n %d / -w %d: more than %d calls per row\n", b->agg,
                 b->iters, b->warmup, 1 << 24);
+        return 2;
+    }
+    if (b->per_iter_skip && (!b->per_iter || b->per_iter_skip >= b->iters)) {
+        fprintf(stderr, "hoop-perf: -K %d: needs -I 1 and fewer than -n %d iterations\n",
+                b->per_iter_skip, b->iters);
         return 2;
     }
     if (b->minb > b->maxb) {

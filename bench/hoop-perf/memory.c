@@ -1,0 +1,177 @@
+/*
+ * -M: what the run costs each rank in memory, read from /proc as nccl-tests' -M reports its own:
+ * resident memory, shared memory mapped (memfd and /dev/shm mappings: hoop's one-host area and
+ * rings) and file descriptors, taken before hoop_init, after it, once hoop-perf's buffers are
+ * allocated and touched, and at the end. The report is the largest value over ranks. It is measured
+ * from outside the library: what init and the collectives add, whoever in the process added it.
+ */
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hoop.h"
+#include "hoop-perf.h"
+
+enum { AT_START, AT_INIT, AT_BUFFERS, AT_END, NSNAP };
+
+typedef struct snap {
+    int64_t rss, shm_size, shm_rss, fds; /* bytes, bytes, bytes, count */
+} snap_t;
+
+/* The figures reported, in this order (bytes unless said). */
+enum {
+    M_INIT_RSS,
+    M_INIT_SHM,
+    M_INIT_SHM_RSS,
+    M_INIT_FDS,
+    M_USER,
+    M_COLL_RSS,
+    M_COLL_SHM,
+    M_COLL_FDS,
+    NFIG
+};
+
+struct perf_mem {
+    snap_t at[NSNAP];
+    int64_t user; /* bytes of hoop-perf's own buffers */
+    int64_t fig[NFIG];
+};
+
+static int64_t status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int64_t v = 0;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = strtoll(line + n + 1, NULL, 10);
+            break;
+        }
+    if (f) fclose(f);
+    return v * 1024;
+}
+
+/* Sums Size and Rss of the shared-memory mappings (memfd, /dev/shm). */
+static void shm_mapped(int64_t *size, int64_t *rss)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in_shm = 0;
+    *size = *rss = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int path = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &path) == 2 && path > 0) {
+            const char *p = line + path;
+            in_shm = !strncmp(p, "/memfd:", 7) || !strncmp(p, "/dev/shm/", 9);
+        } else if (in_shm && !strncmp(line, "Size:", 5)) {
+            *size += strtoll(line + 5, NULL, 10) * 1024;
+        } else if (in_shm && !strncmp(line, "Rss:", 4)) {
+            *rss += strtoll(line + 4, NULL, 10) * 1024;
+        }
+    }
+    if (f) fclose(f);
+}
+
+static int64_t open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int64_t n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') n++;
+    if (d) closedir(d);
+    return n > 0 ? n - 1 : 0; /* less the directory's own */
+}
+
+static void take(snap_t *s)
+{
+    s->rss = status_kb("VmRSS");
+    shm_mapped(&s->shm_size, &s->shm_rss);
+    s->fds = open_fds();
+}
+
+int memory_start(bench_t *b)
+{
+    if (!b->memory) return 1;
+    b->mem = calloc(1, sizeof *b->mem);
+    if (!b->mem) {
+        fprintf(stderr, "hoop-perf: out of memory\n");
+        return 0;
+    }
+    take(&b->mem->at[AT_START]);
+    return 1;
+}
+
+void memory_after_init(bench_t *b)
+{
+    if (b->mem) take(&b->mem->at[AT_INIT]);
+}
+
+/* The buffers' pages touched first, so that the collectives' figure is the library's. */
+void memory_after_buffers(bench_t *b, unsigned char *const *bufs, const size_t *sizes, int n)
+{
+    if (!b->mem) return;
+    for (int i = 0; i < n; i++) {
+        volatile unsigned char *p = bufs[i];
+        for (size_t j = 0; p && j < sizes[i]; j += 4096) p[j] = p[j];
+        b->mem->user += (int64_t)sizes[i];
+    }
+    take(&b->mem->at[AT_BUFFERS]);
+}
+
+static double mib(int64_t v) { return (double)v / (1024.0 * 1024.0); }
+
+int memory_report(bench_t *b)
+{
+    if (!b->mem) return 1;
+    struct perf_mem *m = b->mem;
+    take(&m->at[AT_END]);
+    const snap_t *s0 = &m->at[AT_START], *s1 = &m->at[AT_INIT], *s2 = &m->at[AT_BUFFERS],
+                 *s3 = &m->at[AT_END];
+    int64_t f[NFIG] = {s1->rss - s0->rss,
+                       s1->shm_size - s0->shm_size,
+                       s1->shm_rss - s0->shm_rss,
+                       s1->fds - s0->fds,
+                       m->user,
+                       s3->rss - s2->rss,
+                       s3->shm_size - s1->shm_size,
+                       s3->fds - s2->fds};
+    if (!checked(b, "combining the memory figures",
+                 hoop_allreduce(b->comm, f, m->fig, NFIG, HOOP_INT64, HOOP_MAX)))
+        return 0;
+    if (b->rank == 0) {
+        const int64_t *g = m->fig;
+        printf("# Memory per rank (-M; the largest over ranks, from /proc):\n");
+        printf("#   Initialization  resident %+.1f MiB, shared memory %+.1f MiB mapped "
+               "(%+.1f MiB resident), %+" PRId64 " file descriptors\n",
+               mib(g[M_INIT_RSS]), mib(g[M_INIT_SHM]), mib(g[M_INIT_SHM_RSS]), g[M_INIT_FDS]);
+        printf("#   User-Allocated  %.1f MiB (hoop-perf's buffers)\n", mib(g[M_USER]));
+        printf("#   Collective      resident %+.1f MiB, shared memory %+.1f MiB mapped, "
+               "%+" PRId64 " file descriptors\n",
+               mib(g[M_COLL_RSS]), mib(g[M_COLL_SHM]), g[M_COLL_FDS]);
+        fflush(stdout);
+    }
+    return 1;
+}
+
+void write_memory_json(const bench_t *b, FILE *f)
+{
+    const int64_t *g = b->mem->fig;
+    fprintf(f,
+            "  \"memory\": {\"init_rss_bytes\": %" PRId64 ", \"init_shm_mapped_bytes\": %" PRId64
+            ", \"init_shm_rss_bytes\": %" PRId64 ", \"init_fds\": %" PRId64
+            ", \"user_bytes\": %" PRId64 ", \"collective_rss_bytes\": %" PRId64
+            ", \"collective_shm_mapped_bytes\": %" PRId64 ", \"collective_fds\": %" PRId64 "},\n",
+            g[M_INIT_RSS], g[M_INIT_SHM], g[M_INIT_SHM_RSS], g[M_INIT_FDS], g[M_USER],
+            g[M_COLL_RSS], g[M_COLL_SHM], g[M_COLL_FDS]);
+}
+
+void memory_free(bench_t *b)
+{
+    free(b->mem);
+    b->mem = NULL;
+}
