@@ -58,6 +58,9 @@
 #define REASON_LEN 448
 #define CONNECT_FAREWELL 1.0 /* seconds a failed connect() waits for its peers to read why */
 #define RING_WARN_BYTES (1024.0 * 1024 * 1024) /* rings on a host above this: said at WARN */
+/* A rank's inbound rings up to this are faulted in and warmed at connect; beyond it (many ranks
+ * on a host) each page is faulted in by its first use, so that rings no call uses cost nothing. */
+#define PREFAULT_MAX_BYTES ((size_t)16 << 20)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -145,6 +148,7 @@ struct hoop__tp {
     op_t *free_ops;
     hoop_result_t failed;
     int nlocal;
+    int prefault;        /* the rings are faulted in at connect (PREFAULT_MAX_BYTES) */
     double spin_s;       /* how long progress() spins before it sleeps */
     int oversub;         /* more local ranks than cores: yield while spinning */
     double next_check;   /* next liveness check while spinning */

@@ -210,12 +210,14 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     /* Fault the two rings of this pair in now: a page fault is slow on a VM, and a ring touched
      * lazily makes a collective's first megabytes through it slower. Both processes populate
      * their own page tables; older kernels just skip it. */
-    (void)madvise(pe->out_data, tp->ring_bytes, MADV_POPULATE_WRITE);
-    (void)madvise(pe->in_data, tp->ring_bytes, MADV_POPULATE_WRITE);
-    /* And into the cache: the kernel zeroed those pages behind the cache, so every message of a
-     * ring's first lap would otherwise wait for memory (docs/performance.md, "What changed the
-     * figures"). Each rank warms the rings it reads; nobody writes them yet. */
-    memset(pe->in_data, 0, tp->ring_bytes);
+    if (tp->prefault) {
+        (void)madvise(pe->out_data, tp->ring_bytes, MADV_POPULATE_WRITE);
+        (void)madvise(pe->in_data, tp->ring_bytes, MADV_POPULATE_WRITE);
+        /* And into the cache: the kernel zeroed those pages behind the cache, so every message
+         * of a ring's first lap would otherwise wait for memory (docs/performance.md, "What
+         * changed the figures"). Each rank warms the rings it reads; nobody writes them yet. */
+        memset(pe->in_data, 0, tp->ring_bytes);
+    }
     pe->pid = pid;
     pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     pe->local = 1;
@@ -261,9 +263,10 @@ static const char *human(double b, char *buf, size_t n)
     return buf;
 }
 
-/* The memory the rings take, said before connect() faults them all in (which takes seconds per
- * GiB): each of the L ranks on this host holds L - 1 inbound rings in its segment, so L (L - 1)
- * rings in all. At WARN, by the host's lowest rank only, when that passes RING_WARN_BYTES. */
+/* The memory the rings take, said before connect() faults them in (which takes seconds per GiB)
+ * or leaves each page to its first use: each of the L ranks on this host holds L - 1 inbound
+ * rings in its segment, so L (L - 1) rings in all. At WARN, by the host's lowest rank only, when
+ * that passes RING_WARN_BYTES and they are all faulted in at connect. */
 static void say_ring_memory(const hoop__tp_t *tp, const char *const *addrs, int nlocal)
 {
     if (nlocal == 0) return;
@@ -271,13 +274,15 @@ static void say_ring_memory(const hoop__tp_t *tp, const char *const *addrs, int 
     char r[32], m[32], h[32];
     int lowest = 1;
     for (int j = 0; j < tp->p.rank; j++) lowest &= addrs[j] == NULL;
-    int level = host > RING_WARN_BYTES && lowest ? HOOP__LOG_WARN : HOOP__LOG_INFO;
+    int level = host > RING_WARN_BYTES && lowest && tp->prefault ? HOOP__LOG_WARN : HOOP__LOG_INFO;
     HOOP__LOG_AT(tp->p.log, level,
                  "shm: %s rings (HOOP_SHM_RING_BYTES), one per peer and direction: "
                  "%s in this rank's %d inbound rings, %s on this host for its %d ranks (L(L-1) "
-                 "rings), all written at connect",
+                 "rings), %s",
                  human(ring, r, sizeof(r)), human(mine, m, sizeof(m)), nlocal,
-                 human(host, h, sizeof(h)), nlocal + 1);
+                 human(host, h, sizeof(h)), nlocal + 1,
+                 tp->prefault ? "all written at connect"
+                              : "each page taken at its first use (more than 16 MiB a rank)");
 }
 
 hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
@@ -285,6 +290,8 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
     if (tp->failed) return tp->failed;
     int expect = 0;
     for (int j = 0; j < tp->p.size; j++) expect += j != tp->p.rank && addrs[j] != NULL;
+    /* The same on every rank of the host: each counts the same ranks there. */
+    tp->prefault = (size_t)expect * tp->ring_bytes <= PREFAULT_MAX_BYTES;
     say_ring_memory(tp, addrs, expect);
     char list[160] = "";
     size_t o = 0;
