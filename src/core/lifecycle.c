@@ -497,7 +497,52 @@ static hoop_result_t agree_verdict(init_t *in)
     return rc;
 }
 
-/* Step 6: publish this rank's address and read everyone else's; then say so. */
+/* Rank 0's part of step 6: reads every other rank's address and publishes them all as one value,
+ * one after another with their NULs; an empty value where they would not fit one (then every rank
+ * reads them one by one). */
+static hoop_result_t publish_addresses(init_t *in)
+{
+    hoop_comm_t *c = in->c;
+    char key[64];
+    size_t len = 0, total = 0;
+    hoop_result_t rc = HOOP_OK;
+    for (int j = 1; j < c->size && rc == HOOP_OK; j++) {
+        snprintf(key, sizeof(key), "hoop/addr/%d", j);
+        rc = hoop__store_get(in->st, key, in->addrs[j], ADDR_LEN - 1, &len,
+                             in->deadline - hoop__now());
+    }
+    if (rc != HOOP_OK) return rc;
+    for (int j = 0; j < c->size; j++) total += strlen(in->addrs[j]) + 1;
+    char *all = total <= HOOP__STORE_MAX_VALUE ? malloc(total) : NULL;
+    size_t at = 0;
+    for (int j = 0; all != NULL && j < c->size; j++) {
+        size_t n = strlen(in->addrs[j]) + 1;
+        memcpy(all + at, in->addrs[j], n);
+        at += n;
+    }
+    rc = hoop__store_set(in->st, "hoop/addrs", all != NULL ? all : "", all != NULL ? total : 0);
+    free(all);
+    return rc;
+}
+
+/* The addresses of rank 0's value into in->addrs: 1, or 0 where it does not hold size of them
+ * with this rank's own in its place. */
+static int take_addresses(init_t *in, const char *all, size_t len)
+{
+    hoop_comm_t *c = in->c;
+    size_t at = 0;
+    for (int j = 0; j < c->size; j++) {
+        const char *end = at < len ? memchr(all + at, '\0', len - at) : NULL;
+        if (end == NULL || (size_t)(end - (all + at)) >= ADDR_LEN) return 0;
+        memcpy(in->addrs[j], all + at, (size_t)(end - (all + at)) + 1);
+        at = (size_t)(end - all) + 1;
+    }
+    return at == len && strcmp(in->addrs[c->rank], in->addr) == 0;
+}
+
+/* Step 6: publish this rank's address and learn everyone else's; then say so. The store serves
+ * about 3p requests for it, not p²: rank 0 reads the p addresses and publishes them as one
+ * value, which every other rank reads once. */
 static hoop_result_t exchange_addresses(init_t *in)
 {
     hoop_comm_t *c = in->c;
@@ -511,17 +556,38 @@ static hoop_result_t exchange_addresses(init_t *in)
     }
     in->addrs = calloc((size_t)c->size, ADDR_LEN);
     in->ptrs = calloc((size_t)c->size, sizeof(char *));
-    if (in->addrs == NULL || in->ptrs == NULL) {
+    size_t cap = (size_t)c->size * ADDR_LEN;
+    if (cap > HOOP__STORE_MAX_VALUE) cap = HOOP__STORE_MAX_VALUE;
+    char *all = c->rank != 0 ? malloc(cap) : NULL;
+    if (in->addrs == NULL || in->ptrs == NULL || (c->rank != 0 && all == NULL)) {
+        free(all);
         snprintf(in->err, sizeof(in->err), "out of memory");
         return HOOP_ERR_NO_MEMORY;
     }
-    for (int j = 0; j < c->size && rc == HOOP_OK; j++) {
-        if (j == c->rank) continue;
-        snprintf(key, sizeof(key), "hoop/addr/%d", j);
-        rc = hoop__store_get(in->st, key, in->addrs[j], ADDR_LEN - 1, &len,
-                             in->deadline - hoop__now());
-        in->ptrs[j] = in->addrs[j];
+    /* The transport's connect takes no address for this rank itself. */
+    for (int j = 0; j < c->size; j++) in->ptrs[j] = j != c->rank ? in->addrs[j] : NULL;
+    snprintf(in->addrs[c->rank], ADDR_LEN, "%s", in->addr);
+    if (c->rank == 0) {
+        rc = publish_addresses(in);
+    } else {
+        rc = hoop__store_get(in->st, "hoop/addrs", all, cap, &len, in->deadline - hoop__now());
+        if (rc == HOOP_OK && len == 0) { /* too many to publish at once: one by one */
+            for (int j = 0; j < c->size && rc == HOOP_OK; j++) {
+                if (j == c->rank) continue;
+                snprintf(key, sizeof(key), "hoop/addr/%d", j);
+                rc = hoop__store_get(in->st, key, in->addrs[j], ADDR_LEN - 1, &len,
+                                     in->deadline - hoop__now());
+            }
+        } else if (rc == HOOP_OK && !take_addresses(in, all, len)) {
+            free(all);
+            snprintf(in->err, sizeof(in->err),
+                     "the addresses rank 0 published are not the %d of this communicator "
+                     "(%zu bytes)",
+                     c->size, len);
+            return HOOP_ERR_INTERNAL;
+        }
     }
+    free(all);
     /* Rank 0 serves the store: it may only go away once every rank has read all it needs, even
      * when its own connect fails, or the others would report the store's loss instead of the
      * cause they are about to find themselves (a peer on another host, say). */

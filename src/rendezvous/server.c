@@ -58,6 +58,7 @@ struct hoop__store_server {
     uint64_t auth_context;
     _Atomic unsigned auth_failures;
     int accept_exhausted; /* server_accept: out of descriptors since its last accept (warned once) */
+    unsigned long long served, accepted; /* requests parsed, connections accepted: said at stop */
 };
 
 static void conn_close(conn_t *c)
@@ -141,6 +142,7 @@ static int conn_process(server_t *s, conn_t *c)
         char kbuf[100];
         const uint8_t *val = NULL;
         uint32_t vallen = 0;
+        s->served++;
         if (req.op == 'S') {
             if (hoop__store_table_set(&s->table, req.key, req.keylen, req.val, req.vallen) != 0) {
                 HOOP__WARN(s->log,
@@ -170,10 +172,13 @@ static int conn_process(server_t *s, conn_t *c)
             } else {
                 rc = conn_reply(c, HOOP__STORE_REP_OK, NULL, 0);
             }
+        } else if (hoop__store_table_get(&s->table, req.key, req.keylen, &val, &vallen)) {
+            HOOP__TRACE(s->log, "rendezvous store: get \"%s\" (%u bytes) by %s",
+                        hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
+                        (unsigned)vallen, c->peer);
+            rc = conn_reply(c, HOOP__STORE_REP_OK, val, vallen);
         } else {
-            rc = hoop__store_table_get(&s->table, req.key, req.keylen, &val, &vallen)
-                     ? conn_reply(c, HOOP__STORE_REP_OK, val, vallen)
-                     : conn_reply(c, HOOP__STORE_REP_MISSING, NULL, 0);
+            rc = conn_reply(c, HOOP__STORE_REP_MISSING, NULL, 0);
         }
         off += (size_t)n;
         if (rc != 0) return -1;
@@ -321,6 +326,7 @@ static int server_accept(server_t *s, int lfd)
             return 0; /* EAGAIN, or an error of that one connection */
         }
         s->accept_exhausted = 0;
+        s->accepted++;
         HOOP__TRACE(s->log, "rendezvous store %s: client %s connected", s->where, peer);
         if (s->key.set)
             pending_begin(s, fd, peer);
@@ -589,5 +595,8 @@ void hoop__store_server_stop(server_t *s)
     while (write(s->wake_fd, &one, sizeof one) < 0 && errno == EINTR) {
     }
     pthread_join(s->thread, NULL);
+    /* What a job's init cost the store, which grows with the ranks (docs/performance.md). */
+    HOOP__INFO(s->log, "rendezvous store %s: served %llu requests over %llu connections", s->where,
+               s->served, s->accepted);
     server_free(s);
 }
