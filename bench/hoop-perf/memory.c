@@ -5,13 +5,13 @@
  * allocated and touched, and at the end. The report is the largest value over ranks. It is measured
  * from outside the library: what init and the collectives add, whoever in the process added it.
  */
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hoop.h"
+#include "../procmem.h"
 #include "hoop-perf.h"
 
 enum { AT_START, AT_INIT, AT_BUFFERS, AT_END, NSNAP };
@@ -39,59 +39,11 @@ struct perf_mem {
     int64_t fig[NFIG];
 };
 
-static int64_t status_kb(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    int64_t v = 0;
-    size_t n = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') {
-            v = strtoll(line + n + 1, NULL, 10);
-            break;
-        }
-    if (f) fclose(f);
-    return v * 1024;
-}
-
-/* Sums Size and Rss of the shared-memory mappings (memfd, /dev/shm). */
-static void shm_mapped(int64_t *size, int64_t *rss)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    char line[512];
-    int in_shm = 0;
-    *size = *rss = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        int path = 0;
-        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &path) == 2 && path > 0) {
-            const char *p = line + path;
-            in_shm = !strncmp(p, "/memfd:", 7) || !strncmp(p, "/dev/shm/", 9);
-        } else if (in_shm && !strncmp(line, "Size:", 5)) {
-            *size += strtoll(line + 5, NULL, 10) * 1024;
-        } else if (in_shm && !strncmp(line, "Rss:", 4)) {
-            *rss += strtoll(line + 4, NULL, 10) * 1024;
-        }
-    }
-    if (f) fclose(f);
-}
-
-static int64_t open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int64_t n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.') n++;
-    if (d) closedir(d);
-    return n > 0 ? n - 1 : 0; /* less the directory's own */
-}
-
 static void take(snap_t *s)
 {
-    s->rss = status_kb("VmRSS");
-    shm_mapped(&s->shm_size, &s->shm_rss);
-    s->fds = open_fds();
+    s->rss = procmem_rss();
+    procmem_shm(&s->shm_size, &s->shm_rss);
+    s->fds = procmem_fds();
 }
 
 int memory_start(bench_t *b)
