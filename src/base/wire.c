@@ -191,3 +191,71 @@ hoop_result_t hoop__wire_check_recv(const hoop__wire_hdr_t *posted, uint64_t len
     hoop__wire_mismatch_msg(&want, got, peer, me, msg, n);
     return HOOP_ERR_MISMATCH;
 }
+
+/* ---- status datagrams ----
+ * Offsets: magic 0, version 4, type 6, flags 7, state 8, code 9, kind 10, dtype 11, rank 12,
+ * pid 16, age_ms 20, comm_id 24, nonce 32, seq 40, count 48, reserved 56..63 (zero). */
+void hoop__status_encode(const hoop__status_msg_t *m, uint8_t out[HOOP__STATUS_SIZE])
+{
+    memset(out, 0, HOOP__STATUS_SIZE);
+    put32(out + 0, HOOP__STATUS_MAGIC);
+    put16(out + 4, HOOP__STATUS_VERSION);
+    out[6] = m->type;
+    out[7] = m->flags;
+    out[8] = m->state;
+    out[9] = m->code;
+    out[10] = m->kind;
+    out[11] = m->dtype;
+    put32(out + 12, m->rank);
+    put32(out + 16, m->pid);
+    put32(out + 20, m->age_ms);
+    put64(out + 24, m->comm_id);
+    put64(out + 32, m->nonce);
+    put64(out + 40, m->seq);
+    put64(out + 48, m->count);
+}
+
+hoop_result_t hoop__status_decode(const uint8_t *in, size_t len, hoop__status_msg_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    if (in == NULL || len != HOOP__STATUS_SIZE || get32(in) != HOOP__STATUS_MAGIC ||
+        get16(in + 4) != HOOP__STATUS_VERSION)
+        return HOOP_ERR_MISMATCH;
+    for (int i = 56; i < HOOP__STATUS_SIZE; i++)
+        if (in[i] != 0) return HOOP_ERR_MISMATCH;
+    hoop__status_msg_t d = {
+        .type = in[6],
+        .flags = in[7],
+        .state = in[8],
+        .code = in[9],
+        .kind = in[10],
+        .dtype = in[11],
+        .rank = get32(in + 12),
+        .pid = get32(in + 16),
+        .age_ms = get32(in + 20),
+        .comm_id = get64(in + 24),
+        .nonce = get64(in + 32),
+        .seq = get64(in + 40),
+        .count = get64(in + 48),
+    };
+    if (d.rank > INT32_MAX || d.pid > INT32_MAX) return HOOP_ERR_MISMATCH;
+    if (d.type == HOOP__STATUS_REQ) {
+        /* A request asks; it says nothing of a call. */
+        if (d.flags || d.state || d.code || d.kind || d.dtype || d.age_ms || d.seq || d.count)
+            return HOOP_ERR_MISMATCH;
+    } else if (d.type == HOOP__STATUS_ANS) {
+        if ((d.flags & ~HOOP__STATUS_FLAGS) != 0 || d.kind >= HOOP__K_COUNT ||
+            d.dtype >= HOOP_DTYPE_COUNT || d.state > 4 || d.code >= 64)
+            return HOOP_ERR_MISMATCH;
+        /* Without a call, no call's fields. */
+        if (!(d.flags & HOOP__STATUS_HAS_CALL) &&
+            (d.state || d.code || d.kind || d.dtype || d.seq || d.count || d.age_ms))
+            return HOOP_ERR_MISMATCH;
+        if ((d.flags & HOOP__STATUS_HAS_CALL) && (d.state == 0 || d.kind == HOOP__K_NONE))
+            return HOOP_ERR_MISMATCH;
+    } else {
+        return HOOP_ERR_MISMATCH;
+    }
+    *m = d;
+    return HOOP_OK;
+}

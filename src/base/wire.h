@@ -76,4 +76,39 @@ hoop_result_t hoop__wire_check_recv(const hoop__wire_hdr_t *posted, uint64_t len
                                     const hoop__wire_hdr_t *got, int valid, int peer, int me,
                                     char *msg, size_t n);
 
+/* ---- Status datagrams (core/explain.c) ----
+ * A rank whose call timed out, or lost a peer, asks every peer where it is: one request datagram,
+ * one answer, each of exactly HOOP__STATUS_SIZE bytes, little-endian, over a UDP side channel that
+ * never carries collective data (so neither can ever be taken for a message of a call). Apart
+ * from the wire header above: a magic and a version of their own. */
+#define HOOP__STATUS_MAGIC 0x41545348u /* "HSTA" */
+#define HOOP__STATUS_VERSION 1
+#define HOOP__STATUS_SIZE 64
+enum { HOOP__STATUS_REQ = 1, HOOP__STATUS_ANS = 2 };
+/* flags of an answer */
+#define HOOP__STATUS_HAS_CALL 1u /* seq..code describe the newest collective call */
+#define HOOP__STATUS_REC_OFF 2u  /* HOOP_RECORD=0: nothing is known of its calls */
+#define HOOP__STATUS_FLAGS 3u
+
+typedef struct hoop__status_msg {
+    uint8_t type;     /* HOOP__STATUS_REQ or HOOP__STATUS_ANS */
+    uint8_t flags;    /* answer: HOOP__STATUS_* */
+    uint8_t state;    /* answer: hoop__rec_state_t of the call, 0 without one */
+    uint8_t code;     /* answer: the failure's hoop_result_t where state is failed */
+    uint8_t kind;     /* answer: hoop__kind_t of the call */
+    uint8_t dtype;    /* answer */
+    uint32_t rank;    /* the sender's rank */
+    uint32_t pid;     /* the sender's process */
+    uint32_t age_ms;  /* answer: since the call ended, or since it was posted while it runs */
+    uint64_t comm_id; /* the communicator asked about */
+    uint64_t nonce;   /* the request's, echoed by its answer */
+    uint64_t seq;     /* answer: the call's number */
+    uint64_t count;   /* answer: its count argument */
+} hoop__status_msg_t;
+
+void hoop__status_encode(const hoop__status_msg_t *m, uint8_t out[HOOP__STATUS_SIZE]);
+/* Validates the length (exactly HOOP__STATUS_SIZE), magic, version, type, reserved bytes (zero)
+ * and every enum's range; a request must carry no answer fields. HOOP_ERR_MISMATCH otherwise. */
+hoop_result_t hoop__status_decode(const uint8_t *in, size_t len, hoop__status_msg_t *m);
+
 #endif

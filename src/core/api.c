@@ -11,6 +11,7 @@
 #include "collectives/coll.h"
 #include "runtime/comm.h"
 #include "core/lifecycle.h"
+#include "core/explain.h"
 #include "core/record.h"
 #include "core/sched.h"
 
@@ -164,8 +165,11 @@ static hoop_result_t check_comm(hoop_comm_t *c, const char *fn)
     if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab) {
-        hoop__rec_dump_due(c); /* an abort by a timeout or a disagreement, seen by no call yet */
-        hoop__comm_set_last(c, "%s: the communicator was aborted: %.500s", fn, c->fatal_msg);
+        /* An abort by a timeout, a loss or a disagreement, seen by no call yet. */
+        hoop__explain_due(c);
+        hoop__rec_dump_due(c);
+        hoop__comm_set_last(c, "%s: the communicator was aborted: %.900s", fn,
+                            c->explained[0] != '\0' ? c->explained : c->fatal_msg);
         return ab == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : ab;
     }
     return HOOP_OK;
@@ -263,8 +267,7 @@ static hoop_result_t submit(hoop_comm_t *c, hoop__kind_t kind, const void *sbuf,
     if (rc == HOOP_OK && call.order != 0) rc = order_queued(c, &call, req, fn);
     if (rc != HOOP_OK && req == NULL) {
         /* The error text is the communicator's; make sure last_error holds it. */
-        if (atomic_load(&c->aborted) && c->fatal_msg[0] != '\0')
-            hoop__comm_set_last(c, "%s", c->fatal_msg);
+        if (atomic_load(&c->aborted) && c->fatal_msg[0] != '\0') hoop__comm_show_fatal(c);
     }
     return rc;
 }

@@ -16,6 +16,7 @@
 #include "core/agree.h"
 #include "runtime/comm.h"
 #include "core/lifecycle.h"
+#include "core/explain.h"
 #include "core/record.h"
 #include "core/sched.h"
 #include "rendezvous/store.h"
@@ -40,8 +41,10 @@ static void notice_from_transport(void *ctx, hoop_result_t code, int peer, const
 {
     hoop_comm_t *c = ctx;
     (void)peer;
-    if (!atomic_load(&c->aborted))
+    if (!atomic_load(&c->aborted)) {
+        if (code != HOOP_ERR_MISMATCH) atomic_store(&c->notice_first, 1);
         hoop__comm_fail_from(c, code, done, "%s", msg);
+    }
     else
         hoop__comm_fail_calls(c, done);
 }
@@ -118,6 +121,8 @@ void hoop__comm_free(hoop_comm_t *c)
 {
     /* No dump of it may start once it begins to go. */
     hoop__rec_forget(c);
+    /* Its thread reads the recorder: gone before anything it reads. */
+    hoop__explain_close(c);
     hoop__sched_stop(c);
     if (c->tp != NULL) c->tp_ops->close(c->tp);
     hoop__log_close(&c->log);
@@ -142,6 +147,7 @@ void hoop__comm_free(hoop_comm_t *c)
 hoop_result_t hoop__comm_set_ring(hoop_comm_t *c, const char *const *ptrs, const char *own)
 {
     int p = c->size;
+    hoop__explain_peers(c, ptrs, own);
     char(*keys)[40] = calloc((size_t)p, sizeof(*keys));
     int *placed = calloc((size_t)p, sizeof(int));
     c->ring = malloc((size_t)p * sizeof(int));
@@ -294,7 +300,9 @@ hoop_result_t hoop__comm_listen(hoop_comm_t *c, char *addr, const hoop__tp_oob_t
         .calls_done = &c->calls_done,
     };
     if (oob != NULL) p.oob = *oob;
-    return c->tp_ops->listen(&p, &c->tp, addr, ADDR_LEN);
+    hoop_result_t rc = c->tp_ops->listen(&p, &c->tp, addr, ADDR_LEN);
+    if (rc == HOOP_OK) hoop__explain_open(c, addr, ADDR_LEN);
+    return rc;
 }
 
 /* ---- init ---- */

@@ -514,6 +514,44 @@ void hoop__rec_dump_due(hoop_comm_t *c)
                    hoop__comm_last(c));
 }
 
+/* ---- the newest call, for core/explain.c ---- */
+
+/* How far back from the newest entry a collective is looked for among point-to-point calls. */
+#define LATEST_SCAN 256
+
+void hoop__rec_latest(const hoop_comm_t *c, hoop__rec_latest_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    const hoop__rec_t *r = c->rec;
+    if (r == NULL || r->ring == NULL) {
+        out->off = 1;
+        return;
+    }
+    uint64_t next = atomic_load_explicit(&r->next, memory_order_acquire);
+    ticks_t k = ticks_now();
+    uint64_t now = hoop__rec_ns();
+    for (uint64_t back = 0; back < next && back < r->cap && back < LATEST_SCAN; back++) {
+        uint64_t id = next - 1 - back;
+        snap_t s;
+        if (!snap_read(&r->ring[id % r->cap], id + 1, &s)) continue;
+        if (D_KIND(s.desc) == HOOP__K_SEND) continue;
+        out->have = 1;
+        out->seq = s.seq;
+        out->count = s.count;
+        out->kind = D_KIND(s.desc);
+        out->dtype = (int)D_DTYPE(s.desc);
+        out->state = s.state;
+        uint64_t since = s.t_finished != 0 ? ticks_ns(&k, s.t_finished) : ticks_ns(&k, s.t_posted);
+        out->age_ns = now > since ? now - since : 0;
+        hoop__call_t call = {.kind = (hoop__kind_t)out->kind,
+                             .plan = {.engine = D_ENGINE(s.desc),
+                                      .algo = D_ALGO(s.desc),
+                                      .small = D_SMALL(s.desc)}};
+        snprintf(out->schedule, sizeof(out->schedule), "%s", hoop__plan_schedule(&call));
+        return;
+    }
+}
+
 /* ---- SIGUSR2 (HOOP_RECORD_SIGNAL=1) ----
  * The handler writes a byte to a pipe and calls the handler it replaced; a thread of hoop's reads
  * the pipe and dumps every registered communicator. life_mu orders registrations (the thread is

@@ -32,6 +32,7 @@
 
 #include "collectives/coll.h"
 #include "runtime/comm.h"
+#include "core/explain.h"
 #include "core/record.h"
 #include "core/sched.h"
 
@@ -758,7 +759,10 @@ hoop_result_t hoop__sched_post(hoop_comm_t *c, const hoop__call_t *call, hoop_re
     if (rc != HOOP_OK) return rc;
     rc = submit(c, call, req);
     post_leave(c);
-    if (rc != HOOP_OK) hoop__rec_dump_due(c);
+    if (rc != HOOP_OK) {
+        hoop__explain_due(c);
+        hoop__rec_dump_due(c);
+    }
     return rc;
 }
 
@@ -815,9 +819,11 @@ hoop_result_t hoop__sched_wait(hoop_request_t *h)
         st = hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                               "hoop_wait: another thread waited for the same request first");
     }
-    if (st != HOOP_OK && hoop__rec_dump_wanted(c)) {
-        /* Still a waiter, so that the communicator outlives the dump; mu is let go meanwhile. */
+    if (st != HOOP_OK && (hoop__rec_dump_wanted(c) || hoop__explain_wanted(c))) {
+        /* Still a waiter, so that the communicator outlives the dump and the explanation; mu is
+         * let go meanwhile. */
         pthread_mutex_unlock(&c->mu);
+        hoop__explain_due(c);
         hoop__rec_dump_due(c);
         pthread_mutex_lock(&c->mu);
     }
@@ -843,7 +849,10 @@ hoop_result_t hoop__sched_test(hoop_request_t *h, int *done)
         return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
                                 "hoop_test: the request was already waited for (hoop_wait "
                                 "completes and frees a request)");
-    if (st != HOOP_OK) hoop__rec_dump_due(c);
+    if (st != HOOP_OK) {
+        hoop__explain_due(c);
+        hoop__rec_dump_due(c);
+    }
     return st;
 }
 

@@ -67,7 +67,7 @@ static void fail_v(hoop_comm_t *c, hoop_result_t code, uint64_t from, const char
          * dump is wanted (core/record.c). */
         if (code == HOOP_ERR_TIMEOUT || code == HOOP_ERR_MISMATCH) atomic_store(&c->abort_dumps, 1);
     }
-    show_last(c, c->fatal_msg);
+    show_last(c, c->explained[0] != '\0' ? c->explained : c->fatal_msg);
     pthread_mutex_unlock(&c->err_mu);
     if (first)
         HOOP__WARN(&c->log, "%s: %s; the communicator is aborted", hoop__error_string(code), msg);
@@ -87,4 +87,19 @@ void hoop__comm_fail_from(hoop_comm_t *c, hoop_result_t code, uint64_t from, con
     va_start(ap, fmt);
     fail_v(c, code, from, fmt, ap);
     va_end(ap);
+}
+
+void hoop__comm_explained(hoop_comm_t *c, const char *line)
+{
+    pthread_mutex_lock(&c->err_mu);
+    snprintf(c->explained, sizeof(c->explained), "%s (%s)", line, c->fatal_msg);
+    show_last(c, c->explained);
+    pthread_mutex_unlock(&c->err_mu);
+}
+
+void hoop__comm_show_fatal(hoop_comm_t *c)
+{
+    pthread_mutex_lock(&c->err_mu);
+    show_last(c, c->explained[0] != '\0' ? c->explained : c->fatal_msg);
+    pthread_mutex_unlock(&c->err_mu);
 }

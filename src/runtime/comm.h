@@ -157,6 +157,10 @@ struct hoop_comm {
      * plus one): an abort notice tells the peers (transport.h, calls_done). */
     _Atomic uint64_t calls_done;
     char fatal_msg[512];
+    /* A failure's explanation (core/explain.c) with fatal_msg after it, "" until then: what
+     * hoop_comm_last_error() keeps showing as later notices of the same failure come in. Under
+     * err_mu. */
+    char explained[1024];
     /* The last error's sentence (hoop_comm_last_error) in two slots: a writer fills the slot not
      * shown, under err_mu, then shows it, so that a thread reading it while another thread writes
      * sees a whole sentence (snprintf empties its buffer first). */
@@ -205,6 +209,11 @@ struct hoop_comm {
      * a dump is wanted once (rec_dumped), and the notices this rank sends on an abort a peer's
      * timeout caused say timeout too. */
     atomic_int abort_dumps, rec_dumped;
+    /* The status socket, its answering thread and the peers' (core/explain.h); NULL for none. */
+    struct hoop__explain *explain;
+    /* The abort came first as a peer's notice of anything but a disagreement: a failure there
+     * (a lost or silent rank) that this rank's explanation looks for too. */
+    atomic_int notice_first;
     /* Schedule tracer (hoop_comm_set_trace), or NULL. */
     hoop_trace_fn trace_fn;
     void *trace_ctx;
@@ -247,6 +256,11 @@ struct hoop_comm {
  * communicator (transport closed, calls fail). */
 void hoop__comm_fail(hoop_comm_t *c, hoop_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The failure's explanation (core/explain.c): hoop_comm_last_error() says line, then the
+ * fatal error's sentence in parentheses, from now on. */
+void hoop__comm_explained(hoop_comm_t *c, const char *line);
+/* Makes hoop_comm_last_error() say the fatal error: its explanation where there is one. */
+void hoop__comm_show_fatal(hoop_comm_t *c);
 /* As hoop__comm_fail, for a peer's abort notice: fails the calls from number from on (fail_from)
  * rather than the one in flight too. */
 void hoop__comm_fail_from(hoop_comm_t *c, hoop_result_t code, uint64_t from, const char *fmt, ...)
