@@ -88,6 +88,10 @@ struct stream {
     bool cut; /* part of the current line is out already (no memory to hold it whole) */
     char *buf;
     size_t len, cap, scanned;
+    /* The rank's first line that explained a failed call (hoop's WARN "... waits for rank N;
+     * ..."), without its prefix: for the report at the end of the job, kept past stream_close
+     * until stream_forget_explained. NULL for none. */
+    char *explained;
 };
 
 void sink_flush(struct sink *s);
@@ -102,6 +106,11 @@ bool stream_init(struct stream *st, struct sink *sink, struct sink *notes, int r
 void stream_close(struct stream *st);
 /* Reads what the pipe holds (at most max_reads reads). */
 void stream_pump(struct stream *st, int max_reads);
+/* The report at the end of a job whose ranks explained failed calls: per call, the ranks that
+ * failed in it and what the first of them said of the others. Nothing where none did. */
+void report_explained(struct sink *err, struct stream *const *streams, int n);
+/* Frees what note of an explanation the stream kept (it outlives stream_close, for the report). */
+void stream_forget_explained(struct stream *st);
 
 /* ---- the job ------------------------------------------------------------------------------ */
 

@@ -100,12 +100,30 @@ static void stream_put(struct stream *st, const char *data, size_t len, bool add
     sink_put(st->sink, st->prefix, st->cut ? 0 : st->plen, data, len, add_newline);
 }
 
+/* hoop's explanation of a failed call (core/explain.c): "<host>:<pid>:<rank> hoop WARN <call>
+ * waits for rank N; ..." (or "... failed with every rank in it"). Keeps the rank's first. */
+static void note_explained(struct stream *st, const char *line, size_t len)
+{
+    static const char tag[] = " hoop WARN ";
+    if (st->explained != NULL || st->cut || len < sizeof(tag)) return;
+    const char *t = memmem(line, len, tag, sizeof(tag) - 1);
+    if (t == NULL) return;
+    t += sizeof(tag) - 1;
+    size_t rest = len - (size_t)(t - line);
+    while (rest > 0 && (t[rest - 1] == '\n' || t[rest - 1] == '\r')) rest--;
+    if (memmem(t, rest, " waits for rank", 15) == NULL &&
+        memmem(t, rest, " failed with every rank in it", 29) == NULL)
+        return;
+    st->explained = strndup(t, rest);
+}
+
 static void stream_emit_lines(struct stream *st)
 {
     size_t start = 0;
     char *nl;
     while ((nl = memchr(st->buf + st->scanned, '\n', st->len - st->scanned)) != NULL) {
         size_t end = (size_t)(nl - st->buf) + 1;
+        note_explained(st, st->buf + start, end - start);
         stream_put(st, st->buf + start, end - start, false);
         st->cut = false;
         start = end;
@@ -197,4 +215,68 @@ void stream_pump(struct stream *st, int max_reads)
             stream_close(st);
         }
     }
+}
+
+/* The call an explanation is about: its text up to " waits for" (or " failed with"). */
+static size_t head_len(const char *e)
+{
+    const char *w = strstr(e, " waits for ");
+    if (w == NULL) w = strstr(e, " failed with every rank");
+    return w != NULL ? (size_t)(w - e) : strlen(e);
+}
+
+void report_explained(struct sink *err, struct stream *const *streams, int n)
+{
+    int said = 0;
+    for (int i = 0; i < n; i++) said += streams[i]->explained != NULL;
+    if (said == 0) return;
+    say(err, "timeout report: %d rank(s) said where the others were when a call failed", said);
+    bool *done = calloc((size_t)n, sizeof(bool));
+    if (done == NULL) return;
+    for (int i = 0; i < n; i++) {
+        const char *e = streams[i]->explained;
+        if (e == NULL || done[i]) continue;
+        size_t h = head_len(e);
+        /* The ranks that failed in the same call, as ranges. */
+        char ranks[256];
+        size_t o = 0;
+        int count = 0, prev = -2, run_start = -1;
+        for (int k = i; k <= n; k++) {
+            const char *f = k < n ? streams[k]->explained : NULL;
+            bool same = f != NULL && !done[k] && head_len(f) == h && memcmp(f, e, h) == 0;
+            int r = k < n ? streams[k]->rank : -1;
+            if (same) {
+                done[k] = true;
+                count++;
+                if (r == prev + 1) {
+                    prev = r;
+                    continue;
+                }
+            }
+            if (run_start >= 0 && o < sizeof(ranks)) {
+                int w = prev > run_start ? snprintf(ranks + o, sizeof(ranks) - o, "%s%d-%d",
+                                                    o ? ", " : "", run_start, prev)
+                                         : snprintf(ranks + o, sizeof(ranks) - o, "%s%d",
+                                                    o ? ", " : "", run_start);
+                if (w > 0) o += (size_t)w;
+                run_start = -1;
+            }
+            if (same) run_start = prev = r;
+        }
+        char line[1400];
+        int w = snprintf(line, sizeof(line), "  %s %s failed in %.*s;%s (rank %d's view)",
+                         count == 1 ? "rank" : "ranks", ranks, (int)h, e, e + h,
+                         streams[i]->rank);
+        if (w < 0) continue;
+        size_t len = (size_t)w < sizeof(line) ? (size_t)w : sizeof(line) - 1;
+        sink_put(err, "hooprun: ", 9, line, len, true);
+    }
+    sink_flush(err);
+    free(done);
+}
+
+void stream_forget_explained(struct stream *st)
+{
+    free(st->explained);
+    st->explained = NULL;
 }

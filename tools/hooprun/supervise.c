@@ -554,9 +554,17 @@ void run_loop(struct job *j)
             pump_ready(pfd, map, 0, np);
         }
     }
+    /* Explanations come on the ranks' stderr (hoop's log). */
+    struct stream **errs = malloc((size_t)(j->started > 0 ? j->started : 1) * sizeof(*errs));
+    if (errs != NULL) {
+        for (int r = 0; r < j->started; r++) errs[r] = &j->ranks[r].err;
+        report_explained(j->err, errs, j->started);
+        free(errs);
+    }
     for (int r = 0; r < j->started; r++) {
         stream_close(&j->ranks[r].out);
         stream_close(&j->ranks[r].err);
+        stream_forget_explained(&j->ranks[r].err);
     }
     sink_flush(j->out);
     sink_flush(j->err);
