@@ -10,7 +10,7 @@ cflags="-std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,
 status=0
 # The PMIx files need libpmix-dev's headers and are not called without HOOP__HAVE_PMIX.
 rdv=$(ls src/rendezvous/*.c | grep -v pmix)
-for t in wire store nodelist; do
+for t in wire store nodelist status; do
     # shellcheck disable=SC2086
     clang $cflags "tests/fuzz/fuzz_$t.c" src/base/*.c src/core/*.c $rdv src/runtime/*.c \
         src/transport/*.c src/collectives/*.c src/local/*.c src/reduce/*.c \

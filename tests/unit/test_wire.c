@@ -236,6 +236,67 @@ static void describe(void **state)
     assert_string_equal(hoop__wire_describe(&h, buf, sizeof(buf)), "barrier()");
 }
 
+/* Status datagrams (core/explain.c): what is encoded decodes to itself; every other length,
+ * a foreign magic or version, a set reserved byte, an unknown type or an out-of-range field is
+ * refused; a request carries no answer's fields, an answer without a call no call's. */
+static void status_round_trip_and_refusals(void **state)
+{
+    (void)state;
+    hoop__status_msg_t a = {.type = HOOP__STATUS_ANS,
+                            .flags = HOOP__STATUS_HAS_CALL,
+                            .state = 3,
+                            .kind = HOOP__K_ALLREDUCE,
+                            .dtype = HOOP_FLOAT32,
+                            .rank = 5,
+                            .pid = 4242,
+                            .age_ms = 2100,
+                            .comm_id = 0x1122334455667788ull,
+                            .nonce = 99,
+                            .seq = 4710,
+                            .count = 6250000},
+                       d;
+    uint8_t b[HOOP__STATUS_SIZE + 8] = {0};
+    hoop__status_encode(&a, b);
+    assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_OK);
+    assert_memory_equal(&a, &d, sizeof(a));
+    /* Lengths other than the one. */
+    for (size_t len = 0; len < sizeof(b); len++)
+        if (len != HOOP__STATUS_SIZE)
+            assert_int_equal(hoop__status_decode(b, len, &d), HOOP_ERR_MISMATCH);
+    assert_int_equal(hoop__status_decode(NULL, HOOP__STATUS_SIZE, &d), HOOP_ERR_MISMATCH);
+    /* Magic, version, type, reserved, and each range. */
+    const struct {
+        int off;
+        uint8_t v;
+    } bad[] = {{0, 0}, {4, 9}, {6, 0}, {6, 3}, {7, 0x80}, {8, 5}, {9, 64},
+               {10, HOOP__K_COUNT}, {11, HOOP_DTYPE_COUNT}, {15, 0x80}, {19, 0x80}, {56, 1},
+               {63, 1}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t c[HOOP__STATUS_SIZE];
+        memcpy(c, b, sizeof(c));
+        c[bad[i].off] = bad[i].v;
+        assert_int_equal(hoop__status_decode(c, sizeof(c), &d), HOOP_ERR_MISMATCH);
+    }
+    /* A request with an answer's field; an answer without a call but with one of its fields. */
+    hoop__status_msg_t q = {.type = HOOP__STATUS_REQ, .rank = 1, .comm_id = 7, .nonce = 8};
+    hoop__status_encode(&q, b);
+    assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_OK);
+    assert_int_equal(d.type, HOOP__STATUS_REQ);
+    q.seq = 1;
+    hoop__status_encode(&q, b);
+    assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_ERR_MISMATCH);
+    a.flags = 0;
+    hoop__status_encode(&a, b);
+    assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_ERR_MISMATCH);
+    /* A wire header is not a status datagram, nor the other way round. */
+    hoop__wire_hdr_t h = {.kind = HOOP__K_ALLREDUCE, .root = -1};
+    uint8_t w[HOOP__WIRE_HDR_SIZE];
+    hoop__wire_encode(&h, w);
+    assert_int_equal(hoop__status_decode(w, sizeof(w), &d), HOOP_ERR_MISMATCH);
+    hoop__status_encode(&q, b);
+    assert_int_equal(hoop__wire_decode(b, 1 << 20, &h), HOOP_ERR_MISMATCH);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +307,7 @@ int main(void)
         cmocka_unit_test(mismatch_names_the_algorithm),
         cmocka_unit_test(check_recv),
         cmocka_unit_test(describe),
+        cmocka_unit_test(status_round_trip_and_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
