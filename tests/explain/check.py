@@ -184,6 +184,10 @@ def main():
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
+    # The ranks run in a fresh directory each.
+    args.prog = os.path.abspath(args.prog)
+    if args.hooprun:
+        args.hooprun = os.path.abspath(args.hooprun)
     for _ in range(args.repeat):
         if args.scenario == "hooprun":
             run_hooprun(args)
