@@ -384,7 +384,8 @@ static void where(const seen_t *s, uint64_t my_seq, int my_kind, int plural, cha
     switch (s->how) {
     case P_ANSWERED:
         if (!(a->flags & HOOP__STATUS_HAS_CALL)) {
-            put(buf, n, &o, "%s alive and %s made no collective call%s", is, plural ? "have" : "has",
+            put(buf, n, &o, "%s alive and %s made no collective call%s", is,
+                plural ? "have" : "has",
                 (a->flags & HOOP__STATUS_REC_OFF) ? " on record (HOOP_RECORD=0)" : " yet");
             break;
         }
@@ -393,7 +394,9 @@ static void where(const seen_t *s, uint64_t my_seq, int my_kind, int plural, cha
             break;
         }
         if (a->state == HOOP__REC_FINISHED) {
-            put(buf, n, &o, "'s last call is #%" PRIu64 " %s, finished (alive, outside hoop for %.1f s)", a->seq, kind_word(a->kind), a->age_ms / 1e3);
+            put(buf, n, &o,
+                "'s last call is #%" PRIu64 " %s, finished (alive, outside hoop for %.1f s)",
+                a->seq, kind_word(a->kind), a->age_ms / 1e3);
         } else if (a->state == HOOP__REC_FAILED) {
             put(buf, n, &o, "'s last call is #%" PRIu64 " %s, failed (%s)", a->seq,
                 kind_word(a->kind), hoop__error_name((hoop_result_t)a->code));
@@ -477,9 +480,9 @@ void hoop__explain_due(hoop_comm_t *c)
     char list[256], w[256];
     int missing = 0, in_call = 0;
     for (int j = 0; j < p; j++) {
-        int in = j == c->rank || (me.have && s[j].how == P_ANSWERED &&
-                                  (s[j].a.flags & HOOP__STATUS_HAS_CALL) && s[j].a.seq == seq &&
-                                  (kind == 0 || s[j].a.kind == kind));
+        int in = j == c->rank ||
+                 (me.have && s[j].how == P_ANSWERED && (s[j].a.flags & HOOP__STATUS_HAS_CALL) &&
+                  s[j].a.seq == seq && (kind == 0 || s[j].a.kind == kind));
         pick[j] = !in;
         grouped[j] = in;
         missing += !in;
@@ -512,9 +515,9 @@ void hoop__explain_due(hoop_comm_t *c)
     }
     if (me.have && missing > 0 && in_call > 0) {
         for (int j = 0; j < p; j++)
-            pick[j] = j == c->rank || (s[j].how == P_ANSWERED &&
-                                       (s[j].a.flags & HOOP__STATUS_HAS_CALL) &&
-                                       s[j].a.seq == seq && (kind == 0 || s[j].a.kind == kind));
+            pick[j] = j == c->rank ||
+                      (s[j].how == P_ANSWERED && (s[j].a.flags & HOOP__STATUS_HAS_CALL) &&
+                       s[j].a.seq == seq && (kind == 0 || s[j].a.kind == kind));
         rank_list(pick, p, list, sizeof(list));
         put(line, n, &o, "; %s %s in #%" PRIu64, list, in_call == 1 ? "is" : "are", seq);
     }

@@ -543,10 +543,9 @@ void hoop__rec_latest(const hoop_comm_t *c, hoop__rec_latest_t *out)
         out->state = s.state;
         uint64_t since = s.t_finished != 0 ? ticks_ns(&k, s.t_finished) : ticks_ns(&k, s.t_posted);
         out->age_ns = now > since ? now - since : 0;
-        hoop__call_t call = {.kind = (hoop__kind_t)out->kind,
-                             .plan = {.engine = D_ENGINE(s.desc),
-                                      .algo = D_ALGO(s.desc),
-                                      .small = D_SMALL(s.desc)}};
+        hoop__call_t call = {
+            .kind = (hoop__kind_t)out->kind,
+            .plan = {.engine = D_ENGINE(s.desc), .algo = D_ALGO(s.desc), .small = D_SMALL(s.desc)}};
         snprintf(out->schedule, sizeof(out->schedule), "%s", hoop__plan_schedule(&call));
         return;
     }

@@ -114,13 +114,13 @@ void hoop__rec_forget(struct hoop_comm *c);
 /* The newest collective call of c as the recorder holds it, for a status answer or a timeout's
  * explanation (core/explain.c). Any thread, without stopping the posting one. */
 typedef struct hoop__rec_latest {
-    int have;           /* 0: no collective call recorded (yet, or with HOOP_RECORD=0) */
-    int off;            /* the recorder is off */
+    int have; /* 0: no collective call recorded (yet, or with HOOP_RECORD=0) */
+    int off;  /* the recorder is off */
     uint64_t seq, count;
     int kind, dtype;
-    uint32_t state;     /* hoop__rec_state_t | the failure's code << 8 */
-    uint64_t age_ns;    /* since it ended, or since it was posted while it has not */
-    char schedule[32];  /* its algorithm in a word or two (hoop__plan_schedule) */
+    uint32_t state;    /* hoop__rec_state_t | the failure's code << 8 */
+    uint64_t age_ns;   /* since it ended, or since it was posted while it has not */
+    char schedule[32]; /* its algorithm in a word or two (hoop__plan_schedule) */
 } hoop__rec_latest_t;
 void hoop__rec_latest(const struct hoop_comm *c, hoop__rec_latest_t *out);
 

@@ -35,10 +35,14 @@ int main(int argc, char **argv)
     const char *scen = "skip";
     int victim = 1, calls = 6, at = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--scenario") == 0) scen = argv[i + 1];
-        else if (strcmp(argv[i], "--victim") == 0) victim = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--calls") == 0) calls = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--at") == 0) at = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--scenario") == 0)
+            scen = argv[i + 1];
+        else if (strcmp(argv[i], "--victim") == 0)
+            victim = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--calls") == 0)
+            calls = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--at") == 0)
+            at = atoi(argv[i + 1]);
     }
     const char *t = getenv("HOOP_TIMEOUT");
     double timeout = t != NULL ? atof(t) : 300;
@@ -72,8 +76,8 @@ int main(int argc, char **argv)
         double t1 = now_s();
         if (rc != HOOP_OK) {
             if (r == victim) break; /* its next call, after the others gave up */
-            printf("RESULT rank=%d call=%d rc=%s waited=%.3f past=%.3f\n", r, i,
-                   test_code_name(rc), t1 - t0, t1 - t0 - timeout);
+            printf("RESULT rank=%d call=%d rc=%s waited=%.3f past=%.3f\n", r, i, test_code_name(rc),
+                   t1 - t0, t1 - t0 - timeout);
             printf("LASTERROR rank=%d %s\n", r, hoop_comm_last_error(comm));
             fflush(stdout);
             /* Still there while the others ask where it is (one that has gone reads as dead). */
@@ -84,8 +88,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < N; k++) {
             float want = (float)(p * (p - 1) / 2 + p * (k % 7 + i));
             if (buf[k] != want) {
-                printf("WRONG rank=%d call=%d element=%d got=%g want=%g\n", r, i, k, buf[k],
-                       want);
+                printf("WRONG rank=%d call=%d element=%d got=%g want=%g\n", r, i, k, buf[k], want);
                 return 1;
             }
         }

@@ -268,8 +268,18 @@ static void status_round_trip_and_refusals(void **state)
     const struct {
         int off;
         uint8_t v;
-    } bad[] = {{0, 0}, {4, 9}, {6, 0}, {6, 3}, {7, 0x80}, {8, 5}, {9, 64},
-               {10, HOOP__K_COUNT}, {11, HOOP_DTYPE_COUNT}, {15, 0x80}, {19, 0x80}, {56, 1},
+    } bad[] = {{0, 0},
+               {4, 9},
+               {6, 0},
+               {6, 3},
+               {7, 0x80},
+               {8, 5},
+               {9, 64},
+               {10, HOOP__K_COUNT},
+               {11, HOOP_DTYPE_COUNT},
+               {15, 0x80},
+               {19, 0x80},
+               {56, 1},
                {63, 1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         uint8_t c[HOOP__STATUS_SIZE];

@@ -265,8 +265,7 @@ void report_explained(struct sink *err, struct stream *const *streams, int n)
         }
         char line[1400];
         int w = snprintf(line, sizeof(line), "  %s %s failed in %.*s;%s (rank %d's view)",
-                         count == 1 ? "rank" : "ranks", ranks, (int)h, e, e + h,
-                         streams[i]->rank);
+                         count == 1 ? "rank" : "ranks", ranks, (int)h, e, e + h, streams[i]->rank);
         if (w < 0) continue;
         size_t len = (size_t)w < sizeof(line) ? (size_t)w : sizeof(line) - 1;
         sink_put(err, "hooprun: ", 9, line, len, true);
