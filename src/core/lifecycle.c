@@ -44,8 +44,9 @@ static void notice_from_transport(void *ctx, hoop_result_t code, int peer, const
     if (!atomic_load(&c->aborted)) {
         if (code != HOOP_ERR_MISMATCH) atomic_store(&c->notice_first, 1);
         hoop__comm_fail_from(c, code, done, "%s", msg);
-    } else
+    } else {
         hoop__comm_fail_calls(c, done);
+    }
 }
 
 #define MAX_RANKS HOOP__MAX_RANKS
