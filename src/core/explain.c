@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,8 +43,6 @@
  * may be lost). */
 #define ASK_S 1.0
 #define ASK_AGAIN_S 0.3
-/* How often the answering thread looks at its stop flag. */
-#define POLL_MS 100
 
 typedef struct peer {
     struct sockaddr_in sa;
@@ -54,6 +53,7 @@ typedef struct peer {
 
 struct hoop__explain {
     int fd;
+    int wake; /* an eventfd: the answering thread's stop, so that it sleeps without a timeout */
     int port;
     pthread_t thread;
     int running;
@@ -108,8 +108,8 @@ static void *answer_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     while (!atomic_load(&x->stop)) {
-        struct pollfd pfd = {.fd = x->fd, .events = POLLIN};
-        if (poll(&pfd, 1, POLL_MS) <= 0) continue;
+        struct pollfd pfd[2] = {{.fd = x->fd, .events = POLLIN}, {.fd = x->wake, .events = POLLIN}};
+        if (poll(pfd, 2, -1) <= 0 || !(pfd[0].revents & POLLIN)) continue;
         uint8_t b[HOOP__STATUS_SIZE + 1];
         struct sockaddr_storage from;
         socklen_t fl = sizeof(from);
@@ -130,13 +130,15 @@ void hoop__explain_open(hoop_comm_t *c, char *addr, size_t n)
     struct hoop__explain *x = calloc(1, sizeof(*x));
     if (x == NULL) return;
     x->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    x->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t sl = sizeof(sa);
-    if (x->fd < 0 || bind(x->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+    if (x->fd < 0 || x->wake < 0 || bind(x->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
         getsockname(x->fd, (struct sockaddr *)&sa, &sl) != 0) {
         HOOP__INFO(&c->log, "no status socket (%s): a timeout will not say where the peers are",
                    strerror(errno));
         if (x->fd >= 0) close(x->fd);
+        if (x->wake >= 0) close(x->wake);
         free(x);
         return;
     }
@@ -159,8 +161,12 @@ void hoop__explain_close(hoop_comm_t *c)
     struct hoop__explain *x = c->explain;
     if (x == NULL) return;
     atomic_store(&x->stop, 1);
+    uint64_t one = 1;
+    ssize_t w = write(x->wake, &one, sizeof(one));
+    (void)w;
     if (x->running) pthread_join(x->thread, NULL);
     close(x->fd);
+    close(x->wake);
     free(x->peers);
     free(x);
     c->explain = NULL;

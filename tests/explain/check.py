@@ -79,7 +79,8 @@ def check_rank(scen, victim, n, r, out, err, timeout):
     if want is not None and scen != "kill":
         check(("; %s are in #%d" % (want, seq)) in line, "%s: does not say %s are in #%d: %s"
               % (where, want, seq, line))
-    res = re.search(r"RESULT rank=%d call=\d+ rc=(\w+) waited=([\d.-]+) past=([\d.-]+)" % r, out)
+    res = re.search(r"RESULT rank=%d call=\d+ rc=(\w+) waited=([\d.-]+) past=([\d.-]+) "
+                    r"t0=([\d.]+) t1=([\d.]+)" % r, out)
     last = re.search(r"LASTERROR rank=%d (.*)" % r, out)
     if not check(res is not None and last is not None, "%s: no result:\n%s" % (where, out)):
         return None
@@ -87,16 +88,17 @@ def check_rank(scen, victim, n, r, out, err, timeout):
     check(last.group(1).startswith(line) or
           last.group(1).startswith("hoop_allreduce: the communicator was aborted: " + line),
           "%s: hoop_comm_last_error() does not start with the line: %s" % (where, last.group(1)))
+    t0, t1 = float(res.group(4)), float(res.group(5))
     if scen == "kill":
         check(res.group(1) in ("HOOP_ERR_PEER_LOST", "HOOP_ERR_ABORTED"), "%s: %s" % (where, res.group(1)))
-        return float(res.group(2))
+        return t0, t1
     check(res.group(1) in ("HOOP_ERR_TIMEOUT", "HOOP_ERR_ABORTED"), "%s: %s" % (where, res.group(1)))
     past = float(res.group(3))
     # Loose, so that load cannot make it flaky; the figure itself is printed.
     check(past < 5.0, "%s: the line came %.3f s after the timeout" % (where, past))
     check(float(res.group(2)) > timeout - 0.5, "%s: failed after %.3f s, before its timeout"
           % (where, float(res.group(2))))
-    return past
+    return t0, t1
 
 
 def run_direct(args, scen):
@@ -147,10 +149,16 @@ def run_direct(args, scen):
             if f is not None:
                 figures.append(f)
         if figures:
-            what = "in the call (kill)" if scen == "kill" else "from the timeout to the line"
+            # From the job's first timeout (the first entry + HOOP_TIMEOUT), or for kill from
+            # the last entry into the call, to each rank's return, which follows its line.
+            if scen == "kill":
+                start, what = max(t0 for t0, _ in figures), "from the last entry to the line"
+            else:
+                start, what = min(t0 for t0, _ in figures) + timeout, "from the timeout to the line"
+            d = [t1 - start for _, t1 in figures]
             print("%s over %s, %d ranks: %s s %s; median %.3f s, spread %.3f s" %
-                  (scen, args.transport, n, " ".join("%.3f" % f for f in figures), what,
-                   statistics.median(figures), max(figures) - min(figures)), flush=True)
+                  (scen, args.transport, n, " ".join("%.3f" % f for f in d), what,
+                   statistics.median(d), max(d) - min(d)), flush=True)
 
 
 def run_hooprun(args):

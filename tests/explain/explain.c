@@ -10,9 +10,10 @@
  *   stop  stops itself (SIGSTOP); check.py continues it once the others are done
  *   kill  kills itself (SIGKILL)
  * The others' call K fails; each prints on stdout
- *   RESULT rank=R call=K rc=NAME waited=W past=T
+ *   RESULT rank=R call=K rc=NAME waited=W past=T t0=E t1=F
  * (W: seconds in the call; T: seconds from its timeout, entry + HOOP_TIMEOUT, to the return, which
- * comes after the explanation) and
+ * comes after the explanation; E, F: entry and return on the monotonic clock, the same for every
+ * rank of the host) and
  *   LASTERROR rank=R <hoop_comm_last_error()>
  */
 #include <signal.h>
@@ -76,8 +77,8 @@ int main(int argc, char **argv)
         double t1 = now_s();
         if (rc != HOOP_OK) {
             if (r == victim) break; /* its next call, after the others gave up */
-            printf("RESULT rank=%d call=%d rc=%s waited=%.3f past=%.3f\n", r, i, test_code_name(rc),
-                   t1 - t0, t1 - t0 - timeout);
+            printf("RESULT rank=%d call=%d rc=%s waited=%.3f past=%.3f t0=%.6f t1=%.6f\n", r, i,
+                   test_code_name(rc), t1 - t0, t1 - t0 - timeout, t0, t1);
             printf("LASTERROR rank=%d %s\n", r, hoop_comm_last_error(comm));
             fflush(stdout);
             /* Still there while the others ask where it is (one that has gone reads as dead). */
