@@ -281,6 +281,16 @@ static void ask(hoop_comm_t *c, seen_t *s)
             s[j].how = P_UNKNOWN;
             continue;
         }
+        /* On this host, a process that is gone, a zombie or stopped cannot answer: said at once,
+         * rather than after the wait (the kernel also limits the refusals it sends back). */
+        if (x->peers[j].same_host && x->peers[j].pid > 0) {
+            char st = proc_state(x->peers[j].pid);
+            if (st == '-' || st == 'Z' || st == 'X' || st == 'T' || st == 't') {
+                s[j].proc = st;
+                s[j].how = st == 'T' || st == 't' ? P_SILENT : P_REFUSED;
+                continue;
+            }
+        }
         /* One connected socket per peer: a closed port comes back as ECONNREFUSED on it. */
         fds[j] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fds[j] < 0 ||
@@ -338,7 +348,7 @@ static void ask(hoop_comm_t *c, seen_t *s)
     free(pf);
     free(fds);
     for (int j = 0; j < p; j++)
-        if ((s[j].how == P_SILENT || s[j].how == P_REFUSED) && x->peers != NULL &&
+        if ((s[j].how == P_SILENT || s[j].how == P_REFUSED) && s[j].proc == 0 && x->peers != NULL &&
             x->peers[j].same_host && x->peers[j].pid > 0)
             s[j].proc = proc_state(x->peers[j].pid);
 }
