@@ -12,8 +12,8 @@
  * The rank whose call failed asks every peer from its caller's thread, as the call returns (the
  * transports are aborted by then and the call is over, so nothing waits on this): a peer that
  * answers is alive and says where it is; one whose socket refuses has closed it (dead, or gone
- * from the communicator); one that says nothing within ASK_S is not answering, which on one host
- * /proc tells apart into stopped and dead.
+ * from the communicator); one that says nothing within ASK_S is not answering. On one host /proc
+ * says first which peers are stopped or gone, and those are not waited for.
  */
 #define HOOP__LOG_SUBSYS HOOP__SUB_COLL
 #include "core/explain.h"

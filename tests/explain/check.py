@@ -48,16 +48,17 @@ def ranks_of(text):
     return out
 
 
-def expect_words(scen, victim, seq):
-    """What the line must say of the victim, with seq the call it waits in."""
+def expect_words(scen, victim, seq, hosts):
+    """What the line must say of the victim, with seq the call it waits in (hosts: the victim on
+    a host of its own, whose /proc is not read)."""
     if scen == "skip":
         return r"; rank %d's last call is #%d allreduce, finished \(alive" % (victim, seq - 1)
     if scen == "stop":
-        return r"; rank %d is stopped" % victim
+        return r"; rank %d is %s" % (victim, "not answering" if hosts else "stopped")
     return r"; (ranks [\d, -]*\b%d\b[\d, -]* are|rank %d is) dead" % (victim, victim)
 
 
-def check_rank(scen, victim, n, r, out, err, timeout):
+def check_rank(scen, victim, n, r, out, err, timeout, hosts):
     where = "%s: rank %d" % (scen, r)
     lines = [m.group(1) for m in (LINE.search(l) for l in err.splitlines()) if m]
     if not check(len(lines) == 1, "%s: %d explanation lines, not one:\n%s" % (where, len(lines), err)):
@@ -72,8 +73,8 @@ def check_rank(scen, victim, n, r, out, err, timeout):
     if scen != "kill":
         check(waits is not None and ranks_of(waits.group(1)) == [victim],
               "%s: waits for another rank than %d: %s" % (where, victim, line))
-    check(re.search(expect_words(scen, victim, seq), line), "%s: does not say %r: %s"
-          % (where, expect_words(scen, victim, seq), line))
+    words = expect_words(scen, victim, seq, hosts)
+    check(re.search(words, line), "%s: does not say %r: %s" % (where, words, line))
     others = [j for j in range(n) if j != victim]
     want = "ranks %d-%d" % (others[0], others[-1]) if victim == n - 1 else None
     if want is not None and scen != "kill":
@@ -104,12 +105,18 @@ def check_rank(scen, victim, n, r, out, err, timeout):
 def run_direct(args, scen):
     n, victim, timeout = args.n, args.n - 1, 2
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE=str(n), HOOP_TIMEOUT=str(timeout), HOOP_TRANSPORT=args.transport,
+               WORLD_SIZE=str(n), HOOP_TIMEOUT=str(timeout),
                HOOP_JOB_ID=str(uuid.uuid4()), HOOP_DEBUG="WARN")
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(n):
             e = dict(env, RANK=str(r))
+            # hosts: the victim on a fake host of its own (HOOP_HOSTID), TCP to it, shared
+            # memory among the others.
+            if args.transport == "hosts":
+                e["HOOP_HOSTID"] = "b" if r == victim else "a"
+            else:
+                e["HOOP_TRANSPORT"] = args.transport
             o = open(os.path.join(tmp, "out-%d" % r), "w+")
             er = open(os.path.join(tmp, "err-%d" % r), "w+")
             procs.append((subprocess.Popen([args.prog, "--scenario", scen, "--victim", str(victim)],
@@ -145,7 +152,7 @@ def run_direct(args, scen):
                 continue
             check(pr.returncode == 0, "%s: rank %d ended with %d:\n%s%s"
                   % (scen, r, pr.returncode, out, err))
-            f = check_rank(scen, victim, n, r, out, err, timeout)
+            f = check_rank(scen, victim, n, r, out, err, timeout, args.transport == "hosts")
             if f is not None:
                 figures.append(f)
         if figures:
