@@ -55,6 +55,7 @@ struct hoop__explain {
     int fd;
     int wake; /* an eventfd: the answering thread's stop, so that it sleeps without a timeout */
     int port;
+    int loopback; /* bound to 127.x.x.x */
     pthread_t thread;
     int running;
     atomic_int stop;
@@ -125,13 +126,44 @@ static void *answer_main(void *arg)
     return NULL;
 }
 
+/* The value of part "name=" in a published address, up to the next space, into out. */
+static int addr_part(const char *addr, const char *name, char *out, size_t n)
+{
+    size_t k = strlen(name);
+    for (const char *p = addr; p != NULL && *p != '\0'; p = strchr(p, ' ')) {
+        while (*p == ' ') p++;
+        if (strncmp(p, name, k) == 0 && p[k] == '=') {
+            size_t len = strcspn(p + k + 1, " ");
+            if (len >= n) return -1;
+            memcpy(out, p + k + 1, len);
+            out[len] = '\0';
+            return 0;
+        }
+    }
+    return -1;
+}
+
 void hoop__explain_open(hoop_comm_t *c, char *addr, size_t n)
 {
     struct hoop__explain *x = calloc(1, sizeof(*x));
     if (x == NULL) return;
     x->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     x->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    /* Bound where the TCP transport listens (the address peers on other hosts reach), else to
+     * loopback (every peer on this host): never the wildcard, like every listener of hoop's. */
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    char part[160];
+    int publish = 1;
+    if (addr_part(addr, "tcp", part, sizeof(part)) == 0) {
+        char *colon = strrchr(part, ':');
+        if (colon != NULL) *colon = '\0';
+        struct in_addr ip;
+        /* An IPv6 one: peers on other hosts could not reach loopback, so none is published. */
+        if (inet_pton(AF_INET, part, &ip) == 1)
+            sa.sin_addr = ip;
+        else
+            publish = 0;
+    }
     socklen_t sl = sizeof(sa);
     if (x->fd < 0 || x->wake < 0 || bind(x->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
         getsockname(x->fd, (struct sockaddr *)&sa, &sl) != 0) {
@@ -151,8 +183,12 @@ void hoop__explain_open(hoop_comm_t *c, char *addr, size_t n)
         x->running = 1;
     }
     size_t o = strlen(addr);
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
     /* No room: peers find no status address, and say this rank's place is unknown. */
-    if (x->running && o < n) snprintf(addr + o, n - o, " x=%d:%ld", x->port, (long)getpid());
+    x->loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
+    if (x->running && publish && o < n)
+        snprintf(addr + o, n - o, " x=%s:%d:%ld", ip, x->port, (long)getpid());
     if (strlen(addr) >= n - 1) addr[o] = '\0';
 }
 
@@ -172,23 +208,6 @@ void hoop__explain_close(hoop_comm_t *c)
     c->explain = NULL;
 }
 
-/* The value of part "name=" in a published address, up to the next space, into out. */
-static int addr_part(const char *addr, const char *name, char *out, size_t n)
-{
-    size_t k = strlen(name);
-    for (const char *p = addr; p != NULL && *p != '\0'; p = strchr(p, ' ')) {
-        while (*p == ' ') p++;
-        if (strncmp(p, name, k) == 0 && p[k] == '=') {
-            size_t len = strcspn(p + k + 1, " ");
-            if (len >= n) return -1;
-            memcpy(out, p + k + 1, len);
-            out[len] = '\0';
-            return 0;
-        }
-    }
-    return -1;
-}
-
 void hoop__explain_peers(hoop_comm_t *c, const char *const *ptrs, const char *own)
 {
     struct hoop__explain *x = c->explain;
@@ -200,25 +219,23 @@ void hoop__explain_peers(hoop_comm_t *c, const char *const *ptrs, const char *ow
     for (int j = 0; j < c->size; j++) {
         if (j == c->rank || ptrs[j] == NULL) continue;
         peer_t *p = &x->peers[j];
-        char part[160], host[160];
+        char part[160], host[160], ip[INET_ADDRSTRLEN];
         int port = 0, pid = 0;
+        /* "x=a.b.c.d:PORT:PID" */
         if (addr_part(ptrs[j], "x", part, sizeof(part)) != 0 ||
-            sscanf(part, "%d:%d", &port, &pid) != 2 || port <= 0 || port > 65535)
+            sscanf(part, "%15[0-9.]:%d:%d", ip, &port, &pid) != 3 || port <= 0 || port > 65535 ||
+            inet_pton(AF_INET, ip, &p->sa.sin_addr) != 1)
             continue;
         p->pid = pid;
         p->sa.sin_family = AF_INET;
         p->sa.sin_port = htons((uint16_t)port);
         p->same_host = addr_part(ptrs[j], "h", host, sizeof(host)) == 0 &&
                        strcmp(host, myhost) == 0 && myhost[0] != '\0';
-        if (p->same_host) {
-            p->sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-            p->known = 1;
-        } else if (addr_part(ptrs[j], "tcp", part, sizeof(part)) == 0) {
-            /* The address its TCP transport listens on: "a.b.c.d:port" (IPv6 is not asked). */
-            char *colon = strrchr(part, ':');
-            if (colon != NULL) *colon = '\0';
-            p->known = inet_pton(AF_INET, part, &p->sa.sin_addr) == 1;
-        }
+        /* Asked where it said. A loopback address on another host is reachable only where this
+         * rank is on loopback too (hosts told apart by HOOP_HOSTID alone); else it is another
+         * host's loopback (a peer with no TCP, over verbs), and asking here would reach this
+         * host's. */
+        p->known = p->same_host || (ntohl(p->sa.sin_addr.s_addr) >> 24) != 127 || x->loopback;
     }
 }
 
