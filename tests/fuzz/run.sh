@@ -6,14 +6,21 @@ cd "$(dirname "$0")/../.."
 secs=${1:-20}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-cflags="-std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
+common="-std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fno-sanitize-recover=undefined"
 status=0
-# The PMIx files need libpmix-dev's headers and are not called without HOOP__HAVE_PMIX.
+# The library's sources are built once, for every target (the PMIx files need libpmix-dev's
+# headers and are not called without HOOP__HAVE_PMIX).
 rdv=$(ls src/rendezvous/*.c | grep -v pmix)
+mkdir -p "$out/obj"
+# shellcheck disable=SC2086
+for f in src/base/*.c src/core/*.c $rdv src/runtime/*.c src/transport/*.c src/collectives/*.c \
+    src/local/*.c src/reduce/*.c; do
+    echo "$f"
+done | xargs -P "$(nproc)" -I{} sh -c 'clang '"$common"' -fsanitize=fuzzer-no-link,address,undefined \
+    -c "{}" -o "'"$out"'/obj/$(echo "{}" | tr / _).o"'
 for t in wire store nodelist status; do
     # shellcheck disable=SC2086
-    clang $cflags "tests/fuzz/fuzz_$t.c" src/base/*.c src/core/*.c $rdv src/runtime/*.c \
-        src/transport/*.c src/collectives/*.c src/local/*.c src/reduce/*.c \
+    clang $common -fsanitize=fuzzer,address,undefined "tests/fuzz/fuzz_$t.c" "$out"/obj/*.o \
         -lpthread -lsodium -o "$out/fuzz_$t"
     mkdir -p "$out/corpus_$t"
     cp tests/fuzz/corpus/"$t"/* "$out/corpus_$t/"
