@@ -326,10 +326,102 @@ static hoop_result_t reduce_rounds(hoop__call_t *c, hoop__shc_t *a, int kind, si
     return run_rounds(&g);
 }
 
+/* ---- all-reduce on symmetric memory ---- */
+
+/* Where a rank's buffers lie, said in the first step: allocation numbers and offsets (sym.c). */
+typedef struct sym_where {
+    uint32_t in_id, out_id;
+    uint64_t in_off, out_off;
+} sym_where_t;
+_Static_assert(sizeof(sym_where_t) <= HOOP__SHC_HEAD, "the first line carries it");
+
+/* HOOP__SHC_SYM where both buffers lie in this rank's symmetric memory, in place or apart: the
+ * zero-copy schedule writes outputs while other owners still read inputs, which only those two
+ * forms allow (sched.c has copied an input that overlaps otherwise aside, out of it). */
+static uint32_t sym_flags(const hoop__call_t *c, sym_where_t *w)
+{
+    size_t bytes = c->count * hoop__dsize(c);
+    const uint8_t *i = c->sendbuf, *o = c->recvbuf;
+    if (i != o && i < o + bytes && o < i + bytes) return HOOP__SHC_HOST;
+    if (!hoop__sym_find(c->comm, i, bytes, &w->in_id, &w->in_off) ||
+        !hoop__sym_find(c->comm, o, bytes, &w->out_id, &w->out_off))
+        return HOOP__SHC_HOST;
+    return HOOP__SHC_HOST | HOOP__SHC_SYM;
+}
+
+/* The zero-copy all-reduce: where the first step finds every rank's buffers in symmetric memory,
+ * each rank folds its block (the ring's, as the rounds do) straight from every rank's input, in
+ * the rounds' order so the bits are the same, a cache-sized chunk at a time, and writes each
+ * chunk's result into every rank's output: each input byte is read once and each output byte
+ * written once (2p x N bytes through memory, where the rounds move about 5p x N). The first step
+ * says that every input is there to read (every rank has posted the call), the second that every
+ * rank has read and written all it will: no rank returns while a peer may still touch its
+ * buffers. *ran = 0 where some rank's buffers are ordinary memory: the caller runs the rounds,
+ * on every rank alike. */
+static hoop_result_t allreduce_sym(hoop__call_t *c, hoop__shc_t *a, int *ran)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank;
+    size_t es = hoop__dsize(c), total = c->count, bytes = total * es;
+    size_t ce = HOOP__SHC_DATA / es, ptrs = 2 * (size_t)p * sizeof(uint8_t *);
+    *ran = 0;
+    sym_where_t w = {0};
+    /* The scratch first: a rank without it says its buffers are ordinary, and all run the
+     * rounds. */
+    uint8_t *tmp = hoop__scratch(c, ptrs + ALIGN + ce * es);
+    uint32_t flags = tmp != NULL ? sym_flags(c, &w) : HOOP__SHC_HOST;
+    hoop__shc_put(a, me, &w, sizeof(w));
+    hoop_result_t rc = hoop__shc_step_lines(c, a, flags, sizeof(w), -1);
+    if (stop(rc, a) || !(a->all_flags & HOOP__SHC_SYM)) return rc;
+    *ran = 1;
+    const uint8_t **in = (const uint8_t **)(void *)tmp;
+    uint8_t **out = (uint8_t **)(void *)(tmp + ptrs / 2);
+    uint8_t *res = tmp + (ptrs + ALIGN - 1) / ALIGN * ALIGN;
+    for (int q = 0; q < p; q++) {
+        sym_where_t wq;
+        memcpy(&wq, hoop__shc_line(a, q, a->step)->data, sizeof(wq));
+        in[q] = hoop__sym_peer(comm, wq.in_id, wq.in_off, bytes, q);
+        out[q] = hoop__sym_peer(comm, wq.out_id, wq.out_off, bytes, q);
+        if (in[q] == NULL || out[q] == NULL) {
+            /* Allocations are made and freed by every rank alike: a bug if not. */
+            hoop__comm_fail(comm, HOOP_ERR_INTERNAL,
+                            "zero-copy all-reduce: rank %d's symmetric buffers are not mapped "
+                            "here",
+                            q);
+            hoop__shc_drain(c, a, a->step + 1);
+            return HOOP_ERR_INTERNAL;
+        }
+    }
+    int pos = hoop__ring_pos(comm);
+    size_t bo, bl;
+    hoop__part(total, p, pos, &bo, &bl);
+    int stream = c->sendbuf != c->recvbuf && streams(c, bytes);
+    HOOP__TRACE_STEP(c, 0,
+                     "rank %d folds block %d (%zu B) from every rank's input and writes it into "
+                     "every rank's output",
+                     me, pos, bl * es);
+    for (size_t k = 0; k < bl; k += ce) {
+        size_t len = bl - k < ce ? bl - k : ce, off = (bo + k) * es;
+        for (int i = 1; i < p; i++)
+            hoop__mem_reduce(c, res, i == 1 ? in[hoop__ring_rank(comm, pos)] + off : res,
+                             in[hoop__ring_rank(comm, pos + i)] + off, len);
+        if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, len);
+        for (int i = 0; i < p; i++) put_out(stream, out[(me + i) % p] + off, res, len * es);
+    }
+    rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
+    if (rc != HOOP_OK) hoop__shc_drain(c, a, a->step);
+    return rc;
+}
+
 static hoop_result_t allreduce(hoop__call_t *c, hoop__shc_t *a)
 {
     size_t bytes = c->count * hoop__dsize(c);
     if (c->plan.small && bytes <= a->data_bytes) return allreduce_small(c, a);
+    if (c->plan.sym) {
+        int ran;
+        hoop_result_t rc = allreduce_sym(c, a, &ran);
+        if (rc != HOOP_OK || ran || a->verdict != HOOP__VERDICT_HOST) return rc;
+    }
     return reduce_rounds(c, a, R_ALLREDUCE, c->count);
 }
 
