@@ -94,6 +94,17 @@ int main(void)
         for (int r = 0; r < p; r++) t += 2 * 4096.0 + p * 4096.0 + 4096.0;
         expect("allreduce", "auto", p, 4096, 0, t, "counted");
     }
+    /* Zero copy on symmetric memory, counted block by block: each owner reads its block of all p
+     * inputs and writes it into all p outputs; at or under the small limit, the one step. */
+    for (int p = 2; p <= 4; p++) {
+        double t = 0, blk = (double)S / p;
+        for (int r = 0; r < p; r++) t += p * blk + p * blk;
+        expect("allreduce", "sym", p, S, 0, t, "counted");
+        expect("allreduce", "sym", p, S, 1, 2.0 * p * (double)S, "hand");
+        expect("allreduce", "sym", p, 4096, 0, p * (p + 3) * 4096.0, "hand");
+        /* The other collectives on symmetric buffers go through the area. */
+        expect("broadcast", "sym", p, S, 0, 2.0 * p * (double)S, "hand");
+    }
     /* No model: no bytes, and no model for one rank. */
     expect("allreduce", "rd", 4, S, 0, 0, "none");
     expect("gather", "auto", 4, S, 0, 0, "none");
