@@ -89,13 +89,20 @@ const char *traffic_model(const char *coll, const char *algo, int p, size_t size
 double traffic_factor(const char *model, int p)
 {
     double q = p;
-    static const char *const names[] = {
-        "allreduce/area",     "allreduce/area-small",       "allreduce/ring",
-        "allreduce/sym",      "broadcast/area",             "reduce/area",
-        "allgather/area",     "reducescatter/area",         "reducescatter/area-inplace",
-        "alltoall/pairwise",  "alltoall/pairwise-inplace",  "sendrecv/shm"};
-    const double k[] = {5 * q - 1, q * (q + 3), 11 * (q - 1), 2 * q,     2 * q,     3 * q + 1,
-                        2 * (q + 1), 3 * q - 1, 3 * q + 1,    4 * q - 2, 6 * q - 2, 4 * q};
+    static const char *const names[] = {"allreduce/area",
+                                        "allreduce/area-small",
+                                        "allreduce/ring",
+                                        "allreduce/sym",
+                                        "broadcast/area",
+                                        "reduce/area",
+                                        "allgather/area",
+                                        "reducescatter/area",
+                                        "reducescatter/area-inplace",
+                                        "alltoall/pairwise",
+                                        "alltoall/pairwise-inplace",
+                                        "sendrecv/shm"};
+    const double k[] = {5 * q - 1,   q * (q + 3), 11 * (q - 1), 2 * q,     2 * q,     3 * q + 1,
+                        2 * (q + 1), 3 * q - 1,   3 * q + 1,    4 * q - 2, 6 * q - 2, 4 * q};
     if (model == NULL) return 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(model, names[i])) return k[i];

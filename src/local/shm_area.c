@@ -603,8 +603,8 @@ void hoop__shc_drain(const hoop__call_t *call, hoop__shc_t *a, uint64_t s)
         slot_ctl_t *pc = ctl_of(a, q);
         /* A peer between the two steps never waits: it finishes its writes and publishes, or
          * its process ends. */
-        while (!published(a, q, s) && atomic_load(&pc->aborted) == 0 &&
-               !atomic_load(&pc->closed) && hoop__now() - start < c->timeout_s) {
+        while (!published(a, q, s) && atomic_load(&pc->aborted) == 0 && !atomic_load(&pc->closed) &&
+               hoop__now() - start < c->timeout_s) {
             if (a->pidfd[q] >= 0) {
                 struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
                 if (poll(&pf, 1, 0) > 0) break;

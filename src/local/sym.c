@@ -31,11 +31,11 @@
 
 typedef struct sym_seg {
     struct sym_seg *next;
-    uint8_t *base;   /* the mapping: slice r at base + r * stride */
-    size_t len;      /* p * stride */
-    size_t stride;   /* the slice: bytes rounded up to a page */
-    size_t bytes;    /* what was asked for */
-    uint32_t id;     /* the same on every rank */
+    uint8_t *base; /* the mapping: slice r at base + r * stride */
+    size_t len;    /* p * stride */
+    size_t stride; /* the slice: bytes rounded up to a page */
+    size_t bytes;  /* what was asked for */
+    uint32_t id;   /* the same on every rank */
 } sym_seg_t;
 
 struct hoop__sym {
@@ -51,12 +51,15 @@ typedef struct alloc_rec {
     char addr[ADDR_LEN]; /* rank 0: where the others open the memfd */
 } alloc_rec_t;
 
+/* Under exec: a nonblocking call still running may be making hoop_comm.local too. */
 static struct hoop__sym *sym_of(hoop_comm_t *c)
 {
+    pthread_mutex_lock(&c->exec);
     struct hoop__local *l = hoop__local_of(c);
-    if (l == NULL) return NULL;
-    if (l->sym == NULL) l->sym = calloc(1, sizeof(*l->sym));
-    return l->sym;
+    if (l != NULL && l->sym == NULL) l->sym = calloc(1, sizeof(*l->sym));
+    struct hoop__sym *s = l != NULL ? l->sym : NULL;
+    pthread_mutex_unlock(&c->exec);
+    return s;
 }
 
 hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xchg_fn exchange)
@@ -108,10 +111,9 @@ hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xc
                                   " bytes for %d ranks",
                                   fn, all[0].bytes, p);
         else if (!all[q].ok)
-            rc = hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
-                                  "%s: rank %d passed %s (%" PRIu64 " bytes)", fn, q,
-                                  all[q].bytes == 0 ? "a size of 0" : "no place for the pointer",
-                                  all[q].bytes);
+            rc = hoop__comm_error(
+                c, HOOP_ERR_INVALID_ARGUMENT, "%s: rank %d passed %s (%" PRIu64 " bytes)", fn, q,
+                all[q].bytes == 0 ? "a size of 0" : "no place for the pointer", all[q].bytes);
     }
     if (rc != HOOP_OK) goto out;
     /* Every rank maps rank 0's memfd through /proc (allowed to a process that may read rank 0's
@@ -229,8 +231,7 @@ int hoop__sym_live(const hoop_comm_t *c)
     return c->local != NULL && c->local->sym != NULL && c->local->sym->segs != NULL;
 }
 
-int hoop__sym_find(const hoop_comm_t *c, const void *ptr, size_t bytes, uint32_t *id,
-                   uint64_t *off)
+int hoop__sym_find(const hoop_comm_t *c, const void *ptr, size_t bytes, uint32_t *id, uint64_t *off)
 {
     const struct hoop__sym *s = c->local != NULL ? c->local->sym : NULL;
     const uint8_t *x = ptr;

@@ -97,8 +97,8 @@ static void fill(void *buf, hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_
 }
 
 /* Checks out against the reference of every rank's input; returns the wrong elements. */
-static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint64_t salt,
-                     size_t n, const char *what)
+static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint64_t salt, size_t n,
+                     const char *what)
 {
     size_t es = hoop_dtype_size(dt), bad = 0;
     for (size_t i = 0; i < n; i++) {
@@ -125,17 +125,16 @@ static hoop_result_t must(hoop_result_t rc, hoop_comm_t *c, const char *what)
 
 /* One all-reduce case on buffers in and out (out == in: in place); the zero-copy fold must have
  * run where zc, and not where !zc. */
-static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_op_t op,
-                     size_t n, uint64_t salt, int zc, const char *what)
+static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_op_t op, size_t n,
+                     uint64_t salt, int zc, const char *what)
 {
     int p = hoop_comm_size(c), r = hoop_comm_rank(c);
     fill(in, dt, op, p, r, salt, n);
     zero_copy_lines = 0;
     must(hoop_allreduce(c, in, out, n, dt, op), c, what);
     verify(out, dt, op, p, salt, n, what);
-    CHECK(zc ? zero_copy_lines > 0 : zero_copy_lines == 0,
-          "%s %s %s n=%zu: the zero-copy fold %s", what, hoop_dtype_name(dt), hoop_op_name(op), n,
-          zc ? "did not run" : "ran");
+    CHECK(zc ? zero_copy_lines > 0 : zero_copy_lines == 0, "%s %s %s n=%zu: the zero-copy fold %s",
+          what, hoop_dtype_name(dt), hoop_op_name(op), n, zc ? "did not run" : "ran");
 }
 
 static void mode_colls(hoop_comm_t *c)
@@ -292,8 +291,7 @@ static void mode_bad(hoop_comm_t *c)
     expect_invalid(c, hoop_mem_free(c, bad), "free of a foreign pointer", "not a live buffer");
     usable(c, 300);
     /* An interior pointer is not an allocation's start either. */
-    expect_invalid(c, hoop_mem_free(c, a + 64), "free of an interior pointer",
-                   "not a live buffer");
+    expect_invalid(c, hoop_mem_free(c, a + 64), "free of an interior pointer", "not a live buffer");
     must(hoop_mem_free(c, a), c, "hoop_mem_free");
     expect_invalid(c, hoop_mem_free(c, a), "free twice", "freed already");
     usable(c, 301);
@@ -354,11 +352,16 @@ static int rank_main(const char *url, int rank, int size, const char *mode)
         return 1;
     }
     hoop_comm_set_trace(c, on_trace, NULL);
-    if (strcmp(mode, "colls") == 0) mode_colls(c);
-    else if (strcmp(mode, "bits") == 0) mode_bits(c);
-    else if (strcmp(mode, "mixed") == 0) mode_mixed(c);
-    else if (strcmp(mode, "realloc") == 0) mode_realloc(c);
-    else if (strcmp(mode, "bad") == 0) mode_bad(c);
+    if (strcmp(mode, "colls") == 0)
+        mode_colls(c);
+    else if (strcmp(mode, "bits") == 0)
+        mode_bits(c);
+    else if (strcmp(mode, "mixed") == 0)
+        mode_mixed(c);
+    else if (strcmp(mode, "realloc") == 0)
+        mode_realloc(c);
+    else if (strcmp(mode, "bad") == 0)
+        mode_bad(c);
     else if (strcmp(mode, "kill") == 0) {
         mode_kill(c);
         hoop_comm_destroy(c);
@@ -375,8 +378,10 @@ int main(int argc, char **argv)
     int ranks = 2;
     const char *mode = "colls";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--ranks") == 0) ranks = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--mode") == 0) mode = argv[i + 1];
+        if (strcmp(argv[i], "--ranks") == 0)
+            ranks = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--mode") == 0)
+            mode = argv[i + 1];
     }
     char dir[] = "/tmp/hoop-sym-test-XXXXXX", url[128];
     if (mkdtemp(dir) == NULL) {
