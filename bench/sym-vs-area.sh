@@ -6,7 +6,9 @@
 #   bench/sym-vs-area.sh BUILD_DIR [REPS]        (RANKS=2 SIZES="-b 16M -e 256M -f 2" by default)
 #
 # Prints per size and variant (out of place, in place) the medians of REPS (default 5) runs of
-# each: bus bandwidth (GB/s), the fraction of the bound, and sym / area.
+# each: bus bandwidth (GB/s), the fraction of the bound, and sym / area. --warm-each: every size
+# is warmed before it is timed, so that no timed call is the first to touch a page of a row larger
+# than the one before (on the VM that first touch cost up to 50x a call, either kind of buffer).
 set -eu
 build=$1
 reps=${2:-5}
@@ -21,7 +23,7 @@ while [ "$i" -le "$reps" ]; do
         [ "$v" = sym ] && flag="--sym"
         # shellcheck disable=SC2086
         "$build/tools/hooprun" --no-prefix -n "$ranks" "$build/bench/hoop-perf" \
-            $sizes -n 5 -w 2 -c 0 --bound $flag --csv "$tmp/$v.$i.csv" >"$tmp/$v.$i.out"
+            $sizes -n 5 -w 2 --warm-each -c 0 --bound $flag --csv "$tmp/$v.$i.csv" >"$tmp/$v.$i.out"
         grep '^# copy rate' "$tmp/$v.$i.out" | sed "s/^/# $v run $i: /"
     done
     i=$((i + 1))
