@@ -2,7 +2,7 @@
  * Symmetric memory (hoop_mem_alloc) and the zero-copy all-reduce on it, with real processes: the
  * program forks its ranks itself, each joining over a fresh file:// rendezvous.
  *
- *   sym_test --ranks N --mode colls|bits|mixed|realloc|bad|kill
+ *   sym_test --ranks N --mode colls|bits|mixed|realloc|bad|nonblocking|kill
  *
  * colls:   every dtype and op, in and out of place, at odd counts above HOOP_SMALL_BYTES, on
  *          buffers of hoop_mem_alloc: the results against a reference each rank computes itself
@@ -17,6 +17,7 @@
  * bad:     a pointer not from hoop_mem_alloc, a free twice, sizes that differ across ranks, and
  *          hoop_mem_free(NULL): each fails on every rank with HOOP_ERR_INVALID_ARGUMENT and a
  *          sentence, and the communicator still runs a checked all-reduce after.
+ * nonblocking: three all-reduces on symmetric buffers posted before any is waited for.
  * kill:    the ranks run zero-copy all-reduces in a loop; the parent kills the last rank with
  *          SIGKILL meanwhile: every survivor must fail (lost peer or abort) within the timeout,
  *          and no new hoop entry may be left in /dev/shm.
@@ -261,6 +262,32 @@ static void mode_realloc(hoop_comm_t *c)
     free(m);
 }
 
+/* Nonblocking: three all-reduces posted together on symmetric buffers (they run in order, on the
+ * progress thread or the waiter), then an allocation while none is pending, then one more. */
+static void mode_nonblocking(hoop_comm_t *c)
+{
+    int p = hoop_comm_size(c), r = hoop_comm_rank(c);
+    size_t n = 90001;
+    uint8_t *buf[3];
+    hoop_request_t *req[3];
+    const hoop_dtype_t dts[3] = {HOOP_INT32, HOOP_FLOAT64, HOOP_UINT8};
+    const hoop_op_t ops[3] = {HOOP_SUM, HOOP_MAX, HOOP_PROD};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 3; i++) must(hoop_mem_alloc(c, n * 8, (void **)&buf[i]), c, "alloc");
+        zero_copy_lines = 0;
+        for (int i = 0; i < 3; i++) {
+            fill(buf[i], dts[i], ops[i], p, r, 400 + (uint64_t)(round * 3 + i), n);
+            must(hoop_iallreduce(c, buf[i], buf[i], n, dts[i], ops[i], &req[i]), c,
+                 "hoop_iallreduce");
+        }
+        for (int i = 0; i < 3; i++) must(hoop_wait(req[i]), c, "hoop_wait");
+        CHECK(zero_copy_lines == 3, "nonblocking: %d zero-copy folds, want 3", zero_copy_lines);
+        for (int i = 0; i < 3; i++)
+            verify(buf[i], dts[i], ops[i], p, 400 + (uint64_t)(round * 3 + i), n, "nonblocking");
+        for (int i = 0; i < 3; i++) must(hoop_mem_free(c, buf[i]), c, "free");
+    }
+}
+
 static void expect_invalid(hoop_comm_t *c, hoop_result_t rc, const char *what, const char *word)
 {
     const char *msg = hoop_comm_last_error(c);
@@ -362,6 +389,8 @@ static int rank_main(const char *url, int rank, int size, const char *mode)
         mode_realloc(c);
     else if (strcmp(mode, "bad") == 0)
         mode_bad(c);
+    else if (strcmp(mode, "nonblocking") == 0)
+        mode_nonblocking(c);
     else if (strcmp(mode, "kill") == 0) {
         mode_kill(c);
         hoop_comm_destroy(c);
