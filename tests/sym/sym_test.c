@@ -2,7 +2,7 @@
  * Symmetric memory (hoop_mem_alloc) and the zero-copy all-reduce on it, with real processes: the
  * program forks its ranks itself, each joining over a fresh file:// rendezvous.
  *
- *   sym_test --ranks N --mode colls|bits|mixed|realloc|bad|nonblocking|kill
+ *   sym_test --ranks N --mode colls|bits|mixed|realloc|bad|others|nonblocking|kill
  *
  * colls:   every dtype and op, in and out of place, at odd counts above HOOP_SMALL_BYTES, on
  *          buffers of hoop_mem_alloc: the results against a reference each rank computes itself
@@ -17,6 +17,8 @@
  * bad:     a pointer not from hoop_mem_alloc, a free twice, sizes that differ across ranks, and
  *          hoop_mem_free(NULL): each fails on every rank with HOOP_ERR_INVALID_ARGUMENT and a
  *          sentence, and the communicator still runs a checked all-reduce after.
+ * others:  reduce-scatter (every dtype and op), all-gather and broadcast (every root) on
+ *          symmetric buffers, in and out of place, against references; zero copy must run.
  * nonblocking: three all-reduces on symmetric buffers posted before any is waited for.
  * kill:    the ranks run zero-copy all-reduces in a loop; the parent kills the last rank with
  *          SIGKILL meanwhile: every survivor must fail (lost peer or abort) within the timeout,
@@ -55,7 +57,9 @@ static int my_rank = -1;
 static void on_trace(void *ctx, const char *line)
 {
     (void)ctx;
-    if (strstr(line, "from every rank's input") != NULL) zero_copy_lines++;
+    if (strstr(line, "from every rank's input") != NULL ||
+        strstr(line, "into every rank's output") != NULL || strstr(line, "from where it lies"))
+        zero_copy_lines++;
 }
 
 static uint64_t mix(uint64_t x)
@@ -165,6 +169,88 @@ static void mode_colls(hoop_comm_t *c)
     must(hoop_mem_free(c, a), c, "hoop_mem_free");
 }
 
+/* Reduce-scatter, all-gather and broadcast on symmetric buffers, in and out of place, against
+ * references of their own; every rank (broadcast: every rank but the root) must take the
+ * zero-copy schedule. */
+static void mode_others(hoop_comm_t *c)
+{
+    int p = hoop_comm_size(c), r = hoop_comm_rank(c);
+    /* All-gather: above 256 KiB a rank, past the 2-rank all-gather that runs point to point
+     * (the planner's measured exception), for every dtype. */
+    size_t n = 30011, cap = (size_t)p * (300u << 10);
+    uint8_t *a, *b;
+    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    uint64_t salt = 500;
+    for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++) {
+        size_t es = hoop_dtype_size((hoop_dtype_t)dt);
+        for (int op = 0; op < HOOP_OP_COUNT; op++) {
+            for (int inplace = 0; inplace < 2; inplace++) {
+                /* Rank r's input is p blocks of n; its result is block r of the reduction. The
+                 * reference of element i of block r: gen's element r * n + i on every rank. */
+                fill(a, (hoop_dtype_t)dt, (hoop_op_t)op, p, r, salt, (size_t)p * n);
+                uint8_t *out = inplace ? a + (size_t)r * n * es : b;
+                zero_copy_lines = 0;
+                must(hoop_reduce_scatter(c, a, out, n, (hoop_dtype_t)dt, (hoop_op_t)op), c,
+                     "hoop_reduce_scatter");
+                CHECK(zero_copy_lines > 0, "reduce-scatter %s %s: the zero-copy fold did not run",
+                      hoop_dtype_name((hoop_dtype_t)dt), hoop_op_name((hoop_op_t)op));
+                size_t bad = 0;
+                for (size_t i = 0; i < n; i++) {
+                    rc_acc_t acc = {0};
+                    for (int q = 0; q < p; q++)
+                        rc_acc_add(
+                            &acc, (hoop_dtype_t)dt, es, (hoop_op_t)op,
+                            gen((hoop_dtype_t)dt, (hoop_op_t)op, p, q, salt, (size_t)r * n + i));
+                    uint64_t want = rc_acc_result(&acc, (hoop_dtype_t)dt, es, (hoop_op_t)op, p);
+                    if (rc_ld(out, i, es) != want && bad++ == 0)
+                        CHECK(0, "reduce-scatter %s %s %s: element %zu wrong",
+                              hoop_dtype_name((hoop_dtype_t)dt), hoop_op_name((hoop_op_t)op),
+                              inplace ? "in place" : "out of place", i);
+                }
+                salt++;
+            }
+        }
+        /* All-gather: rank q's block is gen's elements of rank q. */
+        size_t agn = ((size_t)260 << 10) / es + 1;
+        for (int inplace = 0; inplace < 2; inplace++) {
+            uint8_t *in = inplace ? b + (size_t)r * agn * es : a;
+            fill(in, (hoop_dtype_t)dt, HOOP_SUM, p, r, salt, agn);
+            zero_copy_lines = 0;
+            must(hoop_allgather(c, in, b, agn, (hoop_dtype_t)dt), c, "hoop_allgather");
+            CHECK(zero_copy_lines > 0, "all-gather %s: the zero-copy copy did not run",
+                  hoop_dtype_name((hoop_dtype_t)dt));
+            size_t bad = 0;
+            for (int q = 0; q < p; q++)
+                for (size_t i = 0; i < agn; i++)
+                    if (rc_ld(b, (size_t)q * agn + i, es) !=
+                            gen((hoop_dtype_t)dt, HOOP_SUM, p, q, salt, i) &&
+                        bad++ == 0)
+                        CHECK(0, "all-gather %s %s: block %d element %zu wrong",
+                              hoop_dtype_name((hoop_dtype_t)dt),
+                              inplace ? "in place" : "out of place", q, i);
+            salt++;
+        }
+        /* Broadcast from every root in turn. */
+        for (int root = 0; root < p; root++) {
+            fill(a, (hoop_dtype_t)dt, HOOP_SUM, p, r == root ? root : p + 7, salt, n);
+            zero_copy_lines = 0;
+            must(hoop_broadcast(c, a, n, (hoop_dtype_t)dt, root), c, "hoop_broadcast");
+            CHECK(r == root || zero_copy_lines > 0, "broadcast %s: the zero-copy copy did not run",
+                  hoop_dtype_name((hoop_dtype_t)dt));
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++)
+                if (rc_ld(a, i, es) != gen((hoop_dtype_t)dt, HOOP_SUM, p, root, salt, i) &&
+                    bad++ == 0)
+                    CHECK(0, "broadcast %s root %d: element %zu wrong",
+                          hoop_dtype_name((hoop_dtype_t)dt), root, i);
+            salt++;
+        }
+    }
+    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+}
+
 /* Rounding floats in [0.5, 2.5). */
 static void fill_rounding(void *buf, hoop_dtype_t dt, size_t n, uint64_t seed)
 {
@@ -201,6 +287,18 @@ static void mode_bits(hoop_comm_t *c)
             fill_rounding(a, dts[d], n, seed);
             must(hoop_allreduce(c, a, a, n, dts[d], ops[o]), c, "hoop_allreduce sym in place");
             CHECK(memcmp(a, o2, bytes) == 0, "bits %s %s in place: zero copy and the rounds differ",
+                  hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
+            /* Reduce-scatter of the same inputs, n / p elements a rank. */
+            size_t rn = n / (size_t)hoop_comm_size(c), rbytes = rn * hoop_dtype_size(dts[d]);
+            fill_rounding(a, dts[d], rn * (size_t)hoop_comm_size(c), seed);
+            memcpy(o1, a, rbytes * (size_t)hoop_comm_size(c));
+            zero_copy_lines = 0;
+            must(hoop_reduce_scatter(c, a, b, rn, dts[d], ops[o]), c, "reduce-scatter sym");
+            CHECK(zero_copy_lines > 0, "bits: the zero-copy reduce-scatter did not run");
+            must(hoop_reduce_scatter(c, o1, o2, rn, dts[d], ops[o]), c, "reduce-scatter ordinary");
+            CHECK(memcmp(b, o2, rbytes) == 0,
+                  "bits reduce-scatter %s %s: zero copy and the "
+                  "rounds differ",
                   hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
         }
     free(o1);
@@ -391,6 +489,8 @@ static int rank_main(const char *url, int rank, int size, const char *mode)
         mode_bad(c);
     else if (strcmp(mode, "nonblocking") == 0)
         mode_nonblocking(c);
+    else if (strcmp(mode, "others") == 0)
+        mode_others(c);
     else if (strcmp(mode, "kill") == 0) {
         mode_kill(c);
         hoop_comm_destroy(c);
