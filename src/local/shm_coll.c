@@ -514,7 +514,8 @@ static hoop_result_t reduce_scatter_sym(hoop__call_t *c, hoop__shc_t *a, const s
     return sym_end(c, a);
 }
 
-/* All-gather: each rank copies its input into its block of every rank's output: 2p x N. */
+/* All-gather: each rank copies its input into its block of every rank's output, reading it once
+ * per rank: 2p x S, S the output. */
 static hoop_result_t allgather_sym(hoop__call_t *c, hoop__shc_t *a, const sym_call_t *g)
 {
     size_t n = g->in_bytes;
