@@ -234,6 +234,19 @@ HOOP_API hoop_result_t hoop_irecv(hoop_comm_t *c, void *buf, size_t count, hoop_
 HOOP_API hoop_result_t hoop_irecv_any(hoop_comm_t *c, void *buf, size_t count, hoop_dtype_t dt,
                                       int *source, hoop_request_t **req);
 
+/* Symmetric memory, for communicators whose ranks all share one host. hoop_mem_alloc is
+ * collective: every rank asks for the same bytes (> 0), in the same order of calls, and gets its
+ * own buffer of that size in memory every rank of comm maps. A collective whose buffers all lie in
+ * such memory on every rank (all-reduce, reduce-scatter, all-gather and broadcast, above
+ * HOOP_SMALL_BYTES a rank) reads the peers' inputs and writes their outputs in place, with no
+ * copy through the shared area; with ordinary buffers on some rank it runs as it would without. Sizes that differ across ranks fail on every rank with
+ * HOOP_ERR_INVALID_ARGUMENT, ranks on several hosts with HOOP_ERR_UNSUPPORTED, and comm stays
+ * usable. hoop_mem_free is collective too: every rank frees its pointer of the same allocation
+ * (a pointer that is not one hoop_mem_alloc gave on comm, or one freed already, fails on every
+ * rank). What is left is unmapped with comm. The memory has no name: nothing stays in /dev/shm. */
+HOOP_API hoop_result_t hoop_mem_alloc(hoop_comm_t *comm, size_t bytes, void **ptr);
+HOOP_API hoop_result_t hoop_mem_free(hoop_comm_t *comm, void *ptr);
+
 /* Local reduction with the library's kernels: out[i] = a[i] op b[i] (out may alias a or b). */
 HOOP_API hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
                                          hoop_dtype_t dt, hoop_op_t op);

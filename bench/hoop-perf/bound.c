@@ -87,8 +87,10 @@ void set_bound(const bench_t *b, row_t *row, int inplace)
 {
     variant_t *v = &row->v[inplace];
     if (!b->bound || !b->one_host || b->copy_rate <= 0 || !v->ran) return;
-    v->traffic = traffic_bytes(b->coll->name, row->algo ? row->algo : b->algo, b->size, row->size,
-                               b->small_bytes, inplace);
+    const char *algo = row->algo ? row->algo : b->algo;
+    /* Symmetric buffers: the area's algorithms run zero-copy where they can (traffic.c). */
+    if (b->sym && (!strcmp(algo, "auto") || !strcmp(algo, "shm"))) algo = "sym";
+    v->traffic = traffic_bytes(b->coll->name, algo, b->size, row->size, b->small_bytes, inplace);
     if (v->traffic <= 0 || v->us <= 0) return;
     v->has_bound = 1;
     v->bound = v->traffic / (2.0 * b->copy_rate) / (v->us * 1e-6);
@@ -126,6 +128,8 @@ call_t rotated(const bench_t *b, const coll_t *co, const call_t *k, int i)
 void print_buffers(const bench_t *b, FILE *f)
 {
     size_t llc = llc_bytes();
+    if (b->sym)
+        fprintf(f, "# buffers: symmetric memory (hoop_mem_alloc: every rank maps every rank's)\n");
     if (!b->rotate) {
         fprintf(f,
                 "# buffers: cache-hot (the same buffers every iteration; last-level cache %zu "

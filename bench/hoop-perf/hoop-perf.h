@@ -154,6 +154,7 @@ typedef struct bench {
     size_t copy_bytes;         /* the buffer it was measured with; 0 when given */
     size_t small_bytes;        /* HOOP_SMALL_BYTES: the one-step all-reduce's limit */
     size_t rotate;             /* --rotate: bytes the timed calls' buffers cycle over; 0: off */
+    int sym;                   /* --sym: sbuf and rbuf from hoop_mem_alloc */
 } bench_t;
 
 /* Whether e is HOOP_OK; if not, says on stderr which call failed and why. */

@@ -147,10 +147,14 @@ int main(int argc, char **argv)
     if (b.csv && fclose(b.csv) != 0) ok = 0;
     if (b.json && fclose(b.json) != 0) ok = 0;
     if (!ok && status == 0) hoop_comm_abort(b.comm);
+    /* Symmetric buffers are freed together (a collective call); an aborted communicator unmaps
+     * them as it is destroyed. */
+    if (b.sym && ok && b.sbuf) ok = checked(&b, "hoop_mem_free", hoop_mem_free(b.comm, b.sbuf));
+    if (b.sym && ok && b.rbuf) ok = checked(&b, "hoop_mem_free", hoop_mem_free(b.comm, b.rbuf));
     hoop_comm_destroy(b.comm);
     if (b.dev) {
         device_close(&b);
-    } else {
+    } else if (!b.sym) {
         free(b.sbuf);
         free(b.rbuf);
     }

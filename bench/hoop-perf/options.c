@@ -128,6 +128,9 @@ void usage(FILE *f)
         "  --rotate BYTES            cache-cold: each timed call uses the next set of buffers\n"
         "                            within BYTES per rank (give more than the last-level cache;\n"
         "                            default: cache-hot, the same buffers every call)\n"
+        "  --sym                     the buffers in symmetric memory (hoop_mem_alloc): an\n"
+        "                            all-reduce above HOOP_SMALL_BYTES runs zero-copy\n"
+        "                            (every rank on one host)\n"
         "  -V, --version             hoop-perf's and the library's version\n"
         "  --device host|cuda[:N]    the buffers in host memory (default) or in the memory of\n"
         "                            CUDA device N (0); #wrong checks the device result\n"
@@ -180,7 +183,8 @@ enum {
     OPT_TRAFFIC,
     OPT_BOUND,
     OPT_COPY_RATE,
-    OPT_ROTATE
+    OPT_ROTATE,
+    OPT_SYM
 };
 
 /* A rate in GB/s above zero. Returns 0, or 1 if s is not one. */
@@ -233,6 +237,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
                                           {"bound", no_argument, NULL, OPT_BOUND},
                                           {"copy-rate", required_argument, NULL, OPT_COPY_RATE},
                                           {"rotate", required_argument, NULL, OPT_ROTATE},
+                                          {"sym", no_argument, NULL, OPT_SYM},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     int c, v = 0, li;
@@ -316,6 +321,7 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
             b->bound = 1;
             break;
         case OPT_ROTATE: bad = bench_parse_size(optarg, &b->rotate) || b->rotate == 0; break;
+        case OPT_SYM: b->sym = 1; break;
         case 'h': return -1;
         case ':':
             fprintf(stderr, "hoop-perf: option %s needs a value (see hoop-perf -h)\n",
@@ -373,6 +379,10 @@ int parse_args(int argc, char **argv, bench_t *b, opts_t *o)
     if ((b->bound || b->rotate) && (o->model || o->explain || b->use_cuda)) {
         fprintf(stderr, "hoop-perf: --bound and --rotate are for the sweep of host buffers (not "
                         "with --model, --explain or --device)\n");
+        return 2;
+    }
+    if (b->sym && b->use_cuda) {
+        fprintf(stderr, "hoop-perf: --sym is host memory (not with --device)\n");
         return 2;
     }
     if ((o->model || o->explain) && b->use_cuda) {

@@ -380,6 +380,20 @@ int alloc_buffers(bench_t *b)
         if (!(b->sbuf = device_alloc(b, sb)) || !(b->rbuf = device_alloc(b, rb)) ||
             !device_copy(b, b->sbuf, b->hsbuf, sb) || !device_copy(b, b->rbuf, b->hrbuf, rb))
             return 0;
+    } else if (b->sym) {
+        /* Every rank computes the same sizes from the same options, as hoop_mem_alloc asks;
+         * the memory starts zeroed, as calloc's. */
+        size_t sp = rotate_pool(b, sb), rp = rotate_pool(b, rb);
+        void *s = NULL, *r = NULL;
+        if (!checked(b, "hoop_mem_alloc", hoop_mem_alloc(b->comm, sp ? sp : 1, &s)) ||
+            !checked(b, "hoop_mem_alloc", hoop_mem_alloc(b->comm, rp ? rp : 1, &r)))
+            return 0;
+        b->sbuf = s;
+        b->rbuf = r;
+        if (b->rotate) {
+            memset(b->sbuf, 0x3c, sp);
+            memset(b->rbuf, 0x3c, rp);
+        }
     } else {
         size_t sp = rotate_pool(b, sb), rp = rotate_pool(b, rb);
         b->sbuf = calloc(1, sp ? sp : 1);

@@ -34,6 +34,18 @@ static const model_t MODELS[] = {
      "ring over the shm transport, 2(p-1) steps of S/p per rank: a message costs 4x its bytes "
      "(the sender's copy into the peer's ring, the receiver's copy out); reduce-scatter steps "
      "also fold the received segment with the input into the output (3x)"},
+    {"allreduce/sym", "2pS",
+     "zero copy on symmetric memory (hoop-perf --sym): each owner folds its block straight from "
+     "the p inputs where they lie (pS read in all) and writes the result into the p outputs (pS "
+     "written); the partial result stays in cache"},
+    {"reducescatter/sym", "(p+1)S",
+     "zero copy on symmetric memory: each rank folds its block straight from the p inputs (S/p "
+     "each, S read per rank) into its output (S/p written per rank)"},
+    {"allgather/sym", "2pS",
+     "zero copy on symmetric memory: each rank copies its S/p into its block of every rank's "
+     "output, reading its input once per rank (S read and S written per rank)"},
+    {"broadcast/sym", "2(p-1)S",
+     "zero copy on symmetric memory: each of the p-1 others copies the root's buffer into its own"},
     {"broadcast/area", "2pS",
      "the root copies its buffer into the area (2S) and the p-1 others copy it out (2(p-1)S)"},
     {"reduce/area", "(3p+1)S",
@@ -61,16 +73,28 @@ static const model_t MODELS[] = {
 const char *traffic_model(const char *coll, const char *algo, int p, size_t size, size_t small,
                           int inplace)
 {
-    int area = !strcmp(algo, "auto") || !strcmp(algo, "shm");
+    /* "sym": auto or shm on symmetric buffers (hoop-perf --sym) */
+    int sym = !strcmp(algo, "sym");
+    int area = sym || !strcmp(algo, "auto") || !strcmp(algo, "shm");
     if (p < 2) return NULL;
     if (!strcmp(coll, "allreduce")) {
-        if (area) return size <= small ? "allreduce/area-small" : "allreduce/area";
+        if (area && size <= small) return "allreduce/area-small";
+        if (area) return sym ? "allreduce/sym" : "allreduce/area";
         return !strcmp(algo, "ring") ? "allreduce/ring" : NULL;
     }
     if (!strcmp(coll, "alltoall"))
         return inplace ? "alltoall/pairwise-inplace" : "alltoall/pairwise";
     if (!strcmp(coll, "sendrecv")) return inplace ? NULL : "sendrecv/shm";
     if (!area) return NULL;
+    /* Zero copy above HOOP_SMALL_BYTES a rank (S/p for all-gather and reduce-scatter), but for
+     * the 2-rank all-gather of 32-256 KiB a rank, which the planner sends point to point. */
+    size_t per = !strcmp(coll, "broadcast") ? size : size / (size_t)p;
+    int ag_p2p = p == 2 && per >= ((size_t)32 << 10) && per <= ((size_t)256 << 10);
+    if (sym && per > small) {
+        if (!strcmp(coll, "broadcast")) return "broadcast/sym";
+        if (!strcmp(coll, "reducescatter")) return "reducescatter/sym";
+        if (!strcmp(coll, "allgather") && !ag_p2p) return "allgather/sym";
+    }
     if (!strcmp(coll, "broadcast")) return "broadcast/area";
     if (!strcmp(coll, "reduce")) return "reduce/area";
     if (!strcmp(coll, "allgather")) return "allgather/area";
@@ -83,12 +107,15 @@ double traffic_factor(const char *model, int p)
 {
     double q = p;
     static const char *const names[] = {"allreduce/area",     "allreduce/area-small",
-                                        "allreduce/ring",     "broadcast/area",
+                                        "allreduce/ring",     "allreduce/sym",
+                                        "reducescatter/sym",  "allgather/sym",
+                                        "broadcast/sym",      "broadcast/area",
                                         "reduce/area",        "allgather/area",
                                         "reducescatter/area", "reducescatter/area-inplace",
                                         "alltoall/pairwise",  "alltoall/pairwise-inplace",
                                         "sendrecv/shm"};
-    const double k[] = {5 * q - 1, q * (q + 3), 11 * (q - 1), 2 * q,     3 * q + 1, 2 * (q + 1),
+    const double k[] = {5 * q - 1, q * (q + 3), 11 * (q - 1), 2 * q,     q + 1,
+                        2 * q,     2 * (q - 1), 2 * q,        3 * q + 1, 2 * (q + 1),
                         3 * q - 1, 3 * q + 1,   4 * q - 2,    6 * q - 2, 4 * q};
     if (model == NULL) return 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -19,6 +19,13 @@ void hoop__collectives_close(hoop_comm_t *c);
 /* After the communicator aborted: the engines tell the peers that wait on them why (run.c). Under
  * exec. */
 void hoop__collectives_abort(hoop_comm_t *c);
+/* Symmetric memory, for hoop_mem_alloc and hoop_mem_free (local/sym.c, through run.c). xchg is
+ * an all-gather of one record of bytes per rank, posted as a call; fn names the entry point. */
+typedef hoop_result_t (*hoop__coll_xchg_fn)(hoop_comm_t *c, const void *mine, void *all,
+                                            size_t bytes, const char *fn);
+hoop_result_t hoop__collectives_mem_alloc(hoop_comm_t *c, size_t bytes, void **ptr,
+                                          hoop__coll_xchg_fn xchg);
+hoop_result_t hoop__collectives_mem_free(hoop_comm_t *c, void *ptr, hoop__coll_xchg_fn xchg);
 
 /* Algorithms: one file each. */
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c);

@@ -22,7 +22,10 @@
  *   it. One exception was measured: a 2-rank all-gather of 32 to 256 KiB a rank, one message
  *   each way, is faster point to point on host buffers (docs/performance.md, "Which algorithm,
  *   measured"); the area's agreement step still comes first, since device buffers on every rank
- *   go to CUDA IPC instead.
+ *   go to CUDA IPC instead. An all-reduce, reduce-scatter, all-gather or broadcast above
+ *   HOOP_SMALL_BYTES in the area, on a communicator with symmetric memory (hoop_mem_alloc), is
+ *   planned zero-copy (plan.sym): its first step says whether every rank's buffers lie there,
+ *   and where not, the same call runs the area's usual way on every rank.
  *
  * - Point to point: all-reduce by recursive doubling at or below HOOP_SMALL_BYTES (latency-bound:
  *   log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO
@@ -146,6 +149,13 @@ hoop__plan_t hoop__plan_make(const hoop__plan_in_t *in, hoop__algo_t *wire)
             p.agree = 1;
             p.why = HOOP__WHY_MEASURED;
         }
+        /* Symmetric memory: the area's all-reduce, reduce-scatter, all-gather and broadcast
+         * above HOOP_SMALL_BYTES may read and write every rank's buffers where they lie; only
+         * their first step can tell whether every rank's do, and says it to every rank alike
+         * (ordinary buffers anywhere: the area's usual schedule). */
+        p.sym = (uint8_t)(in->sym && p.engine == HOOP__ENGINE_SHM && !p.small &&
+                          (in->kind == HOOP__K_ALLREDUCE || in->kind == HOOP__K_REDUCE_SCATTER ||
+                           in->kind == HOOP__K_ALLGATHER || in->kind == HOOP__K_BROADCAST));
     } else if (algo == HOOP__ALGO_IPC) {
         *wire = HOOP__ALGO_IPC;
         p.engine = HOOP__ENGINE_IPC;
@@ -176,7 +186,8 @@ void hoop__plan(hoop__call_t *call)
                           .per_host = c->local_size,
                           .one_host = c->shm_auto,
                           .forced = c->algo,
-                          .small_bytes = c->agreed.small_bytes};
+                          .small_bytes = c->agreed.small_bytes,
+                          .sym = hoop__sym_live(c)};
     call->plan = hoop__plan_make(&in, &call->algo);
 }
 
@@ -273,9 +284,14 @@ const char *hoop__plan_describe(const hoop__call_t *call, int sized, char *buf, 
         break;
     }
     char extra[160] = "";
-    if (p->engine == HOOP__ENGINE_SHM && call->kind == HOOP__K_ALLREDUCE)
+    if (p->engine == HOOP__ENGINE_SHM && call->kind != HOOP__K_ALLREDUCE && p->sym)
+        snprintf(extra, sizeof extra, "; zero copy where every rank's buffers are symmetric");
+    else if (p->engine == HOOP__ENGINE_SHM && call->kind == HOOP__K_ALLREDUCE)
         snprintf(extra, sizeof extra, "; %s %s HOOP_SMALL_BYTES (%s): %s", b, p->small ? "<=" : ">",
-                 s, p->small ? "one step" : "in rounds");
+                 s,
+                 p->small ? "one step"
+                 : p->sym ? "zero copy where every rank's buffers are symmetric, else in rounds"
+                          : "in rounds");
     else if (p->engine == HOOP__ENGINE_P2P && p->ipc_stages)
         snprintf(extra, sizeof extra, "; the stages inside a host may go over CUDA IPC");
     if (p->engine == HOOP__ENGINE_P2P)

@@ -109,3 +109,14 @@ hoop_result_t hoop__collective_run(hoop__call_t *call)
 void hoop__collectives_close(hoop_comm_t *c) { hoop__local_close(c); }
 
 void hoop__collectives_abort(hoop_comm_t *c) { hoop__local_abort(c); }
+
+hoop_result_t hoop__collectives_mem_alloc(hoop_comm_t *c, size_t bytes, void **ptr,
+                                          hoop__coll_xchg_fn xchg)
+{
+    return hoop__sym_alloc(c, bytes, ptr, xchg);
+}
+
+hoop_result_t hoop__collectives_mem_free(hoop_comm_t *c, void *ptr, hoop__coll_xchg_fn xchg)
+{
+    return hoop__sym_free(c, ptr, xchg);
+}

@@ -22,6 +22,7 @@ void hoop__local_close(hoop_comm_t *c)
     if (c->local == NULL) return;
     hoop__shc_close(c);
     hoop__ipc_close(c);
+    hoop__sym_close(c);
     free(c->local);
     c->local = NULL;
 }

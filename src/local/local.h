@@ -1,8 +1,10 @@
 /*
  * The one-host engines: collectives that run through memory the ranks of one host share, rather
  * than as messages. The shared area (shm_area.c, its steps; shm_coll.c, its collectives) and CUDA
- * IPC (ipc.c, the peers' device memory). A future one (collectives on symmetric memory, say) is
- * one more table below, one more hoop__engine_t and one more row in the planner's engine list.
+ * IPC (ipc.c, the peers' device memory). Symmetric memory (sym.c: buffers every rank maps) is not
+ * an engine of its own: the area's all-reduce reads and writes it in place where every rank's
+ * buffers lie there (shm_coll.c), after the same first step. Another engine is one more table
+ * below, one more hoop__engine_t and one more row in the planner's engine list.
  *
  * The planner (collectives/plan.c) asks an engine whether it has a call's kind and runs the call
  * through it. An engine's first step is the agreement: it says what only the run can know (whether
@@ -58,6 +60,7 @@ hoop_result_t hoop__local_agree(hoop__call_t *call, int make, hoop__verdict_t *v
 struct hoop__local {
     struct hoop__shc *shc;      /* the area (shm_area.c); NULL before the first call wants it */
     struct hoop__ipc_comm *ipc; /* CUDA IPC's (ipc.c); NULL before its first call */
+    struct hoop__sym *sym;      /* symmetric memory (sym.c); NULL before the first allocation */
 };
 /* hoop_comm.local, made at its first use; NULL without memory (the caller says so). Inline: the
  * area's every step begins with it. */
@@ -82,6 +85,29 @@ int hoop__ipc_may(const hoop__call_t *c);
 /* Frees each engine's part of hoop_comm.local (hoop__local_close calls them). */
 void hoop__shc_close(hoop_comm_t *c);
 void hoop__ipc_close(hoop_comm_t *c);
+void hoop__sym_close(hoop_comm_t *c);
+
+/* ---- symmetric memory (sym.c) ---- */
+
+/* An all-gather of one record of bytes per rank over c, posted as a call of its own (the core's:
+ * core/sym.c); fn names the entry point in its errors. */
+typedef hoop_result_t (*hoop__xchg_fn)(hoop_comm_t *c, const void *mine, void *all, size_t bytes,
+                                       const char *fn);
+/* hoop_mem_alloc and hoop_mem_free past their argument checks (hoop.h says what they do). An
+ * error other than a disagreement (which leaves c usable) has aborted c. */
+hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xchg_fn exchange);
+hoop_result_t hoop__sym_free(hoop_comm_t *c, void *ptr, hoop__xchg_fn exchange);
+
+/* Whether c has a live allocation of hoop_mem_alloc: the same on every rank, since allocating
+ * and freeing are collective. The planner's (a call may take the zero-copy schedule). */
+int hoop__sym_live(const hoop_comm_t *c);
+/* Whether [ptr, ptr + bytes) lies in this rank's slice of a live allocation: then 1, with the
+ * allocation's number (the same on every rank) and the offset in the slice. */
+int hoop__sym_find(const hoop_comm_t *c, const void *ptr, size_t bytes, uint32_t *id,
+                   uint64_t *off);
+/* Where this rank sees bytes at offset off of rank q's slice of allocation id; NULL where there
+ * is no such allocation or they do not fit in it. */
+uint8_t *hoop__sym_peer(const hoop_comm_t *c, uint32_t id, uint64_t off, size_t bytes, int q);
 /* hoop__local_abort's part in the area (shm_area.c). */
 void hoop__shc_abort(hoop_comm_t *c);
 

@@ -587,8 +587,32 @@ hoop_result_t hoop__shc_step_lines(const hoop__call_t *call, hoop__shc_t *a, uin
     }
     if (rc != HOOP_OK) return rc;
     prefetch_own(a, me);
+    a->all_flags = all;
     a->verdict = (all & HOOP__SHC_HOST)     ? HOOP__VERDICT_HOST
                  : (all & HOOP__SHC_DEVICE) ? HOOP__VERDICT_DEVICE
                                             : HOOP__VERDICT_MIXED;
     return HOOP_OK;
+}
+
+void hoop__shc_drain(const hoop__call_t *call, hoop__shc_t *a, uint64_t s)
+{
+    hoop_comm_t *c = call->comm;
+    double start = hoop__now();
+    for (int q = 0; q < a->p; q++) {
+        if (q == c->rank) continue;
+        slot_ctl_t *pc = ctl_of(a, q);
+        /* A peer between the two steps never waits: it finishes its writes and publishes, or
+         * its process ends. */
+        while (!published(a, q, s) && atomic_load(&pc->aborted) == 0 && !atomic_load(&pc->closed) &&
+               hoop__now() - start < c->timeout_s) {
+            if (a->pidfd[q] >= 0) {
+                struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
+                if (poll(&pf, 1, 0) > 0) break;
+            } else if (hoop__process_gone((pid_t)pc->pid)) {
+                break;
+            }
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
 }

@@ -326,6 +326,235 @@ static hoop_result_t reduce_rounds(hoop__call_t *c, hoop__shc_t *a, int kind, si
     return run_rounds(&g);
 }
 
+/* ---- collectives on symmetric memory ---- */
+
+/* Where a rank's buffers are, said in the first step: allocation numbers and offsets (sym.c). */
+typedef struct sym_where {
+    uint32_t in_id, out_id;
+    uint64_t in_off, out_off;
+} sym_where_t;
+_Static_assert(sizeof(sym_where_t) <= HOOP__SHC_HEAD, "the first line carries it");
+
+/* A zero-copy call once its first step found every rank's buffers symmetric: every rank's input
+ * and output as this rank sees them. */
+typedef struct sym_call {
+    const uint8_t **in;
+    uint8_t **out;
+    uint8_t *res; /* a chunk of scratch (SYM_CHUNK bytes) for a fold's partial result */
+    size_t in_bytes, out_bytes, es;
+    int p, me;
+} sym_call_t;
+
+#define SYM_CHUNK HOOP__SHC_DATA
+
+/* The bytes this rank's call reads and writes: (*in, in_bytes) and (*out, out_bytes). */
+static void sym_extents(const hoop__call_t *c, size_t *in_bytes, size_t *out_bytes)
+{
+    size_t n = c->count * hoop__dsize(c), p = (size_t)c->comm->size;
+    *in_bytes = c->kind == HOOP__K_REDUCE_SCATTER ? n * p : n;
+    *out_bytes = c->kind == HOOP__K_ALLGATHER ? n * p : n;
+}
+
+/* HOOP__SHC_SYM where both buffers lie in this rank's symmetric memory, apart or in the one
+ * in-place form each schedule below can take: the schedules write outputs while other ranks
+ * still read inputs (sched.c has copied an input that overlaps otherwise aside, out of it). */
+static uint32_t sym_flags(const hoop__call_t *c, sym_where_t *w)
+{
+    size_t ib, ob, n = c->count * hoop__dsize(c), r = (size_t)c->comm->rank;
+    sym_extents(c, &ib, &ob);
+    const uint8_t *i = c->sendbuf, *o = c->recvbuf;
+    int apart = !(i < o + ob && o < i + ib);
+    int fits = apart || (c->kind == HOOP__K_ALLREDUCE && i == o) ||
+               (c->kind == HOOP__K_BROADCAST && i == o) ||
+               /* the own block: only this rank reads it, a chunk before it writes it */
+               (c->kind == HOOP__K_REDUCE_SCATTER && o == i + r * n) ||
+               (c->kind == HOOP__K_ALLGATHER && i == o + r * n);
+    if (!fits || !hoop__sym_find(c->comm, i, ib, &w->in_id, &w->in_off) ||
+        !hoop__sym_find(c->comm, o, ob, &w->out_id, &w->out_off))
+        return HOOP__SHC_HOST;
+    return HOOP__SHC_HOST | HOOP__SHC_SYM;
+}
+
+/* The first step of a call planned zero-copy. *ran = 1 where it found every rank's buffers
+ * symmetric (then g says where they are); 0 where some rank's are not: the caller runs the call
+ * its usual way, on every rank alike. The step tells every rank that every rank has posted the
+ * call, so every input is there to read and every output free to write. */
+static hoop_result_t sym_begin(hoop__call_t *c, hoop__shc_t *a, sym_call_t *g, int *ran)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank;
+    size_t ptrs = 2 * (size_t)p * sizeof(uint8_t *);
+    *ran = 0;
+    sym_where_t w = {0};
+    /* The scratch first: a rank without it says its buffers are ordinary, and all go the usual
+     * way. */
+    uint8_t *tmp = hoop__scratch(c, ptrs + ALIGN + SYM_CHUNK);
+    uint32_t flags = tmp != NULL ? sym_flags(c, &w) : HOOP__SHC_HOST;
+    hoop__shc_put(a, me, &w, sizeof(w));
+    hoop_result_t rc = hoop__shc_step_lines(c, a, flags, sizeof(w), -1);
+    if (stop(rc, a) || !(a->all_flags & HOOP__SHC_SYM)) return rc;
+    *ran = 1;
+    *g = (sym_call_t){.in = (const uint8_t **)(void *)tmp,
+                      .out = (uint8_t **)(void *)(tmp + ptrs / 2),
+                      .res = tmp + (ptrs + ALIGN - 1) / ALIGN * ALIGN,
+                      .es = hoop__dsize(c),
+                      .p = p,
+                      .me = me};
+    sym_extents(c, &g->in_bytes, &g->out_bytes);
+    for (int q = 0; q < p; q++) {
+        sym_where_t wq;
+        memcpy(&wq, hoop__shc_line(a, q, a->step)->data, sizeof(wq));
+        g->in[q] = hoop__sym_peer(comm, wq.in_id, wq.in_off, g->in_bytes, q);
+        g->out[q] = hoop__sym_peer(comm, wq.out_id, wq.out_off, g->out_bytes, q);
+        if (g->in[q] == NULL || g->out[q] == NULL) {
+            /* Allocations are made and freed by every rank alike: a bug if not. */
+            hoop__comm_fail(comm, HOOP_ERR_INTERNAL,
+                            "zero-copy %s: rank %d's symmetric buffers are not mapped here",
+                            hoop__kind_name(c->kind), q);
+            hoop__shc_drain(c, a, a->step + 1);
+            return HOOP_ERR_INTERNAL;
+        }
+    }
+    return HOOP_OK;
+}
+
+/* The last step: every rank has read and written all it will, so no rank returns while a peer
+ * may still touch its buffers. Where it fails, this rank waits for its live peers to publish it
+ * (they may still be writing into its output). */
+static hoop_result_t sym_end(hoop__call_t *c, hoop__shc_t *a)
+{
+    hoop_result_t rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
+    if (rc != HOOP_OK) hoop__shc_drain(c, a, a->step);
+    return rc;
+}
+
+typedef void (*sym_put_fn)(hoop__call_t *c, const sym_call_t *g, size_t at, size_t n);
+
+/* Folds len elements of every rank's input from element from, operands in the ranks' order
+ * order[0..p-1], into g->res a chunk at a time, and hands each chunk to put with its byte offset
+ * in the output (to + its offset in the range). */
+static void sym_fold(hoop__call_t *c, const sym_call_t *g, size_t from, size_t to, size_t len,
+                     const int *order, sym_put_fn put)
+{
+    size_t ce = SYM_CHUNK / g->es;
+    for (size_t k = 0; k < len; k += ce) {
+        size_t m = len - k < ce ? len - k : ce, off = (from + k) * g->es;
+        for (int i = 1; i < g->p; i++)
+            hoop__mem_reduce(c, g->res, i == 1 ? g->in[order[0]] + off : g->res,
+                             g->in[order[i]] + off, m);
+        if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, g->res, m);
+        put(c, g, to + k * g->es, m * g->es);
+    }
+}
+
+/* All-reduce: a chunk into every rank's output. Streaming stores out of place, as the rounds'
+ * copies out. */
+static void put_all(hoop__call_t *c, const sym_call_t *g, size_t at, size_t n)
+{
+    int stream = c->sendbuf != c->recvbuf && streams(c, g->out_bytes);
+    for (int i = 0; i < g->p; i++) put_out(stream, g->out[(g->me + i) % g->p] + at, g->res, n);
+}
+/* Reduce-scatter: a chunk into this rank's own output. */
+static void put_own(hoop__call_t *c, const sym_call_t *g, size_t at, size_t n)
+{
+    (void)c;
+    memcpy(g->out[g->me] + at, g->res, n);
+}
+
+/* The ranks in the order a fold takes them, into o (p <= 64) or memory of its own (NULL without
+ * any: the communicator is failed, and the peers' writes waited for). */
+static int *fold_order(hoop__call_t *c, hoop__shc_t *a, int *o)
+{
+    int p = c->comm->size;
+    int *order = p <= 64 ? o : malloc((size_t)p * sizeof(int));
+    if (order == NULL) {
+        hoop__comm_fail(c->comm, HOOP_ERR_NO_MEMORY, "zero-copy %s: no memory",
+                        hoop__kind_name(c->kind));
+        hoop__shc_drain(c, a, a->step + 1);
+    }
+    return order;
+}
+
+/* Each rank folds its block of the ring's partition (as the rounds do) in the rounds' order, so
+ * the bits are the rounds', and writes it into every rank's output: each input byte read once,
+ * each output byte written once (2p x N bytes through memory, where the rounds move (5p-1) x N). */
+static hoop_result_t allreduce_sym(hoop__call_t *c, hoop__shc_t *a, const sym_call_t *g)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = g->p, pos = hoop__ring_pos(comm), o[64];
+    int *order = fold_order(c, a, o);
+    if (order == NULL) return HOOP_ERR_NO_MEMORY;
+    for (int i = 0; i < p; i++) order[i] = hoop__ring_rank(comm, pos + i);
+    size_t bo, bl;
+    hoop__part(c->count, p, pos, &bo, &bl);
+    HOOP__TRACE_STEP(c, 0,
+                     "rank %d folds block %d (%zu B) from every rank's input and writes it into "
+                     "every rank's output",
+                     g->me, pos, bl * g->es);
+    sym_fold(c, g, bo, bo * g->es, bl, order, put_all);
+    if (order != o) free(order);
+    return sym_end(c, a);
+}
+
+/* Reduce-scatter: each rank folds its own block from every rank's input, in the order the
+ * rounds fold it (ranks b+1, b+2, ..., b), into its output: (p+1) x N. */
+static hoop_result_t reduce_scatter_sym(hoop__call_t *c, hoop__shc_t *a, const sym_call_t *g)
+{
+    int p = g->p, me = g->me, o[64];
+    int *order = fold_order(c, a, o);
+    if (order == NULL) return HOOP_ERR_NO_MEMORY;
+    for (int i = 0; i < p; i++) order[i] = (me + 1 + i) % p;
+    size_t bo, bl;
+    hoop__part(c->count * (size_t)p, p, me, &bo, &bl);
+    HOOP__TRACE_STEP(c, 0,
+                     "rank %d folds its block (%zu B) from every rank's input into its output", me,
+                     bl * g->es);
+    sym_fold(c, g, bo, 0, bl, order, put_own);
+    if (order != o) free(order);
+    return sym_end(c, a);
+}
+
+/* All-gather: each rank copies its input into its block of every rank's output, reading it once
+ * per rank: 2p x S, S the output. */
+static hoop_result_t allgather_sym(hoop__call_t *c, hoop__shc_t *a, const sym_call_t *g)
+{
+    size_t n = g->in_bytes;
+    const uint8_t *mine = g->in[g->me];
+    int stream = mine != g->out[g->me] + (size_t)g->me * n && streams(c, g->out_bytes);
+    HOOP__TRACE_STEP(c, 0, "rank %d writes its block (%zu B) into every rank's output", g->me, n);
+    for (int i = 0; i < g->p; i++) {
+        uint8_t *dst = g->out[(g->me + i) % g->p] + (size_t)g->me * n;
+        if (dst != mine) put_out(stream, dst, mine, n);
+    }
+    return sym_end(c, a);
+}
+
+/* Broadcast: every other rank copies the root's buffer into its own: 2(p-1) x N. */
+static hoop_result_t broadcast_sym(hoop__call_t *c, hoop__shc_t *a, const sym_call_t *g)
+{
+    if (g->me != c->root) {
+        HOOP__TRACE_STEP(c, 0, "rank %d copies the root's buffer (%zu B) from where it lies", g->me,
+                         g->out_bytes);
+        put_out(streams(c, g->out_bytes), g->out[g->me], g->in[c->root], g->out_bytes);
+    }
+    return sym_end(c, a);
+}
+
+/* A call planned zero-copy (plan.sym): its first step, then its schedule where every rank's
+ * buffers are symmetric. *ran = 0 where not: the caller runs it the usual way. */
+static hoop_result_t run_sym(hoop__call_t *c, hoop__shc_t *a, int *ran)
+{
+    sym_call_t g = {0};
+    hoop_result_t rc = sym_begin(c, a, &g, ran);
+    if (rc != HOOP_OK || !*ran) return rc;
+    switch (c->kind) {
+    case HOOP__K_ALLREDUCE: return allreduce_sym(c, a, &g);
+    case HOOP__K_REDUCE_SCATTER: return reduce_scatter_sym(c, a, &g);
+    case HOOP__K_ALLGATHER: return allgather_sym(c, a, &g);
+    default: return broadcast_sym(c, a, &g);
+    }
+}
+
 static hoop_result_t allreduce(hoop__call_t *c, hoop__shc_t *a)
 {
     size_t bytes = c->count * hoop__dsize(c);
@@ -416,6 +645,14 @@ static hoop_result_t run(hoop__call_t *c, hoop__verdict_t *v)
     hoop_result_t rc = hoop__shc_get(c, &a);
     *v = HOOP__VERDICT_NO_AREA;
     if (rc != HOOP_OK || a == NULL) return rc;
+    if (c->plan.sym) {
+        int ran = 0;
+        rc = run_sym(c, a, &ran);
+        if (rc != HOOP_OK || ran || a->verdict != HOOP__VERDICT_HOST) {
+            *v = a->verdict == HOOP__VERDICT_HOST ? HOOP__VERDICT_RAN : a->verdict;
+            return rc;
+        }
+    }
     switch (c->kind) {
     case HOOP__K_ALLREDUCE: rc = allreduce(c, a); break;
     case HOOP__K_BROADCAST: rc = broadcast(c, a); break;

@@ -14,6 +14,9 @@
 #define HOOP__SHC_HOST 1u /* step flag: this rank's buffers are host memory */
 /* step flag: this rank's buffers are CUDA device memory and it may take the CUDA IPC path */
 #define HOOP__SHC_DEVICE 2u
+/* step flag: this rank's buffers of an all-reduce lie in symmetric memory (sym.c), where the
+ * peers may read and write them */
+#define HOOP__SHC_SYM 4u
 
 /* The first line of a buffer: the step it holds, the call's descriptor, then the payload. */
 typedef struct hoop__shc_line {
@@ -49,6 +52,7 @@ struct hoop__shc {
     /* What the last step found every rank's flags to say: HOST, DEVICE or MIXED. Every step of
      * a call after its first says HOST: only ranks with host buffers go on. */
     hoop__verdict_t verdict;
+    uint32_t all_flags; /* the last step's flags of every rank, and-ed */
 };
 typedef struct hoop__shc hoop__shc_t;
 
@@ -87,5 +91,9 @@ void hoop__shc_put(const hoop__shc_t *a, int me, const void *src, size_t n);
 hoop_result_t hoop__shc_step_lines(const hoop__call_t *call, hoop__shc_t *a, uint32_t flags,
                                    size_t n, int who);
 const uint8_t *hoop__shc_take(const hoop__shc_t *a, int q, size_t n, uint8_t *tmp);
+/* After the last step of a call failed, where the peers write into this rank's buffers until
+ * they publish that step (step): waits until every peer has published it, failed, ended or closed (at
+ * most the communicator's timeout), so that no peer still writes there once the call returns. */
+void hoop__shc_drain(const hoop__call_t *call, hoop__shc_t *a, uint64_t step);
 
 #endif

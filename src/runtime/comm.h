@@ -57,6 +57,8 @@ typedef struct hoop__plan {
     uint8_t agree;  /* P2P: the area's agreement step first; what it finds may change the plan */
     uint8_t ipc_stages; /* hierarchical: the stages inside a host may go over CUDA IPC */
     uint8_t forced;     /* the hoop__algo_t HOOP_ALGO named, AUTO for none */
+    uint8_t sym;        /* SHM all-reduce: the zero-copy schedule where every rank's buffers are
+                  * symmetric memory (local/sym.c), which its first step finds out */
 } hoop__plan_t;
 
 /* One call, as an algorithm sees it. */

@@ -16,6 +16,9 @@
 #   perf_test.sh iter HOOPRUN PERF
 #       -I/-K (per-iteration figures), -S (timestamps), -M (memory), -J and -z 3, in the table
 #       and in the CSV and JSON files
+#   perf_test.sh sym HOOPRUN PERF
+#       --sym --bound: the buffers said to be symmetric, every element right, and the traffic of
+#       the zero-copy all-reduce (2pS) above HOOP_SMALL_BYTES, the one step's at or under it
 set -u
 mode=$1
 shift
@@ -272,6 +275,27 @@ PY
     # --traffic states every model with its formula.
     "$perf" --traffic >"$tmp/out" 2>"$tmp/err" || fail "--traffic exited $?"
     grep -q '^allreduce/area  *(5p-1)S' "$tmp/out" || fail "--traffic: no all-reduce model"
+    ;;
+sym)
+    hooprun=$1 perf=$2
+    command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+    run_perf "$hooprun" "$perf" 2 allreduce -b 8K -e 2M -f 16 -n 3 -w 1 -c 1 --sym --bound \
+        -d float32 -o all --csv "$tmp/rows" || fail "exit status $?"
+    grep -q '^# Out of bounds values : 0 OK$' "$tmp/out" || fail "no '0 OK' footer"
+    grep -q '^# buffers: symmetric memory' "$tmp/out" || fail "no symmetric buffers line"
+    python3 - "$tmp/rows" <<'PY' || fail "sym traffic check"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 15, len(rows)
+for r in rows:
+    size = int(r["size_bytes"])
+    for v in ("oop", "ip"):
+        traffic = float(r[v + "_traffic_bytes"])
+        want = 4 * size if size > 16384 else 10 * size
+        assert traffic == want, (v, traffic, size)
+PY
+    "$perf" --traffic >"$tmp/out" 2>"$tmp/err" || fail "--traffic exited $?"
+    grep -q '^allreduce/sym  *2pS' "$tmp/out" || fail "--traffic: no zero-copy model"
     ;;
 model)
     hooprun=$1 perf=$2 n=$3

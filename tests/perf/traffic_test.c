@@ -94,6 +94,33 @@ int main(void)
         for (int r = 0; r < p; r++) t += 2 * 4096.0 + p * 4096.0 + 4096.0;
         expect("allreduce", "auto", p, 4096, 0, t, "counted");
     }
+    /* Zero copy on symmetric memory, counted block by block: each owner reads its block of all p
+     * inputs and writes it into all p outputs; at or under the small limit, the one step. */
+    for (int p = 2; p <= 4; p++) {
+        double t = 0, blk = (double)S / p;
+        for (int r = 0; r < p; r++) t += p * blk + p * blk;
+        expect("allreduce", "sym", p, S, 0, t, "counted");
+        expect("allreduce", "sym", p, S, 1, 2.0 * p * (double)S, "hand");
+        expect("allreduce", "sym", p, 4096, 0, p * (p + 3) * 4096.0, "hand");
+        /* The others, counted rank by rank: reduce-scatter reads its block of every input (S/p
+         * each) and writes its S/p; all-gather reads its S/p once per rank and writes it into
+         * every output; broadcast's p-1 others each copy S. */
+        double rs = 0, ag = 0, bc = 0;
+        for (int r = 0; r < p; r++) {
+            rs += p * blk + blk;
+            ag += p * blk + p * blk;
+            bc += r == 0 ? 0 : 2.0 * (double)S;
+        }
+        expect("reducescatter", "sym", p, S, 0, rs, "counted");
+        expect("reducescatter", "sym", p, S, 1, rs, "counted");
+        expect("allgather", "sym", p, S, 0, ag, "counted");
+        expect("broadcast", "sym", p, S, 0, bc, "counted");
+        /* At or under HOOP_SMALL_BYTES a rank, and the 2-rank all-gather of 32-256 KiB a rank
+         * (point to point), the area's model. */
+        expect("reducescatter", "sym", p, (size_t)p * SMALL, 0, (3.0 * p - 1) * p * SMALL, "area");
+        expect("broadcast", "sym", p, SMALL, 0, 2.0 * p * SMALL, "area");
+    }
+    expect("allgather", "sym", 2, 2 * 64 * 1024, 0, 6.0 * 2 * 64 * 1024, "area");
     /* No model: no bytes, and no model for one rank. */
     expect("allreduce", "rd", 4, S, 0, 0, "none");
     expect("gather", "auto", 4, S, 0, 0, "none");

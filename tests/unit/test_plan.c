@@ -194,6 +194,52 @@ static void verdicts(void **state)
     assert_int_equal(q.why, HOOP__WHY_VERDICT + HOOP__VERDICT_NO_AREA);
 }
 
+/* Symmetric memory on the communicator: zero copy is planned for the area's all-reduce,
+ * reduce-scatter, all-gather and broadcast above HOOP_SMALL_BYTES only, and nothing else
+ * changes. */
+static void symmetric(void **state)
+{
+    (void)state;
+    hoop__algo_t wire;
+    hoop__plan_in_t in = in_of(row("just above"));
+    hoop__plan_t without = hoop__plan_make(&in, &wire);
+    assert_int_equal(without.sym, 0);
+    in.sym = 1;
+    hoop__plan_t p = hoop__plan_make(&in, &wire);
+    assert_int_equal(p.engine, SHM);
+    assert_int_equal(p.sym, 1);
+    p.sym = 0;
+    assert_memory_equal(&p, &without, sizeof p); /* the rest as without */
+    /* At or under HOOP_SMALL_BYTES: the one step, not zero copy. */
+    hoop__plan_in_t small = in;
+    small.bytes = small.small_bytes;
+    assert_int_equal(hoop__plan_make(&small, &wire).sym, 0);
+    /* The other kinds the area copies with; not reduce, nor the measured 2-rank all-gather
+     * that runs point to point; nor the area not chosen (HOOP_ALGO=ring). */
+    hoop__plan_in_t k = in;
+    for (int kind = 0; kind < HOOP__K_COUNT; kind++) {
+        k.kind = (hoop__kind_t)kind;
+        int want = kind == K(ALLREDUCE) || kind == K(REDUCE_SCATTER) || kind == K(ALLGATHER) ||
+                   kind == K(BROADCAST);
+        assert_int_equal(hoop__plan_make(&k, &wire).sym, want);
+    }
+    k.kind = K(ALLGATHER);
+    k.ranks = 2;
+    k.bytes = 64 * KiB;
+    assert_int_equal(hoop__plan_make(&k, &wire).engine, P2P);
+    assert_int_equal(hoop__plan_make(&k, &wire).sym, 0);
+    hoop__plan_in_t ring = in;
+    ring.forced = RING;
+    p = hoop__plan_make(&ring, &wire);
+    assert_int_equal(p.engine, P2P);
+    assert_int_equal(p.sym, 0);
+    /* A verdict that rules the area out gives the same plan as without symmetric memory. */
+    p = hoop__plan_make(&in, &wire);
+    hoop__plan_t q = hoop__plan_again(p, HOOP__VERDICT_MIXED);
+    assert_int_equal(q.engine, P2P);
+    assert_int_equal(q.algo, RING);
+}
+
 /* The sentence INFO and hoop-perf --explain print: the engine, the schedule and the reason. */
 static void sentences(void **state)
 {
@@ -215,6 +261,12 @@ static void sentences(void **state)
                              "KiB): in rounds)");
     hoop__plan_describe(&call, 0, buf, sizeof buf);
     assert_non_null(strstr(buf, "the call > HOOP_SMALL_BYTES"));
+    call.plan.sym = 1;
+    hoop__plan_describe(&call, 1, buf, sizeof buf);
+    assert_string_equal(buf, "shm area (every rank on one host; 2 MiB > HOOP_SMALL_BYTES (16 "
+                             "KiB): zero copy where every rank's buffers are symmetric, else in "
+                             "rounds)");
+    call.plan.sym = 0;
     call.plan = hoop__plan_again(call.plan, HOOP__VERDICT_MIXED);
     hoop__plan_describe(&call, 1, buf, sizeof buf);
     assert_string_equal(buf, "p2p ring (not every rank's buffers are host memory, nor all device "
@@ -247,6 +299,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(decisions),
         cmocka_unit_test(verdicts),
+        cmocka_unit_test(symmetric),
         cmocka_unit_test(sentences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

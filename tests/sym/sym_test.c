@@ -1,0 +1,585 @@
+/*
+ * Symmetric memory (hoop_mem_alloc) and the zero-copy all-reduce on it, with real processes: the
+ * program forks its ranks itself, each joining over a fresh file:// rendezvous.
+ *
+ *   sym_test --ranks N --mode colls|bits|mixed|realloc|bad|others|nonblocking|kill
+ *
+ * colls:   every dtype and op, in and out of place, at odd counts above HOOP_SMALL_BYTES, on
+ *          buffers of hoop_mem_alloc: the results against a reference each rank computes itself
+ *          (common/refcheck.c), exactly (the float inputs are chosen so that every order of
+ *          the reduction gives the same bits); the schedule trace must show the zero-copy fold.
+ * bits:    inputs whose sums and products round: the zero-copy result must be the same bytes as
+ *          the same call on ordinary buffers (the rounds through the shared area), on every rank.
+ * mixed:   one rank's buffers ordinary, the others' symmetric: right results, and no rank takes
+ *          the zero-copy schedule.
+ * realloc: a buffer freed and allocated again (at the same address, where the kernel gives it)
+ *          between calls, and allocations of other sizes: right results every time.
+ * bad:     a pointer not from hoop_mem_alloc, a free twice, sizes that differ across ranks, and
+ *          hoop_mem_free(NULL): each fails on every rank with HOOP_ERR_INVALID_ARGUMENT and a
+ *          sentence, and the communicator still runs a checked all-reduce after.
+ * others:  reduce-scatter (every dtype and op), all-gather and broadcast (every root) on
+ *          symmetric buffers, in and out of place, against references; zero copy must run.
+ * nonblocking: three all-reduces on symmetric buffers posted before any is waited for.
+ * kill:    the ranks run zero-copy all-reduces in a loop; the parent kills the last rank with
+ *          SIGKILL meanwhile: every survivor must fail (lost peer or abort) within the timeout,
+ *          and no new hoop entry may be left in /dev/shm.
+ */
+#include <dirent.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "../../common/refcheck.h"
+
+static int failures;
+static int zero_copy_lines; /* trace lines of the zero-copy fold since the last reset */
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            printf("FAIL (rank %d): ", my_rank);                                                   \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            fflush(stdout);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+static int my_rank = -1;
+
+static void on_trace(void *ctx, const char *line)
+{
+    (void)ctx;
+    if (strstr(line, "from every rank's input") != NULL ||
+        strstr(line, "into every rank's output") != NULL || strstr(line, "from where it lies"))
+        zero_copy_lines++;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* Input element idx of rank r for a case: exact under any order of reduction (small integers for
+ * sums, powers of two for products, any value for min and max), integers any bits. */
+static uint64_t gen(hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t idx)
+{
+    uint64_t h = mix(salt * 0x9e3779b97f4a7c15ull ^ (uint64_t)r << 40 ^ (uint64_t)idx);
+    size_t es = hoop_dtype_size(dt);
+    if (!rc_is_float(dt)) {
+        if (op == HOOP_PROD && idx % 4 != 0) h |= 1;
+        return h & rc_width_mask(es);
+    }
+    static const double prod_vals[4] = {1.0, 2.0, -1.0, 0.5};
+    double v;
+    if (op == HOOP_SUM || op == HOOP_AVG) {
+        int64_t m = 256 / p;
+        v = (double)((int64_t)(h % (uint64_t)(2 * m + 1)) - m);
+    } else if (op == HOOP_PROD) {
+        v = prod_vals[h % 4];
+    } else {
+        v = (double)(int32_t)(uint32_t)(h >> 32) / 65536.0;
+        if (v == 0.0) v = 1.0;
+    }
+    return rc_fenc(dt, v);
+}
+
+static void fill(void *buf, hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t n)
+{
+    size_t es = hoop_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) rc_st(buf, i, es, gen(dt, op, p, r, salt, i));
+}
+
+/* Checks out against the reference of every rank's input; returns the wrong elements. */
+static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint64_t salt, size_t n,
+                     const char *what)
+{
+    size_t es = hoop_dtype_size(dt), bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        rc_acc_t a = {0};
+        for (int q = 0; q < p; q++) rc_acc_add(&a, dt, es, op, gen(dt, op, p, q, salt, i));
+        uint64_t want = rc_acc_result(&a, dt, es, op, p), got = rc_ld(out, i, es);
+        if (got != want && bad++ == 0)
+            CHECK(0, "%s %s %s n=%zu: element %zu is 0x%" PRIx64 ", want 0x%" PRIx64, what,
+                  hoop_dtype_name(dt), hoop_op_name(op), n, i, got, want);
+    }
+    return bad;
+}
+
+static hoop_result_t must(hoop_result_t rc, hoop_comm_t *c, const char *what)
+{
+    if (rc != HOOP_OK) {
+        printf("FAIL (rank %d): %s: %s: %s\n", my_rank, what, hoop_error_string(rc),
+               hoop_comm_last_error(c));
+        fflush(stdout);
+        exit(1);
+    }
+    return rc;
+}
+
+/* One all-reduce case on buffers in and out (out == in: in place); the zero-copy fold must have
+ * run where zc, and not where !zc. */
+static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_op_t op, size_t n,
+                     uint64_t salt, int zc, const char *what)
+{
+    int p = hoop_comm_size(c), r = hoop_comm_rank(c);
+    fill(in, dt, op, p, r, salt, n);
+    zero_copy_lines = 0;
+    must(hoop_allreduce(c, in, out, n, dt, op), c, what);
+    verify(out, dt, op, p, salt, n, what);
+    CHECK(zc ? zero_copy_lines > 0 : zero_copy_lines == 0, "%s %s %s n=%zu: the zero-copy fold %s",
+          what, hoop_dtype_name(dt), hoop_op_name(op), n, zc ? "did not run" : "ran");
+}
+
+static void mode_colls(hoop_comm_t *c)
+{
+    /* Odd counts: 70001 elements is above HOOP_SMALL_BYTES (16 KiB) for every dtype; 300007
+     * spreads a block over several chunks of the fold. */
+    const size_t counts[] = {70001, 300007};
+    size_t cap = 300007 * 8;
+    uint8_t *a, *b;
+    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    uint64_t salt = 1;
+    for (size_t k = 0; k < 2; k++)
+        for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
+            for (int op = 0; op < HOOP_OP_COUNT; op++) {
+                /* The larger count for a few dtypes only: the reference is slow on 2 cores. */
+                if (k == 1 && !(dt == HOOP_INT8 || dt == HOOP_FLOAT32 || dt == HOOP_BFLOAT16))
+                    continue;
+                one_case(c, a, b, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
+                         "out of place");
+                one_case(c, a, a, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
+                         "in place");
+            }
+    /* At an offset inside the allocations, odd by one element. */
+    one_case(c, a + 8, b + 16, HOOP_INT64, HOOP_SUM, 70001, salt++, 1, "at offsets");
+    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+}
+
+/* Reduce-scatter, all-gather and broadcast on symmetric buffers, in and out of place, against
+ * references of their own; every rank (broadcast: every rank but the root) must take the
+ * zero-copy schedule. */
+static void mode_others(hoop_comm_t *c)
+{
+    int p = hoop_comm_size(c), r = hoop_comm_rank(c);
+    /* All-gather: above 256 KiB a rank, past the 2-rank all-gather that runs point to point
+     * (the planner's measured exception), for every dtype. */
+    size_t n = 30011, cap = (size_t)p * (300u << 10);
+    uint8_t *a, *b;
+    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    uint64_t salt = 500;
+    for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++) {
+        size_t es = hoop_dtype_size((hoop_dtype_t)dt);
+        for (int op = 0; op < HOOP_OP_COUNT; op++) {
+            for (int inplace = 0; inplace < 2; inplace++) {
+                /* Rank r's input is p blocks of n; its result is block r of the reduction. The
+                 * reference of element i of block r: gen's element r * n + i on every rank. */
+                fill(a, (hoop_dtype_t)dt, (hoop_op_t)op, p, r, salt, (size_t)p * n);
+                uint8_t *out = inplace ? a + (size_t)r * n * es : b;
+                zero_copy_lines = 0;
+                must(hoop_reduce_scatter(c, a, out, n, (hoop_dtype_t)dt, (hoop_op_t)op), c,
+                     "hoop_reduce_scatter");
+                CHECK(zero_copy_lines > 0, "reduce-scatter %s %s: the zero-copy fold did not run",
+                      hoop_dtype_name((hoop_dtype_t)dt), hoop_op_name((hoop_op_t)op));
+                size_t bad = 0;
+                for (size_t i = 0; i < n; i++) {
+                    rc_acc_t acc = {0};
+                    for (int q = 0; q < p; q++)
+                        rc_acc_add(
+                            &acc, (hoop_dtype_t)dt, es, (hoop_op_t)op,
+                            gen((hoop_dtype_t)dt, (hoop_op_t)op, p, q, salt, (size_t)r * n + i));
+                    uint64_t want = rc_acc_result(&acc, (hoop_dtype_t)dt, es, (hoop_op_t)op, p);
+                    if (rc_ld(out, i, es) != want && bad++ == 0)
+                        CHECK(0, "reduce-scatter %s %s %s: element %zu wrong",
+                              hoop_dtype_name((hoop_dtype_t)dt), hoop_op_name((hoop_op_t)op),
+                              inplace ? "in place" : "out of place", i);
+                }
+                salt++;
+            }
+        }
+        /* All-gather: rank q's block is gen's elements of rank q. */
+        size_t agn = ((size_t)260 << 10) / es + 1;
+        for (int inplace = 0; inplace < 2; inplace++) {
+            uint8_t *in = inplace ? b + (size_t)r * agn * es : a;
+            fill(in, (hoop_dtype_t)dt, HOOP_SUM, p, r, salt, agn);
+            zero_copy_lines = 0;
+            must(hoop_allgather(c, in, b, agn, (hoop_dtype_t)dt), c, "hoop_allgather");
+            CHECK(zero_copy_lines > 0, "all-gather %s: the zero-copy copy did not run",
+                  hoop_dtype_name((hoop_dtype_t)dt));
+            size_t bad = 0;
+            for (int q = 0; q < p; q++)
+                for (size_t i = 0; i < agn; i++)
+                    if (rc_ld(b, (size_t)q * agn + i, es) !=
+                            gen((hoop_dtype_t)dt, HOOP_SUM, p, q, salt, i) &&
+                        bad++ == 0)
+                        CHECK(0, "all-gather %s %s: block %d element %zu wrong",
+                              hoop_dtype_name((hoop_dtype_t)dt),
+                              inplace ? "in place" : "out of place", q, i);
+            salt++;
+        }
+        /* Broadcast from every root in turn. */
+        for (int root = 0; root < p; root++) {
+            fill(a, (hoop_dtype_t)dt, HOOP_SUM, p, r == root ? root : p + 7, salt, n);
+            zero_copy_lines = 0;
+            must(hoop_broadcast(c, a, n, (hoop_dtype_t)dt, root), c, "hoop_broadcast");
+            CHECK(r == root || zero_copy_lines > 0, "broadcast %s: the zero-copy copy did not run",
+                  hoop_dtype_name((hoop_dtype_t)dt));
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++)
+                if (rc_ld(a, i, es) != gen((hoop_dtype_t)dt, HOOP_SUM, p, root, salt, i) &&
+                    bad++ == 0)
+                    CHECK(0, "broadcast %s root %d: element %zu wrong",
+                          hoop_dtype_name((hoop_dtype_t)dt), root, i);
+            salt++;
+        }
+    }
+    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+}
+
+/* Rounding floats in [0.5, 2.5). */
+static void fill_rounding(void *buf, hoop_dtype_t dt, size_t n, uint64_t seed)
+{
+    size_t es = hoop_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = mix(seed + i);
+        double v = (double)(h >> 11) / 9007199254740992.0 * 2.0 + 0.5;
+        rc_st(buf, i, es, rc_fenc(dt, v));
+    }
+}
+
+static void mode_bits(hoop_comm_t *c)
+{
+    int r = hoop_comm_rank(c);
+    size_t n = 300007, cap = n * 8;
+    uint8_t *a, *b, *o1 = malloc(cap), *o2 = malloc(cap);
+    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    const hoop_dtype_t dts[] = {HOOP_FLOAT32, HOOP_FLOAT64, HOOP_FLOAT16, HOOP_BFLOAT16};
+    const hoop_op_t ops[] = {HOOP_SUM, HOOP_PROD, HOOP_AVG};
+    for (size_t d = 0; d < 4; d++)
+        for (size_t o = 0; o < 3; o++) {
+            size_t bytes = n * hoop_dtype_size(dts[d]);
+            uint64_t seed = (uint64_t)r << 32 | (d * 8 + o);
+            fill_rounding(a, dts[d], n, seed);
+            memcpy(o1, a, bytes);
+            zero_copy_lines = 0;
+            must(hoop_allreduce(c, a, b, n, dts[d], ops[o]), c, "hoop_allreduce sym");
+            CHECK(zero_copy_lines > 0, "bits: the zero-copy fold did not run");
+            must(hoop_allreduce(c, o1, o2, n, dts[d], ops[o]), c, "hoop_allreduce ordinary");
+            CHECK(memcmp(b, o2, bytes) == 0, "bits %s %s: zero copy and the rounds differ",
+                  hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
+            /* In place, on the same inputs. */
+            fill_rounding(a, dts[d], n, seed);
+            must(hoop_allreduce(c, a, a, n, dts[d], ops[o]), c, "hoop_allreduce sym in place");
+            CHECK(memcmp(a, o2, bytes) == 0, "bits %s %s in place: zero copy and the rounds differ",
+                  hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
+            /* Reduce-scatter of the same inputs, n / p elements a rank. */
+            size_t rn = n / (size_t)hoop_comm_size(c), rbytes = rn * hoop_dtype_size(dts[d]);
+            fill_rounding(a, dts[d], rn * (size_t)hoop_comm_size(c), seed);
+            memcpy(o1, a, rbytes * (size_t)hoop_comm_size(c));
+            zero_copy_lines = 0;
+            must(hoop_reduce_scatter(c, a, b, rn, dts[d], ops[o]), c, "reduce-scatter sym");
+            CHECK(zero_copy_lines > 0, "bits: the zero-copy reduce-scatter did not run");
+            must(hoop_reduce_scatter(c, o1, o2, rn, dts[d], ops[o]), c, "reduce-scatter ordinary");
+            CHECK(memcmp(b, o2, rbytes) == 0,
+                  "bits reduce-scatter %s %s: zero copy and the "
+                  "rounds differ",
+                  hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
+        }
+    free(o1);
+    free(o2);
+    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+}
+
+static void mode_mixed(hoop_comm_t *c)
+{
+    int r = hoop_comm_rank(c), p = hoop_comm_size(c);
+    size_t n = 100003, cap = n * 8;
+    uint8_t *a, *b, *ma = malloc(cap), *mb = malloc(cap);
+    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    /* Rank p-1 with ordinary buffers; then rank 0 with a symmetric input and an ordinary
+     * output; then every rank symmetric again. */
+    uint64_t salt = 100;
+    for (int op = 0; op < HOOP_OP_COUNT; op++) {
+        int ord = r == p - 1;
+        one_case(c, ord ? ma : a, ord ? mb : b, HOOP_FLOAT32, (hoop_op_t)op, n, salt++, 0,
+                 "mixed (last rank ordinary)");
+        one_case(c, a, r == 0 ? mb : b, HOOP_INT32, (hoop_op_t)op, n, salt++, 0,
+                 "mixed (rank 0's output ordinary)");
+        one_case(c, ord ? ma : a, ord ? ma : a, HOOP_INT8, (hoop_op_t)op, n, salt++, 0,
+                 "mixed in place");
+        one_case(c, a, b, HOOP_FLOAT64, (hoop_op_t)op, n, salt++, 1, "all symmetric after mixed");
+    }
+    /* Input and output that overlap other than in place: served apart, not zero copy. */
+    one_case(c, a, a + 8, HOOP_INT32, HOOP_SUM, n, salt++, 0, "overlapping");
+    free(ma);
+    free(mb);
+    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+}
+
+static void mode_realloc(hoop_comm_t *c)
+{
+    size_t n = 65537;
+    uint64_t salt = 200;
+    void *first = NULL;
+    for (int i = 0; i < 6; i++) {
+        size_t cap = n * 8 * (size_t)(i % 3 == 2 ? 3 : 1);
+        uint8_t *a, *b;
+        must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+        must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+        if (i == 0) first = a;
+        one_case(c, a, b, HOOP_INT64, HOOP_SUM, n, salt++, 1, "realloc");
+        one_case(c, b, b, HOOP_FLOAT32, HOOP_MAX, n, salt++, 1, "realloc in place");
+        must(hoop_mem_free(c, a), c, "hoop_mem_free");
+        /* A call between the frees: b still symmetric, a's memory gone. */
+        one_case(c, b, b, HOOP_UINT32, HOOP_SUM, n, salt++, 1, "after one free");
+        must(hoop_mem_free(c, b), c, "hoop_mem_free");
+    }
+    (void)first;
+    /* Nothing live: ordinary buffers run as ever. */
+    uint8_t *m = malloc(n * 8);
+    one_case(c, m, m, HOOP_INT32, HOOP_SUM, n, salt++, 0, "no symmetric memory left");
+    free(m);
+}
+
+/* Nonblocking: three all-reduces posted together on symmetric buffers (they run in order, on the
+ * progress thread or the waiter), then an allocation while none is pending, then one more. */
+static void mode_nonblocking(hoop_comm_t *c)
+{
+    int p = hoop_comm_size(c), r = hoop_comm_rank(c);
+    size_t n = 90001;
+    uint8_t *buf[3];
+    hoop_request_t *req[3];
+    const hoop_dtype_t dts[3] = {HOOP_INT32, HOOP_FLOAT64, HOOP_UINT8};
+    const hoop_op_t ops[3] = {HOOP_SUM, HOOP_MAX, HOOP_PROD};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 3; i++) must(hoop_mem_alloc(c, n * 8, (void **)&buf[i]), c, "alloc");
+        zero_copy_lines = 0;
+        for (int i = 0; i < 3; i++) {
+            fill(buf[i], dts[i], ops[i], p, r, 400 + (uint64_t)(round * 3 + i), n);
+            must(hoop_iallreduce(c, buf[i], buf[i], n, dts[i], ops[i], &req[i]), c,
+                 "hoop_iallreduce");
+        }
+        for (int i = 0; i < 3; i++) must(hoop_wait(req[i]), c, "hoop_wait");
+        CHECK(zero_copy_lines == 3, "nonblocking: %d zero-copy folds, want 3", zero_copy_lines);
+        for (int i = 0; i < 3; i++)
+            verify(buf[i], dts[i], ops[i], p, 400 + (uint64_t)(round * 3 + i), n, "nonblocking");
+        for (int i = 0; i < 3; i++) must(hoop_mem_free(c, buf[i]), c, "free");
+    }
+}
+
+static void expect_invalid(hoop_comm_t *c, hoop_result_t rc, const char *what, const char *word)
+{
+    const char *msg = hoop_comm_last_error(c);
+    CHECK(rc == HOOP_ERR_INVALID_ARGUMENT, "%s: %s, want HOOP_ERR_INVALID_ARGUMENT", what,
+          hoop_error_string(rc));
+    CHECK(strstr(msg, word) != NULL, "%s: the sentence \"%s\" does not say \"%s\"", what, msg,
+          word);
+}
+
+static void usable(hoop_comm_t *c, uint64_t salt)
+{
+    size_t n = 70001;
+    uint8_t *a;
+    must(hoop_mem_alloc(c, n * 4, (void **)&a), c, "hoop_mem_alloc after bad input");
+    one_case(c, a, a, HOOP_INT32, HOOP_SUM, n, salt, 1, "after bad input");
+    must(hoop_mem_free(c, a), c, "hoop_mem_free after bad input");
+}
+
+static void mode_bad(hoop_comm_t *c)
+{
+    int r = hoop_comm_rank(c);
+    uint8_t *a;
+    void *x = NULL;
+    must(hoop_mem_alloc(c, 4096, (void **)&a), c, "hoop_mem_alloc");
+    /* Not from the arena on the last rank only (the others pass their good one). */
+    char stack[64];
+    void *bad = r == hoop_comm_size(c) - 1 ? (void *)stack : (void *)a;
+    expect_invalid(c, hoop_mem_free(c, bad), "free of a foreign pointer", "not a live buffer");
+    usable(c, 300);
+    /* An interior pointer is not an allocation's start either. */
+    expect_invalid(c, hoop_mem_free(c, a + 64), "free of an interior pointer", "not a live buffer");
+    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    expect_invalid(c, hoop_mem_free(c, a), "free twice", "freed already");
+    usable(c, 301);
+    expect_invalid(c, hoop_mem_free(c, NULL), "free of NULL", "not a live buffer");
+    /* Sizes that differ: rank 0 asks for one more page. */
+    hoop_result_t rc = hoop_mem_alloc(c, r == 0 ? 8192 : 4096, &x);
+    expect_invalid(c, rc, "sizes that differ", "disagree on the size");
+    CHECK(x == NULL, "sizes that differ: *ptr is not NULL");
+    expect_invalid(c, hoop_mem_alloc(c, 0, &x), "size 0", "a size of 0");
+    usable(c, 302);
+}
+
+/* Loops zero-copy all-reduces until one fails: the parent kills the last rank meanwhile. */
+static int mode_kill(hoop_comm_t *c)
+{
+    size_t n = 1 << 20;
+    float *a, *b;
+    must(hoop_mem_alloc(c, n * 4, (void **)&a), c, "hoop_mem_alloc");
+    must(hoop_mem_alloc(c, n * 4, (void **)&b), c, "hoop_mem_alloc");
+    for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+    /* Tell the parent the loop starts. */
+    printf("rank %d looping\n", my_rank);
+    fflush(stdout);
+    time_t end = time(NULL) + 60;
+    while (time(NULL) < end) {
+        hoop_result_t rc = hoop_allreduce(c, a, b, n, HOOP_FLOAT32, HOOP_SUM);
+        if (rc != HOOP_OK) {
+            CHECK(rc == HOOP_ERR_PEER_LOST || rc == HOOP_ERR_ABORTED,
+                  "kill: the survivor failed with %s", hoop_error_string(rc));
+            printf("rank %d failed as it should: %s: %s\n", my_rank, hoop_error_string(rc),
+                   hoop_comm_last_error(c));
+            fflush(stdout);
+            return 1;
+        }
+    }
+    CHECK(0, "kill: no call failed in 60 s");
+    return 0;
+}
+
+/* The names in /dev/shm that say hoop, up to 64. */
+static int shm_names(char names[][256])
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    if (d == NULL) return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL && n < 64;)
+        if (strstr(e->d_name, "hoop") != NULL) snprintf(names[n++], 256, "%s", e->d_name);
+    closedir(d);
+    return n;
+}
+
+static int rank_main(const char *url, int rank, int size, const char *mode)
+{
+    my_rank = rank;
+    hoop_comm_t *c;
+    if (hoop_init(&c, url, rank, size) != HOOP_OK) {
+        printf("FAIL (rank %d): hoop_init\n", rank);
+        return 1;
+    }
+    hoop_comm_set_trace(c, on_trace, NULL);
+    if (strcmp(mode, "colls") == 0)
+        mode_colls(c);
+    else if (strcmp(mode, "bits") == 0)
+        mode_bits(c);
+    else if (strcmp(mode, "mixed") == 0)
+        mode_mixed(c);
+    else if (strcmp(mode, "realloc") == 0)
+        mode_realloc(c);
+    else if (strcmp(mode, "bad") == 0)
+        mode_bad(c);
+    else if (strcmp(mode, "nonblocking") == 0)
+        mode_nonblocking(c);
+    else if (strcmp(mode, "others") == 0)
+        mode_others(c);
+    else if (strcmp(mode, "kill") == 0) {
+        mode_kill(c);
+        hoop_comm_destroy(c);
+        return failures ? 1 : 0;
+    }
+    /* The last call's result on every rank: no rank left early. */
+    must(hoop_barrier(c), c, "hoop_barrier");
+    hoop_comm_destroy(c);
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int ranks = 2;
+    const char *mode = "colls";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--ranks") == 0)
+            ranks = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--mode") == 0)
+            mode = argv[i + 1];
+    }
+    char dir[] = "/tmp/hoop-sym-test-XXXXXX", url[128];
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(url, sizeof(url), "file://%s/rdv", dir);
+    /* One launch, told apart from any other that reached the rendezvous. */
+    char job[64];
+    snprintf(job, sizeof(job), "sym-test-%d", (int)getpid());
+    setenv("HOOP_JOB_ID", job, 1);
+    int kill_mode = strcmp(mode, "kill") == 0;
+    static char before[64][256], after[64][256];
+    int nbefore = shm_names(before);
+    int fds[2];
+    if (kill_mode && pipe(fds) != 0) return 1;
+    pid_t pids[64];
+    for (int r = 0; r < ranks && r < 64; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            if (kill_mode) {
+                dup2(fds[1], 1);
+                close(fds[0]);
+                close(fds[1]);
+            }
+            _exit(rank_main(url, r, ranks, mode));
+        }
+    }
+    int bad = 0;
+    if (kill_mode) {
+        close(fds[1]);
+        /* Once every rank loops, let a few calls pass, then kill the last rank. */
+        FILE *f = fdopen(fds[0], "r");
+        char line[512];
+        int looping = 0;
+        while (looping < ranks && fgets(line, sizeof(line), f) != NULL) {
+            fputs(line, stdout);
+            if (strstr(line, "looping") != NULL) looping++;
+        }
+        struct timespec ts = {0, 300000000};
+        nanosleep(&ts, NULL);
+        kill(pids[ranks - 1], SIGKILL);
+        while (fgets(line, sizeof(line), f) != NULL) fputs(line, stdout);
+        fclose(f);
+        if (looping < ranks) bad = 1;
+    }
+    for (int r = 0; r < ranks; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        int ok = kill_mode && r == ranks - 1 ? WIFSIGNALED(st)
+                                             : WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (!ok) {
+            printf("FAIL: rank %d ended with status 0x%x\n", r, st);
+            bad = 1;
+        }
+    }
+    int nafter = shm_names(after);
+    for (int i = 0; i < nafter; i++) {
+        int old = 0;
+        for (int j = 0; j < nbefore && !old; j++) old = strcmp(after[i], before[j]) == 0;
+        if (!old) {
+            printf("FAIL: /dev/shm/%s was left behind\n", after[i]);
+            bad = 1;
+        }
+    }
+    char rdv[160];
+    snprintf(rdv, sizeof(rdv), "%s/rdv", dir);
+    unlink(rdv);
+    rmdir(dir);
+    printf("%s: %s, %d ranks\n", bad ? "FAIL" : "ok", mode, ranks);
+    return bad;
+}
