@@ -18,6 +18,7 @@
 #include "core/lifecycle.h"
 #include "core/record.h"
 #include "core/sched.h"
+#include "core/shrink.h"
 #include "rendezvous/store.h"
 
 #define ADDR_LEN HOOP__ADDR_LEN
@@ -63,6 +64,7 @@ hoop_comm_t *hoop__comm_alloc(const hoop__config_t *cfg, int rank, int size)
     if (c == NULL) return NULL;
     c->rank = rank;
     c->size = size;
+    c->shrink_fd = -1;
     c->cfg = *cfg;
     hoop__agreed_from(&c->agreed, cfg);
     c->algo = hoop__wire_algo_parse(c->agreed.algo);
@@ -118,6 +120,7 @@ void hoop__comm_free(hoop_comm_t *c)
 {
     /* No dump of it may start once it begins to go. */
     hoop__rec_forget(c);
+    hoop__shrink_close(c);
     hoop__sched_stop(c);
     if (c->tp != NULL) c->tp_ops->close(c->tp);
     hoop__log_close(&c->log);
@@ -485,6 +488,11 @@ static hoop_result_t listen_step(init_t *in)
     hoop__oob_over_store(&in->oob_ctx, in->st, c->rank, c->size, &in->oob);
     hoop_result_t rc = hoop__comm_listen(c, in->addr, &in->oob);
     if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", hoop__comm_last(c));
+    /* Shrink's listener faces the rendezvous host too; without one, shrink fails later. */
+    if (rc == HOOP_OK && hoop__shrink_open(c, in->rdv->host, NULL) == HOOP_ERR_NO_MEMORY) {
+        snprintf(in->err, sizeof(in->err), "out of memory");
+        rc = HOOP_ERR_NO_MEMORY;
+    }
     return rc;
 }
 
@@ -521,6 +529,18 @@ static hoop_result_t exchange_addresses(init_t *in)
         rc = hoop__store_get(in->st, key, in->addrs[j], ADDR_LEN - 1, &len,
                              in->deadline - hoop__now());
         in->ptrs[j] = in->addrs[j];
+    }
+    /* Shrink's listeners, published next to the transports' ("" where one could not open). */
+    if (rc == HOOP_OK) {
+        snprintf(key, sizeof(key), "hoop/shrink/%d", c->rank);
+        rc = hoop__store_set(in->st, key, c->shrink_addrs[c->rank],
+                             strlen(c->shrink_addrs[c->rank]) + 1);
+    }
+    for (int j = 0; j < c->size && rc == HOOP_OK; j++) {
+        if (j == c->rank) continue;
+        snprintf(key, sizeof(key), "hoop/shrink/%d", j);
+        rc = hoop__store_get(in->st, key, c->shrink_addrs[j], HOOP__SHRINK_ADDR_LEN - 1, &len,
+                             in->deadline - hoop__now());
     }
     /* Rank 0 serves the store: it may only go away once every rank has read all it needs, even
      * when its own connect fails, or the others would report the store's loss instead of the
@@ -584,6 +604,7 @@ static hoop_result_t init_comm(init_t *in)
         if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id))
             c->id = (uint64_t)getpid();
         rc = hoop__comm_listen(c, in->addr, NULL);
+        if (rc == HOOP_OK) rc = hoop__shrink_open(c, NULL, NULL);
         if (rc != HOOP_OK) return init_fail(in, rc, hoop__comm_last(c));
         hoop__rec_register(c);
         return HOOP_OK;
