@@ -6,6 +6,9 @@
  *   shrink --transport T --ranks N --mode kill|stop|exclude|mismatch --victims A[,B]
  *          [--when between|during] [--timeout S] [--repeat K]
  *
+ * T is a HOOP_TRANSPORT value, or mixed: two fake hosts (HOOP_HOSTID by rank parity), shared
+ * memory inside each and TCP between.
+ *
  * kill: the victims SIGKILL themselves, between two collectives or (during) from a thread while
  * their main thread is in a loop of 4 MiB all-reduces. The survivors' call fails; they shrink and
  * their next all-reduce is checked against the sum over the surviving old ranks, computed here.
@@ -144,7 +147,14 @@ static int child(int me, int port, int go_fd)
     char tb[32];
     snprintf(tb, sizeof(tb), "%g", timeout_s);
     setenv("HOOP_TIMEOUT", tb, 1);
-    setenv("HOOP_TRANSPORT", transport, 1);
+    /* mixed: two fake hosts by rank parity, shared memory inside each and TCP between. */
+    int mixed = strcmp(transport, "mixed") == 0;
+    setenv("HOOP_TRANSPORT", mixed ? "auto" : transport, 1);
+    if (mixed) {
+        char host[32];
+        snprintf(host, sizeof(host), "shrink-host-%d", me % 2);
+        setenv("HOOP_HOSTID", host, 1);
+    }
     char job[32];
     snprintf(job, sizeof(job), "shrink-%d", port);
     setenv("HOOP_JOB_ID", job, 1);
