@@ -534,21 +534,21 @@ static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
     hoop_comm_t *c = s->c;
     hoop_result_t rc = gather_members(s);
     if (rc != HOOP_OK) return rc;
-    int others = 0;
+    int alive = 0; /* other ranks not excluded whose process is not known to be gone */
     for (int r = 0; r < c->size; r++)
-        if (r != c->rank && !s->excluded[r]) others++;
+        if (r != c->rank && !s->excluded[r] && !s->dead[r]) alive++;
     if (s->fenced < 0) {
         rc = HOOP_ERR_MISMATCH;
         snprintf(s->err, sizeof(s->err),
                  "the ranks passed different exclude lists (or an invalid one)");
-    } else if (s->n == 1 && others > 0) {
-        /* Alone while others were not excluded: this rank may be the one the others left out
-         * (their listeners closed with their old communicators), so it gets no communicator. */
+    } else if (s->n == 1 && alive > 0) {
+        /* Alone while others live: this rank is likely the one they left out (it was stopped
+         * or late, and their fence is down), so it gets no communicator. */
         rc = HOOP_ERR_PEER_LOST;
         snprintf(s->err, sizeof(s->err),
-                 "no other rank took part within the join window (%.3g s): a communicator of "
-                 "this rank alone is not made",
-                 s->w);
+                 "no other rank took part within the join window (%.3g s) though %d still "
+                 "run: a communicator of this rank alone is not made",
+                 s->w, alive);
     }
     uint64_t id = 0;
     if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) id = c->id * 0x9e3779b97f4a7c15ull;
