@@ -223,7 +223,7 @@ hoop_result_t hoop_comm_shrink_exclude(hoop_comm_t *c, const int *exclude, int n
     *newcomm = NULL;
     /* A bad list is not refused here: the call still meets the others, so that it fails on
      * every rank (shrink.c). */
-    return hoop__comm_shrink(c, exclude, n < 0 ? 0 : n, newcomm);
+    return hoop__comm_shrink(c, exclude, n, newcomm);
 }
 
 hoop_result_t hoop_comm_shrink(hoop_comm_t *c, hoop_comm_t **newcomm)

@@ -736,7 +736,7 @@ hoop_result_t hoop__comm_shrink(hoop_comm_t *c, const int *exclude, int n, hoop_
     }
     for (int r = 0; r < p; r++) s.out[r] = s.in[r] = -1;
     /* A bad list still takes part, with a digest nobody else has, so that every rank fails. */
-    int bad = exclude == NULL && n > 0;
+    int bad = n < 0 || (exclude == NULL && n > 0);
     for (int i = 0; i < n && !bad; i++) {
         if (exclude[i] < 0 || exclude[i] >= p)
             bad = 1;
