@@ -2,7 +2,8 @@
  * hoop_comm_shrink: the ranks that still run make a communicator of themselves, renumbered in the
  * old order, without the old communicator's transport (a peer's loss has closed it) and without a
  * store (init's is gone). Every rank listens for this from init on, on a socket of its own whose
- * address every rank learnt at init (or split); shrink meets the others there.
+ * address every rank learnt at init (or from the shrink that made the communicator; a split's
+ * communicator has none); shrink meets the others there.
  *
  * The agreement (docs/reliability.md says where it is safe and where not):
  *   1. Each caller connects to every lower rank's shrink listener and sends JOIN. A rank whose
@@ -649,6 +650,7 @@ static hoop_result_t follow(shrink_t *s, hoop_comm_t **out)
         if (r == c->rank) newrank = i;
     }
     free(pl);
+    pl = NULL; /* reused for the addresses, which a failed send never reads */
     if (newrank < 0) {
         snprintf(s->err, sizeof(s->err),
                  "the coordinator, rank %d, sent no member list with "
@@ -686,8 +688,7 @@ static hoop_result_t follow(shrink_t *s, hoop_comm_t **out)
         } else if (m.arg != 0 && rc == HOOP_OK) {
             rc = (hoop_result_t)m.arg;
             snprintf(s->err, sizeof(s->err),
-                     "another member could not connect the new "
-                     "communicator");
+                     "another member could not connect the new communicator");
         }
     }
     free(pl);
@@ -750,9 +751,19 @@ hoop_result_t hoop__comm_shrink(hoop_comm_t *c, const int *exclude, int n, hoop_
         s.digest = exclude_digest(s.excluded, p);
     }
     if (!bad && s.excluded[c->rank]) goto done; /* excluded: nothing to do, *newcomm NULL */
-    if (c->shrink_addrs == NULL || (p > 1 && c->shrink_fd < 0)) {
+    if (c->shrink_addrs == NULL) {
+        /* Every member of a split's communicator says so alike: none has a listener. */
         rc = HOOP_ERR_UNSUPPORTED;
-        snprintf(s.err, sizeof(s.err), "this rank has no listener for shrink");
+        snprintf(s.err, sizeof(s.err),
+                 "a communicator made by hoop_comm_split cannot be shrunk (shrink the one it "
+                 "was split from)");
+        goto done;
+    }
+    if (p > 1 && c->shrink_fd < 0) {
+        rc = HOOP_ERR_SYSTEM;
+        snprintf(s.err, sizeof(s.err),
+                 "this rank could not open its listener for shrink when the communicator was "
+                 "made (the reason was logged then)");
         goto done;
     }
     if (c->tomb_running) {

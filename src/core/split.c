@@ -11,7 +11,6 @@
 #include "core/lifecycle.h"
 #include "core/record.h"
 #include "core/sched.h"
-#include "core/shrink.h"
 
 #define ADDR_LEN HOOP__ADDR_LEN
 
@@ -243,10 +242,6 @@ typedef struct split {
     char addr[ADDR_LEN];     /* this rank's new listener ("" where it has none) */
     split_oob_t oob_ctx;     /* the new transport's out-of-band exchange, over the parent */
     hoop__tp_oob_t oob;
-    /* This rank's new shrink listener ("" where it has none), and every rank's, as the parent
-     * numbers them. */
-    char saddr[HOOP__SHRINK_ADDR_LEN];
-    char (*saddrs)[HOOP__SHRINK_ADDR_LEN];
 } split_t;
 
 /* Step 1: what the exchanges need, refused at once (as bad arguments are) without memory. */
@@ -258,9 +253,8 @@ static hoop_result_t split_alloc(split_t *sp)
     sp->addrs = calloc(p, ADDR_LEN);
     sp->ptrs = calloc(p, sizeof(char *));
     sp->parent_of = calloc(p, sizeof(int));
-    sp->saddrs = calloc(p, HOOP__SHRINK_ADDR_LEN);
     if (sp->all != NULL && sp->members != NULL && sp->addrs != NULL && sp->ptrs != NULL &&
-        sp->parent_of != NULL && sp->saddrs != NULL)
+        sp->parent_of != NULL)
         return HOOP_OK;
     return hoop__comm_error(sp->c, HOOP_ERR_NO_MEMORY,
                             "hoop_comm_split: out of memory: cannot allocate %zu bytes for the "
@@ -320,14 +314,6 @@ static hoop_result_t split_open(split_t *sp, uint32_t nth)
                                .error = split_oob_error,
                                .ctx = &sp->oob_ctx};
     hoop_result_t orc = hoop__comm_listen(nc, sp->addr, &sp->oob);
-    /* Shrink's listener on the parent's interface; without one, only shrink fails later. */
-    if (orc == HOOP_OK) {
-        const char *like = c->shrink_addrs != NULL ? c->shrink_addrs[c->rank] : NULL;
-        orc = hoop__shrink_open(nc, NULL, like) == HOOP_ERR_NO_MEMORY ? HOOP_ERR_NO_MEMORY
-                                                                      : HOOP_OK;
-        if (nc->shrink_addrs != NULL && sp->n > 1)
-            snprintf(sp->saddr, sizeof(sp->saddr), "%s", nc->shrink_addrs[sp->newrank]);
-    }
     if (orc == HOOP_OK) return HOOP_OK;
     char why[sizeof(c->last_error[0])];
     to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop__error_string(orc),
@@ -401,16 +387,9 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
             if (color != HOOP_SPLIT_NONE) rc = split_open(&sp, nth);
             hoop_result_t rc2 = split_exchange(c, sp.addr, sp.addrs, ADDR_LEN);
             if (rc2 != HOOP_OK) rc = rc2;
-            /* A third, of shrink's listeners, taken whatever failed before (as the second). */
-            rc2 = split_exchange(c, sp.saddr, sp.saddrs, HOOP__SHRINK_ADDR_LEN);
-            if (rc2 != HOOP_OK) rc = rc2;
         }
     }
     if (rc == HOOP_OK && sp.nc != NULL) rc = split_connect(&sp);
-    for (int i = 0; rc == HOOP_OK && sp.nc != NULL && sp.n > 1 && i < sp.n; i++)
-        if (i != sp.newrank)
-            snprintf(sp.nc->shrink_addrs[i], HOOP__SHRINK_ADDR_LEN, "%.*s",
-                     HOOP__SHRINK_ADDR_LEN - 1, sp.saddrs[sp.parent_of[i]]);
     if (rc == HOOP_OK && sp.nc != NULL) {
         HOOP__INFO(&c->log, "split: color %d key %d -> rank %d of %d", color, key, sp.newrank,
                    sp.n);
@@ -425,6 +404,5 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     free(sp.addrs);
     free(sp.ptrs);
     free(sp.parent_of);
-    free(sp.saddrs);
     return rc;
 }
