@@ -3,7 +3,7 @@
  * forks its ranks (no launcher: hooprun would end the job at the first death), injects the fault
  * and checks what every rank saw.
  *
- *   shrink --transport T --ranks N --mode kill|stop|exclude|mismatch --victims A[,B]
+ *   shrink --transport T --ranks N --mode kill|stop|exclude|mismatch|split --victims A[,B]
  *          [--when between|during] [--timeout S] [--repeat K]
  *
  * T is a HOOP_TRANSPORT value, or mixed: two fake hosts (HOOP_HOSTID by rank parity), shared
@@ -17,7 +17,8 @@
  * the survivors' second all-reduce on the new communicator must still count only them.
  * exclude: a healthy communicator; every rank calls hoop_comm_shrink_exclude with the victims,
  * which get HOOP_OK and no communicator. mismatch: as exclude, but rank 0 leaves one victim out
- * of its list: every non-excluded caller must fail.
+ * of its list: every non-excluded caller must fail. split: the shrink of a split's communicator
+ * is refused on every rank (HOOP_ERR_UNSUPPORTED), and that communicator still works.
  * A transport the library does not accept makes the test skip (exit 77).
  */
 #include <errno.h>
@@ -173,6 +174,28 @@ static int child(int me, int port, int go_fd)
     rc = hoop_allreduce(c, v, v, BIG, HOOP_UINT32, HOOP_SUM);
     CHECK(rc == HOOP_OK, "warm-up all-reduce: %s", hoop_error_string(rc));
 
+    if (strcmp(mode, "split") == 0) {
+        /* A split's communicator cannot be shrunk: refused alike everywhere, and left working. */
+        hoop_comm_t *sc = NULL, *nc = NULL;
+        rc = hoop_comm_split(c, 0, me, &sc);
+        CHECK(rc == HOOP_OK && sc != NULL, "split: %s", hoop_error_string(rc));
+        if (sc != NULL) {
+            rc = hoop_comm_shrink(sc, &nc);
+            CHECK(rc == HOOP_ERR_UNSUPPORTED && nc == NULL,
+                  "shrink of a split's communicator gave %s (want HOOP_ERR_UNSUPPORTED)",
+                  hoop_error_string(rc));
+            CHECK(strstr(hoop_comm_last_error(sc), "hoop_comm_split") != NULL,
+                  "its sentence does not say why: %s", hoop_comm_last_error(sc));
+            uint32_t x = (uint32_t)me + 1, want = (uint32_t)(ranks * (ranks + 1) / 2);
+            rc = hoop_allreduce(sc, &x, &x, 1, HOOP_UINT32, HOOP_SUM);
+            CHECK(rc == HOOP_OK && x == want, "the split's communicator after it: %s, %u (want %u)",
+                  hoop_error_string(rc), x, want);
+            hoop_comm_destroy(sc);
+        }
+        hoop_comm_destroy(c);
+        free(v);
+        return test_failures ? 1 : 0;
+    }
     int healthy = strcmp(mode, "exclude") == 0 || strcmp(mode, "mismatch") == 0;
     if (healthy) {
         int list[MAX_RANKS], n = nvictims;
