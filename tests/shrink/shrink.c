@@ -289,6 +289,8 @@ static int run_once(double *took)
         if (pipe(go[r]) != 0) return 1;
         pid[r] = fork();
         if (pid[r] == 0) {
+            /* The library must never raise SIGPIPE: the ranks keep its default action. */
+            signal(SIGPIPE, SIG_DFL);
             close(rp[0]);
             report_fd = rp[1];
             int st = child(r, port, go[r][0]);
