@@ -207,7 +207,7 @@ static void *tomb_main(void *arg)
         if (fd < 0) continue;
         smsg_t m;
         double dl = hoop__now() + 0.5;
-        if (recv_msg(fd, c, &m, NULL, 0, dl) == 0 && m.type != M_PROBE)
+        if (recv_msg(fd, c, &m, NULL, 0, dl) == 0)
             (void)send_msg(fd, c, 0, M_SHRUNK, 0, 0, NULL, 0, dl);
         close(fd);
     }
@@ -225,6 +225,7 @@ typedef struct shrink {
     int *out;        /* per lower rank: our connection to it, -1 for none */
     int *ostate;     /* S_* for each lower rank */
     int *in;         /* per higher rank: its connection to us (it joined), -1 for none */
+    int *probe;      /* per higher rank: the coordinator's unanswered probe, -1 for none */
     char *dead;      /* per rank: its listener refused */
     double t0, w, deadline;
     int coord;       /* the coordinator's old rank, -1 while undecided */
@@ -383,8 +384,7 @@ static hoop_result_t find_coordinator(shrink_t *s)
                hoop__now() - s->t0);
     /* Every other lower connection goes; our joiners go to the coordinator, which they reach
      * themselves (they connect to every lower rank). */
-    for (int k = 0; k < me; k++)
-        if (k != s->coord) close_fd(&s->out[k]);
+    /* The other lower connections stay open: a fence's answer may come late (fence_heard). */
     if (s->coord != me)
         for (int r = me + 1; r < p; r++)
             if (s->in[r] >= 0) {
@@ -407,16 +407,14 @@ static hoop_result_t gather_members(shrink_t *s)
     /* Whose process is gone, at once, rather than at the end of the window: a probe that a
      * rank in shrink answers HERE (it joins on its own), that a gone process refuses or resets,
      * and that a live rank elsewhere leaves unanswered (until it dies, which ends the wait). */
-    int *probe = malloc((size_t)p * sizeof(int));
+    int *probe = s->probe;
     struct pollfd *pf = calloc((size_t)(2 * p) + 1, sizeof(*pf));
     int *who = calloc((size_t)(2 * p) + 1, sizeof(int));
-    if (pf == NULL || who == NULL || probe == NULL) {
+    if (pf == NULL || who == NULL) {
         free(pf);
         free(who);
-        free(probe);
         return HOOP_ERR_NO_MEMORY;
     }
-    for (int r = 0; r < p; r++) probe[r] = -1;
     for (int r = me + 1; r < p; r++) {
         if (s->in[r] >= 0 || s->excluded[r]) continue;
         int refused = 0;
@@ -434,7 +432,7 @@ static hoop_result_t gather_members(shrink_t *s)
         int missing = 0;
         for (int r = me + 1; r < p; r++)
             if (!s->excluded[r] && s->in[r] < 0 && !s->dead[r]) missing++;
-        if (missing == 0 || hoop__now() >= until) break;
+        if (missing == 0 || hoop__now() >= until || s->fenced > 0) break;
         int np = 0;
         pf[np] = (struct pollfd){.fd = c->shrink_fd, .events = POLLIN};
         who[np++] = -1;
@@ -456,14 +454,21 @@ static hoop_result_t gather_members(shrink_t *s)
             if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             int r = who[i];
             smsg_t m;
-            if ((recv_msg(probe[r], c, &m, NULL, 0, hoop__now() + 0.5) != 0 || m.type != M_HERE) &&
-                s->in[r] < 0)
-                s->dead[r] = 1; /* gone, or fenced off (it shrank before): not joining */
+            int got = recv_msg(probe[r], c, &m, NULL, 0, hoop__now() + 0.5);
+            if (got == 0 && m.type == M_SHRUNK) {
+                /* The others shrank without this rank (it was stopped, or late). */
+                s->fenced = 1;
+                snprintf(s->err, sizeof(s->err),
+                         "rank %d says this communicator was already shrunk without this rank "
+                         "(it did not take part in time: stopped, or late)",
+                         r);
+            } else if ((got != 0 || m.type != M_HERE) && s->in[r] < 0) {
+                s->dead[r] = 1; /* gone: not joining */
+            }
             close_fd(&probe[r]);
         }
     }
-    for (int r = 0; r < p; r++) close_fd(&probe[r]);
-    free(probe);
+    /* Probes still unanswered stay open: a fence's answer may come late (fence_heard). */
     free(pf);
     free(who);
     s->n = 0;
@@ -529,6 +534,31 @@ static hoop_result_t connect_new(shrink_t *s, hoop_comm_t *nc, const char *all)
     return rc;
 }
 
+/* Whether a rank this one asked (a lower rank as a joiner, a probed one as the coordinator)
+ * answered, perhaps late, that the communicator was shrunk without this rank: asked before the
+ * last word (READY, GO), so that a fence slow to answer (a loaded host) still stops a rank that
+ * was left out. Waits a little for the unanswered ones. */
+static int fence_heard(shrink_t *s)
+{
+    hoop_comm_t *c = s->c;
+    double until = hoop__now() + 0.1;
+    for (int r = 0; r < c->size; r++) {
+        int *fd = r < c->rank ? (r == s->coord ? NULL : &s->out[r]) : &s->probe[r];
+        if (fd == NULL || *fd < 0) continue;
+        if (hoop__sock_wait(*fd, POLLIN, until) <= 0) continue;
+        smsg_t m;
+        if (recv_msg(*fd, c, &m, NULL, 0, hoop__now() + 0.1) == 0 && m.type == M_SHRUNK) {
+            snprintf(s->err, sizeof(s->err),
+                     "rank %d says this communicator was already shrunk without this rank (it "
+                     "did not take part in time: stopped, or late)",
+                     r);
+            return 1;
+        }
+        close_fd(fd);
+    }
+    return 0;
+}
+
 /* The coordinator's side of steps 3 and 4. */
 static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
 {
@@ -538,7 +568,9 @@ static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
     int alive = 0; /* other ranks not excluded whose process is not known to be gone */
     for (int r = 0; r < c->size; r++)
         if (r != c->rank && !s->excluded[r] && !s->dead[r]) alive++;
-    if (s->fenced < 0) {
+    if (s->fenced > 0) {
+        rc = HOOP_ERR_PEER_LOST; /* the sentence is the probe's */
+    } else if (s->fenced < 0) {
         rc = HOOP_ERR_MISMATCH;
         snprintf(s->err, sizeof(s->err),
                  "the ranks passed different exclude lists (or an invalid one)");
@@ -613,6 +645,7 @@ static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
             snprintf(s->err, sizeof(s->err), "rank %d could not connect the new communicator", r);
         }
     }
+    if (rc == HOOP_OK && fence_heard(s)) rc = HOOP_ERR_PEER_LOST;
     for (int i = 1; i < s->n && mine == HOOP_OK; i++)
         (void)send_msg(s->in[s->members[i]], c, s->digest, M_GO, (int32_t)rc, 0, NULL, 0,
                        s->deadline);
@@ -678,6 +711,7 @@ static hoop_result_t follow(shrink_t *s, hoop_comm_t **out)
         for (int i = 0; i < s->n; i++)
             all[(size_t)i * rec + ADDR_LEN - 1] = all[(size_t)i * rec + rec - 1] = '\0';
         rc = nc == NULL ? HOOP_ERR_NO_MEMORY : connect_new(s, nc, all);
+        if (rc == HOOP_OK && fence_heard(s)) rc = HOOP_ERR_PEER_LOST;
         if (send_msg(fd, c, s->digest, M_READY, (int32_t)rc, 0, NULL, 0, s->deadline) != 0 ||
             recv_msg(fd, c, &m, NULL, 0, s->deadline) != 0 || m.type != M_GO) {
             if (rc == HOOP_OK) {
@@ -726,16 +760,17 @@ hoop_result_t hoop__comm_shrink(hoop_comm_t *c, const int *exclude, int n, hoop_
     s.dead = calloc((size_t)p, 1);
     s.out = malloc((size_t)p * sizeof(int));
     s.in = malloc((size_t)p * sizeof(int));
+    s.probe = malloc((size_t)p * sizeof(int));
     s.ostate = calloc((size_t)p, sizeof(int));
     s.members = calloc((size_t)p, sizeof(int));
     hoop_result_t rc = HOOP_OK;
-    if (s.excluded == NULL || s.dead == NULL || s.out == NULL || s.in == NULL || s.ostate == NULL ||
-        s.members == NULL) {
+    if (s.excluded == NULL || s.dead == NULL || s.out == NULL || s.in == NULL || s.probe == NULL ||
+        s.ostate == NULL || s.members == NULL) {
         rc = HOOP_ERR_NO_MEMORY;
         snprintf(s.err, sizeof(s.err), "out of memory for the shrink of %d ranks", p);
         goto done;
     }
-    for (int r = 0; r < p; r++) s.out[r] = s.in[r] = -1;
+    for (int r = 0; r < p; r++) s.out[r] = s.in[r] = s.probe[r] = -1;
     /* A bad list still takes part, with a digest nobody else has, so that every rank fails. */
     int bad = n < 0 || (exclude == NULL && n > 0);
     for (int i = 0; i < n && !bad; i++) {
@@ -778,9 +813,10 @@ hoop_result_t hoop__comm_shrink(hoop_comm_t *c, const int *exclude, int n, hoop_
         snprintf(s.err, sizeof(s.err), "an exclude entry is not a rank of the communicator");
     }
 done:
-    for (int r = 0; s.out != NULL && s.in != NULL && r < p; r++) {
+    for (int r = 0; s.out != NULL && s.in != NULL && s.probe != NULL && r < p; r++) {
         close_fd(&s.out[r]);
         close_fd(&s.in[r]);
+        close_fd(&s.probe[r]);
     }
     if (rc == HOOP_OK && *newcomm != NULL) {
         hoop__rec_register(*newcomm);
@@ -793,6 +829,7 @@ done:
     free(s.dead);
     free(s.out);
     free(s.in);
+    free(s.probe);
     free(s.ostate);
     free(s.members);
     if (rc != HOOP_OK) {

@@ -12,9 +12,10 @@
  * kill: the victims SIGKILL themselves, between two collectives or (during) from a thread while
  * their main thread is in a loop of 4 MiB all-reduces. The survivors' call fails; they shrink and
  * their next all-reduce is checked against the sum over the surviving old ranks, computed here.
- * stop: the victim SIGSTOPs itself between collectives; the survivors time out, shrink and check;
- * then it is continued: its next call on the old communicator and its own shrink must fail, and
- * the survivors' second all-reduce on the new communicator must still count only them.
+ * stop: the victims SIGSTOP themselves between collectives; the survivors time out, shrink and
+ * check; then they are continued together: each one's next call on the old communicator and its
+ * own shrink must fail, and the survivors' second all-reduce on the new communicator must still
+ * count only them.
  * exclude: a healthy communicator; every rank calls hoop_comm_shrink_exclude with the victims,
  * which get HOOP_OK and no communicator. mismatch: as exclude, but rank 0 leaves one victim out
  * of its list: every non-excluded caller must fail. split: the shrink of a split's communicator
@@ -314,16 +315,18 @@ static int run_once(double *took)
             for (int r = 0; r < ranks; r++)
                 if (is_victim(r) && write(go[r][1], "g", 1) != 1) fail = 1;
         if (line[0] == 'S' && ++survivors_stopped == want_s && stop) {
-            /* Every survivor has shrunk: the stopped rank goes on, and once it is through,
-             * the survivors run their second call. */
-            kill(pid[victims[0]], SIGCONT);
-            int st = 0;
-            while (waitpid(pid[victims[0]], &st, 0) < 0 && errno == EINTR) {
-            }
-            pid[victims[0]] = -1;
-            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                printf("FAIL: the continued rank %d ended with status %d\n", victims[0], st);
-                fail = 1;
+            /* Every survivor has shrunk: the stopped ranks go on, together, and once they are
+             * through, the survivors run their second call. */
+            for (int i = 0; i < nvictims; i++) kill(pid[victims[i]], SIGCONT);
+            for (int i = 0; i < nvictims; i++) {
+                int st = 0, v = victims[i];
+                while (waitpid(pid[v], &st, 0) < 0 && errno == EINTR) {
+                }
+                pid[v] = -1;
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                    printf("FAIL: the continued rank %d ended with status %d\n", v, st);
+                    fail = 1;
+                }
             }
             for (int r = 0; r < ranks; r++)
                 if (!is_victim(r) && write(go[r][1], "g", 1) != 1) fail = 1;
