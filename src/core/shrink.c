@@ -537,14 +537,17 @@ static hoop_result_t connect_new(shrink_t *s, hoop_comm_t *nc, const char *all)
 /* Whether a rank this one asked (a lower rank as a joiner, a probed one as the coordinator)
  * answered, perhaps late, that the communicator was shrunk without this rank: asked before the
  * last word (READY, GO), so that a fence slow to answer (a loaded host) still stops a rank that
- * was left out. Waits a little for the unanswered ones. */
+ * was left out. Waits a little for the unanswered ones that are not members. */
 static int fence_heard(shrink_t *s)
 {
     hoop_comm_t *c = s->c;
     double until = hoop__now() + 0.1;
     for (int r = 0; r < c->size; r++) {
-        int *fd = r < c->rank ? (r == s->coord ? NULL : &s->out[r]) : &s->probe[r];
-        if (fd == NULL || *fd < 0) continue;
+        int *fd = r < c->rank ? &s->out[r] : &s->probe[r];
+        int member = 0; /* a member is busy in this shrink and answers nothing more */
+        for (int i = 0; i < s->n && !member; i++) member = s->members[i] == r;
+        if (member && r != s->coord) close_fd(fd);
+        if (member || *fd < 0) continue;
         if (hoop__sock_wait(*fd, POLLIN, until) <= 0) continue;
         smsg_t m;
         if (recv_msg(*fd, c, &m, NULL, 0, hoop__now() + 0.1) == 0 && m.type == M_SHRUNK) {
