@@ -110,6 +110,25 @@ HOOP_API hoop_result_t hoop_init_from_env(hoop_comm_t **comm); /* = hoop_init(co
 #define HOOP_SPLIT_NONE (-1)
 HOOP_API hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key,
                                        hoop_comm_t **newcomm);
+/*
+ * Survivors continue (docs/reliability.md): every rank of comm that still runs calls it, after a
+ * peer was lost (comm failed with HOOP_ERR_PEER_LOST, HOOP_ERR_ABORTED or HOOP_ERR_TIMEOUT) or on
+ * a healthy comm, and gets *newcomm, a communicator of the ranks that took part, numbered in
+ * their old order. Ranks whose process is gone are left out at once; a rank that is alive but
+ * does not call within a quarter of comm's timeout (stopped, or busy elsewhere) is left out after
+ * that wait. It returns within comm's timeout. comm itself is not changed: the caller still
+ * destroys it; one shrink per communicator (a later call, or a call by a rank that was left out,
+ * fails, as does a call that finds no other rank taking part). A failure on any member (one that
+ * dies during the shrink) fails it on every member; it may be called again on comm.
+ * hoop_comm_shrink_exclude also leaves out the n ranks of exclude, which every caller must pass
+ * alike (else HOOP_ERR_MISMATCH on every caller; an entry out of range,
+ * HOOP_ERR_INVALID_ARGUMENT on every caller). An excluded rank need not call; where it does, it
+ * returns HOOP_OK at once with *newcomm = NULL. A communicator made by hoop_comm_split cannot be
+ * shrunk (HOOP_ERR_UNSUPPORTED on every rank); one made by hoop_init or by a shrink can.
+ */
+HOOP_API hoop_result_t hoop_comm_shrink(hoop_comm_t *comm, hoop_comm_t **newcomm);
+HOOP_API hoop_result_t hoop_comm_shrink_exclude(hoop_comm_t *comm, const int *exclude, int n,
+                                                hoop_comm_t **newcomm);
 /* Frees comm. Not collective. With calls still pending (posted and not complete, such as a
  * collective that a peer never joins) it first aborts comm, as hoop_comm_abort() does, so that
  * it returns at once rather than after the timeout: the pending calls fail with

@@ -12,6 +12,7 @@
 #include "runtime/comm.h"
 #include "core/lifecycle.h"
 #include "core/explain.h"
+#include "core/shrink.h"
 #include "core/record.h"
 #include "core/sched.h"
 
@@ -214,6 +215,24 @@ hoop_result_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
                                 "hoop_comm_split: color %d is negative (use HOOP_SPLIT_NONE)",
                                 color);
     return hoop__comm_split(c, color, key, newcomm);
+}
+
+hoop_result_t hoop_comm_shrink_exclude(hoop_comm_t *c, const int *exclude, int n,
+                                       hoop_comm_t **newcomm)
+{
+    /* Not check_comm: a failed communicator is what shrink is for. */
+    if (c == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    if (newcomm == NULL)
+        return hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT, "hoop_comm_shrink: newcomm is NULL");
+    *newcomm = NULL;
+    /* A bad list is not refused here: the call still meets the others, so that it fails on
+     * every rank (shrink.c). */
+    return hoop__comm_shrink(c, exclude, n, newcomm);
+}
+
+hoop_result_t hoop_comm_shrink(hoop_comm_t *c, hoop_comm_t **newcomm)
+{
+    return hoop_comm_shrink_exclude(c, NULL, 0, newcomm);
 }
 
 /* ---- calls ---- */

@@ -36,6 +36,7 @@
 
 #include "base/tables.h"
 #include "base/wire.h"
+#include "core/lifecycle.h"
 #include "core/record.h"
 #include "runtime/comm.h"
 
@@ -127,22 +128,6 @@ static void *answer_main(void *arg)
 }
 
 /* The value of part "name=" in a published address, up to the next space, into out. */
-static int addr_part(const char *addr, const char *name, char *out, size_t n)
-{
-    size_t k = strlen(name);
-    for (const char *p = addr; p != NULL && *p != '\0'; p = strchr(p, ' ')) {
-        while (*p == ' ') p++;
-        if (strncmp(p, name, k) == 0 && p[k] == '=') {
-            size_t len = strcspn(p + k + 1, " ");
-            if (len >= n) return -1;
-            memcpy(out, p + k + 1, len);
-            out[len] = '\0';
-            return 0;
-        }
-    }
-    return -1;
-}
-
 void hoop__explain_open(hoop_comm_t *c, char *addr, size_t n)
 {
     struct hoop__explain *x = calloc(1, sizeof(*x));
@@ -154,7 +139,7 @@ void hoop__explain_open(hoop_comm_t *c, char *addr, size_t n)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     char part[160];
     int publish = 1;
-    if (addr_part(addr, "tcp", part, sizeof(part)) == 0) {
+    if (hoop__addr_part(addr, "tcp", part, sizeof(part)) == 0) {
         char *colon = strrchr(part, ':');
         if (colon != NULL) *colon = '\0';
         struct in_addr ip;
@@ -215,21 +200,21 @@ void hoop__explain_peers(hoop_comm_t *c, const char *const *ptrs, const char *ow
     x->peers = calloc((size_t)c->size, sizeof(peer_t));
     if (x->peers == NULL) return;
     char myhost[160] = "";
-    addr_part(own, "h", myhost, sizeof(myhost));
+    hoop__addr_part(own, "h", myhost, sizeof(myhost));
     for (int j = 0; j < c->size; j++) {
         if (j == c->rank || ptrs[j] == NULL) continue;
         peer_t *p = &x->peers[j];
         char part[160], host[160], ip[INET_ADDRSTRLEN];
         int port = 0, pid = 0;
         /* "x=a.b.c.d:PORT:PID" */
-        if (addr_part(ptrs[j], "x", part, sizeof(part)) != 0 ||
+        if (hoop__addr_part(ptrs[j], "x", part, sizeof(part)) != 0 ||
             sscanf(part, "%15[0-9.]:%d:%d", ip, &port, &pid) != 3 || port <= 0 || port > 65535 ||
             inet_pton(AF_INET, ip, &p->sa.sin_addr) != 1)
             continue;
         p->pid = pid;
         p->sa.sin_family = AF_INET;
         p->sa.sin_port = htons((uint16_t)port);
-        p->same_host = addr_part(ptrs[j], "h", host, sizeof(host)) == 0 &&
+        p->same_host = hoop__addr_part(ptrs[j], "h", host, sizeof(host)) == 0 &&
                        strcmp(host, myhost) == 0 && myhost[0] != '\0';
         /* Asked where it said. A loopback address on another host is reachable only where this
          * rank is on loopback too (hosts told apart by HOOP_HOSTID alone); else it is another

@@ -19,6 +19,7 @@
 #include "core/explain.h"
 #include "core/record.h"
 #include "core/sched.h"
+#include "core/shrink.h"
 #include "rendezvous/store.h"
 
 #define ADDR_LEN HOOP__ADDR_LEN
@@ -66,6 +67,7 @@ hoop_comm_t *hoop__comm_alloc(const hoop__config_t *cfg, int rank, int size)
     if (c == NULL) return NULL;
     c->rank = rank;
     c->size = size;
+    c->shrink_fd = -1;
     c->cfg = *cfg;
     hoop__agreed_from(&c->agreed, cfg);
     c->algo = hoop__wire_algo_parse(c->agreed.algo);
@@ -123,6 +125,7 @@ void hoop__comm_free(hoop_comm_t *c)
     hoop__rec_forget(c);
     /* Its thread reads the recorder: gone before anything it reads. */
     hoop__explain_close(c);
+    hoop__shrink_close(c);
     hoop__sched_stop(c);
     if (c->tp != NULL) c->tp_ops->close(c->tp);
     hoop__log_close(&c->log);
@@ -484,6 +487,22 @@ static hoop_result_t agree_claim(init_t *in)
     return rc;
 }
 
+int hoop__addr_part(const char *addr, const char *name, char *out, size_t n)
+{
+    size_t k = strlen(name);
+    for (const char *p = addr; p != NULL && *p != '\0'; p = strchr(p, ' ')) {
+        while (*p == ' ') p++;
+        if (strncmp(p, name, k) == 0 && p[k] == '=') {
+            size_t len = strcspn(p + k + 1, " ");
+            if (len >= n) return -1;
+            memcpy(out, p + k + 1, len);
+            out[len] = '\0';
+            return 0;
+        }
+    }
+    return -1;
+}
+
 /* Step 4: listening while the others arrive costs nothing and lets them connect at once. */
 static hoop_result_t listen_step(init_t *in)
 {
@@ -493,6 +512,16 @@ static hoop_result_t listen_step(init_t *in)
     hoop__oob_over_store(&in->oob_ctx, in->st, c->rank, c->size, &in->oob);
     hoop_result_t rc = hoop__comm_listen(c, in->addr, &in->oob);
     if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%.500s", hoop__comm_last(c));
+    /* Shrink's listener faces the rendezvous host too; without one, shrink fails later. */
+    if (rc == HOOP_OK && hoop__shrink_open(c, in->rdv->host, NULL) == HOOP_ERR_NO_MEMORY) {
+        snprintf(in->err, sizeof(in->err), "out of memory");
+        rc = HOOP_ERR_NO_MEMORY;
+    }
+    /* Published inside this rank's address, which the transports read only their parts of. */
+    size_t o = strlen(in->addr);
+    if (rc == HOOP_OK && c->shrink_addrs[c->rank][0] != '\0' &&
+        o + 3 + strlen(c->shrink_addrs[c->rank]) < sizeof(in->addr))
+        snprintf(in->addr + o, sizeof(in->addr) - o, " s=%s", c->shrink_addrs[c->rank]);
     return rc;
 }
 
@@ -596,6 +625,12 @@ static hoop_result_t exchange_addresses(init_t *in)
         }
     }
     free(all);
+    /* Shrink's listeners came with the addresses (" s=HOST:PORT"; none where one could not
+     * open). */
+    for (int j = 0; j < c->size && rc == HOOP_OK; j++)
+        if (j != c->rank &&
+            hoop__addr_part(in->addrs[j], "s", c->shrink_addrs[j], HOOP__SHRINK_ADDR_LEN) != 0)
+            c->shrink_addrs[j][0] = '\0';
     /* Rank 0 serves the store: it may only go away once every rank has read all it needs, even
      * when its own connect fails, or the others would report the store's loss instead of the
      * cause they are about to find themselves (a peer on another host, say). */
@@ -658,6 +693,7 @@ static hoop_result_t init_comm(init_t *in)
         if (getrandom(&c->id, sizeof(c->id), 0) != (ssize_t)sizeof(c->id))
             c->id = (uint64_t)getpid();
         rc = hoop__comm_listen(c, in->addr, NULL);
+        if (rc == HOOP_OK) rc = hoop__shrink_open(c, NULL, NULL);
         if (rc != HOOP_OK) return init_fail(in, rc, hoop__comm_last(c));
         hoop__rec_register(c);
         return HOOP_OK;

@@ -22,6 +22,9 @@ void hoop__comm_free(hoop_comm_t *c);
 /* Opens c's transport, listening; its address into addr (HOOP__ADDR_LEN). oob: the out-of-band
  * exchange for the transport, or NULL where there is none. */
 hoop_result_t hoop__comm_listen(hoop_comm_t *c, char *addr, const hoop__tp_oob_t *oob);
+/* The value of part name ("name=VALUE", parts separated by spaces) of a published address into
+ * out; -1 where it has none or it does not fit n bytes. */
+int hoop__addr_part(const char *addr, const char *name, char *out, size_t n);
 /* Orders the ring host by host from the addresses every rank published (ptrs[rank] NULL: own). */
 hoop_result_t hoop__comm_set_ring(hoop_comm_t *c, const char *const *ptrs, const char *own);
 

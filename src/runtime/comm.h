@@ -19,6 +19,9 @@
 #include "runtime/mem.h"
 #include "transport/transport.h"
 
+/* A shrink listener's published address, NUL included ("host:port"). */
+#define HOOP__SHRINK_ADDR_LEN 64
+
 /* The algorithms that have a name on the wire (hoop__wire_algo_name); the planner chooses
  * (collectives/plan.c). */
 typedef enum {
@@ -252,6 +255,15 @@ struct hoop_comm {
      * released slots queue first in, first out, so that a slot is reused as late as possible. */
     struct hoop__req_chunk *req_chunks;
     hoop_request_t *req_free, *req_free_tail;
+
+    /* Survivors' shrink (core/shrink.c): this rank's listener for it, open from creation to free
+     * (-1: none), and every rank's address ("" where unknown). Once shrunk, a thread (tomb)
+     * answers on the listener that it is too late, until the communicator is freed. */
+    int shrink_fd;
+    char (*shrink_addrs)[HOOP__SHRINK_ADDR_LEN];
+    pthread_t tomb;
+    int tomb_running;
+    atomic_int tomb_stop;
 };
 
 /* Error state (comm.c), for every layer. Records the first fatal error and aborts the
