@@ -12,7 +12,8 @@
  * The rank whose call failed asks every peer from its caller's thread, as the call returns (the
  * transports are aborted by then and the call is over, so nothing waits on this): a peer that
  * answers is alive and says where it is; one whose socket refuses has closed it (dead, or gone
- * from the communicator); one that says nothing within ASK_S is not answering. On one host /proc
+ * from the communicator); one that says nothing within ASK_S (less with a short timeout) is not
+ * answering. On one host /proc
  * says first which peers are stopped or gone, and those are not waited for.
  */
 #define HOOP__LOG_SUBSYS HOOP__SUB_COLL
@@ -40,8 +41,10 @@
 #include "core/record.h"
 #include "runtime/comm.h"
 
-/* How long the asking rank waits for answers, and when it asks the silent ones again (a datagram
- * may be lost). */
+/* How long the asking rank waits for answers, at most (an eighth of the communicator's timeout
+ * where that is less: the failed call returns only after the wait, and the ranks that go on,
+ * to a shrink say, should meet within a fraction of the timeout), and when it asks the silent
+ * ones again (a datagram may be lost). */
 #define ASK_S 1.0
 #define ASK_AGAIN_S 0.3
 
@@ -309,9 +312,10 @@ static void ask(hoop_comm_t *c, seen_t *s)
     }
     struct pollfd *pf = malloc((size_t)p * sizeof(struct pollfd));
     double t0 = now_s(), again = t0 + ASK_AGAIN_S;
+    const double ask_s = c->timeout_s / 8 < ASK_S ? c->timeout_s / 8 : ASK_S;
     while (pf != NULL && waiting > 0) {
         double t = now_s();
-        if (t >= t0 + ASK_S) break;
+        if (t >= t0 + ask_s) break;
         if (t >= again) {
             for (int j = 0; j < p; j++)
                 if (s[j].how == P_SILENT && fds[j] >= 0) {
@@ -323,7 +327,7 @@ static void ask(hoop_comm_t *c, seen_t *s)
         int m = 0;
         for (int j = 0; j < p; j++)
             if (s[j].how == P_SILENT && fds[j] >= 0) pf[m++] = (struct pollfd){fds[j], POLLIN, 0};
-        double until = again < t0 + ASK_S ? again : t0 + ASK_S;
+        double until = again < t0 + ask_s ? again : t0 + ask_s;
         int ms = (int)((until - t) * 1e3) + 1;
         if (poll(pf, (nfds_t)m, ms) <= 0) continue;
         for (int i = 0; i < m; i++) {
