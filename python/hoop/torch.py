@@ -992,6 +992,17 @@ class _CxxGroup:
     monitored_barrier = ProcessGroupHoop.monitored_barrier
 
 
+def _cxx_monitored_barrier(name, timeout, wait_all_ranks):
+    """ProcessGroup.monitored_barrier() on a group of the C++ backend (its monitoredBarrier
+    calls this); timeout < 0: the group's."""
+    group = _CXX_GROUPS.get(name)
+    if group is None:
+        raise RuntimeError("hoop backend: monitored_barrier on a group the C++ backend does not "
+                           "know (%s)" % name)
+    return group.monitored_barrier(None if timeout < 0 else timeout,
+                                   wait_all_ranks=wait_all_ranks)
+
+
 def _load_cxx():
     """The extension module, or None where the Python backend serves; raises where
     HOOP_TORCH_BACKEND=cpp asks for the C++ one and it cannot be had."""

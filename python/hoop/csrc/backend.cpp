@@ -371,7 +371,8 @@ static hoop_op_t op_of(const c10d::ReduceOp &op)
 // t, if hoop can serve it (out: the call writes into it); raises before any data moves
 // otherwise. The checks look at this rank's tensor only; what the ranks must agree on (counts,
 // dtypes) hoop compares before data moves.
-static const at::Tensor &check(const at::Tensor &t, const char *what, bool out = false)
+static const at::Tensor &check(const at::Tensor &t, const char *what, bool out = false,
+                               bool any_dtype = false)
 {
     TORCH_CHECK_VALUE(t.defined(), "hoop backend: ", what, " got an undefined tensor");
     TORCH_CHECK_VALUE(t.device().is_cpu(), "hoop backend: ", what, " got a ", t.device().type(),
@@ -379,7 +380,7 @@ static const at::Tensor &check(const at::Tensor &t, const char *what, bool out =
                       "python selects the Python one, which serves CUDA tensors)");
     TORCH_CHECK_VALUE(t.layout() == at::kStrided, "hoop backend: ", what, " got a ", t.layout(),
                       " tensor; only dense tensors are supported");
-    dtype_of(t, what);
+    if (!any_dtype) dtype_of(t, what);
     if (out)
         TORCH_CHECK_VALUE(
             at::has_internal_overlap(t) != at::MemOverlap::Yes, "hoop backend: ", what,
@@ -589,6 +590,72 @@ class HoopBackend : public c10d::Backend
                outputs);
         for (size_t i = 0; i < inputs.size(); i++) post_allgather(c, outputs[i], inputs[i]);
         return c.submit(coll_);
+    }
+
+    // Moved as bytes (no reduction), so any dtype goes, complex included: every input one after
+    // another, gathered once, then copied into each rank's list.
+    c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+        std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::AllgatherOptions &) override
+    {
+        const char *what = "allgather_coalesced";
+        TORCH_CHECK_VALUE(outputs.size() == static_cast<size_t>(size_), "hoop backend: ", what,
+                          " needs ", size_, " output lists (one per rank), got ", outputs.size());
+        std::vector<int64_t> offs;
+        int64_t nbytes = 0;
+        for (const auto &t : inputs) {
+            check(t, what, false, true);
+            offs.push_back(nbytes);
+            nbytes += t.numel() * static_cast<int64_t>(t.element_size());
+        }
+        std::vector<at::Tensor> outs;
+        for (const auto &l : outputs) {
+            TORCH_CHECK_VALUE(l.size() == inputs.size(), "hoop backend: ", what, " needs ",
+                              inputs.size(), " outputs per rank, got ", l.size());
+            for (size_t j = 0; j < l.size(); j++) {
+                check(l[j], what, true, true);
+                TORCH_CHECK_VALUE(l[j].scalar_type() == inputs[j].scalar_type() &&
+                                      l[j].numel() == inputs[j].numel(),
+                                  "hoop backend: ", what, " output ", j, " differs from input ", j,
+                                  " in dtype or size");
+                outs.push_back(l[j]);
+            }
+        }
+        Call c(this, what, c10d::OpType::ALLGATHER_COALESCED, "hoop:all_gather_coalesced", inputs,
+               outs);
+        at::Tensor send = c.keep(at::empty({nbytes}, at::kByte));
+        for (size_t j = 0; j < inputs.size(); j++) {
+            int64_t nb = inputs[j].numel() * static_cast<int64_t>(inputs[j].element_size());
+            send.narrow(0, offs[j], nb).copy_(inputs[j].contiguous().view({-1}).view(at::kByte));
+        }
+        at::Tensor recv = c.keep(at::empty({nbytes * size_}, at::kByte));
+        c.post([&](hoop_request_t **r) {
+            return hoop_iallgather(comm_, send.data_ptr(), recv.data_ptr(), nbytes, HOOP_UINT8, r);
+        });
+        std::vector<std::vector<at::Tensor>> lists = outputs;
+        c.then([recv, lists, offs, nbytes] {
+            for (size_t r = 0; r < lists.size(); r++) {
+                for (size_t j = 0; j < lists[r].size(); j++) {
+                    const at::Tensor &o = lists[r][j];
+                    int64_t nb = o.numel() * static_cast<int64_t>(o.element_size());
+                    // A copy of its own first: a view as a wider dtype needs an aligned start.
+                    at::Tensor b =
+                        recv.narrow(0, static_cast<int64_t>(r) * nbytes + offs[j], nb).clone();
+                    o.copy_(b.view(o.scalar_type()).view(o.sizes()));
+                }
+            }
+        });
+        return c.submit(coll_);
+    }
+
+    // hoop's own monitored barrier (hoop.torch, through the group's store), as the Python
+    // backend has it: ProcessGroup.monitored_barrier() reaches it here.
+    void monitoredBarrier(const c10d::BarrierOptions &opts, bool wait_all_ranks) override
+    {
+        pybind11::gil_scoped_acquire gil;
+        double secs = opts.timeout.count() < 0 ? -1.0 : opts.timeout.count() / 1000.0;
+        pybind11::module_::import("hoop.torch")
+            .attr("_cxx_monitored_barrier")(getGroupUid(), secs, wait_all_ranks);
     }
 
     c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
