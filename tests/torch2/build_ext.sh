@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Builds hoop's C++ torch backend (python/hoop/csrc/backend.cpp) against the torch 2.6 of the
 # Debian 13 root, linked to the Debian 12 libhoop.so of a build directory, into
 # BUILD/python/hoop/_c10d<EXT_SUFFIX>, where hoop.torch finds it beside HOOP_LIBRARY. Runs inside
@@ -37,7 +37,7 @@ EOF
     # shellcheck disable=SC2086 # the flags are words
     g++ -std=c++17 -O2 -g -fPIC -shared -Wall -Wextra -Werror -Wno-unused-parameter \
         -D_GLIBCXX_USE_CXX11_ABI="$abi" -DTORCH_EXTENSION_NAME=_c10d -DTORCH_API_INCLUDE_EXTENSION_H \
-        $(echo "$flags" | sed 's/-I/-isystem /g') -I"$src/include" "$cpp" -o "$out.tmp" \
+        ${flags//-I/-isystem } -I"$src/include" "$cpp" -o "$out.tmp" \
         -L"$build" -lhoop -Wl,-rpath,"$build" \
         -lc10 -ltorch -ltorch_cpu -ltorch_python
     mv "$out.tmp" "$out"

@@ -311,7 +311,7 @@ def detail():
     except RuntimeError as exc:
         if "mismatch" not in str(exc).lower():
             fail(R, "the wrapper's error: %s" % exc)
-    print("rank %d: DETAIL wrapper ok" % R)
+    print("rank %d: DETAIL wrapper ok" % R, flush=True)
     os._exit(0)  # the group has a collective in flight on the other rank's side
 
 
