@@ -233,6 +233,15 @@ class Lane : public std::enable_shared_from_this<Lane>
                 cv_.wait(g, [&] { return stopping_ || !q_.empty() || busy_[me].replaced; });
                 if (busy_[me].replaced || q_.empty()) {
                     busy_.erase(me);
+                    // A thread that lost the lane goes for good (nothing joins it later): lanes
+                    // whose callbacks block at every step would otherwise pile them up.
+                    for (auto it = threads_.begin(); it != threads_.end(); ++it) {
+                        if (it->get_id() == me) {
+                            it->detach();
+                            threads_.erase(it);
+                            break;
+                        }
+                    }
                     return;
                 }
                 op = std::move(q_.front());
