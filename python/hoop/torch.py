@@ -461,9 +461,9 @@ def _free_port(host):
     return port
 
 
-def _rendezvous(store, rank, size, timeout):
-    """hoop's own rendezvous through a tcp:// address that rank 0 publishes in torch's store
-    (torch's own store already listens on MASTER_PORT)."""
+def _init_method(store, rank):
+    """hoop's own rendezvous address: rank 0 publishes a tcp:// address in torch's store (torch's
+    own store already listens on MASTER_PORT), the others read it there."""
     key = "hoop/init_method"
     if rank == 0:
         host = os.environ.get("HOOP_MASTER_ADDR") or os.environ.get("MASTER_ADDR")
@@ -472,8 +472,12 @@ def _rendezvous(store, rank, size, timeout):
         port = _free_port(host)
         method = "tcp://%s:%d" % ("[%s]" % host if ":" in host else host, port)
         store.set(key, method)
-    else:
-        method = store.get(key).decode()
+        return method
+    return store.get(key).decode()
+
+
+def _rendezvous(store, rank, size, timeout):
+    method = _init_method(store, rank)
     # torch.distributed leaves the order of calls from several threads to its caller (DDP's
     # communication hooks may post from the completion threads).
     comm = _hoop.init(method, rank, size, any_thread=True)
@@ -933,6 +937,9 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     if group is not None and c10d._rank_not_in_group(group):
         return None
     pg = c10d._get_default_group() if group is None else group
+    cxx = _cxx_group(pg)
+    if cxx is not None:
+        return cxx.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
     if not isinstance(pg, ProcessGroupHoop):
         raise ValueError("hoop.torch.monitored_barrier: the group's backend is %s, not hoop "
                          "(use torch.distributed.monitored_barrier for gloo)"
@@ -940,13 +947,130 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
+def _cxx_group(pg):
+    """The _CxxGroup of a group the C++ backend serves, else None."""
+    if not _CXX_GROUPS or isinstance(pg, ProcessGroupHoop):
+        return None
+    try:
+        if dist.get_backend(pg) != BACKEND_NAME:
+            return None
+        return _CXX_GROUPS.get(pg.group_name)
+    except Exception:  # noqa: BLE001 - not a group torch knows
+        return None
+
+
 def _create(store, rank, size, timeout):
     return ProcessGroupHoop(store, rank, size, timeout)
 
 
+# ---- the C++ backend (torch >= 2.0) ----------------------------------------------------------
+#
+# python/hoop/csrc/backend.cpp, built into hoop/_c10d<EXT_SUFFIX> (installed) or into the build
+# directory beside libhoop.so (build/python/hoop/). It is used where it loads, unless
+# HOOP_TORCH_BACKEND=python; HOOP_TORCH_BACKEND=cpp makes a missing or broken extension an error
+# rather than a quiet fallback to the Python backend.
+
+_CXX_GROUPS = {}  # group name -> _CxxGroup, for monitored_barrier
+
+
+class _CxxGroup:
+    """What hoop's monitored_barrier needs of a group served by the C++ backend."""
+
+    def __init__(self, store, rank, size, timeout):
+        self._store = store
+        self._rank = rank
+        self._size = size
+        self._timeout = timeout
+        self._mb_seq = 0
+
+    def rank(self):
+        return self._rank
+
+    def size(self):
+        return self._size
+
+    monitored_barrier = ProcessGroupHoop.monitored_barrier
+
+
+def _cxx_monitored_barrier(name, timeout, wait_all_ranks):
+    """ProcessGroup.monitored_barrier() on a group of the C++ backend (its monitoredBarrier
+    calls this); timeout < 0: the group's."""
+    group = _CXX_GROUPS.get(name)
+    if group is None:
+        raise RuntimeError("hoop backend: monitored_barrier on a group the C++ backend does not "
+                           "know (%s)" % name)
+    return group.monitored_barrier(None if timeout < 0 else timeout,
+                                   wait_all_ranks=wait_all_ranks)
+
+
+def _load_cxx():
+    """The extension module, or None where the Python backend serves; raises where
+    HOOP_TORCH_BACKEND=cpp asks for the C++ one and it cannot be had."""
+    choice = os.environ.get("HOOP_TORCH_BACKEND", "").strip().lower()
+    if choice not in ("", "auto", "python", "cpp"):
+        raise ValueError("HOOP_TORCH_BACKEND=%s: expected python, cpp or auto" % choice)
+    if choice == "python":
+        return None
+    why = None
+    if int(torch.__version__.split(".")[0]) < 2:
+        why = "torch %s has no c10d::Backend (torch >= 2.0 does)" % torch.__version__
+    else:
+        import importlib.util
+        import sysconfig
+        name = "_c10d" + sysconfig.get_config_var("EXT_SUFFIX")
+        places = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name)]
+        lib = os.environ.get("HOOP_LIBRARY")
+        if lib:
+            places.append(os.path.join(os.path.dirname(os.path.abspath(lib)), "python", "hoop",
+                                       name))
+        path = next((p for p in places if os.path.exists(p)), None)
+        if path is None:
+            why = "no %s in %s" % (name, " or ".join(places))
+        else:
+            try:
+                spec = importlib.util.spec_from_file_location("hoop._c10d", path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                return mod
+            except Exception as e:  # noqa: BLE001 - an extension for another torch, say
+                why = "%s does not load: %s: %s" % (path, type(e).__name__, e)
+    if choice == "cpp":
+        raise ImportError("hoop: HOOP_TORCH_BACKEND=cpp, but the C++ backend cannot be "
+                          "used: " + why)
+    return None
+
+
+def _create_cxx(opts, backend_options=None):
+    """The C++ backend's creator (register_backend's extended API): the same rendezvous as the
+    Python backend, then hoop_init in C++ with the GIL released."""
+    rank, size, timeout = opts.group_rank, opts.group_size, opts.timeout
+    method = _init_method(opts.store, rank)
+    secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+    if "HOOP_TIMEOUT" in os.environ:
+        try:
+            secs = float(os.environ["HOOP_TIMEOUT"])
+        except ValueError:
+            secs = -1.0  # hoop_init reports it
+    backend = _CXX.create(method, rank, size, -1.0 if secs is None else float(secs))
+    _CXX_GROUPS[opts.group_id] = _CxxGroup(opts.store, rank, size, timeout or
+                                           datetime.timedelta(minutes=30))
+    return backend
+
+
+_CXX = None
+
+
 def _register():
+    global _CXX
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}) or \
             hasattr(dist.Backend, BACKEND_NAME.upper()):
+        return
+    _CXX = _load_cxx()
+    if _CXX is not None:
+        # CPU only: a CUDA tensor given to a group of this backend raises (no backend for cuda);
+        # HOOP_TORCH_BACKEND=python serves CUDA tensors.
+        dist.Backend.register_backend(BACKEND_NAME, _create_cxx, extended_api=True,
+                                      devices=["cpu"])
         return
     # torch >= 2.0 asks which devices a backend serves (and warns at every registration that
     # does not say); torch 1.13 has no such argument.
@@ -973,7 +1097,7 @@ def _route_monitored_barrier():
         c10d = dist.distributed_c10d
         if group is None or not c10d._rank_not_in_group(group):
             pg = group if group is not None else c10d._get_default_group()
-            if isinstance(pg, ProcessGroupHoop):
+            if isinstance(pg, ProcessGroupHoop) or _cxx_group(pg) is not None:
                 return monitored_barrier(pg, timeout, wait_all_ranks)
         return original(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
 

@@ -33,8 +33,10 @@ BUILD=$src/build
 TIMEOUT=3600
 MODE=run
 
-# torch and what hoop's tests use beside it; libsodium is libhoop's one run-time dependency.
-PKGS=(python3-torch python3-numpy python3-setuptools libsodium23 libopenblas0-pthread)
+# torch and what hoop's tests use beside it; libsodium is libhoop's one run-time dependency;
+# g++, python3-dev, libtorch-dev and pybind11-dev compile the C++ backend (build_ext.sh).
+PKGS=(python3-torch python3-numpy python3-setuptools libsodium23 libopenblas0-pthread
+    g++ python3-dev libtorch-dev pybind11-dev)
 SUITE=trixie
 
 say() { printf 'torch2: %s\n' "$*" >&2; }
