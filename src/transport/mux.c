@@ -33,6 +33,10 @@
 #include "transport/registry.h"
 #include "transport/transport.h"
 
+/* How long a transport still connects, after another of this rank failed to, so that its peers
+ * are told why rather than wait (mux_connect). */
+#define COURTESY_S 1.0
+
 #define ROW(t) (hoop__tp_registry[t])
 #define T_SELF 255
 
@@ -314,9 +318,14 @@ static hoop_result_t mux_connect(hoop__tp_t *tp, const char *const *addrs, doubl
         if (rc != HOOP_OK) {
             failed = 1;
             snprintf(why, sizeof(why), "%s", tp->last);
+            /* A courtesy, within a short while: peers that failed too (descriptors run out on
+             * every rank alike) make the same one, and would otherwise wait for each other, each
+             * retrying the listeners of ranks gone already, until the deadline. */
+            double soon = hoop__now() + COURTESY_S;
+            if (soon > deadline) soon = deadline;
             for (int u = t + 1; u < nrows; u++) {
                 if (tp->sub[u] == NULL) continue;
-                (void)ROW(u).ops->connect(tp->sub[u], sub[u], deadline);
+                (void)ROW(u).ops->connect(tp->sub[u], sub[u], soon);
                 ROW(u).ops->abort(tp->sub[u], rc, why);
             }
         }

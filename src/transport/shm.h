@@ -58,9 +58,10 @@
 #define REASON_LEN 448
 #define CONNECT_FAREWELL 1.0 /* seconds a failed connect() waits for its peers to read why */
 #define RING_WARN_BYTES (1024.0 * 1024 * 1024) /* rings on a host above this: said at WARN */
-/* A rank's inbound rings up to this are faulted in and warmed at connect; beyond it (many ranks
- * on a host) each page is faulted in by its first use, so that rings no call uses cost nothing. */
-#define PREFAULT_MAX_BYTES ((size_t)16 << 20)
+/* With up to this many peers on its host, a rank faults in and warms its rings at connect; with
+ * more, each page is faulted in by its first use, so that the rings of pairs that never talk
+ * (p² of them) cost nothing. */
+#define PREFAULT_MAX_PEERS 16
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif

@@ -127,6 +127,14 @@ static hoop_result_t connect_failed(hoop__tp_t *tp, hoop_result_t rc, const char
         want += j != tp->p.rank && addrs[j] != NULL;
     for (int j = 0; j < tp->p.size; j++)
         if (tp->peers[j].local) hoop__shm_force_wake(&tp->peers[j]);
+    /* The peers' pidfds only watch for deaths, which a failed transport no longer needs: given
+     * back now, so that where descriptors ran out the other transports can still connect and
+     * tell their peers why (mux_connect), rather than leave them waiting out the timeout. */
+    for (int j = 0; j < tp->p.size; j++)
+        if (tp->peers[j].pidfd >= 0) {
+            close(tp->peers[j].pidfd);
+            tp->peers[j].pidfd = -1;
+        }
     double end = hoop__now() + CONNECT_FAREWELL;
     while (atomic_load(&tp->sh->mapped_by) < want && hoop__now() < end) poll(NULL, 0, 1);
     return rc;
@@ -282,7 +290,7 @@ static void say_ring_memory(const hoop__tp_t *tp, const char *const *addrs, int 
                  human(ring, r, sizeof(r)), human(mine, m, sizeof(m)), nlocal,
                  human(host, h, sizeof(h)), nlocal + 1,
                  tp->prefault ? "all written at connect"
-                              : "each page taken at its first use (more than 16 MiB a rank)");
+                              : "each page taken at its first use (more than 16 peers)");
 }
 
 hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
@@ -291,7 +299,7 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
     int expect = 0;
     for (int j = 0; j < tp->p.size; j++) expect += j != tp->p.rank && addrs[j] != NULL;
     /* The same on every rank of the host: each counts the same ranks there. */
-    tp->prefault = (size_t)expect * tp->ring_bytes <= PREFAULT_MAX_BYTES;
+    tp->prefault = expect <= PREFAULT_MAX_PEERS;
     say_ring_memory(tp, addrs, expect);
     char list[160] = "";
     size_t o = 0;
