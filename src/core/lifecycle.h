@@ -25,6 +25,9 @@ hoop_result_t hoop__comm_listen(hoop_comm_t *c, char *addr, const hoop__tp_oob_t
 /* The value of part name ("name=VALUE", parts separated by spaces) of a published address into
  * out; -1 where it has none or it does not fit n bytes. */
 int hoop__addr_part(const char *addr, const char *name, char *out, size_t n);
+/* An all-gather of fixed-size host records over c, for the library's own bookkeeping (split.c). */
+hoop_result_t hoop__comm_exchange(hoop_comm_t *c, hoop__kind_t kind, const void *mine, void *all,
+                                  size_t bytes, const char *fn);
 /* Orders the ring host by host from the addresses every rank published (ptrs[rank] NULL: own). */
 hoop_result_t hoop__comm_set_ring(hoop_comm_t *c, const char *const *ptrs, const char *own);
 

@@ -167,11 +167,13 @@ static int cmp_entry(const void *a, const void *b)
     return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
-/* An all-gather of fixed-size records over c, as part of a split. */
-static hoop_result_t split_exchange(hoop_comm_t *c, const void *mine, void *all, size_t bytes)
+/* An all-gather of fixed-size host records over c, for the library's own bookkeeping (a split,
+ * symmetric memory): kind says which call it is in the record and to the peers. */
+hoop_result_t hoop__comm_exchange(hoop_comm_t *c, hoop__kind_t kind, const void *mine, void *all,
+                                  size_t bytes, const char *fn)
 {
     hoop__call_t call = {.comm = c,
-                         .kind = HOOP__K_SPLIT,
+                         .kind = kind,
                          .sendbuf = mine,
                          .recvbuf = all,
                          .count = bytes,
@@ -180,7 +182,7 @@ static hoop_result_t split_exchange(hoop_comm_t *c, const void *mine, void *all,
                          .root = -1,
                          .algo = HOOP__ALGO_RING,
                          .mem = HOOP__MEM_HOST};
-    return hoop__sched_post(c, &call, NULL, "hoop_comm_split");
+    return hoop__sched_post(c, &call, NULL, fn);
 }
 
 /* A sentence of the new communicator (its transport's) in the parent's numbering, which is the one
@@ -379,13 +381,14 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
     if (rc == HOOP_OK) {
         split_entry_t me = {.color = color, .key = key, .rank = c->rank};
         uint32_t nth = c->splits++;
-        rc = split_exchange(c, &me, sp.all, sizeof(me));
+        rc = hoop__comm_exchange(c, HOOP__K_SPLIT, &me, sp.all, sizeof(me), "hoop_comm_split");
         if (rc == HOOP_OK) {
             split_members(&sp);
             /* A member that fails to open still takes part in the second exchange, with no
              * address, so that the others do not hang. */
             if (color != HOOP_SPLIT_NONE) rc = split_open(&sp, nth);
-            hoop_result_t rc2 = split_exchange(c, sp.addr, sp.addrs, ADDR_LEN);
+            hoop_result_t rc2 = hoop__comm_exchange(c, HOOP__K_SPLIT, sp.addr, sp.addrs, ADDR_LEN,
+                                                    "hoop_comm_split");
             if (rc2 != HOOP_OK) rc = rc2;
         }
     }

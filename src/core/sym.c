@@ -7,22 +7,13 @@
  */
 #include "collectives/coll.h"
 #include "runtime/comm.h"
+#include "core/lifecycle.h"
 #include "core/sched.h"
 
 static hoop_result_t exchange(hoop_comm_t *c, const void *mine, void *all, size_t bytes,
                               const char *fn)
 {
-    hoop__call_t call = {.comm = c,
-                         .kind = HOOP__K_ALLGATHER,
-                         .sendbuf = mine,
-                         .recvbuf = all,
-                         .count = bytes,
-                         .dtype = HOOP_UINT8,
-                         .op = HOOP_SUM,
-                         .root = -1,
-                         .algo = HOOP__ALGO_RING,
-                         .mem = HOOP__MEM_HOST};
-    return hoop__sched_post(c, &call, NULL, fn);
+    return hoop__comm_exchange(c, HOOP__K_ALLGATHER, mine, all, bytes, fn);
 }
 
 static hoop_result_t check_comm(hoop_comm_t *c, const char *fn)
