@@ -270,14 +270,41 @@ class Report:
               % ((human(d.copy_bytes[0]),) + cp))
         hb = d.series(n, "allreduce", "hoop-shm", ("small", "large"), "oop", "busbw")
         pb = d.series(n, "allreduce", "ompi-shm", ("small", "large"), "oop", "busbw")
+        ht = d.series(n, "allreduce", "hoop-shm", ("small", "large"), "oop", "time_us")
+        pt = d.series(n, "allreduce", "ompi-shm", ("small", "large"), "oop", "time_us")
         print("   %9s  %8s  %9s  %8s  %9s" % ("size", "hoop", "fraction", "peer", "fraction"))
-        for size in sorted(x for x in set(hb) | set(pb) if x >= 16 * MIB):
+        sizes = sorted(x for x in set(hb) | set(pb) if x >= 16 * MIB)
+        for size in sizes:
             h, p = stat(hb.get(size, []))[0], stat(pb.get(size, []))[0]
             print("   %9s  %8s  %9s  %8s  %9s"
                   % (human(size), "-" if h is None else "%.3f" % h,
                      "-" if h is None else "%.2f" % (h / cp[0]),
                      "-" if p is None else "%.3f" % p, "-" if p is None else "%.2f" % (p / cp[0])))
+        self.traffic_table(n, cp[0], sizes, ht, pt)
         print()
+
+    @staticmethod
+    def traffic_table(n, copy, sizes, ht, pt):
+        """Each library's time against the least memory traffic an all-reduce of ordinary buffers
+        moves: a single copy, (3p+1)S (hoop-perf --traffic explains the models)."""
+        if not sizes:
+            return
+        k = 3 * n + 1
+        # mem-copy's rate is per process; the n ranks copying at once read and write each byte.
+        rate = 2.0 * copy * 1e9 * n
+        print("   the same against memory traffic: an all-reduce of ordinary buffers moves at "
+              "least a single\n   copy's %dS through memory (each rank reads the others' inputs "
+              "once, folds, writes its\n   output); at the copy rate above that takes the bound "
+              "time below; fraction = bound / time" % k)
+        print("   %9s  %10s  %10s  %9s  %10s  %9s"
+              % ("size", "bound us", "hoop us", "fraction", "peer us", "fraction"))
+        for size in sizes:
+            bound = k * size / rate * 1e6
+            h, p = stat(ht.get(size, []))[0], stat(pt.get(size, []))[0]
+            print("   %9s  %10.1f  %10s  %9s  %10s  %9s"
+                  % (human(size), bound, "-" if h is None else "%.1f" % h,
+                     "-" if not h else "%.2f" % (bound / h), "-" if p is None else "%.1f" % p,
+                     "-" if not p else "%.2f" % (bound / p)))
 
     def run(self):
         m = self.meta
