@@ -79,6 +79,8 @@ typedef struct {
     int kill_now;       /* --kill-at-epoch: this rank dies once its first bucket is posted */
     hoop_result_t fail; /* --survive: the step's first failed call (the step stops there) */
     char fail_what[64];
+    hoop_comm_t **shrunk; /* --survive: the communicators left behind, freed at the end */
+    int nshrunk;
 } trainer_t;
 
 static void usage(FILE *f)
@@ -454,8 +456,8 @@ static void launch_bucket(trainer_t *t, bucket_t *b)
     }
     t->wait_s += now() - t0;
     if (t->kill_now) {
-        fprintf(stderr, "ddp_train: rank %d: killing itself on purpose (--kill-at-epoch)\n",
-                t->rank);
+        fprintf(stderr, "ddp_train: rank %d: SIGKILL now, at %.6f (CLOCK_MONOTONIC)\n", t->rank,
+                now());
         fflush(NULL);
         raise(SIGKILL);
     }
@@ -741,8 +743,17 @@ static void survive(trainer_t *t, place_t *pl, ddp_sampler_t *sampler, hoop_resu
             hoop_comm_destroy(t->comm);
             exit(1);
         }
-        /* The old communicator has no call in flight (every request was waited for). */
-        (void)hoop_comm_destroy(t->comm);
+        /* The old communicator is kept until the end: freeing it costs time the survivors are
+         * waiting through, and while it lives it tells a rank that was only stopped, and
+         * comes back, that it was left out. */
+        hoop_comm_t **keep = realloc(t->shrunk, ((size_t)t->nshrunk + 1) * sizeof(*keep));
+        if (keep == NULL) {
+            hoop_comm_destroy(t->comm);
+            t->comm = nc;
+            die(t, "out of memory");
+        }
+        t->shrunk = keep;
+        t->shrunk[t->nshrunk++] = t->comm;
         t->comm = nc;
         t->rank = hoop_comm_rank(nc);
         t->world = hoop_comm_size(nc);
@@ -797,7 +808,7 @@ static void survive(trainer_t *t, place_t *pl, ddp_sampler_t *sampler, hoop_resu
         fprintf(stderr,
                 "ddp_train: survived: epoch %ld goes on after step %zu of %zu on %d of %d ranks: "
                 "%zu samples per rank in %zu steps (shrink and agreement %.1f ms, done at "
-                "%.6f)\n",
+                "%.6f CLOCK_MONOTONIC)\n",
                 pl->epoch, done, old_steps, t->world, old_world, sampler->per_rank, pl->steps,
                 1e3 * (now() - t0), now());
 }
@@ -957,9 +968,9 @@ int main(int argc, char **argv)
                 t.kill_now = injected && epoch == o.kill_at_epoch;
                 if (t.kill_now)
                     fprintf(stderr,
-                            "ddp_train: rank %d: SIGKILL on purpose in epoch %ld, step %zu at "
-                            "%.6f (--kill-at-epoch)\n",
-                            t.rank, epoch, s, now());
+                            "ddp_train: rank %d: SIGKILL on purpose in epoch %ld, step %zu "
+                            "(--kill-at-epoch)\n",
+                            t.rank, epoch, s);
                 size_t b0 = s * o.batch;
                 size_t bsz = sampler.per_rank - b0 < o.batch ? sampler.per_rank - b0 : o.batch;
                 double t0 = now();
@@ -1071,6 +1082,8 @@ int main(int argc, char **argv)
     ddp_sampler_free(&sampler);
     ddp_data_free(&data);
     ddp_mlp_free(&t.m);
+    for (int k = 0; k < t.nshrunk; k++) (void)hoop_comm_destroy(t.shrunk[k]);
+    free(t.shrunk);
     rc = hoop_comm_destroy(t.comm);
     if (rc != HOOP_OK) {
         fprintf(stderr, "ddp_train: rank %d: hoop_comm_destroy failed: %s\n", t.rank,
