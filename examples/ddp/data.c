@@ -68,9 +68,11 @@ int ddp_sampler_init(ddp_sampler_t *s, size_t samples, int world, int rank, int 
     s->drop_last = drop_last;
     size_t w = (size_t)world;
     s->per_rank = drop_last ? samples / w : (samples + w - 1) / w;
+    s->ndeal = s->per_rank * w;
     s->order = malloc((samples > 0 ? samples : 1) * sizeof(size_t));
     s->mine = malloc((s->per_rank > 0 ? s->per_rank : 1) * sizeof(size_t));
-    if (s->order == NULL || s->mine == NULL) {
+    s->deal = malloc((s->ndeal > 0 ? s->ndeal : 1) * sizeof(size_t));
+    if (s->order == NULL || s->mine == NULL || s->deal == NULL) {
         ddp_sampler_free(s);
         return -1;
     }
@@ -89,15 +91,44 @@ void ddp_sampler_set_epoch(ddp_sampler_t *s, uint64_t seed, uint64_t epoch)
         s->order[j] = t;
     }
     /* Padding repeats the order from its start (position p holds order[p mod n]). */
+    s->ndeal = s->per_rank * (size_t)s->world;
+    for (size_t p = 0; p < s->ndeal; p++) s->deal[p] = s->order[p % n];
     for (size_t j = 0; j < s->per_rank; j++)
-        s->mine[j] = s->order[((size_t)s->rank + j * (size_t)s->world) % n];
+        s->mine[j] = s->deal[(size_t)s->rank + j * (size_t)s->world];
+}
+
+int ddp_sampler_reshard(ddp_sampler_t *s, size_t taken, int world, int rank)
+{
+    size_t done = (taken < s->per_rank ? taken : s->per_rank) * (size_t)s->world;
+    size_t left = s->ndeal - done, w = (size_t)world;
+    size_t per = s->drop_last ? left / w : (left + w - 1) / w;
+    size_t need = per * w;
+    size_t *deal = malloc((need > 0 ? need : 1) * sizeof(size_t));
+    size_t *mine = malloc((per > 0 ? per : 1) * sizeof(size_t));
+    if (deal == NULL || mine == NULL) {
+        free(deal);
+        free(mine);
+        return -1;
+    }
+    for (size_t p = 0; p < need; p++) deal[p] = s->deal[done + p % left];
+    for (size_t j = 0; j < per; j++) mine[j] = deal[(size_t)rank + j * w];
+    free(s->deal);
+    free(s->mine);
+    s->deal = deal;
+    s->mine = mine;
+    s->ndeal = need;
+    s->world = world;
+    s->rank = rank;
+    s->per_rank = per;
+    return 0;
 }
 
 void ddp_sampler_free(ddp_sampler_t *s)
 {
     free(s->order);
     free(s->mine);
-    s->order = s->mine = NULL;
+    free(s->deal);
+    s->order = s->mine = s->deal = NULL;
 }
 
 uint64_t ddp_hash(const void *p, size_t len, uint64_t h)

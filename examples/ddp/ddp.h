@@ -45,10 +45,19 @@ typedef struct {
     size_t per_rank; /* indices this rank sees per epoch, the same on every rank */
     size_t *order;   /* samples */
     size_t *mine;    /* per_rank */
+    size_t *deal;    /* the epoch's list, dealt out: rank r takes deal[r], deal[r + world], ... */
+    size_t ndeal;    /* per_rank x world */
 } ddp_sampler_t;
 
 int ddp_sampler_init(ddp_sampler_t *s, size_t samples, int world, int rank, int drop_last);
 void ddp_sampler_set_epoch(ddp_sampler_t *s, uint64_t seed, uint64_t epoch);
+/* The epoch goes on with another world (survivors after a rank was lost): every rank has taken
+ * the first `taken` indices of its share, so the first taken x world entries of the list are
+ * done. The rest, in list order, is dealt again over the new world the same way, padded with
+ * its own beginning to a multiple of it (cut down to one with drop_last). Every survivor
+ * computes the same list. -1 when out of memory. The next epoch needs a sampler made anew for
+ * the new world (ddp_sampler_free, ddp_sampler_init). */
+int ddp_sampler_reshard(ddp_sampler_t *s, size_t taken, int world, int rank);
 void ddp_sampler_free(ddp_sampler_t *s);
 
 /* ---- multilayer perceptron: Linear, ReLU, ..., Linear; no hidden layer is linear regression ----

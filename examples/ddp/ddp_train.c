@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,8 @@ typedef struct {
     long fail_at_epoch; /* -1: never */
     long fail_rank;     /* -1: the last rank */
     long diverge_rank;  /* -1: never */
+    int survive;
+    long kill_at_epoch; /* -1: never */
 } opts_t;
 
 typedef struct {
@@ -72,7 +75,12 @@ typedef struct {
     ddp_mlp_t m;
     bucket_t *buckets;
     int nbuckets, launched;
-    double wait_s; /* seconds spent inside hoop calls during the current step */
+    double wait_s;      /* seconds spent inside hoop calls during the current step */
+    int kill_now;       /* --kill-at-epoch: this rank dies once its first bucket is posted */
+    hoop_result_t fail; /* --survive: the step's first failed call (the step stops there) */
+    char fail_what[64];
+    hoop_comm_t **shrunk; /* --survive: the communicators left behind, freed at the end */
+    int nshrunk;
 } trainer_t;
 
 static void usage(FILE *f)
@@ -123,6 +131,13 @@ static void usage(FILE *f)
         "  --fail-rank R          the rank that fails (default: the last)\n"
         "  --test-diverge R       rank R alters one weight after the first step (--check-replicas\n"
         "                         must catch it)\n"
+        "  --kill-at-epoch K      the rank of --fail-rank SIGKILLs itself in the middle of epoch\n"
+        "                         K, once its first gradient all-reduce of the step is posted\n"
+        "surviving a lost rank:\n"
+        "  --survive              when a gradient all-reduce fails because a rank was lost, the\n"
+        "                         others shrink the communicator (hoop_comm_shrink), deal the\n"
+        "                         epoch's remaining samples out again among themselves, and go\n"
+        "                         on (docs/ddp.md)\n"
         "\n"
         "exit status: 0 done, 1 failure (a hoop call, a file, diverged replicas), 2 bad usage,\n"
         "3 failure injected by --fail-at-epoch.\n",
@@ -255,7 +270,9 @@ static void parse_options(opts_t *o, int argc, char **argv)
         O_STOP,
         O_FAIL,
         O_FAIL_RANK,
-        O_DIVERGE
+        O_DIVERGE,
+        O_KILL,
+        O_SURVIVE
     };
     static const struct option longs[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -281,6 +298,8 @@ static void parse_options(opts_t *o, int argc, char **argv)
         {"fail-at-epoch", required_argument, 0, O_FAIL},
         {"fail-rank", required_argument, 0, O_FAIL_RANK},
         {"test-diverge", required_argument, 0, O_DIVERGE},
+        {"kill-at-epoch", required_argument, 0, O_KILL},
+        {"survive", no_argument, 0, O_SURVIVE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -298,7 +317,8 @@ static void parse_options(opts_t *o, int argc, char **argv)
                   .stop_after = -1,
                   .fail_at_epoch = -1,
                   .fail_rank = -1,
-                  .diverge_rank = -1};
+                  .diverge_rank = -1,
+                  .kill_at_epoch = -1};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
@@ -345,6 +365,8 @@ static void parse_options(opts_t *o, int argc, char **argv)
         case O_FAIL: o->fail_at_epoch = parse_long("--fail-at-epoch", optarg, 0, 1000000); break;
         case O_FAIL_RANK: o->fail_rank = parse_long("--fail-rank", optarg, 0, 1 << 20); break;
         case O_DIVERGE: o->diverge_rank = parse_long("--test-diverge", optarg, 0, 1 << 20); break;
+        case O_KILL: o->kill_at_epoch = parse_long("--kill-at-epoch", optarg, 0, 1000000); break;
+        case O_SURVIVE: o->survive = 1; break;
         case 'h': usage(stdout); exit(0);
         case ':': usage_error("%s needs a value", argv[optind - 1]); break;
         default:
@@ -364,11 +386,13 @@ static void parse_options(opts_t *o, int argc, char **argv)
 static uint64_t options_fingerprint(const opts_t *o)
 {
     char s[1024];
-    int n = snprintf(
-        s, sizeof(s), "%d|%zu|%zu|%" PRIu64 "|%a|%zu|%ld|%d|%a|%s|%d|%d|%ld|%d|%ld|%ld|%ld|%ld|",
-        o->mlp, o->samples, o->features, o->seed, o->lr, o->batch, o->epochs, o->drop_last,
-        o->bucket_mb, o->sync ? o->sync : "-", o->overlap, o->checkpoint != NULL, o->save_every,
-        o->check_replicas, o->stop_after, o->fail_at_epoch, o->fail_rank, o->diverge_rank);
+    int n = snprintf(s, sizeof(s),
+                     "%d|%zu|%zu|%" PRIu64
+                     "|%a|%zu|%ld|%d|%a|%s|%d|%d|%ld|%d|%ld|%ld|%ld|%ld|%d|%ld|",
+                     o->mlp, o->samples, o->features, o->seed, o->lr, o->batch, o->epochs,
+                     o->drop_last, o->bucket_mb, o->sync ? o->sync : "-", o->overlap,
+                     o->checkpoint != NULL, o->save_every, o->check_replicas, o->stop_after,
+                     o->fail_at_epoch, o->fail_rank, o->diverge_rank, o->survive, o->kill_at_epoch);
     uint64_t h = ddp_hash(s, (size_t)n, HASH_BASIS);
     for (int k = 0; k < o->nhidden; k++) h = ddp_hash(&o->hidden[k], sizeof(size_t), h);
     return h;
@@ -406,18 +430,37 @@ static void make_buckets(trainer_t *t)
     if (cur.count > 0) t->buckets[t->nbuckets++] = cur;
 }
 
+/* With --survive a failed call does not end the job: it is kept in t->fail, no later bucket of the
+ * step is posted, and the step is given up once the posted ones are over (finish_gradients). */
+static void step_check(trainer_t *t, hoop_result_t rc, const char *what)
+{
+    if (!t->o->survive) hcheck(t, rc, what);
+    if (rc == HOOP_OK || t->fail != HOOP_OK) return;
+    t->fail = rc;
+    snprintf(t->fail_what, sizeof(t->fail_what), "%s", what);
+}
+
 static void launch_bucket(trainer_t *t, bucket_t *b)
 {
     float *g = t->m.grad + b->off;
     char what[64];
     snprintf(what, sizeof(what), "all-reduce of gradient bucket %d", (int)(b - t->buckets));
+    b->req = NULL;
+    if (t->fail != HOOP_OK) return;
     double t0 = now();
     if (t->o->overlap) {
-        hcheck(t, hoop_iallreduce(t->comm, g, g, b->count, HOOP_FLOAT32, HOOP_AVG, &b->req), what);
+        step_check(t, hoop_iallreduce(t->comm, g, g, b->count, HOOP_FLOAT32, HOOP_AVG, &b->req),
+                   what);
     } else {
-        hcheck(t, hoop_allreduce(t->comm, g, g, b->count, HOOP_FLOAT32, HOOP_AVG), what);
+        step_check(t, hoop_allreduce(t->comm, g, g, b->count, HOOP_FLOAT32, HOOP_AVG), what);
     }
     t->wait_s += now() - t0;
+    if (t->kill_now) {
+        fprintf(stderr, "ddp_train: rank %d: SIGKILL now, at %.6f (CLOCK_MONOTONIC)\n", t->rank,
+                now());
+        fflush(NULL);
+        raise(SIGKILL);
+    }
 }
 
 /* Called by backward once a layer's gradients are final: start every bucket that is now complete. */
@@ -439,7 +482,9 @@ static void finish_gradients(trainer_t *t)
         double t0 = now();
         hoop_request_t *req = t->buckets[k].req;
         t->buckets[k].req = NULL;
-        hcheck(t, hoop_wait(req), what);
+        /* Every posted request is waited for, a failed step's too: none may still be running
+         * on the gradients when the step is given up. */
+        if (req != NULL) step_check(t, hoop_wait(req), what);
         t->wait_s += now() - t0;
     }
 }
@@ -649,6 +694,125 @@ static long restart_count(void)
     return *end == '\0' && v >= 0 ? v : 0;
 }
 
+/* ---------------------------------------------------------------- surviving a lost rank */
+
+/* Whether an injected failure (--fail-at-epoch, --kill-at-epoch) falls in this epoch. */
+static int epoch_hits(const opts_t *o, long epoch)
+{
+    return epoch == o->fail_at_epoch || epoch == o->kill_at_epoch;
+}
+
+/* Where a rank is in the current epoch. A segment is the part of the epoch run on one world. */
+typedef struct {
+    long epoch;
+    size_t step, steps; /* steps of the segment done, and its length */
+    size_t e_steps;     /* steps of the epoch done, over all its segments */
+    double loss_sum, last_loss;
+    double samples, last_samples; /* trained on in the epoch by all ranks, and in the last step */
+    float *snap;                  /* --survive: the parameters before the last step's update */
+    int can_undo;                 /* snap holds them */
+    int shrinks;
+} place_t;
+
+static int is_loss(hoop_result_t rc)
+{
+    return rc == HOOP_ERR_PEER_LOST || rc == HOOP_ERR_ABORTED || rc == HOOP_ERR_TIMEOUT;
+}
+
+/* --survive: a call of the epoch failed because a rank was lost. The ranks still running shrink
+ * the communicator and agree on how far they got: a rank can be one step ahead of another (its
+ * all-reduce completed where the other's failed, as the dead rank had sent all of its part), and
+ * then it undoes that step. The parameters are compared, then the rest of the epoch is dealt out
+ * again (ddp_sampler_reshard): the first `step` batches of every old rank's share are done, and
+ * the rest of the epoch's list, the dead rank's share included, goes to the survivors. */
+static void survive(trainer_t *t, place_t *pl, ddp_sampler_t *sampler, hoop_result_t rc,
+                    const char *what)
+{
+    fprintf(stderr, "ddp_train: rank %d: %s failed: %s: %s\n", t->rank, what, hoop_error_string(rc),
+            hoop_comm_last_error(t->comm));
+    if (!is_loss(rc)) die(t, "stopping: the failure is not the loss of a rank");
+    int old_world = t->world;
+    size_t old_steps = pl->steps;
+    double t0 = now();
+    for (;;) {
+        hoop_comm_t *nc = NULL;
+        hoop_result_t r = hoop_comm_shrink(t->comm, &nc);
+        if (r != HOOP_OK) {
+            fprintf(stderr, "ddp_train: rank %d: hoop_comm_shrink failed: %s: %s\n", t->rank,
+                    hoop_error_string(r), hoop_comm_last_error(t->comm));
+            hoop_comm_destroy(t->comm);
+            exit(1);
+        }
+        /* The old communicator is kept until the end: freeing it costs time the survivors are
+         * waiting through, and while it lives it tells a rank that was only stopped, and
+         * comes back, that it was left out. */
+        hoop_comm_t **keep = realloc(t->shrunk, ((size_t)t->nshrunk + 1) * sizeof(*keep));
+        if (keep == NULL) {
+            hoop_comm_destroy(t->comm);
+            t->comm = nc;
+            die(t, "out of memory");
+        }
+        t->shrunk = keep;
+        t->shrunk[t->nshrunk++] = t->comm;
+        t->comm = nc;
+        t->rank = hoop_comm_rank(nc);
+        t->world = hoop_comm_size(nc);
+        pl->shrinks++;
+        /* The lowest and the highest place, in one all-reduce (the highest negated). */
+        int64_t me = ((int64_t)pl->epoch << 32) | (int64_t)pl->step;
+        int64_t mm[2] = {me, -me};
+        r = hoop_allreduce(t->comm, mm, mm, 2, HOOP_INT64, HOOP_MIN);
+        if (r != HOOP_OK) {
+            if (!is_loss(r)) hcheck(t, r, "all-reduce of the survivors' places");
+            fprintf(stderr, "ddp_train: rank %d: lost another rank while agreeing: %s\n", t->rank,
+                    hoop_comm_last_error(t->comm));
+            continue;
+        }
+        int64_t lo = mm[0], hi = -mm[1];
+        if (hi - lo > 1 || (hi >> 32) != (lo >> 32) || (me > lo && !pl->can_undo))
+            die(t,
+                "the survivors are further apart than one step (epoch %lld step %lld to epoch "
+                "%lld step %lld): they cannot go on together",
+                (long long)(lo >> 32), (long long)(lo & 0xffffffff), (long long)(hi >> 32),
+                (long long)(hi & 0xffffffff));
+        if (me > lo) {
+            memcpy(t->m.param, pl->snap, t->m.params * sizeof(float));
+            pl->can_undo = 0;
+            pl->step--;
+            pl->e_steps--;
+            pl->loss_sum -= pl->last_loss;
+            pl->samples -= pl->last_samples;
+        }
+        uint64_t h = ddp_hash(t->m.param, t->m.params * sizeof(float), HASH_BASIS);
+        uint64_t *all = malloc((size_t)t->world * sizeof(uint64_t));
+        if (all == NULL) die(t, "out of memory");
+        r = hoop_allgather(t->comm, &h, all, 1, HOOP_UINT64);
+        int differ = 0;
+        for (int k = 1; r == HOOP_OK && k < t->world; k++) differ |= all[k] != all[0];
+        free(all);
+        if (r != HOOP_OK) {
+            if (!is_loss(r)) hcheck(t, r, "all-gather of the survivors' weight hashes");
+            fprintf(stderr, "ddp_train: rank %d: lost another rank while agreeing: %s\n", t->rank,
+                    hoop_comm_last_error(t->comm));
+            continue;
+        }
+        if (differ) stop(t, "the survivors' replicas differ after the shrink");
+        break;
+    }
+    size_t done = pl->step;
+    if (ddp_sampler_reshard(sampler, done * t->o->batch, t->world, t->rank) != 0)
+        die(t, "out of memory for the sampler");
+    pl->steps = (sampler->per_rank + t->o->batch - 1) / t->o->batch;
+    pl->step = 0;
+    if (t->rank == 0)
+        fprintf(stderr,
+                "ddp_train: survived: epoch %ld goes on after step %zu of %zu on %d of %d ranks: "
+                "%zu samples per rank in %zu steps (shrink and agreement %.1f ms, done at "
+                "%.6f CLOCK_MONOTONIC)\n",
+                pl->epoch, done, old_steps, t->world, old_world, sampler->per_rank, pl->steps,
+                1e3 * (now() - t0), now());
+}
+
 static void print_model(const trainer_t *t, const ddp_sampler_t *s, size_t steps)
 {
     const opts_t *o = t->o;
@@ -757,59 +921,117 @@ int main(int argc, char **argv)
         die(&t, "out of memory");
     long fail_rank = o.fail_rank >= 0 ? o.fail_rank : t.world - 1;
     size_t nsteps = 0;
-    double last_loss = NAN, run_t0 = now();
+    double last_loss = NAN, run_t0 = now(), run_samples = 0;
+    place_t pl = {.steps = steps};
+    int sampler_shrinks = 0; /* pl.shrinks when the sampler was made */
+    if (o.survive) {
+        pl.snap = malloc(t.m.params * sizeof(float));
+        if (pl.snap == NULL) die(&t, "out of memory");
+    }
 
     if (!quiet && end > start)
         printf("%6s %14s %11s %9s %11s %9s %7s\n", "epoch", "loss", "samples/s", "step ms",
                "compute ms", "wait ms", "wait %");
     for (long epoch = start; epoch < end; epoch++) {
-        double e_t0 = now(), loss_sum = 0, e_step = 0, e_wait = 0;
-        ddp_sampler_set_epoch(&sampler, o.seed, (uint64_t)epoch);
-        for (size_t s = 0; s < steps; s++) {
-            if (epoch == o.fail_at_epoch && t.rank == fail_rank && s == steps / 2 && attempt == 0) {
-                fprintf(stderr,
-                        "ddp_train: rank %d: failing on purpose in epoch %ld, step %zu "
-                        "(--fail-at-epoch)\n",
-                        t.rank, epoch, s);
-                fflush(NULL);
-                _exit(3);
-            }
-            size_t b0 = s * o.batch;
-            size_t bsz = sampler.per_rank - b0 < o.batch ? sampler.per_rank - b0 : o.batch;
-            double t0 = now();
-            for (size_t i = 0; i < bsz; i++) {
-                size_t idx = sampler.mine[b0 + i];
-                memcpy(bx + i * o.features, data.x + idx * o.features, o.features * sizeof(float));
-                by[i] = data.y[idx];
-            }
-            t.wait_s = 0;
-            t.launched = 0;
-            loss_sum += ddp_mlp_forward(&t.m, bx, by, bsz);
-            ddp_mlp_backward(&t.m, by, bsz, on_layer_ready, &t);
-            finish_gradients(&t);
-            ddp_mlp_sgd(&t.m, (float)o.lr);
-            double dt = now() - t0;
-            step_ms[nsteps % TIMED_STEPS] = 1e3 * dt;
-            wait_ms[nsteps % TIMED_STEPS] = 1e3 * t.wait_s;
-            comp_ms[nsteps % TIMED_STEPS] = 1e3 * (dt - t.wait_s);
-            nsteps++;
-            e_step += dt;
-            e_wait += t.wait_s;
-            if (o.diverge_rank == t.rank && epoch == start && s == 0) {
-                uint32_t bits;
-                memcpy(&bits, &t.m.param[t.m.params / 2], 4);
-                bits ^= 1;
-                memcpy(&t.m.param[t.m.params / 2], &bits, 4);
-            }
-            if (o.check_replicas) check_replicas(&t, epoch, s);
+        double e_t0 = now(), e_step = 0, e_wait = 0;
+        if (pl.shrinks != sampler_shrinks) { /* survivors: the epoch is dealt to them alone */
+            sampler_shrinks = pl.shrinks;
+            ddp_sampler_free(&sampler);
+            if (ddp_sampler_init(&sampler, o.samples, t.world, t.rank, o.drop_last) != 0)
+                die(&t, "out of memory for the sampler");
+            if (sampler.per_rank == 0)
+                die(&t, "--drop-last with %zu samples leaves nothing for %d ranks", o.samples,
+                    t.world);
         }
-        /* Loss and times, averaged over the ranks. */
-        double st[4] = {loss_sum / (double)steps, 1e3 * e_step / (double)steps,
-                        1e3 * (e_step - e_wait) / (double)steps, 1e3 * e_wait / (double)steps};
-        hcheck(&t, hoop_allreduce(t.comm, st, st, 4, HOOP_FLOAT64, HOOP_AVG),
-               "all-reduce of the epoch's loss");
+        ddp_sampler_set_epoch(&sampler, o.seed, (uint64_t)epoch);
+        pl.epoch = epoch;
+        pl.step = pl.e_steps = 0;
+        pl.steps = (sampler.per_rank + o.batch - 1) / o.batch;
+        pl.loss_sum = pl.samples = 0;
+        pl.can_undo = 0;
+        double st[4];
+        for (;;) {
+            while (pl.step < pl.steps) {
+                size_t s = pl.step;
+                /* Injected failures hit the first world only (a survivor's new rank may be the
+                 * number given). */
+                int injected = epoch_hits(&o, epoch) && pl.shrinks == 0 && t.rank == fail_rank &&
+                               s == pl.steps / 2 && attempt == 0;
+                if (injected && epoch == o.fail_at_epoch) {
+                    fprintf(stderr,
+                            "ddp_train: rank %d: failing on purpose in epoch %ld, step %zu "
+                            "(--fail-at-epoch)\n",
+                            t.rank, epoch, s);
+                    fflush(NULL);
+                    _exit(3);
+                }
+                t.kill_now = injected && epoch == o.kill_at_epoch;
+                if (t.kill_now)
+                    fprintf(stderr,
+                            "ddp_train: rank %d: SIGKILL on purpose in epoch %ld, step %zu "
+                            "(--kill-at-epoch)\n",
+                            t.rank, epoch, s);
+                size_t b0 = s * o.batch;
+                size_t bsz = sampler.per_rank - b0 < o.batch ? sampler.per_rank - b0 : o.batch;
+                double t0 = now();
+                for (size_t i = 0; i < bsz; i++) {
+                    size_t idx = sampler.mine[b0 + i];
+                    memcpy(bx + i * o.features, data.x + idx * o.features,
+                           o.features * sizeof(float));
+                    by[i] = data.y[idx];
+                }
+                t.wait_s = 0;
+                t.launched = 0;
+                t.fail = HOOP_OK;
+                double loss = ddp_mlp_forward(&t.m, bx, by, bsz);
+                ddp_mlp_backward(&t.m, by, bsz, on_layer_ready, &t);
+                finish_gradients(&t);
+                if (t.fail != HOOP_OK) {
+                    survive(&t, &pl, &sampler, t.fail, t.fail_what);
+                    quiet = o.quiet || t.rank != 0;
+                    continue;
+                }
+                if (pl.snap != NULL) {
+                    memcpy(pl.snap, t.m.param, t.m.params * sizeof(float));
+                    pl.can_undo = 1;
+                }
+                ddp_mlp_sgd(&t.m, (float)o.lr);
+                double dt = now() - t0;
+                step_ms[nsteps % TIMED_STEPS] = 1e3 * dt;
+                wait_ms[nsteps % TIMED_STEPS] = 1e3 * t.wait_s;
+                comp_ms[nsteps % TIMED_STEPS] = 1e3 * (dt - t.wait_s);
+                nsteps++;
+                e_step += dt;
+                e_wait += t.wait_s;
+                pl.loss_sum += loss;
+                pl.last_loss = loss;
+                pl.last_samples = (double)bsz * t.world;
+                pl.samples += pl.last_samples;
+                pl.e_steps++;
+                pl.step++;
+                if (o.diverge_rank == t.rank && epoch == start && s == 0) {
+                    uint32_t bits;
+                    memcpy(&bits, &t.m.param[t.m.params / 2], 4);
+                    bits ^= 1;
+                    memcpy(&t.m.param[t.m.params / 2], &bits, 4);
+                }
+                if (o.check_replicas) check_replicas(&t, epoch, s);
+            }
+            /* Loss and times, averaged over the ranks. */
+            double n = pl.e_steps > 0 ? (double)pl.e_steps : 1.0;
+            st[0] = pl.loss_sum / n;
+            st[1] = 1e3 * e_step / n;
+            st[2] = 1e3 * (e_step - e_wait) / n;
+            st[3] = 1e3 * e_wait / n;
+            rc = hoop_allreduce(t.comm, st, st, 4, HOOP_FLOAT64, HOOP_AVG);
+            if (rc == HOOP_OK) break;
+            if (!o.survive) hcheck(&t, rc, "all-reduce of the epoch's loss");
+            survive(&t, &pl, &sampler, rc, "all-reduce of the epoch's loss");
+            quiet = o.quiet || t.rank != 0;
+        }
         last_loss = st[0];
-        double rate = (double)(sampler.per_rank * (size_t)t.world) / (now() - e_t0);
+        run_samples += pl.samples;
+        double rate = pl.samples / (now() - e_t0);
         if (!quiet) {
             printf("%6ld %14.8f %11.1f %9.2f %11.2f %9.2f %7.1f\n", epoch, st[0], rate, st[1],
                    st[2], st[3], st[1] > 0 ? 100.0 * st[3] / st[1] : 0.0);
@@ -844,9 +1066,8 @@ int main(int argc, char **argv)
                 snprintf(range, sizeof(range), "epochs %ld-%ld", start, end - 1);
             printf("ddp_train: %s: %zu steps, %.1f samples/s, median step %.2f ms "
                    "(compute %.2f ms, waiting %.2f ms), final loss %.8f%s\n",
-                   range, nsteps,
-                   (double)(sampler.per_rank * (size_t)t.world) * (double)(end - start) / run_s,
-                   med[0], med[1], med[2], last_loss, end < o.epochs ? " (stopped early)" : "");
+                   range, nsteps, run_samples / run_s, med[0], med[1], med[2], last_loss,
+                   end < o.epochs ? " (stopped early)" : "");
         }
     }
     if (t.rank == 0 && o.dump_weights != NULL) dump_weights(&t);
@@ -856,10 +1077,13 @@ int main(int argc, char **argv)
     free(comp_ms);
     free(bx);
     free(by);
+    free(pl.snap);
     free(t.buckets);
     ddp_sampler_free(&sampler);
     ddp_data_free(&data);
     ddp_mlp_free(&t.m);
+    for (int k = 0; k < t.nshrunk; k++) (void)hoop_comm_destroy(t.shrunk[k]);
+    free(t.shrunk);
     rc = hoop_comm_destroy(t.comm);
     if (rc != HOOP_OK) {
         fprintf(stderr, "ddp_train: rank %d: hoop_comm_destroy failed: %s\n", t.rank,

@@ -510,6 +510,27 @@ class Comm:
             self._check(rc, "split")
         return Comm(nc.value, self._any_thread) if nc.value else None
 
+    def shrink(self, exclude=()):
+        """After a peer was lost (a call raised PeerLostError, AbortedError or TimeoutError), every
+        rank still running calls it and gets a new Comm of the ranks that took part, numbered in
+        their old order (hoop_comm_shrink; docs/reliability.md). exclude: ranks to leave out as
+        well, the same list on every caller; an excluded rank gets None. This Comm is not
+        changed: destroy it as usual. Raises on every member where the shrink fails."""
+        ranks = [_integer(r, "shrink: exclude") for r in exclude]
+        arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+        nc = ctypes.c_void_p()
+        self._poster("shrink")
+        with self._lock:
+            try:
+                rc = _lib().hoop_comm_shrink_exclude(self._handle(), arr, len(ranks),
+                                                     ctypes.byref(nc))
+            except BaseException:
+                if nc.value:
+                    _lib().hoop_comm_destroy(nc.value)
+                raise
+            self._check(rc, "shrink")
+        return Comm(nc.value, self._any_thread) if nc.value else None
+
     def abort(self):
         """Fails every pending and future call (here and, as connections drop, on the peers).
         The communicator must still be destroyed. Safe from any thread."""

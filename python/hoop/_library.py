@@ -78,6 +78,7 @@ def _declare(lib):
         "hoop_comm_last_error": (ctypes.c_char_p, [P]),
         "hoop_init": (R, [PP, ctypes.c_char_p, I, I]),
         "hoop_comm_split": (R, [P, I, I, PP]),
+        "hoop_comm_shrink_exclude": (R, [P, ctypes.POINTER(I), I, PP]),
         "hoop_comm_destroy": (R, [P]),
         "hoop_comm_abort": (R, [P]),
         "hoop_comm_rank": (I, [P]),

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Tests of the data-parallel trainer (examples/ddp/ddp_train), run under hooprun as users run it.
 #   ddp_test.sh CASE HOOPRUN DDP_TRAIN WCMP [PYTHON TORCH_REF]
+#   ddp_test.sh survive TRANSPORT HOOPRUN DDP_TRAIN WCMP SURVIVE_REF
 # CASE: usage equiv-linear equiv-mlp replicas resume-stop resume-restart sync checkpoint-bad
-#       mismatch peer-lost torch
+#       mismatch peer-lost torch survive
 #
 # Tolerance. Runs that differ only in how the global batch is split among ranks compute the same
 # mathematics with float32 sums in another order (per-rank partial means, then the all-reduce
@@ -15,6 +16,10 @@
 set -u
 
 case_name=$1
+if [ "$case_name" = survive ]; then
+    TRANSPORT=$2
+    shift
+fi
 HOOPRUN=$2
 TRAIN=$3
 WCMP=$4
@@ -297,6 +302,52 @@ test_peer_lost() {
         fail "rank 0 does not name the failed call, the error and the lost peer"
 }
 
+test_survive() {
+    # Four ranks started by hand (hooprun ends a job at its first death); the victim SIGKILLs
+    # itself in epoch 1 with its gradient all-reduce posted. The survivors shrink, deal the rest
+    # of the epoch out again and finish the job; their weights must be those of the same schedule
+    # replayed in one process by survive_ref (4 ranks, then 3 from the step where they went on).
+    a="--model mlp --hidden 32,16 --lr 0.05 --samples 500 --batch 8 --epochs 3"
+    steps=16 # 500 samples on 4 ranks: 125 per rank, batches of 8
+    for victim in 1 0; do
+        rm -f "$T"/rdv* "$T"/w
+        for r in 0 1 2 3; do
+            # shellcheck disable=SC2086
+            HOOP_TRANSPORT=$TRANSPORT RANK=$r WORLD_SIZE=4 "$TRAIN" --init-method "file://$T/rdv" \
+                $a --quiet --survive --kill-at-epoch 1 --fail-rank $victim --dump-weights "$T/w" \
+                >"$T/out$r" 2>"$T/err$r" &
+            eval "pid$r=\$!"
+        done
+        cat /dev/null >"$T/err"
+        for r in 0 1 2 3; do
+            eval "wait \$pid$r"
+            rc=$?
+            cat "$T/err$r" >>"$T/err"
+            if [ "$r" -eq "$victim" ]; then
+                [ "$rc" -eq 137 ] || fail "the victim, rank $r: status $rc, expected 137 (SIGKILL)"
+            else
+                [ "$rc" -eq 0 ] || fail "survivor rank $r (victim $victim): status $rc, expected 0"
+            fi
+        done
+        expect_err "rank $victim: SIGKILL on purpose in epoch 1, step 8"
+        # Where the survivors went on: after step 8 (the victim's part of step 8 never came), or
+        # 9 where its all-reduce had sent everything before it died.
+        line=$(grep -h '^ddp_train: survived: ' "$T"/err[0-3])
+        [ "$(printf '%s\n' "$line" | grep -c .)" -eq 1 ] || fail "not one 'survived' line: $line"
+        s=$(printf '%s\n' "$line" |
+            sed -n "s/^ddp_train: survived: epoch 1 goes on after step \([0-9]*\) of $steps on 3 of 4 ranks: .*/\1/p")
+        [ "$s" = 8 ] || [ "$s" = 9 ] || fail "unexpected 'survived' line: $line"
+        [ -s "$T/w" ] || fail "the survivors wrote no weights"
+        # shellcheck disable=SC2086
+        "$SURVIVE_REF" $a --world 4 --lost "1:$s:3" --out "$T/wref" || fail "survive_ref failed"
+        same_weights "$T/w" "$T/wref"
+        # The control: the job that loses no rank ends elsewhere.
+        # shellcheck disable=SC2086
+        "$SURVIVE_REF" $a --world 4 --out "$T/wfull" || fail "survive_ref failed"
+        "$WCMP" "$T/w" "$T/wfull" --differ 1e-4 || fail "the survivors end where 4 ranks do"
+    done
+}
+
 test_torch() {
     lin="--model linear --lr 0.1"
     mlp="--model mlp --hidden 32,16 --lr 0.05"
@@ -332,6 +383,10 @@ resume-stop) test_resume_stop ;;
 resume-restart) test_resume_restart ;;
 checkpoint-bad) test_checkpoint_bad ;;
 peer-lost) test_peer_lost ;;
+survive)
+    SURVIVE_REF=$5
+    test_survive
+    ;;
 *)
     echo "unknown case '$case_name'" >&2
     exit 2
