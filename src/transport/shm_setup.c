@@ -159,8 +159,11 @@ static hoop_result_t connect_peer_aborted(hoop__tp_t *tp, int j)
 }
 
 /* Maps peer j's segment and opens what watches and wakes it. An error's sentence goes to msg
- * (n bytes); the caller reports it. */
-static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr, char *msg, size_t n)
+ * (n bytes); the caller reports it. HOOP_ERR_PEER_LOST where the segment is gone: its process
+ * exited, or, at a lazy first transfer (the peer may have closed its instance since), no longer
+ * there or no longer the one published. */
+static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr, int lazy, char *msg,
+                              size_t n)
 {
     peer_t *pe = &tp->peers[j];
     char path[64];
@@ -173,7 +176,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr, char *msg
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
     int mfd = open(path, O_RDWR | O_CLOEXEC);
-    if (mfd < 0 && errno == ENOENT && hoop__process_gone(pid)) {
+    if (mfd < 0 && errno == ENOENT && (lazy || hoop__process_gone(pid))) {
         /* Another user's process gives EACCES; no such fd means the rank published its address
          * and then exited (or is a zombie already). */
         snprintf(msg, n, "lost rank %d while connecting (its process %d exited)", j, pid);
@@ -208,7 +211,7 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr, char *msg
         munmap(m, len);
         pe->map = NULL;
         pe->sh = NULL;
-        return HOOP_ERR_INTERNAL;
+        return lazy ? HOOP_ERR_PEER_LOST : HOOP_ERR_INTERNAL;
     }
     atomic_fetch_add(&pe->sh->mapped_by, 1);
     size_t ctl_off = (size_t)((uint8_t *)tp->ctl - tp->seg);
@@ -326,10 +329,11 @@ static int tree_peer(const hoop__tp_t *tp, int j)
 hoop_result_t hoop__shm_map_lazy(hoop__tp_t *tp, int j, char *msg, size_t n)
 {
     peer_t *pe = &tp->peers[j];
-    hoop_result_t rc = map_peer(tp, j, pe->addr, msg, n);
+    hoop_result_t rc = map_peer(tp, j, pe->addr, 1, msg, n);
     if (rc != HOOP_ERR_PEER_LOST) return rc;
-    /* It had gone before this rank first needed it: what it wrote to this rank is still in the
-     * ring here, and a closed peer's rules apply (shm.c, check_peers). */
+    /* It had exited or closed its instance before this rank first needed it: what it wrote to
+     * this rank is still in the ring here, and a closed peer's rules apply (shm.c,
+     * check_peers). */
     if (tp->tomb == NULL && (tp->tomb = calloc(1, sizeof(*tp->tomb))) == NULL)
         return HOOP_ERR_NO_MEMORY;
     atomic_store(&tp->tomb->closed, 1);
@@ -368,7 +372,7 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
             memcpy(pe->addr, addrs[j], strlen(addrs[j]) + 1);
         }
         if (rc == HOOP_OK && (!tp->lazy || tree_peer(tp, j))) {
-            rc = map_peer(tp, j, addrs[j], msg, sizeof(msg));
+            rc = map_peer(tp, j, addrs[j], 0, msg, sizeof(msg));
             if (rc == HOOP_OK && o + 12 < sizeof(list))
                 o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? "," : "", j);
         }
