@@ -61,6 +61,7 @@
 #define PAGE 4096
 #define ADDR_LEN 64
 #define REASON 448
+#define SWEEP_PEERS 16 /* peers besides the one waited for whose process a look polls */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
@@ -239,8 +240,10 @@ static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
                                 "area): point-to-point algorithms instead");
         return rc;
     }
-    for (int q = 0; q < p; q++)
-        if (q != me) a->pidfd[q] = (int)syscall(SYS_pidfd_open, (pid_t)ctl_of(a, q)->pid, 0);
+    /* The peers' pidfds are opened as the waits first look at them (peer_gone): p of them on
+     * every rank at once was p² opens at the first call, most of them for peers a wait never
+     * needs to poll. */
+    for (int q = 0; q < p; q++) a->pidfd[q] = -2;
     a->ready = 1;
     return HOOP_OK;
 }
@@ -374,6 +377,20 @@ static hoop_result_t peer_failed(const hoop__call_t *call, hoop__shc_t *a, int q
     return step_failed(call, HOOP_ERR_PEER_LOST);
 }
 
+/* Whether rank q's process has exited, through its pidfd (opened at the first look), or, where
+ * there is none, by its pid for the peer waited for, every 10 ms. */
+static int peer_gone(hoop__shc_t *a, int q, int waited, double now)
+{
+    if (a->pidfd[q] == -2) a->pidfd[q] = (int)syscall(SYS_pidfd_open, (pid_t)ctl_of(a, q)->pid, 0);
+    if (a->pidfd[q] >= 0) {
+        struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
+        return poll(&pf, 1, 0) > 0;
+    }
+    if (!waited || now < a->next_gone_check) return 0;
+    a->next_gone_check = now + 0.01;
+    return hoop__process_gone((pid_t)ctl_of(a, q)->pid);
+}
+
 /* Between sleeps, waiting for peer's step s: the transport, the peers' abort flags and
  * processes, the deadline. Whatever it finds fails the wait only while peer has not published
  * the step, looked at after finding it: a rank that has published every step of a call may go on
@@ -390,27 +407,29 @@ static hoop_result_t check_world(const hoop__call_t *call, hoop__shc_t *a, int p
     if (atomic_load(&c->aborted))
         return published(a, peer, s) ? HOOP_OK : step_failed(call, HOOP_ERR_ABORTED);
     /* Dead peers first, so that a rank that sees both names the dead one rather than a peer
-     * that aborted because of it; then peers that aborted. */
-    for (int pass = 0; pass < 2; pass++)
-        for (int q = 0; q < a->p; q++) {
-            if (q == c->rank) continue;
-            slot_ctl_t *pc = ctl_of(a, q);
-            uint32_t ab = pass == 1 ? atomic_load(&pc->aborted) : 0;
-            int gone = 0;
-            /* A peer that has published this step may end (its last call is done): only one that
-             * has not can fail this wait. */
-            if (pass == 0 && published(a, q, s)) continue;
-            if (pass == 0 && a->pidfd[q] >= 0) {
-                struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
-                gone = poll(&pf, 1, 0) > 0;
-            } else if (pass == 0 && q == peer && now >= a->next_gone_check) {
-                a->next_gone_check = now + 0.01;
-                gone = hoop__process_gone((pid_t)pc->pid);
-            }
-            if (ab == 0 && !gone) continue;
-            if (published(a, peer, s)) return HOOP_OK;
-            return peer_failed(call, a, q, 1);
-        }
+     * that aborted because of it; then peers that aborted (a load each: all of them). Processes
+     * are looked at through a bounded sweep: the peer waited for at every look, and SWEEP_PEERS
+     * others in turn. Polling every peer's pidfd every millisecond on every rank was p² system
+     * calls a millisecond, which at hundreds of ranks on a few cores was most of what they did.
+     * A dead rank is still seen within milliseconds: each rank that reaches the step waits for
+     * it and polls it (an abort follows, which everyone loads), and the sweep finds it by
+     * itself within p / SWEEP_PEERS looks. */
+    if (!published(a, peer, s) && peer_gone(a, peer, 1, now))
+        return published(a, peer, s) ? HOOP_OK : peer_failed(call, a, peer, 1);
+    for (int i = 0; i < (a->p < SWEEP_PEERS ? a->p : SWEEP_PEERS); i++) {
+        int q = a->sweep;
+        a->sweep = (a->sweep + 1) % a->p;
+        /* A peer that has published this step may end (its last call is done): only one that
+         * has not can fail this wait. */
+        if (q == c->rank || q == peer || published(a, q, s) || !peer_gone(a, q, 0, now)) continue;
+        if (published(a, peer, s)) return HOOP_OK;
+        return peer_failed(call, a, q, 1);
+    }
+    for (int q = 0; q < a->p; q++) {
+        if (q == c->rank || atomic_load(&ctl_of(a, q)->aborted) == 0) continue;
+        if (published(a, peer, s)) return HOOP_OK;
+        return peer_failed(call, a, q, 1);
+    }
     /* Its abort flag, if it has one, was set before it closed: peer_failed reads it again. */
     if (atomic_load(&ctl_of(a, peer)->closed) && !published(a, peer, s))
         return peer_failed(call, a, peer, 2);
@@ -605,12 +624,7 @@ void hoop__shc_drain(const hoop__call_t *call, hoop__shc_t *a, uint64_t s)
          * its process ends. */
         while (!published(a, q, s) && atomic_load(&pc->aborted) == 0 && !atomic_load(&pc->closed) &&
                hoop__now() - start < c->timeout_s) {
-            if (a->pidfd[q] >= 0) {
-                struct pollfd pf = {.fd = a->pidfd[q], .events = POLLIN};
-                if (poll(&pf, 1, 0) > 0) break;
-            } else if (hoop__process_gone((pid_t)pc->pid)) {
-                break;
-            }
+            if (peer_gone(a, q, 1, hoop__now())) break;
             struct timespec ts = {0, 100000};
             nanosleep(&ts, NULL);
         }

@@ -47,7 +47,8 @@ struct hoop__shc {
     int p, ready;
     int tried;     /* area_setup ran (once per communicator, whatever it found) */
     uint64_t step; /* this rank's last published step */
-    int *pidfd;    /* per peer, -1 where none */
+    int *pidfd;    /* per peer, opened at its first look: -2 not yet, -1 none */
+    int sweep;     /* the next peer a wait's liveness sweep looks at (check_world) */
     double next_gone_check;
     /* What the last step found every rank's flags to say: HOST, DEVICE or MIXED. Every step of
      * a call after its first says HOST: only ranks with host buffers go on. */

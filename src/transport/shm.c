@@ -44,6 +44,7 @@ static void publish(const peer_t *pe, _Atomic uint64_t *counter, uint64_t v)
 void hoop__shm_force_wake(const peer_t *pe)
 {
     seg_hdr_t *sh = pe->sh;
+    if (sh == NULL) return; /* not mapped: it has nothing of this rank's to wait for */
     atomic_fetch_add(&sh->doorbell, 1);
     /* It sleeps in another transport's poll(): ring its bell (full pipe: it is ringing already).
      * This is the transport's only write to a pipe; bell_fd is open read-write, so it cannot
@@ -185,6 +186,23 @@ static void shm_post(hoop__tp_t *tp, hoop__xfer_t *x)
         return;
     }
     if (hoop__tp_refuse_mem("shm", SHM_CAPS, &tp->p, x)) return;
+    if (pe->sh == NULL) {
+        char msg[400];
+        hoop_result_t rc = hoop__shm_map_lazy(tp, x->peer, msg, sizeof(msg));
+        if (rc != HOOP_OK) {
+            finish(x, rc);
+            peer_fail(tp, x->peer, rc, msg);
+            return;
+        }
+    }
+    if (pe->sh == tp->tomb && x->dir == HOOP__XFER_SEND) {
+        /* Gone before this rank first sent to it: nobody will read this. */
+        char msg[96];
+        snprintf(msg, sizeof(msg), "lost rank %d (it closed its connections or exited)", x->peer);
+        finish(x, HOOP_ERR_PEER_LOST);
+        peer_fail(tp, x->peer, HOOP_ERR_PEER_LOST, msg);
+        return;
+    }
     op_t *o = op_new(tp);
     if (o == NULL) {
         finish(x, HOOP_ERR_NO_MEMORY);
@@ -605,17 +623,24 @@ static int lose(hoop__tp_t *tp, int j, const char *why, int died)
  * peers we have transfers with are looked at. Returns 1 if any peer failed. */
 static int check_peers(hoop__tp_t *tp)
 {
-    int n = 0, failed = 0;
+    int n = 0, failed = 0, size = tp->p.size;
     char exited[64];
-    for (int j = 0; j < tp->p.size; j++) {
+    /* Processes through a bounded sweep: those we have transfers with at every look, and
+     * SWEEP_PEERS others in turn, so that a dead one is still found within size / SWEEP_PEERS
+     * looks. Every pidfd at every look was p² polls a millisecond over the host's ranks. */
+    int from = tp->sweep, to = from + SWEEP_PEERS;
+    tp->sweep = to % size;
+    for (int j = 0; j < size; j++) {
         peer_t *pe = &tp->peers[j];
-        if (!pe->local || pe->lost) continue;
+        if (!pe->local || pe->lost || pe->sh == NULL) continue;
         /* An aborted peer's close and exit are no news: its reason is what it failed with. */
         if (atomic_load_explicit(&pe->sh->aborted, memory_order_acquire) != 0) {
             failed |= check_aborted(tp, j);
         } else if (atomic_load_explicit(&pe->sh->closed, memory_order_acquire)) {
             if (pending(pe)) failed |= lose(tp, j, "it closed its connections", 0);
         } else if (pe->pidfd >= 0) {
+            int turn = (j >= from && j < to) || j + size < to;
+            if (!turn && !pending(pe) && !pe->exited) continue;
             tp->pfds[n].fd = pe->pidfd;
             tp->pfds[n].events = POLLIN;
             tp->pfds[n].revents = 0;
@@ -656,7 +681,7 @@ static int any_ready(const hoop__tp_t *tp)
     int r = 0;
     for (int j = 0; j < tp->p.size && r < 2; j++) {
         const peer_t *pe = &tp->peers[j];
-        if (pe->local && !pe->lost) {
+        if (pe->local && !pe->lost && pe->sh != NULL) {
             int k = ready(tp, pe);
             r = k > r ? k : r;
         }
@@ -678,7 +703,12 @@ static int disarm(hoop__tp_t *tp)
     struct epoll_event ev[16];
     for (int n = 16; tp->epfd >= 0 && n == 16;) {
         n = epoll_wait(tp->epfd, ev, 16, 0);
-        for (int i = 0; i < n; i++) exited |= ev[i].data.u32 != UINT32_MAX;
+        for (int i = 0; i < n; i++)
+            if (ev[i].data.u32 != UINT32_MAX) {
+                /* check_peers polls it at its next look, whatever its sweep's turn. */
+                tp->peers[ev[i].data.u32].exited = 1;
+                exited = 1;
+            }
     }
     return exited;
 }
@@ -836,6 +866,8 @@ static void shm_close(hoop__tp_t *tp)
     if (tp->memfd >= 0) close(tp->memfd);
     free(tp->peers);
     free(tp->pfds);
+    free(tp->kids);
+    free(tp->tomb);
     free(tp);
 }
 

@@ -62,6 +62,14 @@
  * more, each page is faulted in by its first use, so that the rings of pairs that never talk
  * (p² of them) cost nothing. */
 #define PREFAULT_MAX_PEERS 16
+/* With more peers on its host than this, a rank maps at connect only its neighbours in a tree of
+ * the host's ranks (its parent and children in a binomial tree), which settle through it, and
+ * every other peer's segment at its first transfer with it: mapping every peer's segment on every
+ * rank was p² mappings at init and again at destroy, each a costly change of the page tables. */
+#define LAZY_PEERS 16
+#define ADDR_MAX 64
+/* Peers besides those a rank has transfers with whose process one liveness look polls. */
+#define SWEEP_PEERS 16
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -92,7 +100,9 @@ typedef struct seg_hdr {
     _Atomic uint32_t closed;    /* the owner closed its instance */
     uint64_t abort_done;        /* the calls the owner had finished: written before aborted */
     _Atomic uint32_t mapped_by; /* peers that have mapped this segment */
-    _Atomic uint32_t ready;     /* the owner's settle(): all its transports connected */
+    _Atomic uint32_t ready;     /* the owner's settle(): all its transports connected (with
+                                   more than LAZY_PEERS peers: and those of its subtree) */
+    _Atomic uint32_t go;        /* beyond LAZY_PEERS peers: every rank of the host is ready */
     char reason[REASON_LEN];
 } seg_hdr_t;
 
@@ -113,6 +123,10 @@ typedef struct queue {
 
 typedef struct peer {
     int local, lost;
+    int exited; /* its pidfd's event came through the epoll set (disarm) */
+    /* Unmapped (sh NULL) until its first transfer where the rank maps lazily; sh points at the
+     * transport's tombstone where the peer had exited by then. */
+    char addr[ADDR_MAX];
     pid_t pid;
     int pidfd;
     uint8_t *map; /* the peer's segment */
@@ -150,10 +164,15 @@ struct hoop__tp {
     hoop_result_t failed;
     int nlocal;
     int prefault;        /* the rings are faulted in at connect (PREFAULT_MAX_BYTES) */
+    int lazy;            /* peers are mapped at their first transfer (LAZY_PEERS) */
+    int parent;          /* with lazy: the tree's parent (-1 at its root), mapped at connect */
+    int *kids, nkids;    /* with lazy: the tree's children, mapped at connect */
+    seg_hdr_t *tomb;     /* what a peer that had exited before its first transfer reads as */
     double spin_s;       /* how long progress() spins before it sleeps */
     int oversub;         /* more local ranks than cores: yield while spinning */
     double next_check;   /* next liveness check while spinning */
     unsigned idle_polls; /* progress(0) calls that found nothing */
+    int sweep;           /* the first peer the next liveness look polls besides busy ones */
     struct pollfd *pfds;
     _Atomic int woken; /* wake() came since progress() last looked: do not sleep */
     int bell[2];       /* pipe that peers write a byte to while this rank is armed */
@@ -170,5 +189,8 @@ hoop_result_t hoop__shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
                                size_t addrlen);
 hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline);
 hoop_result_t hoop__shm_settle(hoop__tp_t *tp, double deadline);
+/* Maps peer j at its first transfer (lazy). HOOP_OK also where it had exited: it reads as
+ * closed then (tp->tomb). Otherwise the error, with its sentence in msg. */
+hoop_result_t hoop__shm_map_lazy(hoop__tp_t *tp, int j, char *msg, size_t n);
 
 #endif

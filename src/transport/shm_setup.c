@@ -39,6 +39,7 @@ hoop_result_t hoop__shm_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
         return HOOP_ERR_NO_MEMORY;
     }
     for (int j = 0; j < p->size; j++) tp->peers[j].pidfd = tp->peers[j].bell_fd = -1;
+    tp->parent = -1;
     if (pipe2(tp->bell, O_NONBLOCK | O_CLOEXEC) != 0) tp->bell[0] = tp->bell[1] = -1;
     /* A rank asleep in another transport's poll() watches this one fd: it turns readable when the
      * bell rings and when a peer's process exits (map_peer adds the pidfds), so that a death wakes
@@ -102,6 +103,8 @@ static int cpus_available(void)
     return n > 0 ? (int)n : 1;
 }
 
+static int tree_peer(const hoop__tp_t *tp, int j);
+
 /* Reports a failure of connect(), and writes it where the peers look (see connect_failed). */
 static void connect_report(hoop__tp_t *tp, hoop_result_t code, int peer, const char *msg)
 {
@@ -124,9 +127,9 @@ static hoop_result_t connect_failed(hoop__tp_t *tp, hoop_result_t rc, const char
     atomic_store(&tp->sh->aborted, (uint32_t)rc);
     uint32_t want = 0;
     for (int j = 0; addrs != NULL && j < tp->p.size; j++)
-        want += j != tp->p.rank && addrs[j] != NULL;
+        want += j != tp->p.rank && addrs[j] != NULL && (!tp->lazy || tree_peer(tp, j));
     for (int j = 0; j < tp->p.size; j++)
-        if (tp->peers[j].local) hoop__shm_force_wake(&tp->peers[j]);
+        if (tp->peers[j].sh != NULL) hoop__shm_force_wake(&tp->peers[j]);
     /* The peers' pidfds only watch for deaths, which a failed transport no longer needs: given
      * back now, so that where descriptors ran out the other transports can still connect and
      * tell their peers why (mux_connect), rather than leave them waiting out the timeout. */
@@ -155,47 +158,47 @@ static hoop_result_t connect_peer_aborted(hoop__tp_t *tp, int j)
     return rc;
 }
 
-static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
+/* Maps peer j's segment and opens what watches and wakes it. An error's sentence goes to msg
+ * (n bytes); the caller reports it. HOOP_ERR_PEER_LOST where the segment is gone: its process
+ * exited, or, at a lazy first transfer (the peer may have closed its instance since), no longer
+ * there or no longer the one published. */
+static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr, int lazy, char *msg,
+                              size_t n)
 {
     peer_t *pe = &tp->peers[j];
-    char msg[400], path[64];
+    char path[64];
     int pid, fd;
     uint64_t nonce;
     size_t len;
     if (sscanf(addr, "%d:%d:%" SCNx64 ":%zu", &pid, &fd, &nonce, &len) != 4 || len != tp->seg_len) {
-        snprintf(msg, sizeof(msg), "shm: rank %d published a bad address \"%s\"", j, addr);
-        connect_report(tp, HOOP_ERR_INTERNAL, j, msg);
+        snprintf(msg, n, "shm: rank %d published a bad address \"%s\"", j, addr);
         return HOOP_ERR_INTERNAL;
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
     int mfd = open(path, O_RDWR | O_CLOEXEC);
-    if (mfd < 0 && errno == ENOENT && hoop__process_gone(pid)) {
+    if (mfd < 0 && errno == ENOENT && (lazy || hoop__process_gone(pid))) {
         /* Another user's process gives EACCES; no such fd means the rank published its address
          * and then exited (or is a zombie already). */
-        snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d exited)", j, pid);
-        connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
+        snprintf(msg, n, "lost rank %d while connecting (its process %d exited)", j, pid);
         return HOOP_ERR_PEER_LOST;
     }
     if (mfd < 0 && HOOP__FD_EXHAUSTED(errno)) {
         char why[256];
-        snprintf(msg, sizeof(msg), "shm: cannot open rank %d's segment: %s", j,
+        snprintf(msg, n, "shm: cannot open rank %d's segment: %s", j,
                  hoop__fd_error(errno, why, sizeof(why)));
-        connect_report(tp, HOOP_ERR_SYSTEM, j, msg);
         return HOOP_ERR_SYSTEM;
     }
     if (mfd < 0) {
-        snprintf(msg, sizeof(msg),
+        snprintf(msg, n,
                  "shm: cannot open rank %d's segment (%s: %s); ranks on one "
                  "host must run as the same user, or set HOOP_TRANSPORT=tcp",
                  j, path, strerror(errno));
-        connect_report(tp, HOOP_ERR_SYSTEM, j, msg);
         return HOOP_ERR_SYSTEM;
     }
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
     close(mfd);
     if (m == MAP_FAILED) {
-        snprintf(msg, sizeof(msg), "shm: cannot map rank %d's segment: %s", j, strerror(errno));
-        connect_report(tp, HOOP_ERR_SYSTEM, j, msg);
+        snprintf(msg, n, "shm: cannot map rank %d's segment: %s", j, strerror(errno));
         return HOOP_ERR_SYSTEM;
     }
     pe->map = m;
@@ -204,17 +207,16 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     pe->cheap = tp->sh->membarrier && pe->sh->membarrier;
     if (pe->sh->magic != SEG_MAGIC || pe->sh->nonce != nonce || pe->sh->comm_id != tp->p.comm_id ||
         pe->sh->rank != j || pe->sh->size != tp->p.size || pe->sh->ring_bytes != tp->ring_bytes) {
-        snprintf(msg, sizeof(msg), "shm: the segment at %s is not rank %d's of this communicator",
-                 path, j);
-        connect_report(tp, HOOP_ERR_INTERNAL, j, msg);
-        return HOOP_ERR_INTERNAL;
+        snprintf(msg, n, "shm: the segment at %s is not rank %d's of this communicator", path, j);
+        munmap(m, len);
+        pe->map = NULL;
+        pe->sh = NULL;
+        return lazy ? HOOP_ERR_PEER_LOST : HOOP_ERR_INTERNAL;
     }
     atomic_fetch_add(&pe->sh->mapped_by, 1);
     size_t ctl_off = (size_t)((uint8_t *)tp->ctl - tp->seg);
     pe->out = (ring_ctl_t *)(pe->map + ctl_off) + tp->p.rank;
     pe->out_data = pe->map + tp->data_off + (size_t)tp->p.rank * tp->ring_bytes;
-    pe->in = &tp->ctl[j];
-    pe->in_data = tp->seg + tp->data_off + (size_t)j * tp->ring_bytes;
     /* Fault the two rings of this pair in now: a page fault is slow on a VM, and a ring touched
      * lazily makes a collective's first megabytes through it slower. Both processes populate
      * their own page tables; older kernels just skip it. */
@@ -228,7 +230,6 @@ static hoop_result_t map_peer(hoop__tp_t *tp, int j, const char *addr)
     }
     pe->pid = pid;
     pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    pe->local = 1;
     /* One-shot: an exit is reported once, to the disarm() after it; check_peers() polls the
      * pidfd itself from then on. */
     struct epoll_event pev = {.events = EPOLLIN | EPOLLONESHOT, .data.u32 = (uint32_t)j};
@@ -293,6 +294,53 @@ static void say_ring_memory(const hoop__tp_t *tp, const char *const *addrs, int 
                               : "each page taken at its first use (more than 16 peers)");
 }
 
+/* The binomial tree of the host's L ranks, by their order among the ranks (index 0 its root):
+ * the parent of index i clears i's lowest set bit, its children set one bit below it. */
+static hoop_result_t tree_of(hoop__tp_t *tp, const char *const *addrs)
+{
+    int L = 0, me = 0;
+    int *order = malloc((size_t)tp->p.size * sizeof(int));
+    tp->kids = malloc(32 * sizeof(int));
+    if (order == NULL || tp->kids == NULL) {
+        free(order);
+        return HOOP_ERR_NO_MEMORY;
+    }
+    for (int j = 0; j < tp->p.size; j++) {
+        if (j != tp->p.rank && addrs[j] == NULL) continue;
+        if (j == tp->p.rank) me = L;
+        order[L++] = j;
+    }
+    tp->parent = me > 0 ? order[me & (me - 1)] : -1;
+    tp->nkids = 0;
+    for (int b = 1; b < L && (me == 0 || b < (me & -me)); b <<= 1)
+        if (me + b < L) tp->kids[tp->nkids++] = order[me + b];
+    free(order);
+    return HOOP_OK;
+}
+
+static int tree_peer(const hoop__tp_t *tp, int j)
+{
+    if (j == tp->parent) return 1;
+    for (int k = 0; k < tp->nkids; k++)
+        if (tp->kids[k] == j) return 1;
+    return 0;
+}
+
+hoop_result_t hoop__shm_map_lazy(hoop__tp_t *tp, int j, char *msg, size_t n)
+{
+    peer_t *pe = &tp->peers[j];
+    hoop_result_t rc = map_peer(tp, j, pe->addr, 1, msg, n);
+    if (rc != HOOP_ERR_PEER_LOST) return rc;
+    /* It had exited or closed its instance before this rank first needed it: what it wrote to
+     * this rank is still in the ring here, and a closed peer's rules apply (shm.c,
+     * check_peers). */
+    if (tp->tomb == NULL && (tp->tomb = calloc(1, sizeof(*tp->tomb))) == NULL)
+        return HOOP_ERR_NO_MEMORY;
+    atomic_store(&tp->tomb->closed, 1);
+    pe->sh = tp->tomb;
+    return HOOP_OK;
+}
+
 hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double deadline)
 {
     if (tp->failed) return tp->failed;
@@ -300,24 +348,44 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
     for (int j = 0; j < tp->p.size; j++) expect += j != tp->p.rank && addrs[j] != NULL;
     /* The same on every rank of the host: each counts the same ranks there. */
     tp->prefault = expect <= PREFAULT_MAX_PEERS;
+    tp->lazy = expect > LAZY_PEERS;
+    if (tp->lazy && tree_of(tp, addrs) != HOOP_OK) {
+        connect_report(tp, HOOP_ERR_NO_MEMORY, -1, "shm: no memory");
+        return connect_failed(tp, HOOP_ERR_NO_MEMORY, addrs);
+    }
     say_ring_memory(tp, addrs, expect);
-    char list[160] = "";
+    char list[160] = "", msg[400];
     size_t o = 0;
     for (int j = 0; j < tp->p.size; j++) {
         if (j == tp->p.rank || addrs[j] == NULL) continue;
-        hoop_result_t rc = map_peer(tp, j, addrs[j]);
-        if (rc == HOOP_OK) tp->nlocal++;
-        if (rc == HOOP_OK) rc = connect_peer_aborted(tp, j);
+        peer_t *pe = &tp->peers[j];
+        pe->local = 1;
+        pe->in = &tp->ctl[j];
+        pe->in_data = tp->seg + tp->data_off + (size_t)j * tp->ring_bytes;
+        tp->nlocal++;
+        hoop_result_t rc = HOOP_OK;
+        if (strlen(addrs[j]) >= sizeof(pe->addr)) {
+            snprintf(msg, sizeof(msg), "shm: rank %d published a bad address \"%.80s\"", j,
+                     addrs[j]);
+            rc = HOOP_ERR_INTERNAL;
+        } else {
+            memcpy(pe->addr, addrs[j], strlen(addrs[j]) + 1);
+        }
+        if (rc == HOOP_OK && (!tp->lazy || tree_peer(tp, j))) {
+            rc = map_peer(tp, j, addrs[j], 0, msg, sizeof(msg));
+            if (rc == HOOP_OK && o + 12 < sizeof(list))
+                o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? "," : "", j);
+        }
+        if (rc != HOOP_OK) connect_report(tp, rc, j, msg);
+        if (rc == HOOP_OK && pe->sh != NULL) rc = connect_peer_aborted(tp, j);
         if (rc != HOOP_OK) return connect_failed(tp, rc, addrs);
-        if (o + 12 < sizeof(list))
-            o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? "," : "", j);
     }
     /* Connected means both ways: our segment must outlive every peer's open of it, or a rank that
      * connects, finishes and closes at once leaves a slower peer nothing to map. A peer's
      * map_peer() ends by setting cma_ok in its control of our ring to it. */
     for (int j = 0; j < tp->p.size; j++) {
         peer_t *pe = &tp->peers[j];
-        if (!pe->local) continue;
+        if (pe->sh == NULL) continue;
         while (atomic_load_explicit(&pe->out->cma_ok, memory_order_acquire) == 0) {
             char msg[160];
             hoop_result_t arc = connect_peer_aborted(tp, j);
@@ -354,43 +422,66 @@ hoop_result_t hoop__shm_connect(hoop__tp_t *tp, const char *const *addrs, double
         if (tp->p.cfg->shm_cma_bytes > 0)
             snprintf(cma, sizeof(cma), "single copy from %zu B", tp->p.cfg->shm_cma_bytes);
         HOOP__INFO(tp->p.log,
-                   "shm: mapped the segments of rank(s) %s (%zu KiB rings, %s, spin %.0f us)", list,
-                   tp->ring_bytes >> 10, cma, tp->spin_s * 1e6);
+                   "shm: mapped the segments of rank(s) %s (%zu KiB rings, %s, spin %.0f us)%s",
+                   list, tp->ring_bytes >> 10, cma, tp->spin_s * 1e6,
+                   tp->lazy ? "; the other local peers' at their first transfer (more than 16 "
+                              "peers)"
+                            : "");
     }
     return HOOP_OK;
 }
 
+/* Waits for peer j's flag (its ready, or with go set its go), or its abort, exit or close. */
+static hoop_result_t settle_wait(hoop__tp_t *tp, int j, int go, double deadline)
+{
+    peer_t *pe = &tp->peers[j];
+    char msg[160];
+    for (;;) {
+        _Atomic uint32_t *flag = go ? &pe->sh->go : &pe->sh->ready;
+        if (atomic_load_explicit(flag, memory_order_acquire)) return HOOP_OK;
+        hoop_result_t rc = connect_peer_aborted(tp, j);
+        if (rc != HOOP_OK) return connect_failed(tp, rc, NULL);
+        struct pollfd pf = {.fd = pe->pidfd, .events = POLLIN};
+        int gone = atomic_load(&pe->sh->closed) ||
+                   (pe->pidfd >= 0 ? poll(&pf, 1, 1) > 0
+                                   : (poll(NULL, 0, 1), hoop__process_gone(pe->pid)));
+        if (gone && !atomic_load(flag) && !atomic_load(&pe->sh->aborted)) {
+            snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d %s)", j,
+                     (int)pe->pid,
+                     atomic_load(&pe->sh->closed) ? "closed its connections" : "exited");
+            connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
+            return connect_failed(tp, HOOP_ERR_PEER_LOST, NULL);
+        }
+        if (hoop__now() >= deadline) {
+            snprintf(msg, sizeof(msg), "shm: timed out waiting for rank %d to finish connecting",
+                     j);
+            connect_report(tp, HOOP_ERR_TIMEOUT, j, msg);
+            return connect_failed(tp, HOOP_ERR_TIMEOUT, NULL);
+        }
+    }
+}
+
 /* Every peer has mapped this segment (connect() waited for it), so a flag in it is enough: raise
- * ours, then wait for each peer's, or its abort, exit or close. */
+ * ours, then wait for each peer's, or its abort, exit or close. Beyond LAZY_PEERS peers, through
+ * the tree: ready goes up once the children's are, go comes down from the root, and a rank that
+ * fails marks its segment aborted, which fails its tree neighbours, and theirs, so that every
+ * rank fails. */
 hoop_result_t hoop__shm_settle(hoop__tp_t *tp, double deadline)
 {
     if (tp->failed) return tp->failed;
-    atomic_store(&tp->sh->ready, 1);
-    char msg[160];
-    for (int j = 0; j < tp->p.size; j++) {
-        peer_t *pe = &tp->peers[j];
-        if (!pe->local) continue;
-        while (!atomic_load_explicit(&pe->sh->ready, memory_order_acquire)) {
-            hoop_result_t rc = connect_peer_aborted(tp, j);
-            if (rc != HOOP_OK) return connect_failed(tp, rc, NULL);
-            struct pollfd pf = {.fd = pe->pidfd, .events = POLLIN};
-            int gone = atomic_load(&pe->sh->closed) ||
-                       (pe->pidfd >= 0 ? poll(&pf, 1, 1) > 0
-                                       : (poll(NULL, 0, 1), hoop__process_gone(pe->pid)));
-            if (gone && !atomic_load(&pe->sh->ready) && !atomic_load(&pe->sh->aborted)) {
-                snprintf(msg, sizeof(msg), "lost rank %d while connecting (its process %d %s)", j,
-                         (int)pe->pid,
-                         atomic_load(&pe->sh->closed) ? "closed its connections" : "exited");
-                connect_report(tp, HOOP_ERR_PEER_LOST, j, msg);
-                return connect_failed(tp, HOOP_ERR_PEER_LOST, NULL);
-            }
-            if (hoop__now() >= deadline) {
-                snprintf(msg, sizeof(msg),
-                         "shm: timed out waiting for rank %d to finish connecting", j);
-                connect_report(tp, HOOP_ERR_TIMEOUT, j, msg);
-                return connect_failed(tp, HOOP_ERR_TIMEOUT, NULL);
-            }
-        }
+    hoop_result_t rc = HOOP_OK;
+    if (tp->lazy) {
+        for (int k = 0; k < tp->nkids && rc == HOOP_OK; k++)
+            rc = settle_wait(tp, tp->kids[k], 0, deadline);
+        if (rc != HOOP_OK) return rc;
+        atomic_store(&tp->sh->ready, 1);
+        if (tp->parent >= 0 && (rc = settle_wait(tp, tp->parent, 1, deadline)) != HOOP_OK)
+            return rc;
+        atomic_store(&tp->sh->go, 1);
+        return HOOP_OK;
     }
-    return HOOP_OK;
+    atomic_store(&tp->sh->ready, 1);
+    for (int j = 0; j < tp->p.size && rc == HOOP_OK; j++)
+        if (tp->peers[j].local) rc = settle_wait(tp, j, 0, deadline);
+    return rc;
 }
