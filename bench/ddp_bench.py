@@ -6,13 +6,16 @@
 
 Each run launches `ranks` local ranks (one torch thread each) that train two copies of an MLP of
 about 10 million parameters with DistributedDataParallel (default 25 MB buckets): one over the
-default group, hoop (init_process_group("hoop")), one over a gloo group. The two take turns step
-by step (alternating which goes first), so that both see the same machine. Per run and backend:
+default group, hoop (init_process_group("hoop")), one over a gloo group. Where hoop's C++
+backend serves the default group (torch >= 2.0 with the extension built, HOOP_TORCH_BACKEND
+not python), a third copy runs over hoop's Python backend, registered beside it under the name
+"hooppy". The copies take turns step by step (rotating which goes first), so that all see the
+same machine. Per run and backend:
 the median step time, the median step time without gradient all-reduce (ddp.no_sync(): compute
 alone), the CPU time a rank spends per step in both cases (all its threads), and the all-reduce
 time of DDP-sized buffers (1 MB: DDP's first bucket; 25 MB: the others) through torch.distributed
 and, for hoop, through the binding alone. It prints each run, the medians over runs, and the
-ratio of step times gloo/hoop.
+ratio of step times gloo/hoop for each hoop backend, with its spread over the runs.
 """
 import argparse
 import json
@@ -32,8 +35,13 @@ def worker(a):
 
     torch.set_num_threads(1)
     dist.init_process_group("hoop")
-    groups = {"hoop": dist.distributed_c10d._get_default_group(),
-              "gloo": dist.new_group(backend="gloo")}
+    default = dist.distributed_c10d._get_default_group()
+    if isinstance(default, hoop.torch.ProcessGroupHoop):
+        groups = {"hoop-py": default}
+    else:  # the C++ backend; the Python one beside it, under a name of its own
+        dist.Backend.register_backend("hooppy", hoop.torch._create, devices=["cpu"])
+        groups = {"hoop-cpp": default, "hoop-py": dist.new_group(backend="hooppy")}
+    groups["gloo"] = dist.new_group(backend="gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
 
     def mlp():
@@ -58,7 +66,7 @@ def worker(a):
             torch.nn.functional.cross_entropy(ddp[b](x), y).backward()
             opt[b].step()
         steps[b] = step
-    nparams = sum(p.numel() for p in ddp["hoop"].module.parameters())
+    nparams = sum(p.numel() for p in ddp["gloo"].module.parameters())
 
     # Both backends live in this process and take turns, step by step, so that they see the
     # same machine: a shared, noisy machine's load changes from one second to the next.
@@ -79,22 +87,26 @@ def worker(a):
         for _ in range(a.warmup):
             steps[b]()
     order = list(groups)
+
+    def turn(i):  # who goes first rotates, step by step
+        k = i % len(order)
+        return order[k:] + order[:k]
+
     for i in range(a.steps):
-        for b in (order if i % 2 == 0 else order[::-1]):
+        for b in turn(i):
             timed((b, "step"), steps[b], 1)
     for i in range(a.steps):
-        for b in (order if i % 2 == 0 else order[::-1]):
+        for b in turn(i):
             with ddp[b].no_sync():
                 timed((b, "compute"), steps[b], 1)
     bufs = {mb: torch.ones(mb * 1024 * 1024 // 4) for mb in (1, 25)}
-    comm = getattr(groups["hoop"], "comm", None)  # None: the C++ backend, which has no binding
+    comm = groups["hoop-py"].comm  # the Python backend's binding
     for i in range(a.reps):
         for mb, t in bufs.items():
-            for b in (order if i % 2 == 0 else order[::-1]):
+            for b in turn(i):
                 timed((b, "allreduce_%dMB" % mb), lambda: dist.all_reduce(t, group=groups[b]), 1)
             # the binding alone, without the process group around it
-            if comm is not None:
-                timed(("hoop", "binding_allreduce_%dMB" % mb), lambda: comm.allreduce(t), 1)
+            timed(("hoop-py", "binding_allreduce_%dMB" % mb), lambda: comm.allreduce(t), 1)
     if rank == 0:
         res = {"ranks": size, "params": nparams, "batch": a.batch}
         for (b, what), (t, c, m) in times.items():
@@ -155,51 +167,56 @@ def main():
     for i in range(a.runs):
         r = launch(a)
         runs.append(r)
-        for b in ("hoop", "gloo"):
+        backends = [b for b in ("hoop-cpp", "hoop-py", "gloo") if b in r]
+        for b in backends:
             m = r[b]
-            print("run %d %-4s step %6.1f ms (cpu %5.1f)  compute %6.1f ms (cpu %5.1f)  "
+            print("run %d %-8s step %6.1f ms (cpu %5.1f)  compute %6.1f ms (cpu %5.1f)  "
                   "all-reduce 1 MB %5.2f ms  25 MB %6.2f ms (cpu %5.1f)%s" % (
                       i + 1, b, m["step_s"] * 1e3, m["step_cpu_s"] * 1e3, m["compute_s"] * 1e3,
                       m["compute_cpu_s"] * 1e3, m["allreduce_1MB_s"] * 1e3,
                       m["allreduce_25MB_s"] * 1e3, m["allreduce_25MB_cpu_s"] * 1e3,
                       "  (binding alone %.2f / %.2f ms)" % (
                           m["binding_allreduce_1MB_s"] * 1e3, m["binding_allreduce_25MB_s"] * 1e3)
-                      if b == "hoop" and "binding_allreduce_1MB_s" in m else ""), flush=True)
+                      if "binding_allreduce_1MB_s" in m else ""), flush=True)
     med = {b: {k: statistics.median(r[b][k] for r in runs) for k in runs[0][b]}
-           for b in ("hoop", "gloo")}
+           for b in backends}
     print("\nmedians over %d runs (%d parameters, batch %d per rank):"
           % (a.runs, runs[0]["params"], a.batch))
-    print("%-5s %9s %11s %11s %14s %15s %15s" % (
+    print("%-8s %9s %11s %11s %14s %15s %15s" % (
         "", "step ms", "compute ms", "comm share", "comm cpu/step", "allreduce 1MB",
         "allreduce 25MB"))
-    for b in ("hoop", "gloo"):
+    for b in backends:
         m = med[b]
         # comm share: the part of a step not explained by compute alone; comm cpu: the CPU time
         # a rank spends per step beyond compute (the all-reduces' own work, on every thread).
         share = max(0.0, 1 - m["compute_s"] / m["step_s"])
-        print("%-5s %9.1f %11.1f %10.0f%% %11.1f ms %12.2f ms %12.2f ms" % (
+        print("%-8s %9.1f %11.1f %10.0f%% %11.1f ms %12.2f ms %12.2f ms" % (
             b, m["step_s"] * 1e3, m["compute_s"] * 1e3, share * 100,
             (m["step_cpu_s"] - m["compute_cpu_s"]) * 1e3, m["allreduce_1MB_s"] * 1e3,
             m["allreduce_25MB_s"] * 1e3))
     print("comm cpu/step by thread: the training thread's extra CPU, and the other threads' (the "
           "backend's own, and torch's)")
-    for b in ("hoop", "gloo"):
+    for b in backends:
         m = med[b]
         main_extra = m["step_main_cpu_s"] - m["compute_main_cpu_s"]
         others = (m["step_cpu_s"] - m["step_main_cpu_s"]) - (
             m["compute_cpu_s"] - m["compute_main_cpu_s"])
-        print("%-5s training thread %5.1f ms, other threads %5.1f ms; 25 MB all-reduce alone: "
+        print("%-8s training thread %5.1f ms, other threads %5.1f ms; 25 MB all-reduce alone: "
               "%5.1f ms of CPU, %.2f ms per MB" % (
                   b, main_extra * 1e3, others * 1e3, m["allreduce_25MB_cpu_s"] * 1e3,
                   m["allreduce_25MB_cpu_s"] * 1e3 / 25))
     for mb in (1, 25):
         k = "allreduce_%dMB_s" % mb
-        alone = " (binding alone %.2f GB/s)" % (mb / 1024 / med["hoop"]["binding_" + k]) \
-            if "binding_" + k in med["hoop"] else ""
-        print("all-reduce %2d MB: hoop %.2f GB/s%s, gloo %.2f GB/s (algorithm bandwidth)" % (
-            mb, mb / 1024 / med["hoop"][k], alone, mb / 1024 / med["gloo"][k]))
-    ratio = med["gloo"]["step_s"] / med["hoop"]["step_s"]
-    print("step time gloo/hoop: %.2fx" % ratio)
+        print("all-reduce %2d MB: %s, binding alone %.2f GB/s (algorithm bandwidth)" % (
+            mb, ", ".join("%s %.2f GB/s" % (b, mb / 1024 / med[b][k]) for b in backends),
+            mb / 1024 / med["hoop-py"]["binding_" + k]))
+    ratio = {}
+    for b in backends[:-1]:
+        # the median step's ratio, and the spread of the runs' own ratios
+        each = sorted(r["gloo"]["step_s"] / r[b]["step_s"] for r in runs)
+        ratio[b] = med["gloo"]["step_s"] / med[b]["step_s"]
+        print("step time gloo/%s: %.2fx (runs %s)" % (b, ratio[b], ", ".join(
+            "%.2f" % x for x in each)))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"runs": runs, "medians": med, "ratio": ratio}, f, indent=1)

@@ -1067,10 +1067,11 @@ def _register():
         return
     _CXX = _load_cxx()
     if _CXX is not None:
-        # CPU only: a CUDA tensor given to a group of this backend raises (no backend for cuda);
-        # HOOP_TORCH_BACKEND=python serves CUDA tensors.
+        # It serves CPU tensors only, but registers for "cuda" too, so that a CUDA tensor reaches
+        # its own refusal, which names HOOP_TORCH_BACKEND=python (the Python backend serves CUDA
+        # tensors), rather than torch's "No backend type associated with device type cuda".
         dist.Backend.register_backend(BACKEND_NAME, _create_cxx, extended_api=True,
-                                      devices=["cpu"])
+                                      devices=["cpu", "cuda"])
         return
     # torch >= 2.0 asks which devices a backend serves (and warns at every registration that
     # does not say); torch 1.13 has no such argument.

@@ -6,6 +6,12 @@ data keep float sums exact); what gloo does not implement in this torch is compa
 reference every rank computes from every rank's inputs. Then DistributedDataParallel trains the
 same model on both groups and must end with the same parameters, and failures (mismatched calls,
 a timeout, a rank that exits) must raise, not hang.
+
+Under torch >= 2.0 with HOOP_TORCH_BACKEND=cpp the default group is served by the C++ backend
+(python/hoop/csrc/backend.cpp), and the same checks run on it, but for what only the Python
+backend has: its binding object (`pg.comm`), its Python Works and lanes, its CUDA section. Where
+the two differ in what they raise (hoop's exception classes against torch's DistBackendError, a
+sparse broadcast refused by torch's dispatcher before any backend sees it), each check says so.
 """
 import os
 import sys
@@ -22,6 +28,10 @@ dist.init_process_group("hoop")
 R, P = dist.get_rank(), dist.get_world_size()
 HOOP = dist.distributed_c10d._get_default_group()
 GLOO = dist.new_group(backend="gloo")
+CXX = not isinstance(HOOP, hoop.torch.ProcessGroupHoop)  # the C++ backend serves the group
+# What a failed collective raises: hoop's exception classes, or torch's DistBackendError with
+# hoop's sentence.
+FAILED = dist.DistBackendError if CXX else hoop.HoopError
 checks = 0
 
 GLOO_DTYPES = [torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int32,
@@ -138,8 +148,10 @@ def check_all_reduce():
     same(x[:, 1::3], base[R][:, 1::3], "all_reduce strided view: gaps untouched")
     expect_raises(ValueError, lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
                   "all_reduce BAND", "not supported")
-    expect_raises(ValueError, lambda: dist.all_reduce(torch.ones(3, device="meta")),
-                  "all_reduce of a meta tensor", "CPU")
+    # The C++ backend: torch's dispatcher has no meta kernel for c10d's ops, and refuses first.
+    expect_raises(NotImplementedError if CXX else ValueError,
+                  lambda: dist.all_reduce(torch.ones(3, device="meta")),
+                  "all_reduce of a meta tensor", "Meta" if CXX else "CPU")
 
 
 def check_broadcast_reduce():
@@ -348,7 +360,7 @@ def check_extras():
                                     (5 if R == 0 else 6,))
     if P > 1:
         expect_raises(ValueError, lambda: dist.all_reduce(mixed), "sparse shapes differ",
-                      "rank 0 one of torch.float32, shape [5]" if R != 0 else "shape [6]")
+                      "shape [5] (1 sparse dims)" if R != 0 else "shape [6] (1 sparse dims)")
     one = torch.sparse_coo_tensor(torch.zeros((1, 1), dtype=torch.int64), torch.ones(1), (5,))
     expect_raises(ValueError, lambda: dist.all_reduce(one, dist.ReduceOp.MAX), "sparse max",
                   "sums only")
@@ -505,8 +517,9 @@ def check_hooks():
     got = wa.get_future().then(lambda f: wb.wait() and f.value()[0]).wait()
     wa2.wait()
     same(got, total, "a callback that waits for another group's collective")
-    expect(not HOOP._state.pending, "operations left pending in the group after a callback "
-           "waited for another group's: %s" % list(HOOP._state.pending.values()))
+    if not CXX:  # the Python backend's own bookkeeping
+        expect(not HOOP._state.pending, "operations left pending in the group after a "
+               "callback waited for another group's: %s" % list(HOOP._state.pending.values()))
     dist.destroy_process_group(other)
     # The same wait inside torch's C++, which the backend cannot see: its lane goes on all the same.
     t4, t5 = inputs[R].clone(), inputs[R].clone() * 3
@@ -521,7 +534,10 @@ def check_hooks():
 
 def check_released():
     """A coalesced call's Work that Python waited for once is let go by the group (C++ waits once
-    per output tensor, Python once): nothing keeps it, or its tensors, alive."""
+    per output tensor, Python once): nothing keeps it, or its tensors, alive. The Python backend
+    only: the C++ backend's Works are torch's C++ objects, which take no weak reference."""
+    if CXX:
+        return
     import gc
     import weakref
     for what, post in (
@@ -562,7 +578,7 @@ def check_refused():
                   "all_gather_into_tensor into an expanded tensor", "share memory")
     if P > 1:
         r = torch.zeros(1).expand(2)
-        expect_raises(ValueError, lambda: HOOP.recv([r], (R + 1) % P), "recv into an expanded "
+        expect_raises(ValueError, lambda: HOOP.recv([r], (R + 1) % P, 0), "recv into an expanded "
                       "tensor", "share memory")
     got = [torch.zeros(4) for _ in range(P)]
     dist.all_gather(got, e)  # read, an expanded tensor is an input like any other
@@ -570,16 +586,23 @@ def check_refused():
         same(x, torch.full((4,), r + 1.0), "all_gather of an expanded input from rank %d" % r)
     # The binding refuses what the backend refuses: elements that overlap without a zero stride.
     ov = torch.zeros(4).as_strided((3, 2), (1, 1))
-    expect_raises(hoop.InvalidArgumentError, lambda: HOOP.comm.allreduce(ov),
-                  "the binding's allreduce into overlapping elements", "share memory")
+    if not CXX:  # the C++ backend has no binding object
+        expect_raises(hoop.InvalidArgumentError, lambda: HOOP.comm.allreduce(ov),
+                      "the binding's allreduce into overlapping elements", "share memory")
     expect_raises(ValueError, lambda: dist.all_reduce(ov),
                   "all_reduce into overlapping elements", "share memory")
     check_refused_cuda(e)
     sp = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (5,))
-    for what, fn in (("broadcast", lambda: dist.broadcast(sp, 0)),
-                     ("all_gather", lambda: dist.all_gather([sp] * P, sp)),
-                     ("all_reduce of sparse and dense", lambda: HOOP.allreduce([sp, e.clone()]))):
-        expect_raises(ValueError, fn, what + " of a sparse tensor", "sparse")
+    # The C++ backend: torch's dispatcher refuses a sparse broadcast or all_gather (no sparse
+    # kernel for c10d's ops) before any backend sees it.
+    for what, fn, cxx in (("broadcast", lambda: dist.broadcast(sp, 0), NotImplementedError),
+                          ("all_gather", lambda: dist.all_gather([sp] * P, sp),
+                           NotImplementedError),
+                          ("all_reduce of sparse and dense",
+                           lambda: HOOP.allreduce([sp, e.clone()]), ValueError)):
+        cls = cxx if CXX else ValueError
+        expect_raises(cls, fn, what + " of a sparse tensor",
+                      "Sparse" if cls is NotImplementedError else "sparse")
     t = torch.tensor([float(R)])
     dist.all_reduce(t)
     expect(t.item() == P * (P - 1) / 2, "all_reduce after the refused tensors: %s" % t)
@@ -595,7 +618,15 @@ class FakeCuda(torch.Tensor):
 
 def check_refused_cuda(e):
     """The CUDA section refuses an expanded tensor to write into, as the CPU path does, before
-    anything is posted (without a GPU: only its checks run)."""
+    anything is posted (without a GPU: only its checks run). The C++ backend serves CPU tensors
+    only: it is the group's backend for CUDA tensors too, so that they reach its refusal, which
+    names the Python backend (a meta tensor given to it directly stands in for a CUDA one)."""
+    if CXX:
+        be = HOOP._get_backend(torch.device("cuda"))
+        expect(be.name() == "hoop", "the group's backend for cuda is %s" % be.name())
+        expect_raises(ValueError, lambda: be.allreduce([torch.ones(2, device="meta")]),
+                      "the C++ backend given a meta tensor", "HOOP_TORCH_BACKEND=python")
+        return
     if P < 2:
         return
     ex = e.as_subclass(FakeCuda)
@@ -625,22 +656,35 @@ class _Opts:
 
 # ---- failures: an exception, never a hang ----
 
+def group_with_timeout(secs):
+    """A new hoop group whose calls time out after secs: the binding's setting for the Python
+    backend; the group's own timeout for the C++ one (which HOOP_TIMEOUT, if set, overrides)."""
+    if CXX:
+        import datetime
+        return dist.new_group(backend="hoop", timeout=datetime.timedelta(seconds=secs))
+    g = dist.new_group(backend="hoop")
+    g.comm.set_timeout(secs)
+    return g
+
+
 def check_failures():
     deadline = 15.0
     # Ranks that call different collectives.
-    mm = dist.new_group(backend="hoop")
-    mm.comm.set_timeout(deadline)
+    mm = group_with_timeout(deadline)
     t0 = time.time()
     t = torch.ones(10)
     if R == 0:
-        e = expect_raises(hoop.HoopError, lambda: dist.all_reduce(t, group=mm), "mismatch")
+        e = expect_raises(FAILED, lambda: dist.all_reduce(t, group=mm), "mismatch")
     else:
-        e = expect_raises(hoop.HoopError, lambda: dist.broadcast(t, 0, group=mm), "mismatch")
+        e = expect_raises(FAILED, lambda: dist.broadcast(t, 0, group=mm), "mismatch")
     # The rank that sees the wrong call fails with MismatchError; the others fail because it
     # aborted (AbortedError naming the mismatch) or dropped its connections (PeerLostError).
-    expect(isinstance(e, (hoop.MismatchError, hoop.AbortedError, hoop.PeerLostError)),
-           "mismatch: %r" % e)
-    if isinstance(e, hoop.MismatchError):
+    if CXX:  # one class; the sentence says which failure it was
+        expect("hoop backend: " in str(e), "mismatch: %r" % e)
+    else:
+        expect(isinstance(e, (hoop.MismatchError, hoop.AbortedError, hoop.PeerLostError)),
+               "mismatch: %r" % e)
+    if isinstance(e, hoop.MismatchError) or (CXX and "mismatch" in str(e).lower()):
         expect("allreduce" in str(e) and "broadcast" in str(e), "mismatch message: %s" % e)
     expect(time.time() - t0 < deadline, "mismatch took %.1f s" % (time.time() - t0))
     # DDP on the failed group: its constructor's collectives raise too.
@@ -648,11 +692,11 @@ def check_failures():
         torch.nn.Linear(2, 2), process_group=mm), "DDP on a failed group")
     dist.barrier(group=GLOO)
     # A collective nobody else joins: hoop's timeout.
-    tg = dist.new_group(backend="hoop")
-    tg.comm.set_timeout(1.0)
+    tg = group_with_timeout(1.0)
     if R == 0 and P > 1:
         t0 = time.time()
-        e = expect_raises(hoop.TimeoutError, lambda: dist.all_reduce(torch.ones(3), group=tg),
+        e = expect_raises(hoop.TimeoutError if not CXX else FAILED,
+                          lambda: dist.all_reduce(torch.ones(3), group=tg),
                           "lone all_reduce", "timed out")
         # torch's own tests match " timeout " (or " Timed out ", " closed ") in such errors.
         expect(" timeout " in str(e), "lone all_reduce: %r lacks ' timeout '" % str(e))
@@ -664,7 +708,7 @@ def check_failures():
         os._exit(0)
     if P > 1:
         t0 = time.time()
-        expect_raises(hoop.HoopError, lambda: dist.all_reduce(torch.ones(1000)),
+        expect_raises(FAILED, lambda: dist.all_reduce(torch.ones(1000)),
                       "all_reduce after rank %d exited" % (P - 1))
         expect(time.time() - t0 < deadline, "peer loss took %.1f s" % (time.time() - t0))
 

@@ -220,8 +220,9 @@ def functional():
     return {"ar": torch.as_tensor(ar), "ag": torch.as_tensor(ag), "rs": torch.as_tensor(rs)}
 
 
-@case(world=(2,))
-def compiled_functional():
+def _compiled(backend, salt):
+    """Functional collectives between computations, under torch.compile(backend=...), against
+    the same step run eagerly and against sums made here."""
     import torch.distributed._functional_collectives as fc
 
     pg = dist.group.WORLD
@@ -232,16 +233,29 @@ def compiled_functional():
         w = fc.reduce_scatter_tensor(z, "sum", 0, pg)
         return y, z, w
 
-    x = data(R, (2 * P, 3), 13)
+    x = data(R, (2 * P, 3), salt)
     want = [torch.as_tensor(t.wait() if hasattr(t, "wait") else t) for t in step(x)]
-    got = torch.compile(step, backend="aot_eager", fullgraph=True)(x)
+    got = torch.compile(step, backend=backend, fullgraph=True)(x)
     out = {}
     for i, (g, w) in enumerate(zip(got, want)):
         same(torch.as_tensor(g), w, "compiled output %d against eager" % i)
         out["o%d" % i] = torch.as_tensor(g)
-    total = sum(data(r, (2 * P, 3), 13) for r in range(P)) * 2
+    total = sum(data(r, (2 * P, 3), salt) for r in range(P)) * 2
     same(out["o0"], total, "compiled all_reduce")
     return out
+
+
+@case(world=(2,))
+def compiled_functional():
+    return _compiled("aot_eager", 13)
+
+
+@case(world=(2,))
+def compiled_inductor():
+    """inductor: it generates and compiles C++ for the computations, and calls the collectives
+    through torch.ops._c10d_functional on the group it finds by name (the slowest case: a
+    compiler run per rank)."""
+    return _compiled("inductor", 14)
 
 
 # ---- checkpoints ----

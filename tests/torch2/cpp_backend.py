@@ -1,7 +1,8 @@
 """hoop's C++ c10d::Backend (python/hoop/csrc/backend.cpp) under torch 2.6, as torch sees it.
 
     cpp_backend.py HOOPRUN      builds nothing; launches itself on 2 ranks, twice:
-                                plainly, then with TORCH_DISTRIBUTED_DEBUG=DETAIL
+                                plainly, then with TORCH_DISTRIBUTED_DEBUG=DETAIL; then
+                                tests/python/test_torch.py on 2 ranks
 
 Plain: the default group is a ProcessGroup whose CPU backend is hoop's C++ one
 (`pg._get_backend(cpu)`, `_get_process_group_backend`...), every collective agrees with a gloo
@@ -10,6 +11,9 @@ a failure raises torch's DistBackendError with hoop's sentence on every rank, a 
 holds a tensor list, and a callback that waits for a later collective does not hang.
 DETAIL: torch wraps the C++ backend in its checking wrapper, which catches ranks that call
 different collectives before hoop moves anything.
+test_torch.py: the Python backend's own test (every collective against gloo and a reference,
+sparse all-reduce against gloo, DDP and its hooks, refusals, failures), on the C++ backend; it
+says in place what it leaves out there (what only the Python backend has).
 """
 import datetime
 import os
@@ -245,12 +249,14 @@ def plain():
     except NotImplementedError as exc:
         if "Sparse" not in str(exc):
             fail(R, "sparse: %s" % exc)
-    try:
-        dist.all_reduce(sp)
-        fail(R, "all_reduce of a sparse tensor did not raise")
-    except ValueError as exc:  # the backend's refusal (the Python backend sums them)
-        if "dense" not in str(exc):
-            fail(R, "sparse all_reduce: %s" % exc)
+    # A sparse all-reduce is served, as gloo's (test_torch.py tries more shapes).
+    sh = torch.sparse_coo_tensor(torch.tensor([[1, R + 2]]), torch.tensor([1.0, R + 3.0]), (5,))
+    sg = sh.clone()
+    dist.all_reduce(sh)
+    dist.all_reduce(sg, group=gloo)
+    if not torch.equal(sh.to_dense(), sg.to_dense()):
+        fail(R, "sparse all_reduce: %s, gloo's %s" % (sh.to_dense().tolist(),
+                                                      sg.to_dense().tolist()))
     try:
         dist.all_reduce(torch.ones(2, dtype=torch.bool))
         fail(R, "all_reduce of bool did not raise")
@@ -322,7 +328,9 @@ def main():
         return detail()
     hooprun = sys.argv[1]
     rc = 0
-    for mode in ("plain", "detail"):
+    test_torch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python",
+                              "test_torch.py")
+    for mode in ("plain", "detail", "test_torch"):
         # The groups' own timeouts are under test: HOOP_TIMEOUT would win over them.
         env = {k: v for k, v in os.environ.items() if k != "HOOP_TIMEOUT"}
         env.update(CPP_BACKEND_RANK=mode, HOOP_TORCH_BACKEND="cpp",
@@ -330,8 +338,9 @@ def main():
         if mode == "detail":
             env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
         t0 = time.monotonic()
-        r = subprocess.call([hooprun, "--timeout", "200", "-n", "2", sys.executable,
-                             os.path.abspath(__file__)], env=env)
+        script = test_torch if mode == "test_torch" else os.path.abspath(__file__)
+        r = subprocess.call([hooprun, "--timeout", "300" if mode == "test_torch" else "200",
+                             "-n", "2", sys.executable, script], env=env)
         print("%s: exit %d in %.0f s" % (mode, r, time.monotonic() - t0))
         rc = rc or r
     return rc

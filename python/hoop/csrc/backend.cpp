@@ -20,6 +20,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -61,6 +62,17 @@ static std::exception_ptr backend_error(const std::string &msg)
     } catch (...) {
         return std::current_exception();
     }
+}
+
+// A hoop call of this group that ended with rc, as torch's error.
+static std::exception_ptr call_error(hoop_comm_t *comm, const std::string &what, hoop_result_t rc)
+{
+    std::string msg = "hoop backend: " + what + " failed: " + hoop_error_string(rc) + ": " +
+                      hoop_comm_last_error(comm);
+    if (rc == HOOP_ERR_TIMEOUT)
+        msg += ": the process group's timeout (init_process_group(timeout=...), or "
+               "HOOP_TIMEOUT) ran out";
+    return backend_error(msg);
 }
 
 class HoopWork : public c10d::Work
@@ -256,15 +268,7 @@ class Lane : public std::enable_shared_from_this<Lane>
         std::exception_ptr err = op->posting_error;
         for (auto *r : op->reqs) { // every request is waited, even after a failure, to free it
             hoop_result_t rc = hoop_wait(r);
-            if (rc != HOOP_OK && !err) {
-                std::string msg = "hoop backend: " + op->what +
-                                  " failed: " + hoop_error_string(rc) + ": " +
-                                  hoop_comm_last_error(comm_);
-                if (rc == HOOP_ERR_TIMEOUT)
-                    msg += ": the process group's timeout (init_process_group(timeout=...), or "
-                           "HOOP_TIMEOUT) ran out";
-                err = backend_error(msg);
-            }
+            if (rc != HOOP_OK && !err) err = call_error(comm_, op->what, rc);
         }
         if (!err && op->post) {
             try {
@@ -377,6 +381,26 @@ static hoop_op_t op_of(const c10d::ReduceOp &op)
     return HOOP_OP_COUNT;
 }
 
+// Whether elements of t may share memory, so that a result written into it cannot be kept (and
+// the copy back from a temporary would only then notice, if at all): torch's test where it can
+// tell, else the strides, as the Python backend has it. A layout where each dimension's stride
+// steps over everything the smaller strides span cannot overlap; anything else is taken to.
+static bool may_overlap(const at::Tensor &t)
+{
+    at::MemOverlap known = at::has_internal_overlap(t);
+    if (known != at::MemOverlap::TooHard) return known == at::MemOverlap::Yes;
+    std::vector<std::pair<int64_t, int64_t>> dims; // (stride, size) of the dimensions over 1
+    for (int64_t d = 0; d < t.dim(); d++)
+        if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+    std::sort(dims.begin(), dims.end());
+    int64_t span = 1;
+    for (const auto &d : dims) {
+        if (d.first < span) return true;
+        span += d.first * (d.second - 1);
+    }
+    return false;
+}
+
 // t, if hoop can serve it (out: the call writes into it); raises before any data moves
 // otherwise. The checks look at this rank's tensor only; what the ranks must agree on (counts,
 // dtypes) hoop compares before data moves.
@@ -391,11 +415,11 @@ static const at::Tensor &check(const at::Tensor &t, const char *what, bool out =
                       " tensor; only dense tensors are supported");
     if (!any_dtype) dtype_of(t, what);
     if (out)
-        TORCH_CHECK_VALUE(
-            at::has_internal_overlap(t) != at::MemOverlap::Yes, "hoop backend: ", what,
-            " would write its result into a tensor whose elements share memory "
-            "(an expand()ed view, shape ",
-            t.sizes(), ", strides ", t.strides(), "); give it a tensor of its own, e.g. a clone()");
+        TORCH_CHECK_VALUE(!may_overlap(t), "hoop backend: ", what,
+                          " would write its result into a tensor whose elements share memory "
+                          "(an expand()ed view, or strides that overlap: shape ",
+                          t.sizes(), ", strides ", t.strides(),
+                          "); give it a tensor of its own, e.g. a clone()");
     return t;
 }
 
@@ -504,9 +528,19 @@ class HoopBackend : public c10d::Backend
     c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
                                              const c10d::AllreduceOptions &opts) override
     {
+        for (const auto &t : tensors)
+            if (t.defined() && t.is_sparse()) return sparse_allreduce(tensors, opts.reduceOp);
         for (const auto &t : tensors) check(t, "allreduce", true);
         hoop_op_t op = op_of(opts.reduceOp);
         return reduce_each("allreduce", c10d::OpType::ALLREDUCE, "hoop:all_reduce", tensors, op);
+    }
+
+    // torch's dispatcher sends a sparse CPU tensor to allreduce; allreduce_sparse is there for
+    // whoever calls it by name.
+    c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor> &tensors,
+                                                    const c10d::AllreduceOptions &opts) override
+    {
+        return allreduce(tensors, opts);
     }
 
     c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -993,6 +1027,136 @@ class HoopBackend : public c10d::Backend
             });
         }
         return c.submit(coll_);
+    }
+
+    // ---- sparse COO all-reduce
+
+    // The sum of every rank's sparse COO tensor, into each of tensors, as gloo's: the ranks
+    // exchange headers (layout, dtype, op, entry count, shape) and compare them before any entry
+    // moves, so that a disagreement raises on every rank; then every rank's indices and values,
+    // padded to the largest entry count, are gathered and added up here. Blocking (three
+    // gathers, waited in turn); the Work it returns completes on the collectives' lane, after
+    // the collectives posted before it, so that future callbacks keep their order.
+    c10::intrusive_ptr<c10d::Work> sparse_allreduce(std::vector<at::Tensor> &tensors,
+                                                    const c10d::ReduceOp &op)
+    {
+        for (const auto &t : tensors) {
+            TORCH_CHECK_VALUE(t.defined() && t.is_sparse(),
+                              "hoop backend: allreduce mixes sparse and dense tensors");
+            TORCH_CHECK_VALUE(t.device().is_cpu(), "hoop backend: allreduce got a sparse ",
+                              t.device().type(),
+                              " tensor; the C++ backend takes CPU tensors only "
+                              "(HOOP_TORCH_BACKEND=python selects the Python one, which serves "
+                              "CUDA tensors)");
+        }
+        for (auto &t : tensors) sparse_sum(t, static_cast<int64_t>(op.op_));
+        Call c(this, "allreduce", c10d::OpType::ALLREDUCE, "hoop:all_reduce", tensors, tensors);
+        return c.submit(coll_);
+    }
+
+    static constexpr int64_t kSparseDims = 16; // the most dimensions a header has room for
+
+    static const char *op_name(int64_t op)
+    {
+        switch (op) {
+        case c10d::ReduceOp::SUM: return "SUM";
+        case c10d::ReduceOp::AVG: return "AVG";
+        case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+        case c10d::ReduceOp::MIN: return "MIN";
+        case c10d::ReduceOp::MAX: return "MAX";
+        case c10d::ReduceOp::BAND: return "BAND";
+        case c10d::ReduceOp::BOR: return "BOR";
+        case c10d::ReduceOp::BXOR: return "BXOR";
+        case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+        default: return "an unknown op";
+        }
+    }
+
+    static std::string dtype_name(int64_t code)
+    {
+        if (code < 0 || code >= static_cast<int64_t>(c10::ScalarType::NumOptions))
+            return "an unknown dtype";
+        return c10::toString(static_cast<c10::ScalarType>(code));
+    }
+
+    // src gathered from every rank into dst, waited for here.
+    void gather_now(const at::Tensor &src, const at::Tensor &dst)
+    {
+        const char *what = "sparse allreduce";
+        hoop_request_t *r = nullptr;
+        hoop_result_t rc;
+        {
+            std::lock_guard<std::mutex> g(post_m_);
+            TORCH_CHECK(comm_ != nullptr, "hoop backend: ", what,
+                        " on a process group that was shut down");
+            rc = hoop_iallgather(comm_, src.data_ptr(), dst.data_ptr(), src.numel(),
+                                 dtype_of(src, what), &r);
+        }
+        if (rc == HOOP_OK) rc = hoop_wait(r);
+        if (rc != HOOP_OK) std::rethrow_exception(call_error(comm_, what, rc));
+    }
+
+    void sparse_sum(at::Tensor &t, int64_t op)
+    {
+        const int64_t hn = 5 + kSparseDims;
+        TORCH_CHECK_VALUE(t.dim() <= kSparseDims, "hoop backend: sparse allreduce takes at most ",
+                          kSparseDims, " dimensions, got ", t.dim());
+        at::Tensor c = t.coalesce();
+        at::Tensor idx = c._indices();
+        at::Tensor val = c._values();
+        int64_t nnz = c._nnz();
+        at::Tensor head = at::full({hn}, -1, at::kLong);
+        int64_t *h = head.data_ptr<int64_t>();
+        h[0] = c.sparse_dim();
+        h[1] = c.dense_dim();
+        h[2] = static_cast<int64_t>(val.scalar_type());
+        h[3] = op;
+        h[4] = nnz;
+        for (int64_t d = 0; d < t.dim(); d++) h[5 + d] = t.size(d);
+        at::Tensor heads = at::empty({size_ * hn}, at::kLong);
+        gather_now(head, heads);
+        const int64_t *hs = heads.data_ptr<int64_t>();
+        int64_t most = 0;
+        for (int r = 0; r < size_; r++) { // every rank sees every header: all raise together
+            const int64_t *o = hs + r * hn;
+            TORCH_CHECK_VALUE(o[3] == op, "hoop backend: sparse allreduce: rank ", rank_,
+                              " reduces with ", op_name(op), ", rank ", r, " with ", op_name(o[3]));
+            bool same = true;
+            for (int64_t k = 0; k < hn; k++) same = same && (k == 4 || o[k] == h[k]);
+            std::vector<int64_t> shape;
+            for (int64_t k = 5; k < hn && o[k] >= 0; k++) shape.push_back(o[k]);
+            TORCH_CHECK_VALUE(same, "hoop backend: sparse allreduce: rank ", rank_, " has a ",
+                              val.scalar_type(), " tensor of shape ", t.sizes(), " (", h[0],
+                              " sparse dims), rank ", r, " one of ", dtype_name(o[2]), ", shape ",
+                              c10::IntArrayRef(shape), " (", o[0], " sparse dims)");
+            most = std::max(most, o[4]);
+        }
+        // After the comparison, so that every rank raises alike.
+        TORCH_CHECK_VALUE(op == c10d::ReduceOp::SUM,
+                          "hoop backend: a sparse allreduce sums only (got op ", op_name(op), ")");
+        dtype_of(val, "sparse allreduce");
+        std::vector<at::Tensor> is, vs;
+        if (most > 0) {
+            at::Tensor ipad = at::zeros({c.sparse_dim(), most}, at::kLong);
+            ipad.narrow(1, 0, nnz).copy_(idx);
+            std::vector<int64_t> vshape = val.sizes().vec();
+            vshape[0] = most;
+            at::Tensor vpad = at::zeros(vshape, val.options());
+            vpad.narrow(0, 0, nnz).copy_(val);
+            at::Tensor iall = at::empty({size_, c.sparse_dim(), most}, at::kLong);
+            vshape.insert(vshape.begin(), size_);
+            at::Tensor vall = at::empty(vshape, val.options());
+            gather_now(ipad, iall);
+            gather_now(vpad, vall);
+            for (int r = 0; r < size_; r++) {
+                is.push_back(iall[r].narrow(1, 0, hs[r * hn + 4]));
+                vs.push_back(vall[r].narrow(0, 0, hs[r * hn + 4]));
+            }
+        } else {
+            is.push_back(idx);
+            vs.push_back(val);
+        }
+        t.copy_(at::sparse_coo_tensor(at::cat(is, 1), at::cat(vs, 0), t.sizes()).coalesce());
     }
 
     // big holds n times small's elements, same dtype.

@@ -192,7 +192,6 @@ KNOWN_FAILING = {
     "hoop": {},
     # hoop's C++ backend (HOOP_TORCH_BACKEND=cpp, torch >= 2.0).
     "hoop-cpp": {
-        "test_sparse_all_reduce_sum": "the C++ backend refuses sparse tensors",
         "test_ddp_logging_data_cpu": "torch names a C++ plugin backend 'custom' in DDP's logging "
                                      "data (ProcessGroup::getBackendName), not 'hoop'",
     },
