@@ -145,7 +145,9 @@ def main():
             for mode in ("unsealed", "wrongkey"):
                 p, _ = run([args.probe, "127.0.0.1", str(port), mode], env)
                 v = json.loads(p.stdout) if p.returncode == 0 else {}
-                check(p.returncode == 0 and v["not_answering"] == list(range(n)),
+                # No rank answered at all (strays: datagrams that came back, whatever they were).
+                check(p.returncode == 0 and v["not_answering"] == list(range(n)) and
+                      v["strays"] == 0,
                       "%s questions: %s %s" % (mode, p.stdout, p.stderr))
         # No job: a clear error, within the timeout (and the store's second of grace).
         nojob = free_port()

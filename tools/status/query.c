@@ -179,6 +179,8 @@ static void ask(hoop__sq_t *q, const struct sockaddr_in *sa, const hoop__auth_ke
                 q->ranks[j].how = HOOP__SQ_ANSWERED;
                 q->ranks[j].a = a;
                 waiting--;
+            } else {
+                q->strays++;
             }
         }
     }
@@ -406,8 +408,9 @@ static void json(const hoop__sq_t *q, FILE *out)
     json_str(out, q->where);
     fprintf(out, ", \"comm\": \"%016" PRIx64 "\", \"job\": ", q->comm_id);
     json_str(out, q->job);
-    fprintf(out, ", \"size\": %d, \"sealed\": %s, \"took_s\": %.6f, \"ranks\": [", q->size,
-            q->sealed ? "true" : "false", q->took_s);
+    fprintf(out,
+            ", \"size\": %d, \"sealed\": %s, \"took_s\": %.6f, \"strays\": %d, \"ranks\": [",
+            q->size, q->sealed ? "true" : "false", q->took_s, q->strays);
     for (int j = 0; j < q->size; j++) {
         const hoop__sq_rank_t *r = &q->ranks[j];
         const hoop__status_msg_t *a = &r->a;

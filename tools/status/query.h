@@ -31,6 +31,7 @@ typedef struct hoop__sq {
     int sealed; /* the questions were sealed with the job's key */
     hoop__sq_rank_t *ranks;
     double took_s; /* from the first connect to the last answer or the deadline */
+    int strays;    /* datagrams that came back but were no answer (unsealed, another key...) */
 } hoop__sq_t;
 
 typedef struct hoop__sq_opts {
