@@ -260,8 +260,8 @@ hoop_result_t hoop__status_decode(const uint8_t *in, size_t len, hoop__status_ms
             return HOOP_ERR_MISMATCH;
         /* Without a call, no call's fields. */
         if (!(d.flags & HOOP__STATUS_HAS_CALL) &&
-            (d.state || d.code || d.kind || d.dtype || d.seq || d.count || d.age_ms ||
-             d.engine || d.algo || d.small))
+            (d.state || d.code || d.kind || d.dtype || d.seq || d.count || d.age_ms || d.engine ||
+             d.algo || d.small))
             return HOOP_ERR_MISMATCH;
         if ((d.flags & HOOP__STATUS_HAS_CALL) && (d.state == 0 || d.kind == HOOP__K_NONE))
             return HOOP_ERR_MISMATCH;

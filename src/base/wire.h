@@ -93,12 +93,12 @@ enum { HOOP__STATUS_REQ = 1, HOOP__STATUS_ANS = 2 };
 #define HOOP__STATUS_TOOL 0xffffffffu
 
 typedef struct hoop__status_msg {
-    uint8_t type;     /* HOOP__STATUS_REQ or HOOP__STATUS_ANS */
-    uint8_t flags;    /* answer: HOOP__STATUS_* */
-    uint8_t state;    /* answer: hoop__rec_state_t of the call, 0 without one */
-    uint8_t code;     /* answer: the failure's hoop_result_t where state is failed */
-    uint8_t kind;     /* answer: hoop__kind_t of the call */
-    uint8_t dtype;    /* answer */
+    uint8_t type;  /* HOOP__STATUS_REQ or HOOP__STATUS_ANS */
+    uint8_t flags; /* answer: HOOP__STATUS_* */
+    uint8_t state; /* answer: hoop__rec_state_t of the call, 0 without one */
+    uint8_t code;  /* answer: the failure's hoop_result_t where state is failed */
+    uint8_t kind;  /* answer: hoop__kind_t of the call */
+    uint8_t dtype; /* answer */
     /* answer: how the call runs (plan.h's engine, algorithm and small flag, which
      * hoop__plan_schedule names); engine < 8, algo < 32, small 0 or 1 */
     uint8_t engine, algo, small;

@@ -17,8 +17,11 @@ int main(int argc, char **argv)
     if (strcmp(argv[3], "wrongkey") == 0 &&
         hoop__auth_key_from_string(&other, "not the job's key", err, sizeof(err)) != HOOP_OK)
         return 2;
-    hoop__sq_opts_t o = {
-        .host = argv[1], .port = atoi(argv[2]), .timeout_s = 1.5, .key = &key, .seal_override = &other};
+    hoop__sq_opts_t o = {.host = argv[1],
+                         .port = atoi(argv[2]),
+                         .timeout_s = 1.5,
+                         .key = &key,
+                         .seal_override = &other};
     hoop__sq_t q;
     if (hoop__sq_run(&o, &q, err, sizeof(err)) != HOOP_OK) {
         fprintf(stderr, "probe: %s\n", err);

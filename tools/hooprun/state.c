@@ -155,8 +155,8 @@ int status_main(int argc, char **argv)
     } else if (matches > 1) {
         fprintf(stderr, "hooprun --status: %d jobs of hooprun's are running; name one:\n", matches);
         for (int k = 0; k < n; k++)
-            fprintf(stderr, "  pid %ld, job %s, store %s:%s\n", all[k].pid, all[k].job,
-                    all[k].addr, all[k].port);
+            fprintf(stderr, "  pid %ld, job %s, store %s:%s\n", all[k].pid, all[k].job, all[k].addr,
+                    all[k].port);
         rc = 2;
     } else {
         state_t *s = &all[pick];

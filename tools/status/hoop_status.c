@@ -47,7 +47,8 @@ int main(int argc, char **argv)
     }
     if (colon == NULL || hl == 0 || hl >= sizeof(host) || end == colon + 1 || *end != '\0' ||
         port < 1 || port > 65535) {
-        fprintf(stderr, "hoop-status: \"%s\" is not HOST:PORT (the job's MASTER_ADDR:MASTER_PORT)\n",
+        fprintf(stderr,
+                "hoop-status: \"%s\" is not HOST:PORT (the job's MASTER_ADDR:MASTER_PORT)\n",
                 argv[i]);
         return 2;
     }

@@ -34,8 +34,8 @@ static hoop_result_t read_hello(hoop__store_t *st, hoop__sq_t *q, double deadlin
 {
     char hello[HOOP__HELLO_MAX], f[160];
     size_t len = 0;
-    hoop_result_t rc =
-        hoop__store_get(st, "hoop/rank/0", hello, sizeof(hello) - 1, &len, deadline - hoop__now());
+    hoop_result_t rc = hoop__store_get(st, "hoop/rank/0", hello, sizeof(hello) - 1, &len,
+                                       deadline - hoop__now());
     if (rc != HOOP_OK) {
         hoop__say(err, errlen, "cannot read rank 0's hello from the store at %s: %s", q->where,
                   hoop__store_error(st));
@@ -46,8 +46,7 @@ static hoop_result_t read_hello(hoop__store_t *st, hoop__sq_t *q, double deadlin
     if (hoop__agree_field(hello, "job", f, sizeof(f)) && strcmp(f, "-") != 0)
         snprintf(q->job, sizeof(q->job), "%.127s", f);
     char *end = NULL;
-    if (hoop__agree_field(hello, "WORLD_SIZE", f, sizeof(f)))
-        q->size = (int)strtol(f, &end, 10);
+    if (hoop__agree_field(hello, "WORLD_SIZE", f, sizeof(f))) q->size = (int)strtol(f, &end, 10);
     if (end == NULL || *end != '\0' || q->size < 1 || q->size > HOOP__MAX_RANKS ||
         !hoop__agree_field(hello, "comm", f, sizeof(f)) ||
         sscanf(f, "%16" SCNx64, &q->comm_id) != 1) {
@@ -95,8 +94,8 @@ static hoop_result_t read_addrs(hoop__store_t *st, hoop__sq_t *q, char (*addrs)[
     }
     free(all);
     if (rc != HOOP_OK)
-        hoop__say(err, errlen, "the ranks' addresses are not in the store at %s yet (%s)",
-                  q->where, hoop__store_error(st));
+        hoop__say(err, errlen, "the ranks' addresses are not in the store at %s yet (%s)", q->where,
+                  hoop__store_error(st));
     return rc;
 }
 
@@ -169,13 +168,11 @@ static void ask(hoop__sq_t *q, const struct sockaddr_in *sa, const hoop__auth_ke
             }
             size_t len = (size_t)r;
             if (seal != NULL)
-                len = hoop__auth_unseal(seal, 1, b, len, 0, NULL) == 0
-                          ? len - HOOP__AUTH_SEAL_BYTES
-                          : 0;
+                len = hoop__auth_unseal(seal, 1, b, len, 0, NULL) == 0 ? len - HOOP__AUTH_SEAL_BYTES
+                                                                       : 0;
             hoop__status_msg_t a;
             if (hoop__status_decode(b, len, &a) == HOOP_OK && a.type == HOOP__STATUS_ANS &&
-                a.nonce == base + (uint64_t)j && a.comm_id == q->comm_id &&
-                a.rank == (uint32_t)j) {
+                a.nonce == base + (uint64_t)j && a.comm_id == q->comm_id && a.rank == (uint32_t)j) {
                 q->ranks[j].how = HOOP__SQ_ANSWERED;
                 q->ranks[j].a = a;
                 waiting--;
@@ -240,8 +237,8 @@ hoop_result_t hoop__sq_run(const hoop__sq_opts_t *o, hoop__sq_t *q, char *err, s
         hoop__addr_part(addrs[j], "h", r->host, sizeof(r->host));
         /* "x=a.b.c.d:PORT:PID": a rank without one has no status socket. */
         if (hoop__addr_part(addrs[j], "x", part, sizeof(part)) != 0 ||
-            sscanf(part, "%15[0-9.]:%d:%d", ip, &port, &r->pid) != 3 || port <= 0 ||
-            port > 65535 || inet_pton(AF_INET, ip, &sa[j].sin_addr) != 1) {
+            sscanf(part, "%15[0-9.]:%d:%d", ip, &port, &r->pid) != 3 || port <= 0 || port > 65535 ||
+            inet_pton(AF_INET, ip, &sa[j].sin_addr) != 1) {
             r->how = HOOP__SQ_UNKNOWN;
             continue;
         }
@@ -331,7 +328,7 @@ static void human_bytes(uint64_t b, char *buf, size_t n)
 
 static const char *how_word(int how)
 {
-    return how == HOOP__SQ_REFUSED ? "gone (its status socket is closed)"
+    return how == HOOP__SQ_REFUSED   ? "gone (its status socket is closed)"
            : how == HOOP__SQ_UNKNOWN ? "unknown (no status address)"
                                      : "not answering (stopped, or a wrong key)";
 }
@@ -345,8 +342,7 @@ static void call_text(const hoop__status_msg_t *a, char *buf, size_t n)
         return;
     }
     char size[32];
-    human_bytes(a->count * (uint64_t)hoop__dtype_size((hoop_dtype_t)a->dtype), size,
-                sizeof(size));
+    human_bytes(a->count * (uint64_t)hoop__dtype_size((hoop_dtype_t)a->dtype), size, sizeof(size));
     int done = a->state == HOOP__REC_FINISHED || a->state == HOOP__REC_FAILED;
     snprintf(buf, n, "#%" PRIu64 " %s (%s, %s, %s) %s%s%s %.1f s %s", a->seq, kind_word(a->kind),
              hoop__dtype_name((hoop_dtype_t)a->dtype), size, schedule(a), state_name(a->state),
@@ -408,8 +404,7 @@ static void json(const hoop__sq_t *q, FILE *out)
     json_str(out, q->where);
     fprintf(out, ", \"comm\": \"%016" PRIx64 "\", \"job\": ", q->comm_id);
     json_str(out, q->job);
-    fprintf(out,
-            ", \"size\": %d, \"sealed\": %s, \"took_s\": %.6f, \"strays\": %d, \"ranks\": [",
+    fprintf(out, ", \"size\": %d, \"sealed\": %s, \"took_s\": %.6f, \"strays\": %d, \"ranks\": [",
             q->size, q->sealed ? "true" : "false", q->took_s, q->strays);
     for (int j = 0; j < q->size; j++) {
         const hoop__sq_rank_t *r = &q->ranks[j];
@@ -475,8 +470,9 @@ int hoop__sq_options(int argc, char **argv, int *i, int *as_json, double *timeou
             char *end = NULL;
             double t = v != NULL ? strtod(v, &end) : 0;
             if (v == NULL || end == v || *end != '\0' || !(t > 0 && t <= 3600)) {
-                fprintf(stderr, "%s: --timeout needs a number of seconds, above 0 and at most "
-                                "3600\n",
+                fprintf(stderr,
+                        "%s: --timeout needs a number of seconds, above 0 and at most "
+                        "3600\n",
                         prog);
                 return -1;
             }

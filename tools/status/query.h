@@ -17,9 +17,9 @@
 enum { HOOP__SQ_SILENT, HOOP__SQ_ANSWERED, HOOP__SQ_REFUSED, HOOP__SQ_UNKNOWN };
 
 typedef struct hoop__sq_rank {
-    int how;             /* HOOP__SQ_* */
+    int how;              /* HOOP__SQ_* */
     hoop__status_msg_t a; /* the answer, with HOOP__SQ_ANSWERED */
-    char host[64];       /* as the rank published it ("" where it did not) */
+    char host[64];        /* as the rank published it ("" where it did not) */
     int pid;
 } hoop__sq_rank_t;
 
@@ -37,8 +37,9 @@ typedef struct hoop__sq {
 typedef struct hoop__sq_opts {
     const char *host;
     int port;
-    double timeout_s;            /* the whole query's, store included */
-    const hoop__auth_key_t *key; /* HOOP_AUTH_KEY as the ranks read it (unbound); NULL or unset: none */
+    double timeout_s; /* the whole query's, store included */
+    const hoop__auth_key_t
+        *key; /* HOOP_AUTH_KEY as the ranks read it (unbound); NULL or unset: none */
     /* Tests: seal the questions with this key instead of the job's (a wrong one gets no answer). */
     const hoop__auth_key_t *seal_override;
 } hoop__sq_opts_t;
@@ -57,7 +58,6 @@ int hoop__sq_slowest(const hoop__sq_t *q);
 
 /* The command line both tools share: [--json] [--timeout S]; argv[*i] onward. 0, or -1 with a
  * sentence on stderr. */
-int hoop__sq_options(int argc, char **argv, int *i, int *json, double *timeout_s,
-                     const char *prog);
+int hoop__sq_options(int argc, char **argv, int *i, int *json, double *timeout_s, const char *prog);
 
 #endif
