@@ -121,7 +121,7 @@ hoop_comm_t *hoop__comm_alloc(const hoop__config_t *cfg, int rank, int size)
 
 /* The communicators whose rank 0 this process is and that keep their tcp store (see keep_store):
  * a new init here on the same port takes the port over, and the older one is then no longer
- * discoverable, but runs on. */
+ * discoverable, but runs on. Past KEPT_MAX at once, a new one closes its store as before. */
 #define KEPT_MAX 16
 static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
 static hoop_comm_t *kept[KEPT_MAX];
@@ -173,7 +173,8 @@ static int keep_store(hoop_comm_t *c, hoop__store_t *st, const hoop__rdv_t *rdv)
 
 void hoop__comm_free(hoop_comm_t *c)
 {
-    if (c->kept_store != NULL) unkeep(c);
+    /* Under the lock: a new init on another thread may be taking the port over. */
+    unkeep(c);
     /* No dump of it may start once it begins to go. */
     hoop__rec_forget(c);
     /* Its thread reads the recorder: gone before anything it reads. */
