@@ -509,3 +509,54 @@ hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_s
     hoop__auth_clear(&a);
     return rc;
 }
+
+/* ---- sealed datagrams ---- */
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void seal_mac(const hoop__auth_key_t *key, int is_answer, const uint8_t *msg, size_t len,
+                     const uint8_t clock[8], unsigned char out[HOOP__AUTH_MAC_BYTES])
+{
+    static const char label_q[] = "hoop-status-v1 ask";
+    static const char label_a[] = "hoop-status-v1 ans";
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, key->bytes, sizeof(key->bytes));
+    crypto_auth_hmacsha256_update(&st, (const unsigned char *)(is_answer ? label_a : label_q),
+                                  sizeof(label_q));
+    crypto_auth_hmacsha256_update(&st, msg, len);
+    crypto_auth_hmacsha256_update(&st, clock, 8);
+    crypto_auth_hmacsha256_final(&st, out);
+    sodium_memzero(&st, sizeof(st));
+}
+
+void hoop__auth_seal(const hoop__auth_key_t *key, int is_answer, const uint8_t *msg, size_t len,
+                     uint64_t now_ms, uint8_t *out)
+{
+    if (now_ms == 0) now_ms = wall_ms();
+    memmove(out, msg, len);
+    for (int i = 0; i < 8; i++) out[len + (size_t)i] = (uint8_t)(now_ms >> (8 * i));
+    seal_mac(key, is_answer, out, len, out + len, out + len + 8);
+}
+
+int hoop__auth_unseal(const hoop__auth_key_t *key, int is_answer, const uint8_t *in, size_t n,
+                      uint64_t now_ms, uint64_t *sent_ms)
+{
+    if (key == NULL || !key->set || in == NULL || n < HOOP__AUTH_SEAL_BYTES) return -1;
+    size_t len = n - HOOP__AUTH_SEAL_BYTES;
+    unsigned char mac[HOOP__AUTH_MAC_BYTES];
+    seal_mac(key, is_answer, in, len, in + len, mac);
+    int bad = sodium_memcmp(mac, in + len + 8, sizeof(mac));
+    sodium_memzero(mac, sizeof(mac));
+    if (bad != 0) return -1;
+    uint64_t t = 0;
+    for (int i = 7; i >= 0; i--) t = (t << 8) | in[len + (size_t)i];
+    if (sent_ms != NULL) *sent_ms = t;
+    if (now_ms == 0) now_ms = wall_ms();
+    uint64_t d = t > now_ms ? t - now_ms : now_ms - t;
+    return d <= HOOP__AUTH_SEAL_WINDOW_MS ? 0 : -1;
+}

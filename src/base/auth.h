@@ -104,4 +104,25 @@ void hoop__auth_clear(hoop__auth_t *a);
 hoop_result_t hoop__auth_handshake(int fd, const hoop__auth_key_t *key, int is_server,
                                    uint64_t context, double deadline, char *err, size_t errlen);
 
+/*
+ * Datagrams under the key (the status socket, core/explain.c): a sealed datagram is the message,
+ * the sender's wall clock in milliseconds (8 bytes, little-endian) and
+ * HMAC(key, label | message | clock). The label tells a question from an answer (neither can be
+ * reflected as the other); the clock bounds how long a captured question can be replayed, and the
+ * receiver refuses a nonce it saw within that window. The message itself is neither hidden nor
+ * changed.
+ */
+#define HOOP__AUTH_SEAL_BYTES (8 + HOOP__AUTH_MAC_BYTES)
+/* How far a sealed datagram's clock may be from the receiver's, either way. */
+#define HOOP__AUTH_SEAL_WINDOW_MS 30000
+/* out gets len + HOOP__AUTH_SEAL_BYTES bytes; is_answer picks the label; now_ms the sender's clock
+ * (0: read it). */
+void hoop__auth_seal(const hoop__auth_key_t *key, int is_answer, const uint8_t *msg, size_t len,
+                     uint64_t now_ms, uint8_t *out);
+/* Checks a sealed datagram of n bytes (the message is its first n - HOOP__AUTH_SEAL_BYTES):
+ * 0 when the MAC is right and its clock within the window of now_ms (0: read it), -1 otherwise.
+ * *sent_ms gets the sender's clock. Constant time in the MAC's bytes. */
+int hoop__auth_unseal(const hoop__auth_key_t *key, int is_answer, const uint8_t *in, size_t n,
+                      uint64_t now_ms, uint64_t *sent_ms);
+
 #endif

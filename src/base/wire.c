@@ -213,6 +213,9 @@ void hoop__status_encode(const hoop__status_msg_t *m, uint8_t out[HOOP__STATUS_S
     put64(out + 32, m->nonce);
     put64(out + 40, m->seq);
     put64(out + 48, m->count);
+    out[56] = m->engine;
+    out[57] = m->algo;
+    out[58] = m->small;
 }
 
 hoop_result_t hoop__status_decode(const uint8_t *in, size_t len, hoop__status_msg_t *m)
@@ -221,7 +224,7 @@ hoop_result_t hoop__status_decode(const uint8_t *in, size_t len, hoop__status_ms
     if (in == NULL || len != HOOP__STATUS_SIZE || get32(in) != HOOP__STATUS_MAGIC ||
         get16(in + 4) != HOOP__STATUS_VERSION)
         return HOOP_ERR_MISMATCH;
-    for (int i = 56; i < HOOP__STATUS_SIZE; i++)
+    for (int i = 59; i < HOOP__STATUS_SIZE; i++)
         if (in[i] != 0) return HOOP_ERR_MISMATCH;
     hoop__status_msg_t d = {
         .type = in[6],
@@ -237,19 +240,28 @@ hoop_result_t hoop__status_decode(const uint8_t *in, size_t len, hoop__status_ms
         .nonce = get64(in + 32),
         .seq = get64(in + 40),
         .count = get64(in + 48),
+        .engine = in[56],
+        .algo = in[57],
+        .small = in[58],
     };
-    if (d.rank > INT32_MAX || d.pid > INT32_MAX) return HOOP_ERR_MISMATCH;
+    /* A tool outside the communicator asks as rank HOOP__STATUS_TOOL; no answer comes from it. */
+    if ((d.rank > INT32_MAX && !(d.type == HOOP__STATUS_REQ && d.rank == HOOP__STATUS_TOOL)) ||
+        d.pid > INT32_MAX)
+        return HOOP_ERR_MISMATCH;
     if (d.type == HOOP__STATUS_REQ) {
         /* A request asks; it says nothing of a call. */
-        if (d.flags || d.state || d.code || d.kind || d.dtype || d.age_ms || d.seq || d.count)
+        if (d.flags || d.state || d.code || d.kind || d.dtype || d.age_ms || d.seq || d.count ||
+            d.engine || d.algo || d.small)
             return HOOP_ERR_MISMATCH;
     } else if (d.type == HOOP__STATUS_ANS) {
         if ((d.flags & ~HOOP__STATUS_FLAGS) != 0 || d.kind >= HOOP__K_COUNT ||
-            d.dtype >= HOOP_DTYPE_COUNT || d.state > 4 || d.code >= 64)
+            d.dtype >= HOOP_DTYPE_COUNT || d.state > 4 || d.code >= 64 || d.engine >= 8 ||
+            d.algo >= 32 || d.small > 1)
             return HOOP_ERR_MISMATCH;
         /* Without a call, no call's fields. */
         if (!(d.flags & HOOP__STATUS_HAS_CALL) &&
-            (d.state || d.code || d.kind || d.dtype || d.seq || d.count || d.age_ms))
+            (d.state || d.code || d.kind || d.dtype || d.seq || d.count || d.age_ms || d.engine ||
+             d.algo || d.small))
             return HOOP_ERR_MISMATCH;
         if ((d.flags & HOOP__STATUS_HAS_CALL) && (d.state == 0 || d.kind == HOOP__K_NONE))
             return HOOP_ERR_MISMATCH;

@@ -89,14 +89,19 @@ enum { HOOP__STATUS_REQ = 1, HOOP__STATUS_ANS = 2 };
 #define HOOP__STATUS_HAS_CALL 1u /* seq..code describe the newest collective call */
 #define HOOP__STATUS_REC_OFF 2u  /* HOOP_RECORD=0: nothing is known of its calls */
 #define HOOP__STATUS_FLAGS 3u
+/* The rank of a question from outside the communicator (hoop-status, hooprun --status). */
+#define HOOP__STATUS_TOOL 0xffffffffu
 
 typedef struct hoop__status_msg {
-    uint8_t type;     /* HOOP__STATUS_REQ or HOOP__STATUS_ANS */
-    uint8_t flags;    /* answer: HOOP__STATUS_* */
-    uint8_t state;    /* answer: hoop__rec_state_t of the call, 0 without one */
-    uint8_t code;     /* answer: the failure's hoop_result_t where state is failed */
-    uint8_t kind;     /* answer: hoop__kind_t of the call */
-    uint8_t dtype;    /* answer */
+    uint8_t type;  /* HOOP__STATUS_REQ or HOOP__STATUS_ANS */
+    uint8_t flags; /* answer: HOOP__STATUS_* */
+    uint8_t state; /* answer: hoop__rec_state_t of the call, 0 without one */
+    uint8_t code;  /* answer: the failure's hoop_result_t where state is failed */
+    uint8_t kind;  /* answer: hoop__kind_t of the call */
+    uint8_t dtype; /* answer */
+    /* answer: how the call runs (plan.h's engine, algorithm and small flag, which
+     * hoop__plan_schedule names); engine < 8, algo < 32, small 0 or 1 */
+    uint8_t engine, algo, small;
     uint32_t rank;    /* the sender's rank */
     uint32_t pid;     /* the sender's process */
     uint32_t age_ms;  /* answer: since the call ended, or since it was posted while it runs */

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/auth.h"
 #include "base/tables.h"
 #include "base/wire.h"
 #include "core/lifecycle.h"
@@ -47,6 +48,11 @@
  * ones again (a datagram may be lost). */
 #define ASK_S 1.0
 #define ASK_AGAIN_S 0.3
+/* Under a key, the nonces of the last questions answered: a captured question replayed within
+ * the seal's window gets no second answer. */
+#define SEEN_NONCES 64
+/* The longest datagram either side reads: a sealed one, and a byte more to tell a longer one. */
+#define DGRAM_MAX (HOOP__STATUS_SIZE + HOOP__AUTH_SEAL_BYTES + 1)
 
 typedef struct peer {
     struct sockaddr_in sa;
@@ -65,6 +71,11 @@ struct hoop__explain {
     atomic_int stop;
     peer_t *peers; /* size entries, once hoop__explain_peers ran */
     atomic_int done;
+    /* Under a key: questions turned away (unsealed, wrongly keyed, stale, replayed), and the
+     * nonces of those answered (the answering thread's alone). */
+    atomic_uint refused;
+    uint64_t seen[SEEN_NONCES];
+    unsigned seen_next;
 };
 
 static double now_s(void)
@@ -93,16 +104,56 @@ static void answer(hoop_comm_t *c, int fd, const hoop__status_msg_t *q, const st
         a.count = l.count;
         a.kind = (uint8_t)l.kind;
         a.dtype = (uint8_t)l.dtype;
+        a.engine = (uint8_t)(l.engine & 7);
+        a.algo = (uint8_t)(l.algo & 31);
+        a.small = (uint8_t)l.small;
         a.state = (uint8_t)(l.state & 0xff);
         a.code = (uint8_t)((l.state >> 8) & 0x3f);
         uint64_t ms = l.age_ns / 1000000;
         a.age_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
     }
-    uint8_t b[HOOP__STATUS_SIZE];
+    uint8_t b[HOOP__STATUS_SIZE + HOOP__AUTH_SEAL_BYTES];
+    size_t len = HOOP__STATUS_SIZE;
     hoop__status_encode(&a, b);
+    if (c->cfg.auth.set) {
+        hoop__auth_seal(&c->cfg.auth, 1, b, HOOP__STATUS_SIZE, 0, b);
+        len += HOOP__AUTH_SEAL_BYTES;
+    }
     /* Never waits: an answer that does not fit is lost, and the asker says "not answering". */
-    ssize_t w = sendto(fd, b, sizeof(b), MSG_DONTWAIT | MSG_NOSIGNAL, to, tolen);
+    ssize_t w = sendto(fd, b, len, MSG_DONTWAIT | MSG_NOSIGNAL, to, tolen);
     (void)w;
+}
+
+/* Counts a question turned away; says the first few (the log is not the asker's to fill). */
+static void refuse(hoop_comm_t *c, const char *why)
+{
+    unsigned n = atomic_fetch_add(&c->explain->refused, 1) + 1;
+    if (n <= 8 || (n & (n - 1)) == 0)
+        HOOP__INFO_IN(&c->log, HOOP__SUB_AUTH,
+                      "status socket: no answer to %s (%u turned away so far)", why, n);
+}
+
+/* Under a key: whether b (n bytes) is a question sealed with it, recent enough. */
+static int question_sealed(hoop_comm_t *c, const uint8_t *b, size_t n)
+{
+    if (n != HOOP__STATUS_SIZE + HOOP__AUTH_SEAL_BYTES) {
+        refuse(c, "a datagram that is not sealed with HOOP_AUTH_KEY");
+        return 0;
+    }
+    if (hoop__auth_unseal(&c->cfg.auth, 0, b, n, 0, NULL) != 0) {
+        refuse(c, "a question sealed with another key, or too old");
+        return 0;
+    }
+    return 1;
+}
+
+/* Whether nonce was answered already; remembers it otherwise. */
+static int replayed(struct hoop__explain *x, uint64_t nonce)
+{
+    for (unsigned i = 0; i < SEEN_NONCES; i++)
+        if (x->seen[i] == nonce && nonce != 0) return 1;
+    x->seen[x->seen_next++ % SEEN_NONCES] = nonce;
+    return 0;
 }
 
 static void *answer_main(void *arg)
@@ -115,16 +166,23 @@ static void *answer_main(void *arg)
     while (!atomic_load(&x->stop)) {
         struct pollfd pfd[2] = {{.fd = x->fd, .events = POLLIN}, {.fd = x->wake, .events = POLLIN}};
         if (poll(pfd, 2, -1) <= 0 || !(pfd[0].revents & POLLIN)) continue;
-        uint8_t b[HOOP__STATUS_SIZE + 1];
+        uint8_t b[DGRAM_MAX];
         struct sockaddr_storage from;
         socklen_t fl = sizeof(from);
         ssize_t r = recvfrom(x->fd, b, sizeof(b), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
         if (r < 0) continue;
         hoop__status_msg_t q;
-        /* Garbage, an answer, another communicator's question: no answer. */
-        if (hoop__status_decode(b, (size_t)r, &q) != HOOP_OK || q.type != HOOP__STATUS_REQ ||
-            q.comm_id != c->id || q.rank >= (uint32_t)c->size)
+        if (c->cfg.auth.set && !question_sealed(c, b, (size_t)r)) continue;
+        size_t len = c->cfg.auth.set ? (size_t)r - HOOP__AUTH_SEAL_BYTES : (size_t)r;
+        /* Garbage, an answer, another communicator's question: no answer. Rank is the asker's:
+         * any rank of the communicator, or 0xffffffff for a tool outside it. */
+        if (hoop__status_decode(b, len, &q) != HOOP_OK || q.type != HOOP__STATUS_REQ ||
+            q.comm_id != c->id || (q.rank >= (uint32_t)c->size && q.rank != HOOP__STATUS_TOOL))
             continue;
+        if (c->cfg.auth.set && replayed(x, q.nonce)) {
+            refuse(c, "a question it answered already (replayed)");
+            continue;
+        }
         answer(c, x->fd, &q, (struct sockaddr *)&from, fl);
     }
     return NULL;
@@ -276,8 +334,13 @@ static void ask(hoop_comm_t *c, seen_t *s)
                             .pid = (uint32_t)getpid(),
                             .comm_id = c->id,
                             .nonce = nonce};
-    uint8_t req[HOOP__STATUS_SIZE];
+    uint8_t req[HOOP__STATUS_SIZE + HOOP__AUTH_SEAL_BYTES];
+    size_t req_len = HOOP__STATUS_SIZE;
     hoop__status_encode(&q, req);
+    if (c->cfg.auth.set) {
+        hoop__auth_seal(&c->cfg.auth, 0, req, HOOP__STATUS_SIZE, 0, req);
+        req_len += HOOP__AUTH_SEAL_BYTES;
+    }
     int waiting = 0;
     for (int j = 0; j < p; j++) {
         fds[j] = -1;
@@ -305,7 +368,7 @@ static void ask(hoop_comm_t *c, seen_t *s)
             s[j].how = P_UNKNOWN;
             continue;
         }
-        if (send(fds[j], req, sizeof(req), MSG_NOSIGNAL) < 0 && errno == ECONNREFUSED)
+        if (send(fds[j], req, req_len, MSG_NOSIGNAL) < 0 && errno == ECONNREFUSED)
             s[j].how = P_REFUSED;
         else
             waiting++;
@@ -319,7 +382,7 @@ static void ask(hoop_comm_t *c, seen_t *s)
         if (t >= again) {
             for (int j = 0; j < p; j++)
                 if (s[j].how == P_SILENT && fds[j] >= 0) {
-                    ssize_t w = send(fds[j], req, sizeof(req), MSG_NOSIGNAL);
+                    ssize_t w = send(fds[j], req, req_len, MSG_NOSIGNAL);
                     (void)w;
                 }
             again = t + ASK_AGAIN_S;
@@ -334,13 +397,19 @@ static void ask(hoop_comm_t *c, seen_t *s)
             if (pf[i].revents == 0) continue;
             int j = 0;
             while (fds[j] != pf[i].fd) j++;
-            uint8_t b[HOOP__STATUS_SIZE + 1];
+            uint8_t b[DGRAM_MAX];
             ssize_t r = recv(fds[j], b, sizeof(b), MSG_DONTWAIT);
             hoop__status_msg_t a;
+            /* Under a key, only a sealed answer counts (a stranger's is dropped unread). */
+            size_t len = (size_t)r;
+            if (r >= 0 && c->cfg.auth.set)
+                len = hoop__auth_unseal(&c->cfg.auth, 1, b, (size_t)r, 0, NULL) == 0
+                          ? (size_t)r - HOOP__AUTH_SEAL_BYTES
+                          : 0;
             if (r < 0 && errno == ECONNREFUSED) {
                 s[j].how = P_REFUSED;
                 waiting--;
-            } else if (r >= 0 && hoop__status_decode(b, (size_t)r, &a) == HOOP_OK &&
+            } else if (r >= 0 && hoop__status_decode(b, len, &a) == HOOP_OK &&
                        a.type == HOOP__STATUS_ANS && a.nonce == nonce && a.comm_id == c->id &&
                        a.rank == (uint32_t)j) {
                 s[j].how = P_ANSWERED;

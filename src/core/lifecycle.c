@@ -119,8 +119,62 @@ hoop_comm_t *hoop__comm_alloc(const hoop__config_t *cfg, int rank, int size)
     return c;
 }
 
+/* The communicators whose rank 0 this process is and that keep their tcp store (see keep_store):
+ * a new init here on the same port takes the port over, and the older one is then no longer
+ * discoverable, but runs on. Past KEPT_MAX at once, a new one closes its store as before. */
+#define KEPT_MAX 16
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static hoop_comm_t *kept[KEPT_MAX];
+
+static void unkeep(hoop_comm_t *c)
+{
+    pthread_mutex_lock(&kept_mu);
+    for (int i = 0; i < KEPT_MAX; i++)
+        if (kept[i] == c) kept[i] = NULL;
+    hoop__store_t *st = c->kept_store;
+    c->kept_store = NULL;
+    pthread_mutex_unlock(&kept_mu);
+    hoop__store_close(st);
+}
+
+/* Rank 0, before it serves a store on port: a store of this process's on it goes. */
+static void release_port(int port)
+{
+    hoop__store_t *gone[KEPT_MAX];
+    int n = 0;
+    pthread_mutex_lock(&kept_mu);
+    for (int i = 0; i < KEPT_MAX; i++)
+        if (kept[i] != NULL && kept[i]->kept_port == port) {
+            gone[n++] = kept[i]->kept_store;
+            kept[i]->kept_store = NULL;
+            kept[i] = NULL;
+        }
+    pthread_mutex_unlock(&kept_mu);
+    for (int i = 0; i < n; i++) hoop__store_close(gone[i]);
+}
+
+/* Rank 0 of a tcp store keeps it serving while the communicator lives: it holds every rank's
+ * address, which is where hoop-status finds the ranks' status sockets. 0 where it was kept. */
+static int keep_store(hoop_comm_t *c, hoop__store_t *st, const hoop__rdv_t *rdv)
+{
+    if (c->rank != 0 || strcmp(rdv->method, "tcp") != 0) return -1;
+    pthread_mutex_lock(&kept_mu);
+    int slot = -1;
+    for (int i = 0; i < KEPT_MAX && slot < 0; i++)
+        if (kept[i] == NULL) slot = i;
+    if (slot >= 0) {
+        kept[slot] = c;
+        c->kept_store = st;
+        c->kept_port = rdv->port;
+    }
+    pthread_mutex_unlock(&kept_mu);
+    return slot >= 0 ? 0 : -1;
+}
+
 void hoop__comm_free(hoop_comm_t *c)
 {
+    /* Under the lock: a new init on another thread may be taking the port over. */
+    unkeep(c);
     /* No dump of it may start once it begins to go. */
     hoop__rec_forget(c);
     /* Its thread reads the recorder: gone before anything it reads. */
@@ -458,6 +512,7 @@ static hoop_result_t agree_claim(init_t *in)
     double lost_until = 0;
     char lost_err[512] = "";
     hoop_result_t rc;
+    if (c->rank == 0 && strcmp(in->rdv->method, "tcp") == 0) release_port(in->rdv->port);
     for (;;) {
         double until = lost_until > 0 && lost_until < in->deadline ? lost_until : in->deadline;
         rc = hoop__store_open(in->rdv, until - hoop__now(), &c->log, &in->st, in->err,
@@ -710,7 +765,8 @@ static hoop_result_t init_comm(init_t *in)
 
     free(in->addrs);
     free(in->ptrs);
-    hoop__store_close(in->st);
+    if (keep_store(c, in->st, in->rdv) != 0) hoop__store_close(in->st);
+    in->st = NULL;
     hoop__rec_register(c);
     HOOP__INFO(&c->log, "communicator %016llx ready: rank %d of %d, transport %s",
                (unsigned long long)c->id, c->rank, c->size, c->tp_ops->name);

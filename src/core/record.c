@@ -547,6 +547,9 @@ void hoop__rec_latest(const hoop_comm_t *c, hoop__rec_latest_t *out)
             .kind = (hoop__kind_t)out->kind,
             .plan = {.engine = D_ENGINE(s.desc), .algo = D_ALGO(s.desc), .small = D_SMALL(s.desc)}};
         snprintf(out->schedule, sizeof(out->schedule), "%s", hoop__plan_schedule(&call));
+        out->engine = call.plan.engine;
+        out->algo = call.plan.algo;
+        out->small = call.plan.small != 0;
         return;
     }
 }

@@ -118,9 +118,10 @@ typedef struct hoop__rec_latest {
     int off;  /* the recorder is off */
     uint64_t seq, count;
     int kind, dtype;
-    uint32_t state;    /* hoop__rec_state_t | the failure's code << 8 */
-    uint64_t age_ns;   /* since it ended, or since it was posted while it has not */
-    char schedule[32]; /* its algorithm in a word or two (hoop__plan_schedule) */
+    uint32_t state;          /* hoop__rec_state_t | the failure's code << 8 */
+    uint64_t age_ns;         /* since it ended, or since it was posted while it has not */
+    char schedule[32];       /* its algorithm in a word or two (hoop__plan_schedule) */
+    int engine, algo, small; /* what the schedule is named from */
 } hoop__rec_latest_t;
 void hoop__rec_latest(const struct hoop_comm *c, hoop__rec_latest_t *out);
 

@@ -216,6 +216,10 @@ struct hoop_comm {
     atomic_int abort_dumps, rec_dumped;
     /* The status socket, its answering thread and the peers' (core/explain.h); NULL for none. */
     struct hoop__explain *explain;
+    /* Rank 0 of a communicator made over a tcp:// store: the store, kept serving for the
+     * communicator's life so that hoop-status can read the ranks' addresses (lifecycle.c). */
+    struct hoop__store *kept_store;
+    int kept_port;
     /* The abort came first as a peer's notice of anything but a disagreement: a failure there
      * (a lost or silent rank) that this rank's explanation looks for too. */
     atomic_int notice_first;

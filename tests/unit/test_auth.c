@@ -647,6 +647,43 @@ static void contexts(void **state)
     assert_true(base != hoop__auth_context(2, 2, 3, 4));
 }
 
+/* A sealed datagram unseals only with its key and label, within the window of its clock, and not
+ * once a byte of it changed. */
+static void sealed_datagrams(void **state)
+{
+    (void)state;
+    hoop__auth_key_t k = {.set = 1}, other = {.set = 1}, none = {0};
+    memset(k.bytes, 0x5a, sizeof(k.bytes));
+    memset(other.bytes, 0x5b, sizeof(other.bytes));
+    const uint64_t now = UINT64_C(1700000000000);
+    uint8_t msg[64], b[64 + HOOP__AUTH_SEAL_BYTES];
+    for (size_t i = 0; i < sizeof(msg); i++) msg[i] = (uint8_t)(i * 13);
+    hoop__auth_seal(&k, 0, msg, sizeof(msg), now, b);
+    assert_memory_equal(b, msg, sizeof(msg)); /* the message itself goes as it is */
+    uint64_t t = 0;
+    assert_int_equal(hoop__auth_unseal(&k, 0, b, sizeof(b), now, &t), 0);
+    assert_true(t == now);
+    assert_int_equal(hoop__auth_unseal(&k, 0, b, sizeof(b), now - HOOP__AUTH_SEAL_WINDOW_MS, NULL),
+                     0);
+    assert_int_equal(
+        hoop__auth_unseal(&k, 0, b, sizeof(b), now + HOOP__AUTH_SEAL_WINDOW_MS + 1, NULL), -1);
+    assert_int_equal(
+        hoop__auth_unseal(&k, 0, b, sizeof(b), now - HOOP__AUTH_SEAL_WINDOW_MS - 1, NULL), -1);
+    assert_int_equal(hoop__auth_unseal(&k, 1, b, sizeof(b), now, NULL), -1);
+    assert_int_equal(hoop__auth_unseal(&other, 0, b, sizeof(b), now, NULL), -1);
+    assert_int_equal(hoop__auth_unseal(&none, 0, b, sizeof(b), now, NULL), -1);
+    assert_int_equal(hoop__auth_unseal(&k, 0, b, sizeof(b) - 1, now, NULL), -1);
+    assert_int_equal(hoop__auth_unseal(&k, 0, b, 3, now, NULL), -1);
+    for (size_t i = 0; i < sizeof(b); i++) {
+        b[i] ^= 1;
+        assert_int_equal(hoop__auth_unseal(&k, 0, b, sizeof(b), now, NULL), -1);
+        b[i] ^= 1;
+    }
+    /* The clock read here when none is given. */
+    hoop__auth_seal(&k, 1, msg, sizeof(msg), 0, b);
+    assert_int_equal(hoop__auth_unseal(&k, 1, b, sizeof(b), 0, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -660,6 +697,7 @@ int main(void)
         cmocka_unit_test(key_files),
         cmocka_unit_test(key_environment),
         cmocka_unit_test(contexts),
+        cmocka_unit_test(sealed_datagrams),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }

@@ -253,7 +253,10 @@ static void status_round_trip_and_refusals(void **state)
                             .comm_id = 0x1122334455667788ull,
                             .nonce = 99,
                             .seq = 4710,
-                            .count = 6250000},
+                            .count = 6250000,
+                            .engine = 1,
+                            .algo = 3,
+                            .small = 1},
                        d;
     uint8_t b[HOOP__STATUS_SIZE + 8] = {0};
     hoop__status_encode(&a, b);
@@ -279,7 +282,10 @@ static void status_round_trip_and_refusals(void **state)
                {11, HOOP_DTYPE_COUNT},
                {15, 0x80},
                {19, 0x80},
-               {56, 1},
+               {56, 8},
+               {57, 32},
+               {58, 2},
+               {59, 1},
                {63, 1}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         uint8_t c[HOOP__STATUS_SIZE];
@@ -295,6 +301,21 @@ static void status_round_trip_and_refusals(void **state)
     q.seq = 1;
     hoop__status_encode(&q, b);
     assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_ERR_MISMATCH);
+    q.seq = 0;
+    q.algo = 1;
+    hoop__status_encode(&q, b);
+    assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_ERR_MISMATCH);
+    /* A tool asks as rank 0xffffffff; no answer comes from that rank. */
+    q.algo = 0;
+    q.rank = HOOP__STATUS_TOOL;
+    hoop__status_encode(&q, b);
+    assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_OK);
+    assert_int_equal(d.rank, HOOP__STATUS_TOOL);
+    hoop__status_msg_t t = a;
+    t.rank = HOOP__STATUS_TOOL;
+    hoop__status_encode(&t, b);
+    assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_ERR_MISMATCH);
+    q.rank = 1;
     a.flags = 0;
     hoop__status_encode(&a, b);
     assert_int_equal(hoop__status_decode(b, HOOP__STATUS_SIZE, &d), HOOP_ERR_MISMATCH);

@@ -8,6 +8,7 @@
  *   output.c     our own stdout/stderr (sinks) and the ranks' pipes read line by line (streams)
  *   supervise.c  signals, waiting for the ranks, stopping them and what they leave behind, exit
  *                statuses, restarts
+ *   state.c      the state file of a running job, and --status (the live view)
  *   main.c       the attempts, from set-up to the exit status
  */
 #ifndef HOOPRUN_H
@@ -204,5 +205,14 @@ void run_loop(struct job *j);
 bool may_restart(struct job *j);
 /* A fresh rendezvous for the next attempt; false, having said why, if the job cannot go on. */
 bool prepare_restart(struct job *j);
+
+/* ---- state.c ------------------------------------------------------------------------------ */
+
+/* Writes this hooprun's state file (where the store is, the key): at each attempt's start. */
+void state_write(struct job *j);
+/* Removes it, at exit. */
+void state_remove(void);
+/* hooprun --status [--json] [--timeout S] [PID|JOBID]: the exit status. */
+int status_main(int argc, char **argv);
 
 #endif

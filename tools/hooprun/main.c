@@ -26,6 +26,7 @@ int main(int argc, char **argv)
     for (int fd = 0; fd <= 2; fd++)
         if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) return 1;
 
+    if (argc > 1 && strcmp(argv[1], "--status") == 0) return status_main(argc, argv);
     struct opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
@@ -100,6 +101,7 @@ int main(int argc, char **argv)
     if (o.has_timeout) j.timeout_deadline = now_ms() + (int64_t)(o.timeout_s * 1000.0 + 0.999);
 
     for (;;) {
+        state_write(&j);
         for (int local = 0; local < o.nproc; local++) {
             if (!start_rank(&j, local)) {
                 begin_stop(&j);
@@ -114,6 +116,7 @@ int main(int argc, char **argv)
     }
 
 out:
+    state_remove();
     if (j.auth_env != NULL) {
         explicit_bzero(j.auth_env, strlen(j.auth_env));
         free(j.auth_env);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hoop.h" /* HOOP_VERSION_STRING only: the launcher does not link libhoop */
+#include "hoop.h" /* HOOP_VERSION_STRING; libhoop itself is not linked, only --status's query */
 #include "hooprun.h"
 
 /* clang-format off */
@@ -16,6 +16,7 @@ static void usage(FILE *f)
 {
     fputs(
         "usage: hooprun [options] -n N PROGRAM [ARGS...]\n"
+        "       hooprun --status [--json] [--timeout S] [PID|JOBID]\n"
         "\n"
         "Start N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
         "GROUP_RANK, GROUP_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT set as torchrun\n"
