@@ -265,7 +265,7 @@ static void saw_cma(void *ctx, const char *line)
     if (strstr(line, "with process_vm_readv") != NULL) *(int *)ctx = 1;
 }
 
-/* Whether the library ran an all-reduce of k single copy (HOOP_CMA; its trace says it), from one
+/* Whether the library ran a call of k single copy (HOOP_CMA; its trace says it), from one
  * more call, untimed, after the row's: the algorithm column says "cma" then, and --bound takes
  * its traffic. 0 where the call failed (then its error was said). */
 static int ran_cma(const bench_t *b, const coll_t *co, const call_t *k)
@@ -295,7 +295,9 @@ static int run_row(bench_t *b, size_t bytes, hoop_dtype_t dt, hoop_op_t op, int 
     int variants = co->flags & F_NO_INPLACE || b->model ? 1 : 2;
     for (int ip = 0; ip < variants; ip++)
         if (!run_variant(b, co, &k, ip, &row.v[ip])) return 0;
-    if (b->one_host && !b->dev && !b->model && !strcmp(co->name, "allreduce"))
+    if (b->one_host && !b->dev && !b->model &&
+        (!strcmp(co->name, "allreduce") || !strcmp(co->name, "reducescatter") ||
+         !strcmp(co->name, "allgather")))
         row.cma = ran_cma(b, co, &k);
     if (!combine(b, &row)) return 0;
     if (b->rank != 0) return 1;

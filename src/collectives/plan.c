@@ -26,8 +26,9 @@
  *   HOOP_SMALL_BYTES in the area, on a communicator with symmetric memory (hoop_mem_alloc), is
  *   planned zero-copy (plan.sym): its first step says whether every rank's buffers lie there,
  *   and where not, the same call runs the area's usual way on every rank. An all-reduce in the
- *   area from CMA_BYTES a rank (above HOOP_SMALL_BYTES under HOOP_CMA=on; never under off) is
- *   planned single copy (plan.cma): every rank reads its peers' buffers with process_vm_readv
+ *   area from CMA_BYTES a rank (above HOOP_SMALL_BYTES under HOOP_CMA=on; never under off), and a
+ *   reduce-scatter or all-gather above HOOP_SMALL_BYTES a rank under HOOP_CMA=on only (not
+ *   measured yet), is planned single copy (plan.cma): every rank reads its peers' buffers with process_vm_readv
  *   where the kernel lets every rank (a probe at the first such call decides, for the
  *   communicator, alike on every rank), else the same call runs in rounds.
  *
@@ -166,8 +167,11 @@ hoop__plan_t hoop__plan_make(const hoop__plan_in_t *in, hoop__algo_t *wire)
         /* Single copy: only the run can tell whether the kernel lets every rank read its peers
          * (local/shm_coll.c); where not, the rounds on every rank alike. */
         p.cma = (uint8_t)(in->cma > 0 && p.engine == HOOP__ENGINE_SHM && !p.small &&
-                          in->kind == HOOP__K_ALLREDUCE &&
-                          (in->cma == 2 || in->bytes >= CMA_BYTES));
+                          ((in->kind == HOOP__K_ALLREDUCE &&
+                            (in->cma == 2 || in->bytes >= CMA_BYTES)) ||
+                           /* not measured yet: where asked for only */
+                           (in->cma == 2 && (in->kind == HOOP__K_REDUCE_SCATTER ||
+                                             in->kind == HOOP__K_ALLGATHER))));
     } else if (algo == HOOP__ALGO_IPC) {
         *wire = HOOP__ALGO_IPC;
         p.engine = HOOP__ENGINE_IPC;
@@ -299,8 +303,11 @@ const char *hoop__plan_describe(const hoop__call_t *call, int sized, char *buf, 
         break;
     }
     char extra[256] = "";
-    if (p->engine == HOOP__ENGINE_SHM && call->kind != HOOP__K_ALLREDUCE && p->sym)
-        snprintf(extra, sizeof extra, "; zero copy where every rank's buffers are symmetric");
+    if (p->engine == HOOP__ENGINE_SHM && call->kind != HOOP__K_ALLREDUCE && (p->sym || p->cma))
+        snprintf(extra, sizeof extra, "; %s%s%s",
+                 p->sym ? "zero copy where every rank's buffers are symmetric" : "",
+                 p->sym && p->cma ? ", else " : "",
+                 p->cma ? "single copy (process_vm_readv) where the kernel allows it" : "");
     else if (p->engine == HOOP__ENGINE_SHM && call->kind == HOOP__K_ALLREDUCE)
         snprintf(extra, sizeof extra, "; %s %s HOOP_SMALL_BYTES (%s): %s", b, p->small ? "<=" : ">",
                  s,

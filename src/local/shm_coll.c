@@ -428,15 +428,31 @@ static hoop_result_t cma_step(hoop__call_t *c, hoop__shc_t *a, int ok, int err)
     a->cma = -1; /* the next calls run in rounds, on every rank */
     if (!ok)
         hoop__comm_fail(comm, HOOP_ERR_SYSTEM,
-                        "single-copy all-reduce: rank %d could not read a peer's buffer with "
+                        "single-copy %s: rank %d could not read a peer's buffer with "
                         "process_vm_readv (%s)",
-                        comm->rank, strerror(err));
+                        hoop__kind_name(c->kind), comm->rank, strerror(err));
     else
         hoop__comm_fail(comm, HOOP_ERR_SYSTEM,
-                        "single-copy all-reduce: a peer of rank %d could not read a buffer with "
+                        "single-copy %s: a peer of rank %d could not read a buffer with "
                         "process_vm_readv",
-                        comm->rank);
+                        hoop__kind_name(c->kind), comm->rank);
     return HOOP_ERR_SYSTEM;
+}
+
+/* Every rank's record of the call's first step (pid and buffers), and CMA_BUFS chunks of
+ * HOOP__SHC_DATA bytes, in the scratch space. */
+#define CMA_BUFS 3
+static hoop_result_t cma_peers(hoop__call_t *c, hoop__shc_t *a, cma_rec_t **rec, uint8_t **buf)
+{
+    int p = c->comm->size;
+    size_t head = ((size_t)p * sizeof(cma_rec_t) + ALIGN - 1) / ALIGN * ALIGN;
+    uint8_t *tmp = hoop__scratch(c, head + CMA_BUFS * HOOP__SHC_DATA);
+    if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
+    *rec = (cma_rec_t *)(void *)tmp;
+    *buf = tmp + head;
+    for (int q = 0; q < p; q++)
+        memcpy(&(*rec)[q], hoop__shc_line(a, q, a->step)->data, sizeof(**rec));
+    return HOOP_OK;
 }
 
 /* Each rank owns its block of the ring's partition, as in the rounds: it reads that block of
@@ -452,11 +468,9 @@ static hoop_result_t allreduce_cma(hoop__call_t *c, hoop__shc_t *a)
     hoop_comm_t *comm = c->comm;
     int p = comm->size, me = comm->rank, pos = hoop__ring_pos(comm);
     size_t es = hoop__dsize(c), ce = HOOP__SHC_DATA / es;
-    uint8_t *tmp = hoop__scratch(c, (size_t)p * sizeof(cma_rec_t) + HOOP__SHC_DATA);
-    if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
-    cma_rec_t *rec = (cma_rec_t *)(void *)tmp;
-    uint8_t *buf = tmp + (size_t)p * sizeof(cma_rec_t);
-    for (int q = 0; q < p; q++) memcpy(&rec[q], hoop__shc_line(a, q, a->step)->data, sizeof(*rec));
+    cma_rec_t *rec;
+    uint8_t *buf;
+    if (cma_peers(c, a, &rec, &buf) != HOOP_OK) return HOOP_ERR_NO_MEMORY;
     const uint8_t *in = c->sendbuf;
     uint8_t *out = c->recvbuf;
     size_t bo, bl;
@@ -491,6 +505,72 @@ static hoop_result_t allreduce_cma(hoop__call_t *c, hoop__shc_t *a)
     return cma_step(c, a, err == 0, err);
 }
 
+/* Reduce-scatter: each rank reads its block of every peer's input a chunk at a time and folds
+ * it in the rounds' order (ranks me+1, me+2, ..., me), so the bits are the rounds', into a chunk
+ * of scratch, then into its output (in place, the output is its input's own block, read last).
+ * Nobody writes what a peer reads: one step at the end. (p+1) x S, S the input. */
+static hoop_result_t reduce_scatter_cma(hoop__call_t *c, hoop__shc_t *a)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank;
+    size_t es = hoop__dsize(c), ce = HOOP__SHC_DATA / es, n = c->count;
+    cma_rec_t *rec;
+    uint8_t *buf;
+    if (cma_peers(c, a, &rec, &buf) != HOOP_OK) return HOOP_ERR_NO_MEMORY;
+    uint8_t *x0 = buf, *x1 = buf + HOOP__SHC_DATA, *res = buf + 2 * HOOP__SHC_DATA;
+    const uint8_t *in = c->sendbuf;
+    size_t bo, bl;
+    hoop__part(n * (size_t)p, p, me, &bo, &bl);
+    HOOP__TRACE_STEP(c, 0,
+                     "rank %d reads its block (%zu B) of every peer's input with process_vm_readv "
+                     "and folds it into its output",
+                     me, bl * es);
+    int err = 0;
+    for (size_t k = 0; k < bl && err == 0; k += ce) {
+        size_t m = bl - k < ce ? bl - k : ce, off = (bo + k) * es;
+        const uint8_t *prev = NULL;
+        for (int i = 0; i < p && err == 0; i++) {
+            int q = (me + 1 + i) % p;
+            const uint8_t *x = in + off;
+            if (q != me) {
+                uint8_t *to = i == 0 ? x0 : x1;
+                err = cma_read((pid_t)rec[q].pid, to, rec[q].in + off, m * es);
+                x = to;
+            }
+            if (err == 0 && i > 0) hoop__mem_reduce(c, res, i == 1 ? prev : res, x, m);
+            prev = x;
+        }
+        if (err == 0 && c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, m);
+        if (err == 0) memcpy((uint8_t *)c->recvbuf + k * es, res, m * es);
+    }
+    return cma_step(c, a, err == 0, err);
+}
+
+/* All-gather: each rank reads every peer's input into its block of its own output, and copies
+ * its own unless it lies there (in place). Nobody writes what a peer reads: one step at the end.
+ * 2p x S out of place, 2(p-1) x S in place, S the output. */
+static hoop_result_t allgather_cma(hoop__call_t *c, hoop__shc_t *a)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank;
+    size_t n = c->count * hoop__dsize(c);
+    cma_rec_t *rec;
+    uint8_t *buf, *out = c->recvbuf;
+    if (cma_peers(c, a, &rec, &buf) != HOOP_OK) return HOOP_ERR_NO_MEMORY;
+    HOOP__TRACE_STEP(c, 0,
+                     "rank %d reads every peer's block (%zu B) into its output with "
+                     "process_vm_readv",
+                     me, n);
+    int err = 0;
+    for (int i = 1; i < p && err == 0; i++) {
+        int q = (me + i) % p;
+        err = cma_read((pid_t)rec[q].pid, out + (size_t)q * n, rec[q].in, n);
+    }
+    if (err == 0 && (const uint8_t *)c->sendbuf != out + (size_t)me * n)
+        memcpy(out + (size_t)me * n, c->sendbuf, n);
+    return cma_step(c, a, err == 0, err);
+}
+
 /* A call planned single copy (plan.cma): the probe where none ran yet, then a step that says
  * every rank's buffers and whether it may read its peers. *ran = 0 where some rank may not, now
  * or since the probe: the caller runs the call in rounds, on every rank alike. */
@@ -511,7 +591,11 @@ static hoop_result_t run_cma(hoop__call_t *c, hoop__shc_t *a, int *ran)
     a->cma = (a->all_flags & HOOP__SHC_CMA) ? 1 : -1;
     if (a->cma < 0) return HOOP_OK;
     *ran = 1;
-    return allreduce_cma(c, a);
+    switch (c->kind) {
+    case HOOP__K_REDUCE_SCATTER: return reduce_scatter_cma(c, a);
+    case HOOP__K_ALLGATHER: return allgather_cma(c, a);
+    default: return allreduce_cma(c, a);
+    }
 }
 
 /* ---- collectives on symmetric memory ---- */

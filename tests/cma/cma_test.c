@@ -3,13 +3,15 @@
  * process_vm_readv), with real processes: the program forks its ranks itself, each joining over
  * a fresh file:// rendezvous.
  *
- *   cma_test --ranks N --mode colls|bits|refused|midcall|kill
+ *   cma_test --ranks N --mode colls|bits|others|refused|midcall|kill
  *
  * colls:   HOOP_CMA=on: every dtype and op, in and out of place, at odd counts, against a
  *          reference each rank computes itself (common/refcheck.c; inputs exact under any order
  *          of reduction); the schedule trace must show the single-copy reads on every rank.
  * bits:    inputs whose sums and products round: the single-copy result must be the same bytes
  *          as the same call on a second communicator under HOOP_CMA=off (the area's rounds).
+ * others:  reduce-scatter of every dtype and op and all-gather, in and out of place, against
+ *          references, single copy on every rank; reduce-scatter's bytes against HOOP_CMA=off.
  * refused: the last rank forbids itself process_vm_readv (a seccomp filter answering EPERM,
  *          installed before init): every rank must fall back to the rounds, with right results,
  *          and none may take the single-copy schedule.
@@ -238,6 +240,84 @@ static void mode_bits(hoop_comm_t *c, hoop_comm_t *off)
     free(o2);
 }
 
+/* Reduce-scatter of every dtype and op, and all-gather, in and out of place, under HOOP_CMA=on:
+ * references of their own, the single copy's trace on every rank, and for reduce-scatter of
+ * rounding inputs the bytes of the same call under HOOP_CMA=off. */
+static void mode_others(hoop_comm_t *c, hoop_comm_t *off)
+{
+    int p = hoop_comm_size(c), r = hoop_comm_rank(c);
+    size_t n = 30011; /* a rank's block: above HOOP_SMALL_BYTES for every dtype */
+    /* all-gather: above 256 KiB a rank, where 2 ranks would go point to point (plan.c) */
+    size_t agn = 70001, cap = agn * 4 * (size_t)p;
+    uint8_t *a = malloc(cap), *b = malloc(cap), *o1 = malloc(cap), *o2 = malloc(cap);
+    uint64_t salt = 500;
+    for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
+        for (int op = 0; op < HOOP_OP_COUNT; op++)
+            for (int ip = 0; ip < 2; ip++) {
+                size_t es = hoop_dtype_size((hoop_dtype_t)dt);
+                fill(a, (hoop_dtype_t)dt, (hoop_op_t)op, p, r, salt, n * (size_t)p);
+                /* in place: NCCL's placement, the output at the own block of the input */
+                uint8_t *out = ip ? a + (size_t)r * n * es : b;
+                cma_lines = rounds_lines = 0;
+                must(hoop_reduce_scatter(c, a, out, n, (hoop_dtype_t)dt, (hoop_op_t)op), c,
+                     "reduce-scatter");
+                CHECK(cma_lines == 1 && rounds_lines == 0,
+                      "reduce-scatter %s %s%s: %d single-copy, %d rounds trace lines",
+                      hoop_dtype_name((hoop_dtype_t)dt), hoop_op_name((hoop_op_t)op),
+                      ip ? " in place" : "", cma_lines, rounds_lines);
+                /* the reference of block r: elements r*n .. r*n+n-1 of every input */
+                size_t bad = 0;
+                for (size_t i = 0; i < n; i++) {
+                    rc_acc_t acc = {0};
+                    for (int q = 0; q < p; q++)
+                        rc_acc_add(
+                            &acc, (hoop_dtype_t)dt, es, (hoop_op_t)op,
+                            gen((hoop_dtype_t)dt, (hoop_op_t)op, p, q, salt, (size_t)r * n + i));
+                    uint64_t want = rc_acc_result(&acc, (hoop_dtype_t)dt, es, (hoop_op_t)op, p);
+                    if (rc_ld(out, i, es) != want) bad++;
+                }
+                CHECK(bad == 0, "reduce-scatter %s %s%s: %zu wrong elements",
+                      hoop_dtype_name((hoop_dtype_t)dt), hoop_op_name((hoop_op_t)op),
+                      ip ? " in place" : "", bad);
+                salt++;
+            }
+    /* Rounding inputs: the bytes of the rounds. */
+    const hoop_dtype_t dts[] = {HOOP_FLOAT32, HOOP_FLOAT16, HOOP_BFLOAT16, HOOP_FLOAT64};
+    const hoop_op_t ops[] = {HOOP_SUM, HOOP_PROD, HOOP_AVG};
+    for (size_t d = 0; d < 4; d++)
+        for (size_t o = 0; o < 3; o++) {
+            size_t bytes = n * hoop_dtype_size(dts[d]);
+            fill_rounding(a, dts[d], n * (size_t)p, (uint64_t)r << 32 | (d * 8 + o));
+            memcpy(o1, a, bytes * (size_t)p);
+            must(hoop_reduce_scatter(c, a, b, n, dts[d], ops[o]), c, "reduce-scatter on");
+            must(hoop_reduce_scatter(off, o1, o2, n, dts[d], ops[o]), off, "reduce-scatter off");
+            CHECK(memcmp(b, o2, bytes) == 0, "reduce-scatter %s %s: single copy and rounds differ",
+                  hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
+        }
+    /* All-gather, out of place and in place (the input at the own block of the output). */
+    n = agn;
+    for (int ip = 0; ip < 2; ip++) {
+        size_t bytes = n * 4;
+        uint8_t *in = ip ? b + (size_t)r * bytes : a;
+        for (size_t i = 0; i < n; i++)
+            rc_st(in, i, 4, mix((uint64_t)r << 40 ^ i ^ 77) & 0xffffffffu);
+        cma_lines = rounds_lines = 0;
+        must(hoop_allgather(c, in, b, n, HOOP_UINT32), c, "all-gather");
+        CHECK(cma_lines == 1, "all-gather%s: the single copy did not run", ip ? " in place" : "");
+        size_t bad = 0;
+        for (int q = 0; q < p; q++)
+            for (size_t i = 0; i < n; i++)
+                if (rc_ld(b + (size_t)q * bytes, i, 4) !=
+                    (mix((uint64_t)q << 40 ^ i ^ 77) & 0xffffffffu))
+                    bad++;
+        CHECK(bad == 0, "all-gather%s: %zu wrong elements", ip ? " in place" : "", bad);
+    }
+    free(a);
+    free(b);
+    free(o1);
+    free(o2);
+}
+
 /* The last rank cannot read its peers (filter installed before init): the rounds on every rank,
  * call after call. */
 static void mode_refused(hoop_comm_t *c)
@@ -312,7 +392,7 @@ static int rank_main(const char *dir, int rank, int size, const char *mode)
         return 1;
     }
     hoop_comm_set_trace(c, on_trace, NULL);
-    if (strcmp(mode, "bits") == 0) {
+    if (strcmp(mode, "bits") == 0 || strcmp(mode, "others") == 0) {
         setenv("HOOP_CMA", "off", 1);
         snprintf(url, sizeof(url), "file://%s/rdv-off", dir);
         if (hoop_init(&off, url, rank, size) != HOOP_OK) {
@@ -320,7 +400,10 @@ static int rank_main(const char *dir, int rank, int size, const char *mode)
             return 1;
         }
         hoop_comm_set_trace(off, on_trace, NULL);
-        mode_bits(c, off);
+        if (strcmp(mode, "bits") == 0)
+            mode_bits(c, off);
+        else
+            mode_others(c, off);
         must(hoop_barrier(off), off, "hoop_barrier");
         hoop_comm_destroy(off);
     } else if (strcmp(mode, "colls") == 0) {

@@ -129,6 +129,14 @@ int main(void)
         for (int r = 0; r < p; r++) t += p * blk + blk + (p - 1) * 2 * blk;
         expect("allreduce", "cma", p, S, 0, t, "counted");
         expect("allreduce", "cma", p, S, 1, (3.0 * p - 1) * (double)S, "hand");
+        double rs = 0, ag = 0;
+        for (int r = 0; r < p; r++) {
+            rs += p * blk + blk;               /* its block of every input; its output */
+            ag += (p - 1) * 2 * blk + 2 * blk; /* the peers' blocks, and its own */
+        }
+        expect("reducescatter", "cma", p, S, 0, rs, "counted");
+        expect("allgather", "cma", p, S, 0, ag, "counted");
+        expect("allgather", "cma", p, S, 1, ag - 2.0 * (double)S, "counted");
     }
     /* No model: no bytes, and no model for one rank. */
     expect("allreduce", "rd", 4, S, 0, 0, "none");

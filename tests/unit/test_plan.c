@@ -265,13 +265,17 @@ static void single_copy(void **state)
     assert_int_equal(hoop__plan_make(&in, &wire).cma, 1);
     in.bytes = in.small_bytes;
     assert_int_equal(hoop__plan_make(&in, &wire).cma, 0);
-    /* Only all-reduce, and only where the area is planned. */
+    /* All-reduce, and under on reduce-scatter and all-gather; only where the area is planned. */
     hoop__plan_in_t k = in;
     k.bytes = 64 * MiB;
-    for (int kind = 0; kind < HOOP__K_COUNT; kind++) {
-        k.kind = (hoop__kind_t)kind;
-        assert_int_equal(hoop__plan_make(&k, &wire).cma, kind == K(ALLREDUCE));
-    }
+    for (int cma = 1; cma <= 2; cma++)
+        for (int kind = 0; kind < HOOP__K_COUNT; kind++) {
+            k.kind = (hoop__kind_t)kind;
+            k.cma = cma;
+            int want = kind == K(ALLREDUCE) ||
+                       (cma == 2 && (kind == K(REDUCE_SCATTER) || kind == K(ALLGATHER)));
+            assert_int_equal(hoop__plan_make(&k, &wire).cma, want);
+        }
     k.kind = K(ALLREDUCE);
     k.forced = RING;
     assert_int_equal(hoop__plan_make(&k, &wire).cma, 0);
