@@ -479,16 +479,23 @@ static hoop_result_t allreduce_cma(hoop__call_t *c, hoop__shc_t *a)
                      "rank %d reads block %d (%zu B) of every peer's input with process_vm_readv "
                      "and folds it",
                      me, pos, bl * es);
+    /* Buffers not aligned to their elements (the kernels load whole elements) fold in a chunk
+     * of scratch that the own input is copied into first; the same bits either way. */
+    int direct = ((uintptr_t)in % es | (uintptr_t)out % es) == 0;
     int err = 0;
     for (size_t k = 0; k < bl && err == 0; k += ce) {
         size_t m = bl - k < ce ? bl - k : ce, off = (bo + k) * es;
+        uint8_t *res = direct ? out + off : buf + HOOP__SHC_DATA;
         /* operand 0 is this rank (position pos) */
+        const uint8_t *x0 = in + off;
+        if (!direct) x0 = memcpy(res, in + off, m * es);
         for (int i = 1; i < p && err == 0; i++) {
             int q = hoop__ring_rank(comm, pos + i);
             err = cma_read((pid_t)rec[q].pid, buf, rec[q].in + off, m * es);
-            if (err == 0) hoop__mem_reduce(c, out + off, i == 1 ? in + off : out + off, buf, m);
+            if (err == 0) hoop__mem_reduce(c, res, i == 1 ? x0 : res, buf, m);
         }
-        if (err == 0 && c->op == HOOP_AVG) hoop__mem_avg_finish(c, out + off, m);
+        if (err == 0 && c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, m);
+        if (err == 0 && !direct) memcpy(out + off, res, m * es);
     }
     hoop_result_t rc = cma_step(c, a, err == 0, err);
     if (rc != HOOP_OK) return rc;
@@ -532,11 +539,12 @@ static hoop_result_t reduce_scatter_cma(hoop__call_t *c, hoop__shc_t *a)
         for (int i = 0; i < p && err == 0; i++) {
             int q = (me + 1 + i) % p;
             const uint8_t *x = in + off;
-            if (q != me) {
-                uint8_t *to = i == 0 ? x0 : x1;
+            uint8_t *to = i == 0 ? x0 : x1;
+            if (q != me)
                 err = cma_read((pid_t)rec[q].pid, to, rec[q].in + off, m * es);
-                x = to;
-            }
+            else if ((uintptr_t)x % es != 0) /* the kernels load whole elements */
+                memcpy(to, x, m * es);
+            if (q != me || (uintptr_t)x % es != 0) x = to;
             if (err == 0 && i > 0) hoop__mem_reduce(c, res, i == 1 ? prev : res, x, m);
             prev = x;
         }
