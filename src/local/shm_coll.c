@@ -440,13 +440,16 @@ static hoop_result_t cma_step(hoop__call_t *c, hoop__shc_t *a, int ok, int err)
 }
 
 /* Every rank's record of the call's first step (pid and buffers), and CMA_BUFS chunks of
- * HOOP__SHC_DATA bytes, in the scratch space. */
+ * CMA_CHUNK bytes, in the scratch space. */
 #define CMA_BUFS 3
+/* One read of process_vm_readv: each costs a system call and a walk of the peer's page tables,
+ * which large reads share out over more bytes (docs/performance.md, "Single copy"). */
+#define CMA_CHUNK ((size_t)2 << 20)
 static hoop_result_t cma_peers(hoop__call_t *c, hoop__shc_t *a, cma_rec_t **rec, uint8_t **buf)
 {
     int p = c->comm->size;
     size_t head = ((size_t)p * sizeof(cma_rec_t) + ALIGN - 1) / ALIGN * ALIGN;
-    uint8_t *tmp = hoop__scratch(c, head + CMA_BUFS * HOOP__SHC_DATA);
+    uint8_t *tmp = hoop__scratch(c, head + CMA_BUFS * CMA_CHUNK);
     if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
     *rec = (cma_rec_t *)(void *)tmp;
     *buf = tmp + head;
@@ -467,7 +470,7 @@ static hoop_result_t allreduce_cma(hoop__call_t *c, hoop__shc_t *a)
 {
     hoop_comm_t *comm = c->comm;
     int p = comm->size, me = comm->rank, pos = hoop__ring_pos(comm);
-    size_t es = hoop__dsize(c), ce = HOOP__SHC_DATA / es;
+    size_t es = hoop__dsize(c), ce = CMA_CHUNK / es;
     cma_rec_t *rec;
     uint8_t *buf;
     if (cma_peers(c, a, &rec, &buf) != HOOP_OK) return HOOP_ERR_NO_MEMORY;
@@ -485,7 +488,7 @@ static hoop_result_t allreduce_cma(hoop__call_t *c, hoop__shc_t *a)
     int err = 0;
     for (size_t k = 0; k < bl && err == 0; k += ce) {
         size_t m = bl - k < ce ? bl - k : ce, off = (bo + k) * es;
-        uint8_t *res = direct ? out + off : buf + HOOP__SHC_DATA;
+        uint8_t *res = direct ? out + off : buf + CMA_CHUNK;
         /* operand 0 is this rank (position pos) */
         const uint8_t *x0 = in + off;
         if (!direct) x0 = memcpy(res, in + off, m * es);
@@ -520,11 +523,11 @@ static hoop_result_t reduce_scatter_cma(hoop__call_t *c, hoop__shc_t *a)
 {
     hoop_comm_t *comm = c->comm;
     int p = comm->size, me = comm->rank;
-    size_t es = hoop__dsize(c), ce = HOOP__SHC_DATA / es, n = c->count;
+    size_t es = hoop__dsize(c), ce = CMA_CHUNK / es, n = c->count;
     cma_rec_t *rec;
     uint8_t *buf;
     if (cma_peers(c, a, &rec, &buf) != HOOP_OK) return HOOP_ERR_NO_MEMORY;
-    uint8_t *x0 = buf, *x1 = buf + HOOP__SHC_DATA, *res = buf + 2 * HOOP__SHC_DATA;
+    uint8_t *x0 = buf, *x1 = buf + CMA_CHUNK, *res = buf + 2 * CMA_CHUNK;
     const uint8_t *in = c->sendbuf;
     size_t bo, bl;
     hoop__part(n * (size_t)p, p, me, &bo, &bl);

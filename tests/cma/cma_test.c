@@ -190,6 +190,14 @@ static void mode_colls(hoop_comm_t *c)
                 one_case(c, a, a, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
                          "in place");
             }
+    free(a);
+    free(b);
+    /* A block over several of the reads (2 MiB each), at 2 ranks too. */
+    size_t big = 1572869;
+    a = malloc(big * 4 + 64);
+    b = malloc(big * 4 + 64);
+    one_case(c, a, b, HOOP_FLOAT32, HOOP_SUM, big, salt++, 1, "several reads");
+    one_case(c, a, a, HOOP_INT32, HOOP_PROD, big, salt++, 1, "several reads in place");
     /* Unaligned addresses, which no rank shares with its peers. */
     one_case(c, a + 8 + (size_t)my_rank, b + 3, HOOP_INT64, HOOP_SUM, 70001, salt++, 1,
              "at offsets");
