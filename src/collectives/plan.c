@@ -25,12 +25,12 @@
  *   go to CUDA IPC instead. An all-reduce, reduce-scatter, all-gather or broadcast above
  *   HOOP_SMALL_BYTES in the area, on a communicator with symmetric memory (hoop_mem_alloc), is
  *   planned zero-copy (plan.sym): its first step says whether every rank's buffers lie there,
- *   and where not, the same call runs the area's usual way on every rank. An all-reduce in the
- *   area from CMA_BYTES a rank (above HOOP_SMALL_BYTES under HOOP_CMA=on; never under off), and a
- *   reduce-scatter or all-gather above HOOP_SMALL_BYTES a rank under HOOP_CMA=on only (not
- *   measured yet), is planned single copy (plan.cma): every rank reads its peers' buffers with process_vm_readv
- *   where the kernel lets every rank (a probe at the first such call decides, for the
- *   communicator, alike on every rank), else the same call runs in rounds.
+ *   and where not, the same call runs the area's usual way on every rank. Under HOOP_CMA=on, an
+ *   all-reduce, reduce-scatter or all-gather above HOOP_SMALL_BYTES in the area is planned
+ *   single copy (plan.cma): every rank reads its peers' buffers with process_vm_readv where the
+ *   kernel lets every rank (a probe at the first such call decides, for the communicator, alike
+ *   on every rank), else the same call runs in rounds. HOOP_CMA=auto plans it nowhere: the
+ *   rounds measured faster at every size, 2 and 4 ranks (docs/performance.md, "Single copy").
  *
  * - Point to point: all-reduce by recursive doubling at or below HOOP_SMALL_BYTES (latency-bound:
  *   log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO
@@ -76,9 +76,6 @@ _Static_assert(HOOP__WHY_COUNT <= 256 && HOOP__ALGO_COUNT <= 256, "a plan's fiel
 #define RING_HI ((size_t)256 << 10)
 /* Auto tries the hierarchical stages over CUDA IPC from this multiple of HOOP_SMALL_BYTES. */
 #define IPC_STAGES_FACTOR 64
-/* HOOP_CMA=auto plans an all-reduce single copy from this size a rank: below it the rounds,
- * whose chunks stay in cache, measured faster (docs/performance.md, "Single copy"). */
-#define CMA_BYTES ((size_t)4 << 20)
 
 static int small_variant(const hoop__plan_in_t *in)
 {
@@ -166,12 +163,11 @@ hoop__plan_t hoop__plan_make(const hoop__plan_in_t *in, hoop__algo_t *wire)
                            in->kind == HOOP__K_ALLGATHER || in->kind == HOOP__K_BROADCAST));
         /* Single copy: only the run can tell whether the kernel lets every rank read its peers
          * (local/shm_coll.c); where not, the rounds on every rank alike. */
-        p.cma = (uint8_t)(in->cma > 0 && p.engine == HOOP__ENGINE_SHM && !p.small &&
-                          ((in->kind == HOOP__K_ALLREDUCE &&
-                            (in->cma == 2 || in->bytes >= CMA_BYTES)) ||
-                           /* not measured yet: where asked for only */
-                           (in->cma == 2 && (in->kind == HOOP__K_REDUCE_SCATTER ||
-                                             in->kind == HOOP__K_ALLGATHER))));
+        /* Under HOOP_CMA=on only: auto keeps the rounds, which measured faster at every size,
+         * 2 and 4 ranks (docs/performance.md, "Single copy"). */
+        p.cma = (uint8_t)(in->cma == 2 && p.engine == HOOP__ENGINE_SHM && !p.small &&
+                          (in->kind == HOOP__K_ALLREDUCE || in->kind == HOOP__K_REDUCE_SCATTER ||
+                           in->kind == HOOP__K_ALLGATHER));
     } else if (algo == HOOP__ALGO_IPC) {
         *wire = HOOP__ALGO_IPC;
         p.engine = HOOP__ENGINE_IPC;
