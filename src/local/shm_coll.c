@@ -464,8 +464,8 @@ static hoop_result_t cma_peers(hoop__call_t *c, hoop__shc_t *a, cma_rec_t **rec,
  * every rank reads the other blocks of the result from their owners' outputs; a step again
  * before anyone returns. In place this holds too: a rank's block of its output is its input's
  * block that only it reads, and the other blocks are written after the middle step, once their
- * owners have read them. Each peer's input read once, each result copied once: (3p+1) x N
- * through memory, where the rounds move (5p-1) x N. */
+ * owners have read them. Each input read once, each result block written once and copied by
+ * the p-1 others: (3p-1) x N through memory, where the rounds move (5p-1) x N. */
 static hoop_result_t allreduce_cma(hoop__call_t *c, hoop__shc_t *a)
 {
     hoop_comm_t *comm = c->comm;
