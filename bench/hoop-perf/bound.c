@@ -90,6 +90,8 @@ void set_bound(const bench_t *b, row_t *row, int inplace)
     const char *algo = row->algo ? row->algo : b->algo;
     /* Symmetric buffers: the area's algorithms run zero-copy where they can (traffic.c). */
     if (b->sym && (!strcmp(algo, "auto") || !strcmp(algo, "shm"))) algo = "sym";
+    /* The single copy where the row's all-reduce ran it (run.c) */
+    if (row->cma) algo = "cma";
     v->traffic = traffic_bytes(b->coll->name, algo, b->size, row->size, b->small_bytes, inplace);
     if (v->traffic <= 0 || v->us <= 0) return;
     v->has_bound = 1;

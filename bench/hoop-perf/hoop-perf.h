@@ -110,8 +110,9 @@ typedef struct row {
     const char *algo;
     size_t size, count;
     int dt, op, root; /* -1: none */
-    variant_t v[2];   /* out of place, in place */
-    char stamp[24];   /* -S: when the row ended, UTC */
+    int cma; /* the area's all-reduce read the peers with process_vm_readv (its trace said) */
+    variant_t v[2]; /* out of place, in place */
+    char stamp[24]; /* -S: when the row ended, UTC */
 } row_t;
 
 typedef struct bench {

@@ -162,7 +162,7 @@ int keep_row(bench_t *b, const row_t *row)
         b->rows_cap = cap;
     }
     b->rows[b->nrows] = *row;
-    b->rows[b->nrows++].algo = b->algo;
+    b->rows[b->nrows++].algo = row->cma ? "cma" : b->algo;
     return 1;
 }
 

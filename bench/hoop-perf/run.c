@@ -260,6 +260,23 @@ static int combine(bench_t *b, row_t *row)
     return 1;
 }
 
+static void saw_cma(void *ctx, const char *line)
+{
+    if (strstr(line, "with process_vm_readv") != NULL) *(int *)ctx = 1;
+}
+
+/* Whether the library ran a call of k single copy (HOOP_CMA; its trace says it), from one
+ * more call, untimed, after the row's: the algorithm column says "cma" then, and --bound takes
+ * its traffic. 0 where the call failed (then its error was said). */
+static int ran_cma(const bench_t *b, const coll_t *co, const call_t *k)
+{
+    int seen = 0;
+    if (!checked(b, "hoop_comm_set_trace", hoop_comm_set_trace(b->comm, saw_cma, &seen))) return 0;
+    int ok = checked(b, co->name, co->run(k, NULL, NULL));
+    ok = checked(b, "hoop_comm_set_trace", hoop_comm_set_trace(b->comm, NULL, NULL)) && ok;
+    return ok && seen;
+}
+
 static int run_row(bench_t *b, size_t bytes, hoop_dtype_t dt, hoop_op_t op, int root)
 {
     const coll_t *co = b->coll;
@@ -278,6 +295,10 @@ static int run_row(bench_t *b, size_t bytes, hoop_dtype_t dt, hoop_op_t op, int 
     int variants = co->flags & F_NO_INPLACE || b->model ? 1 : 2;
     for (int ip = 0; ip < variants; ip++)
         if (!run_variant(b, co, &k, ip, &row.v[ip])) return 0;
+    if (b->one_host && !b->dev && !b->model &&
+        (!strcmp(co->name, "allreduce") || !strcmp(co->name, "reducescatter") ||
+         !strcmp(co->name, "allgather")))
+        row.cma = ran_cma(b, co, &k);
     if (!combine(b, &row)) return 0;
     if (b->rank != 0) return 1;
     if (b->timestamps) {

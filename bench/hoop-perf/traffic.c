@@ -30,6 +30,18 @@ static const model_t MODELS[] = {
     {"allreduce/area-small", "p(p+3)S",
      "one step (size up to HOOP_SMALL_BYTES): every rank copies its input in (2S) and folds all p "
      "contributions itself ((p+1)S)"},
+    {"allreduce/cma", "(3p-1)S",
+     "single copy (HOOP_CMA): each owner reads its block of every input once, its peers' with "
+     "process_vm_readv into a chunk that stays in cache as the area's partial result does (pS "
+     "read in all), folds it straight into its output (S written), then every rank copies the "
+     "p-1 blocks it does not own from their owners' outputs (2(p-1)S)"},
+    {"reducescatter/cma", "(p+1)S",
+     "single copy (HOOP_CMA=on): each rank reads its block of the p inputs once (its peers' with "
+     "process_vm_readv into a chunk in cache) and writes it into its output"},
+    {"allgather/cma", "2pS",
+     "single copy (HOOP_CMA=on): each rank copies the p-1 peers' inputs into its output with "
+     "process_vm_readv, and its own (2S a rank)"},
+    {"allgather/cma-inplace", "2(p-1)S", "in place: the own block is where it goes already"},
     {"allreduce/ring", "11(p-1)S",
      "ring over the shm transport, 2(p-1) steps of S/p per rank: a message costs 4x its bytes "
      "(the sender's copy into the peer's ring, the receiver's copy out); reduce-scatter steps "
@@ -79,12 +91,16 @@ const char *traffic_model(const char *coll, const char *algo, int p, size_t size
     if (p < 2) return NULL;
     if (!strcmp(coll, "allreduce")) {
         if (area && size <= small) return "allreduce/area-small";
+        if (!strcmp(algo, "cma")) return "allreduce/cma";
         if (area) return sym ? "allreduce/sym" : "allreduce/area";
         return !strcmp(algo, "ring") ? "allreduce/ring" : NULL;
     }
     if (!strcmp(coll, "alltoall"))
         return inplace ? "alltoall/pairwise-inplace" : "alltoall/pairwise";
     if (!strcmp(coll, "sendrecv")) return inplace ? NULL : "sendrecv/shm";
+    if (!strcmp(algo, "cma") && !strcmp(coll, "reducescatter")) return "reducescatter/cma";
+    if (!strcmp(algo, "cma") && !strcmp(coll, "allgather"))
+        return inplace ? "allgather/cma-inplace" : "allgather/cma";
     if (!area) return NULL;
     /* Zero copy above HOOP_SMALL_BYTES a rank (S/p for all-gather and reduce-scatter), but for
      * the 2-rank all-gather of 32-256 KiB a rank, which the planner sends point to point. */
@@ -106,17 +122,20 @@ const char *traffic_model(const char *coll, const char *algo, int p, size_t size
 double traffic_factor(const char *model, int p)
 {
     double q = p;
-    static const char *const names[] = {"allreduce/area",     "allreduce/area-small",
-                                        "allreduce/ring",     "allreduce/sym",
-                                        "reducescatter/sym",  "allgather/sym",
-                                        "broadcast/sym",      "broadcast/area",
-                                        "reduce/area",        "allgather/area",
-                                        "reducescatter/area", "reducescatter/area-inplace",
-                                        "alltoall/pairwise",  "alltoall/pairwise-inplace",
+    static const char *const names[] = {"reducescatter/cma",     "allgather/cma",
+                                        "allgather/cma-inplace", "allreduce/cma",
+                                        "allreduce/area",        "allreduce/area-small",
+                                        "allreduce/ring",        "allreduce/sym",
+                                        "reducescatter/sym",     "allgather/sym",
+                                        "broadcast/sym",         "broadcast/area",
+                                        "reduce/area",           "allgather/area",
+                                        "reducescatter/area",    "reducescatter/area-inplace",
+                                        "alltoall/pairwise",     "alltoall/pairwise-inplace",
                                         "sendrecv/shm"};
-    const double k[] = {5 * q - 1, q * (q + 3), 11 * (q - 1), 2 * q,     q + 1,
-                        2 * q,     2 * (q - 1), 2 * q,        3 * q + 1, 2 * (q + 1),
-                        3 * q - 1, 3 * q + 1,   4 * q - 2,    6 * q - 2, 4 * q};
+    const double k[] = {q + 1,       2 * q,        2 * (q - 1), 3 * q - 1,   5 * q - 1,
+                        q * (q + 3), 11 * (q - 1), 2 * q,       q + 1,       2 * q,
+                        2 * (q - 1), 2 * q,        3 * q + 1,   2 * (q + 1), 3 * q - 1,
+                        3 * q + 1,   4 * q - 2,    6 * q - 2,   4 * q};
     if (model == NULL) return 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(model, names[i])) return k[i];

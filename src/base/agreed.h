@@ -20,7 +20,8 @@
     X(chunk_bytes, "HOOP_CHUNK_BYTES", SIZE)          /* pipelining pieces */                      \
     X(transport, "HOOP_TRANSPORT", WORD)              /* which transport each pair uses */         \
     X(sockets_per_peer, "HOOP_SOCKETS_PER_PEER", INT) /* TCP striping of large messages */         \
-    X(shm_ring_bytes, "HOOP_SHM_RING_BYTES", SIZE)    /* shared-memory ring layout */
+    X(shm_ring_bytes, "HOOP_SHM_RING_BYTES", SIZE)    /* shared-memory ring layout */              \
+    X(cma, "HOOP_CMA", WORD)                          /* the area's single-copy all-reduce */
 
 /* The agreed settings as the algorithms read them (hoop_comm.agreed): built from the list, so a
  * setting an algorithm can reach is one that init compared. */

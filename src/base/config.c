@@ -33,6 +33,7 @@ void hoop__config_defaults(hoop__config_t *c)
     /* Off: on the machines measured (docs/performance.md) the ring beat process_vm_readv at
      * every size, 2 and 4 ranks. */
     c->shm_cma_bytes = 0;
+    strcpy(c->cma, "auto");
     c->shm_spin_us = 200;
     c->shm_stream_bytes = (size_t)16 << 20;
     c->cuda_ipc_bytes = (size_t)32 << 20;
@@ -265,6 +266,8 @@ static void read_transports(reader_t *r, hoop__config_t *c)
              "a size, e.g. 256K, or 0 for never");
     size_var(r, "HOOP_SHM_STREAM_BYTES", &c->shm_stream_bytes, 0, SIZE_MAX, 0,
              "a size, e.g. 24M, or 0 for never");
+    static const char *const cma[] = {"auto", "on", "off"};
+    word_var(r, "HOOP_CMA", c->cma, sizeof(c->cma), cma, 3);
     int_var(r, "HOOP_SHM_SPIN_US", &c->shm_spin_us, 0, 1000000, "microseconds from 0 to 1000000");
     text_var(r, "HOOP_IB_HCA", c->ib_hca, sizeof(c->ib_hca), "a list shorter than 256 bytes");
     /* Parsed here too, not only by the verbs transport: under auto its failure would only make the

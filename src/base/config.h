@@ -29,7 +29,10 @@ typedef struct hoop__config {
     int trace;             /* HOOP_TRACE: 1 = log every collective's schedule */
     size_t shm_ring_bytes; /* HOOP_SHM_RING_BYTES: per peer and direction, a power of two */
     size_t shm_cma_bytes;  /* HOOP_SHM_CMA_BYTES: single copy from this size up; 0 = never */
-    int shm_spin_us;       /* HOOP_SHM_SPIN_US: spin before sleeping (when cores allow) */
+    /* HOOP_CMA: auto (default), on or off: whether the area's large all-reduce may read the
+     * peers' buffers with process_vm_readv (local/shm_coll.c) */
+    char cma[16];
+    int shm_spin_us; /* HOOP_SHM_SPIN_US: spin before sleeping (when cores allow) */
     /* HOOP_SHM_STREAM_BYTES: the shared-area collectives write outputs of this size and larger
      * with streaming stores (hoop__copy_stream); 0 = never. Local: it changes no byte. */
     size_t shm_stream_bytes;

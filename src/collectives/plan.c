@@ -25,7 +25,12 @@
  *   go to CUDA IPC instead. An all-reduce, reduce-scatter, all-gather or broadcast above
  *   HOOP_SMALL_BYTES in the area, on a communicator with symmetric memory (hoop_mem_alloc), is
  *   planned zero-copy (plan.sym): its first step says whether every rank's buffers lie there,
- *   and where not, the same call runs the area's usual way on every rank.
+ *   and where not, the same call runs the area's usual way on every rank. Under HOOP_CMA=on, an
+ *   all-reduce, reduce-scatter or all-gather above HOOP_SMALL_BYTES in the area is planned
+ *   single copy (plan.cma): every rank reads its peers' buffers with process_vm_readv where the
+ *   kernel lets every rank (a probe at the first such call decides, for the communicator, alike
+ *   on every rank), else the same call runs in rounds. HOOP_CMA=auto plans it nowhere: the
+ *   rounds measured faster at every size, 2 and 4 ranks (docs/performance.md, "Single copy").
  *
  * - Point to point: all-reduce by recursive doubling at or below HOOP_SMALL_BYTES (latency-bound:
  *   log2(p) rounds), the ring above (bandwidth-bound: 2(p-1)/p of the data per rank). HOOP_ALGO
@@ -156,6 +161,13 @@ hoop__plan_t hoop__plan_make(const hoop__plan_in_t *in, hoop__algo_t *wire)
         p.sym = (uint8_t)(in->sym && p.engine == HOOP__ENGINE_SHM && !p.small &&
                           (in->kind == HOOP__K_ALLREDUCE || in->kind == HOOP__K_REDUCE_SCATTER ||
                            in->kind == HOOP__K_ALLGATHER || in->kind == HOOP__K_BROADCAST));
+        /* Single copy: only the run can tell whether the kernel lets every rank read its peers
+         * (local/shm_coll.c); where not, the rounds on every rank alike. */
+        /* Under HOOP_CMA=on only: auto keeps the rounds, which measured faster at every size,
+         * 2 and 4 ranks (docs/performance.md, "Single copy"). */
+        p.cma = (uint8_t)(in->cma == 2 && p.engine == HOOP__ENGINE_SHM && !p.small &&
+                          (in->kind == HOOP__K_ALLREDUCE || in->kind == HOOP__K_REDUCE_SCATTER ||
+                           in->kind == HOOP__K_ALLGATHER));
     } else if (algo == HOOP__ALGO_IPC) {
         *wire = HOOP__ALGO_IPC;
         p.engine = HOOP__ENGINE_IPC;
@@ -187,7 +199,10 @@ void hoop__plan(hoop__call_t *call)
                           .one_host = c->shm_auto,
                           .forced = c->algo,
                           .small_bytes = c->agreed.small_bytes,
-                          .sym = hoop__sym_live(c)};
+                          .sym = hoop__sym_live(c),
+                          .cma = !strcmp(c->agreed.cma, "off")  ? 0
+                                 : !strcmp(c->agreed.cma, "on") ? 2
+                                                                : 1};
     call->plan = hoop__plan_make(&in, &call->algo);
 }
 
@@ -222,7 +237,7 @@ static const char *schedule(const hoop__call_t *call);
 const char *hoop__plan_schedule(const hoop__call_t *call)
 {
     switch (call->plan.engine) {
-    case HOOP__ENGINE_SHM: return "shm";
+    case HOOP__ENGINE_SHM: return call->plan.cma ? "cma" : "shm";
     case HOOP__ENGINE_IPC: return "ipc";
     default: return call->kind == HOOP__K_SEND ? "p2p" : schedule(call);
     }
@@ -283,14 +298,22 @@ const char *hoop__plan_describe(const hoop__call_t *call, int sized, char *buf, 
                  hoop__verdict_text((hoop__verdict_t)(p->why - HOOP__WHY_VERDICT)));
         break;
     }
-    char extra[160] = "";
-    if (p->engine == HOOP__ENGINE_SHM && call->kind != HOOP__K_ALLREDUCE && p->sym)
-        snprintf(extra, sizeof extra, "; zero copy where every rank's buffers are symmetric");
+    char extra[256] = "";
+    if (p->engine == HOOP__ENGINE_SHM && call->kind != HOOP__K_ALLREDUCE && (p->sym || p->cma))
+        snprintf(extra, sizeof extra, "; %s%s%s",
+                 p->sym ? "zero copy where every rank's buffers are symmetric" : "",
+                 p->sym && p->cma ? ", else " : "",
+                 p->cma ? "single copy (process_vm_readv) where the kernel allows it" : "");
     else if (p->engine == HOOP__ENGINE_SHM && call->kind == HOOP__K_ALLREDUCE)
         snprintf(extra, sizeof extra, "; %s %s HOOP_SMALL_BYTES (%s): %s", b, p->small ? "<=" : ">",
                  s,
                  p->small ? "one step"
+                 : p->sym && p->cma
+                     ? "zero copy where every rank's buffers are symmetric, else single copy "
+                       "(process_vm_readv) where the kernel allows it, else in rounds"
                  : p->sym ? "zero copy where every rank's buffers are symmetric, else in rounds"
+                 : p->cma ? "single copy (process_vm_readv) where the kernel allows it, else in "
+                            "rounds"
                           : "in rounds");
     else if (p->engine == HOOP__ENGINE_P2P && p->ipc_stages)
         snprintf(extra, sizeof extra, "; the stages inside a host may go over CUDA IPC");
@@ -307,7 +330,7 @@ void hoop__plan_say(const hoop__call_t *call)
     hoop_comm_t *c = call->comm;
     int info = c->log.level >= HOOP__LOG_INFO && (c->log.subsys & HOOP__SUB_COLL) != 0;
     if (!hoop__plan_heard(c)) return;
-    char what[320];
+    char what[448];
     if (c->trace_fn != NULL)
         HOOP__TRACE_STEP(call, -1, "plan: %s", hoop__plan_describe(call, 1, what, sizeof what));
     if (!info || (unsigned)call->kind >= HOOP__K_COUNT) return;

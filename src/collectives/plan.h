@@ -32,6 +32,7 @@ typedef struct hoop__plan_in {
     int forced;          /* hoop_comm.algo: HOOP_ALGO, or hoop_comm_set_algo's */
     size_t small_bytes;  /* HOOP_SMALL_BYTES, agreed */
     int sym;             /* the communicator has symmetric memory (hoop__sym_live) */
+    int cma;             /* HOOP_CMA, agreed: 0 off, 1 auto, 2 on */
 } hoop__plan_in_t;
 
 /* The plan from those facts alone (hoop__plan's pure part); *wire: the name its messages carry. */

@@ -27,9 +27,14 @@
  * in that step only; where some rank's are not host memory, every rank returns from it with the
  * verdict and the planner plans again (CUDA IPC where every rank may take it, else staging).
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "local/shm_coll.h"
 
@@ -324,6 +329,284 @@ static hoop_result_t reduce_rounds(hoop__call_t *c, hoop__shc_t *a, int kind, si
     g.own_direct = kind != R_RS || out_bytes == 0 ||
                    !(g.in < g.out + out_bytes && g.out < g.in + total * g.es);
     return run_rounds(&g);
+}
+
+/* ---- all-reduce, single copy ---- */
+
+/* What a rank says in the probe and in a single-copy call's first step: its process, and where
+ * the peers read (the probe's word; the call's input and output). */
+typedef struct cma_rec {
+    int32_t pid;
+    uint32_t pad;
+    uint64_t in, out;
+} cma_rec_t;
+_Static_assert(sizeof(cma_rec_t) <= HOOP__SHC_HEAD, "the first line carries it");
+
+/* Reads n bytes at from in process pid into to; 0, or the errno that stopped it. Never a signal:
+ * an address the peer does not map is EFAULT. */
+static int cma_read(pid_t pid, void *to, uint64_t from, size_t n)
+{
+    while (n > 0) {
+        struct iovec l = {.iov_base = to, .iov_len = n};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)from, .iov_len = n};
+        ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return got < 0 ? errno : EFAULT;
+        to = (uint8_t *)to + got;
+        from += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+/* Under Yama's ptrace_scope 1 only a process's declared tracers (or ancestors) may read its
+ * memory, and the ranks are siblings at best: each rank declares any process of its user one,
+ * for as long as it lives. Only where HOOP_CMA is not off and a call is planned single copy. */
+static void cma_allow_peers(hoop_comm_t *c)
+{
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+    int scope = 0;
+    if (f == NULL) return; /* no Yama: the same user may read */
+    if (fscanf(f, "%d", &scope) != 1) scope = 0;
+    fclose(f);
+    if (scope == 1 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+        HOOP__INFO(&c->log, "single copy: PR_SET_PTRACER failed (%s)", strerror(errno));
+}
+
+/* The probe, once per communicator, at the first call planned single copy: every rank publishes
+ * a word and reads every peer's. Returns HOOP_OK with *ok whether this rank read them all (the
+ * call's first step tells every rank whether all did). */
+static hoop_result_t cma_probe(hoop__call_t *c, hoop__shc_t *a, int *ok)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank;
+    *ok = 1;
+    cma_allow_peers(comm);
+    a->cma_word = 0x686f6f70636d6100ull ^ (uint64_t)getpid() << 8; /* "hoopcma", told apart */
+    cma_rec_t mine = {
+        .pid = (int32_t)getpid(), .in = (uint64_t)(uintptr_t)&a->cma_word, .out = a->cma_word};
+    hoop__shc_put(a, me, &mine, sizeof(mine));
+    hoop_result_t rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, sizeof(mine), -1);
+    if (stop(rc, a)) return rc;
+    for (int q = 0; q < p && *ok; q++) {
+        if (q == me) continue;
+        cma_rec_t r;
+        memcpy(&r, hoop__shc_line(a, q, a->step)->data, sizeof(r));
+        uint64_t got = 0;
+        int e = cma_read((pid_t)r.pid, &got, r.in, sizeof(got));
+        if (e != 0 || got != r.out) {
+            *ok = 0;
+            /* WARN where HOOP_CMA=on asked for it, INFO under auto */
+            if (!strcmp(comm->agreed.cma, "on"))
+                HOOP__WARN(&comm->log,
+                           "HOOP_CMA=on: rank %d cannot read rank %d's memory with "
+                           "process_vm_readv (%s); the all-reduce runs through the area",
+                           me, q, e != 0 ? strerror(e) : "it read other bytes");
+            else
+                HOOP__INFO(&comm->log,
+                           "single copy: rank %d cannot read rank %d's memory with "
+                           "process_vm_readv (%s); the area's rounds run",
+                           me, q, e != 0 ? strerror(e) : "it read other bytes");
+        }
+    }
+    return HOOP_OK;
+}
+
+/* A step of a single-copy call that says whether this rank's reads went well (ok): where some
+ * rank's did not, the call fails on every rank alike (all saw the same flags), before anyone
+ * reads on. In place, a rank's output may already hold part of the result: no fallback then. */
+static hoop_result_t cma_step(hoop__call_t *c, hoop__shc_t *a, int ok, int err)
+{
+    hoop_comm_t *comm = c->comm;
+    hoop_result_t rc = hoop__shc_step(c, a, HOOP__SHC_HOST | (ok ? HOOP__SHC_CMA : 0));
+    if (rc != HOOP_OK) {
+        /* a peer may still be reading this rank's buffers */
+        hoop__shc_drain(c, a, a->step);
+        return rc;
+    }
+    if (a->all_flags & HOOP__SHC_CMA) return HOOP_OK;
+    a->cma = -1; /* the next calls run in rounds, on every rank */
+    if (!ok)
+        hoop__comm_fail(comm, HOOP_ERR_SYSTEM,
+                        "single-copy %s: rank %d could not read a peer's buffer with "
+                        "process_vm_readv (%s)",
+                        hoop__kind_name(c->kind), comm->rank, strerror(err));
+    else
+        hoop__comm_fail(comm, HOOP_ERR_SYSTEM,
+                        "single-copy %s: a peer of rank %d could not read a buffer with "
+                        "process_vm_readv",
+                        hoop__kind_name(c->kind), comm->rank);
+    return HOOP_ERR_SYSTEM;
+}
+
+/* Every rank's record of the call's first step (pid and buffers), and CMA_BUFS chunks of
+ * CMA_CHUNK bytes, in the scratch space. */
+#define CMA_BUFS 3
+/* One read of process_vm_readv: each costs a system call and a walk of the peer's page tables,
+ * which large reads share out over more bytes (docs/performance.md, "Single copy"). */
+#define CMA_CHUNK ((size_t)2 << 20)
+static hoop_result_t cma_peers(hoop__call_t *c, hoop__shc_t *a, cma_rec_t **rec, uint8_t **buf)
+{
+    int p = c->comm->size;
+    size_t head = ((size_t)p * sizeof(cma_rec_t) + ALIGN - 1) / ALIGN * ALIGN;
+    uint8_t *tmp = hoop__scratch(c, head + CMA_BUFS * CMA_CHUNK);
+    if (tmp == NULL) return HOOP_ERR_NO_MEMORY;
+    *rec = (cma_rec_t *)(void *)tmp;
+    *buf = tmp + head;
+    for (int q = 0; q < p; q++)
+        memcpy(&(*rec)[q], hoop__shc_line(a, q, a->step)->data, sizeof(**rec));
+    return HOOP_OK;
+}
+
+/* Each rank owns its block of the ring's partition, as in the rounds: it reads that block of
+ * every peer's input with process_vm_readv a chunk at a time and folds it into its own output in
+ * the rounds' order (ring positions pos, pos+1, ...), so the bits are the rounds'. A step; then
+ * every rank reads the other blocks of the result from their owners' outputs; a step again
+ * before anyone returns. In place this holds too: a rank's block of its output is its input's
+ * block that only it reads, and the other blocks are written after the middle step, once their
+ * owners have read them. Each input read once, each result block written once and copied by
+ * the p-1 others: (3p-1) x N through memory, where the rounds move (5p-1) x N. */
+static hoop_result_t allreduce_cma(hoop__call_t *c, hoop__shc_t *a)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank, pos = hoop__ring_pos(comm);
+    size_t es = hoop__dsize(c), ce = CMA_CHUNK / es;
+    cma_rec_t *rec;
+    uint8_t *buf;
+    if (cma_peers(c, a, &rec, &buf) != HOOP_OK) return HOOP_ERR_NO_MEMORY;
+    const uint8_t *in = c->sendbuf;
+    uint8_t *out = c->recvbuf;
+    size_t bo, bl;
+    hoop__part(c->count, p, pos, &bo, &bl);
+    HOOP__TRACE_STEP(c, 0,
+                     "rank %d reads block %d (%zu B) of every peer's input with process_vm_readv "
+                     "and folds it",
+                     me, pos, bl * es);
+    /* Buffers not aligned to their elements (the kernels load whole elements) fold in a chunk
+     * of scratch that the own input is copied into first; the same bits either way. */
+    int direct = ((uintptr_t)in % es | (uintptr_t)out % es) == 0;
+    int err = 0;
+    for (size_t k = 0; k < bl && err == 0; k += ce) {
+        size_t m = bl - k < ce ? bl - k : ce, off = (bo + k) * es;
+        uint8_t *res = direct ? out + off : buf + CMA_CHUNK;
+        /* operand 0 is this rank (position pos) */
+        const uint8_t *x0 = in + off;
+        if (!direct) x0 = memcpy(res, in + off, m * es);
+        for (int i = 1; i < p && err == 0; i++) {
+            int q = hoop__ring_rank(comm, pos + i);
+            err = cma_read((pid_t)rec[q].pid, buf, rec[q].in + off, m * es);
+            if (err == 0) hoop__mem_reduce(c, res, i == 1 ? x0 : res, buf, m);
+        }
+        if (err == 0 && c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, m);
+        if (err == 0 && !direct) memcpy(out + off, res, m * es);
+    }
+    hoop_result_t rc = cma_step(c, a, err == 0, err);
+    if (rc != HOOP_OK) return rc;
+    HOOP__TRACE_STEP(c, 1,
+                     "rank %d reads the other %d blocks of the result from their owners' outputs "
+                     "with process_vm_readv",
+                     me, p - 1);
+    for (int b = 0; b < p && err == 0; b++) {
+        if (b == pos) continue;
+        int q = hoop__ring_rank(comm, b);
+        hoop__part(c->count, p, b, &bo, &bl);
+        if (bl > 0) err = cma_read((pid_t)rec[q].pid, out + bo * es, rec[q].out + bo * es, bl * es);
+    }
+    return cma_step(c, a, err == 0, err);
+}
+
+/* Reduce-scatter: each rank reads its block of every peer's input a chunk at a time and folds
+ * it in the rounds' order (ranks me+1, me+2, ..., me), so the bits are the rounds', into a chunk
+ * of scratch, then into its output (in place, the output is its input's own block, read last).
+ * Nobody writes what a peer reads: one step at the end. (p+1) x S, S the input. */
+static hoop_result_t reduce_scatter_cma(hoop__call_t *c, hoop__shc_t *a)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank;
+    size_t es = hoop__dsize(c), ce = CMA_CHUNK / es, n = c->count;
+    cma_rec_t *rec;
+    uint8_t *buf;
+    if (cma_peers(c, a, &rec, &buf) != HOOP_OK) return HOOP_ERR_NO_MEMORY;
+    uint8_t *x0 = buf, *x1 = buf + CMA_CHUNK, *res = buf + 2 * CMA_CHUNK;
+    const uint8_t *in = c->sendbuf;
+    size_t bo, bl;
+    hoop__part(n * (size_t)p, p, me, &bo, &bl);
+    HOOP__TRACE_STEP(c, 0,
+                     "rank %d reads its block (%zu B) of every peer's input with process_vm_readv "
+                     "and folds it into its output",
+                     me, bl * es);
+    int err = 0;
+    for (size_t k = 0; k < bl && err == 0; k += ce) {
+        size_t m = bl - k < ce ? bl - k : ce, off = (bo + k) * es;
+        const uint8_t *prev = NULL;
+        for (int i = 0; i < p && err == 0; i++) {
+            int q = (me + 1 + i) % p;
+            const uint8_t *x = in + off;
+            uint8_t *to = i == 0 ? x0 : x1;
+            if (q != me)
+                err = cma_read((pid_t)rec[q].pid, to, rec[q].in + off, m * es);
+            else if ((uintptr_t)x % es != 0) /* the kernels load whole elements */
+                memcpy(to, x, m * es);
+            if (q != me || (uintptr_t)x % es != 0) x = to;
+            if (err == 0 && i > 0) hoop__mem_reduce(c, res, i == 1 ? prev : res, x, m);
+            prev = x;
+        }
+        if (err == 0 && c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, m);
+        if (err == 0) memcpy((uint8_t *)c->recvbuf + k * es, res, m * es);
+    }
+    return cma_step(c, a, err == 0, err);
+}
+
+/* All-gather: each rank reads every peer's input into its block of its own output, and copies
+ * its own unless it lies there (in place). Nobody writes what a peer reads: one step at the end.
+ * 2p x S out of place, 2(p-1) x S in place, S the output. */
+static hoop_result_t allgather_cma(hoop__call_t *c, hoop__shc_t *a)
+{
+    hoop_comm_t *comm = c->comm;
+    int p = comm->size, me = comm->rank;
+    size_t n = c->count * hoop__dsize(c);
+    cma_rec_t *rec;
+    uint8_t *buf, *out = c->recvbuf;
+    if (cma_peers(c, a, &rec, &buf) != HOOP_OK) return HOOP_ERR_NO_MEMORY;
+    HOOP__TRACE_STEP(c, 0,
+                     "rank %d reads every peer's block (%zu B) into its output with "
+                     "process_vm_readv",
+                     me, n);
+    int err = 0;
+    for (int i = 1; i < p && err == 0; i++) {
+        int q = (me + i) % p;
+        err = cma_read((pid_t)rec[q].pid, out + (size_t)q * n, rec[q].in, n);
+    }
+    if (err == 0 && (const uint8_t *)c->sendbuf != out + (size_t)me * n)
+        memcpy(out + (size_t)me * n, c->sendbuf, n);
+    return cma_step(c, a, err == 0, err);
+}
+
+/* A call planned single copy (plan.cma): the probe where none ran yet, then a step that says
+ * every rank's buffers and whether it may read its peers. *ran = 0 where some rank may not, now
+ * or since the probe: the caller runs the call in rounds, on every rank alike. */
+static hoop_result_t run_cma(hoop__call_t *c, hoop__shc_t *a, int *ran)
+{
+    hoop_comm_t *comm = c->comm;
+    *ran = 0;
+    if (a->cma < 0) return HOOP_OK;
+    int ok = 1;
+    hoop_result_t rc = HOOP_OK;
+    if (a->cma == 0 && stop(rc = cma_probe(c, a, &ok), a)) return rc;
+    cma_rec_t mine = {.pid = (int32_t)getpid(),
+                      .in = (uint64_t)(uintptr_t)c->sendbuf,
+                      .out = (uint64_t)(uintptr_t)c->recvbuf};
+    hoop__shc_put(a, comm->rank, &mine, sizeof(mine));
+    rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST | (ok ? HOOP__SHC_CMA : 0), sizeof(mine), -1);
+    if (stop(rc, a)) return rc;
+    a->cma = (a->all_flags & HOOP__SHC_CMA) ? 1 : -1;
+    if (a->cma < 0) return HOOP_OK;
+    *ran = 1;
+    switch (c->kind) {
+    case HOOP__K_REDUCE_SCATTER: return reduce_scatter_cma(c, a);
+    case HOOP__K_ALLGATHER: return allgather_cma(c, a);
+    default: return allreduce_cma(c, a);
+    }
 }
 
 /* ---- collectives on symmetric memory ---- */
@@ -652,6 +935,15 @@ static hoop_result_t run(hoop__call_t *c, hoop__verdict_t *v)
             *v = a->verdict == HOOP__VERDICT_HOST ? HOOP__VERDICT_RAN : a->verdict;
             return rc;
         }
+    }
+    if (c->plan.cma) {
+        int ran = 0;
+        rc = run_cma(c, a, &ran);
+        if (rc != HOOP_OK || ran || a->verdict != HOOP__VERDICT_HOST) {
+            *v = a->verdict == HOOP__VERDICT_HOST ? HOOP__VERDICT_RAN : a->verdict;
+            return rc;
+        }
+        c->plan.cma = 0; /* the rounds run it: so the flight recorder says */
     }
     switch (c->kind) {
     case HOOP__K_ALLREDUCE: rc = allreduce(c, a); break;

@@ -17,6 +17,9 @@
 /* step flag: this rank's buffers of an all-reduce lie in symmetric memory (sym.c), where the
  * peers may read and write them */
 #define HOOP__SHC_SYM 4u
+/* step flag of a single-copy all-reduce (shm_coll.c): this rank may read every peer's memory
+ * with process_vm_readv (its probe, then each read of the call so far, succeeded) */
+#define HOOP__SHC_CMA 8u
 
 /* The first line of a buffer: the step it holds, the call's descriptor, then the payload. */
 typedef struct hoop__shc_line {
@@ -54,6 +57,11 @@ struct hoop__shc {
      * a call after its first says HOST: only ranks with host buffers go on. */
     hoop__verdict_t verdict;
     uint32_t all_flags; /* the last step's flags of every rank, and-ed */
+    /* Single copy (shm_coll.c): 0 before the probe, 1 where every rank could read every peer's
+     * memory, -1 where some rank could not (the same on every rank, from one step's flags);
+     * cma_word is what the peers read in the probe. */
+    int cma;
+    uint64_t cma_word;
 };
 typedef struct hoop__shc hoop__shc_t;
 

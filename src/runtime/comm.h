@@ -62,6 +62,9 @@ typedef struct hoop__plan {
     uint8_t forced;     /* the hoop__algo_t HOOP_ALGO named, AUTO for none */
     uint8_t sym;        /* SHM all-reduce: the zero-copy schedule where every rank's buffers are
                   * symmetric memory (local/sym.c), which its first step finds out */
+    uint8_t cma;        /* SHM all-reduce: single copy, every rank reading its peers' buffers with
+                  * process_vm_readv where the kernel lets every rank (local/shm_coll.c); the
+                  * engine clears it where the call ran otherwise */
 } hoop__plan_t;
 
 /* One call, as an algorithm sees it. */

@@ -90,6 +90,7 @@ static const tvals_t test_values[] = {
     {"HOOP_SOCKETS_PER_PEER", "1", "2", "01", NULL, NULL},
     {"HOOP_SHM_RING_BYTES", "64K", "128K", "65536", "65536", "131072"},
     {"HOOP_SHM_CMA_BYTES", "0", "64K", "0K", NULL, "65536"},
+    {"HOOP_CMA", "off", "on", "OFF", NULL, NULL},
 };
 
 static const tvals_t *values_of(const char *env)

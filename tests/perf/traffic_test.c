@@ -121,6 +121,23 @@ int main(void)
         expect("broadcast", "sym", p, SMALL, 0, 2.0 * p * SMALL, "area");
     }
     expect("allgather", "sym", 2, 2 * 64 * 1024, 0, 6.0 * 2 * 64 * 1024, "area");
+    /* Single copy (HOOP_CMA), counted rank by rank: each owner reads its block of all p inputs
+     * (its own where it lies, the peers' into a chunk in cache) and writes it into its output
+     * once, then copies the p-1 other blocks from their owners. */
+    for (int p = 2; p <= 5; p++) {
+        double t = 0, blk = (double)S / p;
+        for (int r = 0; r < p; r++) t += p * blk + blk + (p - 1) * 2 * blk;
+        expect("allreduce", "cma", p, S, 0, t, "counted");
+        expect("allreduce", "cma", p, S, 1, (3.0 * p - 1) * (double)S, "hand");
+        double rs = 0, ag = 0;
+        for (int r = 0; r < p; r++) {
+            rs += p * blk + blk;               /* its block of every input; its output */
+            ag += (p - 1) * 2 * blk + 2 * blk; /* the peers' blocks, and its own */
+        }
+        expect("reducescatter", "cma", p, S, 0, rs, "counted");
+        expect("allgather", "cma", p, S, 0, ag, "counted");
+        expect("allgather", "cma", p, S, 1, ag - 2.0 * (double)S, "counted");
+    }
     /* No model: no bytes, and no model for one rank. */
     expect("allreduce", "rd", 4, S, 0, 0, "none");
     expect("gather", "auto", 4, S, 0, 0, "none");

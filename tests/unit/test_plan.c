@@ -240,6 +240,45 @@ static void symmetric(void **state)
     assert_int_equal(q.algo, RING);
 }
 
+/* Single copy (HOOP_CMA): all-reduce, reduce-scatter and all-gather in the area above
+ * HOOP_SMALL_BYTES under on; never under auto (the rounds measured faster) or off; nothing else of
+ * the plan changes. */
+static void single_copy(void **state)
+{
+    (void)state;
+    hoop__algo_t wire;
+    hoop__plan_in_t in = in_of(row("just above"));
+    hoop__plan_t off = hoop__plan_make(&in, &wire);
+    assert_int_equal(off.cma, 0);
+    in.cma = 2;
+    hoop__plan_t p = hoop__plan_make(&in, &wire);
+    assert_int_equal(p.cma, 1);
+    p.cma = 0;
+    assert_memory_equal(&p, &off, sizeof p);
+    in.bytes = in.small_bytes;
+    assert_int_equal(hoop__plan_make(&in, &wire).cma, 0);
+    /* Which kinds, under auto and on; only where the area is planned. */
+    hoop__plan_in_t k = in;
+    k.bytes = 64 * MiB;
+    for (int cma = 0; cma <= 2; cma++)
+        for (int kind = 0; kind < HOOP__K_COUNT; kind++) {
+            k.kind = (hoop__kind_t)kind;
+            k.cma = cma;
+            int want = cma == 2 &&
+                       (kind == K(ALLREDUCE) || kind == K(REDUCE_SCATTER) || kind == K(ALLGATHER));
+            assert_int_equal(hoop__plan_make(&k, &wire).cma, want);
+        }
+    k.kind = K(ALLREDUCE);
+    k.cma = 2;
+    k.forced = RING;
+    assert_int_equal(hoop__plan_make(&k, &wire).cma, 0);
+    k.forced = AUTO;
+    k.one_host = 0;
+    k.hosts = 2;
+    k.per_host = 2;
+    assert_int_equal(hoop__plan_make(&k, &wire).cma, 0);
+}
+
 /* The sentence INFO and hoop-perf --explain print: the engine, the schedule and the reason. */
 static void sentences(void **state)
 {
@@ -267,6 +306,14 @@ static void sentences(void **state)
                              "KiB): zero copy where every rank's buffers are symmetric, else in "
                              "rounds)");
     call.plan.sym = 0;
+    call.plan.cma = 1;
+    hoop__plan_describe(&call, 1, buf, sizeof buf);
+    assert_string_equal(buf, "shm area (every rank on one host; 2 MiB > HOOP_SMALL_BYTES (16 "
+                             "KiB): single copy (process_vm_readv) where the kernel allows it, "
+                             "else in rounds)");
+    assert_string_equal(hoop__plan_schedule(&call), "cma");
+    call.plan.cma = 0;
+    assert_string_equal(hoop__plan_schedule(&call), "shm");
     call.plan = hoop__plan_again(call.plan, HOOP__VERDICT_MIXED);
     hoop__plan_describe(&call, 1, buf, sizeof buf);
     assert_string_equal(buf, "p2p ring (not every rank's buffers are host memory, nor all device "
@@ -297,10 +344,8 @@ static void sentences(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(decisions),
-        cmocka_unit_test(verdicts),
-        cmocka_unit_test(symmetric),
-        cmocka_unit_test(sentences),
+        cmocka_unit_test(decisions),   cmocka_unit_test(verdicts),  cmocka_unit_test(symmetric),
+        cmocka_unit_test(single_copy), cmocka_unit_test(sentences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
