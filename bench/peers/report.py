@@ -286,15 +286,15 @@ class Report:
     @staticmethod
     def traffic_table(n, copy, sizes, ht, pt):
         """Each library's time against the least memory traffic an all-reduce of ordinary buffers
-        moves: a single copy, (3p+1)S (hoop-perf --traffic explains the models)."""
+        moves: a single copy, (3p-1)S (hoop-perf --traffic explains the models)."""
         if not sizes:
             return
-        k = 3 * n + 1
+        k = 3 * n - 1
         # mem-copy's rate is per process; the n ranks copying at once read and write each byte.
         rate = 2.0 * copy * 1e9 * n
         print("   the same against memory traffic: an all-reduce of ordinary buffers moves at "
-              "least a single\n   copy's %dS through memory (each rank reads the others' inputs "
-              "once, folds, writes its\n   output); at the copy rate above that takes the bound "
+              "least a single\n   copy's %dS through memory (each rank folds its block of every "
+              "input and reads the\n   result's other blocks once); at the copy rate above that takes the bound "
               "time below; fraction = bound / time" % k)
         print("   %9s  %10s  %10s  %9s  %10s  %9s"
               % ("size", "bound us", "hoop us", "fraction", "peer us", "fraction"))
