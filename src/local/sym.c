@@ -226,6 +226,14 @@ hoop_result_t hoop__sym_free(hoop_comm_t *c, void *ptr, hoop__xchg_fn exchange)
     return HOOP_OK;
 }
 
+uint64_t hoop__sym_mapped(const hoop_comm_t *c)
+{
+    const struct hoop__sym *s = c->local != NULL ? c->local->sym : NULL;
+    uint64_t n = 0;
+    for (const sym_seg_t *g = s != NULL ? s->segs : NULL; g != NULL; g = g->next) n += g->len;
+    return n;
+}
+
 int hoop__sym_live(const hoop_comm_t *c)
 {
     return c->local != NULL && c->local->sym != NULL && c->local->sym->segs != NULL;
