@@ -280,7 +280,8 @@ HOOP_API hoop_result_t hoop_comm_stats(const hoop_comm_t *comm, hoop_stats_t *st
 
 /* Memory comm holds on this rank, in bytes, as the library counts it (HOOP_DEBUG=INFO says the
  * same at init; hoop-perf -M prints it). Shared memory is counted as mapped: the one-host area
- * (0 until the first call that uses it; area_next: what it maps once made, 0 where it cannot be), the shared-memory transport's rings (this rank's segment and each peer's it maps) and
+ * (0 until the first call that uses it; area_next: what it maps once made, 0 where none will be
+ * made), the shared-memory transport's rings (this rank's segment and each peer's it maps) and
  * symmetric memory (hoop_mem_alloc: every rank's slices); then the transports' heap state for
  * their connections, open connections (sockets, peers mapped) and the flight recorder. RDMA
  * verbs' queues and registrations are not counted. Waits for a step of a call running on comm. */

@@ -747,7 +747,8 @@ void hoop__comm_memory(hoop_comm_t *c, hoop_memory_t *m)
     m->rings = t.shared;
     m->connections = t.heap;
     m->nconnections = t.conns;
-    if (c->rec != NULL) m->recorder = sizeof(*c->rec) + (uint64_t)c->rec->cap * sizeof(*c->rec->ring);
+    if (c->rec != NULL)
+        m->recorder = sizeof(*c->rec) + (uint64_t)c->rec->cap * sizeof(*c->rec->ring);
 }
 
 /* The INFO line of what c holds, as nccl-tests' -M counts it: hoop_comm_memory's figures. */

@@ -98,8 +98,9 @@ static void check_line(const char *log, const hoop_memory_t *m)
         if (!found) break;
         double mib = 1024.0 * 1024.0, kib = 1024.0;
         /* Printed with 2 decimals of MiB and 1 of KiB: within half of the last digit. */
-#define NEAR(x, v, unit, digit) ((x) * (unit) - (double)(v) <= (digit) * (unit) / 2 + 1 && \
-                                 (double)(v) - (x) * (unit) <= (digit) * (unit) / 2 + 1)
+#define NEAR(x, v, unit, digit)                                                                    \
+    ((x) * (unit) - (double)(v) <= (digit) * (unit) / 2 + 1 &&                                     \
+     (double)(v) - (x) * (unit) <= (digit) * (unit) / 2 + 1)
         CHECK(NEAR(shared, m->area + m->rings + m->sym, mib, 0.01) &&
                   NEAR(area, m->area, mib, 0.01) && NEAR(next, m->area_next, mib, 0.01) &&
                   NEAR(rings, m->rings, mib, 0.01) && NEAR(sym, m->sym, mib, 0.01) &&
@@ -133,8 +134,7 @@ static int rank_main(const char *url, const char *log, int rank, int size, int t
     if (tcp) {
         CHECK(m0.rings == 0 && m0.area_next == 0, "tcp: rings %llu, area to come %llu",
               (unsigned long long)m0.rings, (unsigned long long)m0.area_next);
-        CHECK(m0.nconnections >= (uint64_t)(size - 1) &&
-                  (int)m0.nconnections <= sockets_open(),
+        CHECK(m0.nconnections >= (uint64_t)(size - 1) && (int)m0.nconnections <= sockets_open(),
               "tcp: %llu connections, %d sockets open", (unsigned long long)m0.nconnections,
               sockets_open());
     } else {
