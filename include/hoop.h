@@ -265,6 +265,15 @@ HOOP_API hoop_result_t hoop_irecv_any(hoop_comm_t *c, void *buf, size_t count, h
  * rank). What is left is unmapped with comm. The memory has no name: nothing stays in /dev/shm. */
 HOOP_API hoop_result_t hoop_mem_alloc(hoop_comm_t *comm, size_t bytes, void **ptr);
 HOOP_API hoop_result_t hoop_mem_free(hoop_comm_t *comm, void *ptr);
+/* Symmetric memory from files the program made: every rank passes a descriptor of its own (a
+ * memfd, a file in /dev/shm), a page-aligned offset and the same bytes (> 0), and gets in *ptr
+ * its own range mapped anew, which the peers map too; collectives on it run as on hoop_mem_alloc's
+ * memory. Collective, compared on every rank as hoop_mem_alloc is: a size that differs, a bad
+ * offset or descriptor, or a range past its file's end fails on every rank. The file must stay
+ * at least that long while registered (a shorter file faults the mappings); fd may be closed once
+ * the call returns. hoop_mem_free undoes it (unmapping what it mapped, never the file). */
+HOOP_API hoop_result_t hoop_mem_register_fd(hoop_comm_t *comm, int fd, size_t offset, size_t bytes,
+                                            void **ptr);
 
 /* Local reduction with the library's kernels: out[i] = a[i] op b[i] (out may alias a or b). */
 HOOP_API hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,

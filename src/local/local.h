@@ -97,6 +97,8 @@ typedef hoop_result_t (*hoop__xchg_fn)(hoop_comm_t *c, const void *mine, void *a
  * error other than a disagreement (which leaves c usable) has aborted c. */
 hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xchg_fn exchange);
 hoop_result_t hoop__sym_free(hoop_comm_t *c, void *ptr, hoop__xchg_fn exchange);
+hoop_result_t hoop__sym_register(hoop_comm_t *c, int fd, size_t offset, size_t bytes, void **ptr,
+                                 hoop__xchg_fn exchange);
 
 /* Whether c has a live allocation of hoop_mem_alloc: the same on every rank, since allocating
  * and freeing are collective. The planner's (a call may take the zero-copy schedule). */
