@@ -246,6 +246,21 @@ test_sym() {
         "$TRAIN" $a >"$T/out" 2>"$T/err"
     [ $? -ne 0 ] || fail "--sym-buckets on one rank only did not fail"
     expect_err "other options than rank 0"
+    # With --survive: after a rank's death the buckets stay in the old communicator's memory,
+    # which goes with it at the end; the survivors finish.
+    rm -f "$T"/rdv*
+    for r in 0 1 2 3; do
+        # shellcheck disable=SC2086
+        RANK=$r WORLD_SIZE=4 "$TRAIN" --init-method "file://$T/rdv" $a --survive --kill-at-epoch 1 \
+            --fail-rank 1 --sym-buckets >"$T/out$r" 2>"$T/err$r" &
+        eval "pid$r=\$!"
+    done
+    for r in 0 1 2 3; do
+        eval "wait \$pid$r"
+        rc=$?
+        [ "$r" -eq 1 ] || [ "$rc" -eq 0 ] || fail "--survive --sym-buckets: rank $r status $rc"
+    done
+    grep -q '^ddp_train: survived: ' "$T"/err0 || fail "--survive --sym-buckets: no shrink"
 }
 
 test_checkpoint_bad() {
