@@ -265,6 +265,15 @@ HOOP_API hoop_result_t hoop_irecv_any(hoop_comm_t *c, void *buf, size_t count, h
  * rank). What is left is unmapped with comm. The memory has no name: nothing stays in /dev/shm. */
 HOOP_API hoop_result_t hoop_mem_alloc(hoop_comm_t *comm, size_t bytes, void **ptr);
 HOOP_API hoop_result_t hoop_mem_free(hoop_comm_t *comm, void *ptr);
+/* Symmetric memory from files the program made: every rank passes a descriptor of its own (a
+ * memfd, a file in /dev/shm), a page-aligned offset and the same bytes (> 0), and gets in *ptr
+ * its own range mapped anew, which the peers map too; collectives on it run as on hoop_mem_alloc's
+ * memory. Collective, compared on every rank as hoop_mem_alloc is: a size that differs, a bad
+ * offset or descriptor, or a range past its file's end fails on every rank. The file must stay
+ * at least that long while registered (a shorter file faults the mappings); fd may be closed once
+ * the call returns. hoop_mem_free undoes it (unmapping what it mapped, never the file). */
+HOOP_API hoop_result_t hoop_mem_register_fd(hoop_comm_t *comm, int fd, size_t offset, size_t bytes,
+                                            void **ptr);
 
 /* Local reduction with the library's kernels: out[i] = a[i] op b[i] (out may alias a or b). */
 HOOP_API hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
@@ -277,6 +286,19 @@ typedef struct hoop_stats {
     uint64_t messages_sent, messages_received;
 } hoop_stats_t;
 HOOP_API hoop_result_t hoop_comm_stats(const hoop_comm_t *comm, hoop_stats_t *stats);
+
+/* Memory comm holds on this rank, in bytes, as the library counts it (HOOP_DEBUG=INFO says the
+ * same at init; hoop-perf -M prints it). Shared memory is counted as mapped: the one-host area
+ * (0 until the first call that uses it; area_next: what it maps once made, 0 where none will be
+ * made), the shared-memory transport's rings (this rank's segment and each peer's it maps) and
+ * symmetric memory (hoop_mem_alloc: every rank's slices); then the transports' heap state for
+ * their connections, open connections (sockets, peers mapped) and the flight recorder. RDMA
+ * verbs' queues and registrations are not counted. Waits for a step of a call running on comm. */
+typedef struct hoop_memory {
+    uint64_t area, area_next, rings, sym;
+    uint64_t connections, nconnections, recorder;
+} hoop_memory_t;
+HOOP_API hoop_result_t hoop_comm_memory(const hoop_comm_t *comm, hoop_memory_t *mem);
 
 /* The flight recorder: every communicator keeps its last HOOP_RECORD calls (default 2048, 0 for
  * none), each with its call number, kind, dtype, count, root or peer, op, algorithm, memory, state

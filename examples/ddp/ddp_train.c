@@ -60,6 +60,7 @@ typedef struct {
     long diverge_rank;  /* -1: never */
     int survive;
     long kill_at_epoch; /* -1: never */
+    int sym_buckets;    /* gradients in symmetric memory (hoop_mem_alloc) */
 } opts_t;
 
 typedef struct {
@@ -81,6 +82,8 @@ typedef struct {
     char fail_what[64];
     hoop_comm_t **shrunk; /* --survive: the communicators left behind, freed at the end */
     int nshrunk;
+    float *heap_grad;      /* --sym-buckets: the model's own gradient array, set aside */
+    hoop_comm_t *sym_comm; /* --sym-buckets: the communicator whose memory holds them */
 } trainer_t;
 
 static void usage(FILE *f)
@@ -113,6 +116,8 @@ static void usage(FILE *f)
         "(default:\n"
         "                         HOOP_ALGO, else auto)\n"
         "  --no-overlap           all-reduce the buckets after backward instead of during it\n"
+        "  --sym-buckets          keep the gradient buckets in symmetric memory (hoop_mem_alloc;\n"
+        "                         every rank on one host): their all-reduces run zero-copy\n"
         "  --init-method URL      rendezvous: env:// (default), tcp://HOST:PORT, file:///PATH\n"
         "checkpoints and output:\n"
         "  --checkpoint PATH      save the model there (rank 0) and resume from it if it exists\n"
@@ -272,7 +277,8 @@ static void parse_options(opts_t *o, int argc, char **argv)
         O_FAIL_RANK,
         O_DIVERGE,
         O_KILL,
-        O_SURVIVE
+        O_SURVIVE,
+        O_SYM
     };
     static const struct option longs[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -300,6 +306,7 @@ static void parse_options(opts_t *o, int argc, char **argv)
         {"test-diverge", required_argument, 0, O_DIVERGE},
         {"kill-at-epoch", required_argument, 0, O_KILL},
         {"survive", no_argument, 0, O_SURVIVE},
+        {"sym-buckets", no_argument, 0, O_SYM},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -361,6 +368,7 @@ static void parse_options(opts_t *o, int argc, char **argv)
         case O_DUMP: o->dump_weights = optarg; break;
         case O_CHECK: o->check_replicas = 1; break;
         case O_QUIET: o->quiet = 1; break;
+        case O_SYM: o->sym_buckets = 1; break;
         case O_STOP: o->stop_after = parse_long("--stop-after", optarg, 1, 1000000); break;
         case O_FAIL: o->fail_at_epoch = parse_long("--fail-at-epoch", optarg, 0, 1000000); break;
         case O_FAIL_RANK: o->fail_rank = parse_long("--fail-rank", optarg, 0, 1 << 20); break;
@@ -395,6 +403,7 @@ static uint64_t options_fingerprint(const opts_t *o)
                      o->fail_at_epoch, o->fail_rank, o->diverge_rank, o->survive, o->kill_at_epoch);
     uint64_t h = ddp_hash(s, (size_t)n, HASH_BASIS);
     for (int k = 0; k < o->nhidden; k++) h = ddp_hash(&o->hidden[k], sizeof(size_t), h);
+    h = ddp_hash(&o->sym_buckets, sizeof(o->sym_buckets), h);
     return h;
 }
 
@@ -438,6 +447,32 @@ static void step_check(trainer_t *t, hoop_result_t rc, const char *what)
     if (rc == HOOP_OK || t->fail != HOOP_OK) return;
     t->fail = rc;
     snprintf(t->fail_what, sizeof(t->fail_what), "%s", what);
+}
+
+/* --sym-buckets: the flat gradient array, which the buckets are ranges of, moves to symmetric
+ * memory (collective: every rank here, after the options were compared), so that every bucket's
+ * all-reduce finds its buffers symmetric on every rank. */
+static void gradients_to_sym(trainer_t *t)
+{
+    size_t bytes = t->m.params * sizeof(float);
+    void *p = NULL;
+    hcheck(t, hoop_mem_alloc(t->comm, bytes, &p),
+           "hoop_mem_alloc of the gradients (--sym-buckets)");
+    memcpy(p, t->m.grad, bytes);
+    t->heap_grad = t->m.grad;
+    t->m.grad = p;
+    t->sym_comm = t->comm;
+}
+
+static void gradients_from_sym(trainer_t *t)
+{
+    if (t->heap_grad == NULL) return;
+    /* After a shrink (--survive) the memory is the old communicator's, which lost a rank and
+     * cannot free it collectively: it goes when that one is destroyed, after this. */
+    if (t->comm == t->sym_comm)
+        hcheck(t, hoop_mem_free(t->comm, t->m.grad), "hoop_mem_free of the gradients");
+    t->m.grad = t->heap_grad;
+    t->heap_grad = NULL;
 }
 
 static void launch_bucket(trainer_t *t, bucket_t *b)
@@ -882,6 +917,7 @@ int main(int argc, char **argv)
         die(&t, "--drop-last with %zu samples leaves nothing for %d ranks", o.samples, t.world);
     size_t steps = (sampler.per_rank + o.batch - 1) / o.batch;
     make_buckets(&t);
+    if (o.sym_buckets) gradients_to_sym(&t);
 
     /* As DDP does at construction, every replica starts from rank 0's parameters: its fresh ones, or
      * the ones of its checkpoint. */
@@ -1079,6 +1115,7 @@ int main(int argc, char **argv)
     free(by);
     free(pl.snap);
     free(t.buckets);
+    gradients_from_sym(&t);
     ddp_sampler_free(&sampler);
     ddp_data_free(&data);
     ddp_mlp_free(&t.m);

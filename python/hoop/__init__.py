@@ -8,7 +8,8 @@
     comm.destroy()
 
 Buffers are numpy arrays, torch CPU tensors, objects with __array_interface__ or the buffer
-protocol.
+protocol. hoop.empty(comm, shape, dtype) and hoop.zeros give arrays on symmetric memory, which
+collectives on one host read and write in place (docs/python.md).
 Counts follow the C API (hoop.h): allgather/gather take the per-rank send buffer and a receive
 buffer `size` times larger; scatter/reduce_scatter the reverse; alltoall one block per rank.
 Failures raise HoopError subclasses carrying hoop's own sentence (hoop_comm_last_error).
@@ -29,8 +30,10 @@ from ._errors import (AbortedError, AuthError, HoopError, InternalError, Invalid
                       MismatchError, NoMemoryError, PeerLostError, SystemCallError, TimeoutError,
                       UnsupportedError, error_for)
 from ._library import DTYPES, OPS, LibraryNotFoundError
+from ._sym import empty, zeros
 
-__all__ = ["init", "Comm", "Request", "wait_all", "version", "library_path", "DTYPES", "OPS",
+__all__ = ["init", "Comm", "Request", "wait_all", "empty", "zeros", "version", "library_path",
+           "DTYPES", "OPS",
            "SUM", "PROD", "MIN", "MAX", "AVG", "HoopError", "InvalidArgumentError",
            "SystemCallError", "TimeoutError", "PeerLostError", "MismatchError", "AuthError",
            "UnsupportedError", "AbortedError", "NoMemoryError", "InternalError",
@@ -319,6 +322,13 @@ class Comm:
         self._any_thread = bool(any_thread)
         self._owner = threading.get_ident()
         self._owner_name = threading.current_thread().name
+        # Symmetric memory (_sym.py): allocation number -> pointer, for those not yet freed;
+        # the numbers whose arrays this rank has let go; the handle whose hoop_comm_destroy waits
+        # for the last array on its memory, after destroy().
+        self._sym_live = {}
+        self._sym_gone = set()
+        self._sym_next = 0
+        self._sym_hold = None
         self._rank = _lib().hoop_comm_rank(handle)
         self._size = _lib().hoop_comm_size(handle)
         _interrupt.arm()  # in the main thread: see _interrupt.py
@@ -548,7 +558,9 @@ class Comm:
         Calls still pending (a nonblocking call that a peer never joins, say, or a blocking call
         in another thread) are aborted first, so that destroy returns at once: they fail with
         AbortedError (a request raises it from wait()), and the peers' calls fail too. Wait for
-        the requests whose results you need before destroying."""
+        the requests whose results you need before destroying. Where arrays made by hoop.empty
+        on it still live, the Comm takes no more calls at once, but its memory (and the C
+        communicator) goes only with the last of them."""
         if self._h is None:
             return
         with self._plock:
@@ -571,11 +583,84 @@ class Comm:
                     pass
             with self._hlock:
                 h, self._h = self._h, None
-                _lib().hoop_comm_destroy(h)
+                with self._plock:
+                    # Arrays on its symmetric memory still live here: unmapping it would leave
+                    # them pointing at nothing, so the last of them to go destroys it.
+                    if set(self._sym_live) - self._sym_gone:
+                        self._sym_hold, h = h, None
+                if h is not None:
+                    _lib().hoop_comm_destroy(h)
             # Every call of the communicator is over (failed if it was still pending).
             with self._plock:
                 self._keep.clear()
             _IN_FLIGHT.pop(self._n, None)
+
+    # ---- symmetric memory (_sym.py) ----
+
+    def _sym_alloc(self, nbytes, bad, make):
+        """hoop.empty's collective part: the agreed frees, then hoop_mem_alloc of nbytes; bad:
+        this rank's reason to fail (it then asks for 0 bytes, which fails every rank)."""
+        what = "hoop.empty"
+        self._poster(what)
+        with self._lock:
+            self._reclaim(what)
+            ptr = ctypes.c_void_p()
+            try:
+                self._run(what, "hoop_mem_alloc", (nbytes, ctypes.byref(ptr)), [], [], None,
+                          False)
+            except InvalidArgumentError:
+                if bad:
+                    raise InvalidArgumentError("%s: %s" % (what, bad)) from None
+                raise
+            n = self._sym_next
+            self._sym_next += 1
+            block = make(n, ptr.value)
+            with self._plock:
+                self._sym_live[n] = ptr.value
+            return block
+
+    def _sym_let_go(self, n):
+        """From a _Block's finaliser (any thread): allocation n has no array left here."""
+        with self._plock:
+            self._sym_gone.add(n)
+            h = None
+            if self._sym_hold is not None and not set(self._sym_live) - self._sym_gone:
+                h, self._sym_hold = self._sym_hold, None
+        if h is not None:
+            _lib().hoop_comm_destroy(h)
+
+    def _reclaim(self, what):
+        """Frees, in the order they were made, the allocations every rank has let go: an
+        all-reduce (min) of one flag per live allocation, whose list is the same on every rank
+        since allocating and freeing are."""
+        with self._plock:
+            live = sorted(self._sym_live)
+            flags = (ctypes.c_uint8 * max(len(live), 1))(
+                *[1 if n in self._sym_gone else 0 for n in live])
+        if not live:
+            return 0
+        p = ctypes.addressof(flags)
+        self._run(what, "hoop_allreduce", (p, p, len(live), _library.DTYPE_CODE["uint8"],
+                                           _OP_ALIASES["min"]), [flags], [], None, False)
+        freed = 0
+        for i, n in enumerate(live):
+            if flags[i]:
+                self._run(what, "hoop_mem_free", (ctypes.c_void_p(self._sym_live[n]),), [], [],
+                          None, False)
+                with self._plock:
+                    del self._sym_live[n]
+                    self._sym_gone.discard(n)
+                freed += 1
+        return freed
+
+    def reclaim(self):
+        """Collective: frees the symmetric memory (hoop.empty) whose arrays every rank has let
+        go (no array or view of it left, collected); returns how many allocations it freed.
+        hoop.empty does the same before it allocates; memory let go on some ranks only stays."""
+        self._poster("reclaim")
+        with self._lock:
+            self._handle()
+            return self._reclaim("reclaim")
 
     def __enter__(self):
         return self

@@ -113,6 +113,8 @@ def _declare(lib):
         "hoop_irecv_any": (R, [P, P, S, I, ctypes.POINTER(ctypes.c_int), PP]),
         "hoop_wait": (R, [P]),
         "hoop_test": (R, [P, ctypes.POINTER(ctypes.c_int)]),
+        "hoop_mem_alloc": (R, [P, S, PP]),
+        "hoop_mem_free": (R, [P, P]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)

@@ -26,6 +26,12 @@ typedef hoop_result_t (*hoop__coll_xchg_fn)(hoop_comm_t *c, const void *mine, vo
 hoop_result_t hoop__collectives_mem_alloc(hoop_comm_t *c, size_t bytes, void **ptr,
                                           hoop__coll_xchg_fn xchg);
 hoop_result_t hoop__collectives_mem_free(hoop_comm_t *c, void *ptr, hoop__coll_xchg_fn xchg);
+hoop_result_t hoop__collectives_mem_register(hoop_comm_t *c, int fd, size_t offset, size_t bytes,
+                                             void **ptr, hoop__coll_xchg_fn xchg);
+/* Bytes the engines map (hoop_comm_memory): the area (*area_next: once made) and symmetric
+ * memory. Under exec. */
+void hoop__collectives_memory(const hoop_comm_t *c, uint64_t *area, uint64_t *area_next,
+                              uint64_t *sym);
 
 /* Algorithms: one file each. */
 hoop_result_t hoop__allreduce_ring(hoop__call_t *c);

@@ -120,3 +120,16 @@ hoop_result_t hoop__collectives_mem_free(hoop_comm_t *c, void *ptr, hoop__coll_x
 {
     return hoop__sym_free(c, ptr, xchg);
 }
+
+hoop_result_t hoop__collectives_mem_register(hoop_comm_t *c, int fd, size_t offset, size_t bytes,
+                                             void **ptr, hoop__coll_xchg_fn xchg)
+{
+    return hoop__sym_register(c, fd, offset, bytes, ptr, xchg);
+}
+
+void hoop__collectives_memory(const hoop_comm_t *c, uint64_t *area, uint64_t *area_next,
+                              uint64_t *sym)
+{
+    *area = hoop__shc_mapped(c, area_next);
+    *sym = hoop__sym_mapped(c);
+}

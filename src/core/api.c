@@ -62,6 +62,13 @@ hoop_result_t hoop_comm_stats(const hoop_comm_t *c, hoop_stats_t *st)
     return HOOP_OK;
 }
 
+hoop_result_t hoop_comm_memory(const hoop_comm_t *c, hoop_memory_t *m)
+{
+    if (c == NULL || m == NULL) return HOOP_ERR_INVALID_ARGUMENT;
+    hoop__comm_memory((hoop_comm_t *)c, m);
+    return HOOP_OK;
+}
+
 hoop_result_t hoop_reduce_local(void *out, const void *a, const void *b, size_t count,
                                 hoop_dtype_t dt, hoop_op_t op)
 {

@@ -4,6 +4,7 @@
  * (making and freeing a communicator, its listener, its ring). The entry points (api.c) have
  * checked the arguments.
  */
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -734,6 +735,38 @@ static hoop_result_t release_store(init_t *in, hoop_result_t rc)
     return rc;
 }
 
+void hoop__comm_memory(hoop_comm_t *c, hoop_memory_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    /* Under exec: a call being made changes the engines' lists. */
+    pthread_mutex_lock(&c->exec);
+    hoop__collectives_memory(c, &m->area, &m->area_next, &m->sym);
+    pthread_mutex_unlock(&c->exec);
+    hoop__tp_mem_t t = {0};
+    if (c->tp != NULL && c->tp_ops->memory != NULL) c->tp_ops->memory(c->tp, &t);
+    m->rings = t.shared;
+    m->connections = t.heap;
+    m->nconnections = t.conns;
+    if (c->rec != NULL)
+        m->recorder = sizeof(*c->rec) + (uint64_t)c->rec->cap * sizeof(*c->rec->ring);
+}
+
+/* The INFO line of what c holds, as nccl-tests' -M counts it: hoop_comm_memory's figures. */
+static void say_memory(hoop_comm_t *c)
+{
+    if (c->log.level < HOOP__LOG_INFO) return;
+    hoop_memory_t m;
+    hoop__comm_memory(c, &m);
+    double mib = 1024.0 * 1024.0;
+    HOOP__INFO(&c->log,
+               "memory: %.2f MiB shared mapped (area %.2f MiB, %.2f MiB once a call makes it; "
+               "rings %.2f MiB; symmetric %.2f MiB), connections %" PRIu64 " holding %.1f KiB, "
+               "recorder %.1f KiB",
+               (double)(m.area + m.rings + m.sym) / mib, (double)m.area / mib,
+               (double)m.area_next / mib, (double)m.rings / mib, (double)m.sym / mib,
+               m.nconnections, (double)m.connections / 1024.0, (double)m.recorder / 1024.0);
+}
+
 static hoop_result_t init_comm(init_t *in)
 {
     hoop_result_t rc = load_config(in);
@@ -774,6 +807,7 @@ static hoop_result_t init_comm(init_t *in)
                "collectives: HOOP_ALGO=%s, HOOP_SMALL_BYTES=%zu, HOOP_CHUNK_BYTES=%zu; each "
                "collective's plan is said at its first call",
                c->agreed.algo, c->agreed.small_bytes, c->agreed.chunk_bytes);
+    say_memory(c);
     return HOOP_OK;
 }
 

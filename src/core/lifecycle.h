@@ -12,6 +12,8 @@ hoop_result_t hoop__comm_init(hoop_comm_t **out, const char *method, int rank, i
 hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **newcomm);
 void hoop__comm_abort(hoop_comm_t *c);
 void hoop__comm_destroy(hoop_comm_t *c);
+/* hoop_comm_memory: what c holds, counted by each part that holds it. */
+void hoop__comm_memory(hoop_comm_t *c, hoop_memory_t *m);
 
 /* What init and split share (lifecycle.c). */
 #define HOOP__ADDR_LEN 320 /* a transport's published address, NUL included */

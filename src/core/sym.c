@@ -39,6 +39,13 @@ hoop_result_t hoop_mem_alloc(hoop_comm_t *c, size_t bytes, void **ptr)
     return after(c, hoop__collectives_mem_alloc(c, bytes, ptr, exchange));
 }
 
+hoop_result_t hoop_mem_register_fd(hoop_comm_t *c, int fd, size_t offset, size_t bytes, void **ptr)
+{
+    hoop_result_t rc = check_comm(c, "hoop_mem_register_fd");
+    if (rc != HOOP_OK) return rc;
+    return after(c, hoop__collectives_mem_register(c, fd, offset, bytes, ptr, exchange));
+}
+
 hoop_result_t hoop_mem_free(hoop_comm_t *c, void *ptr)
 {
     hoop_result_t rc = check_comm(c, "hoop_mem_free");

@@ -97,10 +97,16 @@ typedef hoop_result_t (*hoop__xchg_fn)(hoop_comm_t *c, const void *mine, void *a
  * error other than a disagreement (which leaves c usable) has aborted c. */
 hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xchg_fn exchange);
 hoop_result_t hoop__sym_free(hoop_comm_t *c, void *ptr, hoop__xchg_fn exchange);
+hoop_result_t hoop__sym_register(hoop_comm_t *c, int fd, size_t offset, size_t bytes, void **ptr,
+                                 hoop__xchg_fn exchange);
 
 /* Whether c has a live allocation of hoop_mem_alloc: the same on every rank, since allocating
  * and freeing are collective. The planner's (a call may take the zero-copy schedule). */
 int hoop__sym_live(const hoop_comm_t *c);
+/* Bytes of symmetric memory mapped (every allocation's p slices). Under exec. */
+uint64_t hoop__sym_mapped(const hoop_comm_t *c);
+/* Bytes the area maps (0 before it is made); *next: what it maps once made (0: none will be). */
+uint64_t hoop__shc_mapped(const hoop_comm_t *c, uint64_t *next);
 /* Whether [ptr, ptr + bytes) lies in this rank's slice of a live allocation: then 1, with the
  * allocation's number (the same on every rank) and the offset in the slice. */
 int hoop__sym_find(const hoop_comm_t *c, const void *ptr, size_t bytes, uint32_t *id,

@@ -128,7 +128,7 @@ void hoop__shc_close(hoop_comm_t *c)
     c->local->shc = NULL;
 }
 
-static void layout(hoop_comm_t *c, hoop__shc_t *a)
+static void layout(const hoop_comm_t *c, hoop__shc_t *a)
 {
     a->p = c->size;
     /* Payload per buffer: 256 KiB, or a whole small message when HOOP_SMALL_BYTES is larger. */
@@ -139,6 +139,21 @@ static void layout(hoop_comm_t *c, hoop__shc_t *a)
     a->data_bytes = a->buf_bytes - lines;
     a->slot_bytes = PAGE + 2 * a->buf_bytes;
     a->len = PAGE + (size_t)a->p * a->slot_bytes;
+}
+
+uint64_t hoop__shc_mapped(const hoop_comm_t *c, uint64_t *next)
+{
+    const hoop__shc_t *a = c->local != NULL ? c->local->shc : NULL;
+    hoop__shc_t planned = {0};
+    /* What the first call that asks maps, where the planner sends calls there (plan.c: one host
+     * and a transport that allows it, or HOOP_ALGO=shm; not p2p); nothing once a call found it
+     * could not be made. */
+    int shm = strcmp(c->agreed.algo, "shm") == 0, p2p = strcmp(c->agreed.algo, "p2p") == 0;
+    int will = c->size > 1 && (shm || (c->shm_auto && !p2p));
+    if (a != NULL && a->tried) will = a->base != NULL;
+    if (will) layout(c, &planned);
+    *next = will ? planned.len : 0;
+    return a != NULL && a->base != NULL ? a->len : 0;
 }
 
 /* Rank 0's part: the memfd, its header, the address the others open. */

@@ -31,12 +31,25 @@
 
 typedef struct sym_seg {
     struct sym_seg *next;
-    uint8_t *base; /* the mapping: slice r at base + r * stride */
-    size_t len;    /* p * stride */
+    uint8_t *base; /* an allocation's mapping: slice r at base + r * stride; NULL registered */
+    size_t len;    /* p * stride; registered: each rank's mapping's length */
     size_t stride; /* the slice: bytes rounded up to a page */
     size_t bytes;  /* what was asked for */
     uint32_t id;   /* the same on every rank */
+    uint8_t **at;  /* rank q's buffer here; registered: p mappings of p files */
 } sym_seg_t;
+
+static void seg_unmap(sym_seg_t *g, int p)
+{
+    if (g->base != NULL) {
+        munmap(g->base, g->len);
+    } else {
+        for (int q = 0; g->at != NULL && q < p; q++)
+            if (g->at[q] != NULL) munmap(g->at[q], g->len);
+    }
+    free(g->at);
+    free(g);
+}
 
 struct hoop__sym {
     sym_seg_t *segs;
@@ -120,6 +133,10 @@ hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xc
      * memory, as the shared area is), then says whether it could. */
     sym_seg_t *seg = calloc(1, sizeof(*seg));
     uint8_t *m = MAP_FAILED;
+    if (seg != NULL && (seg->at = calloc((size_t)p, sizeof(*seg->at))) == NULL) {
+        free(seg);
+        seg = NULL;
+    }
     if (seg != NULL) {
         int pid = 0, rfd = -1;
         all[0].addr[ADDR_LEN - 1] = '\0';
@@ -152,6 +169,7 @@ hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xc
         seg->len = stride * (size_t)p;
         seg->stride = stride;
         seg->bytes = bytes;
+        for (int q = 0; q < p; q++) seg->at[q] = m + (size_t)q * stride;
         pthread_mutex_lock(&c->exec);
         seg->id = s->next_id++;
         seg->next = s->segs;
@@ -160,6 +178,7 @@ hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xc
         *ptr = m + (size_t)me * stride;
     } else {
         if (m != MAP_FAILED) munmap(m, stride * (size_t)p);
+        if (seg != NULL) free(seg->at);
         free(seg);
         if (rc == HOOP_OK) {
             int q = 0;
@@ -176,12 +195,137 @@ out:
     return rc;
 }
 
+/* What each rank says at a registration's first exchange. */
+typedef struct reg_rec {
+    uint64_t bytes, offset;
+    uint32_t why; /* 0: its arguments are good; else what is wrong (reg_why) */
+    uint32_t pad;
+    char addr[ADDR_LEN]; /* where the peers open its file: "pid:fd" */
+} reg_rec_t;
+
+static const char *const reg_why[] = {
+    "",
+    "no place for the pointer",
+    "a size of 0",
+    "an offset that is not a multiple of 4096",
+    "a descriptor that is not open",
+    "a descriptor that is not a regular file (a memfd, a file in /dev/shm)",
+    "a range past the end of its file",
+};
+
+/* A range of a file that every rank maps: each rank's own (fd, offset), the same bytes. */
+hoop_result_t hoop__sym_register(hoop_comm_t *c, int fd, size_t offset, size_t bytes, void **ptr,
+                                 hoop__xchg_fn exchange)
+{
+    const char *fn = "hoop_mem_register_fd";
+    if (ptr != NULL) *ptr = NULL;
+    int p = c->size, me = c->rank;
+    if (c->nhosts != 1)
+        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                                "%s: the ranks span %d hosts; symmetric memory needs every rank "
+                                "on one host",
+                                fn, c->nhosts);
+    struct hoop__sym *s = sym_of(c);
+    reg_rec_t mine = {.bytes = bytes, .offset = offset};
+    struct stat st;
+    if (ptr == NULL)
+        mine.why = 1;
+    else if (bytes == 0)
+        mine.why = 2;
+    else if (offset % PAGE != 0)
+        mine.why = 3;
+    else if (fd < 0 || fstat(fd, &st) != 0)
+        mine.why = 4;
+    else if (!S_ISREG(st.st_mode))
+        mine.why = 5;
+    else if (st.st_size < 0 || offset > (size_t)st.st_size || bytes > (size_t)st.st_size - offset)
+        mine.why = 6; /* a mapping past the end would raise SIGBUS at its first touch */
+    snprintf(mine.addr, sizeof(mine.addr), "%d:%d", (int)getpid(), fd);
+    reg_rec_t *all = calloc((size_t)p, sizeof(*all));
+    sym_seg_t *seg = calloc(1, sizeof(*seg));
+    uint8_t **at = calloc((size_t)p, sizeof(*at));
+    uint32_t *maps = calloc((size_t)p, sizeof(*maps));
+    if (all == NULL || seg == NULL || at == NULL || maps == NULL || s == NULL) {
+        free(all);
+        free(seg);
+        free(at);
+        free(maps);
+        hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "%s: no memory", fn);
+        return HOOP_ERR_NO_MEMORY;
+    }
+    hoop_result_t rc = exchange(c, &mine, all, sizeof(mine), fn);
+    /* The same verdict on every rank, from the same records. */
+    for (int q = 0; q < p && rc == HOOP_OK; q++) {
+        if (all[q].why != 0)
+            rc = hoop__comm_error(
+                c, HOOP_ERR_INVALID_ARGUMENT,
+                "%s: rank %d passed %s (offset %" PRIu64 ", %" PRIu64 " bytes)", fn, q,
+                all[q].why < sizeof(reg_why) / sizeof(reg_why[0]) ? reg_why[all[q].why]
+                                                                  : "a bad argument",
+                all[q].offset, all[q].bytes);
+        else if (all[q].bytes != all[0].bytes)
+            rc = hoop__comm_error(c, HOOP_ERR_INVALID_ARGUMENT,
+                                  "%s: the ranks disagree on the size: rank 0 registers %" PRIu64
+                                  " bytes, rank %d %" PRIu64 " (every rank registers the same)",
+                                  fn, all[0].bytes, q, all[q].bytes);
+    }
+    size_t len = (bytes + PAGE - 1) / PAGE * PAGE;
+    uint32_t mapped = rc == HOOP_OK;
+    /* Every rank maps every rank's range: its own through fd, the peers' through /proc (as an
+     * allocation maps rank 0's memfd), each checked against its file's size first. */
+    for (int q = 0; q < p && mapped; q++) {
+        int f = -1, pid = 0, qfd = -1;
+        all[q].addr[ADDR_LEN - 1] = '\0';
+        if (q == me) {
+            f = dup(fd);
+        } else if (sscanf(all[q].addr, "%d:%d", &pid, &qfd) == 2) {
+            char path[64];
+            snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, qfd);
+            f = open(path, O_RDWR | O_CLOEXEC);
+        }
+        void *m = MAP_FAILED;
+        if (f >= 0 && fstat(f, &st) == 0 && st.st_size >= 0 &&
+            all[q].offset <= (uint64_t)st.st_size && bytes <= (uint64_t)st.st_size - all[q].offset)
+            m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, f, (off_t)all[q].offset);
+        if (f >= 0) close(f);
+        if (m == MAP_FAILED)
+            mapped = 0;
+        else
+            at[q] = m;
+    }
+    if (rc == HOOP_OK) rc = exchange(c, &mapped, maps, sizeof(mapped), fn);
+    int q = 0;
+    while (rc == HOOP_OK && q < p && maps[q] != 0) q++;
+    if (rc == HOOP_OK && q < p)
+        rc = hoop__comm_error(c, HOOP_ERR_SYSTEM,
+                              "%s: rank %d could not map every rank's file (%zu bytes each; "
+                              "ranks on one host must run as the same user)",
+                              fn, q, bytes);
+    seg->at = at;
+    seg->len = len;
+    seg->stride = len;
+    seg->bytes = bytes;
+    if (rc == HOOP_OK) {
+        pthread_mutex_lock(&c->exec);
+        seg->id = s->next_id++;
+        seg->next = s->segs;
+        s->segs = seg;
+        pthread_mutex_unlock(&c->exec);
+        *ptr = at[me];
+    } else {
+        seg_unmap(seg, p);
+    }
+    free(all);
+    free(maps);
+    return rc;
+}
+
 /* The allocation whose slice of this rank starts at ptr; prev: the link that names it. */
 static sym_seg_t *seg_at(struct hoop__sym *s, int me, const void *ptr, sym_seg_t ***prev)
 {
     sym_seg_t **l = s != NULL ? &s->segs : NULL;
     for (; l != NULL && *l != NULL; l = &(*l)->next)
-        if ((*l)->base + (size_t)me * (*l)->stride == ptr) {
+        if ((*l)->at[me] == ptr) {
             if (prev != NULL) *prev = l;
             return *l;
         }
@@ -221,9 +365,17 @@ hoop_result_t hoop__sym_free(hoop_comm_t *c, void *ptr, hoop__xchg_fn exchange)
     pthread_mutex_lock(&c->exec);
     *prev = seg->next;
     pthread_mutex_unlock(&c->exec);
-    munmap(seg->base, seg->len);
-    free(seg);
+    seg_unmap(seg, p);
     return HOOP_OK;
+}
+
+uint64_t hoop__sym_mapped(const hoop_comm_t *c)
+{
+    const struct hoop__sym *s = c->local != NULL ? c->local->sym : NULL;
+    uint64_t n = 0;
+    for (const sym_seg_t *g = s != NULL ? s->segs : NULL; g != NULL; g = g->next)
+        n += g->base != NULL ? g->len : g->len * (size_t)c->size;
+    return n;
 }
 
 int hoop__sym_live(const hoop_comm_t *c)
@@ -236,7 +388,7 @@ int hoop__sym_find(const hoop_comm_t *c, const void *ptr, size_t bytes, uint32_t
     const struct hoop__sym *s = c->local != NULL ? c->local->sym : NULL;
     const uint8_t *x = ptr;
     for (const sym_seg_t *g = s != NULL ? s->segs : NULL; g != NULL; g = g->next) {
-        const uint8_t *mine = g->base + (size_t)c->rank * g->stride;
+        const uint8_t *mine = g->at[c->rank];
         if (x >= mine && x < mine + g->bytes && bytes <= g->bytes - (size_t)(x - mine)) {
             *id = g->id;
             *off = (uint64_t)(x - mine);
@@ -252,7 +404,7 @@ uint8_t *hoop__sym_peer(const hoop_comm_t *c, uint32_t id, uint64_t off, size_t 
     for (const sym_seg_t *g = s != NULL ? s->segs : NULL; g != NULL; g = g->next)
         if (g->id == id)
             return off <= g->bytes && bytes <= g->bytes - off && q >= 0 && q < c->size
-                       ? g->base + (size_t)q * g->stride + off
+                       ? g->at[q] + off
                        : NULL;
     return NULL;
 }
@@ -264,8 +416,7 @@ void hoop__sym_close(hoop_comm_t *c)
     while (s->segs != NULL) {
         sym_seg_t *g = s->segs;
         s->segs = g->next;
-        munmap(g->base, g->len);
-        free(g);
+        seg_unmap(g, c->size);
     }
     free(s);
     c->local->sym = NULL;

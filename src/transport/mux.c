@@ -419,6 +419,13 @@ static uint64_t mux_moved(hoop__tp_t *tp, int peer)
     return ROW(t).ops->moved(tp->sub[t], peer);
 }
 
+static void mux_memory(const hoop__tp_t *tp, hoop__tp_mem_t *m)
+{
+    m->heap += sizeof(*tp) + (size_t)tp->p.size;
+    for (int t = 0; t < hoop__tp_registry_n; t++)
+        if (tp->sub[t] != NULL && ROW(t).ops->memory != NULL) ROW(t).ops->memory(tp->sub[t], m);
+}
+
 static int mux_probe(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr)
 {
     int t = peer >= 0 && peer < tp->p.size ? tp->route[peer] : T_SELF;
@@ -479,6 +486,7 @@ const hoop__transport_ops_t hoop__mux_transport = {
     .close = mux_close,
     .moved = mux_moved,
     .probe = mux_probe,
+    .memory = mux_memory,
     .host_key = mux_host_key,
     .reg = mux_reg,
     .dereg = mux_dereg,

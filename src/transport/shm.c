@@ -802,6 +802,16 @@ static uint64_t shm_moved(hoop__tp_t *tp, int peer)
     return peer >= 0 && peer < tp->p.size ? tp->peers[peer].moved : 0;
 }
 
+static void shm_memory(const hoop__tp_t *tp, hoop__tp_mem_t *m)
+{
+    m->shared += tp->seg_len;
+    m->heap += sizeof(*tp) + (size_t)tp->p.size * (sizeof(peer_t) + sizeof(struct pollfd));
+    for (int j = 0; j < tp->p.size; j++) {
+        m->shared += tp->peers[j].map != NULL ? tp->peers[j].map_len : 0;
+        m->conns += tp->peers[j].map != NULL;
+    }
+}
+
 static void shm_wake(hoop__tp_t *tp)
 {
     atomic_store(&tp->woken, 1);
@@ -886,4 +896,5 @@ const hoop__transport_ops_t hoop__shm_transport = {
     .moved = shm_moved,
     .settle = hoop__shm_settle,
     .probe = shm_probe,
+    .memory = shm_memory,
 };

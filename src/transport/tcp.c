@@ -714,6 +714,18 @@ static uint64_t tcp_moved(hoop__tp_t *tp, int peer)
     return peer >= 0 && peer < tp->p.size ? tp->peers[peer].moved : 0;
 }
 
+static void tcp_memory(const hoop__tp_t *tp, hoop__tp_mem_t *m)
+{
+    size_t nfd = (size_t)tp->p.size * (size_t)tp->nsock + 2;
+    m->heap += sizeof(*tp) + nfd * (sizeof(struct pollfd) + sizeof(int)) +
+               (size_t)tp->nevs * sizeof(struct epoll_event);
+    for (int j = 0; j < tp->p.size; j++) {
+        const peer_t *pe = &tp->peers[j];
+        m->heap += sizeof(*pe) + (pe->socks != NULL ? (size_t)tp->nsock * sizeof(sock_t) : 0);
+        for (int k = 0; pe->socks != NULL && k < tp->nsock; k++) m->conns += pe->socks[k].fd >= 0;
+    }
+}
+
 static void tcp_wake(hoop__tp_t *tp)
 {
     uint64_t one = 1;
@@ -839,4 +851,5 @@ const hoop__transport_ops_t hoop__tcp_transport = {
     .wait_fd = tcp_wait_fd,
     .arm = tcp_arm,
     .probe = tcp_probe,
+    .memory = tcp_memory,
 };

@@ -130,6 +130,12 @@ static inline hoop_result_t hoop__tp_notice_code(const hoop__tp_params_t *p, hoo
     return code;
 }
 
+/* What a transport instance holds (memory() below): shared memory it maps (its own segment and
+ * the peers'), its heap state (per peer, per socket), and its open connections. */
+typedef struct hoop__tp_mem {
+    uint64_t shared, heap, conns;
+} hoop__tp_mem_t;
+
 typedef struct hoop__transport_ops {
     const char *name;
     /* HOOP__TP_MEM(type) for every memory type post() takes, and HOOP__TP_WANTS_REG where reg()
@@ -202,6 +208,9 @@ typedef struct hoop__transport_ops {
      * looked. May read from the peer's connection into the transport's own buffer. Called by the
      * thread that drives progress. */
     int (*probe)(hoop__tp_t *tp, int peer, hoop__wire_hdr_t *hdr);
+    /* Optional (NULL: nothing counted): adds what this instance holds to *m (hoop_comm_memory).
+     * Reads sizes fixed once connect() is over; any thread. */
+    void (*memory)(const hoop__tp_t *tp, hoop__tp_mem_t *m);
 } hoop__transport_ops_t;
 
 /* post()'s check of x's memory against caps, for every transport: 0 when it takes the type;

@@ -224,6 +224,45 @@ test_sync() {
     exact_weights "$T/w-b0-no" "$T/w-b0"
 }
 
+# --sym-buckets: the gradients in symmetric memory, whose all-reduces run zero-copy (the schedule
+# trace says so), train to the same bits as the same run with ordinary buffers.
+test_sym() {
+    a="--model mlp --hidden 256,128 --samples 384 --epochs 2 --lr 0.05 --batch 8 --quiet"
+    for n in 2 3; do
+        # shellcheck disable=SC2086
+        train $n $a --dump-weights "$T/w-plain-$n"
+        grep -q "from every rank's input" "$T/err" && fail "$n ranks: zero-copy without --sym-buckets"
+        export HOOP_TRACE=1
+        # shellcheck disable=SC2086
+        train $n $a --sym-buckets --dump-weights "$T/w-sym-$n"
+        unset HOOP_TRACE
+        grep -q "from every rank's input" "$T/err" ||
+            fail "$n ranks: --sym-buckets did not run the zero-copy all-reduce"
+        exact_weights "$T/w-sym-$n" "$T/w-plain-$n"
+    done
+    # One rank with the option, one without: the options check stops both, before any allocation.
+    # shellcheck disable=SC2086
+    "$HOOPRUN" -n 2 sh -c 'if [ "$RANK" = 0 ]; then exec "$0" "$@" --sym-buckets; fi; exec "$0" "$@"' \
+        "$TRAIN" $a >"$T/out" 2>"$T/err"
+    [ $? -ne 0 ] || fail "--sym-buckets on one rank only did not fail"
+    expect_err "other options than rank 0"
+    # With --survive: after a rank's death the buckets stay in the old communicator's memory,
+    # which goes with it at the end; the survivors finish.
+    rm -f "$T"/rdv*
+    for r in 0 1 2 3; do
+        # shellcheck disable=SC2086
+        RANK=$r WORLD_SIZE=4 "$TRAIN" --init-method "file://$T/rdv" $a --survive --kill-at-epoch 1 \
+            --fail-rank 1 --sym-buckets >"$T/out$r" 2>"$T/err$r" &
+        eval "pid$r=\$!"
+    done
+    for r in 0 1 2 3; do
+        eval "wait \$pid$r"
+        rc=$?
+        [ "$r" -eq 1 ] || [ "$rc" -eq 0 ] || fail "--survive --sym-buckets: rank $r status $rc"
+    done
+    grep -q '^ddp_train: survived: ' "$T"/err0 || fail "--survive --sym-buckets: no shrink"
+}
+
 test_checkpoint_bad() {
     a="--model mlp --hidden 16,8 --samples 256 --epochs 2 --quiet --checkpoint $T/ck"
     # shellcheck disable=SC2086
@@ -376,7 +415,7 @@ test_torch() {
 }
 
 case $case_name in
-usage | replicas | sync | mismatch | torch) "test_$case_name" ;;
+usage | replicas | sync | mismatch | torch | sym) "test_$case_name" ;;
 equiv-linear) test_equiv_linear ;;
 equiv-mlp) test_equiv_mlp ;;
 resume-stop) test_resume_stop ;;

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -429,6 +430,57 @@ static void mode_bad(hoop_comm_t *c)
     usable(c, 302);
 }
 
+/* hoop_mem_register_fd: each rank's own memfd, registered at an offset; all-reduces on it run
+ * zero-copy and are right, the program's own mapping of the file sees the result, and bad
+ * arguments on one rank fail every rank and leave the communicator usable. */
+static void mode_register(hoop_comm_t *c)
+{
+    int r = hoop_comm_rank(c), p = hoop_comm_size(c);
+    size_t n = 70001, bytes = n * 8, off = 3 * 4096, flen = off + bytes + 4096;
+    int fd = memfd_create("sym-test-reg", MFD_CLOEXEC);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)flen) == 0, "memfd of %zu bytes", flen);
+    uint8_t *own = mmap(NULL, flen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(own != MAP_FAILED, "mapping the memfd");
+    uint8_t *a = NULL, *b = NULL;
+    must(hoop_mem_register_fd(c, fd, off, bytes, (void **)&a), c, "hoop_mem_register_fd");
+    void *x = NULL;
+    int fd2 = memfd_create("sym-test-reg2", MFD_CLOEXEC);
+    CHECK(fd2 >= 0 && ftruncate(fd2, (off_t)bytes) == 0, "second memfd");
+    must(hoop_mem_register_fd(c, fd2, 0, bytes, (void **)&b), c, "hoop_mem_register_fd");
+    close(fd2); /* the registration holds its own mappings */
+    uint64_t salt = 900;
+    one_case(c, a, b, HOOP_FLOAT64, HOOP_SUM, n, salt++, 1, "registered, out of place");
+    one_case(c, a, a, HOOP_INT32, HOOP_MAX, 2 * n, salt++, 1, "registered, in place");
+    /* The program's own mapping of the file is the same memory. */
+    CHECK(memcmp(own + off, a, bytes) == 0, "the memfd's own mapping does not see the result");
+    /* Mixed: a registration and an allocation in one call. */
+    uint8_t *m;
+    must(hoop_mem_alloc(c, bytes, (void **)&m), c, "hoop_mem_alloc");
+    one_case(c, a, m, HOOP_INT64, HOOP_SUM, n, salt++, 1, "registered into allocated");
+    must(hoop_mem_free(c, m), c, "hoop_mem_free");
+    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+    /* Bad arguments on the last rank only: every rank fails with its sentence. */
+    int last = r == p - 1;
+    expect_invalid(c, hoop_mem_register_fd(c, fd, last ? 100 : off, bytes, &x),
+                   "an unaligned offset", "not a multiple of 4096");
+    expect_invalid(c, hoop_mem_register_fd(c, last ? -1 : fd, off, bytes, &x), "a closed fd",
+                   "not open");
+    expect_invalid(c, hoop_mem_register_fd(c, fd, off, last ? flen : bytes, &x),
+                   "a range past the file", "past the end");
+    expect_invalid(c, hoop_mem_register_fd(c, fd, off, last ? bytes - 8 : bytes, &x),
+                   "sizes that differ", "disagree on the size");
+    expect_invalid(c, hoop_mem_register_fd(c, fd, off, 0, &x), "size 0", "a size of 0");
+    CHECK(x == NULL, "a failed registration set *ptr");
+    usable(c, 310);
+    uint8_t kept[64];
+    memcpy(kept, a, sizeof(kept));
+    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    /* The file is the program's: its own mapping keeps the data after the free. */
+    CHECK(memcmp(own + off, kept, sizeof(kept)) == 0, "the file changed at the free");
+    munmap(own, flen);
+    close(fd);
+}
+
 /* Loops zero-copy all-reduces until one fails: the parent kills the last rank meanwhile. */
 static int mode_kill(hoop_comm_t *c)
 {
@@ -491,6 +543,8 @@ static int rank_main(const char *url, int rank, int size, const char *mode)
         mode_nonblocking(c);
     else if (strcmp(mode, "others") == 0)
         mode_others(c);
+    else if (strcmp(mode, "register") == 0)
+        mode_register(c);
     else if (strcmp(mode, "kill") == 0) {
         mode_kill(c);
         hoop_comm_destroy(c);
