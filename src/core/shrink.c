@@ -35,6 +35,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/auth.h"
 #include "base/sock.h"
 #include "core/lifecycle.h"
 #include "core/record.h"
@@ -42,31 +43,6 @@
 
 #define ADDR_LEN HOOP__ADDR_LEN
 #define SADDR_LEN HOOP__SHRINK_ADDR_LEN
-#define SHRINK_MAGIC 0x4b4e495248535048ull /* "HPSHRINK" */
-
-enum {
-    M_JOIN = 1, /* a rank taking part, to a lower rank */
-    M_HERE,     /* in shrink, not yet decided */
-    M_COORD,    /* the coordinator: wait for the members */
-    M_REDIRECT, /* not the coordinator (arg: the one this rank joined) */
-    M_MEMBERS,  /* the members' old ranks; arg64: the new communicator's id */
-    M_ADDR,     /* a member's transport address and shrink listener's */
-    M_ADDRS,    /* every member's, in the new order */
-    M_READY,    /* connected (arg: 0) or not (arg: the hoop_result_t) */
-    M_GO,       /* every member is ready (arg: 0), or the shrink failed (arg: the code) */
-    M_SHRUNK,   /* this communicator was shrunk already, without the asker */
-    M_PROBE     /* the coordinator looks whether a rank's process is still there */
-};
-
-/* Every message: this header, then len bytes. Same-architecture ranks, as the transports'. */
-typedef struct smsg {
-    uint64_t magic, comm_id, digest, arg64;
-    uint32_t type;
-    int32_t rank; /* the sender's old rank */
-    uint32_t len;
-    int32_t arg;
-} smsg_t;
-
 /* ---- the listener ---- */
 
 /* The local address facing host (the interface the kernel would route through), port 0. */
@@ -136,44 +112,75 @@ void hoop__shrink_close(hoop_comm_t *c)
 
 /* ---- messages ---- */
 
+/* Under HOOP_AUTH_KEY every message is sealed with the key (base/auth.h: the sender's clock and
+ * an HMAC over the message), so that a stranger who learnt a listener's address and the
+ * communicator's id, which cross the network in the clear, cannot join a shrink, nor learn
+ * anything from a listener. A seal is not bound to its connection: a message captured on the
+ * network could be replayed within the seal's window (docs/reliability.md). */
 static int send_msg(int fd, const hoop_comm_t *c, uint64_t digest, uint32_t type, int32_t arg,
                     uint64_t arg64, const void *payload, uint32_t len, double deadline)
 {
-    smsg_t m = {.magic = SHRINK_MAGIC,
-                .comm_id = c->id,
-                .digest = digest,
-                .arg64 = arg64,
-                .type = type,
-                .rank = c->rank,
-                .len = len,
-                .arg = arg};
-    if (hoop__sock_io(fd, &m, sizeof(m), HOOP__SOCK_SEND | (len ? HOOP__SOCK_MORE : 0), deadline) !=
-        HOOP__SOCK_DONE)
-        return -1;
-    if (len > 0 &&
-        hoop__sock_io(fd, (void *)payload, len, HOOP__SOCK_SEND, deadline) != HOOP__SOCK_DONE)
-        return -1;
-    return 0;
+    hoop__smsg_t m = {.magic = HOOP__SHRINK_MAGIC,
+                      .comm_id = c->id,
+                      .digest = digest,
+                      .arg64 = arg64,
+                      .type = type,
+                      .rank = c->rank,
+                      .len = len,
+                      .arg = arg};
+    size_t n = sizeof(m) + len, seal = c->cfg.auth.set ? HOOP__AUTH_SEAL_BYTES : 0;
+    uint8_t *b = malloc(n + seal);
+    if (b == NULL) return -1;
+    memcpy(b, &m, sizeof(m));
+    if (len > 0) memcpy(b + sizeof(m), payload, len);
+    if (seal) hoop__auth_seal(&c->cfg.auth, 0, b, n, 0, b);
+    int rc = hoop__sock_io(fd, b, n + seal, HOOP__SOCK_SEND, deadline) == HOOP__SOCK_DONE ? 0 : -1;
+    free(b);
+    return rc;
+}
+
+/* A message that came without the key's seal, or with a wrong one: logged, a few times. */
+static void refuse(hoop_comm_t *c)
+{
+    unsigned n = atomic_fetch_add(&c->shrink_refused, 1) + 1;
+    if (n <= 8 || (n & (n - 1)) == 0)
+        HOOP__INFO_IN(&c->log, HOOP__SUB_AUTH,
+                      "shrink listener: a message not sealed with HOOP_AUTH_KEY, or too old, "
+                      "turned away (%u so far)",
+                      n);
 }
 
 /* One message; its payload (if any) into *payload (malloc'd, the caller frees), at most cap
- * bytes. -1 when the stream ended, failed, timed out or carried something else. */
-static int recv_msg(int fd, const hoop_comm_t *c, smsg_t *m, void **payload, size_t cap,
+ * bytes. -1 when the stream ended, failed, timed out, carried something else or (under a key)
+ * no right seal. */
+static int recv_msg(int fd, hoop_comm_t *c, hoop__smsg_t *m, void **payload, size_t cap,
                     double deadline)
 {
     if (payload != NULL) *payload = NULL;
     if (hoop__sock_io(fd, m, sizeof(*m), 0, deadline) != HOOP__SOCK_DONE) return -1;
-    if (m->magic != SHRINK_MAGIC || m->comm_id != c->id || m->rank < 0 || m->rank >= c->size ||
-        m->len > cap || (m->len > 0 && payload == NULL))
+    if (m->magic != HOOP__SHRINK_MAGIC || m->comm_id != c->id || m->rank < 0 ||
+        m->rank >= c->size || m->len > cap || (m->len > 0 && payload == NULL))
         return -1;
-    if (m->len == 0) return 0;
-    *payload = malloc(m->len);
-    if (*payload == NULL || hoop__sock_io(fd, *payload, m->len, 0, deadline) != HOOP__SOCK_DONE) {
-        free(*payload);
-        *payload = NULL;
+    size_t n = sizeof(*m) + m->len, seal = c->cfg.auth.set ? HOOP__AUTH_SEAL_BYTES : 0;
+    if (n + seal == sizeof(*m)) return 0;
+    uint8_t *b = malloc(n + seal);
+    if (b == NULL) return -1;
+    memcpy(b, m, sizeof(*m));
+    if (hoop__sock_io(fd, b + sizeof(*m), n + seal - sizeof(*m), 0, deadline) != HOOP__SOCK_DONE) {
+        free(b);
         return -1;
     }
-    return 0;
+    if (seal && hoop__auth_unseal(&c->cfg.auth, 0, b, n + seal, 0, NULL) != 0) {
+        refuse(c);
+        free(b);
+        return -1;
+    }
+    if (m->len > 0) {
+        *payload = malloc(m->len);
+        if (*payload != NULL) memcpy(*payload, b + sizeof(*m), m->len);
+    }
+    free(b);
+    return m->len > 0 && *payload == NULL ? -1 : 0;
 }
 
 /* A connection to rank r's shrink listener; -1 when refused (its process is gone), failed, or
@@ -205,10 +212,10 @@ static void *tomb_main(void *arg)
         if (hoop__sock_wait(c->shrink_fd, POLLIN, hoop__now() + 0.1) <= 0) continue;
         int fd = hoop__sock_accept(c->shrink_fd, NULL, 0);
         if (fd < 0) continue;
-        smsg_t m;
+        hoop__smsg_t m;
         double dl = hoop__now() + 0.5;
         if (recv_msg(fd, c, &m, NULL, 0, dl) == 0)
-            (void)send_msg(fd, c, 0, M_SHRUNK, 0, 0, NULL, 0, dl);
+            (void)send_msg(fd, c, 0, HOOP__SM_SHRUNK, 0, 0, NULL, 0, dl);
         close(fd);
     }
     return NULL;
@@ -247,15 +254,16 @@ static void take_joiner(shrink_t *s)
     hoop_comm_t *c = s->c;
     int fd = hoop__sock_accept(c->shrink_fd, NULL, 0);
     if (fd < 0) return;
-    smsg_t m;
+    hoop__smsg_t m;
     double dl = hoop__now() + 0.5 < s->deadline ? hoop__now() + 0.5 : s->deadline;
     if (recv_msg(fd, c, &m, NULL, 0, dl) != 0) {
         close(fd);
         return;
     }
-    if (m.type == M_JOIN && m.rank > c->rank) {
+    if (m.type == HOOP__SM_JOIN && m.rank > c->rank) {
         int coord = s->coord == c->rank;
-        if (send_msg(fd, c, s->digest, coord ? M_COORD : M_HERE, 0, 0, NULL, 0, dl) != 0) {
+        if (send_msg(fd, c, s->digest, coord ? HOOP__SM_COORD : HOOP__SM_HERE, 0, 0, NULL, 0, dl) !=
+            0) {
             close(fd);
             return;
         }
@@ -265,7 +273,8 @@ static void take_joiner(shrink_t *s)
         if (m.digest != s->digest) s->fenced = -1; /* told at the members' step */
         return;
     }
-    if (m.type == M_PROBE) (void)send_msg(fd, c, s->digest, M_HERE, 0, 0, NULL, 0, dl);
+    if (m.type == HOOP__SM_PROBE)
+        (void)send_msg(fd, c, s->digest, HOOP__SM_HERE, 0, 0, NULL, 0, dl);
     close(fd);
 }
 
@@ -299,7 +308,7 @@ static hoop_result_t find_coordinator(shrink_t *s)
             s->dead[k] = (char)refused;
             continue;
         }
-        if (send_msg(s->out[k], c, s->digest, M_JOIN, 0, 0, NULL, 0, s->deadline) != 0) {
+        if (send_msg(s->out[k], c, s->digest, HOOP__SM_JOIN, 0, 0, NULL, 0, s->deadline) != 0) {
             close_fd(&s->out[k]);
             continue;
         }
@@ -356,16 +365,16 @@ static hoop_result_t find_coordinator(shrink_t *s)
         for (int i = 1; i < np; i++) {
             if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             int k = who[i];
-            smsg_t m;
+            hoop__smsg_t m;
             if (recv_msg(s->out[k], c, &m, NULL, 0, hoop__now() + 0.5) != 0 || m.rank != k) {
                 s->ostate[k] = S_OUT;
                 s->dead[k] = 1;
                 close_fd(&s->out[k]);
-            } else if (m.type == M_HERE) {
+            } else if (m.type == HOOP__SM_HERE) {
                 s->ostate[k] = S_HERE;
-            } else if (m.type == M_COORD) {
+            } else if (m.type == HOOP__SM_COORD) {
                 s->ostate[k] = S_COORD;
-            } else if (m.type == M_SHRUNK) {
+            } else if (m.type == HOOP__SM_SHRUNK) {
                 s->fenced = 1;
                 snprintf(s->err, sizeof(s->err),
                          "rank %d says this communicator was already shrunk without this rank "
@@ -388,7 +397,7 @@ static hoop_result_t find_coordinator(shrink_t *s)
     if (s->coord != me)
         for (int r = me + 1; r < p; r++)
             if (s->in[r] >= 0) {
-                (void)send_msg(s->in[r], c, s->digest, M_REDIRECT, s->coord, 0, NULL, 0,
+                (void)send_msg(s->in[r], c, s->digest, HOOP__SM_REDIRECT, s->coord, 0, NULL, 0,
                                hoop__now() + 0.5);
                 close_fd(&s->in[r]);
             }
@@ -402,7 +411,7 @@ static hoop_result_t gather_members(shrink_t *s)
     int me = c->rank, p = c->size;
     for (int r = me + 1; r < p; r++)
         if (s->in[r] >= 0 &&
-            send_msg(s->in[r], c, s->digest, M_COORD, 0, 0, NULL, 0, hoop__now() + 0.5) != 0)
+            send_msg(s->in[r], c, s->digest, HOOP__SM_COORD, 0, 0, NULL, 0, hoop__now() + 0.5) != 0)
             close_fd(&s->in[r]);
     /* Whose process is gone, at once, rather than at the end of the window: a probe that a
      * rank in shrink answers HERE (it joins on its own), that a gone process refuses or resets,
@@ -423,7 +432,7 @@ static hoop_result_t gather_members(shrink_t *s)
             s->dead[r] = (char)refused;
             continue;
         }
-        if (send_msg(probe[r], c, s->digest, M_PROBE, 0, 0, NULL, 0, hoop__now() + 0.5) != 0)
+        if (send_msg(probe[r], c, s->digest, HOOP__SM_PROBE, 0, 0, NULL, 0, hoop__now() + 0.5) != 0)
             close_fd(&probe[r]);
     }
     double until = hoop__now() + s->w;
@@ -453,16 +462,16 @@ static hoop_result_t gather_members(shrink_t *s)
         for (int i = nj; i < np; i++) {
             if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             int r = who[i];
-            smsg_t m;
+            hoop__smsg_t m;
             int got = recv_msg(probe[r], c, &m, NULL, 0, hoop__now() + 0.5);
-            if (got == 0 && m.type == M_SHRUNK) {
+            if (got == 0 && m.type == HOOP__SM_SHRUNK) {
                 /* The others shrank without this rank (it was stopped, or late). */
                 s->fenced = 1;
                 snprintf(s->err, sizeof(s->err),
                          "rank %d says this communicator was already shrunk without this rank "
                          "(it did not take part in time: stopped, or late)",
                          r);
-            } else if ((got != 0 || m.type != M_HERE) && s->in[r] < 0) {
+            } else if ((got != 0 || m.type != HOOP__SM_HERE) && s->in[r] < 0) {
                 s->dead[r] = 1; /* gone: not joining */
             }
             close_fd(&probe[r]);
@@ -549,8 +558,8 @@ static int fence_heard(shrink_t *s)
         if (member && r != s->coord) close_fd(fd);
         if (member || *fd < 0) continue;
         if (hoop__sock_wait(*fd, POLLIN, until) <= 0) continue;
-        smsg_t m;
-        if (recv_msg(*fd, c, &m, NULL, 0, hoop__now() + 0.1) == 0 && m.type == M_SHRUNK) {
+        hoop__smsg_t m;
+        if (recv_msg(*fd, c, &m, NULL, 0, hoop__now() + 0.1) == 0 && m.type == HOOP__SM_SHRUNK) {
             snprintf(s->err, sizeof(s->err),
                      "rank %d says this communicator was already shrunk without this rank (it "
                      "did not take part in time: stopped, or late)",
@@ -597,8 +606,8 @@ static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
     /* The members, or the failure (arg). A joiner that cannot be told fails the shrink. */
     for (int i = 1; i < s->n; i++) {
         int r = s->members[i];
-        if (send_msg(s->in[r], c, s->digest, rc == HOOP_OK ? M_MEMBERS : M_GO, (int32_t)rc, id,
-                     rc == HOOP_OK ? list : NULL,
+        if (send_msg(s->in[r], c, s->digest, rc == HOOP_OK ? HOOP__SM_MEMBERS : HOOP__SM_GO,
+                     (int32_t)rc, id, rc == HOOP_OK ? list : NULL,
                      rc == HOOP_OK ? (uint32_t)(s->n * (int)sizeof(int32_t)) : 0,
                      s->deadline) != 0 &&
             rc == HOOP_OK) {
@@ -615,9 +624,9 @@ static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
     if (nc == NULL) rc = HOOP_ERR_NO_MEMORY;
     for (int i = 1; i < s->n && rc == HOOP_OK; i++) {
         int r = s->members[i];
-        smsg_t m;
+        hoop__smsg_t m;
         void *pl = NULL;
-        if (recv_msg(s->in[r], c, &m, &pl, rec, s->deadline) != 0 || m.type != M_ADDR ||
+        if (recv_msg(s->in[r], c, &m, &pl, rec, s->deadline) != 0 || m.type != HOOP__SM_ADDR ||
             m.len != rec) {
             rc = HOOP_ERR_PEER_LOST;
             snprintf(s->err, sizeof(s->err), "rank %d left during the shrink", r);
@@ -628,8 +637,9 @@ static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
         free(pl);
     }
     for (int i = 1; i < s->n; i++)
-        (void)send_msg(s->in[s->members[i]], c, s->digest, rc == HOOP_OK ? M_ADDRS : M_GO,
-                       (int32_t)rc, 0, rc == HOOP_OK ? all : NULL,
+        (void)send_msg(s->in[s->members[i]], c, s->digest,
+                       rc == HOOP_OK ? HOOP__SM_ADDRS : HOOP__SM_GO, (int32_t)rc, 0,
+                       rc == HOOP_OK ? all : NULL,
                        rc == HOOP_OK ? (uint32_t)((size_t)s->n * rec) : 0, s->deadline);
     if (rc == HOOP_OK) rc = connect_new(s, nc, all);
     free(all);
@@ -637,8 +647,8 @@ static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
     hoop_result_t mine = rc;
     for (int i = 1; i < s->n && mine == HOOP_OK; i++) {
         int r = s->members[i];
-        smsg_t m;
-        if (recv_msg(s->in[r], c, &m, NULL, 0, s->deadline) != 0 || m.type != M_READY) {
+        hoop__smsg_t m;
+        if (recv_msg(s->in[r], c, &m, NULL, 0, s->deadline) != 0 || m.type != HOOP__SM_READY) {
             rc = HOOP_ERR_PEER_LOST;
             snprintf(s->err, sizeof(s->err), "rank %d left during the shrink", r);
             break;
@@ -650,7 +660,7 @@ static hoop_result_t lead(shrink_t *s, hoop_comm_t **out)
     }
     if (rc == HOOP_OK && fence_heard(s)) rc = HOOP_ERR_PEER_LOST;
     for (int i = 1; i < s->n && mine == HOOP_OK; i++)
-        (void)send_msg(s->in[s->members[i]], c, s->digest, M_GO, (int32_t)rc, 0, NULL, 0,
+        (void)send_msg(s->in[s->members[i]], c, s->digest, HOOP__SM_GO, (int32_t)rc, 0, NULL, 0,
                        s->deadline);
     if (rc != HOOP_OK) {
         if (nc != NULL) hoop__comm_free(nc);
@@ -665,7 +675,7 @@ static hoop_result_t follow(shrink_t *s, hoop_comm_t **out)
 {
     hoop_comm_t *c = s->c;
     int fd = s->out[s->coord];
-    smsg_t m;
+    hoop__smsg_t m;
     void *pl = NULL;
     size_t rec = ADDR_LEN + SADDR_LEN;
     if (recv_msg(fd, c, &m, &pl, (size_t)c->size * sizeof(int32_t), s->deadline) != 0) {
@@ -673,12 +683,12 @@ static hoop_result_t follow(shrink_t *s, hoop_comm_t **out)
                  s->coord);
         return HOOP_ERR_PEER_LOST;
     }
-    if (m.type == M_GO) {
+    if (m.type == HOOP__SM_GO) {
         snprintf(s->err, sizeof(s->err), "the coordinator, rank %d, failed the shrink", s->coord);
         return m.arg != 0 ? (hoop_result_t)m.arg : HOOP_ERR_INTERNAL;
     }
     int newrank = -1;
-    s->n = m.type == M_MEMBERS ? (int)(m.len / sizeof(int32_t)) : 0;
+    s->n = m.type == HOOP__SM_MEMBERS ? (int)(m.len / sizeof(int32_t)) : 0;
     for (int i = 0; i < s->n; i++) {
         int32_t r;
         memcpy(&r, (char *)pl + (size_t)i * sizeof(r), sizeof(r));
@@ -699,13 +709,13 @@ static hoop_result_t follow(shrink_t *s, hoop_comm_t **out)
     hoop_comm_t *nc = open_new(s, newrank, m.arg64, mine, mine + ADDR_LEN);
     hoop_result_t rc = HOOP_OK;
     if (nc == NULL) mine[0] = '\0';
-    if (send_msg(fd, c, s->digest, M_ADDR, 0, 0, mine, (uint32_t)rec, s->deadline) != 0 ||
+    if (send_msg(fd, c, s->digest, HOOP__SM_ADDR, 0, 0, mine, (uint32_t)rec, s->deadline) != 0 ||
         recv_msg(fd, c, &m, &pl, (size_t)s->n * rec, s->deadline) != 0) {
         rc = HOOP_ERR_PEER_LOST;
         snprintf(s->err, sizeof(s->err), "the coordinator, rank %d, left during the shrink",
                  s->coord);
-    } else if (m.type != M_ADDRS || m.len != (size_t)s->n * rec) {
-        rc = m.type == M_GO && m.arg != 0 ? (hoop_result_t)m.arg : HOOP_ERR_INTERNAL;
+    } else if (m.type != HOOP__SM_ADDRS || m.len != (size_t)s->n * rec) {
+        rc = m.type == HOOP__SM_GO && m.arg != 0 ? (hoop_result_t)m.arg : HOOP_ERR_INTERNAL;
         snprintf(s->err, sizeof(s->err), "the coordinator, rank %d, failed the shrink", s->coord);
     }
     free(mine);
@@ -715,8 +725,8 @@ static hoop_result_t follow(shrink_t *s, hoop_comm_t **out)
             all[(size_t)i * rec + ADDR_LEN - 1] = all[(size_t)i * rec + rec - 1] = '\0';
         rc = nc == NULL ? HOOP_ERR_NO_MEMORY : connect_new(s, nc, all);
         if (rc == HOOP_OK && fence_heard(s)) rc = HOOP_ERR_PEER_LOST;
-        if (send_msg(fd, c, s->digest, M_READY, (int32_t)rc, 0, NULL, 0, s->deadline) != 0 ||
-            recv_msg(fd, c, &m, NULL, 0, s->deadline) != 0 || m.type != M_GO) {
+        if (send_msg(fd, c, s->digest, HOOP__SM_READY, (int32_t)rc, 0, NULL, 0, s->deadline) != 0 ||
+            recv_msg(fd, c, &m, NULL, 0, s->deadline) != 0 || m.type != HOOP__SM_GO) {
             if (rc == HOOP_OK) {
                 rc = HOOP_ERR_PEER_LOST;
                 snprintf(s->err, sizeof(s->err), "the coordinator, rank %d, left during the shrink",

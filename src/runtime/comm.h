@@ -271,6 +271,7 @@ struct hoop_comm {
     pthread_t tomb;
     int tomb_running;
     atomic_int tomb_stop;
+    atomic_uint shrink_refused; /* connections to the listener that failed the key's proof */
 };
 
 /* Error state (comm.c), for every layer. Records the first fatal error and aborts the
