@@ -123,8 +123,9 @@ HOOP_API hoop_result_t hoop_comm_split(hoop_comm_t *comm, int color, int key,
  * hoop_comm_shrink_exclude also leaves out the n ranks of exclude, which every caller must pass
  * alike (else HOOP_ERR_MISMATCH on every caller; an entry out of range,
  * HOOP_ERR_INVALID_ARGUMENT on every caller). An excluded rank need not call; where it does, it
- * returns HOOP_OK at once with *newcomm = NULL. A communicator made by hoop_comm_split cannot be
- * shrunk (HOOP_ERR_UNSUPPORTED on every rank); one made by hoop_init or by a shrink can.
+ * returns HOOP_OK at once with *newcomm = NULL. A communicator made by hoop_init, by
+ * hoop_comm_split or by a shrink can be shrunk; each is shrunk on its own (a parent and a
+ * communicator split from it that lost the same rank are shrunk one after the other).
  */
 HOOP_API hoop_result_t hoop_comm_shrink(hoop_comm_t *comm, hoop_comm_t **newcomm);
 HOOP_API hoop_result_t hoop_comm_shrink_exclude(hoop_comm_t *comm, const int *exclude, int n,

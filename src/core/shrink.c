@@ -2,8 +2,8 @@
  * hoop_comm_shrink: the ranks that still run make a communicator of themselves, renumbered in the
  * old order, without the old communicator's transport (a peer's loss has closed it) and without a
  * store (init's is gone). Every rank listens for this from init on, on a socket of its own whose
- * address every rank learnt at init (or from the shrink that made the communicator; a split's
- * communicator has none); shrink meets the others there.
+ * address every rank learnt at init (or from the split or the shrink that made the
+ * communicator); shrink meets the others there.
  *
  * The agreement (docs/reliability.md says where it is safe and where not):
  *   1. Each caller connects to every lower rank's shrink listener and sends JOIN. A rank whose
@@ -40,6 +40,7 @@
 #include "core/lifecycle.h"
 #include "core/record.h"
 #include "core/shrink.h"
+#include "transport/transport.h"
 
 #define ADDR_LEN HOOP__ADDR_LEN
 #define SADDR_LEN HOOP__SHRINK_ADDR_LEN
@@ -88,8 +89,12 @@ hoop_result_t hoop__shrink_open(hoop_comm_t *c, const char *toward, const char *
     sl = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     int fd = hoop__sock_listen((struct sockaddr *)&ss, sl, 0);
     if (fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-        HOOP__WARN(&c->log, "cannot open the listener for hoop_comm_shrink: %s", strerror(errno));
+        int e = errno;
+        char why[256];
+        HOOP__WARN(&c->log, "cannot open the listener for hoop_comm_shrink: %s",
+                   hoop__fd_error(e, why, sizeof(why)));
         if (fd >= 0) close(fd);
+        errno = e;
         return HOOP_ERR_SYSTEM;
     }
     c->shrink_fd = fd;
@@ -800,11 +805,9 @@ hoop_result_t hoop__comm_shrink(hoop_comm_t *c, const int *exclude, int n, hoop_
     }
     if (!bad && s.excluded[c->rank]) goto done; /* excluded: nothing to do, *newcomm NULL */
     if (c->shrink_addrs == NULL) {
-        /* Every member of a split's communicator says so alike: none has a listener. */
+        /* Not made by init, split or shrink: no rank of it has a listener. */
         rc = HOOP_ERR_UNSUPPORTED;
-        snprintf(s.err, sizeof(s.err),
-                 "a communicator made by hoop_comm_split cannot be shrunk (shrink the one it "
-                 "was split from)");
+        snprintf(s.err, sizeof(s.err), "this communicator has no listener for shrink");
         goto done;
     }
     if (p > 1 && c->shrink_fd < 0) {

@@ -6,7 +6,8 @@
 
 /* Opens c's shrink listener on the interface facing host toward, or on the address of like (a
  * "host:port" whose host is taken) where like is set, and makes c->shrink_addrs with this rank's
- * entry. A failure leaves no listener (shrink then fails on c), with a warning. */
+ * entry. A failure leaves no listener (shrink then fails on c), with a warning: HOOP_ERR_SYSTEM
+ * with errno kept. */
 hoop_result_t hoop__shrink_open(hoop_comm_t *c, const char *toward, const char *like);
 /* Stops the listener (and its fence, once shrunk); frees the addresses. */
 void hoop__shrink_close(hoop_comm_t *c);

@@ -4,6 +4,7 @@
  * entry point (api.c) has checked the arguments; the scheduler (sched.c) runs the exchanges.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 #include "core/lifecycle.h"
 #include "core/record.h"
 #include "core/sched.h"
+#include "core/shrink.h"
+#include "transport/transport.h"
 
 #define ADDR_LEN HOOP__ADDR_LEN
 
@@ -316,11 +319,27 @@ static hoop_result_t split_open(split_t *sp, uint32_t nth)
                                .error = split_oob_error,
                                .ctx = &sp->oob_ctx};
     hoop_result_t orc = hoop__comm_listen(nc, sp->addr, &sp->oob);
+    /* Shrink's listener, on the parent's interface, its address inside the transport's (as
+     * init publishes it). A split that cannot open it fails, as one that cannot open its
+     * transport does: descriptors are what runs out. */
+    const char *like = c->shrink_addrs != NULL && c->shrink_fd >= 0 ? c->shrink_addrs[c->rank]
+                                                                    : NULL;
+    if (orc == HOOP_OK && (orc = hoop__shrink_open(nc, NULL, like)) == HOOP_ERR_SYSTEM) {
+        char why[256];
+        hoop__comm_error(nc, orc, "cannot open the listener for hoop_comm_shrink: %s",
+                         hoop__fd_error(errno, why, sizeof(why)));
+    }
+    size_t o = strlen(sp->addr);
+    if (orc == HOOP_OK && nc->shrink_addrs[nc->rank][0] != '\0' &&
+        o + 3 + strlen(nc->shrink_addrs[nc->rank]) < sizeof(sp->addr))
+        snprintf(sp->addr + o, sizeof(sp->addr) - o, " s=%s", nc->shrink_addrs[nc->rank]);
     if (orc == HOOP_OK) return HOOP_OK;
     char why[sizeof(c->last_error[0])];
     to_parent_ranks(hoop__comm_last(nc)[0] ? hoop__comm_last(nc) : hoop__error_string(orc),
                     sp->parent_of, sp->n, why, sizeof(why));
-    sp->addr[0] = '\0';
+    /* The others learn why in the second exchange: in a job short of descriptors, one rank may
+     * run out first, and every rank is to say what to raise. */
+    snprintf(sp->addr, sizeof(sp->addr), "!%.300s", why);
     return hoop__comm_error(c, orc == HOOP_ERR_NO_MEMORY ? orc : HOOP_ERR_SYSTEM,
                             "hoop_comm_split: rank %d of the parent communicator cannot open the "
                             "new communicator (color %d): %s",
@@ -335,11 +354,16 @@ static hoop_result_t split_connect(split_t *sp)
     for (int i = 0; i < sp->n; i++) {
         sp->addrs[sp->parent_of[i]][ADDR_LEN - 1] = '\0';
         sp->ptrs[i] = i == sp->newrank ? NULL : sp->addrs[sp->parent_of[i]];
-        if (sp->ptrs[i] != NULL && sp->ptrs[i][0] == '\0')
+        if (i != sp->newrank && nc->shrink_addrs != NULL &&
+            hoop__addr_part(sp->addrs[sp->parent_of[i]], "s", nc->shrink_addrs[i],
+                            HOOP__SHRINK_ADDR_LEN) != 0)
+            nc->shrink_addrs[i][0] = '\0';
+        if (sp->ptrs[i] != NULL && (sp->ptrs[i][0] == '\0' || sp->ptrs[i][0] == '!'))
             return hoop__comm_error(c, HOOP_ERR_SYSTEM,
                                     "hoop_comm_split: rank %d of the parent communicator could "
-                                    "not open its part of the new communicator (color %d)",
-                                    sp->parent_of[i], sp->color);
+                                    "not open its part of the new communicator (color %d)%s%s",
+                                    sp->parent_of[i], sp->color, sp->ptrs[i][0] ? ": " : "",
+                                    sp->ptrs[i][0] ? sp->ptrs[i] + 1 : "");
     }
     /* The new communicator's own warnings number ranks its way: at the default level, a failure
      * is said once, below, in the parent's numbering (INFO and TRACE keep everything). */
@@ -384,8 +408,8 @@ hoop_result_t hoop__comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t *
         rc = hoop__comm_exchange(c, HOOP__K_SPLIT, &me, sp.all, sizeof(me), "hoop_comm_split");
         if (rc == HOOP_OK) {
             split_members(&sp);
-            /* A member that fails to open still takes part in the second exchange, with no
-             * address, so that the others do not hang. */
+            /* A member that fails to open still takes part in the second exchange, with its
+             * reason for an address, so that the others do not hang. */
             if (color != HOOP_SPLIT_NONE) rc = split_open(&sp, nth);
             hoop_result_t rc2 = hoop__comm_exchange(c, HOOP__K_SPLIT, sp.addr, sp.addrs, ADDR_LEN,
                                                     "hoop_comm_split");

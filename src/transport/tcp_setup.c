@@ -45,10 +45,12 @@ static int ifname_matches(const char *spec, const char *name)
     return exclude ? !hit : hit;
 }
 
+/* 0, -1 where no interface matches, or -errno where out of descriptors (getifaddrs opens a
+ * netlink socket), which is not a host without interfaces. */
 static int pick_by_ifname(const char *spec, struct sockaddr_storage *ss, char *ifout, size_t iflen)
 {
     struct ifaddrs *ifa0 = NULL;
-    if (getifaddrs(&ifa0) != 0) return -1;
+    if (getifaddrs(&ifa0) != 0) return errno == EMFILE || errno == ENFILE ? -errno : -1;
     int found = -1;
     for (int want = AF_INET; found < 0 && want != 0; want = want == AF_INET ? AF_INET6 : 0) {
         for (struct ifaddrs *i = ifa0; i != NULL; i = i->ifa_next) {
@@ -137,11 +139,19 @@ hoop_result_t hoop__tcp_listen(const hoop__tp_params_t *p, hoop__tp_t **out, cha
             return HOOP_ERR_INVALID_ARGUMENT;
         }
     } else if (p->route_hint == NULL || pick_by_route(p->route_hint, &ss) != 0) {
-        if (pick_by_ifname("^lo,docker", &ss, ifname, sizeof(ifname)) != 0 &&
-            pick_by_ifname("lo", &ss, ifname, sizeof(ifname)) != 0) {
+        int r = pick_by_ifname("^lo,docker", &ss, ifname, sizeof(ifname));
+        if (r != 0 && r != -EMFILE && r != -ENFILE)
+            r = pick_by_ifname("lo", &ss, ifname, sizeof(ifname));
+        if (r != 0) {
+            char msg[320], why[256];
+            if (r == -EMFILE || r == -ENFILE)
+                snprintf(msg, sizeof(msg), "tcp: cannot list the network interfaces: %s",
+                         hoop__fd_error(-r, why, sizeof(why)));
+            else
+                snprintf(msg, sizeof(msg), "no network interface is up");
             tp->failed = HOOP_ERR_SYSTEM;
             *out = tp;
-            p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, "no network interface is up");
+            p->report(p->report_ctx, HOOP_ERR_SYSTEM, -1, msg);
             return HOOP_ERR_SYSTEM;
         }
     }

@@ -18,8 +18,9 @@
  * count only them.
  * exclude: a healthy communicator; every rank calls hoop_comm_shrink_exclude with the victims,
  * which get HOOP_OK and no communicator. mismatch: as exclude, but rank 0 leaves one victim out
- * of its list: every non-excluded caller must fail. split: the shrink of a split's communicator
- * is refused on every rank (HOOP_ERR_UNSUPPORTED), and that communicator still works.
+ * of its list: every non-excluded caller must fail. split: as kill between collectives, on a
+ * communicator split from the first (every rank, one color); the survivors shrink it, check it,
+ * then shrink and check the first.
  * A transport the library does not accept makes the test skip (exit 77).
  */
 #include <errno.h>
@@ -175,27 +176,16 @@ static int child(int me, int port, int go_fd)
     rc = hoop_allreduce(c, v, v, BIG, HOOP_UINT32, HOOP_SUM);
     CHECK(rc == HOOP_OK, "warm-up all-reduce: %s", hoop_error_string(rc));
 
+    /* split: the victims die and the survivors shrink a split's communicator (all of the ranks,
+     * in the parent's order), then the parent. */
+    hoop_comm_t *w = c, *sc = NULL;
     if (strcmp(mode, "split") == 0) {
-        /* A split's communicator cannot be shrunk: refused alike everywhere, and left working. */
-        hoop_comm_t *sc = NULL, *nc = NULL;
         rc = hoop_comm_split(c, 0, me, &sc);
         CHECK(rc == HOOP_OK && sc != NULL, "split: %s", hoop_error_string(rc));
-        if (sc != NULL) {
-            rc = hoop_comm_shrink(sc, &nc);
-            CHECK(rc == HOOP_ERR_UNSUPPORTED && nc == NULL,
-                  "shrink of a split's communicator gave %s (want HOOP_ERR_UNSUPPORTED)",
-                  hoop_error_string(rc));
-            CHECK(strstr(hoop_comm_last_error(sc), "hoop_comm_split") != NULL,
-                  "its sentence does not say why: %s", hoop_comm_last_error(sc));
-            uint32_t x = (uint32_t)me + 1, want = (uint32_t)(ranks * (ranks + 1) / 2);
-            rc = hoop_allreduce(sc, &x, &x, 1, HOOP_UINT32, HOOP_SUM);
-            CHECK(rc == HOOP_OK && x == want, "the split's communicator after it: %s, %u (want %u)",
-                  hoop_error_string(rc), x, want);
-            hoop_comm_destroy(sc);
-        }
-        hoop_comm_destroy(c);
-        free(v);
-        return test_failures ? 1 : 0;
+        if (sc == NULL) return 1;
+        rc = hoop_allreduce(sc, v, v, BIG, HOOP_UINT32, HOOP_SUM);
+        CHECK(rc == HOOP_OK, "warm-up all-reduce on the split: %s", hoop_error_string(rc));
+        w = sc;
     }
     int healthy = strcmp(mode, "exclude") == 0 || strcmp(mode, "mismatch") == 0;
     if (healthy) {
@@ -242,7 +232,7 @@ static int child(int me, int port, int go_fd)
         if (strcmp(when, "during") == 0) {
             pthread_t th;
             pthread_create(&th, NULL, killer, NULL);
-            for (;;) (void)hoop_allreduce(c, v, v, BIG, HOOP_UINT32, HOOP_SUM);
+            for (;;) (void)hoop_allreduce(w, v, v, BIG, HOOP_UINT32, HOOP_SUM);
         }
         report("K %.6f", now_s());
         raise(SIGKILL);
@@ -250,17 +240,27 @@ static int child(int me, int port, int go_fd)
     /* A survivor: calls until one fails (the first, between collectives). */
     int calls = 0;
     do {
-        rc = hoop_allreduce(c, v, v, BIG, HOOP_UINT32, HOOP_SUM);
+        rc = hoop_allreduce(w, v, v, BIG, HOOP_UINT32, HOOP_SUM);
         calls++;
     } while (rc == HOOP_OK && calls < 10000);
     CHECK(rc != HOOP_OK, "no call failed after the victims' end");
     hoop_comm_t *nc = NULL;
-    rc = hoop_comm_shrink(c, &nc);
+    rc = hoop_comm_shrink(w, &nc);
     CHECK(rc == HOOP_OK && nc != NULL, "shrink: %s: %s", hoop_error_string(rc),
-          hoop_comm_last_error(c));
+          hoop_comm_last_error(w));
     if (nc != NULL) {
         check_new(nc, me, 1);
         report("T %.6f %d", now_s(), me);
+    }
+    if (sc != NULL) {
+        /* The parent lost the same ranks: it shrinks too, beside the split's. */
+        hoop_comm_t *pc = NULL;
+        rc = hoop_comm_shrink(c, &pc);
+        CHECK(rc == HOOP_OK && pc != NULL, "shrink of the parent: %s: %s", hoop_error_string(rc),
+              hoop_comm_last_error(c));
+        if (pc != NULL) check_new(pc, me, 2);
+        if (pc != NULL) hoop_comm_destroy(pc);
+        hoop_comm_destroy(sc);
     }
     if (stop) {
         /* The victim is continued now; the new communicator must not see it. */
@@ -343,7 +343,7 @@ static int run_once(double *took)
         close(go[r][1]);
         int killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 77) skipped = 1;
-        if (strcmp(mode, "kill") == 0 && is_victim(r)) {
+        if ((strcmp(mode, "kill") == 0 || strcmp(mode, "split") == 0) && is_victim(r)) {
             if (!killed) fail = 1;
         } else if (!WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 77)) {
             printf("FAIL: rank %d ended with status %d\n", r, st);
