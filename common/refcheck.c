@@ -147,3 +147,44 @@ uint64_t rc_acc_result(const rc_acc_t *a, hoop_dtype_t dt, size_t es, hoop_op_t 
     if (dt == HOOP_FLOAT64) return rc_fenc(dt, a->d / (double)n);
     return fenc_float(dt, (float)a->d / (float)n);
 }
+
+/* ---- inputs whose reduction is exact in any order ---- */
+
+uint64_t rc_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* Input element idx of rank r: exact under any order of reduction (small integers for sums,
+ * powers of two for products, any value for min and max), integers any bits. */
+uint64_t rc_exact_input(hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t idx)
+{
+    uint64_t h = rc_mix(salt * 0x9e3779b97f4a7c15ull ^ (uint64_t)r << 40 ^ (uint64_t)idx);
+    size_t es = hoop_dtype_size(dt);
+    if (!rc_is_float(dt)) {
+        if (op == HOOP_PROD && idx % 4 != 0) h |= 1;
+        return h & rc_width_mask(es);
+    }
+    static const double prod_vals[4] = {1.0, 2.0, -1.0, 0.5};
+    double v;
+    if (op == HOOP_SUM || op == HOOP_AVG) {
+        int64_t m = 256 / p;
+        v = (double)((int64_t)(h % (uint64_t)(2 * m + 1)) - m);
+    } else if (op == HOOP_PROD) {
+        v = prod_vals[h % 4];
+    } else {
+        v = (double)(int32_t)(uint32_t)(h >> 32) / 65536.0;
+        if (v == 0.0) v = 1.0;
+    }
+    return rc_fenc(dt, v);
+}
+
+void rc_fill_exact(void *buf, hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t n)
+{
+    size_t es = hoop_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) rc_st(buf, i, es, rc_exact_input(dt, op, p, r, salt, i));
+}

@@ -83,4 +83,12 @@ typedef struct rc_acc {
 void rc_acc_add(rc_acc_t *a, hoop_dtype_t dt, size_t es, hoop_op_t op, uint64_t raw);
 uint64_t rc_acc_result(const rc_acc_t *a, hoop_dtype_t dt, size_t es, hoop_op_t op, int n);
 
+/* Input element idx of rank r of p for a case (salt): exact under any order of reduction (small
+ * integers for sums, powers of two for products, any value for min and max), integers any bits.
+ * rc_fill_exact writes n of them. */
+/* A 64-bit mixer (splitmix64's finaliser): a hash of x. */
+uint64_t rc_mix(uint64_t x);
+uint64_t rc_exact_input(hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t idx);
+void rc_fill_exact(void *buf, hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t n);
+
 #endif

@@ -63,45 +63,6 @@ static void on_trace(void *ctx, const char *line)
     if (strstr(line, "folds chunk") != NULL) rounds_lines++;
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-/* Input element idx of rank r: exact under any order of reduction (small integers for sums,
- * powers of two for products, any value for min and max), integers any bits. */
-static uint64_t gen(hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t idx)
-{
-    uint64_t h = mix(salt * 0x9e3779b97f4a7c15ull ^ (uint64_t)r << 40 ^ (uint64_t)idx);
-    size_t es = hoop_dtype_size(dt);
-    if (!rc_is_float(dt)) {
-        if (op == HOOP_PROD && idx % 4 != 0) h |= 1;
-        return h & rc_width_mask(es);
-    }
-    static const double prod_vals[4] = {1.0, 2.0, -1.0, 0.5};
-    double v;
-    if (op == HOOP_SUM || op == HOOP_AVG) {
-        int64_t m = 256 / p;
-        v = (double)((int64_t)(h % (uint64_t)(2 * m + 1)) - m);
-    } else if (op == HOOP_PROD) {
-        v = prod_vals[h % 4];
-    } else {
-        v = (double)(int32_t)(uint32_t)(h >> 32) / 65536.0;
-        if (v == 0.0) v = 1.0;
-    }
-    return rc_fenc(dt, v);
-}
-
-static void fill(void *buf, hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t n)
-{
-    size_t es = hoop_dtype_size(dt);
-    for (size_t i = 0; i < n; i++) rc_st(buf, i, es, gen(dt, op, p, r, salt, i));
-}
-
 /* Checks out against the reference of every rank's input; returns the wrong elements. */
 static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint64_t salt, size_t n,
                      const char *what)
@@ -109,7 +70,8 @@ static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint
     size_t es = hoop_dtype_size(dt), bad = 0;
     for (size_t i = 0; i < n; i++) {
         rc_acc_t a = {0};
-        for (int q = 0; q < p; q++) rc_acc_add(&a, dt, es, op, gen(dt, op, p, q, salt, i));
+        for (int q = 0; q < p; q++)
+            rc_acc_add(&a, dt, es, op, rc_exact_input(dt, op, p, q, salt, i));
         uint64_t want = rc_acc_result(&a, dt, es, op, p), got = rc_ld(out, i, es);
         if (got != want && bad++ == 0)
             CHECK(0, "%s %s %s n=%zu: element %zu is 0x%" PRIx64 ", want 0x%" PRIx64, what,
@@ -161,7 +123,7 @@ static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_
                      uint64_t salt, int cma, const char *what)
 {
     int p = hoop_comm_size(c), r = hoop_comm_rank(c);
-    fill(in, dt, op, p, r, salt, n);
+    rc_fill_exact(in, dt, op, p, r, salt, n);
     cma_lines = rounds_lines = 0;
     must(hoop_allreduce(c, in, out, n, dt, op), c, what);
     verify(out, dt, op, p, salt, n, what);
@@ -209,7 +171,7 @@ static void fill_rounding(void *buf, hoop_dtype_t dt, size_t n, uint64_t seed)
 {
     size_t es = hoop_dtype_size(dt);
     for (size_t i = 0; i < n; i++) {
-        uint64_t h = mix(seed + i);
+        uint64_t h = rc_mix(seed + i);
         double v = (double)(h >> 11) / 9007199254740992.0 * 2.0 + 0.5;
         rc_st(buf, i, es, rc_fenc(dt, v));
     }
@@ -263,7 +225,7 @@ static void mode_others(hoop_comm_t *c, hoop_comm_t *off)
         for (int op = 0; op < HOOP_OP_COUNT; op++)
             for (int ip = 0; ip < 2; ip++) {
                 size_t es = hoop_dtype_size((hoop_dtype_t)dt);
-                fill(a, (hoop_dtype_t)dt, (hoop_op_t)op, p, r, salt, n * (size_t)p);
+                rc_fill_exact(a, (hoop_dtype_t)dt, (hoop_op_t)op, p, r, salt, n * (size_t)p);
                 /* in place: NCCL's placement, the output at the own block of the input */
                 uint8_t *out = ip ? a + (size_t)r * n * es : b;
                 cma_lines = rounds_lines = 0;
@@ -278,9 +240,9 @@ static void mode_others(hoop_comm_t *c, hoop_comm_t *off)
                 for (size_t i = 0; i < n; i++) {
                     rc_acc_t acc = {0};
                     for (int q = 0; q < p; q++)
-                        rc_acc_add(
-                            &acc, (hoop_dtype_t)dt, es, (hoop_op_t)op,
-                            gen((hoop_dtype_t)dt, (hoop_op_t)op, p, q, salt, (size_t)r * n + i));
+                        rc_acc_add(&acc, (hoop_dtype_t)dt, es, (hoop_op_t)op,
+                                   rc_exact_input((hoop_dtype_t)dt, (hoop_op_t)op, p, q, salt,
+                                                  (size_t)r * n + i));
                     uint64_t want = rc_acc_result(&acc, (hoop_dtype_t)dt, es, (hoop_op_t)op, p);
                     if (rc_ld(out, i, es) != want) bad++;
                 }
@@ -308,7 +270,7 @@ static void mode_others(hoop_comm_t *c, hoop_comm_t *off)
         size_t bytes = n * 4;
         uint8_t *in = ip ? b + (size_t)r * bytes : a;
         for (size_t i = 0; i < n; i++)
-            rc_st(in, i, 4, mix((uint64_t)r << 40 ^ i ^ 77) & 0xffffffffu);
+            rc_st(in, i, 4, rc_mix((uint64_t)r << 40 ^ i ^ 77) & 0xffffffffu);
         cma_lines = rounds_lines = 0;
         must(hoop_allgather(c, in, b, n, HOOP_UINT32), c, "all-gather");
         CHECK(cma_lines == 1, "all-gather%s: the single copy did not run", ip ? " in place" : "");
@@ -316,7 +278,7 @@ static void mode_others(hoop_comm_t *c, hoop_comm_t *off)
         for (int q = 0; q < p; q++)
             for (size_t i = 0; i < n; i++)
                 if (rc_ld(b + (size_t)q * bytes, i, 4) !=
-                    (mix((uint64_t)q << 40 ^ i ^ 77) & 0xffffffffu))
+                    (rc_mix((uint64_t)q << 40 ^ i ^ 77) & 0xffffffffu))
                     bad++;
         CHECK(bad == 0, "all-gather%s: %zu wrong elements", ip ? " in place" : "", bad);
     }
@@ -349,7 +311,7 @@ static void mode_midcall(hoop_comm_t *c)
     float *a = malloc(n * 4), *b = malloc(n * 4);
     one_case(c, a, b, HOOP_FLOAT32, HOOP_SUM, n, 7, 1, "before the filter");
     if (my_rank == p - 1) CHECK(forbid_cma() == 0, "seccomp: %s", strerror(errno));
-    fill(a, HOOP_FLOAT32, HOOP_SUM, p, my_rank, 8, n);
+    rc_fill_exact(a, HOOP_FLOAT32, HOOP_SUM, p, my_rank, 8, n);
     hoop_result_t rc = hoop_allreduce(c, a, b, n, HOOP_FLOAT32, HOOP_SUM);
     CHECK(rc != HOOP_OK, "the call after the filter returned HOOP_OK");
     printf("rank %d: %s: %s\n", my_rank, hoop_error_string(rc), hoop_comm_last_error(c));

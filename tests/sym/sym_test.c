@@ -63,45 +63,6 @@ static void on_trace(void *ctx, const char *line)
         zero_copy_lines++;
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-/* Input element idx of rank r for a case: exact under any order of reduction (small integers for
- * sums, powers of two for products, any value for min and max), integers any bits. */
-static uint64_t gen(hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t idx)
-{
-    uint64_t h = mix(salt * 0x9e3779b97f4a7c15ull ^ (uint64_t)r << 40 ^ (uint64_t)idx);
-    size_t es = hoop_dtype_size(dt);
-    if (!rc_is_float(dt)) {
-        if (op == HOOP_PROD && idx % 4 != 0) h |= 1;
-        return h & rc_width_mask(es);
-    }
-    static const double prod_vals[4] = {1.0, 2.0, -1.0, 0.5};
-    double v;
-    if (op == HOOP_SUM || op == HOOP_AVG) {
-        int64_t m = 256 / p;
-        v = (double)((int64_t)(h % (uint64_t)(2 * m + 1)) - m);
-    } else if (op == HOOP_PROD) {
-        v = prod_vals[h % 4];
-    } else {
-        v = (double)(int32_t)(uint32_t)(h >> 32) / 65536.0;
-        if (v == 0.0) v = 1.0;
-    }
-    return rc_fenc(dt, v);
-}
-
-static void fill(void *buf, hoop_dtype_t dt, hoop_op_t op, int p, int r, uint64_t salt, size_t n)
-{
-    size_t es = hoop_dtype_size(dt);
-    for (size_t i = 0; i < n; i++) rc_st(buf, i, es, gen(dt, op, p, r, salt, i));
-}
-
 /* Checks out against the reference of every rank's input; returns the wrong elements. */
 static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint64_t salt, size_t n,
                      const char *what)
@@ -109,7 +70,8 @@ static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint
     size_t es = hoop_dtype_size(dt), bad = 0;
     for (size_t i = 0; i < n; i++) {
         rc_acc_t a = {0};
-        for (int q = 0; q < p; q++) rc_acc_add(&a, dt, es, op, gen(dt, op, p, q, salt, i));
+        for (int q = 0; q < p; q++)
+            rc_acc_add(&a, dt, es, op, rc_exact_input(dt, op, p, q, salt, i));
         uint64_t want = rc_acc_result(&a, dt, es, op, p), got = rc_ld(out, i, es);
         if (got != want && bad++ == 0)
             CHECK(0, "%s %s %s n=%zu: element %zu is 0x%" PRIx64 ", want 0x%" PRIx64, what,
@@ -135,7 +97,7 @@ static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_
                      uint64_t salt, int zc, const char *what)
 {
     int p = hoop_comm_size(c), r = hoop_comm_rank(c);
-    fill(in, dt, op, p, r, salt, n);
+    rc_fill_exact(in, dt, op, p, r, salt, n);
     zero_copy_lines = 0;
     must(hoop_allreduce(c, in, out, n, dt, op), c, what);
     verify(out, dt, op, p, salt, n, what);
@@ -189,7 +151,7 @@ static void mode_others(hoop_comm_t *c)
             for (int inplace = 0; inplace < 2; inplace++) {
                 /* Rank r's input is p blocks of n; its result is block r of the reduction. The
                  * reference of element i of block r: gen's element r * n + i on every rank. */
-                fill(a, (hoop_dtype_t)dt, (hoop_op_t)op, p, r, salt, (size_t)p * n);
+                rc_fill_exact(a, (hoop_dtype_t)dt, (hoop_op_t)op, p, r, salt, (size_t)p * n);
                 uint8_t *out = inplace ? a + (size_t)r * n * es : b;
                 zero_copy_lines = 0;
                 must(hoop_reduce_scatter(c, a, out, n, (hoop_dtype_t)dt, (hoop_op_t)op), c,
@@ -200,9 +162,9 @@ static void mode_others(hoop_comm_t *c)
                 for (size_t i = 0; i < n; i++) {
                     rc_acc_t acc = {0};
                     for (int q = 0; q < p; q++)
-                        rc_acc_add(
-                            &acc, (hoop_dtype_t)dt, es, (hoop_op_t)op,
-                            gen((hoop_dtype_t)dt, (hoop_op_t)op, p, q, salt, (size_t)r * n + i));
+                        rc_acc_add(&acc, (hoop_dtype_t)dt, es, (hoop_op_t)op,
+                                   rc_exact_input((hoop_dtype_t)dt, (hoop_op_t)op, p, q, salt,
+                                                  (size_t)r * n + i));
                     uint64_t want = rc_acc_result(&acc, (hoop_dtype_t)dt, es, (hoop_op_t)op, p);
                     if (rc_ld(out, i, es) != want && bad++ == 0)
                         CHECK(0, "reduce-scatter %s %s %s: element %zu wrong",
@@ -216,7 +178,7 @@ static void mode_others(hoop_comm_t *c)
         size_t agn = ((size_t)260 << 10) / es + 1;
         for (int inplace = 0; inplace < 2; inplace++) {
             uint8_t *in = inplace ? b + (size_t)r * agn * es : a;
-            fill(in, (hoop_dtype_t)dt, HOOP_SUM, p, r, salt, agn);
+            rc_fill_exact(in, (hoop_dtype_t)dt, HOOP_SUM, p, r, salt, agn);
             zero_copy_lines = 0;
             must(hoop_allgather(c, in, b, agn, (hoop_dtype_t)dt), c, "hoop_allgather");
             CHECK(zero_copy_lines > 0, "all-gather %s: the zero-copy copy did not run",
@@ -225,7 +187,7 @@ static void mode_others(hoop_comm_t *c)
             for (int q = 0; q < p; q++)
                 for (size_t i = 0; i < agn; i++)
                     if (rc_ld(b, (size_t)q * agn + i, es) !=
-                            gen((hoop_dtype_t)dt, HOOP_SUM, p, q, salt, i) &&
+                            rc_exact_input((hoop_dtype_t)dt, HOOP_SUM, p, q, salt, i) &&
                         bad++ == 0)
                         CHECK(0, "all-gather %s %s: block %d element %zu wrong",
                               hoop_dtype_name((hoop_dtype_t)dt),
@@ -234,14 +196,15 @@ static void mode_others(hoop_comm_t *c)
         }
         /* Broadcast from every root in turn. */
         for (int root = 0; root < p; root++) {
-            fill(a, (hoop_dtype_t)dt, HOOP_SUM, p, r == root ? root : p + 7, salt, n);
+            rc_fill_exact(a, (hoop_dtype_t)dt, HOOP_SUM, p, r == root ? root : p + 7, salt, n);
             zero_copy_lines = 0;
             must(hoop_broadcast(c, a, n, (hoop_dtype_t)dt, root), c, "hoop_broadcast");
             CHECK(r == root || zero_copy_lines > 0, "broadcast %s: the zero-copy copy did not run",
                   hoop_dtype_name((hoop_dtype_t)dt));
             size_t bad = 0;
             for (size_t i = 0; i < n; i++)
-                if (rc_ld(a, i, es) != gen((hoop_dtype_t)dt, HOOP_SUM, p, root, salt, i) &&
+                if (rc_ld(a, i, es) !=
+                        rc_exact_input((hoop_dtype_t)dt, HOOP_SUM, p, root, salt, i) &&
                     bad++ == 0)
                     CHECK(0, "broadcast %s root %d: element %zu wrong",
                           hoop_dtype_name((hoop_dtype_t)dt), root, i);
@@ -257,7 +220,7 @@ static void fill_rounding(void *buf, hoop_dtype_t dt, size_t n, uint64_t seed)
 {
     size_t es = hoop_dtype_size(dt);
     for (size_t i = 0; i < n; i++) {
-        uint64_t h = mix(seed + i);
+        uint64_t h = rc_mix(seed + i);
         double v = (double)(h >> 11) / 9007199254740992.0 * 2.0 + 0.5;
         rc_st(buf, i, es, rc_fenc(dt, v));
     }
@@ -375,7 +338,7 @@ static void mode_nonblocking(hoop_comm_t *c)
         for (int i = 0; i < 3; i++) must(hoop_mem_alloc(c, n * 8, (void **)&buf[i]), c, "alloc");
         zero_copy_lines = 0;
         for (int i = 0; i < 3; i++) {
-            fill(buf[i], dts[i], ops[i], p, r, 400 + (uint64_t)(round * 3 + i), n);
+            rc_fill_exact(buf[i], dts[i], ops[i], p, r, 400 + (uint64_t)(round * 3 + i), n);
             must(hoop_iallreduce(c, buf[i], buf[i], n, dts[i], ops[i], &req[i]), c,
                  "hoop_iallreduce");
         }
