@@ -75,18 +75,23 @@ static struct hoop__sym *sym_of(hoop_comm_t *c)
     return s;
 }
 
+/* One host: the peers' memory is only mappable there (every rank knows the layout alike). */
+static int on_one_host(hoop_comm_t *c, const char *fn)
+{
+    if (c->nhosts == 1) return 1;
+    hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
+                     "%s: the ranks span %d hosts; symmetric memory needs every rank on one host",
+                     fn, c->nhosts);
+    return 0;
+}
+
 hoop_result_t hoop__sym_alloc(hoop_comm_t *c, size_t bytes, void **ptr, hoop__xchg_fn exchange)
 {
     const char *fn = "hoop_mem_alloc";
     hoop_result_t rc;
     if (ptr != NULL) *ptr = NULL;
     int p = c->size, me = c->rank;
-    /* One host: the peers' memory is only mappable there (every rank knows the layout alike). */
-    if (c->nhosts != 1)
-        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
-                                "%s: the ranks span %d hosts; symmetric memory needs every rank "
-                                "on one host",
-                                fn, c->nhosts);
+    if (!on_one_host(c, fn)) return HOOP_ERR_UNSUPPORTED;
     struct hoop__sym *s = sym_of(c);
     alloc_rec_t mine = {.bytes = bytes};
     size_t stride = (bytes + PAGE - 1) / PAGE * PAGE;
@@ -220,11 +225,7 @@ hoop_result_t hoop__sym_register(hoop_comm_t *c, int fd, size_t offset, size_t b
     const char *fn = "hoop_mem_register_fd";
     if (ptr != NULL) *ptr = NULL;
     int p = c->size, me = c->rank;
-    if (c->nhosts != 1)
-        return hoop__comm_error(c, HOOP_ERR_UNSUPPORTED,
-                                "%s: the ranks span %d hosts; symmetric memory needs every rank "
-                                "on one host",
-                                fn, c->nhosts);
+    if (!on_one_host(c, fn)) return HOOP_ERR_UNSUPPORTED;
     struct hoop__sym *s = sym_of(c);
     reg_rec_t mine = {.bytes = bytes, .offset = offset};
     struct stat st;
