@@ -394,7 +394,12 @@ def _against(outcomes):
         for p in ARGS.patterns:
             cmd += ["-k", p]
         sys.stdout.flush()
-        subprocess.call(cmd)  # its own failures are its own: only its passes count here
+        # A test that hangs on the reference (torch 2.6's test_ddp_logging_data_cpu on gloo here)
+        # would hold the run for torch's 300 s default; 60 s is several times the slowest pass.
+        env = dict(os.environ)
+        env.setdefault("DISTRIBUTED_TESTS_DEFAULT_TIMEOUT", "60")
+        # its own failures are its own: only its passes count here
+        subprocess.call(cmd, env=env)
         try:
             with open(path) as f:
                 theirs = json.load(f)
