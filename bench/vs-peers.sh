@@ -38,7 +38,10 @@ usage: bench/vs-peers.sh [options] [BUILD_DIR]
   -s, --sizes MIN:MAX    bandwidth sizes, by 4x (default 64K:256M)
   -l, --lat BYTES        all-reduce latency size, 0 for none (default 8)
   -i, --iters A:B:C      iterations: latency, sizes up to 1M, larger sizes (default 500:50:5)
-      --hoop LIST        hoop transports: shm, tcp, ibverbs (default shm,tcp). ibverbs runs
+      --hoop LIST        hoop transports: shm, tcp, ibverbs, sym (default shm,tcp). sym is
+                         shared memory with every buffer from hoop_mem_alloc (hoop-perf
+                         --sym: the zero-copy schedules), set beside Open MPI's shared memory
+                         and beside hoop shm (the area's copies) when that runs too. ibverbs runs
                          inside the soft-RoCE test guest (tests/rdma/vm.sh: one boot for every
                          run, beside hoop tcp in the same guest; emulated CPUs, so ratios only)
                          unless this host has an active RDMA port; with no guest to boot it is
@@ -127,7 +130,7 @@ done
 for c in $(echo "$colls,$gloo_colls,$tcp_colls" | tr , ' '); do
     in_list "$c" "$all_colls" || bad "unknown collective '$c'"
 done
-for h in $(echo "$hoops" | tr , ' '); do in_list "$h" shm,tcp,ibverbs || bad "--hoop: unknown '$h'"; done
+for h in $(echo "$hoops" | tr , ' '); do in_list "$h" shm,tcp,ibverbs,sym || bad "--hoop: unknown '$h'"; done
 for p in $(echo "$peers" | tr , ' '); do
     in_list "$p" ompi-shm,ompi-tcp,gloo || bad "--peers: unknown '$p'"
 done
@@ -221,12 +224,18 @@ if in_list ibverbs "$hoops"; then
     note "no peer over verbs: Open MPI and gloo are not in the test guest (no Open MPI, no python3 there), and this script runs Open MPI over shared memory and TCP only"
 fi
 
+# hoop's runs: "sym" is shared memory with hoop-perf's buffers in symmetric memory.
+hoop_transport() { if [ "$1" = sym ]; then echo shm; else echo "$1"; fi; }
+hoop_flags() { [ "$1" = sym ] && echo --sym; }
+
 # hoop: is each transport accepted? (The guest's are known when it has run.)
 hoops_ok=""
 for h in $(echo "$hoops" | tr , ' '); do
     [ "$guest" = 1 ] && [ "$h" = ibverbs ] && { hoops_ok=${hoops_ok:+$hoops_ok,}$h; continue; }
-    if HOOP_TRANSPORT=$h HOOP_TIMEOUT=30 "$hooprun" --no-prefix --timeout 60 -n 2 "$perf" allreduce \
-        -b 8 -e 8 -n 1 -w 0 >"$out/logs/probe-hoop-$h.log" 2>&1; then
+    # shellcheck disable=SC2046
+    if HOOP_TRANSPORT=$(hoop_transport "$h") HOOP_TIMEOUT=30 "$hooprun" --no-prefix --timeout 60 \
+        -n 2 "$perf" allreduce -b 8 -e 8 -n 1 -w 0 $(hoop_flags "$h") \
+        >"$out/logs/probe-hoop-$h.log" 2>&1; then
         hoops_ok=${hoops_ok:+$hoops_ok,}$h
     else
         why=$(grep -m1 -i -E 'invalid|not valid|error|fail' "$out/logs/probe-hoop-$h.log" | cut -c1-160)
@@ -291,7 +300,9 @@ run() {
     case $cfg in
     hoop-*)
         # -a 3: the slowest rank's time, as the peers report theirs.
-        HOOP_TRANSPORT=${cfg#hoop-} "$hooprun" --no-prefix --timeout 900 -n "$n" "$perf" "$coll" -a 3 "$@" ;;
+        # shellcheck disable=SC2046
+        HOOP_TRANSPORT=$(hoop_transport "${cfg#hoop-}") "$hooprun" --no-prefix --timeout 900 \
+            -n "$n" "$perf" "$coll" -a 3 "$@" $(hoop_flags "${cfg#hoop-}") ;;
     ompi-shm)
         # shellcheck disable=SC2086
         timeout 900 $mpirun_base $over -np "$n" $ompi_shm_args "$mpicoll" "$coll" "$@" ;;
@@ -372,8 +383,8 @@ stream_bytes=1G
 # the largest size at once (mem-copy, at most 256 MiB), which bounds an out-of-cache
 # all-reduce (bench/peers/report.py says how).
 yard=0
-if in_list shm "$hoops" && in_list 2 "$ranks" && in_list allreduce "$colls" &&
-    [ -x "$build/bench/peers/line-pingpong" ] && [ -x "$build/bench/peers/mem-copy" ]; then
+if { in_list shm "$hoops" || in_list sym "$hoops"; } && in_list 2 "$ranks" &&
+    in_list allreduce "$colls" && [ -x "$build/bench/peers/line-pingpong" ] && [ -x "$build/bench/peers/mem-copy" ]; then
     yard=1
     copy_bytes=$maxb
     [ "$copy_bytes" -gt 268435456 ] && copy_bytes=268435456

@@ -23,6 +23,7 @@ PEER_NAMES = {
     "ompi-tcp": "Open MPI tcp",
     "gloo": "gloo (torch.distributed)",
     "hoop-tcp": "hoop tcp",
+    "hoop-shm": "hoop shm (the area's copies)",
     "hoop-guest-tcp": "hoop tcp in the same guest",
 }
 COLL_NAMES = {"allreduce": "all-reduce", "broadcast": "broadcast", "allgather": "all-gather",
@@ -124,6 +125,12 @@ def busbw_target(n, coll, hoop, peer, size):
     if peer == "ompi-" + hoop and coll != "allreduce":
         return 1.0
     if coll != "allreduce":
+        return None
+    if hoop == "sym" and peer in ("ompi-shm", "hoop-shm"):
+        # Symmetric memory, 2 ranks, from 16 MiB: 2.5x Open MPI's shared memory, 2x hoop's own
+        # copy-in/copy-out.
+        if n == 2 and size >= 16 * MIB:
+            return 2.5 if peer == "ompi-shm" else 2.0
         return None
     if peer == "ompi-shm" and hoop == "shm":
         if n == 2:
@@ -329,12 +336,20 @@ class Report:
                         elif "tcp" in hoops and ("shm" not in hoops or coll in tcp_colls):
                             pairs.append((hoop, "hoop-tcp"))
                         continue
+                    if hoop == "sym":
+                        # Zero copy beside both copying designs on the same host.
+                        if "ompi-shm" in peers:
+                            pairs.append((hoop, "ompi-shm"))
+                        if "shm" in hoops:
+                            pairs.append((hoop, "hoop-shm"))
+                        continue
                     for peer in peers:
                         # Like against like; Open MPI's shared memory faces hoop's TCP only
                         # when hoop has no shared memory to offer.
                         if peer == "ompi-tcp" and hoop != "tcp":
                             continue
-                        if peer == "ompi-shm" and hoop != ("shm" if "shm" in hoops else "tcp"):
+                        if peer == "ompi-shm" and hoop != ("shm" if {"shm", "sym"} & set(hoops)
+                                                           else "tcp"):
                             continue
                         if peer == "gloo" and coll not in gloo_colls:
                             continue

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""bench/peers/report.py's limits table against memory traffic, on made-up runs: the bound time of
-a single copy ((3p-1)S, 5S at p = 2) and each library's fraction of it, computed here independently.
+"""bench/peers/report.py's tables on made-up runs, the arithmetic redone here.
 
-    report_traffic_test.py REPORT_PY
+    report_traffic_test.py REPORT_PY             the limits table against memory traffic: the
+                                                 bound time of a single copy ((3p-1)S, 5S at
+                                                 p = 2) and each library's fraction of it
+    report_traffic_test.py REPORT_PY --sym       symmetric memory's tables: beside Open MPI's
+                                                 shared memory and hoop's own copies, ratios
+                                                 and verdicts against 2.5x and 2x from 16 MiB
 """
 import os
 import re
@@ -27,6 +31,46 @@ def rows(times):
         out.append("allreduce,auto,shm,2,%d,%d,float32,sum,-1,%.3f,%.6f,%.6f,0,,,," %
                    (size, size // 4, us, bw, bw))
     return "\n".join(out) + "\n"
+
+
+def sym_tables(report_py):
+    """hoop sym against Open MPI (target 2.5x) and hoop shm (2x) from 16 MiB; none below."""
+    mib = 1 << 20
+    # bus bandwidth = algorithm bandwidth at p = 2: size / time.
+    sym = {4 * mib: 1000.0, 16 * mib: 4000.0, 64 * mib: 10000.0}
+    shm = {4 * mib: 1500.0, 16 * mib: 9000.0, 64 * mib: 19000.0}
+    ompi = {4 * mib: 2000.0, 16 * mib: 9000.0, 64 * mib: 26000.0}
+    with tempfile.TemporaryDirectory() as out:
+        write(os.path.join(out, "meta"), "ranks=2\ncolls=allreduce\nreps=1\nhoop=shm,sym\n"
+              "peers=ompi-shm\ngloo_colls=\ntcp_colls=\n")
+        raw = os.path.join(out, "raw")
+        for cfg, times in (("hoop-sym", sym), ("hoop-shm", shm), ("ompi-shm", ompi)):
+            write(os.path.join(raw, "n2/allreduce/%s.large.1.csv" % cfg), rows(times))
+        text = subprocess.run([sys.executable, report_py, out], capture_output=True,
+                              text=True).stdout
+    bad = 0
+    for peer, title, times, target in (
+            ("ompi-shm", "hoop sym vs Open MPI vader (shared memory)", ompi, 2.5),
+            ("hoop-shm", "hoop sym vs hoop shm (the area's copies)", shm, 2.0)):
+        lines = text.split("== all-reduce, 2 ranks: " + title + "\n")
+        if len(lines) != 2:
+            print("FAIL: no table '%s':\n%s" % (title, text))
+            return 1
+        table = lines[1].split("\n\n")[0].splitlines()
+        for size, label in ((4 * mib, "4 MiB"), (16 * mib, "16 MiB"), (64 * mib, "64 MiB")):
+            ratio = times[size] / sym[size]
+            if size >= 16 * mib:
+                want = "%.2fx >=%.2f %s" % (ratio, target,
+                                            "PASS" if ratio >= target else "MISS")
+            else:
+                want = "%.2fx - -" % ratio
+            got = [line for line in table if line.split()[:2] == label.split()]
+            if len(got) != 1 or " ".join(got[0].split()[-3:]) != want:
+                print("FAIL: %s, %s: want '%s', rows %s" % (title, label, want, got))
+                bad = 1
+    if not bad:
+        print("PASS: symmetric memory's tables, ratios and verdicts")
+    return bad
 
 
 def main(report_py):
@@ -66,4 +110,4 @@ def main(report_py):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(sym_tables(sys.argv[1]) if sys.argv[2:] == ["--sym"] else main(sys.argv[1]))
