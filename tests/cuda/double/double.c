@@ -19,6 +19,8 @@
  *  - allocations (cudaMalloc, cudaHostAlloc, IPC opens) that order later work of every stream
  *    after the work queued before them, and frees (cudaFree, cudaFreeHost) that wait for the
  *    device: the programming guide's implicit synchronization, read strictly;
+ *  - freeing memory that another live process has open from its IPC handle (undefined in CUDA):
+ *    the exporter aborts, naming the importer, and so does the importer's later access;
  *  - stream capture: captured work is not run but kept for graph replay; calls that CUDA forbids
  *    during a capture (per the thread's capture interaction mode) fail and invalidate it;
  *  - a driver older than the runtime (HOOP_CUDA_DOUBLE_DRIVER): the runtime's calls fail.
