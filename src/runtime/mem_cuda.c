@@ -352,7 +352,8 @@ void hoop__cuda_close(hoop_comm_t *c)
         if (st->ipc_fin != NULL) st->t->event_destroy(st->ctx, st->ipc_fin);
     }
     if (st->ipc_users != NULL) {
-        munmap(st->ipc_users, sizeof(hoop__ipc_users_t) + (size_t)c->size * sizeof(hoop__ipc_user_t));
+        munmap(st->ipc_users,
+               sizeof(hoop__ipc_users_t) + (size_t)c->size * sizeof(hoop__ipc_user_t));
         close(st->ipc_users_fd);
     }
     /* An area a live peer still had open at the timeout stays, and so does what holds it. */

@@ -110,7 +110,8 @@ int hoop__cuda_ipc_area(hoop_comm_t *c, size_t want, void **area, size_t *cap, v
     }
     *area = st->ipc_area;
     *cap = st->ipc_cap;
-    users_addr_t a = {.pid = (int32_t)getpid(), .fd = st->ipc_users_fd, .nonce = st->ipc_users->nonce};
+    users_addr_t a = {
+        .pid = (int32_t)getpid(), .fd = st->ipc_users_fd, .nonce = st->ipc_users->nonce};
     memcpy(handle, st->ipc_handle, HOOP__CUDA_IPC_HANDLE);
     memcpy((unsigned char *)handle + HOOP__CUDA_IPC_HANDLE, &a, sizeof a);
     return 0;

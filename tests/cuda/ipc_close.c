@@ -99,13 +99,13 @@ static int run_rank(const char *module, const char *mode)
               "timeout (%.0f s) for it, and no more",
               took, timeout);
     else
-        CHECK(took < timeout, "hoop_comm_destroy took %.1f s, more than the timeout (%.0f s)",
-              took, timeout);
+        CHECK(took < timeout, "hoop_comm_destroy took %.1f s, more than the timeout (%.0f s)", took,
+              timeout);
     devbuf_free(d);
     free(h);
     free(o);
-    printf("rank %d: %s: %s (destroy took %.3f s)\n", rank, mode,
-           test_failures ? "FAILED" : "ok", took);
+    printf("rank %d: %s: %s (destroy took %.3f s)\n", rank, mode, test_failures ? "FAILED" : "ok",
+           took);
     fflush(stdout);
     return test_failures ? 1 : 0;
 }
@@ -118,8 +118,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *mode = argv[2];
-    int victim = !strcmp(mode, "kill-importer") ? RANKS - 1 : !strcmp(mode, "kill-exporter") ? 0
-                                                                                             : -1;
+    int victim = !strcmp(mode, "kill-importer")   ? RANKS - 1
+                 : !strcmp(mode, "kill-exporter") ? 0
+                                                  : -1;
     int port = test_free_port();
     if (port < 0) {
         fprintf(stderr, "ipc_close: no free port\n");

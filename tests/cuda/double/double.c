@@ -247,7 +247,7 @@ static struct {
         size_t size, maplen;
         int device;
         xrec_t *xmap, *rec; /* the exporter's records mapped here, and this allocation's */
-        int slot;    /* where this process's pid is in it */
+        int slot;           /* where this process's pid is in it */
     } imports[1024];
     int nimports;
     pinned_t *pinned;
