@@ -182,6 +182,8 @@ void hoop__comm_free(hoop_comm_t *c)
     hoop__explain_close(c);
     hoop__shrink_close(c);
     hoop__sched_stop(c);
+    /* No call runs now: peers still mapping this rank's device memory are waited for. */
+    hoop__mem_release(c);
     if (c->tp != NULL) c->tp_ops->close(c->tp);
     hoop__log_close(&c->log);
     hoop__config_wipe(&c->cfg);

@@ -185,6 +185,20 @@ static void leave(hoop_cuda_ctx_t *ctx, const saved_t *sv)
     if (sv->prev != ctx->primary) drv.ctx_set(sv->prev);
 }
 
+/* Leaves the context entered for a call that gave e: 0, or -1 with the sentence of what. */
+static int left(hoop_cuda_ctx_t *ctx, const saved_t *sv, const char *what, cudaError_t e)
+{
+    leave(ctx, sv);
+    return e == cudaSuccess ? 0 : failed(ctx, what, e);
+}
+
+/* Leaves the context entered for a call that made p and gave e: p, or NULL with the sentence of
+ * what. */
+static void *made(hoop_cuda_ctx_t *ctx, const saved_t *sv, const char *what, cudaError_t e, void *p)
+{
+    return left(ctx, sv, what, e) == 0 ? p : NULL;
+}
+
 static cudaStream_t strm(void *stream)
 {
     return stream != NULL ? (cudaStream_t)stream : cudaStreamLegacy;
@@ -494,13 +508,8 @@ static void *host_alloc(hoop_cuda_ctx_t *ctx, size_t bytes)
     if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1,
                                   cudaHostAllocPortable | cudaHostAllocMapped);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        failed(ctx, "cudaHostAlloc", e);
-        p = NULL;
-    }
-    leave(ctx, &sv);
-    return p;
+    if (e != cudaSuccess) cudaGetLastError(); /* not left for the application */
+    return made(ctx, &sv, "cudaHostAlloc", e, p);
 }
 
 static void host_free(hoop_cuda_ctx_t *ctx, void *p)
@@ -530,12 +539,7 @@ static void *stream_create(hoop_cuda_ctx_t *ctx)
     cudaStream_t s = NULL;
     if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e != cudaSuccess) {
-        failed(ctx, "cudaStreamCreateWithFlags", e);
-        s = NULL;
-    }
-    leave(ctx, &sv);
-    return s;
+    return made(ctx, &sv, "cudaStreamCreateWithFlags", e, s);
 }
 
 static void stream_destroy(hoop_cuda_ctx_t *ctx, void *stream)
@@ -551,8 +555,7 @@ static int stream_sync(hoop_cuda_ctx_t *ctx, void *stream)
     saved_t sv;
     if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaStreamSynchronize(strm(stream));
-    leave(ctx, &sv);
-    return e == cudaSuccess ? 0 : failed(ctx, "cudaStreamSynchronize", e);
+    return left(ctx, &sv, "cudaStreamSynchronize", e);
 }
 
 static int copy_async(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n, void *stream)
@@ -561,8 +564,7 @@ static int copy_async(hoop_cuda_ctx_t *ctx, void *dst, const void *src, size_t n
     if (n == 0) return 0;
     if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, strm(stream));
-    leave(ctx, &sv);
-    return e == cudaSuccess ? 0 : failed(ctx, "cudaMemcpyAsync", e);
+    return left(ctx, &sv, "cudaMemcpyAsync", e);
 }
 
 static void *event_create(hoop_cuda_ctx_t *ctx)
@@ -571,12 +573,7 @@ static void *event_create(hoop_cuda_ctx_t *ctx)
     cudaEvent_t ev = NULL;
     if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-        failed(ctx, "cudaEventCreateWithFlags", e);
-        ev = NULL;
-    }
-    leave(ctx, &sv);
-    return ev;
+    return made(ctx, &sv, "cudaEventCreateWithFlags", e, ev);
 }
 
 static void event_destroy(hoop_cuda_ctx_t *ctx, void *event)
@@ -593,8 +590,7 @@ static int event_record(hoop_cuda_ctx_t *ctx, void *event, void *stream)
     saved_t sv;
     if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaEventRecord((cudaEvent_t)event, strm(stream));
-    leave(ctx, &sv);
-    return e == cudaSuccess ? 0 : failed(ctx, "cudaEventRecord", e);
+    return left(ctx, &sv, "cudaEventRecord", e);
 }
 
 static int event_query(hoop_cuda_ctx_t *ctx, void *event)
@@ -614,8 +610,7 @@ static int stream_wait_event(hoop_cuda_ctx_t *ctx, void *stream, void *event)
     saved_t sv;
     if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = cudaStreamWaitEvent(strm(stream), (cudaEvent_t)event, 0);
-    leave(ctx, &sv);
-    return e == cudaSuccess ? 0 : failed(ctx, "cudaStreamWaitEvent", e);
+    return left(ctx, &sv, "cudaStreamWaitEvent", e);
 }
 
 /* Where the driver has no stream memory operations: a host function on the stream that polls
@@ -744,13 +739,8 @@ static void *ipc_open(hoop_cuda_ctx_t *ctx, const void *handle)
     memcpy(&h, handle, sizeof h);
     if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        failed(ctx, "cudaIpcOpenMemHandle", e);
-        p = NULL;
-    }
-    leave(ctx, &sv);
-    return p;
+    if (e != cudaSuccess) cudaGetLastError(); /* not left for the application */
+    return made(ctx, &sv, "cudaIpcOpenMemHandle", e, p);
 }
 
 static void ipc_close(hoop_cuda_ctx_t *ctx, void *p)
@@ -774,8 +764,7 @@ static int reduce_async(hoop_cuda_ctx_t *ctx, void *out, const void *a, const vo
     if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = (cudaError_t)hoop_cuda_launch_reduce(out, a, b, count, dt, op, ctx->sms,
                                                          (void *)strm(stream));
-    leave(ctx, &sv);
-    return e == cudaSuccess ? 0 : failed(ctx, "reduction kernel", e);
+    return left(ctx, &sv, "reduction kernel", e);
 }
 
 static int avg_finish_async(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_dtype_t dt,
@@ -788,8 +777,7 @@ static int avg_finish_async(hoop_cuda_ctx_t *ctx, void *buf, size_t count, hoop_
     if (enter(ctx, &sv) != 0) return -1;
     cudaError_t e = (cudaError_t)hoop_cuda_launch_avg(buf, count, dt, divisor, ctx->sms,
                                                       (void *)strm(stream));
-    leave(ctx, &sv);
-    return e == cudaSuccess ? 0 : failed(ctx, "average kernel", e);
+    return left(ctx, &sv, "average kernel", e);
 }
 
 _Static_assert(sizeof(cudaIpcEventHandle_t) <= HOOP__CUDA_IPC_HANDLE, "the handle must fit");
@@ -826,13 +814,8 @@ static void *ipc_event_open(hoop_cuda_ctx_t *ctx, const void *handle)
     memcpy(&h, handle, sizeof h);
     if (enter(ctx, &sv) != 0) return NULL;
     cudaError_t e = cudaIpcOpenEventHandle(&ev, h);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        failed(ctx, "cudaIpcOpenEventHandle", e);
-        ev = NULL;
-    }
-    leave(ctx, &sv);
-    return ev;
+    if (e != cudaSuccess) cudaGetLastError(); /* not left for the application */
+    return made(ctx, &sv, "cudaIpcOpenEventHandle", e, ev);
 }
 
 static const hoop_cuda_module_t table = {

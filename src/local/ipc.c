@@ -61,7 +61,7 @@ typedef struct hello {
     int64_t pid;      /* watched while the stream waits for this rank's events */
     char host[64];
     char why[176];
-    unsigned char handle[HOOP__IPC_HANDLE];
+    unsigned char handle[HOOP__IPC_AREA_HANDLE];
     unsigned char events[HOOP__IPC_EVENTS][HOOP__IPC_HANDLE];
 } hello_t;
 

@@ -134,6 +134,8 @@ void hoop__scratch_free(hoop_comm_t *c)
     c->in_copy_len = 0;
 }
 
+void hoop__mem_release(hoop_comm_t *c) { hoop__cuda_ipc_release(c); }
+
 void hoop__mem_close(hoop_comm_t *c)
 {
     /* Scratch and staging may be device memory: before the module's context goes. */

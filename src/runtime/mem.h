@@ -91,6 +91,9 @@ void hoop__mem_order_cancel(struct hoop__call *call);
  * made to wait for them now. */
 hoop_result_t hoop__mem_group_end(hoop_comm_t *c);
 
+/* As the communicator goes, once no call runs and while its log is open: what peers may still
+ * use is let go of first (the CUDA IPC areas: hoop__cuda_ipc_release). */
+void hoop__mem_release(hoop_comm_t *c);
 /* Frees what the memory types hold for c (scratch, staging buffers, the CUDA module's context),
  * as the communicator goes. */
 void hoop__mem_close(hoop_comm_t *c);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -335,13 +336,11 @@ void hoop__cuda_close(hoop_comm_t *c)
             if (st->copy_stream[d] != NULL) st->t->stream_destroy(st->ctx, st->copy_stream[d]);
         if (st->copy_gate != NULL && !st->copy_stuck) st->t->event_destroy(st->ctx, st->copy_gate);
     }
-    /* The IPC stream first: work still queued there (a call that failed while its stream
-     * waited for a dead peer) reads the areas and waits for the events; CUDA releases a
-     * destroyed stream's and event's resources once the device is done with them. */
-    if (st->ctx != NULL && st->ipc_stream != NULL) st->t->stream_destroy(st->ctx, st->ipc_stream);
+    /* The IPC stream and the peers' areas, then this rank's area once no peer has it open
+     * (done already by hoop__mem_release, as the communicator goes). */
+    hoop__cuda_ipc_release(c);
     if (st->ctx != NULL && st->peer != NULL)
         for (int q = 0; q < c->size; q++) {
-            if (st->peer[q].p != NULL) st->t->ipc_close(st->ctx, st->peer[q].p);
             for (int k = 0; k < HOOP__IPC_EVENTS; k++)
                 if (st->peer[q].ev[k] != NULL) st->t->event_destroy(st->ctx, st->peer[q].ev[k]);
         }
@@ -352,9 +351,15 @@ void hoop__cuda_close(hoop_comm_t *c)
         if (st->ipc_gate != NULL) st->t->event_destroy(st->ctx, st->ipc_gate);
         if (st->ipc_fin != NULL) st->t->event_destroy(st->ctx, st->ipc_fin);
     }
-    if (st->ipc_area != NULL) st->t->ipc_free(st->ctx, st->ipc_area);
-    if (st->ctx != NULL) st->t->close(st->ctx);
-    if (st->dl != NULL) dlclose(st->dl);
+    if (st->ipc_users != NULL) {
+        munmap(st->ipc_users,
+               sizeof(hoop__ipc_users_t) + (size_t)c->size * sizeof(hoop__ipc_user_t));
+        close(st->ipc_users_fd);
+    }
+    /* An area a live peer still had open at the timeout stays, and so does what holds it. */
+    if (st->ipc_area != NULL && !st->ipc_left) st->t->ipc_free(st->ctx, st->ipc_area);
+    if (st->ctx != NULL && !st->ipc_left) st->t->close(st->ctx);
+    if (st->dl != NULL && !st->ipc_left) dlclose(st->dl);
     pthread_mutex_destroy(&st->mu);
     free(st->deferred);
     free(st);

@@ -14,6 +14,23 @@
 #include "runtime/runtime.h"
 
 enum { NO_DRIVER, READY, BROKEN };
+
+/* An IPC area's users' page (mem_cuda_ipc.c): slot r says whether rank r has the area open. A
+ * peer marks its slot open before it opens the area and closed after it closed it, so the owner
+ * frees the area only once no live peer has it open (CUDA leaves freeing memory that another
+ * process has open undefined). */
+enum { IPC_UNUSED, IPC_OPEN, IPC_CLOSED };
+typedef struct hoop__ipc_user {
+    _Atomic int64_t pid;
+    _Atomic uint32_t state;
+    uint32_t pad;
+} hoop__ipc_user_t;
+typedef struct hoop__ipc_users {
+    uint64_t magic, nonce, comm_id;
+    int32_t size;
+    _Atomic uint32_t closing; /* the owner is about to free the area: no open may begin */
+    hoop__ipc_user_t rank[];
+} hoop__ipc_users_t;
 #define RANGES 8
 #define SLOTS 1024 /* stream-ordered calls in flight at once; one more waits for one to end */
 
@@ -78,8 +95,15 @@ struct hoop__cuda {
     void *ipc_area;
     size_t ipc_cap;
     unsigned char ipc_handle[HOOP__CUDA_IPC_HANDLE];
+    /* Who has the area open: its users' page (a memfd the peers open through /proc, its address
+     * after the handle), and whether a live peer kept the area open past the timeout at
+     * destroy (then neither the area nor the context is ever freed). */
+    hoop__ipc_users_t *ipc_users;
+    int ipc_users_fd;
+    int ipc_left;
     struct {
         void *p;
+        hoop__ipc_users_t *users; /* its users' page, mapped here while p is open */
         unsigned char handle[HOOP__CUDA_IPC_HANDLE];
         void *ev[HOOP__IPC_EVENTS]; /* its events opened here, from ev_handle */
         unsigned char ev_handle[HOOP__IPC_EVENTS][HOOP__CUDA_IPC_HANDLE];

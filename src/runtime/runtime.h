@@ -151,8 +151,11 @@ void hoop__cuda_stage_event_free(hoop_comm_t *c, void *ev);
  * The CUDA IPC path's memory: each rank's area, device memory that its peers open once from its
  * handle and keep open, by rank, until the communicator goes. Under exec. */
 #define HOOP__IPC_HANDLE 64
+/* An area's handle: the module's, and the address of the page where its peers say whether they
+ * have it open (hoop__cuda_ipc_release). */
+#define HOOP__IPC_AREA_HANDLE (HOOP__IPC_HANDLE + 16)
 /* This rank's area (made by the first call, about want bytes, HOOP_CUDA_IPC_BYTES): 0 with
- * *area, *cap and handle set, or -1 with a sentence in err. */
+ * *area, *cap and handle (HOOP__IPC_AREA_HANDLE bytes) set, or -1 with a sentence in err. */
 int hoop__cuda_ipc_area(hoop_comm_t *c, size_t want, void **area, size_t *cap, void *handle,
                         char *err, size_t errlen);
 /* Peer's area opened here from its handle: the one opened before when the handle is the same
@@ -188,6 +191,10 @@ void hoop__cuda_ipc_wait(const hoop__call_t *call, int peer, int which);
  * that failed the communicator. */
 hoop_result_t hoop__cuda_ipc_end(const hoop__call_t *call, int (*watch)(void *), void *arg);
 
+/* At destroy, once no call runs (hoop__mem_release): the IPC stream destroyed and every peer's
+ * area closed here (each peer told so), then this rank's area freed once no live peer has it
+ * open, within the timeout; past it the area is left allocated (a WARN line says why). */
+void hoop__cuda_ipc_release(hoop_comm_t *c);
 /* The CUDA module's context and handle (mem_cuda.c; hoop__mem_close). */
 void hoop__cuda_close(hoop_comm_t *c);
 

@@ -19,6 +19,8 @@
  *  - allocations (cudaMalloc, cudaHostAlloc, IPC opens) that order later work of every stream
  *    after the work queued before them, and frees (cudaFree, cudaFreeHost) that wait for the
  *    device: the programming guide's implicit synchronization, read strictly;
+ *  - freeing memory that another live process has open from its IPC handle (undefined in CUDA):
+ *    the exporter aborts, naming the importer, and so does the importer's later access;
  *  - stream capture: captured work is not run but kept for graph replay; calls that CUDA forbids
  *    during a capture (per the thread's capture interaction mode) fail and invalidate it;
  *  - a driver older than the runtime (HOOP_CUDA_DOUBLE_DRIVER): the runtime's calls fail.
@@ -197,7 +199,20 @@ typedef struct block {
     size_t off, size;
     int device;
     int pool; /* from cudaMallocAsync: not exportable over IPC */
+    int xrec; /* its export record + 1 (given an IPC handle), or 0 */
 } block_t;
+
+/* Who has an exported allocation open: one record per allocation given an IPC handle, in a
+ * memfd of the exporter's (g.xfd) that importers map through /proc as they map the memory. An
+ * importer puts its pid in a slot when it opens the handle and clears it when it closes; a dead
+ * process's pid (or a zombie's) does not count, as its mappings went with it. */
+#define XRECS 1024
+#define XPIDS 14
+typedef struct xrec {
+    _Atomic uint64_t serial; /* the first handle's: 0 while the record is unused */
+    _Atomic int32_t freed;   /* the exporter freed the allocation */
+    _Atomic int32_t pid[XPIDS];
+} xrec_t;
 
 typedef struct pinned {
     char *p;
@@ -222,12 +237,17 @@ static struct {
     size_t bytes;
     int fd;
     block_t blocks[MAX_BLOCKS]; /* live allocations, sorted by offset */
+    int xfd;                    /* the export records' memfd, made by the first handle */
+    xrec_t *xrecs;
+    int nxrecs;
     int nblocks;
     uint64_t serial;
     struct {
         char *dev, *alias, *map;
         size_t size, maplen;
         int device;
+        xrec_t *xmap, *rec; /* the exporter's records mapped here, and this allocation's */
+        int slot;           /* where this process's pid is in it */
     } imports[1024];
     int nimports;
     pinned_t *pinned;
@@ -629,6 +649,10 @@ static char *reach(const void *p, size_t n, int kernel, const char *what)
         if (i >= 0) {
             if ((const char *)p + n > g.imports[i].dev + g.imports[i].size)
                 die("%s: %zu bytes at %p run past the peer's memory opened there", what, n, p);
+            if (atomic_load(&g.imports[i].rec->freed))
+                die("%s: %zu bytes at %p: memory opened from an IPC handle that its exporter has "
+                    "freed since",
+                    what, n, p);
             a = g.imports[i].alias + ((const char *)p - g.imports[i].dev);
         } else {
             pinned_t *pp = pinned_of(p, n);
@@ -663,7 +687,7 @@ static void *block_alloc(size_t bytes, size_t align, int d, int pool)
         return NULL;
     }
     memmove(&g.blocks[i + 1], &g.blocks[i], (size_t)(g.nblocks - i) * sizeof(block_t));
-    g.blocks[i] = (block_t){at, size, d, pool};
+    g.blocks[i] = (block_t){at, size, d, pool, 0};
     g.nblocks++;
     pthread_mutex_unlock(&g.mu);
     memset(g.alias + at, 0xdb, size);
@@ -671,6 +695,37 @@ static void *block_alloc(size_t bytes, size_t align, int d, int pool)
 }
 
 /* Under mu. */
+/* Whether process pid has ended (gone, or a zombie). */
+static int process_ended(int32_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 1;
+    buf[n] = '\0';
+    const char *st = strrchr(buf, ')');
+    return st != NULL && st[1] == ' ' && (st[2] == 'Z' || st[2] == 'X');
+}
+
+/* The exporter frees an allocation other processes opened from its IPC handle: CUDA leaves that
+ * undefined while any of them still has it open (its next access faults), so a live importer
+ * aborts the exporter, naming both, and its own later accesses abort too (freed). Under mu. */
+static void export_freed(void *p, xrec_t *r, const char *what)
+{
+    atomic_store(&r->freed, 1);
+    for (int i = 0; i < XPIDS; i++) {
+        int32_t pid = atomic_load(&r->pid[i]);
+        if (pid != 0 && !process_ended(pid))
+            die("%s of %p, exported over IPC, while process %d still has it open "
+                "(cudaIpcOpenMemHandle without cudaIpcCloseMemHandle): undefined in CUDA, and that "
+                "process's next access faults",
+                what, p, (int)pid);
+    }
+}
+
 static void block_free(void *p, const char *what)
 {
     if (!in_arena(p)) die("%s of %p, which is not device memory of this process", what, p);
@@ -678,6 +733,7 @@ static void block_free(void *p, const char *what)
     if (k < 0 || g.dev + g.blocks[k].off != (char *)p)
         die("%s of %p, which is not an allocation", what, p);
     block_t b = g.blocks[k];
+    if (b.xrec > 0) export_freed(p, &g.xrecs[b.xrec - 1], what);
     /* The pages go back while the block is still taken: once it is not, another thread may
      * allocate it and write there. */
     size_t first = (b.off + 4095) / 4096 * 4096, last = (b.off + b.size) / 4096 * 4096;
@@ -1643,14 +1699,16 @@ EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t sh, cudaEvent_t h, unsigned 
 
 /* ---- IPC ----
  * A handle names the arena's memfd through /proc/PID/fd/FD, with the allocation's offset, size,
- * device and a serial number; opening it in another process maps the pages holding that range
- * twice, as the arena is (a PROT_NONE view handed out, an alias for the double). */
+ * device and a serial number, and its export record (xrec_t); opening it in another process maps
+ * the pages holding that range twice, as the arena is (a PROT_NONE view handed out, an alias for
+ * the double), and the records' table, where the opener writes its pid. */
 
 typedef struct ipc_handle {
     uint64_t magic, serial;
     int64_t pid, fd;
     uint64_t off, size;
     int32_t device;
+    int32_t xfd, xrec; /* the export records' memfd, and the allocation's record in it */
 } ipc_handle_t;
 _Static_assert(sizeof(ipc_handle_t) <= sizeof(cudaIpcMemHandle_t), "the handle must fit");
 #define IPC_MAGIC 0x49504344424cull
@@ -1664,7 +1722,23 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *p)
         pthread_mutex_unlock(&g.mu);
         return ret(cudaErrorInvalidValue); /* not the start of a cudaMalloc allocation */
     }
+    if (g.xrecs == NULL) {
+        size_t len = XRECS * sizeof(xrec_t);
+        g.xfd = memfd_create("cuda-double-exports", MFD_CLOEXEC);
+        void *m = g.xfd >= 0 && ftruncate(g.xfd, (off_t)len) == 0
+                      ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, g.xfd, 0)
+                      : MAP_FAILED;
+        if (m == MAP_FAILED) die("cannot make the IPC export records: %s", strerror(errno));
+        g.xrecs = m;
+    }
+    if (g.blocks[k].xrec == 0) {
+        if (g.nxrecs == XRECS) die("too many allocations exported over IPC");
+        atomic_store(&g.xrecs[g.nxrecs].serial, g.serial + 1);
+        g.blocks[k].xrec = ++g.nxrecs;
+    }
     ipc_handle_t h = {.magic = IPC_MAGIC,
+                      .xfd = g.xfd,
+                      .xrec = g.blocks[k].xrec - 1,
                       .serial = ++g.serial,
                       .pid = getpid(),
                       .fd = g.fd,
@@ -1697,15 +1771,40 @@ EXPORT cudaError_t cudaIpcOpenMemHandle(void **out, cudaIpcMemHandle_t handle, u
     memcpy(&h, &handle, sizeof h);
     /* As CUDA: not in the process that made it. */
     if (h.magic != IPC_MAGIC || h.pid == getpid()) return ret(cudaErrorInvalidValue);
+    if (h.xrec < 0 || h.xrec >= XRECS) return ret(cudaErrorInvalidValue);
+    int xfd = peer_fd(h.pid, h.xfd);
+    if (xfd < 0) return ret(cudaErrorInvalidValue);
+    xrec_t *xmap = mmap(NULL, XRECS * sizeof(xrec_t), PROT_READ | PROT_WRITE, MAP_SHARED, xfd, 0);
+    close(xfd);
+    if (xmap == MAP_FAILED) return ret(cudaErrorMemoryAllocation);
+    xrec_t *rec = &xmap[h.xrec];
+    /* Taken before the memory is mapped, so that an exporter's free never misses it. */
+    int slot = -1;
+    for (int i = 0; i < XPIDS && slot < 0; i++) {
+        int32_t zero = 0;
+        if (atomic_compare_exchange_strong(&rec->pid[i], &zero, (int32_t)getpid())) slot = i;
+    }
+    if (slot < 0) die("cudaIpcOpenMemHandle: more than %d processes opened one handle", XPIDS);
+    if (atomic_load(&rec->serial) == 0 || atomic_load(&rec->freed)) {
+        atomic_store(&rec->pid[slot], 0);
+        munmap(xmap, XRECS * sizeof(xrec_t));
+        return ret(cudaErrorInvalidValue); /* freed by its exporter: the handle names nothing */
+    }
     int fd = peer_fd(h.pid, h.fd);
-    if (fd < 0) return ret(cudaErrorInvalidValue);
     size_t pg = h.off / 4096 * 4096, len = (h.off + h.size + 4095) / 4096 * 4096 - pg;
+    if (fd < 0) {
+        atomic_store(&rec->pid[slot], 0);
+        munmap(xmap, XRECS * sizeof(xrec_t));
+        return ret(cudaErrorInvalidValue);
+    }
     char *dev = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, (off_t)pg);
     char *alias = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)pg);
     close(fd);
     if (dev == MAP_FAILED || alias == MAP_FAILED) {
         if (dev != MAP_FAILED) munmap(dev, len);
         if (alias != MAP_FAILED) munmap(alias, len);
+        atomic_store(&rec->pid[slot], 0);
+        munmap(xmap, XRECS * sizeof(xrec_t));
         return ret(cudaErrorMemoryAllocation);
     }
     pthread_mutex_lock(&g.mu);
@@ -1716,6 +1815,9 @@ EXPORT cudaError_t cudaIpcOpenMemHandle(void **out, cudaIpcMemHandle_t handle, u
     g.imports[g.nimports].size = h.size;
     g.imports[g.nimports].maplen = len;
     g.imports[g.nimports].device = h.device;
+    g.imports[g.nimports].xmap = xmap;
+    g.imports[g.nimports].rec = rec;
+    g.imports[g.nimports].slot = slot;
     *out = g.imports[g.nimports].dev;
     g.nimports++;
     barrier_locked(c);
@@ -1735,6 +1837,9 @@ EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
     if (i < 0 || g.imports[i].dev != (char *)p) die("cudaIpcCloseMemHandle of %p, not opened", p);
     munmap(g.imports[i].map, g.imports[i].maplen);
     munmap(g.imports[i].alias - (g.imports[i].dev - g.imports[i].map), g.imports[i].maplen);
+    xrec_t *rec = g.imports[i].rec;
+    atomic_store(&rec->pid[g.imports[i].slot], 0);
+    munmap(g.imports[i].xmap, XRECS * sizeof(xrec_t));
     g.imports[i] = g.imports[--g.nimports];
     pthread_mutex_unlock(&g.mu);
     return cudaSuccess;

@@ -1,0 +1,192 @@
+/* The CUDA IPC areas at hoop_comm_destroy (docs/cuda.md, "What peers open"): a rank frees its
+ * area only once every peer that opened it has closed it, or has died. The test double aborts an
+ * exporter that frees an allocation a live process still has open, and an importer that reads one
+ * after its free, so a destroy without that handshake fails here.
+ *
+ * usage: ipc_close MODULE MODE, run alone (it starts its 3 ranks itself, on one host, so that a
+ * rank may die without a launcher stopping the others). Every rank first makes an all-reduce over
+ * CUDA IPC (HOOP_ALGO=ipc), checked against the sum computed here, which opens every peer's area;
+ * then, by MODE:
+ *   destroy        every rank destroys, the last one 300 ms after the others;
+ *   failed         an all-reduce that fails on every rank (rank 0 gives another count), then as
+ *                  destroy;
+ *   kill-importer  the last rank is killed 300 ms after the call, without closing anything;
+ *   kill-exporter  rank 0 is killed at once, and the last rank destroys 300 ms after rank 1;
+ *   importer-stays the last rank never destroys and exits 2 timeouts later: the others' destroy
+ *                  gives up waiting for it after one timeout and leaves their areas allocated.
+ * Every survivor's destroy must return HOOP_OK within the timeout (importer-stays: after one
+ * timeout, within 5 s more), and the process exit 0; the killed rank must have died of SIGKILL. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "devbuf.h"
+#include "hoop.h"
+#include "../common/testing.h"
+
+#define RANKS 3
+#define COUNT 4099
+
+static float input(int r, size_t i) { return (float)((r + 1) * 1000 + (int)(i % 997)); }
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int run_rank(const char *module, const char *mode)
+{
+    char err[512];
+    if (devbuf_open(module, err, sizeof err) != 0) {
+        fprintf(stderr, "ipc_close: %s: %s\n", module, err);
+        return devbuf_no_device(err) ? 77 : 1;
+    }
+    hoop_comm_t *c;
+    hoop_result_t rc = hoop_init_from_env(&c);
+    if (rc != HOOP_OK) {
+        fprintf(stderr, "ipc_close: hoop_init_from_env: %s\n", hoop_error_string(rc));
+        return 1;
+    }
+    int rank = test_rank = hoop_comm_rank(c), size = hoop_comm_size(c), last = size - 1;
+    float *h = malloc(COUNT * sizeof(float)), *o = malloc(COUNT * sizeof(float));
+    float *d = devbuf_alloc(COUNT * sizeof(float));
+    if (h == NULL || o == NULL) return 1;
+    for (size_t i = 0; i < COUNT; i++) h[i] = input(rank, i);
+    devbuf_copy(d, h, COUNT * sizeof(float));
+    rc = hoop_allreduce(c, d, d, COUNT, HOOP_FLOAT32, HOOP_SUM);
+    CHECK(rc == HOOP_OK, "allreduce over CUDA IPC: %s", hoop_comm_last_error(c));
+    devbuf_copy(o, d, COUNT * sizeof(float));
+    size_t bad = 0;
+    for (size_t i = 0; i < COUNT; i++) {
+        float e = 0;
+        for (int r = 0; r < size; r++) e += input(r, i);
+        bad += o[i] != e;
+    }
+    CHECK(bad == 0, "allreduce over CUDA IPC: %zu wrong element(s)", bad);
+
+    if (!strcmp(mode, "failed")) {
+        rc = hoop_allreduce(c, d, d, rank == 0 ? COUNT - 1 : COUNT, HOOP_FLOAT32, HOOP_SUM);
+        CHECK(rc != HOOP_OK, "an all-reduce whose counts differ returned HOOP_OK");
+    }
+    if (!strcmp(mode, "kill-importer") && rank == last) {
+        nap_ms(300);
+        raise(SIGKILL);
+    }
+    if (!strcmp(mode, "kill-exporter") && rank == 0) raise(SIGKILL);
+    const char *limit = getenv("HOOP_TIMEOUT");
+    double timeout = limit != NULL ? atof(limit) : 60;
+    int stays = !strcmp(mode, "importer-stays");
+    if (stays && rank == last) {
+        /* Its mappings of the peers' areas go with the process, not before. */
+        nap_ms((long)(2000 * timeout));
+        printf("rank %d: %s: exits without hoop_comm_destroy\n", rank, mode);
+        fflush(stdout);
+        _exit(test_failures ? 1 : 0);
+    }
+    if (rank == last) nap_ms(300);
+    double t0 = now_s();
+    rc = hoop_comm_destroy(c);
+    double took = now_s() - t0;
+    CHECK(rc == HOOP_OK, "hoop_comm_destroy: %s", hoop_error_string(rc));
+    if (stays)
+        CHECK(took >= 0.9 * timeout && took < timeout + 5,
+              "hoop_comm_destroy took %.1f s where a peer kept the area open: it must wait one "
+              "timeout (%.0f s) for it, and no more",
+              took, timeout);
+    else
+        CHECK(took < timeout, "hoop_comm_destroy took %.1f s, more than the timeout (%.0f s)", took,
+              timeout);
+    devbuf_free(d);
+    free(h);
+    free(o);
+    printf("rank %d: %s: %s (destroy took %.3f s)\n", rank, mode, test_failures ? "FAILED" : "ok",
+           took);
+    fflush(stdout);
+    return test_failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: ipc_close MODULE "
+                        "destroy|failed|kill-importer|kill-exporter|importer-stays\n");
+        return 2;
+    }
+    const char *mode = argv[2];
+    int victim = !strcmp(mode, "kill-importer")   ? RANKS - 1
+                 : !strcmp(mode, "kill-exporter") ? 0
+                                                  : -1;
+    int port = test_free_port();
+    if (port < 0) {
+        fprintf(stderr, "ipc_close: no free port\n");
+        return 1;
+    }
+    char job[64];
+    snprintf(job, sizeof job, "ipc-close-%d", (int)getpid());
+    setenv("HOOP_JOB_ID", job, 1);
+    fflush(stdout);
+    pid_t pid[RANKS];
+    for (int q = 0; q < RANKS; q++) {
+        pid[q] = fork();
+        if (pid[q] < 0) {
+            perror("fork");
+            return 1;
+        }
+        if (pid[q] == 0) {
+            char v[32];
+            snprintf(v, sizeof v, "%d", q);
+            setenv("RANK", v, 1);
+            setenv("LOCAL_RANK", v, 1);
+            snprintf(v, sizeof v, "%d", RANKS);
+            setenv("WORLD_SIZE", v, 1);
+            setenv("LOCAL_WORLD_SIZE", v, 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            snprintf(v, sizeof v, "%d", port);
+            setenv("MASTER_PORT", v, 1);
+            _exit(run_rank(argv[1], mode));
+        }
+    }
+    /* Every rank within a deadline well past the timeout; what is left then is killed. */
+    int status[RANKS], left = RANKS, failed = 0, skipped = 0;
+    double deadline = now_s() + 150;
+    for (int q = 0; q < RANKS; q++) status[q] = -1;
+    while (left > 0 && now_s() < deadline) {
+        for (int q = 0; q < RANKS; q++) {
+            int st;
+            if (status[q] == -1 && waitpid(pid[q], &st, WNOHANG) == pid[q]) {
+                status[q] = st;
+                left--;
+            }
+        }
+        nap_ms(10);
+    }
+    for (int q = 0; q < RANKS; q++) {
+        int st = status[q];
+        if (st == -1) {
+            kill(pid[q], SIGKILL);
+            waitpid(pid[q], NULL, 0);
+            printf("FAIL: rank %d still ran after 150 s (killed)\n", q);
+            failed = 1;
+        } else if (q == victim) {
+            if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
+                printf("FAIL: rank %d was to die of SIGKILL, status %#x\n", q, st);
+                failed = 1;
+            }
+        } else if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+            skipped = 1;
+        } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            if (WIFSIGNALED(st))
+                printf("FAIL: rank %d died of signal %d\n", q, WTERMSIG(st));
+            else
+                printf("FAIL: rank %d exited with %d\n", q, WEXITSTATUS(st));
+            failed = 1;
+        }
+    }
+    printf("ipc_close %s: %s\n", mode, failed ? "FAILED" : skipped ? "skipped" : "ok");
+    return failed ? 1 : skipped ? 77 : 0;
+}
