@@ -199,9 +199,24 @@ static int area_open(hoop_comm_t *c, hoop__shc_t *a, const char *addr)
     return 0;
 }
 
-/* The first call that wants the area: rank 0 makes it and sends its address to every rank, every
- * rank maps it and tells rank 0 whether it could, and rank 0 tells everyone the verdict. Messages
- * of the call itself (its header), so a rank in another call fails them as a mismatch. */
+/* The communicator's ranks as a binomial tree rooted at rank 0 (the one the shm transport settles
+ * through on a host of one communicator): rank r's parent clears its lowest set bit, its
+ * children set one bit below it. Children in the order of their subtrees, smallest first. */
+static int tree_kids(int me, int p, int *kids)
+{
+    int n = 0;
+    for (int b = 1; b < p && (me == 0 || b < (me & -me)); b <<= 1)
+        if (me + b < p) kids[n++] = me + b;
+    return n;
+}
+
+/* The first call that wants the area: rank 0 makes it, its address goes down the ranks' binomial
+ * tree (each rank maps the area, then passes the address on), whether every rank could map it
+ * comes up the tree and the verdict goes down it again. Rank 0 talked to every rank in turn
+ * before, and mapped every rank's segment to do it (beyond 16 peers the transport maps a peer's
+ * segment at the first transfer with it); through the tree a rank talks only to the neighbours
+ * it mapped at connect, and rank 0 to log2(p) of them. Messages of the call itself (its
+ * header), so a rank in another call fails them as a mismatch. */
 static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
 {
     /* The exchange's buffers are this rank's own, in host memory, whatever the call's are. */
@@ -209,45 +224,43 @@ static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
     hcall.mem = HOOP__MEM_HOST;
     const hoop__call_t *call = &hcall;
     hoop_comm_t *c = call->comm;
-    int p = c->size, me = c->rank, fd = -1;
-    char *addrs = calloc((size_t)p, ADDR_LEN);
-    uint8_t *st = calloc((size_t)p, 1);
+    int p = c->size, me = c->rank, fd = -1, kids[32];
+    int nk = tree_kids(me, p, kids), parent = me & (me - 1);
+    char addr[ADDR_LEN] = {0};
     a->pidfd = malloc((size_t)p * sizeof(int));
-    if (addrs == NULL || st == NULL || a->pidfd == NULL) {
-        free(addrs);
-        free(st);
-        free(a->pidfd);
-        a->pidfd = NULL;
+    if (a->pidfd == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "shared-memory collectives: no memory");
         return HOOP_ERR_NO_MEMORY;
     }
     for (int q = 0; q < p; q++) a->pidfd[q] = -1;
     layout(c, a);
-    uint8_t mine = 0, verdict = 0;
-    hoop_result_t rc;
+    uint8_t mine = 0, verdict = 0, got = 0;
+    hoop_result_t rc = HOOP_OK;
+    /* Down: the address (empty where rank 0 could not make the area). */
     if (me == 0) {
-        if (area_create(c, a, &fd, addrs) == 0) mine = 1;
-        for (int q = 1; q < p; q++) memcpy(addrs + (size_t)q * ADDR_LEN, addrs, ADDR_LEN);
-        rc = hoop__root_exchange(call, HOOP__XFER_SEND, addrs, ADDR_LEN);
+        if (area_create(c, a, &fd, addr) == 0) mine = 1;
     } else {
-        rc = hoop__sendrecv(call, -1, NULL, 0, 0, addrs, ADDR_LEN);
-        addrs[ADDR_LEN - 1] = '\0';
-        if (rc == HOOP_OK && addrs[0] != '\0' && area_open(c, a, addrs) == 0) mine = 1;
+        rc = hoop__sendrecv(call, -1, NULL, 0, parent, addr, ADDR_LEN);
+        addr[ADDR_LEN - 1] = '\0';
+        if (rc == HOOP_OK && addr[0] != '\0' && area_open(c, a, addr) == 0) mine = 1;
     }
     if (mine) ctl_of(a, me)->pid = (int32_t)getpid();
-    if (rc == HOOP_OK && me == 0) {
-        rc = hoop__root_exchange(call, HOOP__XFER_RECV, (char *)st, 1);
-        verdict = mine;
-        for (int q = 1; q < p; q++) verdict &= st[q];
-        memset(st, verdict, (size_t)p);
-        if (rc == HOOP_OK) rc = hoop__root_exchange(call, HOOP__XFER_SEND, (char *)st, 1);
-    } else if (rc == HOOP_OK) {
-        rc = hoop__sendrecv(call, 0, &mine, 1, -1, NULL, 0);
-        if (rc == HOOP_OK) rc = hoop__sendrecv(call, -1, NULL, 0, 0, &verdict, 1);
+    /* The largest subtree first: it has the most rounds below it. */
+    for (int k = nk - 1; k >= 0 && rc == HOOP_OK; k--)
+        rc = hoop__sendrecv(call, kids[k], addr, ADDR_LEN, -1, NULL, 0);
+    /* Up: whether this rank and every rank below it mapped the area. Rank 0 keeps its memfd
+     * open until it hears: the others open it through its /proc entry. */
+    verdict = mine;
+    for (int k = 0; k < nk && rc == HOOP_OK; k++) {
+        rc = hoop__sendrecv(call, -1, NULL, 0, kids[k], &got, 1);
+        verdict &= got;
     }
+    if (rc == HOOP_OK && me != 0) rc = hoop__sendrecv(call, parent, &verdict, 1, -1, NULL, 0);
+    /* Down: rank 0's verdict, the same on every rank. */
+    if (rc == HOOP_OK && me != 0) rc = hoop__sendrecv(call, -1, NULL, 0, parent, &verdict, 1);
+    for (int k = nk - 1; k >= 0 && rc == HOOP_OK; k--)
+        rc = hoop__sendrecv(call, kids[k], &verdict, 1, -1, NULL, 0);
     if (fd >= 0) close(fd);
-    free(addrs);
-    free(st);
     if (rc != HOOP_OK || !verdict) {
         area_unmap(a);
         if (rc == HOOP_OK)
