@@ -3,10 +3,15 @@
  * by rank 0 at the first call that wants it and mapped by every rank, and the one primitive the
  * algorithms build on, a step: publish what this rank wrote, then wait until every rank has.
  *
- *   area:    header page | slot of rank 0 | slot of rank 1 | ...
- *   slot r:  control (waiters' count, pid, abort flag and reason) | buffer 0 | buffer 1
- *   buffer:  a line (step number, the call's descriptor, the first 24 payload bytes) |
- *            4 lines of 56 payload bytes and a step number each | payload
+ *   area:    header page | controls | lines of buffer 0 | lines of buffer 1 | payloads
+ *   controls: each rank's (waiters' count, pid, abort flag and reason), side by side
+ *   lines of buffer b: each rank's, side by side: a line (step number, the call's descriptor,
+ *            the first 24 payload bytes) and 4 lines of 56 payload bytes and a step number each
+ *   payloads: rank 0's buffer 0 | its buffer 1 | rank 1's buffer 0 | ...
+ *
+ * A step reads every rank's line of one buffer and looks at every rank's control: side by side,
+ * those are a few pages, where one page a rank made each rank's first steps fault p pages in (a
+ * page fault is slow on the machines measured: docs/performance.md).
  *
  * Every rank counts its steps; all ranks of a communicator run the same steps in the same order,
  * and step s uses buffer s % 2. A rank publishes step s by writing its payload and descriptor into
@@ -87,15 +92,23 @@ typedef struct slot_ctl {
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+/* A rank's line and payload lines of one buffer. */
+#define LINE_SET (sizeof(hoop__shc_line_t) + HOOP__SHC_FLINES * sizeof(hoop__shc_fline_t))
+
 static slot_ctl_t *ctl_of(const hoop__shc_t *a, int r)
 {
-    return (slot_ctl_t *)(void *)(a->base + PAGE + (size_t)r * a->slot_bytes);
+    return (slot_ctl_t *)(void *)(a->base + PAGE) + r;
 }
 
 hoop__shc_line_t *hoop__shc_line(const hoop__shc_t *a, int r, uint64_t step)
 {
-    return (hoop__shc_line_t *)(void *)(a->base + PAGE + (size_t)r * a->slot_bytes + PAGE +
-                                        (size_t)(step & 1) * a->buf_bytes);
+    size_t i = (size_t)(step & 1) * (size_t)a->p + (size_t)r;
+    return (hoop__shc_line_t *)(void *)(a->base + a->lines_off + i * LINE_SET);
+}
+
+uint8_t *hoop__shc_data(const hoop__shc_t *a, int r, uint64_t step)
+{
+    return a->base + a->data_off + (size_t)r * a->slot_bytes + (size_t)(step & 1) * a->buf_bytes;
 }
 
 static long futex(_Atomic uint64_t *word, int op, uint32_t val, const struct timespec *ts)
@@ -134,11 +147,14 @@ static void layout(const hoop_comm_t *c, hoop__shc_t *a)
     /* Payload per buffer: 256 KiB, or a whole small message when HOOP_SMALL_BYTES is larger. */
     size_t data = HOOP__SHC_DATA;
     if (c->agreed.small_bytes + 64 > data) data = c->agreed.small_bytes + 64;
-    size_t lines = sizeof(hoop__shc_line_t) + HOOP__SHC_FLINES * sizeof(hoop__shc_fline_t);
-    a->buf_bytes = round_up(data + lines, PAGE);
-    a->data_bytes = a->buf_bytes - lines;
-    a->slot_bytes = PAGE + 2 * a->buf_bytes;
-    a->len = PAGE + (size_t)a->p * a->slot_bytes;
+    /* The payload's room as it was when the lines came before it in the same pages, so that
+     * every schedule's chunks (and so the bits of its results) stay what they were. */
+    a->buf_bytes = round_up(data + LINE_SET, PAGE);
+    a->data_bytes = a->buf_bytes - LINE_SET;
+    a->slot_bytes = 2 * a->buf_bytes;
+    a->lines_off = PAGE + round_up((size_t)a->p * sizeof(slot_ctl_t), PAGE);
+    a->data_off = a->lines_off + round_up(2 * (size_t)a->p * LINE_SET, PAGE);
+    a->len = a->data_off + (size_t)a->p * a->slot_bytes;
 }
 
 uint64_t hoop__shc_mapped(const hoop_comm_t *c, uint64_t *next)

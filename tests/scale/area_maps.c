@@ -44,7 +44,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: area_maps MAX_SEGMENTS [MAX_AREA_KIB]\n");
         return 2;
     }
-    int64_t max_segs = strtoll(argv[1], NULL, 10), max_area = argc > 2 ? strtoll(argv[2], NULL, 10) : -1;
+    int64_t max_segs = strtoll(argv[1], NULL, 10),
+            max_area = argc > 2 ? strtoll(argv[2], NULL, 10) : -1;
     hoop_comm_t *c;
     if (hoop_init_from_env(&c) != HOOP_OK) {
         fprintf(stderr, "area_maps: hoop_init failed\n");
