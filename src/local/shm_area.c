@@ -3,10 +3,15 @@
  * by rank 0 at the first call that wants it and mapped by every rank, and the one primitive the
  * algorithms build on, a step: publish what this rank wrote, then wait until every rank has.
  *
- *   area:    header page | slot of rank 0 | slot of rank 1 | ...
- *   slot r:  control (waiters' count, pid, abort flag and reason) | buffer 0 | buffer 1
- *   buffer:  a line (step number, the call's descriptor, the first 24 payload bytes) |
- *            4 lines of 56 payload bytes and a step number each | payload
+ *   area:    header page | controls | lines of buffer 0 | lines of buffer 1 | payloads
+ *   controls: each rank's (waiters' count, pid, abort flag and reason), side by side
+ *   lines of buffer b: each rank's, side by side: a line (step number, the call's descriptor,
+ *            the first 24 payload bytes) and 4 lines of 56 payload bytes and a step number each
+ *   payloads: rank 0's buffer 0 | its buffer 1 | rank 1's buffer 0 | ...
+ *
+ * A step reads every rank's line of one buffer and looks at every rank's control: side by side,
+ * those are a few pages, where one page a rank made each rank's first steps fault p pages in (a
+ * page fault is slow on the machines measured: docs/performance.md).
  *
  * Every rank counts its steps; all ranks of a communicator run the same steps in the same order,
  * and step s uses buffer s % 2. A rank publishes step s by writing its payload and descriptor into
@@ -87,15 +92,23 @@ typedef struct slot_ctl {
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+/* A rank's line and payload lines of one buffer. */
+#define LINE_SET (sizeof(hoop__shc_line_t) + HOOP__SHC_FLINES * sizeof(hoop__shc_fline_t))
+
 static slot_ctl_t *ctl_of(const hoop__shc_t *a, int r)
 {
-    return (slot_ctl_t *)(void *)(a->base + PAGE + (size_t)r * a->slot_bytes);
+    return (slot_ctl_t *)(void *)(a->base + PAGE) + r;
 }
 
 hoop__shc_line_t *hoop__shc_line(const hoop__shc_t *a, int r, uint64_t step)
 {
-    return (hoop__shc_line_t *)(void *)(a->base + PAGE + (size_t)r * a->slot_bytes + PAGE +
-                                        (size_t)(step & 1) * a->buf_bytes);
+    size_t i = (size_t)(step & 1) * (size_t)a->p + (size_t)r;
+    return (hoop__shc_line_t *)(void *)(a->base + a->lines_off + i * LINE_SET);
+}
+
+uint8_t *hoop__shc_data(const hoop__shc_t *a, int r, uint64_t step)
+{
+    return a->base + a->data_off + (size_t)r * a->slot_bytes + (size_t)(step & 1) * a->buf_bytes;
 }
 
 static long futex(_Atomic uint64_t *word, int op, uint32_t val, const struct timespec *ts)
@@ -134,11 +147,14 @@ static void layout(const hoop_comm_t *c, hoop__shc_t *a)
     /* Payload per buffer: 256 KiB, or a whole small message when HOOP_SMALL_BYTES is larger. */
     size_t data = HOOP__SHC_DATA;
     if (c->agreed.small_bytes + 64 > data) data = c->agreed.small_bytes + 64;
-    size_t lines = sizeof(hoop__shc_line_t) + HOOP__SHC_FLINES * sizeof(hoop__shc_fline_t);
-    a->buf_bytes = round_up(data + lines, PAGE);
-    a->data_bytes = a->buf_bytes - lines;
-    a->slot_bytes = PAGE + 2 * a->buf_bytes;
-    a->len = PAGE + (size_t)a->p * a->slot_bytes;
+    /* The payload's room as it was when the lines came before it in the same pages, so that
+     * every schedule's chunks (and so the bits of its results) stay what they were. */
+    a->buf_bytes = round_up(data + LINE_SET, PAGE);
+    a->data_bytes = a->buf_bytes - LINE_SET;
+    a->slot_bytes = 2 * a->buf_bytes;
+    a->lines_off = PAGE + round_up((size_t)a->p * sizeof(slot_ctl_t), PAGE);
+    a->data_off = a->lines_off + round_up(2 * (size_t)a->p * LINE_SET, PAGE);
+    a->len = a->data_off + (size_t)a->p * a->slot_bytes;
 }
 
 uint64_t hoop__shc_mapped(const hoop_comm_t *c, uint64_t *next)
@@ -199,9 +215,24 @@ static int area_open(hoop_comm_t *c, hoop__shc_t *a, const char *addr)
     return 0;
 }
 
-/* The first call that wants the area: rank 0 makes it and sends its address to every rank, every
- * rank maps it and tells rank 0 whether it could, and rank 0 tells everyone the verdict. Messages
- * of the call itself (its header), so a rank in another call fails them as a mismatch. */
+/* The communicator's ranks as a binomial tree rooted at rank 0 (the one the shm transport settles
+ * through on a host of one communicator): rank r's parent clears its lowest set bit, its
+ * children set one bit below it. Children in the order of their subtrees, smallest first. */
+static int tree_kids(int me, int p, int *kids)
+{
+    int n = 0;
+    for (int b = 1; b < p && (me == 0 || b < (me & -me)); b <<= 1)
+        if (me + b < p) kids[n++] = me + b;
+    return n;
+}
+
+/* The first call that wants the area: rank 0 makes it, its address goes down the ranks' binomial
+ * tree (each rank maps the area, then passes the address on), whether every rank could map it
+ * comes up the tree and the verdict goes down it again. Rank 0 talked to every rank in turn
+ * before, and mapped every rank's segment to do it (beyond 16 peers the transport maps a peer's
+ * segment at the first transfer with it); through the tree a rank talks only to the neighbours
+ * it mapped at connect, and rank 0 to log2(p) of them. Messages of the call itself (its
+ * header), so a rank in another call fails them as a mismatch. */
 static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
 {
     /* The exchange's buffers are this rank's own, in host memory, whatever the call's are. */
@@ -209,45 +240,43 @@ static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
     hcall.mem = HOOP__MEM_HOST;
     const hoop__call_t *call = &hcall;
     hoop_comm_t *c = call->comm;
-    int p = c->size, me = c->rank, fd = -1;
-    char *addrs = calloc((size_t)p, ADDR_LEN);
-    uint8_t *st = calloc((size_t)p, 1);
+    int p = c->size, me = c->rank, fd = -1, kids[32];
+    int nk = tree_kids(me, p, kids), parent = me & (me - 1);
+    char addr[ADDR_LEN] = {0};
     a->pidfd = malloc((size_t)p * sizeof(int));
-    if (addrs == NULL || st == NULL || a->pidfd == NULL) {
-        free(addrs);
-        free(st);
-        free(a->pidfd);
-        a->pidfd = NULL;
+    if (a->pidfd == NULL) {
         hoop__comm_fail(c, HOOP_ERR_NO_MEMORY, "shared-memory collectives: no memory");
         return HOOP_ERR_NO_MEMORY;
     }
     for (int q = 0; q < p; q++) a->pidfd[q] = -1;
     layout(c, a);
-    uint8_t mine = 0, verdict = 0;
-    hoop_result_t rc;
+    uint8_t mine = 0, verdict = 0, got = 0;
+    hoop_result_t rc = HOOP_OK;
+    /* Down: the address (empty where rank 0 could not make the area). */
     if (me == 0) {
-        if (area_create(c, a, &fd, addrs) == 0) mine = 1;
-        for (int q = 1; q < p; q++) memcpy(addrs + (size_t)q * ADDR_LEN, addrs, ADDR_LEN);
-        rc = hoop__root_exchange(call, HOOP__XFER_SEND, addrs, ADDR_LEN);
+        if (area_create(c, a, &fd, addr) == 0) mine = 1;
     } else {
-        rc = hoop__sendrecv(call, -1, NULL, 0, 0, addrs, ADDR_LEN);
-        addrs[ADDR_LEN - 1] = '\0';
-        if (rc == HOOP_OK && addrs[0] != '\0' && area_open(c, a, addrs) == 0) mine = 1;
+        rc = hoop__sendrecv(call, -1, NULL, 0, parent, addr, ADDR_LEN);
+        addr[ADDR_LEN - 1] = '\0';
+        if (rc == HOOP_OK && addr[0] != '\0' && area_open(c, a, addr) == 0) mine = 1;
     }
     if (mine) ctl_of(a, me)->pid = (int32_t)getpid();
-    if (rc == HOOP_OK && me == 0) {
-        rc = hoop__root_exchange(call, HOOP__XFER_RECV, (char *)st, 1);
-        verdict = mine;
-        for (int q = 1; q < p; q++) verdict &= st[q];
-        memset(st, verdict, (size_t)p);
-        if (rc == HOOP_OK) rc = hoop__root_exchange(call, HOOP__XFER_SEND, (char *)st, 1);
-    } else if (rc == HOOP_OK) {
-        rc = hoop__sendrecv(call, 0, &mine, 1, -1, NULL, 0);
-        if (rc == HOOP_OK) rc = hoop__sendrecv(call, -1, NULL, 0, 0, &verdict, 1);
+    /* The largest subtree first: it has the most rounds below it. */
+    for (int k = nk - 1; k >= 0 && rc == HOOP_OK; k--)
+        rc = hoop__sendrecv(call, kids[k], addr, ADDR_LEN, -1, NULL, 0);
+    /* Up: whether this rank and every rank below it mapped the area. Rank 0 keeps its memfd
+     * open until it hears: the others open it through its /proc entry. */
+    verdict = mine;
+    for (int k = 0; k < nk && rc == HOOP_OK; k++) {
+        rc = hoop__sendrecv(call, -1, NULL, 0, kids[k], &got, 1);
+        verdict &= got;
     }
+    if (rc == HOOP_OK && me != 0) rc = hoop__sendrecv(call, parent, &verdict, 1, -1, NULL, 0);
+    /* Down: rank 0's verdict, the same on every rank. */
+    if (rc == HOOP_OK && me != 0) rc = hoop__sendrecv(call, -1, NULL, 0, parent, &verdict, 1);
+    for (int k = nk - 1; k >= 0 && rc == HOOP_OK; k--)
+        rc = hoop__sendrecv(call, kids[k], &verdict, 1, -1, NULL, 0);
     if (fd >= 0) close(fd);
-    free(addrs);
-    free(st);
     if (rc != HOOP_OK || !verdict) {
         area_unmap(a);
         if (rc == HOOP_OK)

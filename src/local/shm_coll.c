@@ -65,18 +65,12 @@ static int stop(hoop_result_t rc, const hoop__shc_t *a)
     return rc != HOOP_OK || a->verdict != HOOP__VERDICT_HOST;
 }
 
-/* The 64-byte aligned part of a buffer, after its first line (which holds the first 24 bytes
- * of data) and the payload lines (shm_area.c). */
-static uint8_t *aligned(uint8_t *data)
+/* Where rank r's payload of n bytes for step s goes outside the payload lines (a call's over
+ * HOOP__SHC_LINES_MAX, and each round of it): in the step's line when it fits (a last round's
+ * few bytes), otherwise in the buffer's aligned payload, as the kernels and memcpy like it. */
+static uint8_t *payload(const hoop__shc_t *a, int r, uint64_t s, size_t n)
 {
-    return data + HOOP__SHC_HEAD + HOOP__SHC_FLINES * sizeof(hoop__shc_fline_t);
-}
-/* Where a payload of n bytes goes outside the payload lines (a call's over HOOP__SHC_LINES_MAX,
- * and each round of it): in the step's line when it fits (a last round's few bytes), otherwise
- * aligned, as the kernels and memcpy like it. */
-static uint8_t *payload(uint8_t *data, size_t n)
-{
-    return n <= HOOP__SHC_HEAD ? data : aligned(data);
+    return n <= HOOP__SHC_HEAD ? hoop__shc_line(a, r, s)->data : hoop__shc_data(a, r, s);
 }
 static int in_lines(size_t n) { return n <= HOOP__SHC_LINES_MAX; }
 
@@ -147,14 +141,14 @@ static hoop_result_t allreduce_small(hoop__call_t *c, hoop__shc_t *a)
         hoop__shc_put(a, comm->rank, c->sendbuf, bytes);
         rc = hoop__shc_step_lines(c, a, HOOP__SHC_HOST, bytes, -1);
     } else {
-        memcpy(payload(hoop__shc_next(a, comm->rank), bytes), c->sendbuf, bytes);
+        memcpy(payload(a, comm->rank, a->step + 1, bytes), c->sendbuf, bytes);
         rc = hoop__shc_step(c, a, HOOP__SHC_HOST);
     }
     if (stop(rc, a)) return rc;
     const uint8_t **x = (const uint8_t **)(void *)tmp;
     for (int i = 0; i < p; i++) {
         x[i] = lines ? take(c, a, i, bytes, tmp + ptrs + part + (size_t)i * bytes)
-                     : payload(hoop__shc_cur(a, i), bytes);
+                     : payload(a, i, a->step, bytes);
         if (x[i] == NULL) return HOOP_ERR_INTERNAL;
     }
     HOOP__TRACE_STEP(c, 0, "rank %d reduces the %d contributions (%zu B each) in place", comm->rank,
@@ -206,9 +200,10 @@ static void chunk(const rounds_t *g, int b, size_t k, size_t *off, size_t *len)
     *len = hi - lo;
 }
 
-static uint8_t *slot_of(const rounds_t *g, uint8_t *data, int b)
+/* Slot b of rank r's payload for step s. */
+static uint8_t *slot_of(const rounds_t *g, int r, uint64_t s, int b)
 {
-    return aligned(data) + (size_t)b * g->slot;
+    return hoop__shc_data(g->a, r, s) + (size_t)b * g->slot;
 }
 
 /* Copies the results of the round folded before the last step out of their owners' result
@@ -220,8 +215,7 @@ static void copy_out(const rounds_t *g, size_t k)
         size_t off, len;
         chunk(g, b, k, &off, &len);
         if (len == 0) continue;
-        const uint8_t *src = slot_of(g, hoop__shc_line(g->a, owner_of(g, b), g->a->step - 1)->data,
-                                     g->p);
+        const uint8_t *src = slot_of(g, owner_of(g, b), g->a->step - 1, g->p);
         put_out(g->stream, g->out + off * g->es, src, len * g->es);
     }
 }
@@ -246,12 +240,11 @@ static hoop_result_t run_rounds(rounds_t *g)
     hoop__part(g->total, p, mb, &mbo, &mbl);
     hoop_result_t rc;
     for (size_t k = 0; k < steps; k++) {
-        uint8_t *mydata = hoop__shc_next(a, me);
         size_t off, len;
         for (int b = 0; b < p && k < nrounds; b++) {
             chunk(g, b, k, &off, &len);
             if (len > 0 && !(b == mb && g->own_direct))
-                memcpy(slot_of(g, mydata, b), g->in + off * es, len * es);
+                memcpy(slot_of(g, me, a->step + 1, b), g->in + off * es, len * es);
         }
         if (stop(rc = hoop__shc_step(c, a, HOOP__SHC_HOST), a)) return rc;
         if (k > 0 && g->kind != R_RS) copy_out(g, k - 1);
@@ -264,16 +257,15 @@ static hoop_result_t run_rounds(rounds_t *g)
             return hoop__shc_step(c, a, HOOP__SHC_HOST);
         }
         chunk(g, mb, k, &off, &len);
-        uint8_t *res = g->kind == R_RS ? g->out + (off - mbo) * es : slot_of(g, mydata, p);
+        uint8_t *res = g->kind == R_RS ? g->out + (off - mbo) * es : slot_of(g, me, a->step, p);
         if (len > 0) {
             const uint8_t *mine = g->in + off * es;
             const uint8_t *x0 = operand(g, mb, 0) == me && g->own_direct
                                     ? mine
-                                    : slot_of(g, hoop__shc_cur(a, operand(g, mb, 0)), mb);
+                                    : slot_of(g, operand(g, mb, 0), a->step, mb);
             for (int i = 1; i < p; i++) {
                 int q = operand(g, mb, i);
-                const uint8_t *xi = q == me && g->own_direct ? mine
-                                                             : slot_of(g, hoop__shc_cur(a, q), mb);
+                const uint8_t *xi = q == me && g->own_direct ? mine : slot_of(g, q, a->step, mb);
                 hoop__mem_reduce(c, res, i == 1 ? x0 : res, xi, len);
             }
             if (c->op == HOOP_AVG) hoop__mem_avg_finish(c, res, len);
@@ -868,11 +860,11 @@ static hoop_result_t broadcast(hoop__call_t *c, hoop__shc_t *a)
     }
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
-        if (me == root && len > 0) memcpy(payload(hoop__shc_next(a, me), len), src + off, len);
+        if (me == root && len > 0) memcpy(payload(a, me, a->step + 1, len), src + off, len);
         if (stop(rc = hoop__shc_step(c, a, HOOP__SHC_HOST), a)) return rc;
         if (len > 0 && (me != root || src != buf))
-            put_out(stream, buf + off,
-                    me == root ? src + off : payload(hoop__shc_cur(a, root), len), len);
+            put_out(stream, buf + off, me == root ? src + off : payload(a, root, a->step, len),
+                    len);
     }
     return HOOP_OK;
 }
@@ -903,10 +895,10 @@ static hoop_result_t allgather(hoop__call_t *c, hoop__shc_t *a)
     }
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * cap, len = n - off < cap ? n - off : cap;
-        if (len > 0) memcpy(payload(hoop__shc_next(a, me), len), in + off, len);
+        if (len > 0) memcpy(payload(a, me, a->step + 1, len), in + off, len);
         if (stop(rc = hoop__shc_step(c, a, HOOP__SHC_HOST), a)) return rc;
         for (int q = 0; q < p && len > 0; q++)
-            put_out(stream, out + (size_t)q * n + off, payload(hoop__shc_cur(a, q), len), len);
+            put_out(stream, out + (size_t)q * n + off, payload(a, q, a->step, len), len);
     }
     return HOOP_OK;
 }

@@ -47,6 +47,7 @@ typedef struct hoop__shc_fline {
 struct hoop__shc {
     uint8_t *base;
     size_t len, slot_bytes, buf_bytes, data_bytes;
+    size_t lines_off, data_off; /* where the lines and the payloads begin (shm_area.c) */
     int p, ready;
     int tried;     /* area_setup ran (once per communicator, whatever it found) */
     uint64_t step; /* this rank's last published step */
@@ -82,6 +83,8 @@ uint32_t hoop__shc_flags(const hoop__call_t *call);
 uint8_t *hoop__shc_next(const hoop__shc_t *a, int r);
 /* The line of rank r's buffer for step s. */
 hoop__shc_line_t *hoop__shc_line(const hoop__shc_t *a, int r, uint64_t s);
+/* The payload of rank r's buffer for step s (data_bytes, 64-byte aligned), past the lines. */
+uint8_t *hoop__shc_data(const hoop__shc_t *a, int r, uint64_t s);
 /* Rank r's buffer of the step just made. */
 static inline uint8_t *hoop__shc_cur(const hoop__shc_t *a, int r)
 {
