@@ -437,17 +437,9 @@ int main(int argc, char **argv)
     }
     if (ncalls < 0 || s.max_count == 0) goto usage;
 
-    const char *tp = getenv("HOOP_TRANSPORT");
-    hoop_result_t rc = hoop_init_from_env(&s.c);
-    if (rc != HOOP_OK) {
-        if ((rc == HOOP_ERR_INVALID_ARGUMENT || rc == HOOP_ERR_UNSUPPORTED) && tp != NULL &&
-            strcmp(tp, "tcp") != 0 && strcmp(tp, "auto") != 0) {
-            printf("SKIP: this build of hoop does not accept HOOP_TRANSPORT=%s\n", tp);
-            return 77;
-        }
-        printf("FAIL: hoop_init: %s\n", hoop_error_string(rc));
-        return 1;
-    }
+    int init = test_init_from_env(&s.c, "hoop_init");
+    if (init != 0) return init;
+    hoop_result_t rc;
     s.me = hoop_comm_rank(s.c);
     s.p = hoop_comm_size(s.c);
     s.rng = seed;
