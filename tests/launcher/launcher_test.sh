@@ -19,24 +19,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() {
-    echo "FAIL [$case_name]: $*" >&2
-    for f in "$T"/out "$T"/err; do
-        if [ -f "$f" ]; then
-            echo "--- $f (first 40 lines)" >&2
-            head -n 40 "$f" >&2
-        fi
-    done
-    exit 1
-}
-
-now_ms() {
-    d=$(date +%s%N)
-    case $d in
-    *N*) echo $(($(date +%s) * 1000)) ;;
-    *) echo $((d / 1000000)) ;;
-    esac
-}
+# A failure shows the head of the output: the first lines say what went wrong.
+FAIL_FROM=head FAIL_LINES=40
+# shellcheck source=tests/common/lib.sh
+. "$(dirname "$0")/../common/lib.sh"
 
 # run ARGS...: runs hooprun with stdout/stderr in $T/out and $T/err; sets rc and ms (elapsed).
 run() {
