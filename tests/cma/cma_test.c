@@ -287,23 +287,8 @@ static void mode_kill(hoop_comm_t *c)
     size_t n = 1 << 20;
     float *a = malloc(n * 4), *b = malloc(n * 4);
     for (size_t i = 0; i < n; i++) a[i] = 1.0f;
-    printf("rank %d looping\n", test_rank);
-    fflush(stdout);
-    time_t end = time(NULL) + 60;
-    while (time(NULL) < end) {
-        hoop_result_t rc = hoop_allreduce(c, a, b, n, HOOP_FLOAT32, HOOP_SUM);
-        if (rc != HOOP_OK) {
-            CHECK(rc == HOOP_ERR_PEER_LOST || rc == HOOP_ERR_ABORTED || rc == HOOP_ERR_SYSTEM,
-                  "kill: the survivor failed with %s", hoop_error_string(rc));
-            printf("rank %d failed as it should: %s: %s\n", test_rank, hoop_error_string(rc),
-                   hoop_comm_last_error(c));
-            fflush(stdout);
-            free(a);
-            free(b);
-            return;
-        }
-    }
-    CHECK(0, "kill: no call failed in 60 s");
+    test_loop_until_killed(
+        c, a, b, n, 1u << HOOP_ERR_PEER_LOST | 1u << HOOP_ERR_ABORTED | 1u << HOOP_ERR_SYSTEM);
     free(a);
     free(b);
 }

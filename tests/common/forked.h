@@ -220,6 +220,29 @@ static inline void test_must(hoop_result_t rc, hoop_comm_t *c, const char *what)
     exit(1);
 }
 
+/* A rank's side of test_launch_kill_when: says "looping", then all-reduces a (n floats) into b
+ * until a call fails, which must be within 60 s and with one of the codes in ok_codes (a bit per
+ * hoop_result_t); the victim is killed on the way. */
+static inline void test_loop_until_killed(hoop_comm_t *c, const float *a, float *b, size_t n,
+                                          unsigned ok_codes)
+{
+    printf("rank %d looping\n", test_rank);
+    fflush(stdout);
+    time_t end = time(NULL) + 60;
+    while (time(NULL) < end) {
+        hoop_result_t rc = hoop_allreduce(c, a, b, n, HOOP_FLOAT32, HOOP_SUM);
+        if (rc != HOOP_OK) {
+            CHECK((ok_codes >> rc) & 1u, "kill: the survivor failed with %s",
+                  hoop_error_string(rc));
+            printf("rank %d failed as it should: %s: %s\n", test_rank, hoop_error_string(rc),
+                   hoop_comm_last_error(c));
+            fflush(stdout);
+            return;
+        }
+    }
+    CHECK(0, "kill: no call failed in 60 s");
+}
+
 /* out against the reference reduction of every rank's exact input (rc_exact_input of salt) for n
  * elements; one CHECK for the first wrong element. Returns the wrong elements. */
 static inline size_t test_verify_exact(const void *out, hoop_dtype_t dt, hoop_op_t op, int p,

@@ -406,30 +406,14 @@ static void mode_register(hoop_comm_t *c)
 }
 
 /* Loops zero-copy all-reduces until one fails: the parent kills the last rank meanwhile. */
-static int mode_kill(hoop_comm_t *c)
+static void mode_kill(hoop_comm_t *c)
 {
     size_t n = 1 << 20;
     float *a, *b;
     test_must(hoop_mem_alloc(c, n * 4, (void **)&a), c, "hoop_mem_alloc");
     test_must(hoop_mem_alloc(c, n * 4, (void **)&b), c, "hoop_mem_alloc");
     for (size_t i = 0; i < n; i++) a[i] = 1.0f;
-    /* Tell the parent the loop starts. */
-    printf("rank %d looping\n", test_rank);
-    fflush(stdout);
-    time_t end = time(NULL) + 60;
-    while (time(NULL) < end) {
-        hoop_result_t rc = hoop_allreduce(c, a, b, n, HOOP_FLOAT32, HOOP_SUM);
-        if (rc != HOOP_OK) {
-            CHECK(rc == HOOP_ERR_PEER_LOST || rc == HOOP_ERR_ABORTED,
-                  "kill: the survivor failed with %s", hoop_error_string(rc));
-            printf("rank %d failed as it should: %s: %s\n", test_rank, hoop_error_string(rc),
-                   hoop_comm_last_error(c));
-            fflush(stdout);
-            return 1;
-        }
-    }
-    CHECK(0, "kill: no call failed in 60 s");
-    return 0;
+    test_loop_until_killed(c, a, b, n, 1u << HOOP_ERR_PEER_LOST | 1u << HOOP_ERR_ABORTED);
 }
 
 /* The names in /dev/shm that say hoop, up to 64. */
