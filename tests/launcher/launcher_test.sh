@@ -32,6 +32,14 @@ run() {
     ms=$(($(now_ms) - t0))
 }
 
+# want_bigline R BIG: what rank R of launcher_child bigline BIG writes to stdout (a BIG-byte line
+# of one letter, a for rank 0 and b for rank 1, then its tail), as hooprun prefixes it.
+want_bigline() {
+    printf '[%d] ' "$1"
+    head -c "$2" /dev/zero | tr '\0' "$(echo "$1" | tr 01 ab)"
+    printf '\n[%d] tail %d\n' "$1" "$1"
+}
+
 expect_rc() {
     [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1"
 }
@@ -178,12 +186,7 @@ test_output() {
     run -n 2 "$CHILD" bigline $big
     expect_rc 0
     for r in 0 1; do
-        c=$(echo $r | tr 01 ab)
-        {
-            printf '[%d] ' $r
-            head -c $big /dev/zero | tr '\0' "$c"
-            printf '\n[%d] tail %d\n' $r $r
-        } >"$T/want"
+        want_bigline $r $big >"$T/want"
         grep -a "^\[$r\] " "$T/out" | cmp -s - "$T/want" ||
             fail "rank $r: stdout is not its $big-byte line and its tail, each whole and prefixed once"
     done
@@ -195,11 +198,7 @@ test_output() {
     big=10000000
     run -n 1 "$CHILD" bigline $big
     expect_rc 0
-    {
-        printf '[0] '
-        head -c $big /dev/zero | tr '\0' a
-        printf '\n[0] tail 0\n'
-    } | cmp -s - "$T/out" || fail "a line longer than 4 MiB lost or gained bytes"
+    want_bigline 0 $big | cmp -s - "$T/out" || fail "a line longer than 4 MiB lost or gained bytes"
     expect_err_line "hooprun: rank 0: a line of more than 4194304 bytes; it goes out in pieces"
     expect_err_line "\[0\] errtail 0"
     big=1048576
@@ -215,11 +214,8 @@ test_output() {
         (ulimit -v 4000 && exec "$HOOPRUN" -n 1 "$CHILD" bigline $big) >"$T/out" 2>"$T/err"
         rc=$?
         expect_rc 0
-        {
-            printf '[0] '
-            head -c $big /dev/zero | tr '\0' a
-            printf '\n[0] tail 0\n'
-        } | cmp -s - "$T/out" || fail "a line too long for the memory lost or gained bytes"
+        want_bigline 0 $big | cmp -s - "$T/out" ||
+            fail "a line too long for the memory lost or gained bytes"
         expect_err_line "hooprun: rank 0: no memory to hold a line of more than [0-9]* bytes whole; it goes out in pieces"
         expect_err_line "\[0\] errtail 0"
         rm -f "$T/out"
