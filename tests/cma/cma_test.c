@@ -339,24 +339,18 @@ static int rank_main(int rank, int size, void *arg)
             mode_kill(c);
         else
             mode_midcall(c);
-        hoop_comm_destroy(c);
-        return test_failures ? 1 : 0;
+        return test_rank_end(c, 0);
     }
-    test_must(hoop_barrier(c), c, "hoop_barrier");
-    hoop_comm_destroy(c);
-    return test_failures ? 1 : 0;
+    return test_rank_end(c, 1);
 }
 
 int main(int argc, char **argv)
 {
-    int ranks = 2;
-    const char *mode = "colls";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--ranks") == 0)
-            ranks = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--mode") == 0)
-            mode = argv[i + 1];
-    }
+    static const char *const modes[] = {"colls",   "bits", "others", "refused",
+                                        "midcall", "kill", NULL};
+    int ranks;
+    const char *mode;
+    if (test_forked_args(argc, argv, modes, &ranks, &mode) != 0) return 2;
     if (ranks < 2 || ranks > 64) return 2;
     /* The longest time tests/cma/meson.build gives a row: past it, under a timeout multiplier,
      * the ranks still running are named and killed. */

@@ -32,6 +32,32 @@ typedef struct test_launch {
     size_t have;
 } test_launch_t;
 
+/* "--ranks N --mode M", M one of modes (NULL-terminated; the first is the default): 0, or 2 with a
+ * usage line (a mode misspelt in meson.build would otherwise run nothing and pass). */
+static inline int test_forked_args(int argc, char **argv, const char *const *modes, int *ranks,
+                                   const char **mode)
+{
+    *ranks = 2;
+    *mode = modes[0];
+    int known = 1;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 < argc && strcmp(argv[i], "--ranks") == 0) {
+            *ranks = atoi(argv[i + 1]);
+        } else if (i + 1 < argc && strcmp(argv[i], "--mode") == 0) {
+            *mode = argv[i + 1];
+            known = 0;
+            for (int m = 0; modes[m] != NULL; m++) known |= strcmp(modes[m], *mode) == 0;
+        } else {
+            known = 0;
+        }
+    }
+    if (known && *ranks >= 1 && *ranks <= TEST_FORKED_MAX) return 0;
+    printf("usage: %s --ranks 1..%d --mode", argv[0], TEST_FORKED_MAX);
+    for (int m = 0; modes[m] != NULL; m++) printf("%c%s", m == 0 ? ' ' : '|', modes[m]);
+    printf("\n");
+    return 2;
+}
+
 /* A fresh folder under /tmp named after the program, and HOOP_JOB_ID naming this launch, so that
  * no other run that reached a rendezvous of the same name can join it. 0, or -1 with a sentence. */
 static inline int test_launch_open(test_launch_t *l, const char *name, double deadline_s)
@@ -218,6 +244,15 @@ static inline void test_must(hoop_result_t rc, hoop_comm_t *c, const char *what)
            hoop_comm_last_error(c));
     fflush(stdout);
     exit(1);
+}
+
+/* A rank's end: with barrier, the last call's result on every rank (no rank left early); then
+ * the destroy. The rank's exit status. */
+static inline int test_rank_end(hoop_comm_t *c, int barrier)
+{
+    if (barrier) test_must(hoop_barrier(c), c, "hoop_barrier");
+    hoop_comm_destroy(c);
+    return test_failures ? 1 : 0;
 }
 
 /* A rank's side of test_launch_kill_when: says "looping", then all-reduces a (n floats) into b
