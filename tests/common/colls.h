@@ -1,5 +1,5 @@
-/* The collectives the multi-process tests run (tests/mp/coll_test.c, tests/fault/fault.c), by one
- * number and the name their options and messages use. */
+/* The collectives the multi-process tests run (tests/mp/coll_test.c, tests/fault/fault.c,
+ * tests/soak/soak.c), by one number and the name their options and messages use. */
 #ifndef HOOP_TEST_COLLS_H
 #define HOOP_TEST_COLLS_H
 
