@@ -294,9 +294,7 @@ test_fail_together() {
         fi
         sleep 0.05
     done
-    kill -CONT "$bg"
-    wait "$bg"
-    rc=$?
+    signal_bg CONT
     expect_rc 3
     first=$(sed -n 's/^hooprun: rank \([12]\) (pid [0-9]*) exited with status 3$/\1/p' "$T/err")
     [ -n "$first" ] || fail "no report of rank 1 or 2 failing"
@@ -370,9 +368,7 @@ test_signal() {
     t0=$(now_ms)
     bg_run -n 2 "$CHILD" sleep 60
     wait_lines 2 'ready'
-    kill -TERM "$bg"
-    wait "$bg"
-    rc=$?
+    signal_bg TERM
     ms=$(($(now_ms) - t0))
     expect_rc 143
     [ "$ms" -lt 5000 ] || fail "took $ms ms"
@@ -399,9 +395,7 @@ test_stopped() {
         env --default-signal=INT "$HOOPRUN" -n 3 "$CHILD" sleep 60 >>"$T/out" 2>>"$T/err" &
         bg=$!
         wait_lines 3 'ready'
-        kill -INT "$bg"
-        wait "$bg"
-        rc=$?
+        signal_bg INT
         expect_rc 130
         expect_err_line 'hooprun: stopped by SIGINT from outside hooprun: rank [012] (pid [0-9]*) ended by SIGINT'
     else
@@ -669,9 +663,7 @@ test_restart_stop() {
     t0=$(now_ms)
     bg_run --max-restarts 5 -n 2 "$CHILD" sleep 60
     wait_lines 2 'ready'
-    kill -TERM "$bg"
-    wait "$bg"
-    rc=$?
+    signal_bg TERM
     ms=$(($(now_ms) - t0))
     expect_rc 143
     [ "$ms" -lt 5000 ] || fail "took $ms ms"
@@ -691,9 +683,7 @@ test_restart_stop() {
         [ $i -le 200 ] || fail "hooprun never waited for the port"
         sleep 0.05
     done
-    kill -TERM "$bg"
-    wait "$bg"
-    rc=$?
+    signal_bg TERM
     ms=$(($(now_ms) - t0))
     expect_rc 3
     [ "$ms" -lt 4000 ] || fail "took $ms ms"
@@ -726,6 +716,13 @@ wait_bg() {
     wait "$wd" 2>/dev/null
     [ -e "$T/watchdog" ] && fail "hooprun still running $1 s later; killed it"
     return 0
+}
+
+# signal_bg SIG: sends SIG to the background hooprun and waits for it (wait_bg: at most 30 s).
+# Sets rc.
+signal_bg() {
+    kill -"$1" "$bg"
+    wait_bg 30
 }
 
 # Whether process $1 is there and has not ended (an init that does not reap keeps orphans as
