@@ -95,23 +95,10 @@ static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_
 
 static void mode_colls(hoop_comm_t *c)
 {
-    /* Odd counts above HOOP_SMALL_BYTES (16 KiB) for every dtype; 300007 spreads a block over
-     * several chunks of the fold. */
-    const size_t counts[] = {70001, 300007};
     size_t cap = 300007 * 8;
     uint8_t *a = malloc(cap + 64), *b = malloc(cap + 64);
     uint64_t salt = 1;
-    for (size_t k = 0; k < 2; k++)
-        for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
-            for (int op = 0; op < HOOP_OP_COUNT; op++) {
-                /* The larger count for a few dtypes only: the reference is slow on 2 cores. */
-                if (k == 1 && !(dt == HOOP_INT8 || dt == HOOP_FLOAT32 || dt == HOOP_BFLOAT16))
-                    continue;
-                one_case(c, a, b, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
-                         "out of place");
-                one_case(c, a, a, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
-                         "in place");
-            }
+    test_sweep_exact(c, a, b, one_case, 1, &salt);
     free(a);
     free(b);
     /* A block over several of the reads (2 MiB each), at 2 ranks too. */

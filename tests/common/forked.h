@@ -278,6 +278,31 @@ static inline void test_loop_until_killed(hoop_comm_t *c, const float *a, float 
     CHECK(0, "kill: no call failed in 60 s");
 }
 
+/* One checked all-reduce of a test: in into out (out == in: in place) for n elements of the exact
+ * inputs of salt; fast: whether the schedule the test is about must run (else must not). */
+typedef void (*test_case_fn)(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_op_t op,
+                             size_t n, uint64_t salt, int fast, const char *what);
+
+/* one_case for every dtype and op, out of place (a into b) and in place (a), at odd counts:
+ * 70001 elements, above HOOP_SMALL_BYTES (16 KiB) for every dtype, and 300007, a block over
+ * several chunks of the fold, for a few dtypes only (the reference is slow on 2 cores). a and b
+ * hold 300007 elements of 8 bytes; *salt moves on by one a call. */
+static inline void test_sweep_exact(hoop_comm_t *c, void *a, void *b, test_case_fn one_case,
+                                    int fast, uint64_t *salt)
+{
+    const size_t counts[] = {70001, 300007};
+    for (size_t k = 0; k < 2; k++)
+        for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
+            for (int op = 0; op < HOOP_OP_COUNT; op++) {
+                if (k == 1 && !(dt == HOOP_INT8 || dt == HOOP_FLOAT32 || dt == HOOP_BFLOAT16))
+                    continue;
+                one_case(c, a, b, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], (*salt)++, fast,
+                         "out of place");
+                one_case(c, a, a, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], (*salt)++, fast,
+                         "in place");
+            }
+}
+
 /* out against the reference reduction of every rank's exact input (rc_exact_input of salt) for n
  * elements; one CHECK for the first wrong element. Returns the wrong elements. */
 static inline size_t test_verify_exact(const void *out, hoop_dtype_t dt, hoop_op_t op, int p,

@@ -65,25 +65,12 @@ static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_
 
 static void mode_colls(hoop_comm_t *c)
 {
-    /* Odd counts: 70001 elements is above HOOP_SMALL_BYTES (16 KiB) for every dtype; 300007
-     * spreads a block over several chunks of the fold. */
-    const size_t counts[] = {70001, 300007};
     size_t cap = 300007 * 8;
     uint8_t *a, *b;
     test_must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
     test_must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
     uint64_t salt = 1;
-    for (size_t k = 0; k < 2; k++)
-        for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
-            for (int op = 0; op < HOOP_OP_COUNT; op++) {
-                /* The larger count for a few dtypes only: the reference is slow on 2 cores. */
-                if (k == 1 && !(dt == HOOP_INT8 || dt == HOOP_FLOAT32 || dt == HOOP_BFLOAT16))
-                    continue;
-                one_case(c, a, b, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
-                         "out of place");
-                one_case(c, a, a, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
-                         "in place");
-            }
+    test_sweep_exact(c, a, b, one_case, 1, &salt);
     /* At an offset inside the allocations, odd by one element. */
     one_case(c, a + 8, b + 16, HOOP_INT64, HOOP_SUM, 70001, salt++, 1, "at offsets");
     test_must(hoop_mem_free(c, b), c, "hoop_mem_free");
