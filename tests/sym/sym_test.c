@@ -303,8 +303,8 @@ static void expect_invalid(hoop_comm_t *c, hoop_result_t rc, const char *what, c
     const char *msg = hoop_comm_last_error(c);
     CHECK(rc == HOOP_ERR_INVALID_ARGUMENT, "%s: %s, want HOOP_ERR_INVALID_ARGUMENT", what,
           hoop_error_string(rc));
-    CHECK(strstr(msg, word) != NULL, "%s: the sentence \"%s\" does not say \"%s\"", what, msg,
-          word);
+    CHECK(msg != NULL && strstr(msg, word) != NULL, "%s: the sentence \"%s\" does not say \"%s\"",
+          what, msg != NULL ? msg : "(none)", word);
 }
 
 static void usable(hoop_comm_t *c, uint64_t salt)
