@@ -11,6 +11,7 @@
 #   bin/      hooprun, hoop-perf, cuda-kernels (the kernel benchmark), nccl-side (when built)
 #   tests/    test_kernels, cuda_stream, cuda_placement, coll_test, cuda_stream_cost, torch_cuda.py
 #   python/   the hoop package
+#   common/   the Python tests' shared checks (tests/common/hooptest.py), which torch_cuda.py imports
 #   double/   the CUDA test double, for a rehearsal on a machine without a GPU
 #   gpu-check.sh, MANIFEST (what each file is, from which commit, its size and sha256)
 # The C and C++ runtime libraries are not packed: the GPU machine's own, newer ones serve (a
@@ -32,7 +33,8 @@ die() {
 libhoop=$(find "$b" -maxdepth 1 -type f -name 'libhoop.so.0.*' | head -n 1)
 [ -n "$libhoop" ] || die "$b has no libhoop.so.0.*: the shared library is needed"
 if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then die "$out exists and is not empty"; fi
-mkdir -p "$out/lib" "$out/bin" "$out/tests" "$out/python" "$out/double" || die "cannot make $out"
+mkdir -p "$out/lib" "$out/bin" "$out/tests" "$out/common" "$out/python" "$out/double" ||
+    die "cannot make $out"
 
 put() { # put FILE DEST_DIR [NAME]: a file that must be there
     [ -f "$1" ] || die "$1 is missing from the build"
@@ -58,6 +60,7 @@ for t in cuda/test_kernels cuda/cuda_stream cuda/cuda_placement mp/coll_test cud
     put "$b/tests/$t" "$out/tests"
 done
 put "$src/tests/cuda/torch_cuda.py" "$out/tests"
+put "$src/tests/common/hooptest.py" "$out/common"
 put "$b/tests/cuda/libhoop-cuda-double.so" "$out/double"
 mkdir -p "$out/python/hoop" || die "cannot make $out/python/hoop"
 cp "$src"/python/hoop/*.py "$out/python/hoop/" || die "no python/hoop in $src"

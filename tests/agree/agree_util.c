@@ -27,17 +27,10 @@ const char *ag_code_name(int code) { return test_code_name(code); }
 
 void ag_say(int fd, const char *fmt, ...)
 {
-    char line[3000];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    test_vsay(fd, fmt, ap);
     va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
-    for (int i = 0; i < n; i++)
-        if (line[i] == '\n') line[i] = ' ';
-    line[n++] = '\n';
-    if (write(fd, line, (size_t)n) != n) _exit(101);
 }
 
 void ag_clean_environment(void)

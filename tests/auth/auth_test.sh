@@ -40,23 +40,9 @@ trap cleanup EXIT
 unset HOOP_AUTH_KEY HOOP_AUTH_KEY_FILE HOOP_DEBUG_FILE AUTH_TEST_DELAY_RANK AUTH_TEST_DELAY_S
 export HOOP_TRANSPORT=tcp HOOP_DEBUG=INFO
 
-fail() {
-    echo "FAIL [$case_name]: $*" >&2
-    for f in "$T"/out* "$T"/err* "$T"/s_*; do
-        [ -f "$f" ] || continue
-        echo "--- $f (last 30 lines)" >&2
-        tail -n 30 "$f" >&2
-    done
-    exit 1
-}
-
-now_ms() {
-    d=$(date +%s%N)
-    case $d in
-    *N*) echo $(($(date +%s) * 1000)) ;;
-    *) echo $((d / 1000000)) ;;
-    esac
-}
+FAIL_FILES="$T/out* $T/err* $T/s_*"
+# shellcheck source=tests/common/lib.sh
+. "$(dirname "$0")/../common/lib.sh"
 
 hexkey() {
     od -An -tx1 -N32 /dev/urandom | tr -d ' \n'

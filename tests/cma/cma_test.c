@@ -38,56 +38,16 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "../../common/refcheck.h"
+#include "../common/forked.h"
 
-static int failures;
-static int my_rank = -1;
 static int cma_lines;    /* trace lines of the single-copy reads since the last reset */
 static int rounds_lines; /* trace lines of the area's rounds since the last reset */
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL (rank %d): ", my_rank);                                                   \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
 
 static void on_trace(void *ctx, const char *line)
 {
     (void)ctx;
     if (strstr(line, "with process_vm_readv") != NULL) cma_lines++;
     if (strstr(line, "folds chunk") != NULL) rounds_lines++;
-}
-
-/* Checks out against the reference of every rank's input; returns the wrong elements. */
-static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint64_t salt, size_t n,
-                     const char *what)
-{
-    size_t es = hoop_dtype_size(dt), bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        rc_acc_t a = {0};
-        for (int q = 0; q < p; q++)
-            rc_acc_add(&a, dt, es, op, rc_exact_input(dt, op, p, q, salt, i));
-        uint64_t want = rc_acc_result(&a, dt, es, op, p), got = rc_ld(out, i, es);
-        if (got != want && bad++ == 0)
-            CHECK(0, "%s %s %s n=%zu: element %zu is 0x%" PRIx64 ", want 0x%" PRIx64, what,
-                  hoop_dtype_name(dt), hoop_op_name(op), n, i, got, want);
-    }
-    return bad;
-}
-
-static void must(hoop_result_t rc, hoop_comm_t *c, const char *what)
-{
-    if (rc != HOOP_OK) {
-        printf("FAIL (rank %d): %s: %s: %s\n", my_rank, what, hoop_error_string(rc),
-               hoop_comm_last_error(c));
-        fflush(stdout);
-        exit(1);
-    }
 }
 
 /* Makes process_vm_readv fail with EPERM in this process from now on, as a kernel that forbids
@@ -125,8 +85,8 @@ static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_
     int p = hoop_comm_size(c), r = hoop_comm_rank(c);
     rc_fill_exact(in, dt, op, p, r, salt, n);
     cma_lines = rounds_lines = 0;
-    must(hoop_allreduce(c, in, out, n, dt, op), c, what);
-    verify(out, dt, op, p, salt, n, what);
+    test_must(hoop_allreduce(c, in, out, n, dt, op), c, what);
+    test_verify_exact(out, dt, op, p, salt, n, what);
     CHECK(cma ? cma_lines == 2 && rounds_lines == 0 : cma_lines == 0 && rounds_lines > 0,
           "%s %s %s n=%zu: %d single-copy and %d rounds trace lines, want %s", what,
           hoop_dtype_name(dt), hoop_op_name(op), n, cma_lines, rounds_lines,
@@ -135,23 +95,10 @@ static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_
 
 static void mode_colls(hoop_comm_t *c)
 {
-    /* Odd counts above HOOP_SMALL_BYTES (16 KiB) for every dtype; 300007 spreads a block over
-     * several chunks of the fold. */
-    const size_t counts[] = {70001, 300007};
     size_t cap = 300007 * 8;
     uint8_t *a = malloc(cap + 64), *b = malloc(cap + 64);
     uint64_t salt = 1;
-    for (size_t k = 0; k < 2; k++)
-        for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
-            for (int op = 0; op < HOOP_OP_COUNT; op++) {
-                /* The larger count for a few dtypes only: the reference is slow on 2 cores. */
-                if (k == 1 && !(dt == HOOP_INT8 || dt == HOOP_FLOAT32 || dt == HOOP_BFLOAT16))
-                    continue;
-                one_case(c, a, b, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
-                         "out of place");
-                one_case(c, a, a, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
-                         "in place");
-            }
+    test_sweep_exact(c, a, b, one_case, 1, &salt);
     free(a);
     free(b);
     /* A block over several of the reads (2 MiB each), at 2 ranks too. */
@@ -161,7 +108,7 @@ static void mode_colls(hoop_comm_t *c)
     one_case(c, a, b, HOOP_FLOAT32, HOOP_SUM, big, salt++, 1, "several reads");
     one_case(c, a, a, HOOP_INT32, HOOP_PROD, big, salt++, 1, "several reads in place");
     /* Unaligned addresses, which no rank shares with its peers. */
-    one_case(c, a + 8 + (size_t)my_rank, b + 3, HOOP_INT64, HOOP_SUM, 70001, salt++, 1,
+    one_case(c, a + 8 + (size_t)test_rank, b + 3, HOOP_INT64, HOOP_SUM, 70001, salt++, 1,
              "at offsets");
     free(a);
     free(b);
@@ -192,14 +139,15 @@ static void mode_bits(hoop_comm_t *c, hoop_comm_t *off)
             fill_rounding(a, dts[d], n, seed);
             memcpy(o1, a, bytes);
             cma_lines = rounds_lines = 0;
-            must(hoop_allreduce(c, a, b, n, dts[d], ops[o]), c, "allreduce HOOP_CMA=on");
+            test_must(hoop_allreduce(c, a, b, n, dts[d], ops[o]), c, "allreduce HOOP_CMA=on");
             CHECK(cma_lines == 2, "bits: the single copy did not run");
-            must(hoop_allreduce(off, o1, o2, n, dts[d], ops[o]), off, "allreduce HOOP_CMA=off");
+            test_must(hoop_allreduce(off, o1, o2, n, dts[d], ops[o]), off,
+                      "allreduce HOOP_CMA=off");
             CHECK(rounds_lines > 0, "bits: the rounds did not run under HOOP_CMA=off");
             CHECK(memcmp(b, o2, bytes) == 0, "bits %s %s: single copy and the rounds differ",
                   hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
             fill_rounding(a, dts[d], n, seed);
-            must(hoop_allreduce(c, a, a, n, dts[d], ops[o]), c, "allreduce in place");
+            test_must(hoop_allreduce(c, a, a, n, dts[d], ops[o]), c, "allreduce in place");
             CHECK(memcmp(a, o2, bytes) == 0,
                   "bits %s %s in place: single copy and the rounds differ", hoop_dtype_name(dts[d]),
                   hoop_op_name(ops[o]));
@@ -229,8 +177,8 @@ static void mode_others(hoop_comm_t *c, hoop_comm_t *off)
                 /* in place: NCCL's placement, the output at the own block of the input */
                 uint8_t *out = ip ? a + (size_t)r * n * es : b;
                 cma_lines = rounds_lines = 0;
-                must(hoop_reduce_scatter(c, a, out, n, (hoop_dtype_t)dt, (hoop_op_t)op), c,
-                     "reduce-scatter");
+                test_must(hoop_reduce_scatter(c, a, out, n, (hoop_dtype_t)dt, (hoop_op_t)op), c,
+                          "reduce-scatter");
                 CHECK(cma_lines == 1 && rounds_lines == 0,
                       "reduce-scatter %s %s%s: %d single-copy, %d rounds trace lines",
                       hoop_dtype_name((hoop_dtype_t)dt), hoop_op_name((hoop_op_t)op),
@@ -259,8 +207,9 @@ static void mode_others(hoop_comm_t *c, hoop_comm_t *off)
             size_t bytes = n * hoop_dtype_size(dts[d]);
             fill_rounding(a, dts[d], n * (size_t)p, (uint64_t)r << 32 | (d * 8 + o));
             memcpy(o1, a, bytes * (size_t)p);
-            must(hoop_reduce_scatter(c, a, b, n, dts[d], ops[o]), c, "reduce-scatter on");
-            must(hoop_reduce_scatter(off, o1, o2, n, dts[d], ops[o]), off, "reduce-scatter off");
+            test_must(hoop_reduce_scatter(c, a, b, n, dts[d], ops[o]), c, "reduce-scatter on");
+            test_must(hoop_reduce_scatter(off, o1, o2, n, dts[d], ops[o]), off,
+                      "reduce-scatter off");
             CHECK(memcmp(b, o2, bytes) == 0, "reduce-scatter %s %s: single copy and rounds differ",
                   hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
         }
@@ -272,7 +221,7 @@ static void mode_others(hoop_comm_t *c, hoop_comm_t *off)
         for (size_t i = 0; i < n; i++)
             rc_st(in, i, 4, rc_mix((uint64_t)r << 40 ^ i ^ 77) & 0xffffffffu);
         cma_lines = rounds_lines = 0;
-        must(hoop_allgather(c, in, b, n, HOOP_UINT32), c, "all-gather");
+        test_must(hoop_allgather(c, in, b, n, HOOP_UINT32), c, "all-gather");
         CHECK(cma_lines == 1, "all-gather%s: the single copy did not run", ip ? " in place" : "");
         size_t bad = 0;
         for (int q = 0; q < p; q++)
@@ -310,11 +259,11 @@ static void mode_midcall(hoop_comm_t *c)
     size_t n = 300007;
     float *a = malloc(n * 4), *b = malloc(n * 4);
     one_case(c, a, b, HOOP_FLOAT32, HOOP_SUM, n, 7, 1, "before the filter");
-    if (my_rank == p - 1) CHECK(forbid_cma() == 0, "seccomp: %s", strerror(errno));
-    rc_fill_exact(a, HOOP_FLOAT32, HOOP_SUM, p, my_rank, 8, n);
+    if (test_rank == p - 1) CHECK(forbid_cma() == 0, "seccomp: %s", strerror(errno));
+    rc_fill_exact(a, HOOP_FLOAT32, HOOP_SUM, p, test_rank, 8, n);
     hoop_result_t rc = hoop_allreduce(c, a, b, n, HOOP_FLOAT32, HOOP_SUM);
     CHECK(rc != HOOP_OK, "the call after the filter returned HOOP_OK");
-    printf("rank %d: %s: %s\n", my_rank, hoop_error_string(rc), hoop_comm_last_error(c));
+    printf("rank %d: %s: %s\n", test_rank, hoop_error_string(rc), hoop_comm_last_error(c));
     fflush(stdout);
     free(a);
     free(b);
@@ -325,37 +274,29 @@ static void mode_kill(hoop_comm_t *c)
     size_t n = 1 << 20;
     float *a = malloc(n * 4), *b = malloc(n * 4);
     for (size_t i = 0; i < n; i++) a[i] = 1.0f;
-    printf("rank %d looping\n", my_rank);
-    fflush(stdout);
-    time_t end = time(NULL) + 60;
-    while (time(NULL) < end) {
-        hoop_result_t rc = hoop_allreduce(c, a, b, n, HOOP_FLOAT32, HOOP_SUM);
-        if (rc != HOOP_OK) {
-            CHECK(rc == HOOP_ERR_PEER_LOST || rc == HOOP_ERR_ABORTED || rc == HOOP_ERR_SYSTEM,
-                  "kill: the survivor failed with %s", hoop_error_string(rc));
-            printf("rank %d failed as it should: %s: %s\n", my_rank, hoop_error_string(rc),
-                   hoop_comm_last_error(c));
-            fflush(stdout);
-            free(a);
-            free(b);
-            return;
-        }
-    }
-    CHECK(0, "kill: no call failed in 60 s");
+    test_loop_until_killed(
+        c, a, b, n, 1u << HOOP_ERR_PEER_LOST | 1u << HOOP_ERR_ABORTED | 1u << HOOP_ERR_SYSTEM);
     free(a);
     free(b);
 }
 
-static int rank_main(const char *dir, int rank, int size, const char *mode)
+typedef struct launch_arg {
+    const test_launch_t *launch;
+    const char *mode;
+} launch_arg_t;
+
+static int rank_main(int rank, int size, void *arg)
 {
-    my_rank = rank;
+    const test_launch_t *l = ((launch_arg_t *)arg)->launch;
+    const char *mode = ((launch_arg_t *)arg)->mode;
+    test_rank = rank;
     char url[160];
     if (strcmp(mode, "refused") == 0 && rank == size - 1 && forbid_cma() != 0) {
         printf("FAIL (rank %d): seccomp: %s\n", rank, strerror(errno));
         return 1;
     }
     setenv("HOOP_CMA", "on", 1);
-    snprintf(url, sizeof(url), "file://%s/rdv", dir);
+    test_launch_url(l, "rdv", url, sizeof url);
     hoop_comm_t *c, *off = NULL;
     if (hoop_init(&c, url, rank, size) != HOOP_OK) {
         printf("FAIL (rank %d): hoop_init\n", rank);
@@ -364,7 +305,7 @@ static int rank_main(const char *dir, int rank, int size, const char *mode)
     hoop_comm_set_trace(c, on_trace, NULL);
     if (strcmp(mode, "bits") == 0 || strcmp(mode, "others") == 0) {
         setenv("HOOP_CMA", "off", 1);
-        snprintf(url, sizeof(url), "file://%s/rdv-off", dir);
+        test_launch_url(l, "rdv-off", url, sizeof url);
         if (hoop_init(&off, url, rank, size) != HOOP_OK) {
             printf("FAIL (rank %d): hoop_init HOOP_CMA=off\n", rank);
             return 1;
@@ -374,7 +315,7 @@ static int rank_main(const char *dir, int rank, int size, const char *mode)
             mode_bits(c, off);
         else
             mode_others(c, off);
-        must(hoop_barrier(off), off, "hoop_barrier");
+        test_must(hoop_barrier(off), off, "hoop_barrier");
         hoop_comm_destroy(off);
     } else if (strcmp(mode, "colls") == 0) {
         mode_colls(c);
@@ -385,82 +326,29 @@ static int rank_main(const char *dir, int rank, int size, const char *mode)
             mode_kill(c);
         else
             mode_midcall(c);
-        hoop_comm_destroy(c);
-        return failures ? 1 : 0;
+        return test_rank_end(c, 0);
     }
-    must(hoop_barrier(c), c, "hoop_barrier");
-    hoop_comm_destroy(c);
-    return failures ? 1 : 0;
+    return test_rank_end(c, 1);
 }
 
 int main(int argc, char **argv)
 {
-    int ranks = 2;
-    const char *mode = "colls";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--ranks") == 0)
-            ranks = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--mode") == 0)
-            mode = argv[i + 1];
-    }
+    static const char *const modes[] = {"colls",   "bits", "others", "refused",
+                                        "midcall", "kill", NULL};
+    int ranks;
+    const char *mode;
+    if (test_forked_args(argc, argv, modes, &ranks, &mode) != 0) return 2;
     if (ranks < 2 || ranks > 64) return 2;
-    char dir[] = "/tmp/hoop-cma-test-XXXXXX";
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    char job[64];
-    snprintf(job, sizeof(job), "cma-test-%d", (int)getpid());
-    setenv("HOOP_JOB_ID", job, 1);
+    /* The longest time tests/cma/meson.build gives a row: past it, under a timeout multiplier,
+     * the ranks still running are named and killed. */
+    test_launch_t l;
+    if (test_launch_open(&l, "cma-test", 240) != 0) return 1;
     int kill_mode = strcmp(mode, "kill") == 0;
-    int fds[2];
-    if (kill_mode && pipe(fds) != 0) return 1;
-    pid_t pids[64];
-    for (int r = 0; r < ranks; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            if (kill_mode) {
-                dup2(fds[1], 1);
-                close(fds[0]);
-                close(fds[1]);
-            }
-            _exit(rank_main(dir, r, ranks, mode));
-        }
-    }
-    int bad = 0;
-    if (kill_mode) {
-        close(fds[1]);
-        FILE *f = fdopen(fds[0], "r");
-        char line[512];
-        int looping = 0;
-        while (looping < ranks && fgets(line, sizeof(line), f) != NULL) {
-            fputs(line, stdout);
-            if (strstr(line, "looping") != NULL) looping++;
-        }
-        struct timespec ts = {0, 300000000};
-        nanosleep(&ts, NULL);
-        kill(pids[ranks - 1], SIGKILL);
-        while (fgets(line, sizeof(line), f) != NULL) fputs(line, stdout);
-        fclose(f);
-        if (looping < ranks) bad = 1;
-    }
-    for (int r = 0; r < ranks; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        int ok = kill_mode && r == ranks - 1 ? WIFSIGNALED(st)
-                                             : WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (!ok) {
-            printf("FAIL: rank %d ended with status 0x%x\n", r, st);
-            bad = 1;
-        }
-    }
-    const char *files[] = {"rdv", "rdv-off"};
-    for (int i = 0; i < 2; i++) {
-        char path[160];
-        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    launch_arg_t arg = {&l, mode};
+    int bad = test_launch_fork(&l, ranks, kill_mode, rank_main, &arg) != 0;
+    if (!bad && kill_mode) bad |= test_launch_kill_when(&l, "looping", ranks - 1);
+    if (l.nranks > 0) bad |= test_launch_wait(&l, kill_mode ? ranks - 1 : -1, NULL, NULL);
+    test_launch_close(&l);
     printf("%s: %s, %d ranks\n", bad ? "FAIL" : "ok", mode, ranks);
     return bad;
 }

@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,6 +58,38 @@ static inline const char *test_code_name(int code)
                                         "HOOP_ERR_NO_MEMORY",
                                         "HOOP_ERR_INTERNAL"};
     return code >= 0 && code <= HOOP_ERR_INTERNAL ? names[code] : "unknown";
+}
+
+/* hoop_init_from_env in a program hooprun starts: 0, or the status the program ends with, the
+ * reason printed: 77 (skipped) where HOOP_TRANSPORT names a transport this build does not accept
+ * (a row added for a transport to come), else 1 ("FAIL: <what>: <the error>"). */
+static inline int test_init_from_env(hoop_comm_t **c, const char *what)
+{
+    const char *tp = getenv("HOOP_TRANSPORT");
+    hoop_result_t rc = hoop_init_from_env(c);
+    if (rc == HOOP_OK) return 0;
+    if ((rc == HOOP_ERR_INVALID_ARGUMENT || rc == HOOP_ERR_UNSUPPORTED) && tp != NULL &&
+        strcmp(tp, "tcp") != 0 && strcmp(tp, "auto") != 0) {
+        printf("SKIP: this build of hoop does not accept HOOP_TRANSPORT=%s\n", tp);
+        return 77;
+    }
+    printf("FAIL: %s: %s\n", what, hoop_error_string(rc));
+    return 1;
+}
+
+/* One line to a rank's report pipe fd, its newlines turned to spaces, in one write() below
+ * PIPE_BUF, which the pipe never interleaves with another rank's. A rank that cannot report ends
+ * (exit status 101): its driver would read a lie by omission. */
+static inline void test_vsay(int fd, const char *fmt, va_list ap)
+{
+    char line[3000];
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+    for (int i = 0; i < n; i++)
+        if (line[i] == '\n') line[i] = ' ';
+    line[n++] = '\n';
+    if (write(fd, line, (size_t)n) != n) _exit(101);
 }
 
 /* "FAIL: <message>" on stdout, flushed at once (children of a test print there too). */

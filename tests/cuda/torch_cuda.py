@@ -34,10 +34,16 @@ import torch.distributed as dist  # noqa: E402
 
 import hoop.torch  # noqa: E402 - registers "hoop"
 
+# The tests' shared checks: ../common from here, in the tree and in the GPU check's bundle.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import hooptest  # noqa: E402
+
 assert hoop.torch.BACKEND_NAME == "hoop"
 
 dist.init_process_group("hoop")
 R, P = dist.get_rank(), dist.get_world_size()
+T = hooptest.Rank(R)
+fail, expect = T.fail, T.expect
 DEV = torch.device("cuda", int(os.environ.get("LOCAL_RANK", R)) % torch.cuda.device_count())
 torch.cuda.set_device(DEV)
 GLOO = dist.new_group(backend="gloo")
@@ -46,20 +52,6 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 SIZES = [0, 1, 7, 1031]
 OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
        "max": dist.ReduceOp.MAX}
-checks = 0
-
-
-def fail(msg):
-    sys.stderr.write("rank %d: FAIL: %s\n" % (R, msg))
-    sys.stderr.flush()
-    os._exit(1)
-
-
-def expect(cond, msg):
-    global checks
-    checks += 1
-    if not cond:
-        fail(msg)
 
 
 def inp(rank, n, dt, salt=0):
@@ -228,5 +220,5 @@ run_colls()
 run_streams()
 run_ddp()
 dist.barrier()
-print("rank %d: %d checks passed" % (R, checks))
+print("rank %d: %d checks passed" % (R, T.checks))
 dist.destroy_process_group()

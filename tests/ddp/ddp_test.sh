@@ -30,16 +30,8 @@ TOL=1e-5
 T=$(mktemp -d "${TMPDIR:-/tmp}/ddp-test.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 
-fail() {
-    echo "FAIL [$case_name]: $*" >&2
-    for f in "$T"/out "$T"/err; do
-        if [ -s "$f" ]; then
-            echo "--- $f (last 30 lines)" >&2
-            tail -n 30 "$f" >&2
-        fi
-    done
-    exit 1
-}
+# shellcheck source=tests/common/lib.sh
+. "$(dirname "$0")/../common/lib.sh"
 
 # run N ARGS...: ddp_train on N ranks, output in $T/out and $T/err, status in rc.
 run() {

@@ -9,7 +9,6 @@ import argparse
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -17,23 +16,8 @@ import tempfile
 import time
 import uuid
 
-failures = []
-
-
-def check(ok, msg):
-    if not ok:
-        failures.append(msg)
-        print("FAIL: " + msg, flush=True)
-    return ok
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from hooptest import check, failures, free_port  # noqa: E402 - the tests' shared checks
 
 LINE = re.compile(r"hoop WARN ((?:allreduce #(\d+) \(float32, 4\.0 kB, [^)]*\)|"
                   r"the call after #\d+ allreduce \(call #(\d+)\)) waits for .*)$")

@@ -599,18 +599,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    const char *tp = getenv("HOOP_TRANSPORT");
     hoop_comm_t *c = NULL;
-    hoop_result_t rc = hoop_init_from_env(&c);
-    if (rc != HOOP_OK) {
-        if ((rc == HOOP_ERR_INVALID_ARGUMENT || rc == HOOP_ERR_UNSUPPORTED) && tp != NULL &&
-            strcmp(tp, "tcp") != 0 && strcmp(tp, "auto") != 0) {
-            printf("SKIP: this build of hoop does not accept HOOP_TRANSPORT=%s\n", tp);
-            return 77;
-        }
-        printf("FAIL: hoop_init: %s\n", hoop_error_string(rc));
-        return 1;
-    }
+    int init = test_init_from_env(&c, "hoop_init");
+    if (init != 0) return init;
     rank_ = hoop_comm_rank(c);
     size_ = hoop_comm_size(c);
     double t0 = now_s();

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "hoop.h"
+#include "../common/testing.h"
 
 #define ROUNDS 20
 #define COUNT (256 * 1024 + 7)
@@ -34,18 +35,12 @@ int main(int argc, char **argv)
         printf("FAIL: HOOP_RESTART_COUNT is not set: run under hooprun --max-restarts\n");
         return 1;
     }
-    const char *tp = getenv("HOOP_TRANSPORT");
     hoop_comm_t *c = NULL;
-    hoop_result_t rc = hoop_init_from_env(&c);
-    if (rc != HOOP_OK) {
-        if ((rc == HOOP_ERR_INVALID_ARGUMENT || rc == HOOP_ERR_UNSUPPORTED) && tp != NULL &&
-            strcmp(tp, "tcp") != 0 && strcmp(tp, "auto") != 0) {
-            printf("SKIP: this build of hoop does not accept HOOP_TRANSPORT=%s\n", tp);
-            return 77;
-        }
-        printf("FAIL: attempt %d: hoop_init: %s\n", attempt, hoop_error_string(rc));
-        return 1;
-    }
+    char what[64];
+    snprintf(what, sizeof what, "attempt %d: hoop_init", attempt);
+    int init = test_init_from_env(&c, what);
+    if (init != 0) return init;
+    hoop_result_t rc;
     int me = hoop_comm_rank(c), p = hoop_comm_size(c);
     uint32_t *v = malloc(COUNT * sizeof *v);
     if (v == NULL) return 1;

@@ -75,6 +75,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "../common/colls.h"
 #include "../common/testing.h"
 #include "../cuda/devbuf.h"
 
@@ -87,23 +88,6 @@
 enum mode { M_KILL, M_STOP, M_EARLY, M_INITKILL, M_MISMATCH };
 static const char *const MODE_NAME[] = {"kill", "stop", "early-exit", "init-kill", "mismatch"};
 
-enum coll {
-    C_ALLREDUCE,
-    C_BROADCAST,
-    C_REDUCE,
-    C_ALLGATHER,
-    C_GATHER,
-    C_SCATTER,
-    C_REDUCE_SCATTER,
-    C_ALLTOALL,
-    C_BARRIER,
-    C_SENDRECV,
-    C_COUNT
-};
-static const char *const COLL_NAME[] = {"allreduce", "broadcast", "reduce",         "allgather",
-                                        "gather",    "scatter",   "reduce_scatter", "alltoall",
-                                        "barrier",   "sendrecv"};
-
 enum { NAMES_DIRECT, NAMES_CHAIN, NAMES_ANY };
 static const char *const NAMES_NAME[] = {"direct", "chain", "any"};
 enum { CALLS_MIXED, CALLS_BLOCKING, CALLS_NONBLOCKING };
@@ -114,7 +98,7 @@ static const char *const WHAT_NAME[] = {"coll", "count", "dtype", "root", "root-
 
 typedef struct opts {
     enum mode mode;
-    enum coll coll;
+    enum test_coll coll;
     enum what what;
     int ranks;
     const char *transport;
@@ -179,17 +163,10 @@ static int report_fd = -1;
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
-    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    test_vsay(report_fd, fmt, ap);
     va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
-    for (int i = 0; i < n; i++)
-        if (line[i] == '\n') line[i] = ' ';
-    line[n++] = '\n';
-    if (write(report_fd, line, (size_t)n) < 0) _exit(101);
 }
 
 /* The element i of rank r's input in round it: any 32-bit pattern; sums wrap. */
@@ -245,7 +222,7 @@ static uint32_t *dev_in(const rank_ctx_t *x, uint32_t *h, uint32_t *d)
 
 /* Runs round `it` of collective k, blocking on even rounds and nonblocking on odd ones.
  * Returns HOOP_OK or the error; sets *ok to 0 if a successful call returned wrong data. */
-static hoop_result_t one_round(rank_ctx_t *x, enum coll k, int it)
+static hoop_result_t one_round(rank_ctx_t *x, enum test_coll k, int it)
 {
     hoop_comm_t *c = x->c;
     int p = x->size, me = x->rank, root = it % p;
@@ -327,7 +304,7 @@ static hoop_result_t one_round(rank_ctx_t *x, enum coll k, int it)
 }
 
 /* Checks the results of a successful round; returns 0 (after saying why) if one is wrong. */
-static int check_round(rank_ctx_t *x, enum coll k, int it)
+static int check_round(rank_ctx_t *x, enum test_coll k, int it)
 {
     int p = x->size, me = x->rank, root = it % p;
     size_t n = x->total, m = x->block;
@@ -378,7 +355,7 @@ static void *self_killer(void *arg)
 }
 
 /* Loops over collective k until a call fails; reports it. */
-static int fault_loop(rank_ctx_t *x, enum coll k)
+static int fault_loop(rank_ctx_t *x, enum test_coll k)
 {
     double start = now_s();
     int it = 0;
@@ -1079,7 +1056,7 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
     printf("fault %s%s%s, %d ranks, HOOP_TRANSPORT=%s, seed %" PRIu64 ": faulty rank %d",
            MODE_NAME[o.mode], o.mode == M_MISMATCH ? " of " : " ",
            o.mode == M_MISMATCH                     ? WHAT_NAME[o.what]
-           : (o.mode == M_KILL || o.mode == M_STOP) ? COLL_NAME[o.coll]
+           : (o.mode == M_KILL || o.mode == M_STOP) ? test_coll_name[o.coll]
                                                     : "",
            o.ranks, tp, o.seed, o.victim);
     if (o.mode == M_KILL || o.mode == M_STOP || o.mode == M_INITKILL)
@@ -1231,7 +1208,7 @@ static int driver_main(const opts_t *o0, int argc, char **argv)
                "failures=%d\n",
                MODE_NAME[o.mode],
                o.mode == M_MISMATCH                     ? WHAT_NAME[o.what]
-               : (o.mode == M_KILL || o.mode == M_STOP) ? COLL_NAME[o.coll]
+               : (o.mode == M_KILL || o.mode == M_STOP) ? test_coll_name[o.coll]
                                                         : "-",
                tp, j->n, faulty, nd, detect[nd / 2] * 1e3, detect[nd - 1] * 1e3, direct, by_signal,
                j->failures);
@@ -1288,8 +1265,8 @@ int main(int argc, char **argv)
             if ((k = lookup(MODE_NAME, 5, v)) < 0) return usage();
             o.mode = (enum mode)k;
         } else if (strcmp(a, "--coll") == 0) {
-            if ((k = lookup(COLL_NAME, C_COUNT, v)) < 0) return usage();
-            o.coll = (enum coll)k;
+            if ((k = lookup(test_coll_name, C_COUNT, v)) < 0) return usage();
+            o.coll = (enum test_coll)k;
         } else if (strcmp(a, "--what") == 0) {
             if ((k = lookup(WHAT_NAME, W_N, v)) < 0) return usage();
             o.what = (enum what)k;

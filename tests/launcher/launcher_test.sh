@@ -19,24 +19,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() {
-    echo "FAIL [$case_name]: $*" >&2
-    for f in "$T"/out "$T"/err; do
-        if [ -f "$f" ]; then
-            echo "--- $f (first 40 lines)" >&2
-            head -n 40 "$f" >&2
-        fi
-    done
-    exit 1
-}
-
-now_ms() {
-    d=$(date +%s%N)
-    case $d in
-    *N*) echo $(($(date +%s) * 1000)) ;;
-    *) echo $((d / 1000000)) ;;
-    esac
-}
+# A failure shows the head of the output: the first lines say what went wrong.
+FAIL_FROM=head FAIL_LINES=40
+# shellcheck source=tests/common/lib.sh
+. "$(dirname "$0")/../common/lib.sh"
 
 # run ARGS...: runs hooprun with stdout/stderr in $T/out and $T/err; sets rc and ms (elapsed).
 run() {
@@ -44,6 +30,14 @@ run() {
     "$HOOPRUN" "$@" >"$T/out" 2>"$T/err"
     rc=$?
     ms=$(($(now_ms) - t0))
+}
+
+# want_bigline R BIG: what rank R of launcher_child bigline BIG writes to stdout (a BIG-byte line
+# of one letter, a for rank 0 and b for rank 1, then its tail), as hooprun prefixes it.
+want_bigline() {
+    printf '[%d] ' "$1"
+    head -c "$2" /dev/zero | tr '\0' "$(echo "$1" | tr 01 ab)"
+    printf '\n[%d] tail %d\n' "$1" "$1"
 }
 
 expect_rc() {
@@ -192,12 +186,7 @@ test_output() {
     run -n 2 "$CHILD" bigline $big
     expect_rc 0
     for r in 0 1; do
-        c=$(echo $r | tr 01 ab)
-        {
-            printf '[%d] ' $r
-            head -c $big /dev/zero | tr '\0' "$c"
-            printf '\n[%d] tail %d\n' $r $r
-        } >"$T/want"
+        want_bigline $r $big >"$T/want"
         grep -a "^\[$r\] " "$T/out" | cmp -s - "$T/want" ||
             fail "rank $r: stdout is not its $big-byte line and its tail, each whole and prefixed once"
     done
@@ -209,11 +198,7 @@ test_output() {
     big=10000000
     run -n 1 "$CHILD" bigline $big
     expect_rc 0
-    {
-        printf '[0] '
-        head -c $big /dev/zero | tr '\0' a
-        printf '\n[0] tail 0\n'
-    } | cmp -s - "$T/out" || fail "a line longer than 4 MiB lost or gained bytes"
+    want_bigline 0 $big | cmp -s - "$T/out" || fail "a line longer than 4 MiB lost or gained bytes"
     expect_err_line "hooprun: rank 0: a line of more than 4194304 bytes; it goes out in pieces"
     expect_err_line "\[0\] errtail 0"
     big=1048576
@@ -229,11 +214,8 @@ test_output() {
         (ulimit -v 4000 && exec "$HOOPRUN" -n 1 "$CHILD" bigline $big) >"$T/out" 2>"$T/err"
         rc=$?
         expect_rc 0
-        {
-            printf '[0] '
-            head -c $big /dev/zero | tr '\0' a
-            printf '\n[0] tail 0\n'
-        } | cmp -s - "$T/out" || fail "a line too long for the memory lost or gained bytes"
+        want_bigline 0 $big | cmp -s - "$T/out" ||
+            fail "a line too long for the memory lost or gained bytes"
         expect_err_line "hooprun: rank 0: no memory to hold a line of more than [0-9]* bytes whole; it goes out in pieces"
         expect_err_line "\[0\] errtail 0"
         rm -f "$T/out"
@@ -312,9 +294,7 @@ test_fail_together() {
         fi
         sleep 0.05
     done
-    kill -CONT "$bg"
-    wait "$bg"
-    rc=$?
+    signal_bg CONT
     expect_rc 3
     first=$(sed -n 's/^hooprun: rank \([12]\) (pid [0-9]*) exited with status 3$/\1/p' "$T/err")
     [ -n "$first" ] || fail "no report of rank 1 or 2 failing"
@@ -388,9 +368,7 @@ test_signal() {
     t0=$(now_ms)
     bg_run -n 2 "$CHILD" sleep 60
     wait_lines 2 'ready'
-    kill -TERM "$bg"
-    wait "$bg"
-    rc=$?
+    signal_bg TERM
     ms=$(($(now_ms) - t0))
     expect_rc 143
     [ "$ms" -lt 5000 ] || fail "took $ms ms"
@@ -417,9 +395,7 @@ test_stopped() {
         env --default-signal=INT "$HOOPRUN" -n 3 "$CHILD" sleep 60 >>"$T/out" 2>>"$T/err" &
         bg=$!
         wait_lines 3 'ready'
-        kill -INT "$bg"
-        wait "$bg"
-        rc=$?
+        signal_bg INT
         expect_rc 130
         expect_err_line 'hooprun: stopped by SIGINT from outside hooprun: rank [012] (pid [0-9]*) ended by SIGINT'
     else
@@ -687,9 +663,7 @@ test_restart_stop() {
     t0=$(now_ms)
     bg_run --max-restarts 5 -n 2 "$CHILD" sleep 60
     wait_lines 2 'ready'
-    kill -TERM "$bg"
-    wait "$bg"
-    rc=$?
+    signal_bg TERM
     ms=$(($(now_ms) - t0))
     expect_rc 143
     [ "$ms" -lt 5000 ] || fail "took $ms ms"
@@ -709,9 +683,7 @@ test_restart_stop() {
         [ $i -le 200 ] || fail "hooprun never waited for the port"
         sleep 0.05
     done
-    kill -TERM "$bg"
-    wait "$bg"
-    rc=$?
+    signal_bg TERM
     ms=$(($(now_ms) - t0))
     expect_rc 3
     [ "$ms" -lt 4000 ] || fail "took $ms ms"
@@ -744,6 +716,13 @@ wait_bg() {
     wait "$wd" 2>/dev/null
     [ -e "$T/watchdog" ] && fail "hooprun still running $1 s later; killed it"
     return 0
+}
+
+# signal_bg SIG: sends SIG to the background hooprun and waits for it (wait_bg: at most 30 s).
+# Sets rc.
+signal_bg() {
+    kill -"$1" "$bg"
+    wait_bg 30
 }
 
 # Whether process $1 is there and has not ended (an init that does not reap keeps orphans as

@@ -47,6 +47,7 @@
 
 #include "hoop.h"
 #include "../../common/refcheck.h"
+#include "../common/colls.h"
 #include "../common/testing.h"
 #include "../cuda/devbuf.h"
 
@@ -79,38 +80,17 @@ static const char *const OP_NAME[HOOP_OP_COUNT] = {"sum", "prod", "min", "max", 
 
 /* ---- the collectives under test ---- */
 
-enum {
-    C_ALLREDUCE,
-    C_BROADCAST,
-    C_REDUCE,
-    C_ALLGATHER,
-    C_GATHER,
-    C_SCATTER,
-    C_REDUCE_SCATTER,
-    C_ALLTOALL,
-    C_BARRIER,
-    C_SENDRECV,
-    C_COUNT
-};
-
-typedef struct coll_info {
-    const char *name;
+typedef struct coll_info { /* by enum test_coll, whose names are test_coll_name */
     int has_op;
     int has_root;
     unsigned variants; /* bit 0: out of place, bit 1: in place */
 } coll_info_t;
 
 static const coll_info_t COLL[C_COUNT] = {
-    [C_ALLREDUCE] = {"allreduce", 1, 0, 3},
-    [C_BROADCAST] = {"broadcast", 0, 1, 2},
-    [C_REDUCE] = {"reduce", 1, 1, 3},
-    [C_ALLGATHER] = {"allgather", 0, 0, 3},
-    [C_GATHER] = {"gather", 0, 1, 3},
-    [C_SCATTER] = {"scatter", 0, 1, 3},
-    [C_REDUCE_SCATTER] = {"reduce_scatter", 1, 0, 3},
-    [C_ALLTOALL] = {"alltoall", 0, 0, 3},
-    [C_BARRIER] = {"barrier", 0, 0, 1},
-    [C_SENDRECV] = {"sendrecv", 0, 0, 1},
+    [C_ALLREDUCE] = {1, 0, 3},      [C_BROADCAST] = {0, 1, 2}, [C_REDUCE] = {1, 1, 3},
+    [C_ALLGATHER] = {0, 0, 3},      [C_GATHER] = {0, 1, 3},    [C_SCATTER] = {0, 1, 3},
+    [C_REDUCE_SCATTER] = {1, 0, 3}, [C_ALLTOALL] = {0, 0, 3},  [C_BARRIER] = {0, 0, 1},
+    [C_SENDRECV] = {0, 0, 1},
 };
 
 #define ALL_COLLS ((1u << C_COUNT) - 1)
@@ -279,9 +259,9 @@ static void use_stream(hoop_comm_t *comm)
 static void describe(const tcase_t *tc, char *out, size_t len)
 {
     snprintf(out, len, "call %" PRIu64 " %s %s %s count %zu root %d %s%s", tc->call,
-             COLL[tc->coll].name, DT[tc->dt].name, COLL[tc->coll].has_op ? OP_NAME[tc->op] : "-",
-             tc->count, tc->root, tc->inplace ? "in-place" : "out-of-place",
-             tc->null_unused ? " null-unused" : "");
+             test_coll_name[tc->coll], DT[tc->dt].name,
+             COLL[tc->coll].has_op ? OP_NAME[tc->op] : "-", tc->count, tc->root,
+             tc->inplace ? "in-place" : "out-of-place", tc->null_unused ? " null-unused" : "");
 }
 
 static uint64_t inval(const tctx_t *t, const tcase_t *tc, int rank, size_t idx)
@@ -1372,7 +1352,7 @@ static void usage(void)
 
 static const char *dt_name(int i) { return DT[i].name; }
 static const char *op_name(int i) { return OP_NAME[i]; }
-static const char *coll_name(int i) { return COLL[i].name; }
+static const char *coll_name(int i) { return test_coll_name[i]; }
 
 /* A comma-separated list of names (or "none") into a bit mask; -1 if a name is unknown. */
 static int parse_names(const char *list, const char *(*name)(int), int n, unsigned *mask)

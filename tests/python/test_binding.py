@@ -27,6 +27,9 @@ import numpy as np
 
 import hoop
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import hooptest  # noqa: E402 - the tests' shared checks, in tests/common
+
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "uint32",
           "int64", "uint64"]
 OPS = ["sum", "prod", "min", "max", "avg"]
@@ -35,33 +38,10 @@ LARGE = 3 * 131072 + 5  # elements: several 512 KiB chunks and a ragged end
 
 comm = hoop.init("env://", timeout=60)
 R, P = comm.rank, comm.size
-checks = 0
+T = hooptest.Rank(R)
+fail, expect, expect_raises = T.fail, T.expect, T.expect_raises
 DEVICE = os.environ.get("HOOP_TEST_DEVICE_MODULE")
 STREAM = None
-
-
-def fail(msg):
-    sys.stderr.write("rank %d: FAIL: %s\n" % (R, msg))
-    sys.exit(1)
-
-
-def expect(cond, msg):
-    global checks
-    checks += 1
-    if not cond:
-        fail(msg)
-
-
-def expect_raises(cls, fn, what, contains=None):
-    try:
-        fn()
-    except cls as e:
-        expect(contains is None or contains in str(e), "%s: message %r lacks %r" %
-               (what, str(e), contains))
-        return e
-    except Exception as e:  # noqa: BLE001 - the wrong class is the failure being reported
-        fail("%s raised %s (%s), not %s" % (what, type(e).__name__, e, cls.__name__))
-    fail("%s did not raise %s" % (what, cls.__name__))
 
 
 # ---- bfloat16 lives in uint16 arrays: conversions for the reference ----
@@ -829,4 +809,4 @@ for check in CHECKS:
     check()
 comm.destroy()
 where = " on device buffers (%s)" % os.path.basename(DEVICE) if DEVICE else ""
-print("rank %d of %d: %d checks passed%s" % (R, P, checks, where))
+print("rank %d of %d: %d checks passed%s" % (R, P, T.checks, where))

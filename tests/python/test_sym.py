@@ -22,24 +22,15 @@ import numpy as np
 
 import hoop
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import hooptest  # noqa: E402 - the tests' shared checks, in tests/common
+
 MODE = sys.argv[1]
 comm = hoop.init("env://", timeout=60)
 R, P = comm.rank, comm.size
+T = hooptest.Rank(R)
+fail, check = T.fail, T.expect
 N = 80 * 1024  # elements per rank: above the sizes where the planner picks point to point
-checks = 0
-
-
-def fail(msg):
-    sys.stderr.write("rank %d: FAIL: %s\n" % (R, msg))
-    sys.stderr.flush()
-    os._exit(1)
-
-
-def check(cond, msg):
-    global checks
-    checks += 1
-    if not cond:
-        fail(msg)
 
 
 def sym_maps():
@@ -234,5 +225,5 @@ if MODE == "colls":
     run_colls()
 else:
     run_life()
-print("rank %d: %s: %d checks passed" % (R, MODE, checks))
+print("rank %d: %s: %d checks passed" % (R, MODE, T.checks))
 sys.stdout.flush()

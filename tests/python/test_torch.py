@@ -23,6 +23,9 @@ import torch.distributed as dist
 import hoop
 import hoop.torch  # registers "hoop"
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import hooptest  # noqa: E402 - the tests' shared checks, in tests/common
+
 torch.set_num_threads(1)
 dist.init_process_group("hoop")
 R, P = dist.get_rank(), dist.get_world_size()
@@ -32,7 +35,8 @@ CXX = not isinstance(HOOP, hoop.torch.ProcessGroupHoop)  # the C++ backend serve
 # What a failed collective raises: hoop's exception classes, or torch's DistBackendError with
 # hoop's sentence.
 FAILED = dist.DistBackendError if CXX else hoop.HoopError
-checks = 0
+T = hooptest.Rank(R)
+fail, expect, expect_raises = T.fail, T.expect, T.expect_raises
 
 GLOO_DTYPES = [torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int32,
                torch.int64]
@@ -40,31 +44,6 @@ DTYPES = GLOO_DTYPES + [torch.bfloat16]
 SIZES = [1, 7, 1031]
 OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
        "max": dist.ReduceOp.MAX}
-
-
-def fail(msg):
-    sys.stderr.write("rank %d: FAIL: %s\n" % (R, msg))
-    sys.stderr.flush()
-    os._exit(1)
-
-
-def expect(cond, msg):
-    global checks
-    checks += 1
-    if not cond:
-        fail(msg)
-
-
-def expect_raises(cls, fn, what, contains=None):
-    try:
-        fn()
-    except cls as e:
-        expect(contains is None or contains in str(e), "%s: %r lacks %r" % (what, str(e),
-                                                                            contains))
-        return e
-    except Exception as e:  # noqa: BLE001 - the wrong class is the failure being reported
-        fail("%s raised %s (%s), not %s" % (what, type(e).__name__, e, cls.__name__))
-    fail("%s did not raise %s" % (what, cls.__name__))
 
 
 def same(a, b, what):
@@ -727,6 +706,6 @@ check_hooks()
 print("rank %d of %d: collectives and DDP agree with gloo (largest DDP difference %g)"
       % (R, P, worst), flush=True)
 check_failures()
-print("rank %d of %d: %d checks passed" % (R, P, checks), flush=True)
+print("rank %d of %d: %d checks passed" % (R, P, T.checks), flush=True)
 # The gloo group has a rank that is gone: leave without its teardown.
 os._exit(0)

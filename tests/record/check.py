@@ -12,6 +12,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from hooptest import check, failures  # noqa: E402 - the tests' shared checks
+
 CODES = ["HOOP_OK", "HOOP_ERR_INVALID_ARGUMENT", "HOOP_ERR_SYSTEM", "HOOP_ERR_TIMEOUT",
          "HOOP_ERR_PEER_LOST", "HOOP_ERR_MISMATCH", "HOOP_ERR_AUTH", "HOOP_ERR_UNSUPPORTED",
          "HOOP_ERR_ABORTED", "HOOP_ERR_NO_MEMORY", "HOOP_ERR_INTERNAL"]
@@ -28,16 +31,6 @@ TORCH_FIELDS = ["record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "profil
                 "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms",
                 "timeout_ms", "is_p2p", "retired"]
 RECORD_N = 16
-
-failures = []
-
-
-def check(ok, msg):
-    if not ok:
-        failures.append(msg)
-        print("FAIL: " + msg, flush=True)
-    return ok
-
 
 def load(path):
     with open(path) as f:

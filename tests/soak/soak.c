@@ -23,6 +23,7 @@
 
 #include "hoop.h"
 #include "../../common/refcheck.h"
+#include "../common/colls.h"
 #include "../common/testing.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -34,22 +35,6 @@
 #define MAX_BATCH 4
 #define MAX_SHOWN 10
 
-enum {
-    K_ALLREDUCE,
-    K_BROADCAST,
-    K_REDUCE,
-    K_ALLGATHER,
-    K_GATHER,
-    K_SCATTER,
-    K_REDUCE_SCATTER,
-    K_ALLTOALL,
-    K_BARRIER,
-    K_SENDRECV,
-    K_COUNT
-};
-static const char *const KIND[K_COUNT] = {"allreduce", "broadcast", "reduce",         "allgather",
-                                          "gather",    "scatter",   "reduce_scatter", "alltoall",
-                                          "barrier",   "sendrecv"};
 static const char *const ALGO[] = {"auto", "ring", "rd", "ps", "ps-sharded", "rabenseifner"};
 
 /* Element sizes and names of our own, not the library's. */
@@ -78,7 +63,7 @@ typedef struct soak {
     int me, p;
     uint64_t rng;
     size_t max_count;
-    long wrong, shown, calls, elements, per_kind[K_COUNT], nonblocking, inplace;
+    long wrong, shown, calls, elements, per_kind[C_COUNT], nonblocking, inplace;
     int verbose;
 } soak_t;
 
@@ -95,7 +80,7 @@ static uint64_t draw(soak_t *s) { return mix(s->rng += 0x9e3779b97f4a7c15ull); }
 
 static int reducing(int kind)
 {
-    return kind == K_ALLREDUCE || kind == K_REDUCE || kind == K_REDUCE_SCATTER;
+    return kind == C_ALLREDUCE || kind == C_REDUCE || kind == C_REDUCE_SCATTER;
 }
 
 /* Element idx of rank q's input to call k, raw bits. */
@@ -142,10 +127,10 @@ static uint64_t sentinel(size_t es) { return 0xA5A5A5A5A5A5A5A5ull & rc_width_ma
 
 static void describe(const call_t *k, char *out, size_t len)
 {
-    snprintf(out, len, "call %" PRIu64 " %s %s %s count %zu root %d%s%s%s%s", k->no, KIND[k->kind],
-             DTN[k->dt], reducing(k->kind) ? OPN[k->op] : "-", k->n, k->root,
-             k->inplace ? " in-place" : "", k->null_unused ? " null-unused" : "",
-             k->kind == K_ALLREDUCE ? " algo " : "", k->kind == K_ALLREDUCE ? ALGO[k->algo] : "");
+    snprintf(out, len, "call %" PRIu64 " %s %s %s count %zu root %d%s%s%s%s", k->no,
+             test_coll_name[k->kind], DTN[k->dt], reducing(k->kind) ? OPN[k->op] : "-", k->n,
+             k->root, k->inplace ? " in-place" : "", k->null_unused ? " null-unused" : "",
+             k->kind == C_ALLREDUCE ? " algo " : "", k->kind == C_ALLREDUCE ? ALGO[k->algo] : "");
 }
 
 static void wrong(soak_t *s, const call_t *k, const char *what, size_t i, uint64_t got,
@@ -169,7 +154,7 @@ static int draw_call(soak_t *s, call_t *k, uint64_t no)
     memset(k, 0, sizeof *k);
     k->no = no;
     k->seed = draw(s);
-    k->kind = (int)(draw(s) % K_COUNT);
+    k->kind = (int)(draw(s) % C_COUNT);
     k->dt = (hoop_dtype_t)(draw(s) % HOOP_DTYPE_COUNT);
     k->op = (hoop_op_t)(draw(s) % HOOP_OP_COUNT);
     k->es = ES[k->dt];
@@ -197,35 +182,35 @@ static int draw_call(soak_t *s, call_t *k, uint64_t no)
     }
     default: k->n = (size_t)(draw(s) % (mx + 1)); break;
     }
-    if (k->kind == K_BARRIER) return 1;
+    if (k->kind == C_BARRIER) return 1;
 
     size_t n = k->n, es = k->es, pn = (size_t)p * n;
     int root_me = me == k->root;
     size_t in_elems = 0, out_elems = 0; /* sizes of the send and receive buffers */
     switch (k->kind) {
-    case K_ALLREDUCE:
-    case K_REDUCE:
-    case K_BROADCAST:
-    case K_SENDRECV: in_elems = out_elems = n; break;
-    case K_ALLGATHER:
-    case K_GATHER:
+    case C_ALLREDUCE:
+    case C_REDUCE:
+    case C_BROADCAST:
+    case C_SENDRECV: in_elems = out_elems = n; break;
+    case C_ALLGATHER:
+    case C_GATHER:
         in_elems = n;
         out_elems = pn;
         break;
-    case K_SCATTER:
+    case C_SCATTER:
         in_elems = pn;
         out_elems = n;
         break;
-    case K_REDUCE_SCATTER:
+    case C_REDUCE_SCATTER:
         in_elems = pn;
         out_elems = n;
         break;
-    case K_ALLTOALL: in_elems = out_elems = pn; break;
+    case C_ALLTOALL: in_elems = out_elems = pn; break;
     }
-    if (k->kind == K_BROADCAST || k->kind == K_SENDRECV) k->inplace = k->kind == K_BROADCAST;
+    if (k->kind == C_BROADCAST || k->kind == C_SENDRECV) k->inplace = k->kind == C_BROADCAST;
     /* The buffer a non-root never uses: gather's and reduce's receive, scatter's send. */
-    int unused_out = !root_me && (k->kind == K_GATHER || k->kind == K_REDUCE);
-    int unused_in = !root_me && k->kind == K_SCATTER;
+    int unused_out = !root_me && (k->kind == C_GATHER || k->kind == C_REDUCE);
+    int unused_in = !root_me && k->kind == C_SCATTER;
     if (!(k->null_unused && (unused_out || unused_in))) k->null_unused = 0;
 
     if (k->inplace) {
@@ -237,17 +222,17 @@ static int draw_call(soak_t *s, call_t *k, uint64_t no)
         memset(k->b, SENT_BYTE, k->b_elems * es);
         k->sarg = k->rarg = k->b;
         switch (k->kind) {
-        case K_BROADCAST:
+        case C_BROADCAST:
             if (root_me)
                 for (size_t i = 0; i < n; i++) rc_st(k->b, i, es, input(s, k, me, i));
             break;
-        case K_ALLGATHER:
-        case K_GATHER:
+        case C_ALLGATHER:
+        case C_GATHER:
             for (size_t i = 0; i < n; i++) rc_st(k->b, (size_t)me * n + i, es, input(s, k, me, i));
             k->sarg = k->b + (size_t)me * n * es;
-            if (!root_me && k->kind == K_GATHER) k->rarg = k->null_unused ? NULL : k->b;
+            if (!root_me && k->kind == C_GATHER) k->rarg = k->null_unused ? NULL : k->b;
             break;
-        case K_SCATTER:
+        case C_SCATTER:
             if (root_me) {
                 for (size_t i = 0; i < pn; i++) rc_st(k->b, i, es, input(s, k, me, i));
                 k->rarg = k->b + (size_t)me * n * es;
@@ -283,35 +268,35 @@ static hoop_result_t post(soak_t *s, call_t *k, int nb)
     size_t n = k->n;
     hoop_dtype_t dt = k->dt;
     switch (k->kind) {
-    case K_ALLREDUCE: {
+    case C_ALLREDUCE: {
         hoop_result_t rc = hoop_comm_set_algo(c, ALGO[k->algo]);
         if (rc != HOOP_OK) return rc;
         return nb ? hoop_iallreduce(c, k->sarg, k->rarg, n, dt, k->op, q)
                   : hoop_allreduce(c, k->sarg, k->rarg, n, dt, k->op);
     }
-    case K_BROADCAST:
+    case C_BROADCAST:
         return nb ? hoop_ibroadcast(c, k->rarg, n, dt, k->root, q)
                   : hoop_broadcast(c, k->rarg, n, dt, k->root);
-    case K_REDUCE:
+    case C_REDUCE:
         return nb ? hoop_ireduce(c, k->sarg, k->rarg, n, dt, k->op, k->root, q)
                   : hoop_reduce(c, k->sarg, k->rarg, n, dt, k->op, k->root);
-    case K_ALLGATHER:
+    case C_ALLGATHER:
         return nb ? hoop_iallgather(c, k->sarg, k->rarg, n, dt, q)
                   : hoop_allgather(c, k->sarg, k->rarg, n, dt);
-    case K_GATHER:
+    case C_GATHER:
         return nb ? hoop_igather(c, k->sarg, k->rarg, n, dt, k->root, q)
                   : hoop_gather(c, k->sarg, k->rarg, n, dt, k->root);
-    case K_SCATTER:
+    case C_SCATTER:
         return nb ? hoop_iscatter(c, k->sarg, k->rarg, n, dt, k->root, q)
                   : hoop_scatter(c, k->sarg, k->rarg, n, dt, k->root);
-    case K_REDUCE_SCATTER:
+    case C_REDUCE_SCATTER:
         return nb ? hoop_ireduce_scatter(c, k->sarg, k->rarg, n, dt, k->op, q)
                   : hoop_reduce_scatter(c, k->sarg, k->rarg, n, dt, k->op);
-    case K_ALLTOALL:
+    case C_ALLTOALL:
         return nb ? hoop_ialltoall(c, k->sarg, k->rarg, n, dt, q)
                   : hoop_alltoall(c, k->sarg, k->rarg, n, dt);
-    case K_BARRIER: return nb ? hoop_ibarrier(c, q) : hoop_barrier(c);
-    case K_SENDRECV: {
+    case C_BARRIER: return nb ? hoop_ibarrier(c, q) : hoop_barrier(c);
+    case C_SENDRECV: {
         if (p == 1) return HOOP_OK; /* no other rank to talk to */
         int to = (me + k->shift) % p, from = (me + p - k->shift) % p;
         if (nb) {
@@ -354,45 +339,45 @@ static void check(soak_t *s, const call_t *k)
     size_t n = k->n, pn = (size_t)p * n, es = k->es;
     const unsigned char *b = k->b;
     uint64_t sent = sentinel(es);
-    if (k->kind == K_BARRIER) return;
+    if (k->kind == C_BARRIER) return;
     switch (k->kind) {
-    case K_ALLREDUCE: EXPECT_RANGE(s, k, "result", b, 0, n, reduced(s, k, i)); break;
-    case K_REDUCE:
+    case C_ALLREDUCE: EXPECT_RANGE(s, k, "result", b, 0, n, reduced(s, k, i)); break;
+    case C_REDUCE:
         if (root_me)
             EXPECT_RANGE(s, k, "result", b, 0, n, reduced(s, k, i));
         else if (!k->inplace && k->rarg != NULL)
             EXPECT_RANGE(s, k, "unused recvbuf", b, 0, n, sent);
         break;
-    case K_BROADCAST: EXPECT_RANGE(s, k, "result", b, 0, n, input(s, k, k->root, i)); break;
-    case K_ALLGATHER:
+    case C_BROADCAST: EXPECT_RANGE(s, k, "result", b, 0, n, input(s, k, k->root, i)); break;
+    case C_ALLGATHER:
         EXPECT_RANGE(s, k, "result", b, 0, pn, input(s, k, (int)(i / n), i % n));
         break;
-    case K_GATHER:
+    case C_GATHER:
         if (root_me)
             EXPECT_RANGE(s, k, "result", b, 0, pn, input(s, k, (int)(i / n), i % n));
         else if (!k->inplace && k->rarg != NULL)
             EXPECT_RANGE(s, k, "unused recvbuf", b, 0, pn, sent);
         break;
-    case K_SCATTER:
+    case C_SCATTER:
         if (k->inplace && root_me) /* the whole send buffer, its own block included, unchanged */
             EXPECT_RANGE(s, k, "in-place buffer", b, 0, pn, input(s, k, me, i));
         else
             EXPECT_RANGE(s, k, "result", b, 0, n, input(s, k, k->root, (size_t)me * n + i));
         break;
-    case K_REDUCE_SCATTER:
+    case C_REDUCE_SCATTER:
         EXPECT_RANGE(s, k, "result", b, 0, n, reduced(s, k, (size_t)me * n + i));
         break;
-    case K_ALLTOALL:
+    case C_ALLTOALL:
         EXPECT_RANGE(s, k, "result", b, 0, pn, input(s, k, (int)(i / n), (size_t)me * n + i % n));
         break;
-    case K_SENDRECV:
+    case C_SENDRECV:
         if (p > 1) EXPECT_RANGE(s, k, "result", b, 0, n, input(s, k, (me + p - k->shift) % p, i));
         break;
     }
     /* Nothing written past the end. */
     if (b != NULL) EXPECT_RANGE(s, k, "guard", b, k->b_elems - GUARD, (size_t)GUARD, sent);
     /* Send buffers are read-only. */
-    if (!k->inplace && k->a != NULL && !(k->kind == K_SCATTER && !root_me))
+    if (!k->inplace && k->a != NULL && !(k->kind == C_SCATTER && !root_me))
         EXPECT_RANGE(s, k, "sendbuf", k->a, 0, k->a_elems, input(s, k, me, i));
 }
 
@@ -437,17 +422,9 @@ int main(int argc, char **argv)
     }
     if (ncalls < 0 || s.max_count == 0) goto usage;
 
-    const char *tp = getenv("HOOP_TRANSPORT");
-    hoop_result_t rc = hoop_init_from_env(&s.c);
-    if (rc != HOOP_OK) {
-        if ((rc == HOOP_ERR_INVALID_ARGUMENT || rc == HOOP_ERR_UNSUPPORTED) && tp != NULL &&
-            strcmp(tp, "tcp") != 0 && strcmp(tp, "auto") != 0) {
-            printf("SKIP: this build of hoop does not accept HOOP_TRANSPORT=%s\n", tp);
-            return 77;
-        }
-        printf("FAIL: hoop_init: %s\n", hoop_error_string(rc));
-        return 1;
-    }
+    int init = test_init_from_env(&s.c, "hoop_init");
+    if (init != 0) return init;
+    hoop_result_t rc;
     s.me = hoop_comm_rank(s.c);
     s.p = hoop_comm_size(s.c);
     s.rng = seed;
@@ -503,7 +480,8 @@ int main(int argc, char **argv)
     hoop_comm_destroy(s.c);
     if (s.me == 0 || s.wrong > 0 || broken) {
         printf("rank %d of %d: %ld calls (", s.me, s.p, s.calls);
-        for (int k = 0; k < K_COUNT; k++) printf("%s%s %ld", k ? ", " : "", KIND[k], s.per_kind[k]);
+        for (int k = 0; k < C_COUNT; k++)
+            printf("%s%s %ld", k ? ", " : "", test_coll_name[k], s.per_kind[k]);
         printf("), %ld nonblocking, %ld in place; %ld elements checked, %ld wrong; %.1f MB sent; "
                "%.1f s\n",
                s.nonblocking, s.inplace, s.elements, s.wrong, (double)st.bytes_sent / 1e6, dt);

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -18,22 +17,8 @@ import tempfile
 import time
 import uuid
 
-FAILS = []
-
-
-def check(ok, msg):
-    if not ok:
-        FAILS.append(msg)
-        print("FAIL: " + msg, flush=True)
-    return ok
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from hooptest import check, failures, free_port  # noqa: E402 - the tests' shared checks
 
 
 def run(cmd, env, timeout=20):
@@ -174,10 +159,10 @@ def main():
     check(all(("rank %d ok" % r) in text for r in range(n)), "not every rank ok:\n" + text)
     if args.hooprun:
         check(os.listdir(os.path.join(tmp, "hoop")) == [], "hooprun left its state file")
-    if FAILS:
+    if failures:
         print(text)
-    print("status check: %s" % ("FAIL" if FAILS else "ok"))
-    return 1 if FAILS else 0
+    print("status check: %s" % ("FAIL" if failures else "ok"))
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

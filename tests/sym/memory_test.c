@@ -21,19 +21,7 @@
 #include <dirent.h>
 
 #include "hoop.h"
-
-static int failures, my_rank = -1;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL (rank %d): ", my_rank);                                                   \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
+#include "../common/forked.h"
 
 /* Bytes of this process's mappings of the memfd named name. */
 static uint64_t mapped(const char *name)
@@ -113,9 +101,36 @@ static void check_line(const char *log, const hoop_memory_t *m)
     CHECK(found, "no INFO line of the memory at init in %s", log);
 }
 
-static int rank_main(const char *url, const char *log, int rank, int size, int tcp)
+typedef struct launch_arg {
+    const test_launch_t *launch;
+    const char *url;
+    int tcp;
+} launch_arg_t;
+
+/* Rank r's stderr: the INFO lines it checks, and what the parent shows where the rank failed. */
+static void log_path(const test_launch_t *l, int r, char *path, size_t n)
 {
-    my_rank = rank;
+    snprintf(path, n, "%.*s/rank%d.log", (int)sizeof l->dir, l->dir, r);
+}
+
+static void show_log(int r, void *arg)
+{
+    char path[160], line[1024];
+    log_path(((launch_arg_t *)arg)->launch, r, path, sizeof path);
+    printf("its log:\n");
+    FILE *f = fopen(path, "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) fputs(line, stdout);
+    if (f != NULL) fclose(f);
+}
+
+static int rank_main(int rank, int size, void *varg)
+{
+    const launch_arg_t *arg = varg;
+    const char *url = arg->url;
+    int tcp = arg->tcp;
+    char log[160];
+    log_path(arg->launch, rank, log, sizeof log);
+    test_rank = rank;
     if (freopen(log, "w", stderr) == NULL) return 1;
     hoop_comm_t *c;
     if (hoop_init(&c, url, rank, size) != HOOP_OK) {
@@ -162,8 +177,7 @@ static int rank_main(const char *url, const char *log, int rank, int size, int t
     CHECK(hoop_comm_memory(c, &m2) == HOOP_OK, "hoop_comm_memory");
     check_maps(&m2, "after the free");
     CHECK(m2.sym == 0, "symmetric memory left: %llu", (unsigned long long)m2.sym);
-    hoop_comm_destroy(c);
-    return failures ? 1 : 0;
+    return test_rank_end(c, 0);
 }
 
 int main(int argc, char **argv)
@@ -175,42 +189,18 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--tcp") == 0)
             tcp = 1;
     }
-    char dir[] = "/tmp/hoop-memory-test-XXXXXX", url[128], job[64];
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(url, sizeof(url), "file://%s/rdv", dir);
-    snprintf(job, sizeof(job), "memory-test-%d", (int)getpid());
-    setenv("HOOP_JOB_ID", job, 1);
+    /* The time tests/sym/meson.build gives a row: past it, under a timeout multiplier, the ranks
+     * still running are named and killed. */
+    test_launch_t l;
+    char url[160];
+    if (test_launch_open(&l, "memory-test", 120) != 0) return 1;
+    test_launch_url(&l, "rdv", url, sizeof url);
     setenv("HOOP_DEBUG", "INFO", 1);
     if (tcp) setenv("HOOP_TRANSPORT", "tcp", 1);
-    pid_t pids[64];
-    char logs[64][96];
-    for (int r = 0; r < ranks && r < 64; r++) {
-        snprintf(logs[r], sizeof(logs[r]), "%s/rank%d.log", dir, r);
-        fflush(stdout);
-        pids[r] = fork();
-        if (pids[r] == 0) _exit(rank_main(url, logs[r], r, ranks, tcp));
-    }
-    int bad = 0;
-    for (int r = 0; r < ranks && r < 64; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            printf("FAIL: rank %d ended with status 0x%x; its log:\n", r, st);
-            FILE *f = fopen(logs[r], "r");
-            char line[1024];
-            while (f != NULL && fgets(line, sizeof(line), f) != NULL) fputs(line, stdout);
-            if (f != NULL) fclose(f);
-            bad = 1;
-        }
-        unlink(logs[r]);
-    }
-    char rdv[160];
-    snprintf(rdv, sizeof(rdv), "%s/rdv", dir);
-    unlink(rdv);
-    rmdir(dir);
+    launch_arg_t arg = {&l, url, tcp};
+    int bad = test_launch_fork(&l, ranks, 0, rank_main, &arg) != 0;
+    if (l.nranks > 0) bad |= test_launch_wait(&l, -1, show_log, &arg);
+    test_launch_close(&l);
     printf("%s: %d ranks%s\n", bad ? "FAIL" : "ok", ranks, tcp ? " over tcp" : "");
     return bad;
 }

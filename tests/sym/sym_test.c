@@ -37,23 +37,9 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "../../common/refcheck.h"
+#include "../common/forked.h"
 
-static int failures;
 static int zero_copy_lines; /* trace lines of the zero-copy fold since the last reset */
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL (rank %d): ", my_rank);                                                   \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
-
-static int my_rank = -1;
 
 static void on_trace(void *ctx, const char *line)
 {
@@ -61,34 +47,6 @@ static void on_trace(void *ctx, const char *line)
     if (strstr(line, "from every rank's input") != NULL ||
         strstr(line, "into every rank's output") != NULL || strstr(line, "from where it lies"))
         zero_copy_lines++;
-}
-
-/* Checks out against the reference of every rank's input; returns the wrong elements. */
-static size_t verify(const void *out, hoop_dtype_t dt, hoop_op_t op, int p, uint64_t salt, size_t n,
-                     const char *what)
-{
-    size_t es = hoop_dtype_size(dt), bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        rc_acc_t a = {0};
-        for (int q = 0; q < p; q++)
-            rc_acc_add(&a, dt, es, op, rc_exact_input(dt, op, p, q, salt, i));
-        uint64_t want = rc_acc_result(&a, dt, es, op, p), got = rc_ld(out, i, es);
-        if (got != want && bad++ == 0)
-            CHECK(0, "%s %s %s n=%zu: element %zu is 0x%" PRIx64 ", want 0x%" PRIx64, what,
-                  hoop_dtype_name(dt), hoop_op_name(op), n, i, got, want);
-    }
-    return bad;
-}
-
-static hoop_result_t must(hoop_result_t rc, hoop_comm_t *c, const char *what)
-{
-    if (rc != HOOP_OK) {
-        printf("FAIL (rank %d): %s: %s: %s\n", my_rank, what, hoop_error_string(rc),
-               hoop_comm_last_error(c));
-        fflush(stdout);
-        exit(1);
-    }
-    return rc;
 }
 
 /* One all-reduce case on buffers in and out (out == in: in place); the zero-copy fold must have
@@ -99,37 +57,24 @@ static void one_case(hoop_comm_t *c, void *in, void *out, hoop_dtype_t dt, hoop_
     int p = hoop_comm_size(c), r = hoop_comm_rank(c);
     rc_fill_exact(in, dt, op, p, r, salt, n);
     zero_copy_lines = 0;
-    must(hoop_allreduce(c, in, out, n, dt, op), c, what);
-    verify(out, dt, op, p, salt, n, what);
+    test_must(hoop_allreduce(c, in, out, n, dt, op), c, what);
+    test_verify_exact(out, dt, op, p, salt, n, what);
     CHECK(zc ? zero_copy_lines > 0 : zero_copy_lines == 0, "%s %s %s n=%zu: the zero-copy fold %s",
           what, hoop_dtype_name(dt), hoop_op_name(op), n, zc ? "did not run" : "ran");
 }
 
 static void mode_colls(hoop_comm_t *c)
 {
-    /* Odd counts: 70001 elements is above HOOP_SMALL_BYTES (16 KiB) for every dtype; 300007
-     * spreads a block over several chunks of the fold. */
-    const size_t counts[] = {70001, 300007};
     size_t cap = 300007 * 8;
     uint8_t *a, *b;
-    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
-    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
     uint64_t salt = 1;
-    for (size_t k = 0; k < 2; k++)
-        for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
-            for (int op = 0; op < HOOP_OP_COUNT; op++) {
-                /* The larger count for a few dtypes only: the reference is slow on 2 cores. */
-                if (k == 1 && !(dt == HOOP_INT8 || dt == HOOP_FLOAT32 || dt == HOOP_BFLOAT16))
-                    continue;
-                one_case(c, a, b, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
-                         "out of place");
-                one_case(c, a, a, (hoop_dtype_t)dt, (hoop_op_t)op, counts[k], salt++, 1,
-                         "in place");
-            }
+    test_sweep_exact(c, a, b, one_case, 1, &salt);
     /* At an offset inside the allocations, odd by one element. */
     one_case(c, a + 8, b + 16, HOOP_INT64, HOOP_SUM, 70001, salt++, 1, "at offsets");
-    must(hoop_mem_free(c, b), c, "hoop_mem_free");
-    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, b), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, a), c, "hoop_mem_free");
 }
 
 /* Reduce-scatter, all-gather and broadcast on symmetric buffers, in and out of place, against
@@ -142,8 +87,8 @@ static void mode_others(hoop_comm_t *c)
      * (the planner's measured exception), for every dtype. */
     size_t n = 30011, cap = (size_t)p * (300u << 10);
     uint8_t *a, *b;
-    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
-    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
     uint64_t salt = 500;
     for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++) {
         size_t es = hoop_dtype_size((hoop_dtype_t)dt);
@@ -154,8 +99,8 @@ static void mode_others(hoop_comm_t *c)
                 rc_fill_exact(a, (hoop_dtype_t)dt, (hoop_op_t)op, p, r, salt, (size_t)p * n);
                 uint8_t *out = inplace ? a + (size_t)r * n * es : b;
                 zero_copy_lines = 0;
-                must(hoop_reduce_scatter(c, a, out, n, (hoop_dtype_t)dt, (hoop_op_t)op), c,
-                     "hoop_reduce_scatter");
+                test_must(hoop_reduce_scatter(c, a, out, n, (hoop_dtype_t)dt, (hoop_op_t)op), c,
+                          "hoop_reduce_scatter");
                 CHECK(zero_copy_lines > 0, "reduce-scatter %s %s: the zero-copy fold did not run",
                       hoop_dtype_name((hoop_dtype_t)dt), hoop_op_name((hoop_op_t)op));
                 size_t bad = 0;
@@ -180,7 +125,7 @@ static void mode_others(hoop_comm_t *c)
             uint8_t *in = inplace ? b + (size_t)r * agn * es : a;
             rc_fill_exact(in, (hoop_dtype_t)dt, HOOP_SUM, p, r, salt, agn);
             zero_copy_lines = 0;
-            must(hoop_allgather(c, in, b, agn, (hoop_dtype_t)dt), c, "hoop_allgather");
+            test_must(hoop_allgather(c, in, b, agn, (hoop_dtype_t)dt), c, "hoop_allgather");
             CHECK(zero_copy_lines > 0, "all-gather %s: the zero-copy copy did not run",
                   hoop_dtype_name((hoop_dtype_t)dt));
             size_t bad = 0;
@@ -198,7 +143,7 @@ static void mode_others(hoop_comm_t *c)
         for (int root = 0; root < p; root++) {
             rc_fill_exact(a, (hoop_dtype_t)dt, HOOP_SUM, p, r == root ? root : p + 7, salt, n);
             zero_copy_lines = 0;
-            must(hoop_broadcast(c, a, n, (hoop_dtype_t)dt, root), c, "hoop_broadcast");
+            test_must(hoop_broadcast(c, a, n, (hoop_dtype_t)dt, root), c, "hoop_broadcast");
             CHECK(r == root || zero_copy_lines > 0, "broadcast %s: the zero-copy copy did not run",
                   hoop_dtype_name((hoop_dtype_t)dt));
             size_t bad = 0;
@@ -211,8 +156,8 @@ static void mode_others(hoop_comm_t *c)
             salt++;
         }
     }
-    must(hoop_mem_free(c, a), c, "hoop_mem_free");
-    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, b), c, "hoop_mem_free");
 }
 
 /* Rounding floats in [0.5, 2.5). */
@@ -231,8 +176,8 @@ static void mode_bits(hoop_comm_t *c)
     int r = hoop_comm_rank(c);
     size_t n = 300007, cap = n * 8;
     uint8_t *a, *b, *o1 = malloc(cap), *o2 = malloc(cap);
-    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
-    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
     const hoop_dtype_t dts[] = {HOOP_FLOAT32, HOOP_FLOAT64, HOOP_FLOAT16, HOOP_BFLOAT16};
     const hoop_op_t ops[] = {HOOP_SUM, HOOP_PROD, HOOP_AVG};
     for (size_t d = 0; d < 4; d++)
@@ -242,14 +187,14 @@ static void mode_bits(hoop_comm_t *c)
             fill_rounding(a, dts[d], n, seed);
             memcpy(o1, a, bytes);
             zero_copy_lines = 0;
-            must(hoop_allreduce(c, a, b, n, dts[d], ops[o]), c, "hoop_allreduce sym");
+            test_must(hoop_allreduce(c, a, b, n, dts[d], ops[o]), c, "hoop_allreduce sym");
             CHECK(zero_copy_lines > 0, "bits: the zero-copy fold did not run");
-            must(hoop_allreduce(c, o1, o2, n, dts[d], ops[o]), c, "hoop_allreduce ordinary");
+            test_must(hoop_allreduce(c, o1, o2, n, dts[d], ops[o]), c, "hoop_allreduce ordinary");
             CHECK(memcmp(b, o2, bytes) == 0, "bits %s %s: zero copy and the rounds differ",
                   hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
             /* In place, on the same inputs. */
             fill_rounding(a, dts[d], n, seed);
-            must(hoop_allreduce(c, a, a, n, dts[d], ops[o]), c, "hoop_allreduce sym in place");
+            test_must(hoop_allreduce(c, a, a, n, dts[d], ops[o]), c, "hoop_allreduce sym in place");
             CHECK(memcmp(a, o2, bytes) == 0, "bits %s %s in place: zero copy and the rounds differ",
                   hoop_dtype_name(dts[d]), hoop_op_name(ops[o]));
             /* Reduce-scatter of the same inputs, n / p elements a rank. */
@@ -257,9 +202,10 @@ static void mode_bits(hoop_comm_t *c)
             fill_rounding(a, dts[d], rn * (size_t)hoop_comm_size(c), seed);
             memcpy(o1, a, rbytes * (size_t)hoop_comm_size(c));
             zero_copy_lines = 0;
-            must(hoop_reduce_scatter(c, a, b, rn, dts[d], ops[o]), c, "reduce-scatter sym");
+            test_must(hoop_reduce_scatter(c, a, b, rn, dts[d], ops[o]), c, "reduce-scatter sym");
             CHECK(zero_copy_lines > 0, "bits: the zero-copy reduce-scatter did not run");
-            must(hoop_reduce_scatter(c, o1, o2, rn, dts[d], ops[o]), c, "reduce-scatter ordinary");
+            test_must(hoop_reduce_scatter(c, o1, o2, rn, dts[d], ops[o]), c,
+                      "reduce-scatter ordinary");
             CHECK(memcmp(b, o2, rbytes) == 0,
                   "bits reduce-scatter %s %s: zero copy and the "
                   "rounds differ",
@@ -267,8 +213,8 @@ static void mode_bits(hoop_comm_t *c)
         }
     free(o1);
     free(o2);
-    must(hoop_mem_free(c, a), c, "hoop_mem_free");
-    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, b), c, "hoop_mem_free");
 }
 
 static void mode_mixed(hoop_comm_t *c)
@@ -276,8 +222,8 @@ static void mode_mixed(hoop_comm_t *c)
     int r = hoop_comm_rank(c), p = hoop_comm_size(c);
     size_t n = 100003, cap = n * 8;
     uint8_t *a, *b, *ma = malloc(cap), *mb = malloc(cap);
-    must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
-    must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
     /* Rank p-1 with ordinary buffers; then rank 0 with a symmetric input and an ordinary
      * output; then every rank symmetric again. */
     uint64_t salt = 100;
@@ -295,8 +241,8 @@ static void mode_mixed(hoop_comm_t *c)
     one_case(c, a, a + 8, HOOP_INT32, HOOP_SUM, n, salt++, 0, "overlapping");
     free(ma);
     free(mb);
-    must(hoop_mem_free(c, a), c, "hoop_mem_free");
-    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, b), c, "hoop_mem_free");
 }
 
 static void mode_realloc(hoop_comm_t *c)
@@ -307,15 +253,15 @@ static void mode_realloc(hoop_comm_t *c)
     for (int i = 0; i < 6; i++) {
         size_t cap = n * 8 * (size_t)(i % 3 == 2 ? 3 : 1);
         uint8_t *a, *b;
-        must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
-        must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
+        test_must(hoop_mem_alloc(c, cap, (void **)&a), c, "hoop_mem_alloc");
+        test_must(hoop_mem_alloc(c, cap, (void **)&b), c, "hoop_mem_alloc");
         if (i == 0) first = a;
         one_case(c, a, b, HOOP_INT64, HOOP_SUM, n, salt++, 1, "realloc");
         one_case(c, b, b, HOOP_FLOAT32, HOOP_MAX, n, salt++, 1, "realloc in place");
-        must(hoop_mem_free(c, a), c, "hoop_mem_free");
+        test_must(hoop_mem_free(c, a), c, "hoop_mem_free");
         /* A call between the frees: b still symmetric, a's memory gone. */
         one_case(c, b, b, HOOP_UINT32, HOOP_SUM, n, salt++, 1, "after one free");
-        must(hoop_mem_free(c, b), c, "hoop_mem_free");
+        test_must(hoop_mem_free(c, b), c, "hoop_mem_free");
     }
     (void)first;
     /* Nothing live: ordinary buffers run as ever. */
@@ -335,18 +281,20 @@ static void mode_nonblocking(hoop_comm_t *c)
     const hoop_dtype_t dts[3] = {HOOP_INT32, HOOP_FLOAT64, HOOP_UINT8};
     const hoop_op_t ops[3] = {HOOP_SUM, HOOP_MAX, HOOP_PROD};
     for (int round = 0; round < 2; round++) {
-        for (int i = 0; i < 3; i++) must(hoop_mem_alloc(c, n * 8, (void **)&buf[i]), c, "alloc");
+        for (int i = 0; i < 3; i++)
+            test_must(hoop_mem_alloc(c, n * 8, (void **)&buf[i]), c, "alloc");
         zero_copy_lines = 0;
         for (int i = 0; i < 3; i++) {
             rc_fill_exact(buf[i], dts[i], ops[i], p, r, 400 + (uint64_t)(round * 3 + i), n);
-            must(hoop_iallreduce(c, buf[i], buf[i], n, dts[i], ops[i], &req[i]), c,
-                 "hoop_iallreduce");
+            test_must(hoop_iallreduce(c, buf[i], buf[i], n, dts[i], ops[i], &req[i]), c,
+                      "hoop_iallreduce");
         }
-        for (int i = 0; i < 3; i++) must(hoop_wait(req[i]), c, "hoop_wait");
+        for (int i = 0; i < 3; i++) test_must(hoop_wait(req[i]), c, "hoop_wait");
         CHECK(zero_copy_lines == 3, "nonblocking: %d zero-copy folds, want 3", zero_copy_lines);
         for (int i = 0; i < 3; i++)
-            verify(buf[i], dts[i], ops[i], p, 400 + (uint64_t)(round * 3 + i), n, "nonblocking");
-        for (int i = 0; i < 3; i++) must(hoop_mem_free(c, buf[i]), c, "free");
+            test_verify_exact(buf[i], dts[i], ops[i], p, 400 + (uint64_t)(round * 3 + i), n,
+                              "nonblocking");
+        for (int i = 0; i < 3; i++) test_must(hoop_mem_free(c, buf[i]), c, "free");
     }
 }
 
@@ -355,17 +303,17 @@ static void expect_invalid(hoop_comm_t *c, hoop_result_t rc, const char *what, c
     const char *msg = hoop_comm_last_error(c);
     CHECK(rc == HOOP_ERR_INVALID_ARGUMENT, "%s: %s, want HOOP_ERR_INVALID_ARGUMENT", what,
           hoop_error_string(rc));
-    CHECK(strstr(msg, word) != NULL, "%s: the sentence \"%s\" does not say \"%s\"", what, msg,
-          word);
+    CHECK(msg != NULL && strstr(msg, word) != NULL, "%s: the sentence \"%s\" does not say \"%s\"",
+          what, msg != NULL ? msg : "(none)", word);
 }
 
 static void usable(hoop_comm_t *c, uint64_t salt)
 {
     size_t n = 70001;
     uint8_t *a;
-    must(hoop_mem_alloc(c, n * 4, (void **)&a), c, "hoop_mem_alloc after bad input");
+    test_must(hoop_mem_alloc(c, n * 4, (void **)&a), c, "hoop_mem_alloc after bad input");
     one_case(c, a, a, HOOP_INT32, HOOP_SUM, n, salt, 1, "after bad input");
-    must(hoop_mem_free(c, a), c, "hoop_mem_free after bad input");
+    test_must(hoop_mem_free(c, a), c, "hoop_mem_free after bad input");
 }
 
 static void mode_bad(hoop_comm_t *c)
@@ -373,7 +321,7 @@ static void mode_bad(hoop_comm_t *c)
     int r = hoop_comm_rank(c);
     uint8_t *a;
     void *x = NULL;
-    must(hoop_mem_alloc(c, 4096, (void **)&a), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, 4096, (void **)&a), c, "hoop_mem_alloc");
     /* Not from the arena on the last rank only (the others pass their good one). */
     char stack[64];
     void *bad = r == hoop_comm_size(c) - 1 ? (void *)stack : (void *)a;
@@ -381,7 +329,7 @@ static void mode_bad(hoop_comm_t *c)
     usable(c, 300);
     /* An interior pointer is not an allocation's start either. */
     expect_invalid(c, hoop_mem_free(c, a + 64), "free of an interior pointer", "not a live buffer");
-    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, a), c, "hoop_mem_free");
     expect_invalid(c, hoop_mem_free(c, a), "free twice", "freed already");
     usable(c, 301);
     expect_invalid(c, hoop_mem_free(c, NULL), "free of NULL", "not a live buffer");
@@ -405,11 +353,11 @@ static void mode_register(hoop_comm_t *c)
     uint8_t *own = mmap(NULL, flen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     CHECK(own != MAP_FAILED, "mapping the memfd");
     uint8_t *a = NULL, *b = NULL;
-    must(hoop_mem_register_fd(c, fd, off, bytes, (void **)&a), c, "hoop_mem_register_fd");
+    test_must(hoop_mem_register_fd(c, fd, off, bytes, (void **)&a), c, "hoop_mem_register_fd");
     void *x = NULL;
     int fd2 = memfd_create("sym-test-reg2", MFD_CLOEXEC);
     CHECK(fd2 >= 0 && ftruncate(fd2, (off_t)bytes) == 0, "second memfd");
-    must(hoop_mem_register_fd(c, fd2, 0, bytes, (void **)&b), c, "hoop_mem_register_fd");
+    test_must(hoop_mem_register_fd(c, fd2, 0, bytes, (void **)&b), c, "hoop_mem_register_fd");
     close(fd2); /* the registration holds its own mappings */
     uint64_t salt = 900;
     one_case(c, a, b, HOOP_FLOAT64, HOOP_SUM, n, salt++, 1, "registered, out of place");
@@ -418,10 +366,10 @@ static void mode_register(hoop_comm_t *c)
     CHECK(memcmp(own + off, a, bytes) == 0, "the memfd's own mapping does not see the result");
     /* Mixed: a registration and an allocation in one call. */
     uint8_t *m;
-    must(hoop_mem_alloc(c, bytes, (void **)&m), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, bytes, (void **)&m), c, "hoop_mem_alloc");
     one_case(c, a, m, HOOP_INT64, HOOP_SUM, n, salt++, 1, "registered into allocated");
-    must(hoop_mem_free(c, m), c, "hoop_mem_free");
-    must(hoop_mem_free(c, b), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, m), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, b), c, "hoop_mem_free");
     /* Bad arguments on the last rank only: every rank fails with its sentence. */
     int last = r == p - 1;
     expect_invalid(c, hoop_mem_register_fd(c, fd, last ? 100 : off, bytes, &x),
@@ -437,7 +385,7 @@ static void mode_register(hoop_comm_t *c)
     usable(c, 310);
     uint8_t kept[64];
     memcpy(kept, a, sizeof(kept));
-    must(hoop_mem_free(c, a), c, "hoop_mem_free");
+    test_must(hoop_mem_free(c, a), c, "hoop_mem_free");
     /* The file is the program's: its own mapping keeps the data after the free. */
     CHECK(memcmp(own + off, kept, sizeof(kept)) == 0, "the file changed at the free");
     munmap(own, flen);
@@ -445,30 +393,14 @@ static void mode_register(hoop_comm_t *c)
 }
 
 /* Loops zero-copy all-reduces until one fails: the parent kills the last rank meanwhile. */
-static int mode_kill(hoop_comm_t *c)
+static void mode_kill(hoop_comm_t *c)
 {
     size_t n = 1 << 20;
     float *a, *b;
-    must(hoop_mem_alloc(c, n * 4, (void **)&a), c, "hoop_mem_alloc");
-    must(hoop_mem_alloc(c, n * 4, (void **)&b), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, n * 4, (void **)&a), c, "hoop_mem_alloc");
+    test_must(hoop_mem_alloc(c, n * 4, (void **)&b), c, "hoop_mem_alloc");
     for (size_t i = 0; i < n; i++) a[i] = 1.0f;
-    /* Tell the parent the loop starts. */
-    printf("rank %d looping\n", my_rank);
-    fflush(stdout);
-    time_t end = time(NULL) + 60;
-    while (time(NULL) < end) {
-        hoop_result_t rc = hoop_allreduce(c, a, b, n, HOOP_FLOAT32, HOOP_SUM);
-        if (rc != HOOP_OK) {
-            CHECK(rc == HOOP_ERR_PEER_LOST || rc == HOOP_ERR_ABORTED,
-                  "kill: the survivor failed with %s", hoop_error_string(rc));
-            printf("rank %d failed as it should: %s: %s\n", my_rank, hoop_error_string(rc),
-                   hoop_comm_last_error(c));
-            fflush(stdout);
-            return 1;
-        }
-    }
-    CHECK(0, "kill: no call failed in 60 s");
-    return 0;
+    test_loop_until_killed(c, a, b, n, 1u << HOOP_ERR_PEER_LOST | 1u << HOOP_ERR_ABORTED);
 }
 
 /* The names in /dev/shm that say hoop, up to 64. */
@@ -483,9 +415,10 @@ static int shm_names(char names[][256])
     return n;
 }
 
-static int rank_main(const char *url, int rank, int size, const char *mode)
+static int rank_main(int rank, int size, void *arg)
 {
-    my_rank = rank;
+    const char *url = ((const char **)arg)[0], *mode = ((const char **)arg)[1];
+    test_rank = rank;
     hoop_comm_t *c;
     if (hoop_init(&c, url, rank, size) != HOOP_OK) {
         printf("FAIL (rank %d): hoop_init\n", rank);
@@ -510,80 +443,32 @@ static int rank_main(const char *url, int rank, int size, const char *mode)
         mode_register(c);
     else if (strcmp(mode, "kill") == 0) {
         mode_kill(c);
-        hoop_comm_destroy(c);
-        return failures ? 1 : 0;
+        return test_rank_end(c, 0);
     }
-    /* The last call's result on every rank: no rank left early. */
-    must(hoop_barrier(c), c, "hoop_barrier");
-    hoop_comm_destroy(c);
-    return failures ? 1 : 0;
+    return test_rank_end(c, 1);
 }
 
 int main(int argc, char **argv)
 {
-    int ranks = 2;
-    const char *mode = "colls";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--ranks") == 0)
-            ranks = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--mode") == 0)
-            mode = argv[i + 1];
-    }
-    char dir[] = "/tmp/hoop-sym-test-XXXXXX", url[128];
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(url, sizeof(url), "file://%s/rdv", dir);
-    /* One launch, told apart from any other that reached the rendezvous. */
-    char job[64];
-    snprintf(job, sizeof(job), "sym-test-%d", (int)getpid());
-    setenv("HOOP_JOB_ID", job, 1);
+    static const char *const modes[] = {"colls",  "bits",        "mixed", "realloc",  "bad",
+                                        "others", "nonblocking", "kill",  "register", NULL};
+    int ranks;
+    const char *mode;
+    if (test_forked_args(argc, argv, modes, &ranks, &mode) != 0) return 2;
+    /* The longest time tests/sym/meson.build gives a row: past it, under a timeout multiplier,
+     * the ranks still running are named and killed. */
+    test_launch_t l;
+    char url[160];
+    if (test_launch_open(&l, "sym-test", 240) != 0) return 1;
+    test_launch_url(&l, "rdv", url, sizeof url);
     int kill_mode = strcmp(mode, "kill") == 0;
     static char before[64][256], after[64][256];
     int nbefore = shm_names(before);
-    int fds[2];
-    if (kill_mode && pipe(fds) != 0) return 1;
-    pid_t pids[64];
-    for (int r = 0; r < ranks && r < 64; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            if (kill_mode) {
-                dup2(fds[1], 1);
-                close(fds[0]);
-                close(fds[1]);
-            }
-            _exit(rank_main(url, r, ranks, mode));
-        }
-    }
-    int bad = 0;
-    if (kill_mode) {
-        close(fds[1]);
-        /* Once every rank loops, let a few calls pass, then kill the last rank. */
-        FILE *f = fdopen(fds[0], "r");
-        char line[512];
-        int looping = 0;
-        while (looping < ranks && fgets(line, sizeof(line), f) != NULL) {
-            fputs(line, stdout);
-            if (strstr(line, "looping") != NULL) looping++;
-        }
-        struct timespec ts = {0, 300000000};
-        nanosleep(&ts, NULL);
-        kill(pids[ranks - 1], SIGKILL);
-        while (fgets(line, sizeof(line), f) != NULL) fputs(line, stdout);
-        fclose(f);
-        if (looping < ranks) bad = 1;
-    }
-    for (int r = 0; r < ranks; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        int ok = kill_mode && r == ranks - 1 ? WIFSIGNALED(st)
-                                             : WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (!ok) {
-            printf("FAIL: rank %d ended with status 0x%x\n", r, st);
-            bad = 1;
-        }
-    }
+    const char *arg[] = {url, mode};
+    int bad = test_launch_fork(&l, ranks, kill_mode, rank_main, arg) != 0;
+    /* Once every rank loops, let a few calls pass, then kill the last rank. */
+    if (!bad && kill_mode) bad |= test_launch_kill_when(&l, "looping", ranks - 1);
+    if (l.nranks > 0) bad |= test_launch_wait(&l, kill_mode ? ranks - 1 : -1, NULL, NULL);
     int nafter = shm_names(after);
     for (int i = 0; i < nafter; i++) {
         int old = 0;
@@ -593,10 +478,7 @@ int main(int argc, char **argv)
             bad = 1;
         }
     }
-    char rdv[160];
-    snprintf(rdv, sizeof(rdv), "%s/rdv", dir);
-    unlink(rdv);
-    rmdir(dir);
+    test_launch_close(&l);
     printf("%s: %s, %d ranks\n", bad ? "FAIL" : "ok", mode, ranks);
     return bad;
 }
