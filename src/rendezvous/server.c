@@ -219,7 +219,7 @@ static int held_answer(server_t *s, conn_t *c, double now)
     s->nheld--;
     if (found) {
         char kbuf[100];
-        HOOP__TRACE(s->log, "rendezvous store: held get \"%s\" (%u bytes) answered to %s",
+        HOOP__TRACE(s->log, "rendezvous store: get \"%s\" (%u bytes) by %s, held until set",
                     hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
                     (unsigned)vallen, c->peer);
     }
