@@ -288,8 +288,8 @@ static hoop_result_t tcp_get(hoop__store_t *st, const char *key, size_t keylen, 
     hoop__store_hold_encode(val, hold);
     /* The reply may take the whole hold, and then the exchange's own grace. */
     const double until = hoop__now() + hold / 1e3 + EXCHANGE_GRACE;
-    hoop_result_t r = client_request(st, 'W', key, keylen, val, sizeof val, &status, buf, cap,
-                                     len, until > deadline ? until : deadline);
+    hoop_result_t r = client_request(st, 'W', key, keylen, val, sizeof val, &status, buf, cap, len,
+                                     until > deadline ? until : deadline);
     *found = r == HOOP_OK && status == HOOP__STORE_REP_OK;
     return r;
 }

@@ -220,8 +220,8 @@ static int held_answer(server_t *s, conn_t *c, double now)
     if (found) {
         char kbuf[100];
         HOOP__TRACE(s->log, "rendezvous store: get \"%s\" (%u bytes) by %s, held until set",
-                    hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
-                    (unsigned)vallen, c->peer);
+                    hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), (unsigned)vallen,
+                    c->peer);
     }
     /* The reply is copied out of the table before the request's bytes move. */
     int rc = found ? conn_reply(c, HOOP__STORE_REP_OK, val, vallen)

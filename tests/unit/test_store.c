@@ -1273,8 +1273,7 @@ static void test_tcp_get_returns_at_set(void **state)
     const unsigned long long served = served_in_log(logpath);
     unlink(logpath);
     if (served > 3 * TRIALS)
-        fail_msg("the store served %llu requests for %d sets and %d waits", served, TRIALS,
-                 TRIALS);
+        fail_msg("the store served %llu requests for %d sets and %d waits", served, TRIALS, TRIALS);
 }
 
 /* A key that never comes: the wait ends on the get's own deadline, having asked the server about
@@ -1314,7 +1313,8 @@ static void test_tcp_held_get_times_out(void **state)
     /* The wait, the set and the get; polling would have been 15 or more. */
     const unsigned long long served = served_in_log(logpath);
     unlink(logpath);
-    if (served > 5) fail_msg("the store served %llu requests for a 0.6 s wait, a set and a get", served);
+    if (served > 5)
+        fail_msg("the store served %llu requests for a 0.6 s wait, a set and a get", served);
 }
 
 typedef struct held_reader {
