@@ -44,8 +44,9 @@ int main(void)
     int rank = hoop_comm_rank(c), size = hoop_comm_size(c);
     int64_t shm, shm_rss;
     procmem_shm(&shm, &shm_rss);
-    /* min of the begins (as its negative), max of the ends and of the per-rank figures */
-    double mx[5] = {-begin, end, (double)procmem_rss(), (double)shm, (double)procmem_fds()};
+    /* min of the begins (as its negative), max of the ends, of the per-rank figures and of the
+     * begins (the launch: first to last rank into hoop_init) */
+    double mx[6] = {-begin, end, (double)procmem_rss(), (double)shm, (double)procmem_fds(), begin};
     double sum_rss = mx[2];
     double t0 = mono_s();
     int64_t one = rank + 1, got = 0;
@@ -57,7 +58,7 @@ int main(void)
         e = HOOP_ERR_INTERNAL;
     }
     double stat[2] = {ar, 0};
-    if (e == HOOP_OK) e = hoop_allreduce(c, mx, mx, 5, HOOP_FLOAT64, HOOP_MAX);
+    if (e == HOOP_OK) e = hoop_allreduce(c, mx, mx, 6, HOOP_FLOAT64, HOOP_MAX);
     if (e == HOOP_OK) e = hoop_allreduce(c, &sum_rss, &stat[1], 1, HOOP_FLOAT64, HOOP_SUM);
     if (e == HOOP_OK) e = hoop_allreduce(c, stat, stat, 1, HOOP_FLOAT64, HOOP_MAX);
     int64_t shmem = procmem_kb_line("/proc/meminfo", "Shmem");
@@ -76,8 +77,8 @@ int main(void)
     const double mib = 1024.0 * 1024.0;
     if (rank == 0)
         printf("ranks=%d init_s=%.3f allreduce_us=%.1f destroy_s=%.3f rss_mib_max=%.1f "
-               "rss_mib_mean=%.1f shm_mib_max=%.1f fds_max=%.0f shmem_mib=%.1f\n",
+               "rss_mib_mean=%.1f shm_mib_max=%.1f fds_max=%.0f shmem_mib=%.1f launch_s=%.3f\n",
                size, mx[1] + mx[0], stat[0] * 1e6, destroy, mx[2] / mib, stat[1] / size / mib,
-               mx[3] / mib, mx[4], (double)shmem / mib);
+               mx[3] / mib, mx[4], (double)shmem / mib, mx[5] + mx[0]);
     return 0;
 }

@@ -2,8 +2,9 @@
 # hoop on one host at many ranks: for each count, a job of hoop_init, one checked 8-byte
 # all-reduce and hoop_comm_destroy (bench/scale.c), with the time to init (first rank in to last
 # rank out), the all-reduce and destroy, each rank's resident memory, shared memory mapped and
-# file descriptors, and the host's shared memory in use. Ranks outnumber the cores: most of them
-# sleep in waits, which is what this measures (init's cost, not bandwidth).
+# file descriptors, the host's shared memory in use, and the launch (first rank into hoop_init
+# to the last, part of init_s). Ranks outnumber the cores: most of them sleep in waits, which is
+# what this measures (init's cost, not bandwidth).
 #
 #   bench/scale.sh [-b BUILD_DIR] [-t SECONDS] [--csv FILE] [RANKS...]   (default: 16 32 64)
 #
@@ -28,9 +29,9 @@ tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
 echo "# hoop at scale on one host: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) memory, HOOP_TRANSPORT=${HOOP_TRANSPORT:-auto}"
-printf '# %6s  %8s  %12s  %9s  %11s  %12s  %11s  %7s  %10s\n' ranks init_s allreduce_us destroy_s \
-    rss_mib_max rss_mib_mean shm_mib_max fds_max shmem_mib
-[ -z "$csv" ] || echo "ranks,init_s,allreduce_us,destroy_s,rss_mib_max,rss_mib_mean,shm_mib_max,fds_max,shmem_mib,status" >"$csv"
+printf '# %6s  %8s  %12s  %9s  %11s  %12s  %11s  %7s  %10s  %8s\n' ranks init_s allreduce_us destroy_s \
+    rss_mib_max rss_mib_mean shm_mib_max fds_max shmem_mib launch_s
+[ -z "$csv" ] || echo "ranks,init_s,allreduce_us,destroy_s,rss_mib_max,rss_mib_mean,shm_mib_max,fds_max,shmem_mib,launch_s,status" >"$csv"
 status=0
 for n in "$@"; do
     before=$(awk '/^Shmem:/ {print $2}' /proc/meminfo)
@@ -42,13 +43,13 @@ for n in "$@"; do
         why=$(grep -v '^hooprun: note' "$tmp/err" | head -n 1)
         [ $rc -eq 124 ] && why="past $timeout s"
         printf '  %6s  failed (exit %d): %s\n' "$n" "$rc" "${why:-no line from rank 0}"
-        [ -z "$csv" ] || echo "$n,,,,,,,,,failed" >>"$csv"
+        [ -z "$csv" ] || echo "$n,,,,,,,,,,failed" >>"$csv"
         status=1
         continue
     fi
     # shellcheck disable=SC2086
     set -- $(echo "$line" | tr ' ' '\n' | sed 's/^[a-z_]*=//')
-    printf '  %6s  %8s  %12s  %9s  %11s  %12s  %11s  %7s  %10s\n' "$@"
+    printf '  %6s  %8s  %12s  %9s  %11s  %12s  %11s  %7s  %10s  %8s\n' "$@"
     [ -z "$csv" ] || echo "$(echo "$@" | tr ' ' ','),ok" >>"$csv"
 done
 exit $status

@@ -3,6 +3,7 @@
  * The wire is in proto.h. */
 #define HOOP__LOG_SUBSYS HOOP__SUB_RENDEZVOUS /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdint.h>
@@ -275,12 +276,20 @@ static hoop_result_t tcp_claim(hoop__store_t *st, const char *key, size_t keylen
     return r;
 }
 
+/* The server holds the request until the key is set or wait_s is over (at most its longest
+ * hold): the reply comes as the key is set, with no polling. */
 static hoop_result_t tcp_get(hoop__store_t *st, const char *key, size_t keylen, void *buf,
-                             size_t cap, size_t *len, int *found, double deadline)
+                             size_t cap, size_t *len, int *found, double wait_s, double deadline)
 {
     uint8_t status = HOOP__STORE_REP_MISSING;
-    hoop_result_t r = client_request(st, 'G', key, keylen, NULL, 0, &status, buf, cap, len,
-                                     deadline);
+    const double ms = wait_s > 0 ? ceil(wait_s * 1e3) : 0;
+    const uint32_t hold = ms < HOOP__STORE_MAX_HOLD_MS ? (uint32_t)ms : HOOP__STORE_MAX_HOLD_MS;
+    uint8_t val[HOOP__STORE_HOLD_LEN];
+    hoop__store_hold_encode(val, hold);
+    /* The reply may take the whole hold, and then the exchange's own grace. */
+    const double until = hoop__now() + hold / 1e3 + EXCHANGE_GRACE;
+    hoop_result_t r = client_request(st, 'W', key, keylen, val, sizeof val, &status, buf, cap, len,
+                                     until > deadline ? until : deadline);
     *found = r == HOOP_OK && status == HOOP__STORE_REP_OK;
     return r;
 }
@@ -307,6 +316,7 @@ const hoop__store_ops_t hoop__store_tcp_ops = {
     .set = tcp_set,
     .claim = tcp_claim,
     .get = tcp_get,
+    .waits = 1,
     .auth_failures = tcp_auth_failures,
     .close = tcp_close,
 };

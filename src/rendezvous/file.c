@@ -236,9 +236,10 @@ static hoop_result_t file_claim(hoop__store_t *st, const char *key, size_t keyle
 }
 
 static hoop_result_t file_get(hoop__store_t *st, const char *key, size_t keylen, void *buf,
-                              size_t cap, size_t *len, int *found, double deadline)
+                              size_t cap, size_t *len, int *found, double wait_s, double deadline)
 {
     (void)keylen;
+    (void)wait_s; /* a directory cannot be waited on here: store.c polls */
     (void)deadline;
     char path[PATH_MAX];
     size_t name_at;

@@ -22,7 +22,7 @@ long hoop__store_parse(const uint8_t *buf, size_t len, hoop__store_req_t *req)
     if (len == 0) return 0;
     if (buf == NULL) return -1;
     const uint8_t op = buf[0];
-    if (op != 'S' && op != 'G' && op != 'C') return -1;
+    if (op != 'S' && op != 'G' && op != 'W' && op != 'C') return -1;
     if (len < 5) return 0;
     const uint32_t keylen = get_u32(buf + 1);
     if (keylen == 0 || keylen > HOOP__STORE_MAX_KEY) return -1;
@@ -30,8 +30,12 @@ long hoop__store_parse(const uint8_t *buf, size_t len, hoop__store_req_t *req)
     const uint32_t vallen = get_u32(buf + 5);
     if (vallen > HOOP__STORE_MAX_VALUE) return -1;
     if (op == 'G' && vallen != 0) return -1;
+    if (op == 'W' && vallen != HOOP__STORE_HOLD_LEN) return -1;
     const size_t total = (size_t)HOOP__STORE_REQ_HDR + keylen + vallen;
     if (len < total) return 0;
+    /* A hold the server would not grant is no request of this build's clients. */
+    if (op == 'W' && get_u32(buf + HOOP__STORE_REQ_HDR + keylen) > HOOP__STORE_MAX_HOLD_MS)
+        return -1;
     /* Keys are C strings on every client. */
     if (memchr(buf + HOOP__STORE_REQ_HDR, '\0', keylen) != NULL) return -1;
     if (req != NULL) {
@@ -48,6 +52,10 @@ size_t hoop__store_req_len(const uint8_t *hdr)
 {
     return (size_t)HOOP__STORE_REQ_HDR + get_u32(hdr + 1) + get_u32(hdr + 5);
 }
+
+uint32_t hoop__store_hold_ms(const hoop__store_req_t *req) { return get_u32(req->val); }
+
+void hoop__store_hold_encode(uint8_t *out, uint32_t ms) { put_u32(out, ms); }
 
 size_t hoop__store_req_encode(uint8_t *out, uint8_t op, const char *key, size_t keylen,
                               size_t vallen)

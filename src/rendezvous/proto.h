@@ -1,9 +1,13 @@
 /* The wire of the tcp store, between its clients (client.c) and rank 0's server (server.c); exposed
  * for tests and fuzzing. All integers are little-endian. A request is
- *   u8 op ('S' set, 'G' get, 'C' claim) | u32 keylen | u32 vallen | key | value
+ *   u8 op ('S' set, 'G' get, 'W' waiting get, 'C' claim) | u32 keylen | u32 vallen | key | value
  * and a reply is u8 status (0 ok, 1 missing, 2 taken: a claim's key existed) | u32 vallen | value
- * (a get's value, or the existing value of a taken claim). With a key, each connection first
- * runs the handshake of auth.h in the context HOOP__STORE_AUTH_TAG. */
+ * (a get's value, or the existing value of a taken claim). A 'W' carries as its value a u32: the
+ * milliseconds (at most HOOP__STORE_MAX_HOLD_MS) the server may hold it for the key to be set;
+ * it is answered as a 'G' once the key is there or when the hold is over, whichever is first.
+ * The server reads nothing more from a connection while it holds its request, so a connection
+ * holds one at most. With a key, each connection first runs the handshake of auth.h in the
+ * context HOOP__STORE_AUTH_TAG, before any request is read. */
 #ifndef HOOP_STORE_PROTO_H
 #define HOOP_STORE_PROTO_H
 
@@ -19,6 +23,11 @@
 #define HOOP__STORE_REP_OK 0
 #define HOOP__STORE_REP_MISSING 1
 #define HOOP__STORE_REP_TAKEN 2 /* a claim found its key set: the value is the existing one */
+/* A 'W' request's value: its hold in milliseconds. */
+#define HOOP__STORE_HOLD_LEN 4
+/* The longest hold the server grants: a waiting client asks again after it, so that a server
+ * gone silent (no close) is found out within it plus the reply's grace, whatever the timeout. */
+#define HOOP__STORE_MAX_HOLD_MS 10000u
 /* Context of the store's handshakes: "STORE", apart from every communicator's. */
 #define HOOP__STORE_AUTH_TAG 0x45524f5453ull
 
@@ -40,6 +49,10 @@ size_t hoop__store_req_len(const uint8_t *hdr);
  * the value follows on the wire. */
 size_t hoop__store_req_encode(uint8_t *out, uint8_t op, const char *key, size_t keylen,
                               size_t vallen);
+/* A 'W' request's hold: its value as milliseconds (the request must have parsed). */
+uint32_t hoop__store_hold_ms(const hoop__store_req_t *req);
+/* Writes the value of a 'W' request holding ms milliseconds (HOOP__STORE_HOLD_LEN bytes). */
+void hoop__store_hold_encode(uint8_t *out, uint32_t ms);
 /* Writes a reply's header into out (HOOP__STORE_REP_HDR bytes); the value follows. */
 void hoop__store_rep_encode(uint8_t *out, uint8_t status, uint32_t vallen);
 

@@ -1,8 +1,10 @@
 /* The tcp store's server, run by rank 0 on a thread of its own: one poll loop over the listening
  * sockets, a wake-up eventfd, the connections still authenticating (the gate of base/sock.h) and
- * the clients' non-blocking connections. It keeps no state about waiters: a GET of a key that is
- * not there yet answers "missing" and the client asks again with backoff, so a client that dies
- * while waiting leaves nothing behind. */
+ * the clients' non-blocking connections. A waiting get ('W', proto.h) of a key that is not there
+ * yet stays at the head of its connection's input until the key is set or its hold is over, so
+ * that p waiting ranks cost the server nothing until then instead of p polls with backoff. A
+ * connection with a held request is watched only for its close, which drops the request with it:
+ * one held request a connection, nothing left behind by a client that dies while it waits. */
 #define HOOP__LOG_SUBSYS HOOP__SUB_RENDEZVOUS /* of its INFO and TRACE lines (base/log.h) */
 #include <errno.h>
 #include <math.h>
@@ -38,6 +40,8 @@ typedef struct conn {
     size_t in_len, in_cap;
     uint8_t *out;
     size_t out_len, out_off, out_cap;
+    int held;          /* the request at the head of in is a 'W' waiting for its key */
+    double held_until; /* when its hold is over (hoop__now) */
     char peer[64];
 } conn_t;
 
@@ -58,6 +62,8 @@ struct hoop__store_server {
     uint64_t auth_context;
     _Atomic unsigned auth_failures;
     int accept_exhausted; /* server_accept: out of descriptors since its last accept (warned once) */
+    size_t nheld;         /* connections with a held request */
+    int woken;            /* a key was set since the held requests were last looked at */
     unsigned long long served, accepted; /* requests parsed, connections accepted: said at stop */
 };
 
@@ -115,7 +121,7 @@ static int conn_process(server_t *s, conn_t *c)
 {
     size_t off = 0;
     int rc = 0;
-    while (c->out_len == 0 && off < c->in_len) {
+    while (c->out_len == 0 && !c->held && off < c->in_len) {
         hoop__store_req_t req;
         long n = hoop__store_parse(c->in + off, c->in_len - off, &req);
         if (n == 0) break;
@@ -156,6 +162,7 @@ static int conn_process(server_t *s, conn_t *c)
             HOOP__TRACE(s->log, "rendezvous store: set \"%s\" (%u bytes) from %s",
                         hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
                         (unsigned)req.vallen, c->peer);
+            s->woken |= s->nheld > 0;
             rc = conn_reply(c, HOOP__STORE_REP_OK, NULL, 0);
         } else if (req.op == 'C') {
             /* One thread serves every connection, so look-then-set is atomic. */
@@ -170,6 +177,7 @@ static int conn_process(server_t *s, conn_t *c)
                            hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), c->peer);
                 return -1;
             } else {
+                s->woken |= s->nheld > 0;
                 rc = conn_reply(c, HOOP__STORE_REP_OK, NULL, 0);
             }
         } else if (hoop__store_table_get(&s->table, req.key, req.keylen, &val, &vallen)) {
@@ -177,6 +185,12 @@ static int conn_process(server_t *s, conn_t *c)
                         hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
                         (unsigned)vallen, c->peer);
             rc = conn_reply(c, HOOP__STORE_REP_OK, val, vallen);
+        } else if (req.op == 'W' && hoop__store_hold_ms(&req) > 0) {
+            /* Held where it is, unconsumed: held_answer() reads it again when it is answered. */
+            c->held = 1;
+            c->held_until = hoop__now() + hoop__store_hold_ms(&req) / 1e3;
+            s->nheld++;
+            break;
         } else {
             rc = conn_reply(c, HOOP__STORE_REP_MISSING, NULL, 0);
         }
@@ -190,10 +204,66 @@ static int conn_process(server_t *s, conn_t *c)
     return 0;
 }
 
+/* Answers c's held request if its key is there or its hold is over at now, then serves what
+ * followed it. -1 drops the connection. */
+static int held_answer(server_t *s, conn_t *c, double now)
+{
+    hoop__store_req_t req;
+    const long n = hoop__store_parse(c->in, c->in_len, &req);
+    if (n <= 0) return -1; /* cannot happen: it parsed when it was held */
+    const uint8_t *val = NULL;
+    uint32_t vallen = 0;
+    const int found = hoop__store_table_get(&s->table, req.key, req.keylen, &val, &vallen);
+    if (!found && now < c->held_until) return 0;
+    c->held = 0;
+    s->nheld--;
+    if (found) {
+        char kbuf[100];
+        HOOP__TRACE(s->log, "rendezvous store: get \"%s\" (%u bytes) by %s, held until set",
+                    hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf), (unsigned)vallen,
+                    c->peer);
+    }
+    /* The reply is copied out of the table before the request's bytes move. */
+    int rc = found ? conn_reply(c, HOOP__STORE_REP_OK, val, vallen)
+                   : conn_reply(c, HOOP__STORE_REP_MISSING, NULL, 0);
+    memmove(c->in, c->in + n, c->in_len - (size_t)n);
+    c->in_len -= (size_t)n;
+    if (rc == 0 && c->out_len == 0) rc = conn_process(s, c);
+    return rc;
+}
+
+/* Answers the held requests whose key was set or whose hold is over, again as long as serving
+ * what followed them sets keys; returns the earliest hold still running (HUGE_VAL: none). */
+static double serve_held(server_t *s)
+{
+    double next = HUGE_VAL;
+    while (s->nheld > 0) {
+        const int woken = s->woken;
+        s->woken = 0;
+        const double now = hoop__now();
+        next = HUGE_VAL;
+        for (size_t i = 0; i < s->nconns; i++) {
+            conn_t *c = &s->conns[i];
+            if (c->fd < 0 || !c->held) continue;
+            if ((woken || now >= c->held_until) && held_answer(s, c, now) != 0) {
+                HOOP__TRACE(s->log, "rendezvous store %s: client %s disconnected", s->where,
+                            c->peer);
+                if (c->held) s->nheld--;
+                c->held = 0;
+                conn_close(c);
+                continue;
+            }
+            if (c->held && c->held_until < next) next = c->held_until;
+        }
+        if (!s->woken) break;
+    }
+    return next;
+}
+
 /* Reads what is available. -1 drops the connection (closed, error, malformed). */
 static int conn_read(server_t *s, conn_t *c)
 {
-    for (int rounds = 0; rounds < 64 && c->out_len == 0; rounds++) {
+    for (int rounds = 0; rounds < 64 && c->out_len == 0 && !c->held; rounds++) {
         if (c->in_len == c->in_cap) {
             /* Grow to what the pending request needs, never past the largest valid request. */
             size_t want = c->in_cap ? c->in_cap * 2 : 4096;
@@ -349,6 +419,7 @@ static void *server_main(void *arg)
     (void)pthread_setname_np(pthread_self(), "hoop-store");
     int accept_paused = 0;
     int slot_of[HOOP__SOCK_PENDING_MAX]; /* the gate's slot behind each polled handshake */
+    double next_held = HUGE_VAL;         /* the earliest end of a held request's hold */
     for (;;) {
         const size_t need = 1 + (size_t)s->nlfd + HOOP__SOCK_PENDING_MAX + s->nconns;
         if (need > s->cap_pfds) {
@@ -380,11 +451,18 @@ static void *server_main(void *arg)
         const size_t nconns = s->nconns;
         for (size_t i = 0; i < nconns; i++) {
             const conn_t *c = &s->conns[i];
-            s->pfds[np++] = (struct pollfd){.fd = c->fd,
-                                            .events = c->out_len > 0 ? POLLOUT : POLLIN};
+            /* A held request's connection is not read (one request at a time), only watched for
+             * its client leaving. */
+            const short events = c->held ? POLLRDHUP : c->out_len > 0 ? POLLOUT : POLLIN;
+            s->pfds[np++] = (struct pollfd){.fd = c->fd, .events = events};
         }
         /* The timeout only bounds the wait; stopping goes through wake_fd. */
-        int n = poll(s->pfds, (nfds_t)np, auth_wait_ms(s, accept_paused ? 50 : 1000));
+        int wait_ms = auth_wait_ms(s, accept_paused ? 50 : 1000);
+        if (next_held < HUGE_VAL) {
+            const int held_ms = hoop__sock_ms_left(next_held);
+            if (held_ms < wait_ms) wait_ms = held_ms;
+        }
+        int n = poll(s->pfds, (nfds_t)np, wait_ms);
         if (n < 0) {
             if (errno != EINTR) {
                 HOOP__WARN(s->log, "rendezvous store %s: poll failed: %s", s->where,
@@ -422,8 +500,8 @@ static void *server_main(void *arg)
             const short ev = s->pfds[first_conn + i].revents;
             if (ev == 0) continue;
             int dead = 0;
-            if (ev & POLLNVAL) {
-                dead = 1;
+            if (ev & POLLNVAL || c->held) {
+                dead = 1; /* a held request's client left, or broke the connection */
             } else if (c->out_len > 0) {
                 dead = conn_flush(c) != 0;
                 /* Requests that arrived while the reply was queued. */
@@ -434,9 +512,12 @@ static void *server_main(void *arg)
             if (dead) {
                 HOOP__TRACE(s->log, "rendezvous store %s: client %s disconnected", s->where,
                             c->peer);
+                if (c->held) s->nheld--;
+                c->held = 0;
                 conn_close(c);
             }
         }
+        next_held = serve_held(s);
         size_t j = 0;
         for (size_t i = 0; i < s->nconns; i++)
             if (s->conns[i].fd >= 0) s->conns[j++] = s->conns[i];

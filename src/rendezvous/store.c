@@ -1,5 +1,6 @@
 /* The store's kind-independent part: opening by kind, the checks of every argument, the lock, and
- * the wait of a get (the kinds look once; this polls them with backoff until the deadline). */
+ * the wait of a get (until the deadline: asking again a kind that waits itself, the tcp store's
+ * server, and polling with backoff one that looks once, the file store). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,7 +180,8 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
     double backoff = GET_BACKOFF_FIRST;
     for (;;) {
         int found = 0;
-        r = st->ops->get(st, key, keylen, buf, cap, len, &found, deadline);
+        const double wait = st->ops->waits ? deadline - hoop__now() : 0;
+        r = st->ops->get(st, key, keylen, buf, cap, len, &found, wait, deadline);
         if (r != HOOP_OK || found) break;
         const double now = hoop__now();
         if (now >= deadline) {
@@ -201,6 +203,7 @@ hoop_result_t hoop__store_get(hoop__store_t *st, const char *key, void *buf, siz
             }
             break;
         }
+        if (st->ops->waits) continue;
         hoop__store_sleep(backoff < deadline - now ? backoff : deadline - now);
         backoff = backoff * 2 < GET_BACKOFF_MAX ? backoff * 2 : GET_BACKOFF_MAX;
     }

@@ -24,10 +24,13 @@ typedef struct hoop__store_ops {
     /* As hoop__store_claim, *taken and *holder_len already zero. */
     hoop_result_t (*claim)(hoop__store_t *st, const char *key, size_t keylen, const void *val,
                            size_t len, int *taken, void *holder, size_t cap, size_t *holder_len);
-    /* One look for key, without waiting for it to appear (store.c polls with backoff): *found, and
-     * when found its value as hoop__store_get gives it. deadline bounds the look itself. */
+    /* One look for key: *found, and when found its value as hoop__store_get gives it. A kind that
+     * waits (waits set) waits up to wait_s seconds for the key to be set before it says not found;
+     * one that does not returns at once, and store.c asks again with backoff. deadline bounds
+     * the look itself. */
     hoop_result_t (*get)(hoop__store_t *st, const char *key, size_t keylen, void *buf, size_t cap,
-                         size_t *len, int *found, double deadline);
+                         size_t *len, int *found, double wait_s, double deadline);
+    int waits;
     /* Connections turned away for failing authentication (NULL: a kind that has none). Called
      * without the lock. */
     unsigned (*auth_failures)(const hoop__store_t *st);

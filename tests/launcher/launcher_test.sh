@@ -514,6 +514,17 @@ test_missing() {
     [ "$rc" -eq 126 ] || fail "directory: exit status $rc"
     [ -s "$T/out" ] && fail "output from a job that never ran"
     [ "$ms" -lt 5000 ] || fail "took $ms ms"
+
+    # A program that passes the checks before the start but whose exec fails in every rank (an
+    # interpreter that does not exist): all ranks are started before their execs are heard
+    # from; the failure is said once, for the lowest rank, with exec's status.
+    printf '#!/nonexistent/interpreter\n' >"$T/badinterp"
+    chmod 755 "$T/badinterp"
+    run -n 6 "$T/badinterp"
+    expect_rc 127
+    expect_err_line "hooprun: rank 0: cannot execute '$T/badinterp': No such file or directory"
+    [ -s "$T/out" ] && fail "output from a job that never ran"
+    [ "$ms" -lt 5000 ] || fail "took $ms ms"
     return 0
 }
 

@@ -507,7 +507,7 @@ static uint64_t rng_next(uint64_t *s)
 static long parse_reference(const uint8_t *b, size_t len)
 {
     if (len == 0) return 0;
-    if (b[0] != 'S' && b[0] != 'G' && b[0] != 'C') return -1;
+    if (b[0] != 'S' && b[0] != 'G' && b[0] != 'W' && b[0] != 'C') return -1;
     if (len < 5) return 0;
     uint64_t kl = (uint64_t)b[1] | (uint64_t)b[2] << 8 | (uint64_t)b[3] << 16 |
                   (uint64_t)b[4] << 24;
@@ -517,7 +517,14 @@ static long parse_reference(const uint8_t *b, size_t len)
                   (uint64_t)b[8] << 24;
     if (vl > HOOP__STORE_MAX_VALUE) return -1;
     if (b[0] == 'G' && vl > 0) return -1;
+    if (b[0] == 'W' && vl != 4) return -1; /* its hold, in milliseconds */
     if (len < 9 + kl + vl) return 0;
+    if (b[0] == 'W') {
+        const uint8_t *h = b + 9 + kl;
+        uint64_t ms = (uint64_t)h[0] | (uint64_t)h[1] << 8 | (uint64_t)h[2] << 16 |
+                      (uint64_t)h[3] << 24;
+        if (ms > HOOP__STORE_MAX_HOLD_MS) return -1;
+    }
     for (uint64_t i = 0; i < kl; i++)
         if (b[9 + i] == 0) return -1;
     return (long)(9 + kl + vl);
@@ -535,7 +542,7 @@ static void test_parse_random(void **state)
         assert_non_null(b);
         for (size_t i = 0; i < len; i++) b[i] = (uint8_t)rng_next(&s);
         /* Bias towards plausible headers so that every branch is taken. */
-        if (len > 0 && rng_next(&s) % 4 != 0) b[0] = "SGC"[rng_next(&s) % 3];
+        if (len > 0 && rng_next(&s) % 4 != 0) b[0] = "SGCW"[rng_next(&s) % 4];
         if (len >= 5 && rng_next(&s) % 4 != 0) {
             b[1] = (uint8_t)(rng_next(&s) % 20);
             b[2] = b[3] = b[4] = 0;
@@ -546,6 +553,13 @@ static void test_parse_random(void **state)
         }
         for (size_t i = 9; i < len; i++)
             if (b[i] == 0 && rng_next(&s) % 8 != 0) b[i] = 'x';
+        /* A waiting get's hold, on both sides of the longest one granted. */
+        if (len >= 9 && b[0] == 'W' && rng_next(&s) % 2 != 0) {
+            b[5] = 4;
+            const size_t at = 9 + b[1];
+            const uint32_t ms = (uint32_t)(rng_next(&s) % (2 * HOOP__STORE_MAX_HOLD_MS));
+            for (size_t i = 0; i < 4 && at + i < len; i++) b[at + i] = (uint8_t)(ms >> (8 * i));
+        }
         hoop__store_req_t req;
         long got = hoop__store_parse(b, len, &req);
         long want = parse_reference(b, len);
@@ -1165,6 +1179,350 @@ static void test_tcp_malformed_client(void **state)
     if (warnings != 3) fail_msg("expected 3 warnings about malformed requests, log:\n%s", text);
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Waiting gets: held at the server until the key is set                                         */
+
+/* The number of requests rank 0's store served, from the line it logs at INFO when it stops. */
+static unsigned long long served_in_log(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024];
+    unsigned long long n = 0;
+    int seen = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        const char *p = strstr(line, ": served ");
+        if (p != NULL && sscanf(p, ": served %llu requests", &n) == 1) seen = 1;
+    }
+    fclose(f);
+    if (!seen) fail_msg("no \"served N requests\" line in the store's log");
+    return n;
+}
+
+typedef struct timed_setter {
+    hoop__store_t *st;
+    double at;  /* when to set (now_s) */
+    double set; /* when the set returned */
+    const char *key;
+    hoop_result_t result;
+} timed_setter_t;
+
+static void *timed_setter_main(void *arg)
+{
+    timed_setter_t *t = arg;
+    const double left = t->at - now_s();
+    if (left > 0) sleep_ms((int)(left * 1e3));
+    t->result = hoop__store_set(t->st, t->key, "ready", 5);
+    t->set = now_s();
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A get that waits for a key comes back as the key is set, not at the next poll: with polls
+ * backing off to 50 ms, a set 200-280 ms after the get was seen up to 50 ms late. And the
+ * server is asked once per wait, not once per poll. */
+static void test_tcp_get_returns_at_set(void **state)
+{
+    (void)state;
+    char logpath[] = "/tmp/hoop-store-log-XXXXXX";
+    int lfd = mkstemp(logpath);
+    assert_true(lfd >= 0);
+    close(lfd);
+    hoop__log_t log;
+    hoop__log_open(&log, HOOP__LOG_INFO, logpath, 0);
+    int port = free_port(AF_INET);
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
+    hoop__store_t *s0 = NULL, *s1 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, &log, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    enum { TRIALS = 5 };
+    double late[TRIALS];
+    for (int i = 0; i < TRIALS; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "at-set/%d", i);
+        timed_setter_t t = {.st = s0, .at = now_s() + 0.2 + 0.02 * i, .key = key};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, timed_setter_main, &t), 0);
+        char buf[8] = "";
+        size_t len = 0;
+        hoop_result_t r = hoop__store_get(s1, key, buf, sizeof buf, &len, 5.0);
+        const double back = now_s();
+        pthread_join(th, NULL);
+        assert_int_equal(t.result, HOOP_OK);
+        assert_int_equal(r, HOOP_OK);
+        assert_int_equal(len, 5);
+        assert_memory_equal(buf, "ready", 5);
+        /* The server answers the held get before the setter reads its own reply: the get may
+         * even be back first. */
+        late[i] = back - t.set;
+    }
+    qsort(late, TRIALS, sizeof late[0], cmp_double);
+    if (late[TRIALS / 2] > 0.010)
+        fail_msg("a get came back a median %.1f ms after the set (%.1f-%.1f)",
+                 late[TRIALS / 2] * 1e3, late[0] * 1e3, late[TRIALS - 1] * 1e3);
+    hoop__store_close(s1);
+    hoop__store_close(s0);
+    hoop__log_close(&log);
+    /* Per trial: one set and one held get, give or take one asked again. */
+    const unsigned long long served = served_in_log(logpath);
+    unlink(logpath);
+    if (served > 3 * TRIALS)
+        fail_msg("the store served %llu requests for %d sets and %d waits", served, TRIALS, TRIALS);
+}
+
+/* A key that never comes: the wait ends on the get's own deadline, having asked the server about
+ * once, not every 50 ms; and a get on a key that is there does not wait. */
+static void test_tcp_held_get_times_out(void **state)
+{
+    (void)state;
+    char logpath[] = "/tmp/hoop-store-log-XXXXXX";
+    int lfd = mkstemp(logpath);
+    assert_true(lfd >= 0);
+    close(lfd);
+    hoop__log_t log;
+    hoop__log_open(&log, HOOP__LOG_INFO, logpath, 0);
+    int port = free_port(AF_INET);
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
+    hoop__store_t *s0 = NULL, *s1 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, &log, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    char buf[8];
+    size_t len = 0;
+    const double t0 = now_s();
+    assert_int_equal(hoop__store_get(s1, "never", buf, sizeof buf, &len, 0.6), HOOP_ERR_TIMEOUT);
+    const double took = now_s() - t0;
+    if (took < 0.6 || took > 1.2) fail_msg("a 0.6 s wait took %.3f s", took);
+    assert_non_null(strstr(hoop__store_error(s1), "\"never\""));
+    /* The connection is in step after a hold that ran out. */
+    assert_int_equal(hoop__store_set(s0, "there", "yes", 3), HOOP_OK);
+    const double t1 = now_s();
+    assert_int_equal(hoop__store_get(s1, "there", buf, sizeof buf, &len, 5.0), HOOP_OK);
+    assert_true(now_s() - t1 < 0.5);
+    assert_int_equal(len, 3);
+    assert_memory_equal(buf, "yes", 3);
+    hoop__store_close(s1);
+    hoop__store_close(s0);
+    hoop__log_close(&log);
+    /* The wait, the set and the get; polling would have been 15 or more. */
+    const unsigned long long served = served_in_log(logpath);
+    unlink(logpath);
+    if (served > 5)
+        fail_msg("the store served %llu requests for a 0.6 s wait, a set and a get", served);
+}
+
+typedef struct held_reader {
+    hoop__rdv_t rdv;
+    hoop_result_t open_rc, get_rc;
+    double back; /* when the get returned (now_s) */
+    char err[512];
+} held_reader_t;
+
+static void *held_reader_main(void *arg)
+{
+    held_reader_t *h = arg;
+    hoop__store_t *st = NULL;
+    h->open_rc = hoop__store_open(&h->rdv, 5.0, NULL, &st, h->err, sizeof h->err);
+    if (h->open_rc != HOOP_OK) return NULL;
+    char buf[8];
+    size_t len = 0;
+    h->get_rc = hoop__store_get(st, "never", buf, sizeof buf, &len, 20.0);
+    h->back = now_s();
+    snprintf(h->err, sizeof h->err, "%s", hoop__store_error(st));
+    hoop__store_close(st);
+    return NULL;
+}
+
+/* Rank 0's store closes while gets are held: it stops at once, and every waiting client hears
+ * that the store went away at once, not at its timeout. */
+static void test_tcp_store_closes_with_held_gets(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET);
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 5);
+    hoop__store_t *s0 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    enum { READERS = 4 };
+    held_reader_t h[READERS];
+    pthread_t th[READERS];
+    for (int i = 0; i < READERS; i++) {
+        h[i] = (held_reader_t){.rdv = tcp_rdv("127.0.0.1", port, i + 1, 5)};
+        assert_int_equal(pthread_create(&th[i], NULL, held_reader_main, &h[i]), 0);
+    }
+    sleep_ms(300);
+    const double t0 = now_s();
+    hoop__store_close(s0);
+    const double closed = now_s();
+    if (closed - t0 > 1.0) fail_msg("closing the store took %.2f s", closed - t0);
+    for (int i = 0; i < READERS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(h[i].open_rc, HOOP_OK);
+        if (h[i].get_rc != HOOP_ERR_PEER_LOST || h[i].back - closed > 1.0)
+            fail_msg("reader %d: %s %.2f s after the store closed: %s", i,
+                     hoop_error_string(h[i].get_rc), h[i].back - closed, h[i].err);
+        assert_non_null(strstr(h[i].err, "rendezvous store"));
+    }
+}
+
+static void recv_exact(int fd, uint8_t *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        assert_true(poll(&p, 1, 3000) == 1);
+        ssize_t k = recv(fd, buf + got, n - got, 0);
+        assert_true(k > 0);
+        got += (size_t)k;
+    }
+}
+
+/* 1 when nothing arrives on fd for ms milliseconds (the connection stays open). */
+static int quiet_for(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 0;
+}
+
+static size_t build_wait(uint8_t *buf, const char *key, uint32_t ms)
+{
+    uint8_t hold[4];
+    for (int i = 0; i < 4; i++) hold[i] = (uint8_t)(ms >> (8 * i));
+    return build_req(buf, 'W', (uint32_t)strlen(key), 4, key, hold);
+}
+
+/* The wire of a held get: answered as a get, when the key is set or the hold is over; a request
+ * sent behind it waits for it (one held request a connection); a hold over the longest granted,
+ * or a client that leaves while held, costs the others nothing. */
+static void test_tcp_held_get_wire(void **state)
+{
+    (void)state;
+    int port = free_port(AF_INET);
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2);
+    hoop__store_t *s0 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+
+    int fd = raw_connect(port);
+    assert_true(fd >= 0);
+    uint8_t req[64];
+    size_t n = build_wait(req, "wk", 5000);
+    n += build_req(req + n, 'G', 2, 0, "gk", NULL);
+    assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
+    assert_true(quiet_for(fd, 200)); /* held, and the get behind it with it */
+    assert_int_equal(hoop__store_set(s0, "gk", "g", 1), HOOP_OK);
+    assert_true(quiet_for(fd, 100)); /* still: "wk" is not there */
+    assert_int_equal(hoop__store_set(s0, "wk", "held", 4), HOOP_OK);
+    /* The held get's reply, then the get's behind it. */
+    uint8_t rep[15];
+    recv_exact(fd, rep, sizeof rep);
+    const uint8_t want[15] = {0, 4, 0, 0, 0, 'h', 'e', 'l', 'd', 0, 1, 0, 0, 0, 'g'};
+    assert_memory_equal(rep, want, sizeof want);
+
+    /* A hold that runs out is answered "missing", after it and not long after. */
+    n = build_wait(req, "absent", 300);
+    const double t0 = now_s();
+    assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
+    recv_exact(fd, rep, 5);
+    const double held = now_s() - t0;
+    const uint8_t missing[5] = {1, 0, 0, 0, 0};
+    assert_memory_equal(rep, missing, 5);
+    if (held < 0.29 || held > 1.0) fail_msg("a 300 ms hold was answered after %.3f s", held);
+    /* A hold of 0 is a plain look. */
+    n = build_wait(req, "absent", 0);
+    assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
+    recv_exact(fd, rep, 5);
+    assert_memory_equal(rep, missing, 5);
+
+    /* Clients that leave while held: nothing is written to them when the key comes. */
+    int gone[8];
+    for (int i = 0; i < 8; i++) {
+        gone[i] = raw_connect(port);
+        assert_true(gone[i] >= 0);
+        n = build_wait(req, "late", 5000);
+        assert_int_equal(send(gone[i], req, n, MSG_NOSIGNAL), (ssize_t)n);
+    }
+    sleep_ms(100);
+    for (int i = 0; i < 8; i++) close(gone[i]);
+    sleep_ms(100);
+    assert_int_equal(hoop__store_set(s0, "late", "x", 1), HOOP_OK);
+
+    /* A hold longer than the server grants is a malformed request. */
+    int bad = raw_connect(port);
+    assert_true(bad >= 0);
+    n = build_wait(req, "k", HOOP__STORE_MAX_HOLD_MS + 1);
+    assert_int_equal(send(bad, req, n, MSG_NOSIGNAL), (ssize_t)n);
+    assert_true(closed_by_peer(bad));
+    close(bad);
+
+    /* The first connection is still served. */
+    n = build_req(req, 'G', 4, 0, "late", NULL);
+    assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
+    recv_exact(fd, rep, 6);
+    const uint8_t late[6] = {0, 1, 0, 0, 0, 'x'};
+    assert_memory_equal(rep, late, 6);
+    close(fd);
+    hoop__store_close(s0);
+}
+
+/* With HOOP_AUTH_KEY, a waiting get is a request like any other: held for a client that proved
+ * the key, never read from one that did not. */
+static void test_tcp_held_get_keyed(void **state)
+{
+    (void)state;
+    const char *key = "the held key";
+    int port = test_free_port();
+    assert_true(port > 0);
+    hoop__rdv_t r0 = keyed_rdv(port, 0, key), r1 = keyed_rdv(port, 1, key);
+    hoop__store_t *s0 = NULL, *s1 = NULL;
+    char err[512];
+    assert_int_equal(hoop__store_open(&r0, 5.0, NULL, &s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    /* A stranger's held get: the server speaks its hello, never a store's reply. */
+    int fd = raw_connect(port);
+    assert_true(fd >= 0);
+    uint8_t req[64];
+    size_t n = build_wait(req, "k", 5000);
+    assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
+
+    timed_setter_t t = {.st = s0, .at = now_s() + 0.2, .key = "k"};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, timed_setter_main, &t), 0);
+    char buf[8] = "";
+    size_t len = 0;
+    assert_int_equal(hoop__store_get(s1, "k", buf, sizeof buf, &len, 5.0), HOOP_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(t.result, HOOP_OK);
+    assert_int_equal(len, 5);
+    assert_memory_equal(buf, "ready", 5);
+
+    uint8_t got[256];
+    size_t have = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 3000) != 1) break;
+        ssize_t k = recv(fd, got + have, sizeof got - have, 0);
+        if (k <= 0) break;
+        have += (size_t)k;
+        if (have == sizeof got) break;
+    }
+    close(fd);
+    /* Whatever came is the hello (it starts "HOOPAUTH"), not the value. */
+    assert_true(have >= 8);
+    assert_memory_equal(got, "HOOPAUTH", 8);
+    assert_null(memmem(got, have, "ready", 5));
+    hoop__store_close(s1);
+    hoop__store_close(s0);
+    hoop__auth_key_wipe(&r0.auth);
+    hoop__auth_key_wipe(&r1.auth);
+}
+
 static void test_tcp_ipv6(void **state)
 {
     (void)state;
@@ -1617,6 +1975,11 @@ int main(void)
         cmocka_unit_test(test_tcp_store_closes_under_client),
         cmocka_unit_test(test_tcp_malformed_client),
         cmocka_unit_test(test_tcp_ipv6),
+        cmocka_unit_test(test_tcp_get_returns_at_set),
+        cmocka_unit_test(test_tcp_held_get_times_out),
+        cmocka_unit_test(test_tcp_store_closes_with_held_gets),
+        cmocka_unit_test(test_tcp_held_get_wire),
+        cmocka_unit_test(test_tcp_held_get_keyed),
         cmocka_unit_test(test_file_exchange),
         cmocka_unit_test(test_claim_once),
         cmocka_unit_test(test_file_atomic_values),

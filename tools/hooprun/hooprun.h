@@ -121,6 +121,7 @@ struct rank {
     bool running;
     char prefix[24];
     struct stream out, err;
+    int exec_fd; /* closes when the rank has exec'd, or carries exec's errno; -1 once read */
 };
 
 enum phase { RUNNING, STOPPING, KILLING };
@@ -191,6 +192,9 @@ void setup_bind(struct job *j);
 void setup_job_id(struct job *j);
 /* Starts one rank. Returns false (after saying why and setting the job status) on failure. */
 bool start_rank(struct job *j, int local);
+/* After the ranks were started: waits (at most EXEC_WAIT_MS) for each to have exec'd. false
+ * when one could not, said once, with the job ending. */
+bool await_execs(struct job *j);
 
 /* ---- supervise.c -------------------------------------------------------------------------- */
 

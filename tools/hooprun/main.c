@@ -56,6 +56,7 @@ int main(int argc, char **argv)
         free(prog_path);
         return 1;
     }
+    for (int i = 0; i < o.nproc; i++) j.ranks[i].exec_fd = -1; /* no pipe before a start */
     memcpy(j.master_port, o.master_port, sizeof j.master_port);
     j.out->fd = STDOUT_FILENO;
     j.out->broken = false;
@@ -102,12 +103,9 @@ int main(int argc, char **argv)
 
     for (;;) {
         state_write(&j);
-        for (int local = 0; local < o.nproc; local++) {
-            if (!start_rank(&j, local)) {
-                begin_stop(&j);
-                break;
-            }
-        }
+        bool started = true;
+        for (int local = 0; local < o.nproc && started; local++) started = start_rank(&j, local);
+        if (!started || !await_execs(&j)) begin_stop(&j);
         run_loop(&j);
         if (!j.ending || !may_restart(&j) || !prepare_restart(&j)) {
             status = j.ending ? j.status : 0;

@@ -408,6 +408,7 @@ bool start_rank(struct job *j, int local)
     struct rank *rk = &j->ranks[local];
     const struct opts *o = j->o;
     rk->out = rk->err = (struct stream){.fd = -1}; /* nothing to close if the start fails */
+    rk->exec_fd = -1;
     rk->rank = (int)(o->node_rank * o->nproc + local);
     if (o->prefix) snprintf(rk->prefix, sizeof rk->prefix, "[%d] ", rk->rank);
     size_t plen = strlen(rk->prefix);
@@ -451,36 +452,15 @@ bool start_rank(struct job *j, int local)
     (void)fcntl(errp[0], F_SETFL, O_NONBLOCK);
     rk->out.fd = outp[0];
     rk->err.fd = errp[0];
-
-    /* The error pipe closes on a successful exec, or carries errno if it failed. */
-    int child_err = 0;
-    struct pollfd p = {.fd = exp[0], .events = POLLIN};
-    int64_t deadline = now_ms() + EXEC_WAIT_MS;
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0)
-            break; /* very slow start: carry on, a failure will still show as its exit status */
-        int pr = poll(&p, 1, (int)left);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr <= 0) break;
-        ssize_t n = read(exp[0], &child_err, sizeof child_err);
-        if (n < 0 && errno == EINTR) continue;
-        if (n != (ssize_t)sizeof child_err) child_err = 0;
-        break;
-    }
-    close(exp[0]);
-    if (child_err != 0) {
-        say(j->err, "rank %d: cannot execute '%s': %s", rk->rank, j->prog_path,
-            strerror(child_err));
-        j->ending = true;
-        j->status = child_err == ENOENT ? 127 : 126;
-        return false;
-    }
+    /* Read by await_execs once every rank is forked: waiting here for each exec in turn made
+     * the launch as slow as p scheduling delays on a busy host (docs/performance.md). */
+    rk->exec_fd = exp[0];
     return true;
 
 fail:;
     int e = errno;
     say(j->err, "cannot start rank %d: %s: %s", rk->rank, what, strerror(e));
+    (void)await_execs(j); /* the ranks started before this one */
     free_env(env);
     stream_close(&rk->out);
     stream_close(&rk->err);
@@ -491,5 +471,57 @@ fail:;
     }
     j->ending = true;
     j->status = 1;
+    return false;
+}
+
+bool await_execs(struct job *j)
+{
+    const int n = j->o->nproc;
+    struct pollfd *p = calloc((size_t)n, sizeof *p);
+    int *who = calloc((size_t)n, sizeof *who);
+    const int64_t deadline = now_ms() + EXEC_WAIT_MS;
+    int failed = -1, failed_err = 0;
+    for (;;) {
+        int np = 0;
+        for (int i = 0; i < n && p != NULL && who != NULL; i++)
+            if (j->ranks[i].exec_fd >= 0) {
+                who[np] = i;
+                p[np++] = (struct pollfd){.fd = j->ranks[i].exec_fd, .events = POLLIN};
+            }
+        const int64_t left = deadline - now_ms();
+        /* Nothing left to hear, or a very slow start: carry on, a failure will still show as
+         * its exit status. Without memory for the poll, the same. */
+        if (np == 0 || left <= 0) break;
+        int pr = poll(p, (nfds_t)np, (int)left);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr <= 0) break;
+        for (int k = 0; k < np; k++) {
+            if (p[k].revents == 0) continue;
+            struct rank *rk = &j->ranks[who[k]];
+            int child_err = 0;
+            ssize_t got = read(rk->exec_fd, &child_err, sizeof child_err);
+            if (got < 0 && errno == EINTR) continue;
+            if (got != (ssize_t)sizeof child_err) child_err = 0;
+            close(rk->exec_fd);
+            rk->exec_fd = -1;
+            if (child_err != 0 && (failed < 0 || who[k] < failed)) {
+                failed = who[k];
+                failed_err = child_err;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (j->ranks[i].exec_fd >= 0) {
+            close(j->ranks[i].exec_fd);
+            j->ranks[i].exec_fd = -1;
+        }
+    free(p);
+    free(who);
+    if (failed < 0) return true;
+    /* One sentence, for the first rank: the others failed the same way or were stopped. */
+    say(j->err, "rank %d: cannot execute '%s': %s", j->ranks[failed].rank, j->prog_path,
+        strerror(failed_err));
+    j->ending = true;
+    j->status = failed_err == ENOENT ? 127 : 126;
     return false;
 }
