@@ -1091,22 +1091,43 @@ static int closed_by_peer(int fd)
     return 0;
 }
 
+/* Rank 0's store, logging at level to a file of its own, and rank 1's, on a fresh port. */
+typedef struct logged_pair {
+    char logpath[32];
+    hoop__log_t log;
+    int port;
+    hoop__store_t *s0, *s1;
+} logged_pair_t;
+
+static void pair_open(logged_pair_t *lp, int level)
+{
+    snprintf(lp->logpath, sizeof lp->logpath, "/tmp/hoop-store-log-XXXXXX");
+    int lfd = mkstemp(lp->logpath);
+    assert_true(lfd >= 0);
+    close(lfd);
+    hoop__log_open(&lp->log, level, lp->logpath, 0);
+    int port = lp->port = free_port(AF_INET);
+    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
+    char err[512];
+    lp->s0 = lp->s1 = NULL;
+    assert_int_equal(hoop__store_open(&r0, 5.0, &lp->log, &lp->s0, err, sizeof err), HOOP_OK);
+    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &lp->s1, err, sizeof err), HOOP_OK);
+}
+
+/* Both stores and the log closed; the log's file is left to read (and unlink). */
+static void pair_close(logged_pair_t *lp)
+{
+    hoop__store_close(lp->s1);
+    hoop__store_close(lp->s0);
+    hoop__log_close(&lp->log);
+}
+
 static void test_tcp_malformed_client(void **state)
 {
     (void)state;
-    char logpath[] = "/tmp/hoop-store-log-XXXXXX";
-    int lfd = mkstemp(logpath);
-    assert_true(lfd >= 0);
-    close(lfd);
-    hoop__log_t log;
-    hoop__log_open(&log, HOOP__LOG_WARN, logpath, 0);
-
-    int port = free_port(AF_INET);
-    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
-    hoop__store_t *s0 = NULL, *s1 = NULL;
-    char err[512];
-    assert_int_equal(hoop__store_open(&r0, 5.0, &log, &s0, err, sizeof err), HOOP_OK);
-    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    logged_pair_t lp;
+    pair_open(&lp, HOOP__LOG_WARN);
+    hoop__store_t *s0 = lp.s0, *s1 = lp.s1;
 
     /* Unknown op, an oversized key, an oversized value: each drops only its own connection. */
     uint8_t req[16];
@@ -1118,14 +1139,14 @@ static void test_tcp_malformed_client(void **state)
     build_req(req3, 'S', 4, HOOP__STORE_MAX_VALUE + 1, NULL, NULL);
     const uint8_t *reqs[3] = {req, req2, req3};
     for (int i = 0; i < 3; i++) {
-        int fd = raw_connect(port);
+        int fd = raw_connect(lp.port);
         assert_true(fd >= 0);
         assert_int_equal(send(fd, reqs[i], lens[i], MSG_NOSIGNAL), (ssize_t)lens[i]);
         assert_true(closed_by_peer(fd));
         close(fd);
     }
     /* A client that connects and sends half a request, then stalls, does not block the others. */
-    int stall = raw_connect(port);
+    int stall = raw_connect(lp.port);
     assert_true(stall >= 0);
     build_req(req, 'S', 3, 100, NULL, NULL);
     assert_int_equal(send(stall, req, 9, MSG_NOSIGNAL), 9);
@@ -1138,7 +1159,7 @@ static void test_tcp_malformed_client(void **state)
     assert_memory_equal(buf, "works", 5);
 
     /* A hand-made valid request gets the documented reply bytes. */
-    int fd = raw_connect(port);
+    int fd = raw_connect(lp.port);
     assert_true(fd >= 0);
     size_t n = build_req(req, 'G', 5, 0, "still", NULL);
     assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
@@ -1164,16 +1185,14 @@ static void test_tcp_malformed_client(void **state)
     close(fd);
     close(stall);
 
-    hoop__store_close(s1);
-    hoop__store_close(s0);
-    hoop__log_close(&log);
-    FILE *f = fopen(logpath, "r");
+    pair_close(&lp);
+    FILE *f = fopen(lp.logpath, "r");
     assert_non_null(f);
     char text[8192];
     size_t tl = fread(text, 1, sizeof text - 1, f);
     text[tl] = '\0';
     fclose(f);
-    unlink(logpath);
+    unlink(lp.logpath);
     int warnings = 0;
     for (const char *p = text; (p = strstr(p, "malformed request")) != NULL; p++) warnings++;
     if (warnings != 3) fail_msg("expected 3 warnings about malformed requests, log:\n%s", text);
@@ -1229,18 +1248,9 @@ static int cmp_double(const void *a, const void *b)
 static void test_tcp_get_returns_at_set(void **state)
 {
     (void)state;
-    char logpath[] = "/tmp/hoop-store-log-XXXXXX";
-    int lfd = mkstemp(logpath);
-    assert_true(lfd >= 0);
-    close(lfd);
-    hoop__log_t log;
-    hoop__log_open(&log, HOOP__LOG_INFO, logpath, 0);
-    int port = free_port(AF_INET);
-    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
-    hoop__store_t *s0 = NULL, *s1 = NULL;
-    char err[512];
-    assert_int_equal(hoop__store_open(&r0, 5.0, &log, &s0, err, sizeof err), HOOP_OK);
-    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    logged_pair_t lp;
+    pair_open(&lp, HOOP__LOG_INFO);
+    hoop__store_t *s0 = lp.s0, *s1 = lp.s1;
     enum { TRIALS = 5 };
     double late[TRIALS];
     for (int i = 0; i < TRIALS; i++) {
@@ -1266,12 +1276,10 @@ static void test_tcp_get_returns_at_set(void **state)
     if (late[TRIALS / 2] > 0.010)
         fail_msg("a get came back a median %.1f ms after the set (%.1f-%.1f)",
                  late[TRIALS / 2] * 1e3, late[0] * 1e3, late[TRIALS - 1] * 1e3);
-    hoop__store_close(s1);
-    hoop__store_close(s0);
-    hoop__log_close(&log);
+    pair_close(&lp);
     /* Per trial: one set and one held get, give or take one asked again. */
-    const unsigned long long served = served_in_log(logpath);
-    unlink(logpath);
+    const unsigned long long served = served_in_log(lp.logpath);
+    unlink(lp.logpath);
     if (served > 3 * TRIALS)
         fail_msg("the store served %llu requests for %d sets and %d waits", served, TRIALS, TRIALS);
 }
@@ -1281,18 +1289,9 @@ static void test_tcp_get_returns_at_set(void **state)
 static void test_tcp_held_get_times_out(void **state)
 {
     (void)state;
-    char logpath[] = "/tmp/hoop-store-log-XXXXXX";
-    int lfd = mkstemp(logpath);
-    assert_true(lfd >= 0);
-    close(lfd);
-    hoop__log_t log;
-    hoop__log_open(&log, HOOP__LOG_INFO, logpath, 0);
-    int port = free_port(AF_INET);
-    hoop__rdv_t r0 = tcp_rdv("127.0.0.1", port, 0, 2), r1 = tcp_rdv("127.0.0.1", port, 1, 2);
-    hoop__store_t *s0 = NULL, *s1 = NULL;
-    char err[512];
-    assert_int_equal(hoop__store_open(&r0, 5.0, &log, &s0, err, sizeof err), HOOP_OK);
-    assert_int_equal(hoop__store_open(&r1, 5.0, NULL, &s1, err, sizeof err), HOOP_OK);
+    logged_pair_t lp;
+    pair_open(&lp, HOOP__LOG_INFO);
+    hoop__store_t *s0 = lp.s0, *s1 = lp.s1;
     char buf[8];
     size_t len = 0;
     const double t0 = now_s();
@@ -1307,12 +1306,10 @@ static void test_tcp_held_get_times_out(void **state)
     assert_true(now_s() - t1 < 0.5);
     assert_int_equal(len, 3);
     assert_memory_equal(buf, "yes", 3);
-    hoop__store_close(s1);
-    hoop__store_close(s0);
-    hoop__log_close(&log);
+    pair_close(&lp);
     /* The wait, the set and the get; polling would have been 15 or more. */
-    const unsigned long long served = served_in_log(logpath);
-    unlink(logpath);
+    const unsigned long long served = served_in_log(lp.logpath);
+    unlink(lp.logpath);
     if (served > 5)
         fail_msg("the store served %llu requests for a 0.6 s wait, a set and a get", served);
 }
