@@ -61,6 +61,7 @@
 #include "base/clock.h"
 #include "local/shm_coll.h"
 #include "base/proc.h"
+#include "base/tree.h"
 
 #define AREA_MAGIC 0x4c4c4f435f504f48ull /* "HOOP_COLL" */
 #define PAGE 4096
@@ -215,17 +216,6 @@ static int area_open(hoop_comm_t *c, hoop__shc_t *a, const char *addr)
     return 0;
 }
 
-/* The communicator's ranks as a binomial tree rooted at rank 0 (the one the shm transport settles
- * through on a host of one communicator): rank r's parent clears its lowest set bit, its
- * children set one bit below it. Children in the order of their subtrees, smallest first. */
-static int tree_kids(int me, int p, int *kids)
-{
-    int n = 0;
-    for (int b = 1; b < p && (me == 0 || b < (me & -me)); b <<= 1)
-        if (me + b < p) kids[n++] = me + b;
-    return n;
-}
-
 /* The first call that wants the area: rank 0 makes it, its address goes down the ranks' binomial
  * tree (each rank maps the area, then passes the address on), whether every rank could map it
  * comes up the tree and the verdict goes down it again. Rank 0 talked to every rank in turn
@@ -240,8 +230,10 @@ static hoop_result_t area_setup(const hoop__call_t *dcall, hoop__shc_t *a)
     hcall.mem = HOOP__MEM_HOST;
     const hoop__call_t *call = &hcall;
     hoop_comm_t *c = call->comm;
-    int p = c->size, me = c->rank, fd = -1, kids[32];
-    int nk = tree_kids(me, p, kids), parent = me & (me - 1);
+    /* The communicator's ranks as base/tree.h's tree: on one host, the one the shm transport
+     * settles through, so a rank's tree neighbours are the peers it mapped at connect. */
+    int p = c->size, me = c->rank, fd = -1, kids[HOOP__TREE_MAX_KIDS];
+    int nk = hoop__tree_kids(me, p, kids), parent = hoop__tree_parent(me);
     char addr[ADDR_LEN] = {0};
     a->pidfd = malloc((size_t)p * sizeof(int));
     if (a->pidfd == NULL) {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/tree.h"
 #include "transport/transport.h"
 
 #include "transport/shm.h"
@@ -294,13 +295,13 @@ static void say_ring_memory(const hoop__tp_t *tp, const char *const *addrs, int 
                               : "each page taken at its first use (more than 16 peers)");
 }
 
-/* The binomial tree of the host's L ranks, by their order among the ranks (index 0 its root):
- * the parent of index i clears i's lowest set bit, its children set one bit below it. */
+/* base/tree.h's tree over the host's L ranks, by their order among the ranks (index 0 its
+ * root). */
 static hoop_result_t tree_of(hoop__tp_t *tp, const char *const *addrs)
 {
     int L = 0, me = 0;
     int *order = malloc((size_t)tp->p.size * sizeof(int));
-    tp->kids = malloc(32 * sizeof(int));
+    tp->kids = malloc(HOOP__TREE_MAX_KIDS * sizeof(int));
     if (order == NULL || tp->kids == NULL) {
         free(order);
         return HOOP_ERR_NO_MEMORY;
@@ -310,10 +311,9 @@ static hoop_result_t tree_of(hoop__tp_t *tp, const char *const *addrs)
         if (j == tp->p.rank) me = L;
         order[L++] = j;
     }
-    tp->parent = me > 0 ? order[me & (me - 1)] : -1;
-    tp->nkids = 0;
-    for (int b = 1; b < L && (me == 0 || b < (me & -me)); b <<= 1)
-        if (me + b < L) tp->kids[tp->nkids++] = order[me + b];
+    tp->parent = me > 0 ? order[hoop__tree_parent(me)] : -1;
+    tp->nkids = hoop__tree_kids(me, L, tp->kids);
+    for (int k = 0; k < tp->nkids; k++) tp->kids[k] = order[tp->kids[k]];
     free(order);
     return HOOP_OK;
 }
