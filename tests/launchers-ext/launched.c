@@ -101,8 +101,8 @@ int main(int argc, char **argv)
         return 2;
     }
     /* What a hoop launcher would have set must not be there: the launcher is the only source. */
-    static const char *const none[] = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
-                                       "HOOP_JOB_ID"};
+    static const char none[][16] = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                                    "HOOP_JOB_ID"};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
         CHECK(getenv(none[i]) == NULL, "%s is set", none[i]);
     if (argc > 1 && strcmp(argv[1], "--expect-fail") == 0) {
