@@ -2,7 +2,7 @@
  * Broadcast of n bytes from root, in place in c->recvbuf. v = (r - root + p) % p is the rank
  * relative to the root.
  *
- * Small (the plan's small variant, n <= small_bytes): binomial tree.
+ * Small (the plan's small variant, n <= small_bytes): base/tree.h's binomial tree over v.
  *   v != 0 receives the whole buffer from v - lowbit(v); then every node (root included) sends it
  *   to v + 2^j for 2^j < lowbit(v) (root: 2^j < p), largest subtree first.
  *   Cost: ceil(log2 p) * (alpha + n*beta).
@@ -12,37 +12,30 @@
  *   receives are posted ahead and WINDOW sends are outstanding.
  *   Cost: (p - 2 + m) * (alpha + (n/m)*beta), about n*beta for m >> p.
  */
+#include "base/tree.h"
 #include "collectives/coll.h"
 
-enum { WINDOW = 8, MAX_CHILDREN = 32 };
+enum { WINDOW = 8 };
 
 static hoop_result_t tree(const hoop__call_t *c, char *buf, size_t n)
 {
-    int p = c->comm->size, r = c->comm->rank;
-    long v = (r - c->root + p) % p;
-    long top;
+    int p = c->comm->size, r = c->comm->rank, v = (r - c->root + p) % p;
+    int kids[HOOP__TREE_MAX_KIDS], nk = hoop__tree_kids(v, p, kids);
     if (v != 0) {
-        long low = v & -v;
-        int parent = (int)((v - low + c->root) % p);
         hoop__xfer_t x;
-        hoop__xrecv(c, &x, parent, buf, n);
+        hoop__xrecv(c, &x, (hoop__tree_parent(v) + c->root) % p, buf, n);
         hoop_result_t rc = hoop__xwait1(c, &x);
         if (rc != HOOP_OK) return rc;
-        top = low;
-    } else {
-        top = 1;
-        while (top < p) top <<= 1;
     }
-    hoop__xfer_t xs[MAX_CHILDREN];
-    hoop__xfer_t *ptrs[MAX_CHILDREN];
-    int k = 0;
-    for (long m = top >> 1; m > 0; m >>= 1) {
-        if (v + m >= p) continue;
-        hoop__xsend(c, &xs[k], (int)((v + m + c->root) % p), buf, n);
+    hoop__xfer_t xs[HOOP__TREE_MAX_KIDS];
+    hoop__xfer_t *ptrs[HOOP__TREE_MAX_KIDS];
+    /* tree.h lists the children smallest subtree first; the largest goes first, as its subtree
+     * has the most levels still to pass the buffer down. */
+    for (int k = 0; k < nk; k++) {
+        hoop__xsend(c, &xs[k], (kids[nk - 1 - k] + c->root) % p, buf, n);
         ptrs[k] = &xs[k];
-        k++;
     }
-    return hoop__xwait(c, ptrs, k);
+    return hoop__xwait(c, ptrs, nk);
 }
 
 /* One link of a chain: receive from left (none: < 0), pass on to right (none: < 0), chunk by
