@@ -20,12 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "devbuf.h"
 #include "hoop.h"
+#include "../common/forked.h"
 #include "../common/testing.h"
 
 #define RANKS 3
@@ -110,6 +110,28 @@ static int run_rank(const char *module, const char *mode)
     return test_failures ? 1 : 0;
 }
 
+typedef struct {
+    const char *module, *mode;
+    int port;
+} rank_arg_t;
+
+/* A rank as a launcher starts it: its place in the environment, the store on rank 0. */
+static int rank_main(int rank, int size, void *varg)
+{
+    const rank_arg_t *a = varg;
+    char v[32];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", size);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", a->port);
+    setenv("MASTER_PORT", v, 1);
+    return run_rank(a->module, a->mode);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -117,76 +139,23 @@ int main(int argc, char **argv)
                         "destroy|failed|kill-importer|kill-exporter|importer-stays\n");
         return 2;
     }
-    const char *mode = argv[2];
+    rank_arg_t arg = {argv[1], argv[2], test_free_port()};
+    const char *mode = arg.mode;
     int victim = !strcmp(mode, "kill-importer")   ? RANKS - 1
                  : !strcmp(mode, "kill-exporter") ? 0
                                                   : -1;
-    int port = test_free_port();
-    if (port < 0) {
+    if (arg.port < 0) {
         fprintf(stderr, "ipc_close: no free port\n");
         return 1;
     }
-    char job[64];
-    snprintf(job, sizeof job, "ipc-close-%d", (int)getpid());
-    setenv("HOOP_JOB_ID", job, 1);
-    fflush(stdout);
-    pid_t pid[RANKS];
-    for (int q = 0; q < RANKS; q++) {
-        pid[q] = fork();
-        if (pid[q] < 0) {
-            perror("fork");
-            return 1;
-        }
-        if (pid[q] == 0) {
-            char v[32];
-            snprintf(v, sizeof v, "%d", q);
-            setenv("RANK", v, 1);
-            setenv("LOCAL_RANK", v, 1);
-            snprintf(v, sizeof v, "%d", RANKS);
-            setenv("WORLD_SIZE", v, 1);
-            setenv("LOCAL_WORLD_SIZE", v, 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            snprintf(v, sizeof v, "%d", port);
-            setenv("MASTER_PORT", v, 1);
-            _exit(run_rank(argv[1], mode));
-        }
-    }
     /* Every rank within a deadline well past the timeout; what is left then is killed. */
-    int status[RANKS], left = RANKS, failed = 0, skipped = 0;
-    double deadline = now_s() + 150;
-    for (int q = 0; q < RANKS; q++) status[q] = -1;
-    while (left > 0 && now_s() < deadline) {
-        for (int q = 0; q < RANKS; q++) {
-            int st;
-            if (status[q] == -1 && waitpid(pid[q], &st, WNOHANG) == pid[q]) {
-                status[q] = st;
-                left--;
-            }
-        }
-        nap_ms(10);
-    }
-    for (int q = 0; q < RANKS; q++) {
-        int st = status[q];
-        if (st == -1) {
-            kill(pid[q], SIGKILL);
-            waitpid(pid[q], NULL, 0);
-            printf("FAIL: rank %d still ran after 150 s (killed)\n", q);
-            failed = 1;
-        } else if (q == victim) {
-            if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
-                printf("FAIL: rank %d was to die of SIGKILL, status %#x\n", q, st);
-                failed = 1;
-            }
-        } else if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-            skipped = 1;
-        } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            if (WIFSIGNALED(st))
-                printf("FAIL: rank %d died of signal %d\n", q, WTERMSIG(st));
-            else
-                printf("FAIL: rank %d exited with %d\n", q, WEXITSTATUS(st));
-            failed = 1;
-        }
-    }
+    test_launch_t l;
+    if (test_launch_open(&l, "ipc-close", 150) != 0) return 1;
+    l.may_skip = 1; /* a rank that finds no device exits 77 */
+    int failed = test_launch_fork(&l, RANKS, 0, rank_main, &arg) != 0;
+    if (l.nranks > 0) failed |= test_launch_wait(&l, victim, NULL, NULL);
+    int skipped = l.skipped > 0;
+    test_launch_close(&l);
     printf("ipc_close %s: %s\n", mode, failed ? "FAILED" : skipped ? "skipped" : "ok");
     return failed ? 1 : skipped ? 77 : 0;
 }
