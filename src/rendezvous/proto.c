@@ -22,14 +22,13 @@ long hoop__store_parse(const uint8_t *buf, size_t len, hoop__store_req_t *req)
     if (len == 0) return 0;
     if (buf == NULL) return -1;
     const uint8_t op = buf[0];
-    if (op != 'S' && op != 'G' && op != 'W' && op != 'C') return -1;
+    if (op != 'S' && op != 'W' && op != 'C') return -1;
     if (len < 5) return 0;
     const uint32_t keylen = get_u32(buf + 1);
     if (keylen == 0 || keylen > HOOP__STORE_MAX_KEY) return -1;
     if (len < HOOP__STORE_REQ_HDR) return 0;
     const uint32_t vallen = get_u32(buf + 5);
     if (vallen > HOOP__STORE_MAX_VALUE) return -1;
-    if (op == 'G' && vallen != 0) return -1;
     if (op == 'W' && vallen != HOOP__STORE_HOLD_LEN) return -1;
     const size_t total = (size_t)HOOP__STORE_REQ_HDR + keylen + vallen;
     if (len < total) return 0;

@@ -1,10 +1,11 @@
 /* The wire of the tcp store, between its clients (client.c) and rank 0's server (server.c); exposed
  * for tests and fuzzing. All integers are little-endian. A request is
- *   u8 op ('S' set, 'G' get, 'W' waiting get, 'C' claim) | u32 keylen | u32 vallen | key | value
+ *   u8 op ('S' set, 'W' get, 'C' claim) | u32 keylen | u32 vallen | key | value
  * and a reply is u8 status (0 ok, 1 missing, 2 taken: a claim's key existed) | u32 vallen | value
  * (a get's value, or the existing value of a taken claim). A 'W' carries as its value a u32: the
  * milliseconds (at most HOOP__STORE_MAX_HOLD_MS) the server may hold it for the key to be set;
- * it is answered as a 'G' once the key is there or when the hold is over, whichever is first.
+ * it is answered once the key is there or when the hold is over, whichever is first (at once for
+ * a hold of 0). 'G', a get without a hold, is no request any more: no client sends it.
  * The server reads nothing more from a connection while it holds its request, so a connection
  * holds one at most. With a key, each connection first runs the handshake of auth.h in the
  * context HOOP__STORE_AUTH_TAG, before any request is read. */

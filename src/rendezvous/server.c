@@ -185,7 +185,7 @@ static int conn_process(server_t *s, conn_t *c)
                         hoop__store_printable(req.key, req.keylen, kbuf, sizeof kbuf),
                         (unsigned)vallen, c->peer);
             rc = conn_reply(c, HOOP__STORE_REP_OK, val, vallen);
-        } else if (req.op == 'W' && hoop__store_hold_ms(&req) > 0) {
+        } else if (hoop__store_hold_ms(&req) > 0) { /* a get ('W'), the op left */
             /* Held where it is, unconsumed: held_answer() reads it again when it is answered. */
             c->held = 1;
             c->held_until = hoop__now() + hoop__store_hold_ms(&req) / 1e3;

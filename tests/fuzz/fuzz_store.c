@@ -24,6 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
         if (req.vallen > 0 && (req.val < data + off || req.val + req.vallen > end))
             __builtin_trap();
+        /* Set, get ('W') and claim are the only requests. */
+        if (req.op != 'S' && req.op != 'W' && req.op != 'C') __builtin_trap();
         /* A waiting get's hold is one the server grants. */
         if (req.op == 'W' && (req.vallen != HOOP__STORE_HOLD_LEN ||
                               hoop__store_hold_ms(&req) > HOOP__STORE_MAX_HOLD_MS))

@@ -422,6 +422,14 @@ static size_t build_req(uint8_t *buf, uint8_t op, uint32_t keylen, uint32_t vall
     return 9 + (size_t)keylen + vallen;
 }
 
+/* A get ('W') of key with a hold of ms milliseconds. */
+static size_t build_wait(uint8_t *buf, const char *key, uint32_t ms)
+{
+    uint8_t hold[4];
+    for (int i = 0; i < 4; i++) hold[i] = (uint8_t)(ms >> (8 * i));
+    return build_req(buf, 'W', (uint32_t)strlen(key), 4, key, hold);
+}
+
 static void test_parse_valid_and_partial(void **state)
 {
     (void)state;
@@ -438,11 +446,12 @@ static void test_parse_valid_and_partial(void **state)
     assert_int_equal(req.vallen, sizeof val);
     assert_memory_equal(req.val, val, sizeof val);
     /* The next request's bytes after it are not part of it. */
-    size_t m = build_req(buf + n, 'G', 2, 0, "zz", NULL);
+    size_t m = build_wait(buf + n, "zz", 7);
     assert_int_equal(hoop__store_parse(buf, n + m, &req), 19);
-    assert_int_equal(hoop__store_parse(buf + n, m, &req), 11);
-    assert_int_equal(req.op, 'G');
-    assert_int_equal(req.vallen, 0);
+    assert_int_equal(hoop__store_parse(buf + n, m, &req), 15);
+    assert_int_equal(req.op, 'W');
+    assert_int_equal(req.vallen, 4);
+    assert_int_equal(hoop__store_hold_ms(&req), 7);
     assert_memory_equal(req.key, "zz", 2);
     /* Every strict prefix needs more bytes. */
     for (size_t k = 0; k < n; k++) assert_int_equal(hoop__store_parse(buf, k, &req), 0);
@@ -453,7 +462,7 @@ static void test_parse_valid_and_partial(void **state)
     uint8_t big[9 + HOOP__STORE_MAX_KEY];
     char key[HOOP__STORE_MAX_KEY];
     memset(key, 'k', sizeof key);
-    n = build_req(big, 'G', HOOP__STORE_MAX_KEY, 0, key, NULL);
+    n = build_req(big, 'S', HOOP__STORE_MAX_KEY, 0, key, NULL);
     assert_int_equal(hoop__store_parse(big, n, &req), (long)n);
     /* A value of exactly HOOP__STORE_MAX_VALUE: the header alone asks for more. */
     n = build_req(buf, 'S', 1, HOOP__STORE_MAX_VALUE, "k", NULL);
@@ -474,7 +483,7 @@ static void test_parse_malformed(void **state)
     buf[0] = 's';
     assert_int_equal(hoop__store_parse(buf, 12, &req), -1);
     /* Key length 0 or over the bound: known once the length is in. */
-    build_req(buf, 'G', 0, 0, NULL, NULL);
+    build_req(buf, 'W', 0, 0, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 5, &req), -1);
     build_req(buf, 'S', HOOP__STORE_MAX_KEY + 1, 0, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 5, &req), -1);
@@ -485,9 +494,15 @@ static void test_parse_malformed(void **state)
     assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
     build_req(buf, 'S', 1, 0xffffffffu, NULL, NULL);
     assert_int_equal(hoop__store_parse(buf, 9, &req), -1);
-    /* A GET carries no value. */
-    build_req(buf, 'G', 1, 1, "k", (const uint8_t *)"v");
-    assert_int_equal(hoop__store_parse(buf, 11, &req), -1);
+    /* A get carries its hold, 4 bytes. */
+    build_req(buf, 'W', 1, 0, "k", NULL);
+    assert_int_equal(hoop__store_parse(buf, 10, &req), -1);
+    build_req(buf, 'W', 1, 5, "k", (const uint8_t *)"\0\0\0\0\0");
+    assert_int_equal(hoop__store_parse(buf, 15, &req), -1);
+    /* 'G', the get without a hold that no client sends any more, is no request. */
+    size_t n = build_req(buf, 'G', 1, 0, "k", NULL);
+    assert_int_equal(hoop__store_parse(buf, 1, &req), -1);
+    assert_int_equal(hoop__store_parse(buf, n, &req), -1);
     /* Keys are C strings. */
     build_req(buf, 'S', 3, 0, "a\0b", NULL);
     assert_int_equal(hoop__store_parse(buf, 12, &req), -1);
@@ -507,7 +522,7 @@ static uint64_t rng_next(uint64_t *s)
 static long parse_reference(const uint8_t *b, size_t len)
 {
     if (len == 0) return 0;
-    if (b[0] != 'S' && b[0] != 'G' && b[0] != 'W' && b[0] != 'C') return -1;
+    if (b[0] != 'S' && b[0] != 'W' && b[0] != 'C') return -1;
     if (len < 5) return 0;
     uint64_t kl = (uint64_t)b[1] | (uint64_t)b[2] << 8 | (uint64_t)b[3] << 16 |
                   (uint64_t)b[4] << 24;
@@ -516,7 +531,6 @@ static long parse_reference(const uint8_t *b, size_t len)
     uint64_t vl = (uint64_t)b[5] | (uint64_t)b[6] << 8 | (uint64_t)b[7] << 16 |
                   (uint64_t)b[8] << 24;
     if (vl > HOOP__STORE_MAX_VALUE) return -1;
-    if (b[0] == 'G' && vl > 0) return -1;
     if (b[0] == 'W' && vl != 4) return -1; /* its hold, in milliseconds */
     if (len < 9 + kl + vl) return 0;
     if (b[0] == 'W') {
@@ -1129,16 +1143,19 @@ static void test_tcp_malformed_client(void **state)
     pair_open(&lp, HOOP__LOG_WARN);
     hoop__store_t *s0 = lp.s0, *s1 = lp.s1;
 
-    /* Unknown op, an oversized key, an oversized value: each drops only its own connection. */
-    uint8_t req[16];
-    const size_t lens[3] = {1, 5, 9};
+    /* Unknown op, an oversized key, an oversized value, a whole 'G' (a get without a hold, no
+     * request any more): each drops only its own connection. */
+    uint8_t req[32];
+    const size_t lens[4] = {1, 5, 9, 12};
     build_req(req, 'Q', 1, 0, NULL, NULL);
     uint8_t req2[16];
     build_req(req2, 'S', HOOP__STORE_MAX_KEY + 1, 0, NULL, NULL);
     uint8_t req3[16];
     build_req(req3, 'S', 4, HOOP__STORE_MAX_VALUE + 1, NULL, NULL);
-    const uint8_t *reqs[3] = {req, req2, req3};
-    for (int i = 0; i < 3; i++) {
+    uint8_t req4[16];
+    build_req(req4, 'G', 3, 0, "key", NULL);
+    const uint8_t *reqs[4] = {req, req2, req3, req4};
+    for (int i = 0; i < 4; i++) {
         int fd = raw_connect(lp.port);
         assert_true(fd >= 0);
         assert_int_equal(send(fd, reqs[i], lens[i], MSG_NOSIGNAL), (ssize_t)lens[i]);
@@ -1161,7 +1178,7 @@ static void test_tcp_malformed_client(void **state)
     /* A hand-made valid request gets the documented reply bytes. */
     int fd = raw_connect(lp.port);
     assert_true(fd >= 0);
-    size_t n = build_req(req, 'G', 5, 0, "still", NULL);
+    size_t n = build_wait(req, "still", 0);
     assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
     uint8_t rep[10];
     size_t got = 0;
@@ -1172,7 +1189,7 @@ static void test_tcp_malformed_client(void **state)
     }
     const uint8_t want[10] = {0, 5, 0, 0, 0, 'w', 'o', 'r', 'k', 's'};
     assert_memory_equal(rep, want, sizeof want);
-    n = build_req(req, 'G', 4, 0, "nope", NULL);
+    n = build_wait(req, "nope", 0);
     assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
     got = 0;
     while (got < 5) {
@@ -1195,7 +1212,7 @@ static void test_tcp_malformed_client(void **state)
     unlink(lp.logpath);
     int warnings = 0;
     for (const char *p = text; (p = strstr(p, "malformed request")) != NULL; p++) warnings++;
-    if (warnings != 3) fail_msg("expected 3 warnings about malformed requests, log:\n%s", text);
+    if (warnings != 4) fail_msg("expected 4 warnings about malformed requests, log:\n%s", text);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1387,13 +1404,6 @@ static int quiet_for(int fd, int ms)
     return poll(&p, 1, ms) == 0;
 }
 
-static size_t build_wait(uint8_t *buf, const char *key, uint32_t ms)
-{
-    uint8_t hold[4];
-    for (int i = 0; i < 4; i++) hold[i] = (uint8_t)(ms >> (8 * i));
-    return build_req(buf, 'W', (uint32_t)strlen(key), 4, key, hold);
-}
-
 /* The wire of a held get: answered as a get, when the key is set or the hold is over; a request
  * sent behind it waits for it (one held request a connection); a hold over the longest granted,
  * or a client that leaves while held, costs the others nothing. */
@@ -1410,7 +1420,7 @@ static void test_tcp_held_get_wire(void **state)
     assert_true(fd >= 0);
     uint8_t req[64];
     size_t n = build_wait(req, "wk", 5000);
-    n += build_req(req + n, 'G', 2, 0, "gk", NULL);
+    n += build_wait(req + n, "gk", 0);
     assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
     assert_true(quiet_for(fd, 200)); /* held, and the get behind it with it */
     assert_int_equal(hoop__store_set(s0, "gk", "g", 1), HOOP_OK);
@@ -1459,7 +1469,7 @@ static void test_tcp_held_get_wire(void **state)
     close(bad);
 
     /* The first connection is still served. */
-    n = build_req(req, 'G', 4, 0, "late", NULL);
+    n = build_wait(req, "late", 0);
     assert_int_equal(send(fd, req, n, MSG_NOSIGNAL), (ssize_t)n);
     recv_exact(fd, rep, 6);
     const uint8_t late[6] = {0, 1, 0, 0, 0, 'x'};
