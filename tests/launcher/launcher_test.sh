@@ -1,14 +1,16 @@
 #!/bin/sh
 # Tests of hooprun, run from outside as a user would.
-#   launcher_test.sh CASE HOOPRUN CHILD
+#   launcher_test.sh CASE HOOPRUN CHILD [PIPE_FAIL]
 # CASE: env output fail kill stubborn signal stopped omp timeout missing args restart restart-port
-#       restart-stop fail-together escalate strays
-# CHILD is launcher_child (see launcher_child.c for its modes).
+#       restart-stop restart-start fail-together escalate strays
+# CHILD is launcher_child (see launcher_child.c for its modes); PIPE_FAIL the library of
+# pipe_fail.c, which restart-start preloads into hooprun.
 set -u
 
 case_name=$1
 HOOPRUN=$2
 CHILD=$3
+PIPE_FAIL=${4:-}
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/hooprun-test.XXXXXX") || exit 1
 # Processes a case started or found that must not outlive it, whatever its result.
@@ -669,6 +671,30 @@ test_restart_port() {
         fail "did not wait for the port"
 }
 
+test_restart_start() {
+    # A rank whose start fails at a restart (its pipe2 fails; 3 a rank at the first attempt):
+    # the failure is said, with status 1, and the ranks not started yet have no exec pipe to
+    # wait for. hooprun's stdin holds bytes, which a wait on a stale exec pipe of 0 (stdin)
+    # would take for an exec's errno.
+    [ -n "$PIPE_FAIL" ] || fail "no pipe_fail library given"
+    if ! LD_PRELOAD="$PIPE_FAIL" "$HOOPRUN" -n 1 true >/dev/null 2>&1; then
+        echo "skipped: hooprun does not run with a preloaded library (a sanitizer build)"
+        return 0
+    fi
+    printf 'abcdefgh' >"$T/stdin"
+    t0=$(now_ms)
+    LD_PRELOAD="$PIPE_FAIL" HOOP_TEST_PIPE2_FAIL_AT=7 "$HOOPRUN" --max-restarts 1 -n 2 \
+        "$CHILD" flaky 1 <"$T/stdin" >"$T/out" 2>"$T/err"
+    rc=$?
+    ms=$(($(now_ms) - t0))
+    expect_rc 1
+    [ "$(restart_lines)" -eq 1 ] || fail "expected 1 restart line"
+    expect_err_line "hooprun: cannot start rank 0: pipe: Too many open files"
+    grep -q 'cannot execute' "$T/err" && fail "a rank never started was said to fail its exec"
+    [ "$ms" -lt 5000 ] || fail "took $ms ms"
+    return 0
+}
+
 test_restart_stop() {
     # A signal to hooprun ends the job; it is not a failure to restart after.
     t0=$(now_ms)
@@ -962,6 +988,7 @@ case $case_name in
 env | output | fail | kill | stubborn | signal | stopped | omp | bind | timeout | missing | args | restart) "test_$case_name" ;;
 restart-port) test_restart_port ;;
 restart-stop) test_restart_stop ;;
+restart-start) test_restart_start ;;
 fail-together) test_fail_together ;;
 escalate) test_escalate ;;
 strays) test_strays ;;

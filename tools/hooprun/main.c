@@ -56,7 +56,6 @@ int main(int argc, char **argv)
         free(prog_path);
         return 1;
     }
-    for (int i = 0; i < o.nproc; i++) j.ranks[i].exec_fd = -1; /* no pipe before a start */
     memcpy(j.master_port, o.master_port, sizeof j.master_port);
     j.out->fd = STDOUT_FILENO;
     j.out->broken = false;
@@ -104,6 +103,9 @@ int main(int argc, char **argv)
     for (;;) {
         state_write(&j);
         bool started = true;
+        /* No exec pipe before a start, at every attempt (a restart zeroes the ranks, and 0 is
+         * a descriptor): a start that fails waits for the ranks before it, not on stdin. */
+        for (int i = 0; i < o.nproc; i++) j.ranks[i].exec_fd = -1;
         for (int local = 0; local < o.nproc && started; local++) started = start_rank(&j, local);
         if (!started || !await_execs(&j)) begin_stop(&j);
         run_loop(&j);

@@ -408,7 +408,6 @@ bool start_rank(struct job *j, int local)
     struct rank *rk = &j->ranks[local];
     const struct opts *o = j->o;
     rk->out = rk->err = (struct stream){.fd = -1}; /* nothing to close if the start fails */
-    rk->exec_fd = -1;
     rk->rank = (int)(o->node_rank * o->nproc + local);
     if (o->prefix) snprintf(rk->prefix, sizeof rk->prefix, "[%d] ", rk->rank);
     size_t plen = strlen(rk->prefix);
