@@ -311,6 +311,10 @@ static void read_test_hooks(reader_t *r, hoop__config_t *c)
     text_var(r, "HOOP_TEST_CUDA_MODULE", c->test_cuda_module, sizeof(c->test_cuda_module), path);
     text_var(r, "HOOP_TEST_CUDA_DRIVER", c->test_cuda_driver, sizeof(c->test_cuda_driver), path);
     text_var(r, "HOOP_TEST_IBV_DOUBLE", c->test_ibv_double, sizeof(c->test_ibv_double), path);
+    static const char *const onoff[] = {"0", "1"};
+    char s[2] = "0";
+    word_var(r, "HOOP_TEST_SKIP_DONE", s, sizeof(s), onoff, 2);
+    c->test_skip_done = s[0] == '1';
 }
 
 hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *ctx, char *err,

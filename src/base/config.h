@@ -49,10 +49,13 @@ typedef struct hoop__config {
     int ib_gid_index;
     char ib_reg_cache[8];
     /* Test hooks, HOOP_TEST_* (docs/configuration.md, "Test hooks"): what the tests put in place
-     * of the CUDA module and driver and of libibverbs' table. "" = none. */
+     * of the CUDA module and driver and of libibverbs' table ("" = none), and a rank's failure. */
     char test_cuda_module[HOOP__CONFIG_PATH];
     char test_cuda_driver[HOOP__CONFIG_PATH];
     char test_ibv_double[HOOP__CONFIG_PATH];
+    /* HOOP_TEST_SKIP_DONE=1: init fails on this rank once it has read the addresses, before it
+     * says so (its done key; core/lifecycle.c). */
+    int test_skip_done;
     /* The flight recorder (core/record.c): HOOP_RECORD, the calls each communicator keeps (0:
      * off); HOOP_RECORD_DIR, where dumps go by default ("" = the current directory);
      * HOOP_RECORD_SIGNAL, 1 = SIGUSR2 dumps every communicator. */

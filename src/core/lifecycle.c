@@ -13,6 +13,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "base/tree.h"
 #include "collectives/coll.h"
 #include "core/agree.h"
 #include "runtime/comm.h"
@@ -382,7 +383,7 @@ typedef struct init {
     char addr[ADDR_LEN];     /* where this rank's transport listens */
     char (*addrs)[ADDR_LEN]; /* everyone's, as published */
     const char **ptrs;       /* addrs for the transport, NULL for this rank */
-    int have_all;            /* every address was read: rank 0 may wait for the others' reads */
+    int have_all;            /* every address was read: this rank may vouch for its subtree */
     hoop__oob_ctx_t oob_ctx; /* the transport's out-of-band exchange, until connect returns */
     hoop__tp_oob_t oob;
     char err[512];
@@ -635,6 +636,43 @@ static int take_addresses(init_t *in, const char *all, size_t len)
     return at == len && strcmp(in->addrs[c->rank], in->addr) == 0;
 }
 
+/* A rank's done key says that it and every rank under it in init's tree (base/tree.h) have read
+ * the addresses, so that rank 0 reads only its children's keys before the store may go: each rank
+ * waits for its children's keys (held reads, until the deadline) before it sets its own (a leaf
+ * sets its own once it has read them, the others after connect: release_store). At most
+ * log2(p) reads and one write a rank, where rank 0 alone used to read p - 1 keys one after
+ * another while it served every other rank's requests. A rank that fails before it has read the
+ * addresses never sets its key, and every rank above it waits to its deadline and names the
+ * child it waited for. */
+static hoop_result_t wait_subtree(init_t *in)
+{
+    hoop_comm_t *c = in->c;
+    int kids[HOOP__TREE_MAX_KIDS];
+    int n = hoop__tree_kids(c->rank, c->size, kids);
+    char key[64], one[2];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "hoop/done/%d", kids[i]);
+        hoop_result_t rc = hoop__store_get(in->st, key, one, sizeof(one), &len,
+                                           in->deadline - hoop__now());
+        if (rc == HOOP_OK) continue;
+        /* Rank k's subtree is k .. k + lowest set bit of k - 1 (base/tree.h). */
+        int k = kids[i], last = k + (k & -k) - 1;
+        if (last > c->size - 1) last = c->size - 1;
+        if (last > k)
+            snprintf(in->err, sizeof(in->err),
+                     "rank %d did not say that it and the ranks under it in init's tree (ranks "
+                     "%d-%d) had read the addresses: %.300s",
+                     k, k + 1, last, hoop__store_error(in->st));
+        else
+            snprintf(in->err, sizeof(in->err),
+                     "rank %d did not say it had read the addresses: %.300s", k,
+                     hoop__store_error(in->st));
+        return rc;
+    }
+    return HOOP_OK;
+}
+
 /* Step 6: publish this rank's address and learn everyone else's; then say so. The store serves
  * about 3p requests for it, not p²: rank 0 reads the p addresses and publishes them as one
  * value, which every other rank reads once. */
@@ -692,12 +730,26 @@ static hoop_result_t exchange_addresses(init_t *in)
     /* Rank 0 serves the store: it may only go away once every rank has read all it needs, even
      * when its own connect fails, or the others would report the store's loss instead of the
      * cause they are about to find themselves (a peer on another host, say). */
-    in->have_all = rc == HOOP_OK;
-    if (rc == HOOP_OK) {
+    if (rc != HOOP_OK) {
+        snprintf(in->err, sizeof(in->err), "%s", hoop__store_error(in->st));
+        return rc;
+    }
+    if (in->cfg->test_skip_done) {
+        snprintf(in->err, sizeof(in->err),
+                 "HOOP_TEST_SKIP_DONE: rank %d fails after reading the addresses, before it says "
+                 "so",
+                 c->rank);
+        return HOOP_ERR_INTERNAL;
+    }
+    in->have_all = 1;
+    /* A leaf of init's tree speaks for itself alone: it says so at once, so that its death in
+     * connect costs nobody a wait. Ranks with children say it after connect (release_store). */
+    int kids[HOOP__TREE_MAX_KIDS];
+    if (c->rank != 0 && hoop__tree_kids(c->rank, c->size, kids) == 0) {
         snprintf(key, sizeof(key), "hoop/done/%d", c->rank);
         rc = hoop__store_set(in->st, key, "1", 1);
+        if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%s", hoop__store_error(in->st));
     }
-    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%s", hoop__store_error(in->st));
     return rc;
 }
 
@@ -713,23 +765,30 @@ static hoop_result_t connect_peers(init_t *in)
     return rc;
 }
 
-/* Step 8, rank 0, whether or not its own steps succeeded: the store stays until every rank has
- * read the addresses; then a rank claimed twice is said to everyone. rc is the outcome so far. */
+/* Step 8, every rank with children in init's tree, whether or not its own steps succeeded, once
+ * it has read the addresses: it waits for its children's done keys (wait_subtree), then sets its
+ * own, so that rank 0, which waits for its children, keeps the store until every rank has read
+ * the addresses. Waiting after connect, not before, lets a rank whose child failed reach connect
+ * and say what went wrong there, as every other rank does. Then rank 0 says a rank claimed
+ * twice to everyone. rc is the outcome so far. */
 static hoop_result_t release_store(init_t *in, hoop_result_t rc)
 {
     hoop_comm_t *c = in->c;
-    if (c->rank != 0 || !in->have_all) return rc;
-    hoop_result_t wrc = HOOP_OK;
-    char key[64], one[2];
-    size_t len = 0;
-    for (int j = 1; j < c->size && wrc == HOOP_OK; j++) {
-        snprintf(key, sizeof(key), "hoop/done/%d", j);
-        wrc = hoop__store_get(in->st, key, one, sizeof(one), &len, in->deadline - hoop__now());
+    int kids[HOOP__TREE_MAX_KIDS];
+    if (!in->have_all || hoop__tree_kids(c->rank, c->size, kids) == 0) return rc;
+    char err[sizeof(in->err)];
+    snprintf(err, sizeof(err), "%s", in->err);
+    hoop_result_t wrc = wait_subtree(in);
+    if (wrc == HOOP_OK && c->rank != 0) {
+        char key[64];
+        snprintf(key, sizeof(key), "hoop/done/%d", c->rank);
+        wrc = hoop__store_set(in->st, key, "1", 1);
+        if (wrc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%s", hoop__store_error(in->st));
     }
-    if (rc == HOOP_OK && wrc != HOOP_OK) {
-        rc = wrc;
-        snprintf(in->err, sizeof(in->err), "%s", hoop__store_error(in->st));
-    }
+    /* The first failure is the one worth saying. */
+    if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%s", err);
+    if (rc == HOOP_OK && wrc != HOOP_OK) rc = wrc;
+    if (c->rank != 0) return rc;
     /* A process that claimed a taken rank after the hellos were compared: the rank that
      * joined may be a stranger (another job on a stale address). Every rank hears it. */
     if (rc == HOOP_OK && (rc = hoop__agree_conflict(in->st, in->err, sizeof(in->err))) != HOOP_OK)
