@@ -757,10 +757,10 @@ static hoop_result_t exchange_addresses(init_t *in)
     } else if (n > 0) {
         /* Its first child, a leaf, sets its key as soon as it has read the addresses: waiting
          * for it a short while keeps this rank out of connect's waits, which look at the peers
-         * every millisecond, while rank 0's store thread still serves the ranks around it (at
-         * 512 ranks on 2 cores the leaves' keys came 5 s late without it). Past that while it
-         * connects anyway, so that a child that failed delays it little, and reads the key
-         * again after connect. */
+         * every millisecond, while rank 0's store thread still serves the ranks around it
+         * (where ranks outnumber cores, the leaves' keys came late without it:
+         * docs/performance.md). Past that while it connects anyway, so that a child that failed
+         * delays it little, and reads the key again after connect. */
         char one[2];
         size_t got = 0;
         double left = in->deadline - hoop__now();
