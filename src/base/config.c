@@ -192,6 +192,15 @@ static void word_var(reader_t *r, const char *name, char *field, size_t cap,
     bad(r, name, v, hoop__words_join(words, n, expect, sizeof(expect)));
 }
 
+/* 0 or 1 into *field, left as it was when unset. */
+static void flag_var(reader_t *r, const char *name, int *field)
+{
+    static const char *const onoff[] = {"0", "1"};
+    char s[2] = {*field ? '1' : '0', '\0'};
+    word_var(r, name, s, sizeof(s), onoff, 2);
+    *field = s[0] == '1';
+}
+
 static void read_debug(reader_t *r, hoop__config_t *c)
 {
     const char *v = value(r, "HOOP_DEBUG");
@@ -217,10 +226,7 @@ static void read_debug(reader_t *r, hoop__config_t *c)
     }
     text_var(r, "HOOP_DEBUG_FILE", c->log_file, sizeof(c->log_file),
              "a path shorter than 256 bytes");
-    static const char *const trace[] = {"0", "1"};
-    char t[2] = "0";
-    word_var(r, "HOOP_TRACE", t, sizeof(t), trace, 2);
-    c->trace = t[0] == '1';
+    flag_var(r, "HOOP_TRACE", &c->trace);
 }
 
 static void read_choices(reader_t *r, hoop__config_t *c)
@@ -299,10 +305,7 @@ static void read_record(reader_t *r, hoop__config_t *c)
             "a count of calls from 0 (off) to 1048576");
     text_var(r, "HOOP_RECORD_DIR", c->record_dir, sizeof(c->record_dir),
              "a path shorter than 512 bytes");
-    static const char *const onoff[] = {"0", "1"};
-    char s[2] = "0";
-    word_var(r, "HOOP_RECORD_SIGNAL", s, sizeof(s), onoff, 2);
-    c->record_signal = s[0] == '1';
+    flag_var(r, "HOOP_RECORD_SIGNAL", &c->record_signal);
 }
 
 static void read_test_hooks(reader_t *r, hoop__config_t *c)
@@ -311,10 +314,7 @@ static void read_test_hooks(reader_t *r, hoop__config_t *c)
     text_var(r, "HOOP_TEST_CUDA_MODULE", c->test_cuda_module, sizeof(c->test_cuda_module), path);
     text_var(r, "HOOP_TEST_CUDA_DRIVER", c->test_cuda_driver, sizeof(c->test_cuda_driver), path);
     text_var(r, "HOOP_TEST_IBV_DOUBLE", c->test_ibv_double, sizeof(c->test_ibv_double), path);
-    static const char *const onoff[] = {"0", "1"};
-    char s[2] = "0";
-    word_var(r, "HOOP_TEST_SKIP_DONE", s, sizeof(s), onoff, 2);
-    c->test_skip_done = s[0] == '1';
+    flag_var(r, "HOOP_TEST_SKIP_DONE", &c->test_skip_done);
 }
 
 hoop_result_t hoop__config_parse(hoop__config_t *c, hoop__getenv_fn get, void *ctx, char *err,

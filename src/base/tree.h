@@ -18,4 +18,11 @@ static inline int hoop__tree_kids(int i, int n, int *kids)
     return k;
 }
 
+/* The last index of i's subtree (i > 0): i's subtree is i .. i + lowbit(i) - 1, cut at n - 1. */
+static inline int hoop__tree_last(int i, int n)
+{
+    int last = i + (i & -i) - 1;
+    return last < n - 1 ? last : n - 1;
+}
+
 #endif

@@ -384,6 +384,7 @@ typedef struct init {
     char (*addrs)[ADDR_LEN]; /* everyone's, as published */
     const char **ptrs;       /* addrs for the transport, NULL for this rank */
     int have_all;            /* every address was read: this rank may vouch for its subtree */
+    int kids[HOOP__TREE_MAX_KIDS], nkids; /* its children in init's tree (base/tree.h) */
     int first_kid_done;      /* 1: its first child's done key was read before connect */
     hoop__oob_ctx_t oob_ctx; /* the transport's out-of-band exchange, until connect returns */
     hoop__tp_oob_t oob;
@@ -650,19 +651,14 @@ static int take_addresses(init_t *in, const char *all, size_t len)
  * child it waited for. */
 static hoop_result_t wait_subtree(init_t *in)
 {
-    hoop_comm_t *c = in->c;
-    int kids[HOOP__TREE_MAX_KIDS];
-    int n = hoop__tree_kids(c->rank, c->size, kids);
     char key[64], one[2];
     size_t len = 0;
-    for (int i = in->first_kid_done; i < n; i++) {
-        snprintf(key, sizeof(key), "hoop/done/%d", kids[i]);
+    for (int i = in->first_kid_done; i < in->nkids; i++) {
+        snprintf(key, sizeof(key), "hoop/done/%d", in->kids[i]);
         hoop_result_t rc = hoop__store_get(in->st, key, one, sizeof(one), &len,
                                            in->deadline - hoop__now());
         if (rc == HOOP_OK) continue;
-        /* Rank k's subtree is k .. k + lowest set bit of k - 1 (base/tree.h). */
-        int k = kids[i], last = k + (k & -k) - 1;
-        if (last > c->size - 1) last = c->size - 1;
+        int k = in->kids[i], last = hoop__tree_last(k, in->c->size);
         if (last > k)
             snprintf(in->err, sizeof(in->err),
                      "rank %d did not say that it and the ranks under it in init's tree (ranks "
@@ -746,15 +742,14 @@ static hoop_result_t exchange_addresses(init_t *in)
         return HOOP_ERR_INTERNAL;
     }
     in->have_all = 1;
+    in->nkids = hoop__tree_kids(c->rank, c->size, in->kids);
     /* A leaf of init's tree speaks for itself alone: it says so at once, so that its death in
      * connect costs nobody a wait. Ranks with children say it after connect (release_store). */
-    int kids[HOOP__TREE_MAX_KIDS];
-    int n = c->rank != 0 ? hoop__tree_kids(c->rank, c->size, kids) : 0;
-    if (c->rank != 0 && n == 0) {
+    if (in->nkids == 0) {
         snprintf(key, sizeof(key), "hoop/done/%d", c->rank);
         rc = hoop__store_set(in->st, key, "1", 1);
         if (rc != HOOP_OK) snprintf(in->err, sizeof(in->err), "%s", hoop__store_error(in->st));
-    } else if (n > 0) {
+    } else if (c->rank != 0) {
         /* Its first child, a leaf, sets its key as soon as it has read the addresses: waiting
          * for it a short while keeps this rank out of connect's waits, which look at the peers
          * every millisecond, while rank 0's store thread still serves the ranks around it
@@ -764,7 +759,7 @@ static hoop_result_t exchange_addresses(init_t *in)
         char one[2];
         size_t got = 0;
         double left = in->deadline - hoop__now();
-        snprintf(key, sizeof(key), "hoop/done/%d", kids[0]);
+        snprintf(key, sizeof(key), "hoop/done/%d", in->kids[0]);
         in->first_kid_done = hoop__store_get(in->st, key, one, sizeof(one), &got,
                                              left < FIRST_KID_WAIT_S ? left : FIRST_KID_WAIT_S) ==
                              HOOP_OK;
@@ -793,8 +788,7 @@ static hoop_result_t connect_peers(init_t *in)
 static hoop_result_t release_store(init_t *in, hoop_result_t rc)
 {
     hoop_comm_t *c = in->c;
-    int kids[HOOP__TREE_MAX_KIDS];
-    if (!in->have_all || hoop__tree_kids(c->rank, c->size, kids) == 0) return rc;
+    if (!in->have_all || in->nkids == 0) return rc;
     char err[sizeof(in->err)];
     snprintf(err, sizeof(err), "%s", in->err);
     hoop_result_t wrc = wait_subtree(in);

@@ -8,7 +8,7 @@
 #   scale_test.sh done HOOPRUN PROBE N
 #       init's done keys, through the binomial tree: each rank reads its children's and sets its
 #       own, so rank 0 makes at most log2(N) store requests for them (it read all N - 1 before)
-#       and no rank more than log2(N) + 1; every rank's key is read once, by its parent. Counted
+#       and no rank more than log2(N) + 1; every rank's key is read, by its parent. Counted
 #       in the store's trace, each request by the client that published that rank's address.
 #   scale_test.sh skipdone HOOPRUN DONE_FAIL N VICTIM TIMEOUT [file]
 #       rank VICTIM fails in init after reading the addresses, before it says so
@@ -62,7 +62,14 @@ done)
             k = $0; sub(/.*"hoop\/addr\//, "", k); sub(/".*/, "", k)
             rank[client()] = k
         }
-        / store: (get|set) "hoop\/done\/[0-9]+" / { reqs[client()]++; if ($0 ~ / get /) gets++ }
+        / store: (get|set) "hoop\/done\/[0-9]+" / {
+            reqs[client()]++
+            if ($0 ~ / get /) {
+                gets++
+                k = $0; sub(/.*"hoop\/done\//, "", k); sub(/".*/, "", k)
+                if (!(k in read)) { read[k] = 1; keys++ }
+            }
+        }
         END {
             bad = 0
             for (a in reqs) {
@@ -75,8 +82,10 @@ done)
                     bad = 1
                 }
             }
-            printf "done keys at %d ranks: rank 0 made %d requests, %d reads in all\n", n, zero, gets
-            if (gets != n - 1) { printf "expected %d reads of done keys\n", n - 1; bad = 1 }
+            printf "done keys at %d ranks: rank 0 made %d requests, %d reads of %d keys in all\n", n, zero, gets, keys
+            # Every rank but 0 read by its parent; a parent whose first look before connect
+            # timed out reads that key once more, which the per-rank bound above allows.
+            if (keys != n - 1) { printf "expected the %d done keys of ranks 1-%d read\n", n - 1, n - 1; bad = 1 }
             exit bad
         }' "$tmp/out" || fail "the done keys do not go through the tree"
     ;;
