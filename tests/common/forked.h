@@ -183,8 +183,9 @@ static inline int test_launch_kill_when(test_launch_t *l, const char *word, int 
 }
 
 /* Waits for every rank until the deadline (then kills the ones left, and says so). A rank must
- * exit with 0 (or 77, where may_skip), rank killed (-1: none) must die of SIGKILL. on_fail, where given, is called for a
- * rank that ended otherwise (to show its log). Returns 0, or 1 where a rank ended otherwise. */
+ * exit with 0 (or 77, where may_skip), rank killed (-1: none) must die of SIGKILL. on_fail, where
+ * given, is called for a rank that ended otherwise (to show its log). Returns 0, or 1 where a
+ * rank ended otherwise. */
 static inline int test_launch_wait(test_launch_t *l, int killed,
                                    void (*on_fail)(int rank, void *arg), void *arg)
 {
