@@ -73,6 +73,14 @@ static int run_rank(const char *module, const char *mode)
         rc = hoop_allreduce(c, d, d, rank == 0 ? COUNT - 1 : COUNT, HOOP_FLOAT32, HOOP_SUM);
         CHECK(rc != HOOP_OK, "an all-reduce whose counts differ returned HOOP_OK");
     }
+    /* A rank is killed only once every rank's all-reduce is over: what is tested is destroy
+     * with a dead peer. A rank that dies while a peer's call still waits for its device work
+     * fails that call (cuda-double-fault-kill-*-ipc test that), and rank 0 could otherwise die
+     * before rank 1's all-reduce had returned. */
+    if (!strncmp(mode, "kill-", 5)) {
+        rc = hoop_barrier(c);
+        CHECK(rc == HOOP_OK, "barrier before the kill: %s", hoop_comm_last_error(c));
+    }
     if (!strcmp(mode, "kill-importer") && rank == last) {
         nap_ms(300);
         raise(SIGKILL);
