@@ -108,17 +108,32 @@ size_t rotate_pool(const bench_t *b, size_t cap)
     return b->rotate > 2 * round_set(cap) ? b->rotate : 2 * round_set(cap);
 }
 
+/* The sizes of a set's two sides, and how many sets the pools hold (0 without rotation). */
+static size_t set_layout(const bench_t *b, const coll_t *co, const call_t *k, size_t *ss,
+                         size_t *rs)
+{
+    if (!b->rotate || co->counts == CK_NONE) return 0;
+    size_t ns = kind_send(co->counts, k->count, k->size) * k->es,
+           nr = kind_recv(co->counts, k->count, k->size) * k->es;
+    if (ns == 0 && nr == 0) return 0;
+    /* In place, both sides live in the receive buffer, over the larger of the two. */
+    *ss = round_set(ns);
+    *rs = round_set(ns > nr ? ns : nr);
+    size_t sets = b->rotate / (*ss + *rs);
+    return sets < 2 ? 2 : sets; /* the pools hold two sets of the largest row at least */
+}
+
+size_t rotate_sets(const bench_t *b, const coll_t *co, const call_t *k)
+{
+    size_t ss, rs;
+    return set_layout(b, co, k, &ss, &rs);
+}
+
 call_t rotated(const bench_t *b, const coll_t *co, const call_t *k, int i)
 {
     call_t r = *k;
-    if (!b->rotate || co->counts == CK_NONE) return r;
-    size_t ns = kind_send(co->counts, k->count, k->size) * k->es,
-           nr = kind_recv(co->counts, k->count, k->size) * k->es;
-    if (ns == 0 && nr == 0) return r;
-    /* In place, both sides live in the receive buffer, over the larger of the two. */
-    size_t ss = round_set(ns), rs = round_set(ns > nr ? ns : nr);
-    size_t sets = b->rotate / (ss + rs);
-    if (sets < 2) sets = 2; /* the pools hold two sets of the largest row at least */
+    size_t ss = 0, rs = 0, sets = set_layout(b, co, k, &ss, &rs);
+    if (sets == 0) return r;
     size_t j = (size_t)i % sets;
     uintptr_t p = (uintptr_t)k->s, s0 = (uintptr_t)b->sbuf;
     int s_in_sbuf = p >= s0 && p < s0 + b->scap + 1;

@@ -101,6 +101,8 @@ typedef struct variant {
     uint64_t wrong;
     int has_bound;         /* --bound, on one host, where the row has a traffic model */
     double traffic, bound; /* bytes through memory per call; the fraction of the copy rate's time */
+    int has_faults;        /* --bound or --rotate */
+    double faults;         /* page faults per timed call, the most of any rank (all its threads) */
     /* -I: over the timed iterations after -K's, each the slowest rank's, per call, in us */
     int has_iter, i_n;
     double i_min, i_max, i_avg, i_p50, i_p95, i_p99, i_cv; /* i_cv: stdev / mean, in % */
@@ -193,6 +195,8 @@ int measure_copy_rate(bench_t *b);
 void set_bound(const bench_t *b, row_t *row, int inplace);
 /* Bytes to allocate for a buffer of cap bytes, with --rotate's sets. */
 size_t rotate_pool(const bench_t *b, size_t cap);
+/* How many sets of buffers --rotate cycles through for this call (0 without it). */
+size_t rotate_sets(const bench_t *b, const coll_t *co, const call_t *k);
 /* The call of timed iteration i: with --rotate, its buffers moved to set i of the rotation. */
 call_t rotated(const bench_t *b, const coll_t *co, const call_t *k, int i);
 void print_buffers(const bench_t *b, FILE *f);

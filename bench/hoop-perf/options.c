@@ -167,7 +167,9 @@ void usage(FILE *f)
         "redop,\n"
         "  root, then time_us, algbw, busbw, wrong for oop (out of place) and ip (in place);\n"
         "  empty (CSV) or null (JSON) where the table says N/A; with --bound or --rotate also\n"
-        "  buffers (hot or rotated), oop_traffic_bytes, oop_bound, ip_traffic_bytes, ip_bound\n"
+        "  buffers (hot or rotated), oop_traffic_bytes, oop_bound, ip_traffic_bytes, ip_bound,\n"
+        "  oop_faults_per_call, ip_faults_per_call (page faults a timed call took, the most\n"
+        "  of any rank: a cold measurement should not be one of page tables)\n"
         "exit status: 0 all right, 1 wrong elements or a failed call, 2 bad usage\n",
         f);
 }

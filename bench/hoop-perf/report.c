@@ -178,7 +178,7 @@ void print_summary(const bench_t *b)
 /* ---- --json and --csv ---- */
 
 /* The fields of a row: nccl-tests' 17, then groups that their flags add. */
-enum { F_BASE = 17, F_BOUND = 5, F_ITER = 14, F_STAMP = 1 };
+enum { F_BASE = 17, F_BOUND = 7, F_ITER = 14, F_STAMP = 1 };
 #define NFIELDS (F_BASE + F_BOUND + F_ITER + F_STAMP)
 static const char *const FIELD_NAMES[NFIELDS] = {
     "collective", "algo", "transport", "ranks", "size_bytes", "count", "type", "redop", "root",
@@ -186,6 +186,7 @@ static const char *const FIELD_NAMES[NFIELDS] = {
     "ip_wrong",
     /* --bound or --rotate: the buffers, and traffic and bound per variant */
     "buffers", "oop_traffic_bytes", "oop_bound", "ip_traffic_bytes", "ip_bound",
+    "oop_faults_per_call", "ip_faults_per_call",
     /* -I: per variant, over the iterations after -K's, each the slowest rank's, per call */
     "oop_i_min_us", "oop_i_max_us", "oop_i_avg_us", "oop_i_p50_us", "oop_i_p95_us", "oop_i_p99_us",
     "oop_i_cv_pct", "ip_i_min_us", "ip_i_max_us", "ip_i_avg_us", "ip_i_p50_us", "ip_i_p95_us",
@@ -233,6 +234,8 @@ static void row_fields(const bench_t *b, const row_t *row, field_t f[NFIELDS])
             snprintf(f[18 + 2 * ip].num, sizeof f[0].num, "%.0f", v->traffic);
             snprintf(f[19 + 2 * ip].num, sizeof f[0].num, "%.4f", v->bound);
         }
+        if (v->has_faults) snprintf(f[22 + ip].num, sizeof f[0].num, "%.1f", v->faults);
+        if (v->has_faults) snprintf(f[22 + ip].num, sizeof f[0].num, "%.1f", v->faults);
         if (v->has_iter) {
             const double x[7] = {v->i_min, v->i_max, v->i_avg, v->i_p50,
                                  v->i_p95, v->i_p99, v->i_cv};
