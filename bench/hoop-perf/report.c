@@ -235,7 +235,6 @@ static void row_fields(const bench_t *b, const row_t *row, field_t f[NFIELDS])
             snprintf(f[19 + 2 * ip].num, sizeof f[0].num, "%.4f", v->bound);
         }
         if (v->has_faults) snprintf(f[22 + ip].num, sizeof f[0].num, "%.1f", v->faults);
-        if (v->has_faults) snprintf(f[22 + ip].num, sizeof f[0].num, "%.1f", v->faults);
         if (v->has_iter) {
             const double x[7] = {v->i_min, v->i_max, v->i_avg, v->i_p50,
                                  v->i_p95, v->i_p99, v->i_cv};
