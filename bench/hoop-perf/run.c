@@ -201,7 +201,7 @@ static int iter_stats(bench_t *b, variant_t *v)
 }
 
 /* Page faults of every thread of this process so far (the engine's run on the progress thread). */
-static long minor_faults(void)
+static long page_faults(void)
 {
     struct rusage u;
     return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt + u.ru_majflt : 0;
@@ -232,12 +232,12 @@ static int run_variant(bench_t *b, const coll_t *co, call_t *k, int inplace, var
     if (b->warm_each && b->warmup > 0 && !run_batch(b, co, k, b->warmup, NULL, &secs)) return 0;
     if (!touch_sets(b, co, k)) return 0;
     if (!checked(b, "barrier", hoop_barrier(b->comm))) return 0;
-    long f0 = minor_faults();
+    long f0 = page_faults();
     if (!run_batch(b, co, k, b->iters, b->per_iter ? b->iter_t : NULL, &secs)) return 0;
     v->us = secs / ((double)b->iters * b->agg) * 1e6;
     v->ran = 1;
     if (b->bound || b->rotate) {
-        v->faults = (double)(minor_faults() - f0) / ((double)b->iters * b->agg);
+        v->faults = (double)(page_faults() - f0) / ((double)b->iters * b->agg);
         if (!checked(b, "combining the page faults",
                      hoop_allreduce(b->comm, &v->faults, &v->faults, 1, HOOP_FLOAT64, HOOP_MAX)))
             return 0;
