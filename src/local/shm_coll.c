@@ -615,7 +615,9 @@ _Static_assert(sizeof(sym_where_t) <= HOOP__SHC_HEAD, "the first line carries it
 typedef struct sym_call {
     const uint8_t **in;
     uint8_t **out;
-    uint8_t *res; /* a chunk of scratch (SYM_CHUNK bytes) for a fold's partial result */
+    const void **fin; /* p pointers for the one-pass fold's operands (sym_spread) */
+    void **fout;      /* and p for its outputs */
+    uint8_t *res;     /* a chunk of scratch (SYM_CHUNK bytes) for a fold's partial result */
     size_t in_bytes, out_bytes, es;
     int p, me;
 } sym_call_t;
@@ -658,7 +660,7 @@ static hoop_result_t sym_begin(hoop__call_t *c, hoop__shc_t *a, sym_call_t *g, i
 {
     hoop_comm_t *comm = c->comm;
     int p = comm->size, me = comm->rank;
-    size_t ptrs = 2 * (size_t)p * sizeof(uint8_t *);
+    size_t ptrs = 4 * (size_t)p * sizeof(uint8_t *);
     *ran = 0;
     sym_where_t w = {0};
     /* The scratch first: a rank without it says its buffers are ordinary, and all go the usual
@@ -670,7 +672,9 @@ static hoop_result_t sym_begin(hoop__call_t *c, hoop__shc_t *a, sym_call_t *g, i
     if (stop(rc, a) || !(a->all_flags & HOOP__SHC_SYM)) return rc;
     *ran = 1;
     *g = (sym_call_t){.in = (const uint8_t **)(void *)tmp,
-                      .out = (uint8_t **)(void *)(tmp + ptrs / 2),
+                      .out = (uint8_t **)(void *)(tmp + ptrs / 4),
+                      .fin = (const void **)(void *)(tmp + ptrs / 2),
+                      .fout = (void **)(void *)(tmp + 3 * (ptrs / 4)),
                       .res = tmp + (ptrs + ALIGN - 1) / ALIGN * ALIGN,
                       .es = hoop__dsize(c),
                       .p = p,
@@ -705,6 +709,19 @@ static hoop_result_t sym_end(hoop__call_t *c, hoop__shc_t *a)
 
 typedef void (*sym_put_fn)(hoop__call_t *c, const sym_call_t *g, size_t at, size_t n);
 
+/* The fold in one pass where there is a kernel for it (hoop__reduce_spread): len elements of
+ * every rank's input from element from, in the order order[0..p-1], into every rank's output
+ * (all) or this rank's own, at byte to. 1 where it ran; 0 where the caller folds a chunk at a
+ * time. */
+static int sym_spread(hoop__call_t *c, const sym_call_t *g, size_t from, size_t to, size_t len,
+                      const int *order, int all, int stream)
+{
+    int nout = all ? g->p : 1;
+    for (int i = 0; i < g->p; i++) g->fin[i] = g->in[order[i]] + from * g->es;
+    for (int i = 0; i < nout; i++) g->fout[i] = g->out[(g->me + i) % g->p] + to;
+    return hoop__reduce_spread(g->fout, nout, g->fin, g->p, len, c->dtype, c->op, g->p, stream);
+}
+
 /* Folds len elements of every rank's input from element from, operands in the ranks' order
  * order[0..p-1], into g->res a chunk at a time, and hands each chunk to put with its byte offset
  * in the output (to + its offset in the range). */
@@ -722,11 +739,15 @@ static void sym_fold(hoop__call_t *c, const sym_call_t *g, size_t from, size_t t
     }
 }
 
-/* All-reduce: a chunk into every rank's output. Streaming stores out of place, as the rounds'
- * copies out. */
+/* Streaming stores into the outputs out of place, as the rounds' copies out. */
+static int sym_streams(hoop__call_t *c, const sym_call_t *g)
+{
+    return c->sendbuf != c->recvbuf && streams(c, g->out_bytes);
+}
+/* All-reduce: a chunk into every rank's output. */
 static void put_all(hoop__call_t *c, const sym_call_t *g, size_t at, size_t n)
 {
-    int stream = c->sendbuf != c->recvbuf && streams(c, g->out_bytes);
+    int stream = sym_streams(c, g);
     for (int i = 0; i < g->p; i++) put_out(stream, g->out[(g->me + i) % g->p] + at, g->res, n);
 }
 /* Reduce-scatter: a chunk into this rank's own output. */
@@ -766,7 +787,8 @@ static hoop_result_t allreduce_sym(hoop__call_t *c, hoop__shc_t *a, const sym_ca
                      "rank %d folds block %d (%zu B) from every rank's input and writes it into "
                      "every rank's output",
                      g->me, pos, bl * g->es);
-    sym_fold(c, g, bo, bo * g->es, bl, order, put_all);
+    if (!sym_spread(c, g, bo, bo * g->es, bl, order, 1, sym_streams(c, g)))
+        sym_fold(c, g, bo, bo * g->es, bl, order, put_all);
     if (order != o) free(order);
     return sym_end(c, a);
 }
@@ -784,7 +806,8 @@ static hoop_result_t reduce_scatter_sym(hoop__call_t *c, hoop__shc_t *a, const s
     HOOP__TRACE_STEP(c, 0,
                      "rank %d folds its block (%zu B) from every rank's input into its output", me,
                      bl * g->es);
-    sym_fold(c, g, bo, 0, bl, order, put_own);
+    if (!sym_spread(c, g, bo, 0, bl, order, 0, sym_streams(c, g)))
+        sym_fold(c, g, bo, 0, bl, order, put_own);
     if (order != o) free(order);
     return sym_end(c, a);
 }

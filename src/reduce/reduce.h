@@ -24,6 +24,16 @@ void hoop__reduce_avg_finish(void *buf, size_t n, hoop_dtype_t dt, int divisor);
  * where the CPU has them, which bypass the cache. Same result as memcpy; no overlap. */
 void hoop__copy_stream(void *dst, const void *src, size_t n);
 
+/* The fold of nin inputs (in[0] op in[1] op ... in[nin-1], in that order, as chained
+ * hoop__reduce calls would take them; HOOP_AVG then divided by divisor) written into each of nout
+ * outputs, in one pass over the n elements: every input read once, no intermediate buffer,
+ * bit-identical to the chained calls. An output may be one of the inputs (the same address) but
+ * must not overlap any other buffer in part. stream: streaming stores (large outputs, not read
+ * soon). Returns 0, having touched nothing, where there is no one-pass kernel for dt/op on this
+ * processor: the caller folds the usual way. */
+int hoop__reduce_spread(void *const *out, int nout, const void *const *in, int nin, size_t n,
+                        hoop_dtype_t dt, hoop_op_t op, int divisor, int stream);
+
 float hoop__half_to_float(uint16_t h);
 uint16_t hoop__float_to_half(float f);
 float hoop__bf16_to_float(uint16_t h);
