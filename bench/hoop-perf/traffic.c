@@ -49,7 +49,7 @@ static const model_t MODELS[] = {
     {"allreduce/sym", "2pS",
      "zero copy on symmetric memory (hoop-perf --sym): each owner folds its block straight from "
      "the p inputs where they lie (pS read in all) and writes the result into the p outputs (pS "
-     "written); the partial result stays in cache"},
+     "written), folded in registers and stored into every output in one pass"},
     {"reducescatter/sym", "(p+1)S",
      "zero copy on symmetric memory: each rank folds its block straight from the p inputs (S/p "
      "each, S read per rank) into its output (S/p written per rank)"},
