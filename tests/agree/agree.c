@@ -33,7 +33,11 @@
  *   everyone it talked to may finish the next call too, before the abort of the rank that found
  *   the disagreement reaches it (no library can stop that without a handshake per call): it
  *   must then fail the call after, and is counted; --strict fails it. Several jobs run at once
- *   (distinct ports): the cases mostly wait, on the network or for the timeouts.
+ *   (distinct ports): the cases mostly wait, on the network or for the timeouts. --sym puts
+ *   every case's buffers in symmetric memory (hoop_mem_alloc on the case's communicator), where
+ *   the zero-copy engine runs the calls it can, and first runs the others' call on every rank
+ *   alike where it is an all-reduce, reduce-scatter, all-gather or broadcast, which must succeed
+ *   with the right data (and the engine must have run some of those).
  *
  * Counts are picked where schedules coincide or switch: 0, 1, 5, 8, 1000, and each side of every
  * size threshold, with HOOP_SMALL_BYTES=2K (512 uint32), HOOP_CHUNK_BYTES=4K (1024 uint32) and
@@ -118,6 +122,7 @@ typedef struct opts {
     int jobs;
     int only, only_last; /* the cases to run: -1, all */
     int verbose, list, strict;
+    int sym; /* the calls' buffers in symmetric memory (hoop_mem_alloc) */
     double deadline;
 } opts_t;
 
@@ -927,8 +932,19 @@ typedef struct cctx {
     const combo_t *combos;
     int ncombo, first, stride, p;
     const char *tp;
+    int sym;
     char jobid[48];
 } cctx_t;
+
+#define SYM_CAP (1u << 20)  /* each symmetric buffer: every case's calls fit, guards and all */
+static int zero_copy_lines; /* trace lines of the zero-copy engine since the last reset */
+
+static void on_trace(void *ctx, const char *line)
+{
+    (void)ctx;
+    if (strstr(line, "every rank's input") != NULL || strstr(line, "every rank's output") != NULL)
+        zero_copy_lines++;
+}
 
 static void call_env(void *ctx, int slot)
 {
@@ -963,8 +979,35 @@ static int call_rank(void *ctx, int slot, int fd)
             break;
         }
         hoop_comm_set_timeout(c, CALL_TIMEOUT);
+        if (x->sym) {
+            /* The case's buffers in its communicator's symmetric memory, where the zero-copy
+             * engine takes them; its destroy unmaps them. */
+            void *sb = NULL, *rb = NULL;
+            rc = hoop_mem_alloc(c, SYM_CAP, &sb);
+            if (rc == HOOP_OK) rc = hoop_mem_alloc(c, SYM_CAP, &rb);
+            if (rc != HOOP_OK) {
+                ag_say(fd, "S %d %d %d hoop_mem_alloc: %s", i, slot, (int)rc,
+                       hoop_comm_last_error(c));
+                break;
+            }
+            ag_use_buffers(sb, rb, SYM_CAP);
+            hoop_comm_set_trace(c, on_trace, NULL);
+        }
         const ag_spec_t *s = slot == cb->odd ? &cb->alt : &cb->base;
         ag_outcome_t o1, o2;
+        int zc = cb->base.coll == AG_ALLREDUCE || cb->base.coll == AG_REDUCE_SCATTER ||
+                 cb->base.coll == AG_ALLGATHER || cb->base.coll == AG_BROADCAST;
+        if (x->sym && zc) {
+            /* First the others' call on every rank alike, where it is one the zero-copy engine
+             * serves: it must succeed, zero copy above HOOP_SMALL_BYTES; then the case. (Not
+             * before a gather or scatter: a rank still in such a call fails it when a peer that
+             * finished it aborts at once on the disagreement: docs/reliability.md, "Known gaps".) */
+            ag_outcome_t o0;
+            zero_copy_lines = 0;
+            ag_run(c, &cb->base, &o0);
+            ag_say(fd, "Z %d %d %d %d %d |%s", i, slot, zero_copy_lines, (int)o0.rc, o0.wrong,
+                   o0.wrong ? o0.why : o0.msg);
+        }
         ag_run(c, s, &o1);
         /* The next call, with every rank's choices equal again: an all-to-all, in which every
          * rank hears from every other, so that a stray message of the call before, from
@@ -987,6 +1030,7 @@ static int call_rank(void *ctx, int slot, int fd)
         /* No rank may tear the case down while another is still in it: its next call would then
          * fail because the peers left, not because anything was detected. */
         rc = hoop_barrier(parent);
+        ag_use_buffers(NULL, NULL, 0);
         hoop_comm_destroy(c);
         if (rc != HOOP_OK) {
             ag_say(fd, "S %d %d %d %s", i, slot, (int)rc, hoop_comm_last_error(parent));
@@ -1011,6 +1055,7 @@ typedef struct crun {
 
 static int ccounts[CP_N][HOOP_ERR_INTERNAL + 1];
 static int c_tried, c_detected, c_wrong, c_undetected, c_third, c_late, c_lost;
+static int zero_copy_cases; /* --sym: rank-cases whose first call the zero-copy engine ran */
 
 static void describe_combo(const combo_t *cb, char *buf, size_t n)
 {
@@ -1144,7 +1189,8 @@ static int run_call(const opts_t *o)
     ag_job_t *jobs[16];
     double t0 = now_s(), deadline = t0 + o->deadline;
     for (int i = 0; i < k; i++) {
-        runs[i].ctx = (cctx_t){.combos = sel, .ncombo = nsel, .stride = k, .p = p, .tp = o->tp};
+        runs[i].ctx = (cctx_t){
+            .combos = sel, .ncombo = nsel, .stride = k, .p = p, .tp = o->tp, .sym = o->sym};
         if (crun_start(&runs[i], i, o) != 0) fail("could not start job %d", i);
     }
     const double idle_max = 4 * CALL_TIMEOUT + 10;
@@ -1193,6 +1239,13 @@ static int run_call(const opts_t *o)
                     restart_at = idx + k;
                 } else if (sscanf(line, "F %d %d", &slot, &rc1) == 2) {
                     init_failed = 1;
+                } else if (sscanf(line, "Z %d %d %d %d %d |%n", &idx, &slot, &rc1, &rc2, &w2,
+                                  &off) == 5) {
+                    zero_copy_cases += rc1 > 0;
+                    if (rc2 != HOOP_OK || w2)
+                        fail("case #%d: rank %d: the agreeing call before it: %s%s: %s",
+                             idx + (o->only >= 0 ? o->only : 0), slot, ag_code_name(rc2),
+                             w2 ? " with WRONG data" : "", line + off);
                 }
             }
             while (r->cur < nsel && done[r->cur]) r->cur += k;
@@ -1276,6 +1329,14 @@ static int run_call(const opts_t *o)
         "next %d, hung or crashed %d, %.1f s\n",
         o->tp, p, c_tried, c_detected, c_wrong, c_undetected, c_late, c_third, c_lost,
         now_s() - t0);
+    if (o->sym) {
+        /* Most cases are not zero-copy (small counts, forced algorithms, other collectives);
+         * those of all-reduce, reduce-scatter, all-gather and broadcast above 2K are. */
+        printf("  --sym: the zero-copy engine ran the agreeing call before the case in %d "
+               "rank-cases\n",
+               zero_copy_cases);
+        if (zero_copy_cases == 0) fail("--sym: the zero-copy engine never ran");
+    }
     for (int pm = 0; pm < CP_N; pm++) {
         printf("  first failure per rank, %s:", CP_NAME[pm]);
         for (int rc = 0; rc <= HOOP_ERR_INTERNAL; rc++)
@@ -1294,7 +1355,8 @@ static int run_call(const opts_t *o)
 static int usage(void)
 {
     fprintf(stderr, "usage: agree --mode init|call --transport tcp|shm [--ranks P[,P...]] "
-                    "[--jobs K] [--only N[-M]] [--deadline S] [--strict] [--verbose] [--list]\n");
+                    "[--jobs K] [--only N[-M]] [--deadline S] [--strict] [--sym] [--verbose] "
+                    "[--list]\n");
     return 2;
 }
 
@@ -1332,6 +1394,8 @@ int main(int argc, char **argv)
             o.list = 1;
         else if (strcmp(a, "--strict") == 0)
             o.strict = 1;
+        else if (strcmp(a, "--sym") == 0)
+            o.sym = 1;
         else if (v == NULL)
             return usage();
         else if (i++, strcmp(a, "--mode") == 0) {

@@ -550,6 +550,23 @@ static int guards_ok(const uint8_t *base, size_t bytes)
     return 1;
 }
 
+static uint8_t *given_send, *given_recv;
+static size_t given_cap;
+
+void ag_use_buffers(uint8_t *send, uint8_t *recv, size_t cap)
+{
+    given_send = send;
+    given_recv = recv;
+    given_cap = send != NULL && recv != NULL ? cap : 0;
+}
+
+static void release(uint8_t *sb, uint8_t *rb, uint8_t *sref)
+{
+    if (sb != given_send) free(sb);
+    if (rb != given_recv) free(rb);
+    free(sref);
+}
+
 hoop_result_t ag_run(hoop_comm_t *c, const ag_spec_t *s, ag_outcome_t *o)
 {
     memset(o, 0, sizeof *o);
@@ -558,12 +575,12 @@ hoop_result_t ag_run(hoop_comm_t *c, const ag_spec_t *s, ag_outcome_t *o)
     send_recv_elems(s->coll, s->count, p, &ns, &nr);
     /* Rooted collectives: only the root's buffer of the kind it alone uses holds data. */
     size_t sbytes = ns * es, rbytes = nr * es;
-    uint8_t *sb = malloc(sbytes + 2 * GUARD), *rb = malloc(rbytes + 2 * GUARD);
+    int given = sbytes + 2 * GUARD <= given_cap && rbytes + 2 * GUARD <= given_cap;
+    uint8_t *sb = given ? given_send : malloc(sbytes + 2 * GUARD);
+    uint8_t *rb = given ? given_recv : malloc(rbytes + 2 * GUARD);
     uint8_t *sref = malloc(sbytes + 1);
     if (sb == NULL || rb == NULL || sref == NULL) {
-        free(sb);
-        free(rb);
-        free(sref);
+        release(sb, rb, sref);
         snprintf(o->why, sizeof o->why, "test out of memory");
         o->wrong = 1;
         return o->rc = HOOP_ERR_NO_MEMORY;
@@ -586,9 +603,7 @@ hoop_result_t ag_run(hoop_comm_t *c, const ag_spec_t *s, ag_outcome_t *o)
         if (arc != HOOP_OK) {
             o->rc = arc;
             snprintf(o->msg, sizeof o->msg, "hoop_comm_set_algo: %s", hoop_comm_last_error(c));
-            free(sb);
-            free(rb);
-            free(sref);
+            release(sb, rb, sref);
             return arc;
         }
     }
@@ -624,8 +639,6 @@ hoop_result_t ag_run(hoop_comm_t *c, const ag_spec_t *s, ag_outcome_t *o)
             check = 0;
         }
     }
-    free(sb);
-    free(rb);
-    free(sref);
+    release(sb, rb, sref);
     return o->rc;
 }

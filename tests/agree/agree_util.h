@@ -114,6 +114,9 @@ typedef struct ag_outcome {
 int64_t ag_val(int vk, int rank, size_t j, uint32_t salt);
 /* Runs s on c from this rank's view (hoop_comm_set_algo first when s->algo >= 0) and checks it. */
 hoop_result_t ag_run(hoop_comm_t *c, const ag_spec_t *s, ag_outcome_t *o);
+/* Where ag_run's buffers come from: two regions of cap bytes each (symmetric memory, say), used
+ * where a call's buffers and their guards fit; NULL: malloc, as without. */
+void ag_use_buffers(uint8_t *send, uint8_t *recv, size_t cap);
 /* "allreduce(count=8, uint32, sum, algo=rd)" */
 const char *ag_spec_describe(const ag_spec_t *s, char *buf, size_t n);
 
