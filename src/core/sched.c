@@ -149,11 +149,14 @@ static void engine_free(hoop_comm_t *c)
  * peer's notice read by it, while this one held exec, which the abort could not take: a call that
  * completed all the same would otherwise leave the peers to learn only that this rank closed its
  * connections, once it is freed), and by hoop__sched_abort where exec is free. A no-op while the
- * communicator is healthy, and cheap once they have been told. */
-static void tell_abort(hoop_comm_t *c)
+ * communicator is healthy, and cheap once they have been told. As exec is given back (may_wait),
+ * not yet while every failure so far came in notices of peers that had finished calls this rank
+ * has not: those may still start and end here (may_start), over a transport not yet aborted. */
+static void tell_abort(hoop_comm_t *c, int may_wait)
 {
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
     if (ab == HOOP_OK || c->tp == NULL || atomic_load(&c->abort_told)) return;
+    if (may_wait && atomic_load(&c->calls_done) < atomic_load(&c->fail_from)) return;
     c->tp_ops->abort(c->tp, ab, c->fatal_msg);
     hoop__collectives_abort(c);
     atomic_store(&c->abort_told, 1);
@@ -163,13 +166,24 @@ static void tell_abort(hoop_comm_t *c)
  * unlock found exec taken (hoop__sched_abort), so it is looked for again after. */
 static void exec_unlock(hoop_comm_t *c)
 {
-    tell_abort(c);
+    tell_abort(c, 1);
     pthread_mutex_unlock(&c->exec);
     if (atomic_load(&c->aborted) && !atomic_load(&c->abort_told) &&
         pthread_mutex_trylock(&c->exec) == 0) {
-        tell_abort(c);
+        tell_abort(c, 1);
         pthread_mutex_unlock(&c->exec);
     }
+}
+
+/* Whether a collective numbered seq may start: HOOP_OK while the communicator is healthy, and
+ * where every failure so far came in abort notices of peers that had finished this call (seq
+ * below fail_from): they did their part, so it can end here, as it would have had it started
+ * before the notices came (docs/reliability.md, "The same over the point-to-point algorithms").
+ * Otherwise the abort's code. */
+static hoop_result_t may_start(hoop_comm_t *c, uint64_t seq)
+{
+    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    return ab == HOOP_OK || seq < atomic_load(&c->fail_from) ? HOOP_OK : ab;
 }
 
 /* Takes the engine: called with mu held and busy clear; returns holding exec, not mu. */
@@ -369,7 +383,7 @@ static hoop_result_t run_collective(hoop__call_t *call)
             hoop__comm_fail(c, st, "%s (call #%llu) failed on rank %d: %s", what,
                             (unsigned long long)call->seq, c->rank, hoop__error_string(st));
         }
-        tell_abort(c);
+        tell_abort(c, 0);
     }
     hoop__rec_end(c, call, st);
     return st;
@@ -396,7 +410,8 @@ static void run_head(hoop_comm_t *c)
     c->head = r->next;
     if (c->head == NULL) c->tail = NULL;
     engine_enter(c);
-    hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);
+    hoop_result_t ab = is_p2p(&r->call) ? (hoop_result_t)atomic_load(&c->aborted)
+                                        : may_start(c, r->call.seq);
     int posted = 0;
     /* A stream-ordered call starts once its stream's earlier work is done. */
     if (ab == HOOP_OK && r->call.order != 0) ab = hoop__mem_order_start(&r->call);
@@ -656,7 +671,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         local.seq = c->seq++;
         hoop__rec_post(c, &local, 1);
         pthread_mutex_lock(&c->exec);
-        hoop_result_t st = (hoop_result_t)atomic_load(&c->aborted);
+        hoop_result_t st = may_start(c, local.seq);
         if (st == HOOP_OK) st = run_collective(&local);
         exec_unlock(c);
         return st;
@@ -675,7 +690,7 @@ static hoop_result_t submit(hoop_comm_t *c, const hoop__call_t *call, hoop_reque
         local.seq = c->seq++;
         hoop__rec_post(c, &local, 1);
         engine_enter(c);
-        hoop_result_t st = (hoop_result_t)atomic_load(&c->aborted);
+        hoop_result_t st = may_start(c, local.seq);
         if (st == HOOP_OK) st = run_collective(&local);
         engine_leave(c);
         pthread_mutex_unlock(&c->mu);
@@ -863,7 +878,7 @@ void hoop__sched_abort(hoop_comm_t *c)
     /* Whoever holds the engine tells the peers as it gives it back (exec_unlock); if nobody does,
      * tell them here. */
     if (pthread_mutex_trylock(&c->exec) == 0) {
-        tell_abort(c);
+        tell_abort(c, 0);
         pthread_mutex_unlock(&c->exec);
     }
     if (c->tp != NULL) c->tp_ops->wake(c->tp);
@@ -916,7 +931,7 @@ void hoop__sched_stop(hoop_comm_t *c)
     pthread_mutex_unlock(&c->mu);
     /* Before the connections close: an abort nobody told the peers yet reaches them first. */
     pthread_mutex_lock(&c->exec);
-    tell_abort(c);
+    tell_abort(c, 0);
     pthread_mutex_unlock(&c->exec);
     /* Requests nobody ran: fail them so their owners' waits end. */
     hoop_result_t ab = (hoop_result_t)atomic_load(&c->aborted);

@@ -36,8 +36,7 @@
  *   (distinct ports): the cases mostly wait, on the network or for the timeouts. --sym puts
  *   every case's buffers in symmetric memory (hoop_mem_alloc on the case's communicator), where
  *   the zero-copy engine runs the calls it can, and first runs the others' call on every rank
- *   alike where it is an all-reduce, reduce-scatter, all-gather or broadcast, which must succeed
- *   with the right data (and the engine must have run some of those).
+ *   alike, which must succeed with the right data (and the engine must have run some of those).
  *
  * Counts are picked where schedules coincide or switch: 0, 1, 5, 8, 1000, and each side of every
  * size threshold, with HOOP_SMALL_BYTES=2K (512 uint32), HOOP_CHUNK_BYTES=4K (1024 uint32) and
@@ -995,13 +994,10 @@ static int call_rank(void *ctx, int slot, int fd)
         }
         const ag_spec_t *s = slot == cb->odd ? &cb->alt : &cb->base;
         ag_outcome_t o1, o2;
-        int zc = cb->base.coll == AG_ALLREDUCE || cb->base.coll == AG_REDUCE_SCATTER ||
-                 cb->base.coll == AG_ALLGATHER || cb->base.coll == AG_BROADCAST;
-        if (x->sym && zc) {
-            /* First the others' call on every rank alike, where it is one the zero-copy engine
-             * serves: it must succeed, zero copy above HOOP_SMALL_BYTES; then the case. (Not
-             * before a gather or scatter: a rank still in such a call fails it when a peer that
-             * finished it aborts at once on the disagreement: docs/reliability.md, "Known gaps".) */
+        if (x->sym) {
+            /* First the others' call on every rank alike, which must succeed (zero copy where
+             * the engine serves it: all-reduce, reduce-scatter, all-gather and broadcast above
+             * HOOP_SMALL_BYTES); then the case. */
             ag_outcome_t o0;
             zero_copy_lines = 0;
             ag_run(c, &cb->base, &o0);

@@ -4,6 +4,7 @@
  * as every rank under hooprun (nobody dies: rank 1 only fails or aborts its communicator).
  *
  *   hooprun -n N finished --scenario mismatch|abort-after|abort-during [--rounds K] [--count C]
+ *                         [--coll allreduce|scatter|gather]
  *
  * Each round runs on a fresh communicator split from the world one: a first all-reduce (call #0,
  * which also sets up the shared area over shared memory), then call #1, an all-reduce made alike
@@ -24,7 +25,8 @@
  *
  * The rounds' sizes cycle through a payload in the area's lines, one in its buffers and one over
  * several rounds of them (4, 1000 and 100000 int32); --count C makes every round's C int32 (over
- * the point-to-point algorithms, the ring's multi-step calls are where a late notice can land). At
+ * the point-to-point algorithms, the ring's multi-step calls are where a late notice can land);
+ * --coll makes call #1 of mismatch and abort-after a scatter or a gather from root 0. At
  * the end every rank's count of failed checks is summed over the world communicator: each rank
  * passes only if every rank did.
  */
@@ -45,6 +47,9 @@ static int R, P;
 static int landed_mid; /* abort-during rounds where one of calls #2-#4 failed here (R != 1) */
 static const size_t SIZES[] = {4, 1000, 100000};
 static size_t fixed_count; /* --count, 0: cycle through SIZES */
+enum { C_ALLREDUCE, C_SCATTER, C_GATHER };
+static const char *const COLL[] = {"allreduce", "scatter", "gather"};
+static int coll1; /* --coll: call #1's collective (root 0 for the rooted ones) */
 static const char *const ABORT_WHY = "hoop_comm_abort was called on rank 1";
 
 static int32_t val(int rank, size_t i, int call)
@@ -70,6 +75,31 @@ static hoop_result_t call_allreduce(hoop_comm_t *c, int32_t *s, int32_t *r, size
             break;
         }
     }
+    return rc;
+}
+
+/* Call #1 when --coll names a rooted collective: a scatter or gather of n int32 a rank from root
+ * 0, checked where a rank receives (scatter: every rank; gather: the root). */
+static hoop_result_t call_rooted(hoop_comm_t *c, int32_t *s, int32_t *r, size_t n, int call,
+                                 int *right)
+{
+    size_t total = n * (size_t)P;
+    int32_t *big = malloc(total * sizeof(int32_t));
+    if (big == NULL) return HOOP_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n; i++) {
+        s[i] = val(R, i, call);
+        r[i] = -1;
+    }
+    for (size_t i = 0; i < total; i++) big[i] = coll1 == C_SCATTER ? val(0, i, call) : -1;
+    hoop_result_t rc = coll1 == C_SCATTER ? hoop_scatter(c, big, r, n, HOOP_INT32, 0)
+                                          : hoop_gather(c, s, big, n, HOOP_INT32, 0);
+    *right = 1;
+    for (size_t i = 0; rc == HOOP_OK && i < n; i++)
+        if (coll1 == C_SCATTER && r[i] != val(0, (size_t)R * n + i, call)) *right = 0;
+    for (int q = 0; rc == HOOP_OK && coll1 == C_GATHER && R == 0 && q < P; q++)
+        for (size_t i = 0; i < n; i++)
+            if (big[(size_t)q * n + i] != val(q, i, call)) *right = 0;
+    free(big);
     return rc;
 }
 
@@ -153,10 +183,11 @@ static void round_(hoop_comm_t *world, int scen, int round)
                       round, n, hoop_error_string(rc), m5);
         goto out;
     }
-    rc = call_allreduce(c, s, r, n, 1, &right);
+    rc = coll1 == C_ALLREDUCE ? call_allreduce(c, s, r, n, 1, &right)
+                              : call_rooted(c, s, r, n, 1, &right);
     if (rc != HOOP_OK || !right)
-        TEST_FAIL("round %d (%s, count %zu): call #1, made alike by every rank, %s: %s", round,
-                  SCEN[scen], n, rc == HOOP_OK ? "gave a wrong sum" : "failed",
+        TEST_FAIL("round %d (%s, count %zu): call #1 (%s), made alike by every rank, %s: %s", round,
+                  SCEN[scen], n, COLL[coll1], rc == HOOP_OK ? "gave a wrong result" : "failed",
                   rc == HOOP_OK ? "" : hoop_comm_last_error(c));
     if (scen == S_ABORT_AFTER && R == 1) {
         hoop_comm_abort(c);
@@ -196,6 +227,11 @@ int main(int argc, char **argv)
                 if (!strcmp(argv[i + 1], SCEN[k])) scen = k;
         } else if (!strcmp(argv[i], "--rounds")) {
             rounds = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--coll")) {
+            coll1 = -1;
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(argv[i + 1], COLL[k])) coll1 = k;
+            if (coll1 < 0) rounds = 0; /* refused below */
         } else if (!strcmp(argv[i], "--count")) {
             long v = atol(argv[i + 1]);
             fixed_count = v > 0 ? (size_t)v : 0;
@@ -204,7 +240,7 @@ int main(int argc, char **argv)
     }
     if (scen < 0 || rounds < 1) {
         fprintf(stderr, "usage: finished --scenario mismatch|abort-after|abort-during [--rounds K] "
-                        "[--count C]\n");
+                        "[--count C] [--coll allreduce|scatter|gather]\n");
         return 2;
     }
     hoop_comm_t *world = NULL;
