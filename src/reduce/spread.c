@@ -138,67 +138,45 @@ static int has_kernel(hoop_dtype_t dt, hoop_op_t op)
                           (op == HOOP_AVG && fl));
 }
 
+/* The kernel of each op for one float dtype (tag, VT) and for one integer width: sum and product
+ * unsigned (tag u), minimum and maximum signed (s) or unsigned (u) as dt says. */
+#define BY_OP_FLOAT(tag, VT, dv, nv)                                                               \
+    do {                                                                                           \
+        if (o == HOOP_SUM)                                                                         \
+            CALLF(sum_##tag, VT, dv, nv);                                                          \
+        else if (o == HOOP_PROD)                                                                   \
+            CALLF(prod_##tag, VT, dv, nv);                                                         \
+        else if (o == HOOP_MIN)                                                                    \
+            CALLF(min_##tag, VT, dv, nv);                                                          \
+        else                                                                                       \
+            CALLF(max_##tag, VT, dv, nv);                                                          \
+    } while (0)
+#define BY_OP_INT(s, u, SV, UV, is_signed)                                                         \
+    do {                                                                                           \
+        if (o == HOOP_SUM)                                                                         \
+            CALL(sum_##u, UV);                                                                     \
+        else if (o == HOOP_PROD)                                                                   \
+            CALL(prod_##u, UV);                                                                    \
+        else if (is_signed)                                                                        \
+            o == HOOP_MIN ? CALL(min_##s, SV) : CALL(max_##s, SV);                                 \
+        else                                                                                       \
+            o == HOOP_MIN ? CALL(min_##u, UV) : CALL(max_##u, UV);                                 \
+    } while (0)
+
 /* Bytes [at, at + nb) of every buffer through dt/op's kernel (has_kernel said there is one). */
 ATTR static void body(const spread_t *b, size_t at, size_t nb, hoop_dtype_t dt, hoop_op_t op,
                       int divisor)
 {
     int avg = op == HOOP_AVG;
     hoop_op_t o = avg ? HOOP_SUM : op;
-    float fn = __builtin_nanf(""), fd = (float)divisor;
-    double dn = __builtin_nan(""), dd = (double)divisor;
     switch (dt) {
-    case HOOP_FLOAT32:
-        if (o == HOOP_SUM)
-            CALLF(sum_f32, f32v, fd, fn);
-        else if (o == HOOP_PROD)
-            CALLF(prod_f32, f32v, fd, fn);
-        else if (o == HOOP_MIN)
-            CALLF(min_f32, f32v, fd, fn);
-        else
-            CALLF(max_f32, f32v, fd, fn);
-        break;
-    case HOOP_FLOAT64:
-        if (o == HOOP_SUM)
-            CALLF(sum_f64, f64v, dd, dn);
-        else if (o == HOOP_PROD)
-            CALLF(prod_f64, f64v, dd, dn);
-        else if (o == HOOP_MIN)
-            CALLF(min_f64, f64v, dd, dn);
-        else
-            CALLF(max_f64, f64v, dd, dn);
-        break;
+    case HOOP_FLOAT32: BY_OP_FLOAT(f32, f32v, (float)divisor, __builtin_nanf("")); break;
+    case HOOP_FLOAT64: BY_OP_FLOAT(f64, f64v, (double)divisor, __builtin_nan("")); break;
     case HOOP_INT8:
-    case HOOP_UINT8:
-        if (o == HOOP_SUM)
-            CALL(sum_u8, u8v);
-        else if (o == HOOP_PROD)
-            CALL(prod_u8, u8v);
-        else if (dt == HOOP_INT8)
-            o == HOOP_MIN ? CALL(min_i8, i8v) : CALL(max_i8, i8v);
-        else
-            o == HOOP_MIN ? CALL(min_u8, u8v) : CALL(max_u8, u8v);
-        break;
+    case HOOP_UINT8: BY_OP_INT(i8, u8, i8v, u8v, dt == HOOP_INT8); break;
     case HOOP_INT32:
-    case HOOP_UINT32:
-        if (o == HOOP_SUM)
-            CALL(sum_u32, u32v);
-        else if (o == HOOP_PROD)
-            CALL(prod_u32, u32v);
-        else if (dt == HOOP_INT32)
-            o == HOOP_MIN ? CALL(min_i32, i32v) : CALL(max_i32, i32v);
-        else
-            o == HOOP_MIN ? CALL(min_u32, u32v) : CALL(max_u32, u32v);
-        break;
-    default: /* the 64-bit integers */
-        if (o == HOOP_SUM)
-            CALL(sum_u64, u64v);
-        else if (o == HOOP_PROD)
-            CALL(prod_u64, u64v);
-        else if (dt == HOOP_INT64)
-            o == HOOP_MIN ? CALL(min_i64, i64v) : CALL(max_i64, i64v);
-        else
-            o == HOOP_MIN ? CALL(min_u64, u64v) : CALL(max_u64, u64v);
-        break;
+    case HOOP_UINT32: BY_OP_INT(i32, u32, i32v, u32v, dt == HOOP_INT32); break;
+    default: BY_OP_INT(i64, u64, i64v, u64v, dt == HOOP_INT64); break; /* the 64-bit integers */
     }
 }
 #endif /* SPREAD_AVX2 */
