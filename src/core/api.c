@@ -188,8 +188,8 @@ static hoop_result_t check_comm(hoop_comm_t *c, const char *fn)
  * lets one through by its number (sched.c, may_start). */
 static hoop_result_t check_coll(hoop_comm_t *c, const char *fn)
 {
-    if (c != NULL && atomic_load(&c->aborted) &&
-        atomic_load(&c->calls_done) < atomic_load(&c->fail_from))
+    if (c != NULL &&
+        (atomic_load(&c->aborted) == 0 || atomic_load(&c->calls_done) < atomic_load(&c->fail_from)))
         return HOOP_OK;
     return check_comm(c, fn);
 }

@@ -17,6 +17,8 @@
 
 #include <string.h>
 
+#include "base/tables.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) &&                            \
     !defined(HOOP_REDUCE_NO_CLONES)
 #define SPREAD_AVX2 1
@@ -197,21 +199,11 @@ static void edge(void *const *out, int nout, const void *const *in, int nin, siz
     for (int j = 0; j < nout; j++) memcpy((uint8_t *)out[j] + off, acc, n * es);
 }
 
-static size_t dsize(hoop_dtype_t dt)
-{
-    static const size_t size[HOOP_DTYPE_COUNT] = {
-        [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,   [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
-        [HOOP_INT64] = 8,   [HOOP_UINT64] = 8,  [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
-        [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8,
-    };
-    return (unsigned)dt < HOOP_DTYPE_COUNT ? size[dt] : 0;
-}
-
 int hoop__reduce_spread(void *const *out, int nout, const void *const *in, int nin, size_t n,
                         hoop_dtype_t dt, hoop_op_t op, int divisor, int stream)
 {
 #ifdef SPREAD_AVX2
-    size_t es = dsize(dt);
+    size_t es = hoop__dtype_size(dt);
     if (nin < 1 || nout < 1 || divisor < 1 || es == 0 || !has_kernel(dt, op) ||
         !__builtin_cpu_supports("avx2"))
         return 0;
