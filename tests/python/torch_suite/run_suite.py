@@ -378,7 +378,20 @@ def main():
     ok = _summary(outcomes, label, time.monotonic() - t0)
     if ARGS.against:
         ok = _against(outcomes) and ok
+    if not ok:
+        _failures(outcomes, label)
     return 0 if ok else 1
+
+
+def _failures(outcomes, label):
+    """Each failed test's detail, last, so that a log's tail (all a CI excerpt may keep) names
+    the tests that failed the run and how."""
+    for name, o in sorted(outcomes.items()):
+        if o["outcome"] in ("fail", "error"):
+            print("==== %s %s on %s, %.1f s; the end of what it reported:" % (
+                o["outcome"].upper(), name, label, o["seconds"]))
+            print("\n".join(o["detail"].splitlines()[-25:]))
+    print("==== %s: failed (the lines above name each failure)" % label)
 
 
 def _against(outcomes):
@@ -398,8 +411,15 @@ def _against(outcomes):
         # would hold the run for torch's 300 s default; 60 s is several times the slowest pass.
         env = dict(os.environ)
         env.setdefault("DISTRIBUTED_TESTS_DEFAULT_TIMEOUT", "60")
-        # its own failures are its own: only its passes count here
-        subprocess.call(cmd, env=env)
+        # Its own failures are its own: only its passes count here. Its log goes to a file and
+        # only its summary is shown, so that this run's own failures stay at the log's end.
+        log_path = os.path.join(tmp, "against.log")
+        with open(log_path, "w") as log:
+            subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        with open(log_path) as f:
+            lines = f.read().splitlines()
+        at = next((i for i, l in enumerate(lines) if l.startswith("%s at " % ARGS.against)), None)
+        print("\n".join(lines[at:] if at is not None else lines[-40:]))
         try:
             with open(path) as f:
                 theirs = json.load(f)
