@@ -329,16 +329,19 @@ bool HoopWork::wait(std::chrono::milliseconds timeout)
 
 void HoopWork::complete(std::exception_ptr err)
 {
+    // The profiler's record of the call ends before any waiter wakes, as torch's own
+    // Work::finish does: a waiter may leave the profiler's scope at once, and its record ended
+    // from this thread after that raced the profiler's teardown (a crash in torch's suite).
+    if (recordFunctionEndCallback_) {
+        recordFunctionEndCallback_();
+        recordFunctionEndCallback_ = nullptr;
+    }
     {
         std::lock_guard<std::mutex> g(m_);
         done_ = true;
         error_ = err;
     }
     cv_.notify_all();
-    if (recordFunctionEndCallback_) {
-        recordFunctionEndCallback_();
-        recordFunctionEndCallback_ = nullptr;
-    }
     if (err)
         future_->setError(err);
     else
