@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """Runs tests/torch2/cases.py on gloo and on hoop, at 2 and at 4 ranks, and compares.
 
-    user_suite.py HOOPRUN [--ranks 2,4] [--only CASE,...] [--keep DIR]
+    user_suite.py HOOPRUN [--ranks 2,4] [--only CASE,...] [--keep DIR] [--gloo-cache DIR]
 
 A case passes when hoop's run of it passed its own checks on every rank and, where gloo passes
 it too, every rank's results are bit for bit gloo's. A launch that ends early (a case that hangs
 is stopped by cases.py's per-case limit, which ends the launch) loses the cases it had not
 reached: they run again in a new launch. Exit status 0 when every case passes, else 1.
+
+With --gloo-cache, gloo's results are kept in DIR under a key of this file, cases.py, torch's
+version, the world size and the cases, and a later run with the same key (the C++ backend's run
+after the Python one's) compares against them instead of running gloo again.
 """
 import argparse
 import ast
+import hashlib
 import os
 import shutil
 import subprocess
@@ -86,12 +91,25 @@ def run_backend(hooprun, backend, n, cases, out, limit, case_limit):
         todo = todo[todo.index(left[0]) + 1:]
 
 
+def gloo_key(n, cases):
+    """The key of gloo's results for these cases at n ranks (see --gloo-cache)."""
+    import torch
+
+    h = hashlib.sha256()
+    for path in (CASES, os.path.abspath(__file__)):
+        with open(path, "rb") as f:
+            h.update(f.read())
+    h.update(("%s %d %r" % (torch.__version__, n, cases)).encode())
+    return "gloo-%d-%s" % (n, h.hexdigest()[:16])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("hooprun")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--only", default="")
     ap.add_argument("--keep", help="keep every result here")
+    ap.add_argument("--gloo-cache", help="keep gloo's results here, and reuse them (see above)")
     ap.add_argument("--case-limit", type=int, default=180)
     ap.add_argument("--gloo-fail-limit", type=int, default=15,
                     help="seconds a case gloo is known to fail may take on gloo")
@@ -109,8 +127,15 @@ def main():
                 continue
             limit = args.case_limit * len(cases) + 120
             outs = {}
+            cached = None
+            if args.gloo_cache:
+                cached = os.path.join(args.gloo_cache, gloo_key(n, cases))
             for backend in ("gloo", "hoop"):
                 outs[backend] = os.path.join(base, "%s-%d" % (backend, n))
+                if backend == "gloo" and cached and os.path.isdir(cached):
+                    print("  gloo at %d ranks: its results from %s" % (n, cached))
+                    outs[backend] = cached
+                    continue
                 os.makedirs(outs[backend], exist_ok=True)
                 known = [c for c, g in cases if g]
                 run_backend(args.hooprun, backend, n, known if backend == "gloo" else
@@ -123,6 +148,15 @@ def main():
                 if backend == "gloo" and odd:
                     run_backend(args.hooprun, backend, n, odd, outs[backend],
                                 args.gloo_fail_limit * len(odd) + 30, args.gloo_fail_limit)
+                if backend == "gloo" and cached:
+                    # Whole or not at all: copied beside it, then renamed into place.
+                    os.makedirs(args.gloo_cache, exist_ok=True)
+                    part = tempfile.mkdtemp(dir=args.gloo_cache)
+                    shutil.copytree(outs[backend], part, dirs_exist_ok=True)
+                    try:
+                        os.rename(part, cached)
+                    except OSError:
+                        shutil.rmtree(part, ignore_errors=True)
             for c, gloo_ok in cases:
                 hs, hres = outcome(outs["hoop"], c, n)
                 gs, gres = outcome(outs["gloo"], c, n)

@@ -4,10 +4,13 @@ torch/testing/_internal/distributed/distributed_test.py, the suite behind upstre
 test/distributed/test_distributed_spawn.py) run against hoop or gloo.
 
     run_suite.py --backend hoop --world-size 3 [--jobs 2] [-k PATTERN ...] [--json FILE]
-                 [--against gloo]
+                 [--against gloo [--against-cache DIR]]
 
 It knows the suites of torch 1.13 (Debian 12) and torch 2.6 (Debian 13). With --against gloo it
-then runs the same tests on gloo and fails unless hoop passes every test gloo passes.
+then runs the same tests on gloo and fails unless hoop passes every test gloo passes; with
+--against-cache DIR, gloo's outcomes are kept there and a later run with the same key (this file,
+torch's version, the world size and the tests: the C++ backend's run after the Python one's)
+compares with them instead of running gloo again.
 
 What this runner changes, and nothing else (no assertion is touched):
   * expecttest, which torch's test utilities import and Debian lacks, comes from stubs/ when it
@@ -60,6 +63,9 @@ if __name__ == "__main__":
     ap.add_argument("--against", choices=["gloo"],
                     help="then run gloo the same way, and fail unless every test gloo passes "
                          "passes here too")
+    ap.add_argument("--against-cache", metavar="DIR",
+                    help="keep the --against run's outcomes here under a key of this file, torch's "
+                         "version and the tests, and compare with them when they are there")
     ap.add_argument("--start", choices=["fork", "spawn"], default="fork",
                     help="how each test's ranks start (default fork: see above)")
     ap.add_argument("--shard", help=argparse.SUPPRESS)  # i/N, for --jobs
@@ -399,8 +405,25 @@ def _against(outcomes):
     one passes."""
     import tempfile
 
+    cached = None
+    if ARGS.against_cache:
+        import hashlib
+
+        h = hashlib.sha256()
+        with open(os.path.abspath(__file__), "rb") as f:
+            h.update(f.read())
+        h.update(repr((torch.__version__, ARGS.against, ARGS.world_size, ARGS.start,
+                       sorted(ARGS.patterns))).encode())
+        cached = os.path.join(ARGS.against_cache, "%s-%d-%s" % (ARGS.against, ARGS.world_size,
+                                                                 h.hexdigest()[:16]))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "against.json")
+        if cached and os.path.exists(cached + ".json"):
+            with open(cached + ".txt") as f:
+                sys.stdout.write("%s's outcomes from %s\n%s" % (ARGS.against, cached, f.read()))
+            with open(cached + ".json") as f:
+                theirs = json.load(f)
+            return _compare(outcomes, theirs)
         cmd = [sys.executable, os.path.abspath(__file__), "--backend", ARGS.against,
                "--world-size", str(ARGS.world_size), "--start", ARGS.start,
                "--jobs", str(ARGS.jobs), "--json", path]
@@ -419,13 +442,27 @@ def _against(outcomes):
         with open(log_path) as f:
             lines = f.read().splitlines()
         at = next((i for i, l in enumerate(lines) if l.startswith("%s at " % ARGS.against)), None)
-        print("\n".join(lines[at:] if at is not None else lines[-40:]))
+        shown = "\n".join(lines[at:] if at is not None else lines[-40:]) + "\n"
+        sys.stdout.write(shown)
         try:
             with open(path) as f:
                 theirs = json.load(f)
         except FileNotFoundError:
             print("run_suite: the %s run ended before reporting" % ARGS.against)
             return False
+        if cached:
+            # The summary first, then the outcomes, each renamed into place whole: the outcomes
+            # are what says the entry is there.
+            os.makedirs(ARGS.against_cache, exist_ok=True)
+            for ext, text in ((".txt", shown), (".json", json.dumps(theirs))):
+                with open(cached + ext + ".part", "w") as f:
+                    f.write(text)
+                os.replace(cached + ext + ".part", cached + ext)
+    return _compare(outcomes, theirs)
+
+
+def _compare(outcomes, theirs):
+    """Whether this backend passed every test the reference passed (theirs), saying which not."""
     passed = {n for n, o in theirs.items() if o["outcome"] == "pass"}
     mine = {n for n, o in outcomes.items() if o["outcome"] == "pass"}
     # Known failures are listed (with their reason) but do not fail the comparison.
